@@ -1,0 +1,278 @@
+/* libheapd's background agent: owns the socket after the handshake.
+ * See Note [Client agent] in client_internal.h. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+
+struct agent_frame {
+    struct agent_frame *next;
+    uv_write_t req;
+    uint8_t *buf;
+    size_t len;
+};
+
+struct agent_call {
+    struct agent_call *next;
+    uint64_t seq;
+    bool done;
+    int status;
+    Heapd__Envelope *reply;
+};
+
+/* ---- agent thread side ---- */
+
+/* Mark the connection gone and fail every waiter.  Called with mu held. */
+static void fail_all_locked(struct agent *a, int code, const char *msg)
+{
+    if (!a->closed) {
+        a->closed = true;
+        a->close_code = code;
+        snprintf(a->close_msg, sizeof a->close_msg, "%s", msg);
+    }
+    for (struct agent_call *k = a->calls; k; k = k->next) {
+        if (!k->done) {
+            k->done = true;
+            k->status = a->close_code;
+        }
+    }
+    pthread_cond_broadcast(&a->cv);
+}
+
+static void close_connection(struct agent *a, int code, const char *msg)
+{
+    pthread_mutex_lock(&a->mu);
+    fail_all_locked(a, code, msg);
+    pthread_mutex_unlock(&a->mu);
+    uv_read_stop((uv_stream_t *)&a->pipe);
+    if (!uv_is_closing((uv_handle_t *)&a->pipe))
+        uv_close((uv_handle_t *)&a->pipe, NULL);
+}
+
+static int on_frame(void *arg, Heapd__Envelope *env)
+{
+    struct agent *a = arg;
+    struct agent_call *k;
+    bool taken = false;
+
+    if (env->seq == 0) {
+        /* Not a reply: for now the daemon only sends connection-level
+         * errors on its own, and closes after them. */
+        if (env->body_case == HEAPD__ENVELOPE__BODY_ERROR) {
+            close_connection(a, client_error_code(env->error->code),
+                             env->error->message);
+            return -ECANCELED;
+        }
+        close_connection(a, HEAPD_EPROTO, "the daemon sent an unexpected "
+                         "message; closing the connection");
+        return -EPROTO;
+    }
+    pthread_mutex_lock(&a->mu);
+    for (k = a->calls; k && k->seq != env->seq; k = k->next)
+        ;
+    if (k && !k->done) {
+        k->reply = env;
+        k->done = true;
+        k->status = 0;
+        taken = true;
+        pthread_cond_broadcast(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return taken ? 1 : 0; /* 1: the envelope now belongs to the call */
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)h;
+    buf->base = malloc(suggested);
+    buf->len = buf->base ? suggested : 0;
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+    struct agent *a = s->data;
+
+    if (n > 0) {
+        int rc = frame_reader_feed(&a->reader, (const uint8_t *)buf->base,
+                                   (size_t)n, on_frame, a);
+        if (rc == -EMSGSIZE || rc == -EBADMSG || rc == -ENOMEM)
+            close_connection(a, HEAPD_EPROTO,
+                             "the daemon sent a bad frame; reconnect");
+    } else if (n < 0) {
+        close_connection(a, HEAPD_ECLOSED,
+                         n == UV_EOF ? "heapd closed the connection"
+                                     : uv_strerror((int)n));
+    }
+    free(buf->base);
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+    struct agent_frame *f = req->data;
+    struct agent *a = req->handle->data;
+
+    free(f->buf);
+    free(f);
+    if (status < 0 && status != UV_ECANCELED)
+        close_connection(a, HEAPD_ECLOSED, uv_strerror(status));
+}
+
+static void on_wake(uv_async_t *w)
+{
+    struct agent *a = w->data;
+    struct agent_frame *list;
+    bool stop;
+
+    pthread_mutex_lock(&a->mu);
+    list = a->out_head;
+    a->out_head = a->out_tail = NULL;
+    stop = a->stop;
+    pthread_mutex_unlock(&a->mu);
+
+    while (list) {
+        struct agent_frame *f = list;
+        list = f->next;
+        uv_buf_t b = uv_buf_init((char *)f->buf, (unsigned)f->len);
+        f->req.data = f;
+        if (uv_is_closing((uv_handle_t *)&a->pipe) ||
+            uv_write(&f->req, (uv_stream_t *)&a->pipe, &b, 1, on_written) < 0) {
+            free(f->buf);
+            free(f);
+        }
+    }
+    if (stop) {
+        close_connection(a, HEAPD_ECLOSED, "disconnected by the application");
+        uv_close((uv_handle_t *)&a->wake, NULL);
+    }
+}
+
+static void *agent_main(void *arg)
+{
+    struct agent *a = arg;
+    uv_run(&a->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+/* ---- application side ---- */
+
+int agent_start(struct agent *a, int sock)
+{
+    int rc;
+
+    memset(a, 0, sizeof *a);
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    frame_reader_init(&a->reader, FRAME_MAX_PAYLOAD);
+    a->next_seq = 1;
+    if ((rc = uv_loop_init(&a->loop)) < 0)
+        goto fail_sock;
+    uv_pipe_init(&a->loop, &a->pipe, 0);
+    a->pipe.data = a;
+    if ((rc = uv_pipe_open(&a->pipe, sock)) < 0) {
+        uv_close((uv_handle_t *)&a->pipe, NULL);
+        uv_run(&a->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&a->loop);
+        goto fail_sock;
+    }
+    uv_async_init(&a->loop, &a->wake, on_wake);
+    a->wake.data = a;
+    uv_read_start((uv_stream_t *)&a->pipe, on_alloc, on_read);
+    if ((rc = pthread_create(&a->thread, NULL, agent_main, a)) != 0) {
+        rc = -rc;
+        uv_close((uv_handle_t *)&a->pipe, NULL);
+        uv_close((uv_handle_t *)&a->wake, NULL);
+        uv_run(&a->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&a->loop);
+        goto out;
+    }
+    a->thread_started = true;
+    return 0;
+fail_sock:
+    close(sock);
+out:
+    frame_reader_free(&a->reader);
+    return rc;
+}
+
+void agent_stop(struct agent *a)
+{
+    if (!a->thread_started)
+        return;
+    pthread_mutex_lock(&a->mu);
+    a->stop = true;
+    pthread_mutex_unlock(&a->mu);
+    uv_async_send(&a->wake);
+    pthread_join(a->thread, NULL);
+    a->thread_started = false;
+    /* Frames queued after the stop was seen were never written. */
+    for (struct agent_frame *f = a->out_head, *n; f; f = n) {
+        n = f->next;
+        free(f->buf);
+        free(f);
+    }
+    uv_loop_close(&a->loop);
+    frame_reader_free(&a->reader);
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+}
+
+int agent_call(struct agent *a, Heapd__Envelope *req, Heapd__Envelope **reply)
+{
+    struct agent_call call = {0};
+    struct agent_frame *f = NULL;
+    int rc;
+
+    *reply = NULL;
+    f = calloc(1, sizeof *f);
+    if (!f)
+        return client_set_error(-ENOMEM, "out of memory");
+
+    pthread_mutex_lock(&a->mu);
+    if (a->closed) {
+        rc = client_set_error(a->close_code, "%s", a->close_msg);
+        goto out_locked;
+    }
+    call.seq = req->seq = a->next_seq++;
+    if ((rc = frame_pack(req, &f->buf, &f->len)) < 0) {
+        client_set_error(rc, "cannot encode the request: %s", strerror(-rc));
+        goto out_locked;
+    }
+    if (a->out_tail)
+        a->out_tail->next = f;
+    else
+        a->out_head = f;
+    a->out_tail = f;
+    f = NULL;
+    call.next = a->calls;
+    a->calls = &call;
+    uv_async_send(&a->wake);
+    while (!call.done)
+        pthread_cond_wait(&a->cv, &a->mu);
+    /* unlink */
+    for (struct agent_call **p = &a->calls; *p; p = &(*p)->next) {
+        if (*p == &call) {
+            *p = call.next;
+            break;
+        }
+    }
+    rc = call.status;
+    if (rc < 0) {
+        client_set_error(rc, "%s", a->close_msg);
+    } else if (call.reply->body_case == HEAPD__ENVELOPE__BODY_ERROR) {
+        rc = client_set_error(client_error_code(call.reply->error->code), "%s",
+                              call.reply->error->message);
+        heapd__envelope__free_unpacked(call.reply, NULL);
+    } else {
+        *reply = call.reply;
+    }
+out_locked:
+    pthread_mutex_unlock(&a->mu);
+    if (f) {
+        free(f->buf);
+        free(f);
+    }
+    return rc;
+}

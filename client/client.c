@@ -1,0 +1,431 @@
+/* libheapd: connecting, the handshake, mapping the heap, errors, stats.
+ * See Note [Handshake] in daemon/session.c for the daemon's side. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "fdpass.h"
+#include "heapd_build.h"
+#include "wire.h"
+
+/* How long connect waits for the daemon's Welcome before giving up: a bound
+ * on a wedged daemon, not a performance expectation. */
+#define HANDSHAKE_TIMEOUT_S 30
+
+
+/* ---- errors ---- */
+
+static __thread char last_error[512];
+
+int client_set_error(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *heapd_last_error(void)
+{
+    return last_error;
+}
+
+const char *heapd_strerror(int err)
+{
+    switch (err) {
+    case 0: return "success";
+    case HEAPD_ENODAEMON: return "no heapd is listening on the socket";
+    case HEAPD_EDENIED: return "not allowed to use this heap";
+    case HEAPD_EVERSION: return "libheapd and heapd versions differ";
+    case HEAPD_EADDRTAKEN: return "the heap's address range is already in use";
+    case HEAPD_ENOHEAP: return "the daemon serves no heap of that name";
+    case HEAPD_EPROTO: return "protocol error talking to heapd";
+    case HEAPD_ECLOSED: return "the connection to heapd is closed";
+    case HEAPD_ESHUTDOWN: return "heapd is shutting down";
+    case HEAPD_ESOCKPATH: return "the socket path is too long";
+    default:
+        if (err < 0 && err > -4096)
+            return strerror(-err);
+        return "unknown heapd error";
+    }
+}
+
+int client_error_code(Heapd__ErrorCode code)
+{
+    switch (code) {
+    case HEAPD__ERROR_CODE__ERROR_VERSION: return HEAPD_EVERSION;
+    case HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP: return HEAPD_ENOHEAP;
+    case HEAPD__ERROR_CODE__ERROR_DENIED: return HEAPD_EDENIED;
+    case HEAPD__ERROR_CODE__ERROR_SHUTTING_DOWN: return HEAPD_ESHUTDOWN;
+    default: return HEAPD_EPROTO;
+    }
+}
+
+/* ---- the handshake, on a blocking socket ---- */
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Read exactly N bytes; the first read may carry an fd (kept in *fd). */
+static int read_exact(int sock, uint8_t *p, size_t n, int *fd)
+{
+    while (n > 0) {
+        int got_fd = -1;
+        ssize_t r = fdpass_recv(sock, p, n, &got_fd);
+        if (got_fd >= 0) {
+            if (*fd >= 0) { /* a second fd: never expected */
+                close(got_fd);
+                return -EBADMSG;
+            }
+            *fd = got_fd;
+        }
+        if (r < 0)
+            return (int)r;
+        if (r == 0)
+            return -ECONNRESET;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* Read one frame; *fd receives an fd that came with it, or -1. */
+static int read_frame(int sock, Heapd__Envelope **env, int *fd)
+{
+    uint8_t hdr[FRAME_HEADER_SIZE];
+    uint8_t *payload = NULL;
+    uint32_t len;
+    int rc;
+
+    *env = NULL;
+    *fd = -1;
+    if ((rc = read_exact(sock, hdr, sizeof hdr, fd)) < 0)
+        goto out;
+    len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 |
+          (uint32_t)hdr[2] << 8 | hdr[3];
+    if (len == 0 || len > FRAME_MAX_PAYLOAD) {
+        rc = -EMSGSIZE;
+        goto out;
+    }
+    payload = malloc(len);
+    if (!payload) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if ((rc = read_exact(sock, payload, len, fd)) < 0)
+        goto out;
+    *env = frame_decode(payload, len);
+    rc = *env ? 0 : -EBADMSG;
+out:
+    free(payload);
+    if (rc < 0 && *fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+    return rc;
+}
+
+static const char *resolve_socket(const heapd_connect_opts *o)
+{
+    if (o && o->socket_path && o->socket_path[0])
+        return o->socket_path;
+    const char *env = getenv("HEAPD_SOCKET");
+    if (env && env[0])
+        return env;
+    return HEAPD_DEFAULT_SOCKET;
+}
+
+static int open_socket(const char *path, int *out)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    struct timeval tv = {.tv_sec = HANDSHAKE_TIMEOUT_S};
+    int fd, rc;
+
+    *out = -1;
+    if (strlen(path) >= sizeof sa.sun_path)
+        return client_set_error(HEAPD_ESOCKPATH,
+                                "socket path %s is %zu bytes; the limit is %zu: "
+                                "use a shorter path", path, strlen(path),
+                                sizeof sa.sun_path - 1);
+    strcpy(sa.sun_path, path);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return client_set_error(-errno, "socket: %s", strerror(errno));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        rc = -errno;
+        close(fd);
+        if (rc == -ENOENT || rc == -ECONNREFUSED || rc == -ENOTSOCK)
+            return client_set_error(HEAPD_ENODAEMON,
+                                    "no heapd is listening on %s (%s): start "
+                                    "heapd (systemctl start heapd) or point "
+                                    "HEAPD_SOCKET at its socket", path,
+                                    strerror(-rc));
+        return client_set_error(rc, "cannot connect to %s: %s", path,
+                                strerror(-rc));
+    }
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    *out = fd;
+    return 0;
+}
+
+static int send_hello(int sock, const heapd_connect_opts *o, bool control)
+{
+    Heapd__Hello h = HEAPD__HELLO__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    uint8_t *buf;
+    size_t len;
+    int rc;
+
+    h.protocol_version = PROTOCOL_VERSION;
+    h.heap = (char *)(o && o->heap ? o->heap : DEFAULT_HEAP_NAME);
+    h.client_name = (char *)(o && o->client_name
+                                 ? o->client_name
+                                 : program_invocation_short_name);
+    h.pid = getpid();
+    h.kind = control ? HEAPD__CLIENT_KIND__CLIENT_CONTROL
+                     : HEAPD__CLIENT_KIND__CLIENT_MUTATOR;
+    env.body_case = HEAPD__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    if ((rc = frame_pack(&env, &buf, &len)) < 0)
+        return client_set_error(rc, "cannot encode hello: %s", strerror(-rc));
+    rc = write_all(sock, buf, len);
+    free(buf);
+    if (rc < 0)
+        return client_set_error(HEAPD_ECLOSED, "cannot send hello: %s",
+                                strerror(-rc));
+    return 0;
+}
+
+/* Map the heap the Welcome describes.  See Note [Heap mapping]. */
+static int map_heap(heapd_client *c, const Heapd__Welcome *w, int fd)
+{
+    struct stat st;
+    void *p;
+    int rc;
+
+    if (w->max_size == 0 || w->segment_size == 0 ||
+        w->heap_base % w->segment_size != 0 || fstat(fd, &st) < 0 ||
+        (uint64_t)st.st_size != w->max_size)
+        return client_set_error(HEAPD_EPROTO,
+                                "heap '%s': the daemon's geometry does not "
+                                "match its memfd; restart heapd", w->heap);
+    p = mmap((void *)(uintptr_t)w->heap_base, w->max_size, PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_FIXED_NOREPLACE | MAP_NORESERVE, fd, 0);
+    if (p == MAP_FAILED || p != (void *)(uintptr_t)w->heap_base) {
+        rc = p == MAP_FAILED ? errno : EEXIST;
+        if (p != MAP_FAILED)
+            munmap(p, w->max_size);
+        return client_set_error(
+            rc == EEXIST ? HEAPD_EADDRTAKEN : -rc,
+            "heap '%s' must be mapped at [0x%llx, 0x%llx) but %s in this "
+            "process; choose another 'base' in [heap %s] of heapd.conf and "
+            "restart heapd", w->heap, (unsigned long long)w->heap_base,
+            (unsigned long long)(w->heap_base + w->max_size),
+            rc == EEXIST ? "that range is already in use" : strerror(rc),
+            w->heap);
+    }
+    rc = layout_check_control(p, w->heap_base, w->max_size, w->segment_size);
+    if (rc < 0) {
+        munmap(p, w->max_size);
+        return client_set_error(
+            rc == -EPROTONOSUPPORT ? HEAPD_EVERSION : HEAPD_EPROTO,
+            "heap '%s': %s; use a libheapd built with the daemon's proto/",
+            w->heap,
+            rc == -EPROTO ? "the control area has a bad magic number"
+            : rc == -EPROTONOSUPPORT
+                ? "the control area has another layout version"
+                : "the control area's geometry disagrees with the welcome");
+    }
+    c->base = p;
+    c->size = w->max_size;
+    return 0;
+}
+
+static int handshake(heapd_client *c, int sock, const heapd_connect_opts *o,
+                     bool control, int *heap_fd)
+{
+    Heapd__Envelope *env = NULL;
+    int fd = -1, rc;
+
+    *heap_fd = -1;
+    if ((rc = send_hello(sock, o, control)) < 0)
+        goto out;
+    if ((rc = read_frame(sock, &env, &fd)) < 0) {
+        if (rc == -EAGAIN)
+            rc = client_set_error(HEAPD_EPROTO, "heapd did not answer the "
+                                  "hello within %d s; check that it is "
+                                  "healthy", HANDSHAKE_TIMEOUT_S);
+        else
+            rc = client_set_error(HEAPD_ECLOSED, "the handshake with heapd "
+                                  "failed: %s", strerror(-rc));
+        goto out;
+    }
+    if (env->body_case == HEAPD__ENVELOPE__BODY_ERROR) {
+        rc = client_set_error(client_error_code(env->error->code), "heapd: %s",
+                              env->error->message);
+        goto out;
+    }
+    if (env->body_case != HEAPD__ENVELOPE__BODY_WELCOME) {
+        rc = client_set_error(HEAPD_EPROTO, "heapd answered hello with %s",
+                              frame_body_name(env));
+        goto out;
+    }
+    const Heapd__Welcome *w = env->welcome;
+    if (w->protocol_version != PROTOCOL_VERSION ||
+        (!control && w->layout_version != LAYOUT_VERSION)) {
+        rc = client_set_error(HEAPD_EVERSION,
+                              "heapd speaks protocol %u layout %u, this "
+                              "libheapd %u and %u; use matching versions",
+                              w->protocol_version, w->layout_version,
+                              PROTOCOL_VERSION, LAYOUT_VERSION);
+        goto out;
+    }
+    if (control != (fd < 0) || control == w->has_fd) {
+        rc = client_set_error(HEAPD_EPROTO, "heapd's welcome %s the heap fd",
+                              fd < 0 ? "lacks" : "unexpectedly carries");
+        goto out;
+    }
+    c->client_id = w->client_id;
+    snprintf(c->heap_name, sizeof c->heap_name, "%s", w->heap);
+    if (!control && (rc = map_heap(c, w, fd)) < 0)
+        goto out;
+    *heap_fd = fd;
+    fd = -1;
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    if (env)
+        heapd__envelope__free_unpacked(env, NULL);
+    return rc;
+}
+
+int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
+{
+    bool control = opts && (opts->flags & HEAPD_CONNECT_CONTROL);
+    const char *path = resolve_socket(opts);
+    heapd_client *c = NULL;
+    struct timeval tv = {0};
+    int sock = -1, rc;
+
+    last_error[0] = '\0';
+    if (!out)
+        return client_set_error(-EINVAL, "heapd_connect: out is NULL");
+    *out = NULL;
+    if (opts && (opts->flags & ~HEAPD_CONNECT_CONTROL))
+        return client_set_error(-EINVAL, "heapd_connect: unknown flags 0x%x",
+                                opts->flags & ~HEAPD_CONNECT_CONTROL);
+    c = calloc(1, sizeof *c);
+    if (!c)
+        return client_set_error(-ENOMEM, "out of memory");
+    c->heap_fd = -1;
+    if ((rc = open_socket(path, &sock)) < 0)
+        goto fail;
+    if ((rc = handshake(c, sock, opts, control, &c->heap_fd)) < 0)
+        goto fail;
+    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    rc = agent_start(&c->agent, sock);
+    sock = -1; /* taken over */
+    if (rc < 0) {
+        client_set_error(rc, "cannot start the agent thread: %s",
+                         strerror(-rc));
+        goto fail;
+    }
+    *out = c;
+    return 0;
+fail:
+    if (sock >= 0)
+        close(sock);
+    if (c->base)
+        munmap(c->base, c->size);
+    if (c->heap_fd >= 0)
+        close(c->heap_fd);
+    free(c);
+    return rc;
+}
+
+void heapd_disconnect(heapd_client *c)
+{
+    if (!c)
+        return;
+    agent_stop(&c->agent);
+    if (c->base)
+        munmap(c->base, c->size);
+    if (c->heap_fd >= 0)
+        close(c->heap_fd);
+    free(c);
+}
+
+void *heapd_heap_base(const heapd_client *c)
+{
+    return c ? c->base : NULL;
+}
+
+size_t heapd_heap_size(const heapd_client *c)
+{
+    return c ? c->size : 0;
+}
+
+int heapd_stats(heapd_client *c, heapd_stats_t *out)
+{
+    Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    int rc;
+
+    if (!c || !out)
+        return client_set_error(-EINVAL, "heapd_stats: NULL argument");
+    req.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
+    req.stats_request = &sr;
+    if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
+        return rc;
+    if (rep->body_case != HEAPD__ENVELOPE__BODY_STATS_REPLY) {
+        rc = client_set_error(HEAPD_EPROTO, "heapd answered stats with %s",
+                              frame_body_name(rep));
+        goto out;
+    }
+    const Heapd__StatsReply *r = rep->stats_reply;
+    memset(out, 0, sizeof *out);
+    snprintf(out->version, sizeof out->version, "%s", r->version);
+    out->uptime_ns = r->uptime_ns;
+    out->clients_connected = r->clients_connected;
+    out->connections_total = r->connections_total;
+    out->frames_rejected = r->frames_rejected;
+    out->heap_count = r->n_heaps < HEAPD_STATS_MAX_HEAPS ? r->n_heaps
+                                                         : HEAPD_STATS_MAX_HEAPS;
+    for (size_t i = 0; i < out->heap_count; i++) {
+        const Heapd__HeapStats *h = r->heaps[i];
+        heapd_heap_stats *o = &out->heaps[i];
+        snprintf(o->name, sizeof o->name, "%s", h->name);
+        o->base = h->heap_base;
+        o->reserved_bytes = h->reserved_bytes;
+        o->committed_bytes = h->committed_bytes;
+        o->segment_size = h->segment_size;
+        o->clients = h->clients;
+    }
+    rc = 0;
+out:
+    heapd__envelope__free_unpacked(rep, NULL);
+    return rc;
+}

@@ -1,0 +1,74 @@
+/* heapd daemon configuration: heapd.conf parsed with inih.
+ *
+ * See heapd.conf at the top of the tree for every key, its default and its
+ * range.  All errors are reported as "heapd:FILE:LINE: message" (LINE is 0
+ * for errors that belong to the file as a whole, such as "cannot open").
+ */
+#ifndef HEAPD_DAEMON_CONFIG_H
+#define HEAPD_DAEMON_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#define CONFIG_MAX_HEAPS 16      /* [heap NAME] sections in one file */
+#define CONFIG_HEAP_NAME_MAX 63  /* bytes, without the terminating NUL */
+#define CONFIG_MAX_IDS 64        /* entries in allow_users / allow_groups */
+#define CONFIG_DEFAULT_SOCKET "/run/heapd/heapd.sock"
+
+enum config_log_level {
+    CONFIG_LOG_ERROR = 0,
+    CONFIG_LOG_WARN = 1,
+    CONFIG_LOG_INFO = 2,
+    CONFIG_LOG_DEBUG = 3,
+};
+
+struct config_heap {
+    char name[CONFIG_HEAP_NAME_MAX + 1];
+    int line;                   /* line of the [heap NAME] header */
+    uint64_t base;              /* fixed virtual address, segment-aligned */
+    uint64_t max_size;          /* bytes, multiple of segment_size */
+    uint64_t segment_size;      /* bytes, power of two */
+    uint32_t gc_overhead;       /* percent */
+    uint64_t mark_stack_limit;  /* bytes of mark stack per worker */
+    uint64_t max_client_bytes;  /* bytes one client may hold; 0 = max_size */
+    bool verify;                /* run the heap verifier after each cycle */
+    size_t n_allow_users;
+    uid_t allow_users[CONFIG_MAX_IDS];
+    size_t n_allow_groups;
+    gid_t allow_groups[CONFIG_MAX_IDS];
+};
+
+struct config {
+    char path[4096];            /* the file it was read from */
+    char socket[108];           /* sun_path, NUL-terminated, checked length */
+    enum config_log_level log_level;
+    unsigned gc_threads;
+    size_t n_heaps;
+    struct config_heap heaps[CONFIG_MAX_HEAPS];
+};
+
+/* Read and validate FILE into *out.  On failure returns a negative errno
+ * (-ENOENT, -EACCES for an unreadable file; -EINVAL for any content error)
+ * after writing every error found, one per line, as
+ * "heapd:FILE:LINE: message\n" to ERR (which may be NULL to stay quiet).
+ * *out is fully initialised with defaults before parsing. */
+int config_load(struct config *out, const char *file, FILE *err);
+
+/* Same, from a string held in memory; FILE is only used in messages.
+ * Used by the tests and by the fuzzer. */
+int config_load_string(struct config *out, const char *file, const char *text,
+                       FILE *err);
+
+/* Parse a size with an optional K, M or G suffix (powers of 1024).  Returns 0
+ * or -EINVAL (not a number, bad suffix) or -ERANGE (overflows 64 bits). */
+int config_parse_size(const char *s, uint64_t *out);
+
+const struct config_heap *config_find_heap(const struct config *c,
+                                           const char *name);
+
+const char *config_log_level_name(enum config_log_level l);
+
+#endif

@@ -1,0 +1,79 @@
+/* The daemon's state: configuration, heaps, the listening socket and the
+ * connections.  One libuv loop thread owns all of it (collector worker
+ * threads come with the collector and touch only what their Notes say). */
+#ifndef HEAPD_DAEMON_DAEMON_H
+#define HEAPD_DAEMON_DAEMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "auth.h"
+#include "config.h"
+#include "frame.h"
+#include "heap.h"
+
+enum conn_state {
+    CONN_AWAIT_HELLO,   /* accepted; only a Hello is acceptable */
+    CONN_READY,         /* welcomed */
+    CONN_CLOSING,       /* final bytes flushing; input ignored */
+};
+
+struct daemon;
+
+struct conn {
+    uv_pipe_t pipe;             /* pipe.data == this */
+    struct daemon *d;
+    struct conn *prev, *next;   /* d->conns */
+    uint64_t id;
+    enum conn_state state;
+    frame_reader reader;
+    unsigned writes_pending;    /* uv_write requests not yet completed */
+    Heapd__ClientKind kind;
+    struct heap *heap;          /* mutator clients: the heap they mapped */
+    struct auth_peer peer;
+    char name[64];              /* client_name from Hello, for logs */
+};
+
+struct daemon {
+    struct config cfg;
+    char socket_path[108];      /* effective path (config or --socket) */
+    uv_loop_t loop;
+    uv_pipe_t listener;
+    bool listening;
+    bool socket_activated;      /* listener came from systemd: keep file */
+    uv_signal_t sig_term, sig_int;
+    uv_timer_t watchdog;
+    uv_timer_t grace;           /* shutdown deadline for draining */
+    bool watchdog_on;
+    size_t n_heaps;
+    struct heap heaps[CONFIG_MAX_HEAPS];
+    struct conn *conns;
+    unsigned n_conns;
+    uint64_t next_client_id;
+    uint64_t connections_total;
+    uint64_t frames_rejected;
+    uint64_t start_ns;
+    uid_t uid;
+    bool stopping;
+};
+
+/* server.c: transport */
+int server_listen(struct daemon *d);
+void server_stop(struct daemon *d);
+/* Close every connection now, dropping unsent bytes (shutdown deadline). */
+void server_abort_all(struct daemon *d);
+int conn_send(struct conn *c, const Heapd__Envelope *env);
+int conn_send_with_fd(struct conn *c, const Heapd__Envelope *env, int fd);
+/* Send an Error (if the stream still works), then close after it flushed. */
+void conn_fail(struct conn *c, Heapd__ErrorCode code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Flush pending writes, then close. */
+void conn_finish(struct conn *c);
+
+/* session.c: the protocol, one envelope at a time.  Returns 0, or a negative
+ * errno after it has called conn_fail (the connection is closing). */
+int session_handle(struct conn *c, Heapd__Envelope *env);
+struct heap *daemon_find_heap(struct daemon *d, const char *name);
+
+#endif

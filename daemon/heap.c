@@ -1,0 +1,92 @@
+/* The daemon's side of a shared heap.  See Note [Heap mapping] in
+ * proto/layout.h. */
+#include "heap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+
+int heap_open(struct heap *h, const struct config_heap *cfg)
+{
+    char name[80];
+    void *p = MAP_FAILED;
+    int fd = -1, rc = 0;
+
+    memset(h, 0, sizeof *h);
+    h->fd = -1;
+    h->cfg = cfg;
+
+    snprintf(name, sizeof name, "heapd:%s", cfg->name);
+    fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        rc = -errno;
+        log_error("heap '%s': memfd_create: %s", cfg->name, strerror(-rc));
+        goto out;
+    }
+    if (ftruncate(fd, (off_t)cfg->max_size) < 0) {
+        rc = -errno;
+        log_error("heap '%s': cannot size the memfd to %llu bytes: %s; "
+                  "lower max_size", cfg->name,
+                  (unsigned long long)cfg->max_size, strerror(-rc));
+        goto out;
+    }
+    /* See Note [Heap mapping]: no client may resize the file under us. */
+    if (fcntl(fd, F_ADD_SEALS,
+              F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+        rc = -errno;
+        log_error("heap '%s': cannot seal the memfd: %s", cfg->name,
+                  strerror(-rc));
+        goto out;
+    }
+    p = mmap((void *)(uintptr_t)cfg->base, cfg->max_size,
+             PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_FIXED_NOREPLACE | MAP_NORESERVE, fd, 0);
+    if (p == MAP_FAILED || p != (void *)(uintptr_t)cfg->base) {
+        rc = p == MAP_FAILED ? -errno : -EEXIST;
+        if (p != MAP_FAILED)    /* an old kernel ignored NOREPLACE */
+            munmap(p, cfg->max_size);
+        p = MAP_FAILED;
+        log_error("heap '%s': cannot map [0x%llx, 0x%llx): %s; choose "
+                  "another 'base' in [heap %s]", cfg->name,
+                  (unsigned long long)cfg->base,
+                  (unsigned long long)(cfg->base + cfg->max_size),
+                  rc == -EEXIST ? "the range is already in use"
+                                : strerror(-rc), cfg->name);
+        goto out;
+    }
+    h->fd = fd;
+    h->base = p;
+    h->control = p;
+    layout_init_control(h->control, cfg->name, cfg->base, cfg->max_size,
+                        cfg->segment_size);
+    fd = -1;
+out:
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+void heap_close(struct heap *h)
+{
+    if (h->base)
+        munmap(h->base, h->cfg->max_size);
+    if (h->fd >= 0)
+        close(h->fd);
+    h->base = NULL;
+    h->control = NULL;
+    h->fd = -1;
+}
+
+uint64_t heap_committed_bytes(const struct heap *h)
+{
+    struct stat st;
+    if (h->fd < 0 || fstat(h->fd, &st) < 0)
+        return 0;
+    return (uint64_t)st.st_blocks * 512u;
+}

@@ -1,0 +1,332 @@
+/* Test harness.  See Note [Test handshakes] in harness.h. */
+#include "harness.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fdpass.h"
+#include "frame.h"
+#include "wire.h"
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+const char *harness_bin(const char *envname)
+{
+    const char *p = getenv(envname);
+    ck_assert_msg(p && p[0], "%s is not set: run the tests with meson test",
+                  envname);
+    return p;
+}
+
+void harness_tmpdir(char *out, size_t n)
+{
+    snprintf(out, n, "/tmp/heapd-t.XXXXXX");
+    ck_assert_msg(mkdtemp(out) != NULL, "mkdtemp: %s", strerror(errno));
+    chmod(out, 0755); /* other users reach the socket (denied_user) */
+}
+
+const char *harness_default_config(const char *sock, const char *extra)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf,
+             "[daemon]\n"
+             "socket = %s\n"
+             "log_level = debug\n"
+             "gc_threads = 2\n"
+             "\n"
+             "[heap default]\n"
+             "base = 0x%llx\n"
+             "max_size = 1G\n"
+             "segment_size = 128K\n"
+             "%s",
+             sock, (unsigned long long)HARNESS_HEAP_BASE, extra ? extra : "");
+    return buf;
+}
+
+static void make_notify_socket(struct daemon_proc *d)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(d->notify_path, sizeof d->notify_path, "%s/notify", d->dir);
+    strcpy(sa.sun_path, d->notify_path);
+    d->notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(d->notify_fd, 0);
+    ck_assert_msg(bind(d->notify_fd, (struct sockaddr *)&sa, sizeof sa) == 0,
+                  "bind %s: %s", d->notify_path, strerror(errno));
+}
+
+static void prepare(struct daemon_proc *d)
+{
+    memset(d, 0, sizeof *d);
+    d->notify_fd = -1;
+    harness_tmpdir(d->dir, sizeof d->dir);
+    snprintf(d->sock, sizeof d->sock, "%s/s", d->dir);
+    snprintf(d->conf, sizeof d->conf, "%s/heapd.conf", d->dir);
+    make_notify_socket(d);
+}
+
+pid_t harness_spawn(struct daemon_proc *d, char *const argv[], int stderr_fd)
+{
+    size_t n = 0;
+    while (argv[n])
+        n++;
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char *args[64];
+        args[0] = (char *)harness_bin("HEAPD_BIN");
+        for (size_t i = 1; i < n && i < 63; i++)
+            args[i] = argv[i];
+        args[n < 63 ? n : 63] = NULL;
+        setenv("NOTIFY_SOCKET", d->notify_path, 1);
+        if (stderr_fd >= 0) {
+            dup2(stderr_fd, STDERR_FILENO);
+            dup2(stderr_fd, STDOUT_FILENO);
+        }
+        execv(args[0], args);
+        fprintf(stderr, "exec %s: %s\n", args[0], strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
+bool harness_wait_notify(struct daemon_proc *d, const char *what, char *got,
+                         size_t gotlen)
+{
+    int64_t deadline = now_ms() + HARNESS_WAIT_MS;
+    char buf[512];
+
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0)
+            return false;
+        struct pollfd p = {.fd = d->notify_fd, .events = POLLIN};
+        int r = poll(&p, 1, (int)left);
+        if (r <= 0)
+            continue;
+        ssize_t n = recv(d->notify_fd, buf, sizeof buf - 1, 0);
+        if (n <= 0)
+            continue;
+        buf[n] = '\0';
+        if (strstr(buf, "STOPPING=1"))
+            d->stopping_seen = true;
+        if (strstr(buf, what)) {
+            if (got)
+                snprintf(got, gotlen, "%s", buf);
+            return true;
+        }
+    }
+}
+
+void harness_start(struct daemon_proc *d, const char *config)
+{
+    prepare(d);
+    /* substitute @SOCK@ */
+    char text[8192];
+    const char *at = strstr(config, "@SOCK@");
+    if (at)
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - config), config,
+                 d->sock, at + 6);
+    else
+        snprintf(text, sizeof text, "%s", config);
+    FILE *f = fopen(d->conf, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+
+    char *argv[] = {"heapd", "-c", d->conf, "--foreground", NULL};
+    d->pid = harness_spawn(d, argv, -1);
+    if (!harness_wait_notify(d, "READY=1", NULL, 0)) {
+        int st = harness_wait_pid(d->pid, 100);
+        ck_abort_msg("heapd did not become ready within %d ms (wait status "
+                     "%d); config:\n%s", HARNESS_WAIT_MS, st, text);
+    }
+}
+
+int harness_wait_pid(pid_t pid, int ms)
+{
+    int64_t deadline = now_ms() + ms;
+    int st;
+    for (;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            return st;
+        if (r < 0)
+            return -1;
+        if (now_ms() >= deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+int harness_stop(struct daemon_proc *d)
+{
+    int st;
+    ck_assert_int_eq(kill(d->pid, SIGTERM), 0);
+    st = harness_wait_pid(d->pid, HARNESS_WAIT_MS);
+    ck_assert_msg(st != -1, "heapd did not exit within %d ms of SIGTERM",
+                  HARNESS_WAIT_MS);
+    /* STOPPING=1 was sent before exit; it is queued on our socket */
+    if (!d->stopping_seen) {
+        char buf[256];
+        ssize_t n;
+        while ((n = recv(d->notify_fd, buf, sizeof buf - 1, MSG_DONTWAIT)) > 0) {
+            buf[n] = '\0';
+            if (strstr(buf, "STOPPING=1"))
+                d->stopping_seen = true;
+        }
+    }
+    close(d->notify_fd);
+    unlink(d->notify_path);
+    unlink(d->conf);
+    unlink(d->sock);
+    rmdir(d->dir);
+    return st;
+}
+
+int harness_raw_connect(const char *sock)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(fd, 0);
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+    ck_assert_msg(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0,
+                  "connect %s: %s", sock, strerror(errno));
+    return fd;
+}
+
+void harness_send_bytes(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+        ck_assert_msg(w > 0, "send: %s", strerror(errno));
+        c += w;
+        n -= (size_t)w;
+    }
+}
+
+void harness_send_env(int fd, const Heapd__Envelope *env)
+{
+    uint8_t *buf;
+    size_t len;
+    ck_assert_int_eq(frame_pack(env, &buf, &len), 0);
+    harness_send_bytes(fd, buf, len);
+    free(buf);
+}
+
+void harness_send_hello(int fd, const char *heap, uint32_t version,
+                        Heapd__ClientKind kind)
+{
+    Heapd__Hello h = HEAPD__HELLO__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    h.protocol_version = version;
+    h.heap = (char *)heap;
+    h.client_name = (char *)"raw-test";
+    h.pid = getpid();
+    h.kind = kind;
+    env.body_case = HEAPD__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    harness_send_env(fd, &env);
+}
+
+/* Read exactly N bytes within the deadline; false at EOF. */
+static bool read_bounded(int fd, uint8_t *p, size_t n, int *fd_out,
+                         int64_t deadline)
+{
+    while (n > 0) {
+        int64_t left = deadline - now_ms();
+        ck_assert_msg(left > 0, "no reply from heapd within %d ms",
+                      HARNESS_WAIT_MS);
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, (int)left) <= 0)
+            continue;
+        int got = -1;
+        ssize_t r = fdpass_recv(fd, p, n, &got);
+        if (got >= 0) {
+            if (fd_out)
+                *fd_out = got;
+            else
+                close(got);
+        }
+        if (r == 0 || r == -ECONNRESET)
+            return false;
+        ck_assert_msg(r > 0, "recv: %s", strerror((int)-r));
+        p += r;
+        n -= (size_t)r;
+    }
+    return true;
+}
+
+Heapd__Envelope *harness_read_env(int fd, int *fd_out)
+{
+    int64_t deadline = now_ms() + HARNESS_WAIT_MS;
+    uint8_t hdr[4];
+    if (fd_out)
+        *fd_out = -1;
+    if (!read_bounded(fd, hdr, 4, fd_out, deadline))
+        return NULL;
+    uint32_t len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 |
+                   (uint32_t)hdr[2] << 8 | hdr[3];
+    ck_assert_msg(len > 0 && len <= FRAME_MAX_PAYLOAD, "bad length %u", len);
+    uint8_t *buf = malloc(len);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_msg(read_bounded(fd, buf, len, fd_out, deadline),
+                  "EOF inside a frame from heapd");
+    Heapd__Envelope *env = frame_decode(buf, len);
+    free(buf);
+    ck_assert_msg(env != NULL, "heapd sent an undecodable frame");
+    return env;
+}
+
+bool harness_wait_eof(int fd)
+{
+    int64_t deadline = now_ms() + HARNESS_WAIT_MS;
+    char buf[4096];
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0)
+            return false;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, (int)left) <= 0)
+            continue;
+        ssize_t r = recv(fd, buf, sizeof buf, 0);
+        if (r == 0 || (r < 0 && errno == ECONNRESET))
+            return true;
+    }
+}
+
+int harness_run(const char *cmd, char *out, size_t outlen)
+{
+    FILE *p = popen(cmd, "r");
+    size_t n = 0;
+    ck_assert_ptr_nonnull(p);
+    if (out && outlen) {
+        n = fread(out, 1, outlen - 1, p);
+        out[n] = '\0';
+    }
+    char sink[4096];
+    while (fread(sink, 1, sizeof sink, p) > 0)
+        ;
+    return pclose(p);
+}

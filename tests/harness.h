@@ -1,0 +1,82 @@
+/* Test harness: start a real heapd on a private socket, talk raw frames to
+ * it, and wait for things with bounded waits that fail with a message.
+ *
+ * Note [Test handshakes]
+ * ~~~~~~~~~~~~~~~~~~~~~~
+ * Tests never sleep and hope.  A started daemon is waited for through the
+ * systemd notification protocol: the harness binds a datagram socket, passes
+ * it as NOTIFY_SOCKET, and waits (bounded) for READY=1, as systemd would.
+ * Child processes report to the test over pipes.  Every wait has a generous
+ * bound (HARNESS_WAIT_MS) and fails the test with what it was waiting for;
+ * none of these bounds is a performance assertion.
+ */
+#ifndef HEAPD_TESTS_HARNESS_H
+#define HEAPD_TESTS_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "heapd.pb-c.h"
+
+#define HARNESS_WAIT_MS 30000
+
+/* A base every test heap may use; it maps in plain, ASan and TSan builds
+ * (DESIGN.md §3). */
+#define HARNESS_HEAP_BASE 0x7e8000000000ULL
+
+struct daemon_proc {
+    pid_t pid;
+    char dir[64];          /* private temp dir: socket, config, notify */
+    char sock[108];
+    char conf[128];
+    int notify_fd;         /* our end of NOTIFY_SOCKET */
+    char notify_path[108];
+    bool stopping_seen;
+};
+
+/* A config with one heap "default" at HARNESS_HEAP_BASE (1 GiB) and the
+ * daemon's socket in the private dir; EXTRA is appended verbatim. */
+const char *harness_default_config(const char *sock, const char *extra);
+
+/* Write CONFIG (printf-style %s for the socket path is not used: the
+ * harness substitutes "@SOCK@") and start heapd --foreground; wait for
+ * READY=1.  Fails the test on any problem.  ARGS_EXTRA may be NULL. */
+void harness_start(struct daemon_proc *d, const char *config);
+/* Start heapd with ARGV (argv[0] ignored; the heapd binary is used) and
+ * the notify socket, without waiting.  Used for start-up error tests. */
+pid_t harness_spawn(struct daemon_proc *d, char *const argv[], int stderr_fd);
+/* Wait for a notify datagram containing WHAT (e.g. "READY=1").  Returns
+ * true if it came within the bound. */
+bool harness_wait_notify(struct daemon_proc *d, const char *what, char *got,
+                         size_t gotlen);
+/* SIGTERM, wait for exit (bounded); returns the wait status. */
+int harness_stop(struct daemon_proc *d);
+/* Wait for PID to exit, bounded; returns its wait status or -1 on time-out
+ * (after SIGKILL). */
+int harness_wait_pid(pid_t pid, int ms);
+
+/* Make a private directory under /tmp (short, for sun_path). */
+void harness_tmpdir(char *out, size_t n);
+
+/* Raw protocol access. */
+int harness_raw_connect(const char *sock);
+void harness_send_bytes(int fd, const void *p, size_t n);
+void harness_send_env(int fd, const Heapd__Envelope *env);
+/* Send a Hello for heap NAME (kind mutator) with the given version. */
+void harness_send_hello(int fd, const char *heap, uint32_t version,
+                        Heapd__ClientKind kind);
+/* Read one envelope (bounded); NULL at EOF.  *fd_out gets a passed fd or
+ * -1 (may be NULL). */
+Heapd__Envelope *harness_read_env(int fd, int *fd_out);
+/* True if the peer closes the connection (EOF) within the bound. */
+bool harness_wait_eof(int fd);
+
+/* Path of a built binary from the environment (HEAPD_BIN, HEAPCTL_BIN). */
+const char *harness_bin(const char *envname);
+
+/* Run CMD through sh, capture stdout+stderr into OUT; returns exit status. */
+int harness_run(const char *cmd, char *out, size_t outlen);
+
+#endif

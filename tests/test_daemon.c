@@ -1,0 +1,740 @@
+/* Integration tests: a real heapd on a private socket, real client
+ * processes, real shared memory.  Every bad input is followed by a check
+ * that the daemon still serves another client. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "harness.h"
+#include "heapd.h"
+#include "wire.h"
+
+static struct daemon_proc D;
+
+static heapd_client *connect_ok(const char *sock, unsigned flags)
+{
+    heapd_connect_opts o = {.socket_path = sock, .flags = flags};
+    heapd_client *c = NULL;
+    int rc = heapd_connect(&c, &o);
+    ck_assert_msg(rc == 0, "heapd_connect: %s (%s)", heapd_strerror(rc),
+                  heapd_last_error());
+    return c;
+}
+
+/* The daemon still works: a fresh control client gets stats, and returns
+ * how many clients are connected. */
+static uint32_t still_serving(const char *sock)
+{
+    heapd_client *c = connect_ok(sock, HEAPD_CONNECT_CONTROL);
+    heapd_stats_t st;
+    int rc = heapd_stats(c, &st);
+    ck_assert_msg(rc == 0, "stats: %s", heapd_last_error());
+    heapd_disconnect(c);
+    return st.clients_connected;
+}
+
+static void start_default(void)
+{
+    harness_start(&D, harness_default_config("@SOCK@", NULL));
+}
+
+static void stop_clean(void)
+{
+    int st = harness_stop(&D);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "heapd did not exit 0 after SIGTERM (status 0x%x)", st);
+}
+
+/* An Error reply with CODE, then EOF. */
+static void expect_error_and_close(int fd, Heapd__ErrorCode code,
+                                   const char *substr)
+{
+    Heapd__Envelope *e = harness_read_env(fd, NULL);
+    ck_assert_msg(e != NULL, "expected an error frame, got EOF");
+    ck_assert_int_eq(e->body_case, HEAPD__ENVELOPE__BODY_ERROR);
+    ck_assert_int_eq(e->error->code, code);
+    ck_assert_msg(strstr(e->error->message, substr),
+                  "error message '%s' lacks '%s'", e->error->message, substr);
+    heapd__envelope__free_unpacked(e, NULL);
+    ck_assert_msg(harness_wait_eof(fd), "heapd did not close the connection");
+    close(fd);
+}
+
+/* ---- the happy path ---- */
+
+START_TEST(connect_and_stats)
+{
+    start_default();
+    heapd_client *c = connect_ok(D.sock, 0);
+    ck_assert_ptr_eq(heapd_heap_base(c), (void *)HARNESS_HEAP_BASE);
+    ck_assert_uint_eq(heapd_heap_size(c), 1u << 30);
+    heapd_stats_t st;
+    ck_assert_int_eq(heapd_stats(c, &st), 0);
+    ck_assert_str_eq(st.version, "0.1.0");
+    ck_assert_uint_eq(st.clients_connected, 1);
+    ck_assert_uint_eq(st.heap_count, 1);
+    ck_assert_str_eq(st.heaps[0].name, "default");
+    ck_assert_uint_eq(st.heaps[0].base, HARNESS_HEAP_BASE);
+    ck_assert_uint_eq(st.heaps[0].reserved_bytes, 1u << 30);
+    ck_assert_uint_eq(st.heaps[0].clients, 1);
+    /* the daemon wrote the control area: at least one page is committed */
+    ck_assert_uint_ge(st.heaps[0].committed_bytes, 4096);
+    ck_assert_uint_lt(st.heaps[0].committed_bytes, 1u << 20); /* sparse */
+    /* repeated calls on one connection: replies matched by seq */
+    for (int i = 0; i < 50; i++)
+        ck_assert_int_eq(heapd_stats(c, &st), 0);
+    heapd_disconnect(c);
+    stop_clean();
+    ck_assert_msg(D.stopping_seen, "heapd never sent STOPPING=1");
+    ck_assert_int_eq(access(D.sock, F_OK), -1); /* socket file removed */
+}
+END_TEST
+
+/* Two client processes map the heap at the same address and see each
+ * other's bytes.  Handshakes over pipes; no sleeps. */
+START_TEST(two_processes_share_bytes)
+{
+    start_default();
+    int to_b[2], from_b[2], from_a[2];
+    ck_assert_int_eq(pipe(to_b), 0);
+    ck_assert_int_eq(pipe(from_b), 0);
+    ck_assert_int_eq(pipe(from_a), 0);
+    /* segment 1 is the first past the control area; nothing allocates yet */
+    uintptr_t where = HARNESS_HEAP_BASE + 128 * 1024;
+
+    pid_t a = fork();
+    if (a == 0) {
+        heapd_client *c = connect_ok(D.sock, 0);
+        uintptr_t base = (uintptr_t)heapd_heap_base(c);
+        snprintf((char *)where, 64, "hello from %d", (int)getpid());
+        ck_assert_int_eq(write(from_a[1], &base, sizeof base), sizeof base);
+        char go;
+        ck_assert_int_eq(read(to_b[0], &go, 1), 1); /* B has read it */
+        /* B's reply, written into the same page */
+        ck_assert_str_eq((char *)where + 64, "ack from B");
+        heapd_disconnect(c);
+        _exit(0);
+    }
+    pid_t b = fork();
+    if (b == 0) {
+        uintptr_t abase;
+        ck_assert_int_eq(read(from_a[0], &abase, sizeof abase), sizeof abase);
+        heapd_client *c = connect_ok(D.sock, 0);
+        ck_assert_uint_eq((uintptr_t)heapd_heap_base(c), abase);
+        char expect[64];
+        snprintf(expect, sizeof expect, "hello from %d", (int)a);
+        ck_assert_str_eq((char *)where, expect);
+        strcpy((char *)where + 64, "ack from B");
+        ck_assert_int_eq(write(to_b[1], "g", 1), 1);
+        heapd_disconnect(c);
+        _exit(0);
+    }
+    int sa = harness_wait_pid(a, HARNESS_WAIT_MS);
+    int sb = harness_wait_pid(b, HARNESS_WAIT_MS);
+    ck_assert_msg(WIFEXITED(sa) && WEXITSTATUS(sa) == 0, "client A failed");
+    ck_assert_msg(WIFEXITED(sb) && WEXITSTATUS(sb) == 0, "client B failed");
+    /* and the daemon's mapping holds the same bytes */
+    ck_assert_uint_eq(still_serving(D.sock), 1);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(hello_one_byte_at_a_time)
+{
+    start_default();
+    int fd = harness_raw_connect(D.sock);
+    Heapd__Hello h = HEAPD__HELLO__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    uint8_t *buf;
+    size_t len;
+    h.protocol_version = PROTOCOL_VERSION;
+    h.heap = (char *)"default";
+    env.body_case = HEAPD__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    ck_assert_int_eq(frame_pack(&env, &buf, &len), 0);
+    for (size_t i = 0; i < len; i++)
+        harness_send_bytes(fd, buf + i, 1);
+    free(buf);
+    int hfd;
+    Heapd__Envelope *w = harness_read_env(fd, &hfd);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_int_eq(w->body_case, HEAPD__ENVELOPE__BODY_WELCOME);
+    ck_assert(w->welcome->has_fd);
+    ck_assert_int_ge(hfd, 0);
+    struct stat st;
+    ck_assert_int_eq(fstat(hfd, &st), 0);
+    ck_assert_int_eq(st.st_size, 1 << 30);
+    /* sealed: a client cannot shrink the heap under the daemon */
+    ck_assert_int_eq(ftruncate(hfd, 4096), -1);
+    ck_assert_int_eq(errno, EPERM);
+    close(hfd);
+    heapd__envelope__free_unpacked(w, NULL);
+    close(fd);
+    stop_clean();
+}
+END_TEST
+
+/* ---- bad frames: error reply, that connection closed, others fine ---- */
+
+START_TEST(bad_frame_oversized)
+{
+    start_default();
+    heapd_client *bystander = connect_ok(D.sock, 0);
+    int fd = harness_raw_connect(D.sock);
+    uint8_t hdr[4] = {0x7f, 0xff, 0xff, 0xff};
+    harness_send_bytes(fd, hdr, 4);
+    expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_BAD_FRAME,
+                           "bad frame length");
+    heapd_stats_t st;
+    ck_assert_int_eq(heapd_stats(bystander, &st), 0);
+    ck_assert_uint_eq(st.frames_rejected, 1);
+    heapd_disconnect(bystander);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(bad_frame_zero_length)
+{
+    start_default();
+    int fd = harness_raw_connect(D.sock);
+    uint8_t hdr[4] = {0, 0, 0, 0};
+    harness_send_bytes(fd, hdr, 4);
+    expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_BAD_FRAME,
+                           "bad frame length");
+    ck_assert_uint_eq(still_serving(D.sock), 1);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(bad_frame_garbage)
+{
+    start_default();
+    heapd_client *bystander = connect_ok(D.sock, 0);
+    int fd = harness_raw_connect(D.sock);
+    uint8_t f[4 + 16] = {0, 0, 0, 16};
+    memset(f + 4, 0xff, 16);
+    harness_send_bytes(fd, f, sizeof f);
+    expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_BAD_FRAME,
+                           "undecodable");
+    heapd_stats_t st;
+    ck_assert_int_eq(heapd_stats(bystander, &st), 0);
+    heapd_disconnect(bystander);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(bad_frame_truncated)
+{
+    start_default();
+    int fd = harness_raw_connect(D.sock);
+    uint8_t f[4 + 3] = {0, 0, 0, 10, 1, 2, 3}; /* 10 announced, 3 sent */
+    harness_send_bytes(fd, f, sizeof f);
+    ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
+    expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_BAD_FRAME,
+                           "truncated frame");
+    ck_assert_uint_eq(still_serving(D.sock), 1);
+    stop_clean();
+}
+END_TEST
+
+/* Garbage after a good hello on a welcomed connection. */
+START_TEST(bad_frame_after_welcome)
+{
+    start_default();
+    int fd = harness_raw_connect(D.sock);
+    harness_send_hello(fd, "default", PROTOCOL_VERSION,
+                       HEAPD__CLIENT_KIND__CLIENT_CONTROL);
+    Heapd__Envelope *w = harness_read_env(fd, NULL);
+    ck_assert_int_eq(w->body_case, HEAPD__ENVELOPE__BODY_WELCOME);
+    heapd__envelope__free_unpacked(w, NULL);
+    harness_send_bytes(fd, "\x00\x00\x00\x02\xff\xff", 6);
+    expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_BAD_FRAME,
+                           "undecodable");
+    ck_assert_uint_eq(still_serving(D.sock), 1);
+    stop_clean();
+}
+END_TEST
+
+/* A peer that connects and goes away without a word. */
+START_TEST(silent_peer_and_half_hello)
+{
+    start_default();
+    for (int i = 0; i < 20; i++) {
+        int fd = harness_raw_connect(D.sock);
+        if (i % 2)
+            harness_send_bytes(fd, "\x00\x00", 2); /* half a header */
+        close(fd);
+    }
+    ck_assert_uint_eq(still_serving(D.sock), 1);
+    stop_clean();
+}
+END_TEST
+
+/* ---- bad messages ---- */
+
+START_TEST(first_message_not_hello)
+{
+    start_default();
+    int fd = harness_raw_connect(D.sock);
+    Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    env.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
+    env.stats_request = &sr;
+    harness_send_env(fd, &env);
+    expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_UNEXPECTED,
+                           "expected hello as the first message, got "
+                           "stats_request");
+    ck_assert_uint_eq(still_serving(D.sock), 1);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(second_hello)
+{
+    start_default();
+    int fd = harness_raw_connect(D.sock);
+    harness_send_hello(fd, "default", PROTOCOL_VERSION,
+                       HEAPD__CLIENT_KIND__CLIENT_CONTROL);
+    Heapd__Envelope *w = harness_read_env(fd, NULL);
+    ck_assert_int_eq(w->body_case, HEAPD__ENVELOPE__BODY_WELCOME);
+    heapd__envelope__free_unpacked(w, NULL);
+    harness_send_hello(fd, "default", PROTOCOL_VERSION,
+                       HEAPD__CLIENT_KIND__CLIENT_CONTROL);
+    expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_UNEXPECTED,
+                           "unexpected hello");
+    ck_assert_uint_eq(still_serving(D.sock), 1);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(client_sends_daemon_message)
+{
+    start_default();
+    int fd = harness_raw_connect(D.sock);
+    harness_send_hello(fd, "default", PROTOCOL_VERSION,
+                       HEAPD__CLIENT_KIND__CLIENT_CONTROL);
+    Heapd__Envelope *w = harness_read_env(fd, NULL);
+    heapd__envelope__free_unpacked(w, NULL);
+    Heapd__Welcome wel = HEAPD__WELCOME__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    env.body_case = HEAPD__ENVELOPE__BODY_WELCOME;
+    env.welcome = &wel;
+    harness_send_env(fd, &env);
+    expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_UNEXPECTED,
+                           "unexpected welcome");
+    ck_assert_uint_eq(still_serving(D.sock), 1);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(unknown_client_kind)
+{
+    start_default();
+    int fd = harness_raw_connect(D.sock);
+    harness_send_hello(fd, "default", PROTOCOL_VERSION, 7);
+    expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_UNEXPECTED,
+                           "unknown client kind 7");
+    ck_assert_uint_eq(still_serving(D.sock), 1);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(version_mismatch)
+{
+    start_default();
+    int fd = harness_raw_connect(D.sock);
+    harness_send_hello(fd, "default", PROTOCOL_VERSION + 98,
+                       HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
+    expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_VERSION,
+                           "protocol version 99 is not supported");
+    ck_assert_uint_eq(still_serving(D.sock), 1);
+    stop_clean();
+}
+END_TEST
+
+/* ---- client-side errors: distinct codes, useful messages ---- */
+
+START_TEST(no_such_heap)
+{
+    start_default();
+    heapd_connect_opts o = {.socket_path = D.sock, .heap = "nope"};
+    heapd_client *c = (heapd_client *)1;
+    ck_assert_int_eq(heapd_connect(&c, &o), HEAPD_ENOHEAP);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(heapd_last_error(), "no heap named 'nope'") &&
+                      strstr(heapd_last_error(), "[heap nope]"),
+                  "message: %s", heapd_last_error());
+    ck_assert_uint_eq(still_serving(D.sock), 1);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(no_daemon)
+{
+    heapd_connect_opts o = {.socket_path = "/tmp/heapd-no-such-dir/s"};
+    heapd_client *c;
+    ck_assert_int_eq(heapd_connect(&c, &o), HEAPD_ENODAEMON);
+    ck_assert_msg(strstr(heapd_last_error(), "no heapd is listening on "
+                                             "/tmp/heapd-no-such-dir/s"),
+                  "message: %s", heapd_last_error());
+    ck_assert_str_eq(heapd_strerror(HEAPD_ENODAEMON),
+                     "no heapd is listening on the socket");
+    /* $HEAPD_SOCKET is used when opts name none */
+    setenv("HEAPD_SOCKET", "/tmp/heapd-no-such-dir/env", 1);
+    ck_assert_int_eq(heapd_connect(&c, NULL), HEAPD_ENODAEMON);
+    ck_assert_msg(strstr(heapd_last_error(), "/tmp/heapd-no-such-dir/env"),
+                  "message: %s", heapd_last_error());
+    unsetenv("HEAPD_SOCKET");
+}
+END_TEST
+
+START_TEST(socket_path_too_long)
+{
+    char p[200];
+    memset(p, 'a', sizeof p - 1);
+    p[0] = '/';
+    p[sizeof p - 1] = '\0';
+    heapd_connect_opts o = {.socket_path = p};
+    heapd_client *c;
+    ck_assert_int_eq(heapd_connect(&c, &o), HEAPD_ESOCKPATH);
+    ck_assert_msg(strstr(heapd_last_error(), "the limit is 107"), "%s",
+                  heapd_last_error());
+    ck_assert_int_eq(heapd_connect(NULL, &o), -EINVAL);
+    o.flags = 0x80;
+    ck_assert_int_eq(heapd_connect(&c, &o), -EINVAL);
+}
+END_TEST
+
+START_TEST(address_range_taken)
+{
+    start_default();
+    /* occupy one page in the middle of the heap's range */
+    void *p = mmap((void *)(HARNESS_HEAP_BASE + (64u << 20)), 4096,
+                   PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS |
+                   MAP_FIXED_NOREPLACE, -1, 0);
+    ck_assert_ptr_ne(p, MAP_FAILED);
+    heapd_connect_opts o = {.socket_path = D.sock};
+    heapd_client *c;
+    ck_assert_int_eq(heapd_connect(&c, &o), HEAPD_EADDRTAKEN);
+    ck_assert_msg(strstr(heapd_last_error(),
+                         "[0x7e8000000000, 0x7e8040000000)") &&
+                      strstr(heapd_last_error(), "'base' in [heap default]"),
+                  "message: %s", heapd_last_error());
+    munmap(p, 4096);
+    /* the daemon dropped that client and serves the next */
+    c = connect_ok(D.sock, 0);
+    heapd_disconnect(c);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(denied_user)
+{
+    if (getuid() != 0) {
+        /* only root can become another user to be refused */
+        fprintf(stderr, "denied_user: not root; cannot test refusal\n");
+        return;
+    }
+    start_default();
+    pid_t pid = fork();
+    if (pid == 0) {
+        ck_assert_int_eq(setgid(65534), 0);
+        ck_assert_int_eq(setgroups(0, NULL), 0);
+        ck_assert_int_eq(setuid(65534), 0);
+        heapd_connect_opts o = {.socket_path = D.sock};
+        heapd_client *c;
+        int rc = heapd_connect(&c, &o);
+        ck_assert_int_eq(rc, HEAPD_EDENIED);
+        ck_assert_msg(strstr(heapd_last_error(), "uid 65534 gid 65534 may not "
+                                                 "use heap 'default'"),
+                      "message: %s", heapd_last_error());
+        o.flags = HEAPD_CONNECT_CONTROL;
+        ck_assert_int_eq(heapd_connect(&c, &o), HEAPD_EDENIED);
+        _exit(0);
+    }
+    int st = harness_wait_pid(pid, HARNESS_WAIT_MS);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed");
+    ck_assert_uint_eq(still_serving(D.sock), 1);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(allowed_by_group)
+{
+    if (getuid() != 0) {
+        fprintf(stderr, "allowed_by_group: not root; cannot switch users\n");
+        return;
+    }
+    harness_start(&D, harness_default_config("@SOCK@",
+                                             "allow_groups = 4242\n"));
+    pid_t pid = fork();
+    if (pid == 0) {
+        gid_t extra = 4242;
+        ck_assert_int_eq(setgid(65534), 0);
+        ck_assert_int_eq(setgroups(1, &extra), 0);
+        ck_assert_int_eq(setuid(65534), 0);
+        heapd_client *c = connect_ok(D.sock, 0);
+        heapd_disconnect(c);
+        _exit(0);
+    }
+    int st = harness_wait_pid(pid, HARNESS_WAIT_MS);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed");
+    stop_clean();
+}
+END_TEST
+
+/* ---- dying clients and shutdown ---- */
+
+START_TEST(client_killed)
+{
+    start_default();
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        heapd_client *c = connect_ok(D.sock, 0);
+        (void)c;
+        ck_assert_int_eq(write(ready[1], "r", 1), 1);
+        for (;;)
+            pause();
+    }
+    char r;
+    ck_assert_int_eq(read(ready[0], &r, 1), 1);
+    ck_assert_uint_eq(still_serving(D.sock), 2);
+    kill(pid, SIGKILL);
+    harness_wait_pid(pid, HARNESS_WAIT_MS);
+    /* the daemon notices the close; poll stats until it has (bounded) */
+    uint32_t n = 0;
+    for (int i = 0; i < 10000 && (n = still_serving(D.sock)) != 1; i++)
+        ;
+    ck_assert_uint_eq(n, 1);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(shutdown_tells_clients)
+{
+    start_default();
+    heapd_client *c = connect_ok(D.sock, 0);
+    stop_clean();
+    heapd_stats_t st;
+    int rc = heapd_stats(c, &st);
+    ck_assert_msg(rc == HEAPD_ESHUTDOWN || rc == HEAPD_ECLOSED,
+                  "stats after shutdown: %d %s", rc, heapd_last_error());
+    heapd_disconnect(c);
+}
+END_TEST
+
+/* The client agent fails waiting calls when the daemon dies under it. */
+START_TEST(daemon_killed_under_client)
+{
+    start_default();
+    heapd_client *c = connect_ok(D.sock, 0);
+    kill(D.pid, SIGKILL);
+    harness_wait_pid(D.pid, HARNESS_WAIT_MS);
+    heapd_stats_t st;
+    int rc = heapd_stats(c, &st);
+    ck_assert_int_eq(rc, HEAPD_ECLOSED);
+    heapd_disconnect(c);
+    /* a new heapd replaces the stale socket file */
+    struct daemon_proc d2;
+    harness_start(&d2, harness_default_config("@SOCK@", NULL));
+    ck_assert_uint_eq(still_serving(d2.sock), 1);
+    int s = harness_stop(&d2);
+    ck_assert(WIFEXITED(s) && WEXITSTATUS(s) == 0);
+    unlink(D.sock);
+    rmdir(D.dir);
+}
+END_TEST
+
+START_TEST(second_daemon_same_socket)
+{
+    start_default();
+    struct daemon_proc d2 = D;
+    char out[4096];
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' -c '%s' --foreground 2>&1",
+             harness_bin("HEAPD_BIN"), D.conf);
+    int st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) != 0, "second heapd ran");
+    /* it fails on the heap range or the socket, whichever first: the heap
+     * is mapped per process, so it is the socket */
+    ck_assert_msg(strstr(out, "another heapd is already listening on"),
+                  "output: %s", out);
+    (void)d2;
+    ck_assert_uint_eq(still_serving(D.sock), 1);
+    stop_clean();
+}
+END_TEST
+
+START_TEST(daemonize_mode)
+{
+    struct daemon_proc d;
+    char text[4096];
+    /* reuse harness pieces by hand: start without --foreground */
+    memset(&d, 0, sizeof d);
+    harness_tmpdir(d.dir, sizeof d.dir);
+    snprintf(d.sock, sizeof d.sock, "%s/s", d.dir);
+    snprintf(d.conf, sizeof d.conf, "%s/heapd.conf", d.dir);
+    snprintf(text, sizeof text, "%s", harness_default_config(d.sock, NULL));
+    FILE *f = fopen(d.conf, "w");
+    fputs(text, f);
+    fclose(f);
+    snprintf(d.notify_path, sizeof d.notify_path, "%s/notify", d.dir);
+    d.notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    strcpy(sa.sun_path, d.notify_path);
+    ck_assert_int_eq(bind(d.notify_fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    char *argv[] = {"heapd", "-c", d.conf, NULL};
+    pid_t parent = harness_spawn(&d, argv, -1);
+    /* the parent exits 0 only once the child is ready */
+    int st = harness_wait_pid(parent, HARNESS_WAIT_MS);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
+    ck_assert_uint_eq(still_serving(d.sock), 1);
+    char got[512];
+    ck_assert(harness_wait_notify(&d, "MAINPID=", got, sizeof got));
+    pid_t child = atoi(strstr(got, "MAINPID=") + 8);
+    ck_assert_int_gt(child, 0);
+    ck_assert_int_ne(child, parent);
+    ck_assert_int_eq(kill(child, SIGTERM), 0);
+    ck_assert(harness_wait_notify(&d, "STOPPING=1", NULL, 0));
+    /* not our child: wait for the socket file to go */
+    for (int i = 0; i < 100000 && access(d.sock, F_OK) == 0; i++)
+        usleep(100);
+    ck_assert_int_ne(access(d.sock, F_OK), 0);
+    close(d.notify_fd);
+    unlink(d.notify_path);
+    unlink(d.conf);
+    rmdir(d.dir);
+}
+END_TEST
+
+START_TEST(bad_config_exits_nonzero)
+{
+    char dir[64], conf[128], cmd[512], out[4096];
+    harness_tmpdir(dir, sizeof dir);
+    snprintf(conf, sizeof conf, "%s/bad.conf", dir);
+    FILE *f = fopen(conf, "w");
+    fputs("[daemon]\ngc_threads = 0\n[heap default]\nbase = 0x7e8000000000\n"
+          "max_size = 1G\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' -c '%s' --foreground 2>&1",
+             harness_bin("HEAPD_BIN"), conf);
+    int st = harness_run(cmd, out, sizeof out);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    char expect[256];
+    snprintf(expect, sizeof expect, "heapd:%s:2: ", conf);
+    ck_assert_msg(strstr(out, expect), "output: %s", out);
+    /* --check-config reports the same and exits non-zero */
+    snprintf(cmd, sizeof cmd, "'%s' -c '%s' --check-config 2>&1",
+             harness_bin("HEAPD_BIN"), conf);
+    st = harness_run(cmd, out, sizeof out);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    ck_assert_msg(strstr(out, expect), "output: %s", out);
+    unlink(conf);
+    rmdir(dir);
+}
+END_TEST
+
+START_TEST(check_config_shipped)
+{
+    char cmd[512], out[4096];
+    const char *root = getenv("HEAPD_SOURCE_ROOT");
+    ck_assert_ptr_nonnull(root);
+    snprintf(cmd, sizeof cmd, "'%s' -c '%s/heapd.conf' --check-config 2>&1",
+             harness_bin("HEAPD_BIN"), root);
+    int st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "output: %s", out);
+    ck_assert_msg(strstr(out, "configuration OK"), "output: %s", out);
+    snprintf(cmd, sizeof cmd, "'%s' --bogus 2>&1", harness_bin("HEAPD_BIN"));
+    st = harness_run(cmd, out, sizeof out);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    ck_assert_msg(strstr(out, "usage: heapd"), "output: %s", out);
+}
+END_TEST
+
+/* The heap's range is already taken in the daemon (two heaps overlapping
+ * are a config error; here another process-wide mapping is simulated by a
+ * second heap whose range a first heap of another daemon cannot affect), so
+ * we check the path by giving the daemon a base that the kernel refuses. */
+START_TEST(heap_map_failure_reported)
+{
+    char dir[64], conf[128], cmd[512], out[4096];
+    harness_tmpdir(dir, sizeof dir);
+    snprintf(conf, sizeof conf, "%s/c.conf", dir);
+    FILE *f = fopen(conf, "w");
+    /* 512 GiB at a base whose range ends exactly at the 47-bit limit and
+     * runs over the stack and vdso region near the top of user space */
+    fprintf(f, "[daemon]\nsocket = %s/s\n[heap default]\n"
+               "base = 0x7f8000000000\nmax_size = 511G\n", dir);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' -c '%s' --foreground 2>&1",
+             harness_bin("HEAPD_BIN"), conf);
+    int st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %x: %s", st,
+                  out);
+    ck_assert_msg(strstr(out, "heap 'default': cannot map [0x7f8000000000, ") &&
+                      strstr(out, "choose another 'base' in [heap default]"),
+                  "output: %s", out);
+    unlink(conf);
+    rmdir(dir);
+}
+END_TEST
+
+static Suite *daemon_suite(void)
+{
+    Suite *s = suite_create("daemon");
+    TCase *t = tcase_create("integration");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, connect_and_stats);
+    tcase_add_test(t, two_processes_share_bytes);
+    tcase_add_test(t, hello_one_byte_at_a_time);
+    tcase_add_test(t, bad_frame_oversized);
+    tcase_add_test(t, bad_frame_zero_length);
+    tcase_add_test(t, bad_frame_garbage);
+    tcase_add_test(t, bad_frame_truncated);
+    tcase_add_test(t, bad_frame_after_welcome);
+    tcase_add_test(t, silent_peer_and_half_hello);
+    tcase_add_test(t, first_message_not_hello);
+    tcase_add_test(t, second_hello);
+    tcase_add_test(t, client_sends_daemon_message);
+    tcase_add_test(t, unknown_client_kind);
+    tcase_add_test(t, version_mismatch);
+    tcase_add_test(t, no_such_heap);
+    tcase_add_test(t, no_daemon);
+    tcase_add_test(t, socket_path_too_long);
+    tcase_add_test(t, address_range_taken);
+    tcase_add_test(t, denied_user);
+    tcase_add_test(t, allowed_by_group);
+    tcase_add_test(t, client_killed);
+    tcase_add_test(t, shutdown_tells_clients);
+    tcase_add_test(t, daemon_killed_under_client);
+    tcase_add_test(t, second_daemon_same_socket);
+    tcase_add_test(t, daemonize_mode);
+    tcase_add_test(t, bad_config_exits_nonzero);
+    tcase_add_test(t, check_config_shipped);
+    tcase_add_test(t, heap_map_failure_reported);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(daemon_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

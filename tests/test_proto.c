@@ -1,0 +1,529 @@
+/* Unit tests of proto/: framing (Note [Frames]), message round trips, fd
+ * passing (Note [Passing the heap fd]) and the control-area check
+ * (Note [Heap mapping]). */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fdpass.h"
+#include "frame.h"
+#include "layout.h"
+#include "wire.h"
+
+/* ---- helpers ---- */
+
+struct collected {
+    int n;
+    Heapd__Envelope *env[16];
+    int stop_after; /* return -EINTR after this many, 0: never */
+    int keep;       /* return 1 (take ownership) */
+};
+
+static int collect(void *arg, Heapd__Envelope *env)
+{
+    struct collected *c = arg;
+    ck_assert_int_lt(c->n, 16);
+    /* copy out the facts we check: the envelope is freed after return */
+    c->env[c->n] = c->keep ? env : NULL;
+    c->n++;
+    if (c->stop_after && c->n == c->stop_after)
+        return -EINTR;
+    return c->keep ? 1 : 0;
+}
+
+static uint8_t *pack_hello(const char *heap, size_t *len)
+{
+    Heapd__Hello h = HEAPD__HELLO__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    uint8_t *buf;
+    h.protocol_version = PROTOCOL_VERSION;
+    h.heap = (char *)heap;
+    h.client_name = (char *)"t";
+    h.pid = 42;
+    env.seq = 7;
+    env.body_case = HEAPD__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    ck_assert_int_eq(frame_pack(&env, &buf, len), 0);
+    return buf;
+}
+
+static void free_collected(struct collected *c)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->env[i])
+            heapd__envelope__free_unpacked(c->env[i], NULL);
+}
+
+/* ---- framing ---- */
+
+START_TEST(frame_whole)
+{
+    size_t len;
+    uint8_t *buf = pack_hello("default", &len);
+    frame_reader r;
+    struct collected c = {.keep = 1};
+    frame_reader_init(&r, 0);
+    ck_assert_int_eq(frame_reader_feed(&r, buf, len, collect, &c), 0);
+    ck_assert_int_eq(c.n, 1);
+    ck_assert_int_eq(c.env[0]->body_case, HEAPD__ENVELOPE__BODY_HELLO);
+    ck_assert_str_eq(c.env[0]->hello->heap, "default");
+    ck_assert_uint_eq(c.env[0]->seq, 7);
+    ck_assert_uint_eq(frame_reader_pending(&r), 0);
+    free_collected(&c);
+    frame_reader_free(&r);
+    free(buf);
+}
+END_TEST
+
+/* Every split point of a stream of three frames delivers the same three. */
+START_TEST(frame_split_everywhere)
+{
+    size_t l1, l2, l3;
+    uint8_t *a = pack_hello("a", &l1), *b = pack_hello("bb", &l2),
+            *c3 = pack_hello("ccc", &l3);
+    size_t total = l1 + l2 + l3;
+    uint8_t *s = malloc(total);
+    memcpy(s, a, l1);
+    memcpy(s + l1, b, l2);
+    memcpy(s + l1 + l2, c3, l3);
+    for (size_t cut1 = 0; cut1 <= total; cut1++) {
+        for (size_t cut2 = cut1; cut2 <= total; cut2 += 3) {
+            frame_reader r;
+            struct collected c = {.keep = 1};
+            frame_reader_init(&r, 0);
+            ck_assert_int_eq(frame_reader_feed(&r, s, cut1, collect, &c), 0);
+            ck_assert_int_eq(
+                frame_reader_feed(&r, s + cut1, cut2 - cut1, collect, &c), 0);
+            ck_assert_int_eq(
+                frame_reader_feed(&r, s + cut2, total - cut2, collect, &c), 0);
+            ck_assert_int_eq(c.n, 3);
+            ck_assert_str_eq(c.env[0]->hello->heap, "a");
+            ck_assert_str_eq(c.env[1]->hello->heap, "bb");
+            ck_assert_str_eq(c.env[2]->hello->heap, "ccc");
+            ck_assert_uint_eq(frame_reader_pending(&r), 0);
+            free_collected(&c);
+            frame_reader_free(&r);
+        }
+    }
+    free(s);
+    free(a);
+    free(b);
+    free(c3);
+}
+END_TEST
+
+START_TEST(frame_one_byte_at_a_time)
+{
+    size_t len;
+    uint8_t *buf = pack_hello("default", &len);
+    frame_reader r;
+    struct collected c = {0};
+    frame_reader_init(&r, 0);
+    for (size_t i = 0; i < len; i++) {
+        ck_assert_int_eq(c.n, 0);
+        ck_assert_int_eq(frame_reader_feed(&r, buf + i, 1, collect, &c), 0);
+    }
+    ck_assert_int_eq(c.n, 1);
+    frame_reader_free(&r);
+    free(buf);
+}
+END_TEST
+
+START_TEST(frame_oversized_rejected_before_payload)
+{
+    /* a header announcing 2 GiB: rejected on its 4 bytes alone */
+    uint8_t hdr[4] = {0x80, 0, 0, 0};
+    frame_reader r;
+    struct collected c = {0};
+    frame_reader_init(&r, 0);
+    ck_assert_int_eq(frame_reader_feed(&r, hdr, 4, collect, &c), -EMSGSIZE);
+    ck_assert_int_eq(c.n, 0);
+    ck_assert_uint_lt(r.cap, 1024); /* nothing sized for the payload */
+    frame_reader_free(&r);
+
+    /* the same header split across reads */
+    frame_reader_init(&r, 0);
+    ck_assert_int_eq(frame_reader_feed(&r, hdr, 2, collect, &c), 0);
+    ck_assert_int_eq(frame_reader_feed(&r, hdr + 2, 2, collect, &c),
+                     -EMSGSIZE);
+    frame_reader_free(&r);
+
+    /* one byte over the limit */
+    uint32_t n = FRAME_MAX_PAYLOAD + 1;
+    uint8_t h2[4] = {n >> 24, n >> 16, n >> 8, n};
+    frame_reader_init(&r, 0);
+    ck_assert_int_eq(frame_reader_feed(&r, h2, 4, collect, &c), -EMSGSIZE);
+    frame_reader_free(&r);
+}
+END_TEST
+
+START_TEST(frame_custom_limit)
+{
+    size_t len;
+    uint8_t *buf = pack_hello("a-heap-name-long-enough", &len);
+    frame_reader r;
+    struct collected c = {0};
+    frame_reader_init(&r, 8);
+    ck_assert_int_eq(frame_reader_feed(&r, buf, len, collect, &c), -EMSGSIZE);
+    frame_reader_free(&r);
+    free(buf);
+}
+END_TEST
+
+START_TEST(frame_zero_length)
+{
+    uint8_t hdr[4] = {0, 0, 0, 0};
+    frame_reader r;
+    struct collected c = {0};
+    frame_reader_init(&r, 0);
+    ck_assert_int_eq(frame_reader_feed(&r, hdr, 4, collect, &c), -EMSGSIZE);
+    frame_reader_free(&r);
+}
+END_TEST
+
+START_TEST(frame_garbage_payload)
+{
+    uint8_t f[4 + 8] = {0, 0, 0, 8, 0xff, 0xff, 0xff, 0xff,
+                        0xff, 0xff, 0xff, 0xff};
+    frame_reader r;
+    struct collected c = {0};
+    frame_reader_init(&r, 0);
+    ck_assert_int_eq(frame_reader_feed(&r, f, sizeof f, collect, &c),
+                     -EBADMSG);
+    ck_assert_int_eq(c.n, 0);
+    frame_reader_free(&r);
+}
+END_TEST
+
+/* A valid protobuf with no body arm (only seq) is not a message. */
+START_TEST(frame_empty_envelope)
+{
+    uint8_t f[4 + 2] = {0, 0, 0, 2, 0x08, 0x05}; /* seq = 5 */
+    frame_reader r;
+    struct collected c = {0};
+    frame_reader_init(&r, 0);
+    ck_assert_int_eq(frame_reader_feed(&r, f, sizeof f, collect, &c),
+                     -EBADMSG);
+    frame_reader_free(&r);
+}
+END_TEST
+
+/* An arm from a newer protocol (unknown field 20) is not understood. */
+START_TEST(frame_unknown_arm)
+{
+    uint8_t f[4 + 2] = {0, 0, 0, 2, 0xa2, 0x01}; /* field 20, len-delim.. */
+    uint8_t g[4 + 3] = {0, 0, 0, 3, 0xa2, 0x01, 0x00}; /* ..empty */
+    frame_reader r;
+    struct collected c = {0};
+    frame_reader_init(&r, 0);
+    ck_assert_int_eq(frame_reader_feed(&r, f, sizeof f, collect, &c),
+                     -EBADMSG);
+    frame_reader_free(&r);
+    frame_reader_init(&r, 0);
+    ck_assert_int_eq(frame_reader_feed(&r, g, sizeof g, collect, &c),
+                     -EBADMSG);
+    frame_reader_free(&r);
+}
+END_TEST
+
+START_TEST(frame_truncated_pending)
+{
+    size_t len;
+    uint8_t *buf = pack_hello("default", &len);
+    frame_reader r;
+    struct collected c = {0};
+    frame_reader_init(&r, 0);
+    ck_assert_int_eq(frame_reader_feed(&r, buf, len - 1, collect, &c), 0);
+    ck_assert_int_eq(c.n, 0);
+    ck_assert_uint_eq(frame_reader_pending(&r), len - 1);
+    frame_reader_free(&r);
+    free(buf);
+}
+END_TEST
+
+START_TEST(frame_handler_stops)
+{
+    size_t len;
+    uint8_t *buf = pack_hello("x", &len);
+    uint8_t two[256];
+    memcpy(two, buf, len);
+    memcpy(two + len, buf, len);
+    frame_reader r;
+    struct collected c = {.stop_after = 1};
+    frame_reader_init(&r, 0);
+    ck_assert_int_eq(frame_reader_feed(&r, two, 2 * len, collect, &c), -EINTR);
+    ck_assert_int_eq(c.n, 1);
+    frame_reader_free(&r);
+    free(buf);
+}
+END_TEST
+
+/* ---- message round trips ---- */
+
+static Heapd__Envelope *round_trip(const Heapd__Envelope *in)
+{
+    uint8_t *buf;
+    size_t len;
+    ck_assert_int_eq(frame_pack(in, &buf, &len), 0);
+    ck_assert_uint_eq(len, 4 + heapd__envelope__get_packed_size(in));
+    Heapd__Envelope *out = frame_decode(buf + 4, len - 4);
+    free(buf);
+    ck_assert_ptr_nonnull(out);
+    ck_assert_int_eq(out->body_case, in->body_case);
+    ck_assert_uint_eq(out->seq, in->seq);
+    return out;
+}
+
+START_TEST(proto_welcome)
+{
+    Heapd__Welcome w = HEAPD__WELCOME__INIT;
+    Heapd__Envelope e = HEAPD__ENVELOPE__INIT;
+    w.protocol_version = PROTOCOL_VERSION;
+    w.client_id = 99;
+    w.heap = (char *)"h";
+    w.heap_base = 0x7e8000000000ULL;
+    w.max_size = 1ULL << 40;
+    w.segment_size = 128 * 1024;
+    w.layout_version = LAYOUT_VERSION;
+    w.has_fd = true;
+    e.body_case = HEAPD__ENVELOPE__BODY_WELCOME;
+    e.welcome = &w;
+    Heapd__Envelope *o = round_trip(&e);
+    ck_assert_uint_eq(o->welcome->client_id, 99);
+    ck_assert_uint_eq(o->welcome->heap_base, 0x7e8000000000ULL);
+    ck_assert_uint_eq(o->welcome->max_size, 1ULL << 40);
+    ck_assert_uint_eq(o->welcome->segment_size, 128 * 1024);
+    ck_assert(o->welcome->has_fd);
+    ck_assert_str_eq(o->welcome->heap, "h");
+    heapd__envelope__free_unpacked(o, NULL);
+}
+END_TEST
+
+START_TEST(proto_error)
+{
+    Heapd__Error er = HEAPD__ERROR__INIT;
+    Heapd__Envelope e = HEAPD__ENVELOPE__INIT;
+    er.code = HEAPD__ERROR_CODE__ERROR_DENIED;
+    er.message = (char *)"no";
+    e.seq = 3;
+    e.body_case = HEAPD__ENVELOPE__BODY_ERROR;
+    e.error = &er;
+    Heapd__Envelope *o = round_trip(&e);
+    ck_assert_int_eq(o->error->code, HEAPD__ERROR_CODE__ERROR_DENIED);
+    ck_assert_str_eq(o->error->message, "no");
+    heapd__envelope__free_unpacked(o, NULL);
+}
+END_TEST
+
+START_TEST(proto_stats)
+{
+    Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
+    Heapd__Envelope e = HEAPD__ENVELOPE__INIT;
+    e.seq = 11;
+    e.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
+    e.stats_request = &sr;
+    Heapd__Envelope *o = round_trip(&e);
+    heapd__envelope__free_unpacked(o, NULL);
+
+    Heapd__HeapStats h1 = HEAPD__HEAP_STATS__INIT, h2 = HEAPD__HEAP_STATS__INIT;
+    Heapd__HeapStats *hs[2] = {&h1, &h2};
+    Heapd__StatsReply r = HEAPD__STATS_REPLY__INIT;
+    h1.name = (char *)"a";
+    h1.committed_bytes = 4096;
+    h2.name = (char *)"b";
+    h2.clients = 3;
+    r.version = (char *)"0.1.0";
+    r.uptime_ns = 123456789;
+    r.clients_connected = 2;
+    r.n_heaps = 2;
+    r.heaps = hs;
+    e.body_case = HEAPD__ENVELOPE__BODY_STATS_REPLY;
+    e.stats_reply = &r;
+    o = round_trip(&e);
+    ck_assert_uint_eq(o->stats_reply->n_heaps, 2);
+    ck_assert_str_eq(o->stats_reply->heaps[0]->name, "a");
+    ck_assert_uint_eq(o->stats_reply->heaps[0]->committed_bytes, 4096);
+    ck_assert_uint_eq(o->stats_reply->heaps[1]->clients, 3);
+    ck_assert_uint_eq(o->stats_reply->uptime_ns, 123456789);
+    heapd__envelope__free_unpacked(o, NULL);
+}
+END_TEST
+
+START_TEST(proto_pack_too_big)
+{
+    Heapd__Error er = HEAPD__ERROR__INIT;
+    Heapd__Envelope e = HEAPD__ENVELOPE__INIT;
+    char *big = malloc(FRAME_MAX_PAYLOAD + 1);
+    memset(big, 'x', FRAME_MAX_PAYLOAD);
+    big[FRAME_MAX_PAYLOAD] = '\0';
+    er.message = big;
+    e.body_case = HEAPD__ENVELOPE__BODY_ERROR;
+    e.error = &er;
+    uint8_t *buf;
+    size_t len;
+    ck_assert_int_eq(frame_pack(&e, &buf, &len), -EMSGSIZE);
+    free(big);
+}
+END_TEST
+
+/* ---- fd passing ---- */
+
+START_TEST(fdpass_memfd)
+{
+    int sv[2], fd, got;
+    char buf[8];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    fd = memfd_create("t", MFD_CLOEXEC);
+    ck_assert_int_eq(ftruncate(fd, 12345), 0);
+    ck_assert_int_eq(fdpass_send(sv[0], "abcd", 4, fd), 4);
+    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, &got), 4);
+    ck_assert_int_ge(got, 0);
+    ck_assert_int_ne(got, fd);
+    struct stat st;
+    ck_assert_int_eq(fstat(got, &st), 0);
+    ck_assert_int_eq(st.st_size, 12345);
+    ck_assert_int_ne(fcntl(got, F_GETFD) & FD_CLOEXEC, 0);
+    close(got);
+    close(fd);
+    /* no fd: plain bytes */
+    ck_assert_int_eq(send(sv[0], "zz", 2, 0), 2);
+    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, &got), 2);
+    ck_assert_int_eq(got, -1);
+    close(sv[0]);
+    close(sv[1]);
+}
+END_TEST
+
+/* More fds than the receiver accepts: refused, and none leaks. */
+START_TEST(fdpass_too_many)
+{
+    int sv[2], got, fds[8];
+    char buf[8];
+    union {
+        char b[CMSG_SPACE(sizeof fds)];
+        struct cmsghdr a;
+    } ctl;
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    for (int i = 0; i < 8; i++)
+        fds[i] = memfd_create("t", MFD_CLOEXEC);
+    struct iovec iov = {.iov_base = "x", .iov_len = 1};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1,
+                       .msg_control = ctl.b, .msg_controllen = sizeof ctl.b};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof fds);
+    memcpy(CMSG_DATA(cm), fds, sizeof fds);
+    ck_assert_int_eq(sendmsg(sv[0], &m, 0), 1);
+    for (int i = 0; i < 8; i++)
+        close(fds[i]);
+
+    int probe = dup(0);
+    close(probe); /* the lowest free fd number now */
+    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, &got), -EBADMSG);
+    ck_assert_int_eq(got, -1);
+    int after = dup(0);
+    ck_assert_int_eq(after, probe); /* nothing received was left open */
+    close(after);
+    close(sv[0]);
+    close(sv[1]);
+}
+END_TEST
+
+START_TEST(fdpass_two_messages_of_one_fd)
+{
+    /* two fds in two SCM_RIGHTS blocks on the same byte range */
+    int sv[2], got;
+    char buf[8];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    int a = memfd_create("a", 0), b = memfd_create("b", 0);
+    ck_assert_int_eq(fdpass_send(sv[0], "1", 1, a), 1);
+    ck_assert_int_eq(fdpass_send(sv[0], "2", 1, b), 1);
+    /* stream sockets do not merge segments carrying fds */
+    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, &got), 1);
+    ck_assert_int_ge(got, 0);
+    close(got);
+    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, &got), 1);
+    ck_assert_int_ge(got, 0);
+    close(got);
+    close(a);
+    close(b);
+    close(sv[0]);
+    close(sv[1]);
+}
+END_TEST
+
+/* ---- control area ---- */
+
+START_TEST(layout_checks)
+{
+    struct layout_control *c = calloc(1, sizeof *c);
+    const uint64_t base = 0x7e8000000000ULL, max = 1ULL << 30, seg = 1 << 17;
+    layout_init_control(c, "default", base, max, seg);
+    ck_assert_int_eq(layout_check_control(c, base, max, seg), 0);
+    ck_assert_uint_eq(c->epoch, 1);
+    ck_assert_uint_eq(c->control_segments, 1);
+    ck_assert_uint_eq(c->segment_count, max / seg);
+    ck_assert_int_eq(layout_check_control(c, base + seg, max, seg), -EINVAL);
+    ck_assert_int_eq(layout_check_control(c, base, max / 2, seg), -EINVAL);
+    ck_assert_int_eq(layout_check_control(c, base, max, seg * 2), -EINVAL);
+    c->layout_version++;
+    ck_assert_int_eq(layout_check_control(c, base, max, seg),
+                     -EPROTONOSUPPORT);
+    c->layout_version--;
+    c->magic ^= 1;
+    ck_assert_int_eq(layout_check_control(c, base, max, seg), -EPROTO);
+    free(c);
+    ck_assert_uint_eq(layout_control_segments(16 * 1024),
+                      LAYOUT_CONTROL_BYTES / (16 * 1024));
+}
+END_TEST
+
+static Suite *proto_suite(void)
+{
+    Suite *s = suite_create("proto");
+    TCase *f = tcase_create("frame");
+    tcase_add_test(f, frame_whole);
+    tcase_add_test(f, frame_split_everywhere);
+    tcase_add_test(f, frame_one_byte_at_a_time);
+    tcase_add_test(f, frame_oversized_rejected_before_payload);
+    tcase_add_test(f, frame_custom_limit);
+    tcase_add_test(f, frame_zero_length);
+    tcase_add_test(f, frame_garbage_payload);
+    tcase_add_test(f, frame_empty_envelope);
+    tcase_add_test(f, frame_unknown_arm);
+    tcase_add_test(f, frame_truncated_pending);
+    tcase_add_test(f, frame_handler_stops);
+    tcase_set_timeout(f, 60);
+    suite_add_tcase(s, f);
+    TCase *m = tcase_create("messages");
+    tcase_add_test(m, proto_welcome);
+    tcase_add_test(m, proto_error);
+    tcase_add_test(m, proto_stats);
+    tcase_add_test(m, proto_pack_too_big);
+    suite_add_tcase(s, m);
+    TCase *p = tcase_create("fdpass");
+    tcase_add_test(p, fdpass_memfd);
+    tcase_add_test(p, fdpass_too_many);
+    tcase_add_test(p, fdpass_two_messages_of_one_fd);
+    suite_add_tcase(s, p);
+    TCase *l = tcase_create("layout");
+    tcase_add_test(l, layout_checks);
+    suite_add_tcase(s, l);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(proto_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
