@@ -1,6 +1,7 @@
 /* libheapd's background agent: owns the socket after the handshake.
  * See Note [Client agent] in client_internal.h. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,16 @@ static void on_wake(uv_async_t *w)
 static void *agent_main(void *arg)
 {
     struct agent *a = arg;
+    sigset_t pipe_only;
+
+    /* libuv writes with write(2), not send(MSG_NOSIGNAL): a daemon that
+     * died would kill the application with SIGPIPE.  A library must not
+     * change the process's signal dispositions, so the agent blocks it for
+     * itself: the write then fails with EPIPE, and the SIGPIPE it raises
+     * stays pending on this thread alone, never delivered. */
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, NULL);
     uv_run(&a->loop, UV_RUN_DEFAULT);
     return NULL;
 }

@@ -52,7 +52,7 @@ static void on_closed(uv_handle_t *h)
     d->n_conns--;
     if (c->heap)
         c->heap->clients--;
-    log_debug("client %llu (%s, pid %d) disconnected",
+    log_info("client %llu (%s, pid %d) disconnected",
               (unsigned long long)c->id, c->name, (int)c->peer.pid);
     frame_reader_free(&c->reader);
     free(c);

@@ -318,7 +318,9 @@ bool harness_wait_eof(int fd)
 
 int harness_run(const char *cmd, char *out, size_t outlen)
 {
-    FILE *p = popen(cmd, "r");
+    /* bounded: a command that hangs fails the test instead of stalling it */
+    setenv("HARNESS_CMD", cmd, 1);
+    FILE *p = popen("timeout -k 5 120 sh -c \"$HARNESS_CMD\"", "r");
     size_t n = 0;
     ck_assert_ptr_nonnull(p);
     if (out && outlen) {
