@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "check_main.h"
 
 /* A valid heap section: 3 lines. */
 #define HEAP "[heap h]\nbase = 0x7e8000000000\nmax_size = 4G\n"
@@ -1108,11 +1109,5 @@ static Suite *config_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(config_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(config_suite());
 }

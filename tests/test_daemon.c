@@ -20,6 +20,7 @@
 #include "harness.h"
 #include "heapd.h"
 #include "wire.h"
+#include "check_main.h"
 
 static struct daemon_proc D;
 
@@ -772,9 +773,5 @@ static Suite *daemon_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(daemon_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(daemon_suite());
 }

@@ -15,6 +15,7 @@
 #include "frame.h"
 #include "layout.h"
 #include "wire.h"
+#include "check_main.h"
 
 /* ---- helpers ---- */
 
@@ -521,9 +522,5 @@ static Suite *proto_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(proto_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(proto_suite());
 }

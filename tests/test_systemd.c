@@ -10,6 +10,7 @@
 
 #include "harness.h"
 #include "heapd.h"
+#include "check_main.h"
 
 /* Copy a built unit into DIR, pointing ExecStart at the built heapd. */
 static void install_unit(const char *dir, const char *name)
@@ -162,9 +163,5 @@ static Suite *systemd_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(systemd_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_main(systemd_suite());
 }
