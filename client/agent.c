@@ -22,32 +22,57 @@ struct agent_call {
     bool done;
     int status;
     Heapd__Envelope *reply;
+    agent_reply_fn fn;      /* async calls: run on the agent thread */
+    void *arg;
 };
 
 /* ---- agent thread side ---- */
 
-/* Mark the connection gone and fail every waiter.  Called with mu held. */
-static void fail_all_locked(struct agent *a, int code, const char *msg)
+/* Mark the connection gone and fail every waiter; async calls are moved
+ * to *ASYNC for the caller to run without the lock.  Called with mu held. */
+static void fail_all_locked(struct agent *a, int code, const char *msg,
+                            struct agent_call **async)
 {
     if (!a->closed) {
         a->closed = true;
         a->close_code = code;
         snprintf(a->close_msg, sizeof a->close_msg, "%s", msg);
     }
-    for (struct agent_call *k = a->calls; k; k = k->next) {
+    for (struct agent_call **p = &a->calls; *p;) {
+        struct agent_call *k = *p;
+        if (k->fn) {
+            *p = k->next;
+            k->next = *async;
+            *async = k;
+            continue;
+        }
         if (!k->done) {
             k->done = true;
             k->status = a->close_code;
         }
+        p = &k->next;
     }
     pthread_cond_broadcast(&a->cv);
 }
 
+static void run_failed_async(struct agent_call *list, int code)
+{
+    while (list) {
+        struct agent_call *k = list;
+        list = k->next;
+        k->fn(k->arg, code, NULL);
+        free(k);
+    }
+}
+
 static void close_connection(struct agent *a, int code, const char *msg)
 {
+    struct agent_call *async = NULL;
     pthread_mutex_lock(&a->mu);
-    fail_all_locked(a, code, msg);
+    fail_all_locked(a, code, msg, &async);
+    code = a->close_code;
     pthread_mutex_unlock(&a->mu);
+    run_failed_async(async, code);
     uv_read_stop((uv_stream_t *)&a->pipe);
     if (!uv_is_closing((uv_handle_t *)&a->pipe))
         uv_close((uv_handle_t *)&a->pipe, NULL);
@@ -72,8 +97,17 @@ static int on_frame(void *arg, Heapd__Envelope *env)
         return -EPROTO;
     }
     pthread_mutex_lock(&a->mu);
-    for (k = a->calls; k && k->seq != env->seq; k = k->next)
-        ;
+    struct agent_call **p = &a->calls;
+    for (k = *p; k && k->seq != env->seq; k = *p)
+        p = &k->next;
+    if (k && k->fn) {
+        *p = k->next; /* an async call: answered here, on this thread */
+        pthread_mutex_unlock(&a->mu);
+        bool err = env->body_case == HEAPD__ENVELOPE__BODY_ERROR;
+        k->fn(k->arg, err ? client_error_code(env->error->code) : 0, env);
+        free(k);
+        return 0;
+    }
     if (k && !k->done) {
         k->reply = env;
         k->done = true;
@@ -218,6 +252,15 @@ void agent_stop(struct agent *a)
     uv_async_send(&a->wake);
     pthread_join(a->thread, NULL);
     a->thread_started = false;
+    /* Async calls the daemon never answered (it closed first). */
+    for (struct agent_call *k = a->calls, *n; k; k = n) {
+        n = k->next;
+        if (k->fn) {
+            k->fn(k->arg, HEAPD_ECLOSED, NULL);
+            free(k);
+        }
+    }
+    a->calls = NULL;
     /* Frames queued after the stop was seen were never written. */
     for (struct agent_frame *f = a->out_head, *n; f; f = n) {
         n = f->next;
@@ -230,36 +273,71 @@ void agent_stop(struct agent *a)
     pthread_mutex_destroy(&a->mu);
 }
 
-int agent_call(struct agent *a, Heapd__Envelope *req, Heapd__Envelope **reply)
+/* Queue MSG for the agent to write, with a fresh seq if CALL is set (which
+ * is then registered for the reply).  Called with mu held. */
+static int enqueue_locked(struct agent *a, Heapd__Envelope *msg,
+                          struct agent_call *call)
 {
-    struct agent_call call = {0};
-    struct agent_frame *f = NULL;
+    struct agent_frame *f;
     int rc;
 
-    *reply = NULL;
-    f = calloc(1, sizeof *f);
-    if (!f)
+    if (a->closed)
+        return client_set_error(a->close_code, "%s", a->close_msg);
+    if (!(f = calloc(1, sizeof *f)))
         return client_set_error(-ENOMEM, "out of memory");
-
-    pthread_mutex_lock(&a->mu);
-    if (a->closed) {
-        rc = client_set_error(a->close_code, "%s", a->close_msg);
-        goto out_locked;
-    }
-    call.seq = req->seq = a->next_seq++;
-    if ((rc = frame_pack(req, &f->buf, &f->len)) < 0) {
-        client_set_error(rc, "cannot encode the request: %s", strerror(-rc));
-        goto out_locked;
+    msg->seq = call ? a->next_seq++ : 0;
+    if ((rc = frame_pack(msg, &f->buf, &f->len)) < 0) {
+        free(f);
+        return client_set_error(rc, "cannot encode %s: %s",
+                                frame_body_name(msg), strerror(-rc));
     }
     if (a->out_tail)
         a->out_tail->next = f;
     else
         a->out_head = f;
     a->out_tail = f;
-    f = NULL;
-    call.next = a->calls;
-    a->calls = &call;
+    if (call) {
+        call->seq = msg->seq;
+        call->next = a->calls;
+        a->calls = call;
+    }
     uv_async_send(&a->wake);
+    return 0;
+}
+
+int agent_send(struct agent *a, Heapd__Envelope *msg)
+{
+    pthread_mutex_lock(&a->mu);
+    int rc = enqueue_locked(a, msg, NULL);
+    pthread_mutex_unlock(&a->mu);
+    return rc;
+}
+
+int agent_call_async(struct agent *a, Heapd__Envelope *req,
+                     agent_reply_fn fn, void *arg)
+{
+    struct agent_call *k = calloc(1, sizeof *k);
+    if (!k)
+        return client_set_error(-ENOMEM, "out of memory");
+    k->fn = fn;
+    k->arg = arg;
+    pthread_mutex_lock(&a->mu);
+    int rc = enqueue_locked(a, req, k);
+    pthread_mutex_unlock(&a->mu);
+    if (rc < 0)
+        free(k);
+    return rc;
+}
+
+int agent_call(struct agent *a, Heapd__Envelope *req, Heapd__Envelope **reply)
+{
+    struct agent_call call = {0};
+    int rc;
+
+    *reply = NULL;
+    pthread_mutex_lock(&a->mu);
+    if ((rc = enqueue_locked(a, req, &call)) < 0)
+        goto out_locked;
     while (!call.done)
         pthread_cond_wait(&a->cv, &a->mu);
     /* unlink */
@@ -281,9 +359,5 @@ int agent_call(struct agent *a, Heapd__Envelope *req, Heapd__Envelope **reply)
     }
 out_locked:
     pthread_mutex_unlock(&a->mu);
-    if (f) {
-        free(f->buf);
-        free(f);
-    }
     return rc;
 }

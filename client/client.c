@@ -67,8 +67,17 @@ int client_error_code(Heapd__ErrorCode code)
     case HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP: return HEAPD_ENOHEAP;
     case HEAPD__ERROR_CODE__ERROR_DENIED: return HEAPD_EDENIED;
     case HEAPD__ERROR_CODE__ERROR_SHUTTING_DOWN: return HEAPD_ESHUTDOWN;
+    case HEAPD__ERROR_CODE__ERROR_NO_MEMORY: return -ENOMEM;
+    case HEAPD__ERROR_CODE__ERROR_BAD_REQUEST: return -EINVAL;
     default: return HEAPD_EPROTO;
     }
+}
+
+int client_errno(int rc)
+{
+    if (rc > -4096)
+        return -rc;
+    return rc == HEAPD_ECLOSED || rc == HEAPD_ESHUTDOWN ? EPIPE : EPROTO;
 }
 
 /* ---- the handshake, on a blocking socket ---- */
@@ -260,6 +269,8 @@ static int map_heap(heapd_client *c, const Heapd__Welcome *w, int fd)
     }
     c->base = p;
     c->size = w->max_size;
+    c->ctl = p;
+    alloc_client_init(c);
     return 0;
 }
 
@@ -371,6 +382,7 @@ void heapd_disconnect(heapd_client *c)
     if (!c)
         return;
     agent_stop(&c->agent);
+    mutator_free_all(c); /* the daemon frees their slots */
     if (c->base)
         munmap(c->base, c->size);
     if (c->heap_fd >= 0)
@@ -423,6 +435,37 @@ int heapd_stats(heapd_client *c, heapd_stats_t *out)
         o->committed_bytes = h->committed_bytes;
         o->segment_size = h->segment_size;
         o->clients = h->clients;
+        o->mutators = h->mutators;
+        o->cycles_completed = h->cycles_completed;
+        o->bytes_allocated = h->bytes_allocated;
+        o->live_bytes = h->live_bytes;
+        o->segments_free = h->segments_free;
+        o->segments_owned = h->segments_owned;
+        o->segments_filled = h->segments_filled;
+        o->segments_large = h->segments_large;
+        o->pause_max_ns = h->pause_max_ns;
+        o->pause_total_ns = h->pause_total_ns;
+        o->ttsp_max_ns = h->ttsp_max_ns;
+        o->verify_failures = h->verify_failures;
+        o->bad_refs = h->bad_refs;
+    }
+    /* the daemon lists the client's own heap first */
+    if (out->heap_count > 0) {
+        const heapd_heap_stats *o = &out->heaps[0];
+        out->mutators = o->mutators;
+        out->cycles_completed = o->cycles_completed;
+        out->bytes_allocated = o->bytes_allocated;
+        out->live_bytes = o->live_bytes;
+        out->heap_committed_bytes = o->committed_bytes;
+        out->segments_free = o->segments_free;
+        out->segments_owned = o->segments_owned;
+        out->segments_filled = o->segments_filled;
+        out->segments_large = o->segments_large;
+        out->pause_max_ns = o->pause_max_ns;
+        out->pause_total_ns = o->pause_total_ns;
+        out->ttsp_max_ns = o->ttsp_max_ns;
+        out->verify_failures = o->verify_failures;
+        out->bad_refs = o->bad_refs;
     }
     rc = 0;
 out:

@@ -3,6 +3,7 @@
 #define HEAPD_CLIENT_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
@@ -49,6 +50,19 @@ struct agent {
     char close_msg[256];
 };
 
+#define RESERVE_MAX 16     /* blank segments a client keeps at most */
+#define RESERVE_BATCH 8    /* asked for at once */
+#define RESERVE_LOW 2      /* ask again (without waiting) below this */
+
+/* Blank segments granted to this client, shared by its mutators
+ * (Note [Segment supply] in daemon/segment.c). */
+struct reserve {
+    pthread_mutex_t mu;
+    uint32_t segs[RESERVE_MAX];
+    unsigned n;
+    bool refilling;                  /* an async request is out */
+};
+
 struct heapd_client {
     struct agent agent;
     uint64_t client_id;
@@ -56,7 +70,65 @@ struct heapd_client {
     void *base;                      /* mapping, NULL for control clients */
     size_t size;
     int heap_fd;
+    /* mutator clients: the heap's geometry and shared state */
+    struct layout_control *ctl;
+    uint64_t segment_size;
+    unsigned seg_shift;
+    uint32_t small_max;
+    uint32_t small_nblocks[LAYOUT_NCLASSES];
+    uint32_t small_first[LAYOUT_NCLASSES];
+    struct reserve reserve;
+    pthread_mutex_t mutators_mu;
+    struct heapd_mutator *mutators;  /* attached, for heapd_disconnect */
 };
+
+/* A mutator's current segment of one size class. */
+struct alloc_seg {
+    uint8_t *marks;
+    uint8_t *blocks;
+    uint32_t cursor;      /* next block to look at */
+    uint32_t nblocks;
+    uint32_t block_size;
+    uint32_t index;       /* segment index, 0 = none */
+};
+
+struct heapd_mutator {
+    heapd_client *c;
+    struct layout_control *ctl;
+    struct layout_mutator *slot;
+    unsigned slot_index;
+    struct heapd_mutator *next;      /* c->mutators */
+    uint64_t alloc_bytes;            /* mirrored into slot->alloc_bytes */
+    /* root stack: chunk k holds slots [k << root_shift, (k+1) << ...) */
+    void **chunks[LAYOUT_ROOT_CHUNKS];
+    unsigned nchunks;
+    unsigned root_shift;
+    size_t depth;
+    struct alloc_seg cur[LAYOUT_NCLASSES];
+};
+
+/* mutator.c */
+void mutator_stop_slow(heapd_mutator *m);
+/* The safepoint poll (Note [Stop the world] in daemon/safepoint.c). */
+static inline void mutator_poll(heapd_mutator *m)
+{
+    if (__builtin_expect(atomic_load_explicit(&m->ctl->stop_request,
+                                              memory_order_relaxed) != 0, 0))
+        mutator_stop_slow(m);
+}
+/* A call to the daemon from a mutator thread: inside a blocking region,
+ * so that the mutator never holds up a stop while it waits. */
+int mutator_call(heapd_mutator *m, Heapd__Envelope *req,
+                 Heapd__Envelope **reply);
+/* Ask for a segment of KIND (and BYTES for large): a blocking call. */
+int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
+                             uint32_t count, uint64_t bytes, uint32_t *out,
+                             uint32_t max, uint32_t *run);
+
+/* alloc.c */
+void alloc_client_init(heapd_client *c);
+/* Give back the mutator's current segments (detach). */
+void alloc_release_all(heapd_mutator *m);
 
 /* Record the calling thread's error message; returns CODE. */
 int client_set_error(int code, const char *fmt, ...)
@@ -64,6 +136,15 @@ int client_set_error(int code, const char *fmt, ...)
 
 /* Map a daemon Error code to a heapd error code. */
 int client_error_code(Heapd__ErrorCode code);
+/* The errno value for a heapd error code (functions that return NULL). */
+int client_errno(int rc);
+/* heapd_disconnect: free mutators the application did not detach. */
+void mutator_free_all(heapd_client *c);
+
+/* A reply to an async call, on the agent thread: STATUS is 0 with REPLY
+ * (freed after the call) or a heapd error code with REPLY NULL or the
+ * Error envelope. */
+typedef void (*agent_reply_fn)(void *arg, int status, Heapd__Envelope *reply);
 
 /* Start the agent on a connected socket (taken over, even on failure). */
 int agent_start(struct agent *a, int sock);
@@ -74,5 +155,10 @@ void agent_stop(struct agent *a);
  * turned into its code, with its message as the thread's last error. */
 int agent_call(struct agent *a, Heapd__Envelope *req,
                Heapd__Envelope **reply);
+/* Send REQ; FN runs on the agent thread with the reply. */
+int agent_call_async(struct agent *a, Heapd__Envelope *req,
+                     agent_reply_fn fn, void *arg);
+/* Send MSG, which has no reply. */
+int agent_send(struct agent *a, Heapd__Envelope *msg);
 
 #endif

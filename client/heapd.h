@@ -33,6 +33,7 @@ enum {
 };
 
 typedef struct heapd_client heapd_client;
+typedef struct heapd_mutator heapd_mutator;
 
 /* Options for heapd_connect.  Zero-initialise and set what you need; a NULL
  * opts means all defaults. */
@@ -49,6 +50,7 @@ typedef struct heapd_connect_opts {
 
 #define HEAPD_STATS_MAX_HEAPS 16
 
+/* Statistics of one heap. */
 typedef struct heapd_heap_stats {
     char name[64];
     uint64_t base;
@@ -56,6 +58,15 @@ typedef struct heapd_heap_stats {
     uint64_t committed_bytes;  /* memory backing it now */
     uint64_t segment_size;
     uint32_t clients;          /* mutator clients connected to it */
+    uint32_t mutators;         /* mutators attached */
+    uint64_t cycles_completed;
+    uint64_t bytes_allocated;  /* by all clients since heapd started */
+    uint64_t live_bytes;       /* in marked objects after the last cycle */
+    uint64_t segments_free, segments_owned, segments_filled, segments_large;
+    uint64_t pause_max_ns, pause_total_ns;
+    uint64_t ttsp_max_ns;      /* longest time a mutator took to stop */
+    uint64_t verify_failures;  /* heap verifier findings (verify = true) */
+    uint64_t bad_refs;         /* invalid references met and not followed */
 } heapd_heap_stats;
 
 typedef struct heapd_stats_t {
@@ -64,6 +75,19 @@ typedef struct heapd_stats_t {
     uint32_t clients_connected;
     uint64_t connections_total;
     uint64_t frames_rejected;  /* bad frames and messages since start */
+    /* the heap this client is connected to (a control client: the heap
+     * named in its opts, "default" if none) */
+    uint32_t mutators;
+    uint64_t cycles_completed;
+    uint64_t bytes_allocated;
+    uint64_t live_bytes;
+    uint64_t heap_committed_bytes;
+    uint64_t segments_free, segments_owned, segments_filled, segments_large;
+    uint64_t pause_max_ns, pause_total_ns;
+    uint64_t ttsp_max_ns;
+    uint64_t verify_failures;
+    uint64_t bad_refs;
+    /* every heap of the daemon */
     size_t heap_count;
     heapd_heap_stats heaps[HEAPD_STATS_MAX_HEAPS];
 } heapd_stats_t;
@@ -83,6 +107,80 @@ HEAPD_API int heapd_stats(heapd_client *c, heapd_stats_t *out);
  * connection.  Objects live inside [base, base + size). */
 HEAPD_API void *heapd_heap_base(const heapd_client *c);
 HEAPD_API size_t heapd_heap_size(const heapd_client *c);
+
+/* ---- mutators, objects and roots ----
+ *
+ * Note [Client GC discipline]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * The collector is precise and finds live objects only from the roots: each
+ * mutator's root stack (heapd_root_*) and, later, named globals.  A C local
+ * variable is NOT a root.  A collection can happen at any safepoint of any
+ * mutator of any process, and a mutator reaches a safepoint in heapd_alloc,
+ * heapd_root_push/set/pop, heapd_safepoint, heapd_collect and
+ * heapd_blocking_leave.  So an object that is reachable only from C locals
+ * may be freed at the mutator's next safepoint: push it on the root stack
+ * (or link it from a rooted object) before that.  Between safepoints the
+ * world cannot stop under a mutator, so plain loads of reference fields and
+ * of root slots are safe.  Objects never move.
+ *
+ * A mutator is one thread's handle; it must only be used by the thread that
+ * attached it.  A thread about to wait for a long time (I/O, a lock, sleep)
+ * calls heapd_blocking_enter first so that it never holds up a collection,
+ * and must not touch the heap until heapd_blocking_leave.
+ */
+
+/* Limits of one object (see HEAPD_ALLOC errors). */
+#define HEAPD_MAX_NREFS ((1u << 28) - 1)
+#define HEAPD_MAX_NBYTES ((1u << 28) - 1)
+
+/* Attach the calling thread to the heap as a mutator.  Returns 0, or
+ * -EINVAL for a control client, -EAGAIN when the heap's mutator slots are
+ * all taken, or a connection error. */
+HEAPD_API int heapd_attach(heapd_client *c, heapd_mutator **out);
+/* Detach: gives the mutator's segments back; its roots stop being roots. */
+HEAPD_API void heapd_detach(heapd_mutator *m);
+
+/* Allocate an object with NREFS reference fields (NULL) then NBYTES raw
+ * bytes (zero).  Returns the address of its first field, or NULL with errno
+ * ENOMEM (the heap's max_size or the client's max_client_bytes is reached),
+ * EINVAL (NREFS or NBYTES over the limits) or EPIPE (the daemon is gone). */
+HEAPD_API void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes);
+
+/* Store VAL into reference field FIELD of OBJ (the write barrier). */
+HEAPD_API void heapd_write(heapd_mutator *m, void *obj, void **field,
+                           void *val);
+/* Compare-and-swap reference field FIELD of OBJ; true if it was EXPECTED
+ * and is now DESIRED. */
+HEAPD_API bool heapd_cas(heapd_mutator *m, void *obj, void **field,
+                         void *expected, void *desired);
+
+HEAPD_API size_t heapd_nrefs(const void *obj);
+HEAPD_API size_t heapd_nbytes(const void *obj);
+/* The first raw byte, after the reference fields. */
+HEAPD_API void *heapd_bytes(void *obj);
+
+/* The root stack: slots hold references the collector starts from.
+ * heapd_root_push returns the new slot's index, or (size_t)-1 with errno
+ * ENOMEM when the stack cannot grow (HEAPD_MAX_ROOTS or the heap is full). */
+HEAPD_API size_t heapd_root_push(heapd_mutator *m, void *ref);
+HEAPD_API void heapd_root_set(heapd_mutator *m, size_t slot, void *ref);
+HEAPD_API void *heapd_root_get(heapd_mutator *m, size_t slot);
+HEAPD_API void heapd_root_pop(heapd_mutator *m, size_t n);
+/* Slots in use. */
+HEAPD_API size_t heapd_root_depth(const heapd_mutator *m);
+
+HEAPD_API void heapd_safepoint(heapd_mutator *m);
+HEAPD_API void heapd_blocking_enter(heapd_mutator *m);
+HEAPD_API void heapd_blocking_leave(heapd_mutator *m);
+
+/* Ask for a collection.  With HEAPD_COLLECT_WAIT, return once a cycle that
+ * started after the call has completed. */
+#define HEAPD_COLLECT_WAIT 0x1
+HEAPD_API int heapd_collect(heapd_mutator *m, int flags);
+
+/* The same from any client, control clients included (heapctl gc): asks
+ * for a collection of the client's heap. */
+HEAPD_API int heapd_request_collect(heapd_client *c, int flags);
 
 /* Static text naming an error code. */
 HEAPD_API const char *heapd_strerror(int err);

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "frame.h"
 #include "heap.h"
+#include "workers.h"
 
 enum conn_state {
     CONN_AWAIT_HELLO,   /* accepted; only a Hello is acceptable */
@@ -31,6 +32,9 @@ struct conn {
     unsigned writes_pending;    /* uv_write requests not yet completed */
     Heapd__ClientKind kind;
     struct heap *heap;          /* mutator clients: the heap they mapped */
+    struct heap *named_heap;    /* the heap Hello named (control: stats, gc) */
+    uint32_t held;              /* segments held (Note [Segment supply]) */
+    uint64_t slots[2];          /* bit i: mutator slot i is this client's */
     struct auth_peer peer;
     char name[64];              /* client_name from Hello, for logs */
 };
@@ -56,6 +60,8 @@ struct daemon {
     uint64_t start_ns;
     uid_t uid;
     bool stopping;
+    struct workers workers;
+    struct pending *pending;    /* requests waiting for a cycle */
 };
 
 /* server.c: transport */
@@ -75,5 +81,9 @@ void conn_finish(struct conn *c);
  * errno after it has called conn_fail (the connection is closing). */
 int session_handle(struct conn *c, Heapd__Envelope *env);
 struct heap *daemon_find_heap(struct daemon *d, const char *name);
+/* The connection is closing: give back everything it held. */
+void session_closed(struct conn *c);
+/* Loop thread, after a heap's collector completed cycles. */
+void session_cycle_done(struct heap *h, void *daemon);
 
 #endif

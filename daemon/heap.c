@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -63,8 +64,27 @@ int heap_open(struct heap *h, const struct config_heap *cfg)
     h->fd = fd;
     h->base = p;
     h->control = p;
+    h->seg_shift = (unsigned)__builtin_ctzll(cfg->segment_size);
+    /* See Note [Heap verifier] and Note [Sweeping]. */
+    const char *env = getenv("HEAPD_VERIFY");
+    h->verify = cfg->verify || (env && strcmp(env, "1") == 0);
+#ifdef NDEBUG
+    h->poison = h->verify;
+#else
+    h->poison = true;
+#endif
+    pthread_mutex_init(&h->lock, NULL);
     layout_init_control(h->control, cfg->name, cfg->base, cfg->max_size,
                         cfg->segment_size);
+    if ((rc = seg_init(h)) < 0) {
+        log_error("heap '%s': out of memory for the segment table",
+                  cfg->name);
+        munmap(p, cfg->max_size);
+        h->base = NULL;
+        h->control = NULL;
+        h->fd = -1;
+        goto out;
+    }
     fd = -1;
 out:
     if (fd >= 0)
@@ -74,6 +94,8 @@ out:
 
 void heap_close(struct heap *h)
 {
+    if (h->segs.segs)
+        seg_destroy(h);
     if (h->base)
         munmap(h->base, h->cfg->max_size);
     if (h->fd >= 0)

@@ -3,10 +3,27 @@
 #ifndef HEAPD_DAEMON_HEAP_H
 #define HEAPD_DAEMON_HEAP_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "config.h"
 #include "layout.h"
+#include "segment.h"
+
+struct collector;
+
+/* Counters of a heap, under heap->lock unless said otherwise. */
+struct heap_stats {
+    uint64_t cycles_completed;
+    uint64_t live_bytes;         /* after the last cycle */
+    uint64_t pause_max_ns, pause_total_ns;
+    uint64_t ttsp_max_ns;
+    uint64_t verify_failures;
+    uint64_t alloc_retired;      /* bytes allocated by slots now freed */
+    _Atomic uint64_t bad_refs;   /* bumped by mark workers */
+};
 
 struct heap {
     const struct config_heap *cfg;
@@ -14,7 +31,21 @@ struct heap {
     void *base;                      /* == (void *)cfg->base when open */
     struct layout_control *control;  /* == base */
     unsigned clients;                /* mutator clients connected */
+    unsigned mutators;               /* attached mutator slots */
+    unsigned seg_shift;              /* log2(segment_size) */
+    uint32_t stop_gen;               /* collector thread: last stop gen */
+    bool poison;                     /* poison freed blocks (verify/debug) */
+    bool verify;                     /* run the verifier after each cycle */
+    pthread_mutex_t lock;            /* table, slots, stats */
+    struct segtab segs;
+    struct heap_stats stats;
+    struct collector *gc;
 };
+
+static inline void *heap_seg_addr(const struct heap *h, uint32_t i)
+{
+    return (char *)h->base + ((uint64_t)i << h->seg_shift);
+}
 
 /* Create the memfd, seal it, map it at cfg->base and lay out the control
  * area.  Returns 0 or a negative errno after logging a message that names

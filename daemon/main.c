@@ -25,6 +25,7 @@
 
 #include <systemd/sd-daemon.h>
 
+#include "collector.h"
 #include "daemon.h"
 #include "heapd_build.h"
 #include "log.h"
@@ -167,6 +168,7 @@ int main(int argc, char **argv)
     };
     const char *config_path = HEAPD_DEFAULT_CONFIG, *socket_override = NULL;
     bool foreground = false, check_only = false, loop_ready = false;
+    bool workers_ready = false;
     struct daemon *d = NULL;
     int opt, rc = 1;
 
@@ -221,10 +223,22 @@ int main(int argc, char **argv)
     if (uv_loop_init(&d->loop) < 0)
         goto out;
     loop_ready = true;
+    if (workers_init(&d->workers, d->cfg.gc_threads) < 0) {
+        log_error("cannot start %u collector threads; lower gc_threads",
+                  d->cfg.gc_threads);
+        goto out;
+    }
+    workers_ready = true;
     for (size_t i = 0; i < d->cfg.n_heaps; i++) {
         if (heap_open(&d->heaps[i], &d->cfg.heaps[i]) < 0)
             goto out;
         d->n_heaps++;
+        if (collector_start(&d->heaps[i], &d->workers, &d->loop,
+                            session_cycle_done, d) < 0) {
+            log_error("heap '%s': cannot start its collector thread",
+                      d->cfg.heaps[i].name);
+            goto out;
+        }
     }
     uv_signal_init(&d->loop, &d->sig_term);
     uv_signal_init(&d->loop, &d->sig_int);
@@ -239,6 +253,12 @@ int main(int argc, char **argv)
     uv_run(&d->loop, UV_RUN_DEFAULT);
     rc = 0;
 out:
+    /* collectors first: no client is connected any more, so a cycle under
+     * way finishes (Note [Stop the world]) */
+    for (size_t i = 0; i < d->n_heaps; i++)
+        collector_stop(&d->heaps[i]);
+    if (workers_ready)
+        workers_destroy(&d->workers);
     if (loop_ready) {
         uv_walk(&d->loop, close_walk, NULL);
         uv_run(&d->loop, UV_RUN_DEFAULT);

@@ -43,6 +43,7 @@ static void on_closed(uv_handle_t *h)
     struct conn *c = h->data;
     struct daemon *d = c->d;
 
+    session_closed(c);
     if (c->prev)
         c->prev->next = c->next;
     else

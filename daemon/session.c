@@ -19,12 +19,16 @@
  * ERROR_UNEXPECTED.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "collector.h"
 #include "daemon.h"
 #include "heapd_build.h"
 #include "log.h"
+#include "safepoint.h"
 #include "wire.h"
 
 struct heap *daemon_find_heap(struct daemon *d, const char *name)
@@ -76,6 +80,9 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
     c->kind = h->kind;
 
     if (c->kind == HEAPD__CLIENT_KIND__CLIENT_CONTROL) {
+        c->named_heap = daemon_find_heap(d, heap_name);
+        if (!c->named_heap && d->n_heaps > 0)
+            c->named_heap = &d->heaps[0];
         if (!allowed_anywhere(d, &c->peer)) {
             conn_fail(c, HEAPD__ERROR_CODE__ERROR_DENIED,
                       "uid %u may not use any heap of this daemon; add it to "
@@ -127,6 +134,7 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
     }
     if (heap) {
         c->heap = heap;
+        c->named_heap = heap;
         heap->clients++;
     }
     c->state = CONN_READY;
@@ -151,7 +159,7 @@ static int handle_stats(struct conn *c, uint64_t seq)
     r.frames_rejected = d->frames_rejected;
     r.connections_total = d->connections_total;
     for (size_t i = 0; i < d->n_heaps; i++) {
-        const struct heap *h = &d->heaps[i];
+        struct heap *h = &d->heaps[i];
         heapd__heap_stats__init(&hs[i]);
         hs[i].name = (char *)h->cfg->name;
         hs[i].heap_base = h->cfg->base;
@@ -159,7 +167,30 @@ static int handle_stats(struct conn *c, uint64_t seq)
         hs[i].committed_bytes = heap_committed_bytes(h);
         hs[i].clients = h->clients;
         hs[i].segment_size = h->cfg->segment_size;
+        pthread_mutex_lock((pthread_mutex_t *)&h->lock);
+        hs[i].mutators = h->mutators;
+        hs[i].cycles_completed = h->stats.cycles_completed;
+        hs[i].bytes_allocated = collector_bytes_allocated(h);
+        hs[i].live_bytes = h->stats.live_bytes;
+        hs[i].segments_free = h->segs.n_free;
+        hs[i].segments_owned = h->segs.n_owned + h->segs.n_roots;
+        hs[i].segments_filled = h->segs.n_filled;
+        hs[i].segments_large = h->segs.n_large;
+        hs[i].pause_max_ns = h->stats.pause_max_ns;
+        hs[i].pause_total_ns = h->stats.pause_total_ns;
+        hs[i].ttsp_max_ns = h->stats.ttsp_max_ns;
+        hs[i].verify_failures = h->stats.verify_failures;
+        hs[i].bad_refs = atomic_load(&h->stats.bad_refs);
+        pthread_mutex_unlock((pthread_mutex_t *)&h->lock);
         hp[i] = &hs[i];
+    }
+    /* the client's own heap first: heapd_stats reports it at top level */
+    for (size_t i = 1; i < d->n_heaps; i++) {
+        if (c->named_heap == &d->heaps[i]) {
+            Heapd__HeapStats *t = hp[0];
+            hp[0] = hp[i];
+            hp[i] = t;
+        }
     }
     r.n_heaps = d->n_heaps;
     r.heaps = hp;
@@ -171,6 +202,384 @@ static int handle_stats(struct conn *c, uint64_t seq)
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
                   "cannot send stats: %s", strerror(-rc));
     return rc;
+}
+
+/* ---- replies ---- */
+
+static int reply(struct conn *c, Heapd__Envelope *env, uint64_t seq)
+{
+    env->seq = seq;
+    int rc = conn_send(c, env);
+    if (rc < 0)
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL, "cannot send %s: %s",
+                  frame_body_name(env), strerror(-rc));
+    return rc;
+}
+
+/* An Error answering one request; the connection stays open. */
+static int reply_error(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
+                       const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int reply_error(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
+                       const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    log_debug("client %llu (%s): %s", (unsigned long long)c->id, c->name,
+              msg);
+    Heapd__Error e = HEAPD__ERROR__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    e.code = code;
+    e.message = msg;
+    env.body_case = HEAPD__ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    return reply(c, &env, seq);
+}
+
+/* The heap of a request only a mutator client may make, or NULL after
+ * answering the request with an error. */
+static struct heap *mutator_heap(struct conn *c, uint64_t seq,
+                                 const char *what)
+{
+    if (c->heap)
+        return c->heap;
+    c->d->frames_rejected++;
+    reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                "%s needs a mutator connection; this is a control "
+                "connection", what);
+    return NULL;
+}
+
+static uint32_t quota_segs(const struct heap *h)
+{
+    uint64_t q = h->cfg->max_client_bytes ? h->cfg->max_client_bytes
+                                          : h->cfg->max_size;
+    return (uint32_t)(q >> h->seg_shift);
+}
+
+/* ---- requests that wait for a cycle ---- */
+
+enum pending_kind { PENDING_COLLECT, PENDING_GRANT };
+
+struct pending {
+    struct pending *next;
+    enum pending_kind kind;
+    struct conn *c;
+    struct heap *h;
+    uint64_t seq;
+    uint64_t target;            /* cycles_completed that satisfies it */
+    Heapd__SegmentKind seg_kind;
+    uint32_t count;
+    uint64_t bytes;
+};
+
+static int defer(struct conn *c, struct heap *h, uint64_t seq,
+                 enum pending_kind kind, const Heapd__SegmentRequest *r)
+{
+    struct pending *p = calloc(1, sizeof *p);
+    if (!p) {
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL, "out of memory");
+        return -ENOMEM;
+    }
+    p->kind = kind;
+    p->c = c;
+    p->h = h;
+    p->seq = seq;
+    if (r) {
+        p->seg_kind = r->kind;
+        p->count = r->count;
+        p->bytes = r->bytes;
+    }
+    p->target = collector_request(h);
+    p->next = c->d->pending;
+    c->d->pending = p;
+    return 0;
+}
+
+/* ---- mutator slots (Note [Mutator slots]) ---- */
+
+static int handle_attach(struct conn *c, uint64_t seq)
+{
+    struct heap *h = mutator_heap(c, seq, "attach");
+    int slot = -1;
+
+    if (!h)
+        return 0;
+    pthread_mutex_lock(&h->lock);
+    for (int i = 0; i < LAYOUT_MAX_MUTATORS && slot < 0; i++) {
+        struct layout_mutator *m = &h->control->mutators[i];
+        if (LAYOUT_STATUS_STATE(atomic_load(&m->status)) != LAYOUT_MUT_FREE)
+            continue;
+        slot = i;
+        m->client_id = c->id;
+        m->slot_epoch++;
+        atomic_store(&m->alloc_bytes, 0);
+        atomic_store(&m->root_depth, 0);
+        memset(m->root_chunks, 0, sizeof m->root_chunks);
+        /* ack 0 is never a stop generation: see Note [Stop the world] */
+        atomic_store(&m->status, LAYOUT_STATUS(0, LAYOUT_MUT_RUNNING));
+        c->slots[i / 64] |= 1ull << (i % 64);
+        h->mutators++;
+    }
+    pthread_mutex_unlock(&h->lock);
+    if (slot < 0)
+        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+                           "heap '%s' has all %d mutator slots attached; "
+                           "detach idle threads", h->cfg->name,
+                           LAYOUT_MAX_MUTATORS);
+
+    Heapd__AttachReply r = HEAPD__ATTACH_REPLY__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    r.slot = (uint32_t)slot;
+    env.body_case = HEAPD__ENVELOPE__BODY_ATTACH_REPLY;
+    env.attach_reply = &r;
+    return reply(c, &env, seq);
+}
+
+/* With h->lock held: give slot SLOT of C back. */
+static void free_slot(struct conn *c, struct heap *h, unsigned slot)
+{
+    struct layout_mutator *m = &h->control->mutators[slot];
+    for (unsigned k = 0; k < LAYOUT_ROOT_CHUNKS; k++)
+        if (seg_is_roots_of(h, m->root_chunks[k], c->id))
+            seg_return(h, c->id, &c->held, m->root_chunks[k]);
+    memset(m->root_chunks, 0, sizeof m->root_chunks);
+    atomic_store(&m->root_depth, 0);
+    collector_retire_slot(h, slot);
+    m->client_id = 0;
+    safepoint_free_slot(h, slot);
+    c->slots[slot / 64] &= ~(1ull << (slot % 64));
+    h->mutators--;
+}
+
+static int handle_detach(struct conn *c, uint64_t seq,
+                         const Heapd__DetachRequest *r)
+{
+    struct heap *h = mutator_heap(c, seq, "detach");
+    if (!h)
+        return 0;
+    if (r->slot >= LAYOUT_MAX_MUTATORS ||
+        !(c->slots[r->slot / 64] >> (r->slot % 64) & 1)) {
+        c->d->frames_rejected++;
+        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                           "mutator slot %u is not attached by this client",
+                           r->slot);
+    }
+    pthread_mutex_lock(&h->lock);
+    free_slot(c, h, r->slot);
+    pthread_mutex_unlock(&h->lock);
+
+    Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    env.body_case = HEAPD__ENVELOPE__BODY_DETACH_REPLY;
+    env.detach_reply = &dr;
+    return reply(c, &env, seq);
+}
+
+/* ---- segments (Note [Segment supply]) ---- */
+
+#define MAX_GRANT 64
+
+/* Grant what R asks for.  If the heap is full and FINAL is false, the
+ * request waits for a collection and is tried once more after it. */
+static int grant(struct conn *c, struct heap *h, uint64_t seq,
+                 Heapd__SegmentKind kind, uint32_t count, uint64_t bytes,
+                 bool final)
+{
+    uint32_t segs[MAX_GRANT], run = 0;
+    int rc, n = 0;
+
+    pthread_mutex_lock(&h->lock);
+    switch (kind) {
+    case HEAPD__SEGMENT_KIND__SEGMENT_SMALL:
+        count = count < 1 ? 1 : count > MAX_GRANT ? MAX_GRANT : count;
+        rc = seg_grant_small(h, c->id, &c->held, quota_segs(h), count, segs);
+        n = rc > 0 ? rc : 0;
+        rc = rc > 0 ? 0 : rc;
+        break;
+    case HEAPD__SEGMENT_KIND__SEGMENT_LARGE:
+        rc = bytes == 0 || bytes > h->cfg->max_size
+                 ? -EFBIG
+                 : seg_grant_large(h, c->id, &c->held, quota_segs(h), bytes,
+                                   &segs[0], &run);
+        n = rc == 0;
+        break;
+    case HEAPD__SEGMENT_KIND__SEGMENT_ROOTS:
+        rc = seg_grant_roots(h, c->id, &c->held, quota_segs(h), &segs[0]);
+        n = rc == 0;
+        break;
+    default:
+        rc = -EPROTO;
+        break;
+    }
+    if (rc == 0)
+        collector_check_trigger(h);
+    uint32_t held = c->held;
+    pthread_mutex_unlock(&h->lock);
+
+    switch (rc) {
+    case 0: {
+        Heapd__SegmentGrant g = HEAPD__SEGMENT_GRANT__INIT;
+        Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+        g.kind = kind;
+        g.n_segments = (size_t)n;
+        g.segments = segs;
+        g.run = run;
+        env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_GRANT;
+        env.segment_grant = &g;
+        return reply(c, &env, seq);
+    }
+    case -ENOSPC:
+        if (!final) {
+            Heapd__SegmentRequest r = HEAPD__SEGMENT_REQUEST__INIT;
+            r.kind = kind;
+            r.count = count;
+            r.bytes = bytes;
+            return defer(c, h, seq, PENDING_GRANT, &r);
+        }
+        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+                           "heap '%s' is full (max_size %llu bytes) even "
+                           "after a collection; raise max_size in [heap %s] "
+                           "or keep less alive", h->cfg->name,
+                           (unsigned long long)h->cfg->max_size,
+                           h->cfg->name);
+    case -EDQUOT:
+        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+                           "this client holds %u segments (%llu bytes) of "
+                           "heap '%s' and max_client_bytes is %llu; raise "
+                           "max_client_bytes in [heap %s]", held,
+                           (unsigned long long)held << h->seg_shift,
+                           h->cfg->name,
+                           (unsigned long long)h->cfg->max_client_bytes,
+                           h->cfg->name);
+    case -EFBIG:
+        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+                           "an object of %llu bytes can never fit in heap "
+                           "'%s' (max_size %llu bytes)",
+                           (unsigned long long)bytes, h->cfg->name,
+                           (unsigned long long)h->cfg->max_size);
+    default:
+        c->d->frames_rejected++;
+        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                           "unknown segment kind %d", (int)kind);
+    }
+}
+
+static int handle_segment_request(struct conn *c, uint64_t seq,
+                                  const Heapd__SegmentRequest *r)
+{
+    struct heap *h = mutator_heap(c, seq, "segment_request");
+    if (!h)
+        return 0;
+    return grant(c, h, seq, r->kind, r->count, r->bytes, false);
+}
+
+static int handle_segment_return(struct conn *c, const Heapd__SegmentReturn *r)
+{
+    struct heap *h = c->heap;
+    size_t bad = 0;
+
+    if (!h) {
+        bad = r->n_segments ? r->n_segments : 1;
+    } else {
+        pthread_mutex_lock(&h->lock);
+        for (size_t i = 0; i < r->n_segments; i++)
+            if (seg_return(h, c->id, &c->held, r->segments[i]) < 0)
+                bad++;
+        pthread_mutex_unlock(&h->lock);
+    }
+    if (bad) {
+        c->d->frames_rejected += bad;
+        log_info("client %llu (%s): returned %zu segment(s) that are not "
+                 "its own; ignored", (unsigned long long)c->id, c->name, bad);
+    }
+    return 0;
+}
+
+/* ---- collections ---- */
+
+static int reply_collect_done(struct conn *c, struct heap *h, uint64_t seq)
+{
+    Heapd__CollectDone done = HEAPD__COLLECT_DONE__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    pthread_mutex_lock(&h->lock);
+    done.cycle = h->stats.cycles_completed;
+    pthread_mutex_unlock(&h->lock);
+    env.body_case = HEAPD__ENVELOPE__BODY_COLLECT_DONE;
+    env.collect_done = &done;
+    return reply(c, &env, seq);
+}
+
+static int handle_collect(struct conn *c, uint64_t seq,
+                          const Heapd__CollectRequest *r)
+{
+    struct heap *h = c->heap ? c->heap : c->named_heap;
+    if (!h)
+        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
+                           "this daemon serves no heap");
+    if (r->wait)
+        return defer(c, h, seq, PENDING_COLLECT, NULL);
+    collector_request(h);
+    return reply_collect_done(c, h, seq);
+}
+
+void session_cycle_done(struct heap *h, void *daemon)
+{
+    struct daemon *d = daemon;
+    uint64_t cycles;
+    struct pending *ready = NULL;
+
+    pthread_mutex_lock(&h->lock);
+    cycles = h->stats.cycles_completed;
+    pthread_mutex_unlock(&h->lock);
+    /* take the satisfied ones out first: answering may defer anew */
+    for (struct pending **pp = &d->pending; *pp;) {
+        struct pending *p = *pp;
+        if (p->h == h && cycles >= p->target) {
+            *pp = p->next;
+            p->next = ready;
+            ready = p;
+        } else {
+            pp = &p->next;
+        }
+    }
+    while (ready) {
+        struct pending *p = ready;
+        ready = p->next;
+        if (p->kind == PENDING_COLLECT)
+            reply_collect_done(p->c, h, p->seq);
+        else
+            grant(p->c, h, p->seq, p->seg_kind, p->count, p->bytes, true);
+        free(p);
+    }
+}
+
+void session_closed(struct conn *c)
+{
+    struct daemon *d = c->d;
+    struct heap *h = c->heap;
+
+    for (struct pending **pp = &d->pending; *pp;) {
+        struct pending *p = *pp;
+        if (p->c == c) {
+            *pp = p->next;
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+    if (!h)
+        return;
+    pthread_mutex_lock(&h->lock);
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (c->slots[i / 64] >> (i % 64) & 1)
+            free_slot(c, h, i);
+    seg_orphan(h, c->id);
+    c->held = 0;
+    pthread_mutex_unlock(&h->lock);
 }
 
 int session_handle(struct conn *c, Heapd__Envelope *env)
@@ -187,6 +596,16 @@ int session_handle(struct conn *c, Heapd__Envelope *env)
     switch (env->body_case) {
     case HEAPD__ENVELOPE__BODY_STATS_REQUEST:
         return handle_stats(c, env->seq);
+    case HEAPD__ENVELOPE__BODY_COLLECT_REQUEST:
+        return handle_collect(c, env->seq, env->collect_request);
+    case HEAPD__ENVELOPE__BODY_ATTACH_REQUEST:
+        return handle_attach(c, env->seq);
+    case HEAPD__ENVELOPE__BODY_DETACH_REQUEST:
+        return handle_detach(c, env->seq, env->detach_request);
+    case HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST:
+        return handle_segment_request(c, env->seq, env->segment_request);
+    case HEAPD__ENVELOPE__BODY_SEGMENT_RETURN:
+        return handle_segment_return(c, env->segment_return);
     default:
         c->d->frames_rejected++;
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_UNEXPECTED,

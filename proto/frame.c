@@ -171,6 +171,15 @@ const char *frame_body_name(const Heapd__Envelope *env)
     case HEAPD__ENVELOPE__BODY_ERROR: return "error";
     case HEAPD__ENVELOPE__BODY_STATS_REQUEST: return "stats_request";
     case HEAPD__ENVELOPE__BODY_STATS_REPLY: return "stats_reply";
+    case HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST: return "segment_request";
+    case HEAPD__ENVELOPE__BODY_SEGMENT_GRANT: return "segment_grant";
+    case HEAPD__ENVELOPE__BODY_SEGMENT_RETURN: return "segment_return";
+    case HEAPD__ENVELOPE__BODY_COLLECT_REQUEST: return "collect_request";
+    case HEAPD__ENVELOPE__BODY_COLLECT_DONE: return "collect_done";
+    case HEAPD__ENVELOPE__BODY_ATTACH_REQUEST: return "attach_request";
+    case HEAPD__ENVELOPE__BODY_ATTACH_REPLY: return "attach_reply";
+    case HEAPD__ENVELOPE__BODY_DETACH_REQUEST: return "detach_request";
+    case HEAPD__ENVELOPE__BODY_DETACH_REPLY: return "detach_reply";
     case HEAPD__ENVELOPE__BODY__NOT_SET: return "(empty)";
     default: return "(unknown)";
     }

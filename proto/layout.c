@@ -4,6 +4,46 @@
 #include <errno.h>
 #include <string.h>
 
+/* See "size classes" in layout.h. */
+const uint32_t layout_class_size[LAYOUT_NCLASSES] = {
+    16,    24,    32,    40,    48,    56,    64,    72,    80,    88,
+    96,    104,   112,   120,   128,
+    144,   160,   176,   192,   208,   224,   240,   256,
+    288,   320,   352,   384,   416,   448,   480,   512,
+    576,   640,   704,   768,   832,   896,   960,   1024,
+    1152,  1280,  1408,  1536,  1664,  1792,  1920,  2048,
+    2304,  2560,  2816,  3072,  3328,  3584,  3840,  4096,
+    4608,  5120,  5632,  6144,  6656,  7168,  7680,  8192,
+    9216,  10240, 11264, 12288, 13312, 14336, 15360, 16384,
+};
+
+uint32_t layout_small_max(uint64_t segment_size)
+{
+    uint32_t best = 0;
+    for (unsigned c = 0; c < LAYOUT_NCLASSES; c++) {
+        uint32_t n, first;
+        layout_small_geometry(segment_size, c, &n, &first);
+        if (n >= 8)
+            best = layout_class_size[c];
+    }
+    return best;
+}
+
+void layout_small_geometry(uint64_t segment_size, unsigned cls,
+                           uint32_t *nblocks, uint32_t *first_block)
+{
+    uint64_t bs = layout_class_size[cls];
+    /* n marks then n blocks after the header, block 0 16-aligned */
+    uint64_t n = (segment_size - LAYOUT_SEG_MARKS - 15) / (bs + 1);
+    uint64_t first = (LAYOUT_SEG_MARKS + n + 15) & ~(uint64_t)15;
+    while (n > 0 && first + n * bs > segment_size) {
+        n--;
+        first = (LAYOUT_SEG_MARKS + n + 15) & ~(uint64_t)15;
+    }
+    *nblocks = (uint32_t)n;
+    *first_block = (uint32_t)first;
+}
+
 int layout_check_control(const struct layout_control *c, uint64_t base,
                          uint64_t max_size, uint64_t segment_size)
 {
@@ -35,6 +75,7 @@ void layout_init_control(struct layout_control *c, const char *heap_name,
     strncpy(c->heap_name, heap_name, sizeof c->heap_name - 1);
     c->epoch = 1;
     c->phase = LAYOUT_PHASE_IDLE;
+    c->stop_request = 0;
     /* magic last: a reader that sees it sees the rest */
     __atomic_store_n(&c->magic, LAYOUT_MAGIC, __ATOMIC_RELEASE);
 }

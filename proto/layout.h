@@ -27,9 +27,56 @@
  * ~~~~~~~~~~~~~~~~~~~
  * The control area holds the words every process shares: identity and
  * geometry (written once by the daemon before any client maps it, read-only
- * afterwards), then the collector's state words.  Fields are only ever
- * appended; any change of meaning or position bumps LAYOUT_VERSION.  Fields
- * the collector shares with running mutators are _Atomic and 8-byte aligned.
+ * afterwards), the collector's state words (epoch, phase, the stop request),
+ * and one slot per mutator (Note [Mutator slots]).  Any change of meaning or
+ * position of a field bumps LAYOUT_VERSION.  Words shared between running
+ * processes are _Atomic; the futex words are 32-bit and 4-byte aligned.
+ *
+ * Note [Objects]
+ * ~~~~~~~~~~~~~~
+ * An object is a one-word header, then nrefs reference fields, then nbytes
+ * raw bytes, in one block.  A reference is NULL or the address of an
+ * object's first field (just past the header), so the header of object p is
+ * at p - 8.  The header packs nbytes in bits 0..27, nrefs in bits 28..55 and
+ * leaves bits 56..63 for the collector's per-object tag (the dirty epoch of
+ * the write barrier, issue 5).  Blocks are 8-byte aligned and their size is
+ * the object's size rounded up to its size class.  The collector is precise:
+ * it reads only the nrefs reference fields, never the raw bytes.
+ *
+ * Note [Segments]
+ * ~~~~~~~~~~~~~~~
+ * Segment 0.. control_segments-1 hold the control area; every other segment
+ * is in exactly one state in the daemon's table (daemon/segment.c, which is
+ * authoritative: nothing the daemon decides rests on a segment header alone).
+ * A segment header starts every non-control segment:
+ *
+ *   small segment:  header | marks[nblocks] | pad to 16 | blocks...
+ *   large run:      header | marks[1] | pad | one object over the whole run
+ *   root chunk:     header | reference slots...
+ *
+ * The kind and geometry of a small segment follow from its size class
+ * alone (layout_small_geometry); the owner writes the class into the header
+ * before it allocates the first block, and the daemon re-derives everything
+ * else itself and range-checks the class, so a corrupted header can make
+ * the daemon skip a segment but never read outside it.
+ *
+ * Note [Epoch-tagged marks]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~
+ * (DESIGN.md §4.)  Each block has one mark byte.  0 means the block is free;
+ * any other value is the epoch in which the block was last marked or
+ * allocated.  The control area's epoch rotates through 1..255, never 0, and
+ * changes only while every mutator is stopped.  So:
+ *   - a mutator allocating a block sets its mark to the current epoch (the
+ *     block is "allocated black"), and the daemon never writes the mark of a
+ *     block it did not trace;
+ *   - the collector marks a block by setting its mark to the new epoch, and
+ *     a block is live at the end of marking iff mark == epoch;
+ *   - sweep sets every other non-zero mark to 0 (and poisons the block).
+ * Marks are never bulk-cleared.  After a completed sweep every non-zero mark
+ * in the heap equals the current epoch, which is what lets the next epoch
+ * value be any other non-zero value, including one used 255 cycles ago: no
+ * location can still hold it.  A cycle must therefore sweep every segment
+ * that holds blocks, owned ones included (checked by the verifier).
  */
 #ifndef HEAPD_PROTO_LAYOUT_H
 #define HEAPD_PROTO_LAYOUT_H
@@ -40,11 +87,139 @@
 #include <stdint.h>
 
 #define LAYOUT_MAGIC 0x0031504145484448ULL /* bytes "HDHEAP1\0" in memory */
-#define LAYOUT_VERSION 1u
+#define LAYOUT_VERSION 2u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
 #define LAYOUT_CONTROL_BYTES (64u * 1024u) /* bytes the control area needs */
+
+#define LAYOUT_MAX_MUTATORS 128
+#define LAYOUT_ROOT_CHUNKS 64   /* root-stack segments per mutator */
+
+/* ---- objects (Note [Objects]) ---- */
+
+#define LAYOUT_WORD 8u
+#define LAYOUT_FIELD_BITS 28
+#define LAYOUT_FIELD_MAX ((1u << LAYOUT_FIELD_BITS) - 1)
+
+static inline uint64_t layout_header(uint64_t nrefs, uint64_t nbytes)
+{
+    return nbytes | nrefs << LAYOUT_FIELD_BITS;
+}
+static inline size_t layout_header_nbytes(uint64_t h)
+{
+    return (size_t)(h & LAYOUT_FIELD_MAX);
+}
+static inline size_t layout_header_nrefs(uint64_t h)
+{
+    return (size_t)((h >> LAYOUT_FIELD_BITS) & LAYOUT_FIELD_MAX);
+}
+/* Bytes an object occupies, header included (8-byte multiple). */
+static inline uint64_t layout_object_size(uint64_t nrefs, uint64_t nbytes)
+{
+    return LAYOUT_WORD + nrefs * LAYOUT_WORD + ((nbytes + 7) & ~(uint64_t)7);
+}
+
+/* ---- size classes ----
+ * 16..128 bytes in steps of 8 (every object size is a multiple of 8, so
+ * these waste nothing), then 8 classes per doubling up to 16 KiB: a block
+ * wastes at most 1/8 of its size (DESIGN.md §3 asks for <= ~12 %). */
+#define LAYOUT_NCLASSES 71
+#define LAYOUT_MIN_BLOCK 16u
+#define LAYOUT_MAX_SMALL 16384u
+
+extern const uint32_t layout_class_size[LAYOUT_NCLASSES];
+
+/* The class for an object of SIZE bytes (16 <= SIZE <= LAYOUT_MAX_SMALL,
+ * a multiple of 8). */
+static inline unsigned layout_size_class(uint32_t size)
+{
+    if (size <= 128)
+        return size <= LAYOUT_MIN_BLOCK ? 0 : (size >> 3) - 2;
+    uint32_t s = size - 1;
+    unsigned p = 31u - (unsigned)__builtin_clz(s); /* 7..13 */
+    return 15u + (p - 7u) * 8u + ((s - (1u << p)) >> (p - 3u));
+}
+
+/* Largest object size that goes to a small segment of this size: at least
+ * 8 blocks per segment. */
+uint32_t layout_small_max(uint64_t segment_size);
+
+/* ---- segments (Note [Segments]) ---- */
+
+enum layout_seg_kind {
+    LAYOUT_SEG_BLANK = 0,   /* granted, not yet formatted by its owner */
+    LAYOUT_SEG_SMALL = 1,
+    LAYOUT_SEG_LARGE = 2,
+    LAYOUT_SEG_ROOTS = 3,
+};
+
+#define LAYOUT_CLASS_NONE 0xffffffffu
+
+struct layout_segment {
+    uint32_t kind;          /* enum layout_seg_kind (advisory) */
+    uint32_t size_class;    /* small: written by the owner before use */
+    uint64_t large_bytes;   /* large: bytes of the whole run */
+    uint64_t reserved[6];
+    /* marks[] start at LAYOUT_SEG_MARKS */
+};
+#define LAYOUT_SEG_MARKS 64u
+#define LAYOUT_LARGE_OBJECT 128u /* offset of a large object's block */
+
+static inline uint8_t *layout_seg_marks(void *seg)
+{
+    return (uint8_t *)seg + LAYOUT_SEG_MARKS;
+}
+
+/* Geometry of a small segment of class CLS: block count and the offset of
+ * block 0 (16-aligned, past the marks).  Same on both sides. */
+void layout_small_geometry(uint64_t segment_size, unsigned cls,
+                           uint32_t *nblocks, uint32_t *first_block);
+
+/* Reference slots in one root chunk: a power of two (segment_size / 16),
+ * so a root index splits into chunk and slot with a shift and a mask. */
+static inline uint64_t layout_root_chunk_slots(uint64_t segment_size)
+{
+    return segment_size / 16;
+}
+static inline void **layout_root_chunk(void *seg)
+{
+    return (void **)((uint8_t *)seg + LAYOUT_SEG_MARKS);
+}
+
+/* ---- mutator slots and the stop protocol ----
+ *
+ * Note [Mutator slots]
+ * ~~~~~~~~~~~~~~~~~~~~
+ * Each attached mutator (one thread of one client) has a slot in the
+ * control area.  The daemon hands a FREE slot out on attach and takes it
+ * back on detach or when the client's connection closes; in between only
+ * the mutator writes its slot, except `status`, which the daemon may move
+ * to FREE once the client is gone.  `status` is the futex word of the stop
+ * protocol (Note [Stop the world], daemon/safepoint.c): its low 2 bits are
+ * the mutator's state and the rest the last stop generation it
+ * acknowledged, so that a state change and an acknowledgement are one
+ * atomic store and one futex wake, and the daemon can never miss either.
+ * Root chunks are segment indices (0 = none: segment 0 is always control).
+ */
+enum layout_mut_state {
+    LAYOUT_MUT_FREE = 0,     /* no mutator */
+    LAYOUT_MUT_RUNNING = 1,  /* may touch the heap; must poll safepoints */
+    LAYOUT_MUT_BLOCKED = 2,  /* in a blocking region: never touches the heap */
+};
+#define LAYOUT_STATUS(gen, state) ((uint32_t)(gen) << 2 | (uint32_t)(state))
+#define LAYOUT_STATUS_STATE(s) ((s) & 3u)
+#define LAYOUT_STATUS_GEN(s) ((s) >> 2)
+#define LAYOUT_GEN_MASK 0x3fffffffu
+
+struct layout_mutator {
+    _Atomic uint32_t status;        /* futex word, see the Note */
+    uint32_t slot_epoch;            /* attach count of this slot */
+    uint64_t client_id;             /* daemon: owner connection */
+    _Atomic uint64_t alloc_bytes;   /* mutator: bytes allocated, monotonic */
+    _Atomic uint64_t root_depth;    /* mutator: root slots in use */
+    uint32_t root_chunks[LAYOUT_ROOT_CHUNKS];
+};
 
 /* Phases of a collection cycle, stored in control->phase. */
 enum layout_phase {
@@ -66,14 +241,25 @@ struct layout_control {
     char heap_name[64];
 
     /* collector state, shared with running mutators */
-    alignas(8) _Atomic uint32_t epoch;   /* never 0; see DESIGN.md §4 */
+    alignas(64) _Atomic uint32_t epoch;  /* Note [Epoch-tagged marks] */
     _Atomic uint32_t phase;              /* enum layout_phase */
+    alignas(64) _Atomic uint32_t stop_request; /* futex: stop gen, 0 = none */
+
+    alignas(64) struct layout_mutator mutators[LAYOUT_MAX_MUTATORS];
 };
+
+_Static_assert(sizeof(struct layout_control) <= LAYOUT_CONTROL_BYTES,
+               "control area outgrew LAYOUT_CONTROL_BYTES");
 
 /* Segments the control area occupies for a given segment size. */
 static inline uint32_t layout_control_segments(uint64_t segment_size)
 {
     return (uint32_t)((LAYOUT_CONTROL_BYTES + segment_size - 1) / segment_size);
+}
+
+static inline uint32_t layout_next_epoch(uint32_t e)
+{
+    return e % 255u + 1u;
 }
 
 /* Check a mapped control area against the geometry the daemon announced.

@@ -1,0 +1,296 @@
+/* libheapd mutators: attaching a thread, safepoints and blocking regions
+ * (the mutator side of Note [Stop the world] in daemon/safepoint.c), the
+ * root stack, and collection requests. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+#include "futex.h"
+
+/* ---- safepoints ---- */
+
+void mutator_stop_slow(heapd_mutator *m)
+{
+    uint32_t gen = atomic_load(&m->ctl->stop_request);
+    uint32_t st = atomic_load(&m->slot->status);
+
+    if (gen == 0 || LAYOUT_STATUS_GEN(st) == gen)
+        return;
+    /* acknowledge: everything this mutator wrote is visible to the
+     * collector once it sees the ack (seq_cst store, futex wake) */
+    atomic_store(&m->slot->status, LAYOUT_STATUS(gen, LAYOUT_MUT_RUNNING));
+    futex_wake_all(&m->slot->status);
+    while (atomic_load(&m->ctl->stop_request) == gen)
+        futex_wait(&m->ctl->stop_request, gen, 0);
+}
+
+void heapd_safepoint(heapd_mutator *m)
+{
+    mutator_poll(m);
+}
+
+void heapd_blocking_enter(heapd_mutator *m)
+{
+    uint32_t st = atomic_load(&m->slot->status);
+    atomic_store(&m->slot->status,
+                 LAYOUT_STATUS(LAYOUT_STATUS_GEN(st), LAYOUT_MUT_BLOCKED));
+    futex_wake_all(&m->slot->status);
+}
+
+void heapd_blocking_leave(heapd_mutator *m)
+{
+    uint32_t st = atomic_load(&m->slot->status);
+    /* seq_cst store then seq_cst load: see the Note's "why this is safe" */
+    atomic_store(&m->slot->status,
+                 LAYOUT_STATUS(LAYOUT_STATUS_GEN(st), LAYOUT_MUT_RUNNING));
+    mutator_stop_slow(m);
+}
+
+int mutator_call(heapd_mutator *m, Heapd__Envelope *req,
+                 Heapd__Envelope **reply)
+{
+    heapd_blocking_enter(m);
+    int rc = agent_call(&m->c->agent, req, reply);
+    heapd_blocking_leave(m);
+    return rc;
+}
+
+int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
+                             uint32_t count, uint64_t bytes, uint32_t *out,
+                             uint32_t max, uint32_t *run)
+{
+    Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    int rc;
+
+    sr.kind = kind;
+    sr.count = count;
+    sr.bytes = bytes;
+    req.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
+    req.segment_request = &sr;
+    if ((rc = mutator_call(m, &req, &rep)) < 0)
+        return rc;
+    const Heapd__SegmentGrant *g = rep->segment_grant;
+    uint32_t limit = m->c->size >> m->c->seg_shift;
+    rc = 0;
+    if (rep->body_case != HEAPD__ENVELOPE__BODY_SEGMENT_GRANT ||
+        g->kind != kind || g->n_segments == 0 || g->n_segments > max) {
+        rc = client_set_error(HEAPD_EPROTO, "heapd answered a segment "
+                              "request with %s", frame_body_name(rep));
+        goto out;
+    }
+    for (size_t i = 0; i < g->n_segments; i++) {
+        if (g->segments[i] == 0 || g->segments[i] >= limit) {
+            rc = client_set_error(HEAPD_EPROTO, "heapd granted segment %u, "
+                                  "outside the heap", g->segments[i]);
+            goto out;
+        }
+        out[i] = g->segments[i];
+    }
+    if (run)
+        *run = g->run;
+    rc = (int)g->n_segments;
+out:
+    heapd__envelope__free_unpacked(rep, NULL);
+    return rc;
+}
+
+/* ---- attach and detach ---- */
+
+int heapd_attach(heapd_client *c, heapd_mutator **out)
+{
+    Heapd__AttachRequest ar = HEAPD__ATTACH_REQUEST__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    heapd_mutator *m;
+    int rc;
+
+    if (!c || !out)
+        return client_set_error(-EINVAL, "heapd_attach: NULL argument");
+    *out = NULL;
+    if (!c->ctl)
+        return client_set_error(-EINVAL, "heapd_attach: a control "
+                                "connection (HEAPD_CONNECT_CONTROL) has no "
+                                "heap to attach to");
+    req.body_case = HEAPD__ENVELOPE__BODY_ATTACH_REQUEST;
+    req.attach_request = &ar;
+    if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
+        return rc == -ENOMEM ? -EAGAIN : rc; /* NO_MEMORY: no free slot */
+    if (rep->body_case != HEAPD__ENVELOPE__BODY_ATTACH_REPLY ||
+        rep->attach_reply->slot >= LAYOUT_MAX_MUTATORS) {
+        heapd__envelope__free_unpacked(rep, NULL);
+        return client_set_error(HEAPD_EPROTO, "bad answer to attach");
+    }
+    m = calloc(1, sizeof *m);
+    if (!m) {
+        /* the slot is freed when this client disconnects */
+        heapd__envelope__free_unpacked(rep, NULL);
+        return client_set_error(-ENOMEM, "out of memory");
+    }
+    m->c = c;
+    m->ctl = c->ctl;
+    m->slot_index = rep->attach_reply->slot;
+    m->slot = &c->ctl->mutators[m->slot_index];
+    m->root_shift = (unsigned)__builtin_ctzll(
+        layout_root_chunk_slots(c->segment_size));
+    heapd__envelope__free_unpacked(rep, NULL);
+
+    pthread_mutex_lock(&c->mutators_mu);
+    m->next = c->mutators;
+    c->mutators = m;
+    pthread_mutex_unlock(&c->mutators_mu);
+    *out = m;
+    return 0;
+}
+
+static void forget(heapd_mutator *m)
+{
+    heapd_client *c = m->c;
+    pthread_mutex_lock(&c->mutators_mu);
+    for (heapd_mutator **p = &c->mutators; *p; p = &(*p)->next) {
+        if (*p == m) {
+            *p = m->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->mutators_mu);
+}
+
+void heapd_detach(heapd_mutator *m)
+{
+    Heapd__DetachRequest dr = HEAPD__DETACH_REQUEST__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+
+    if (!m)
+        return;
+    alloc_release_all(m);
+    dr.slot = m->slot_index;
+    req.body_case = HEAPD__ENVELOPE__BODY_DETACH_REQUEST;
+    req.detach_request = &dr;
+    /* blocked while the daemon frees the slot: a stop never waits for a
+     * mutator that is leaving.  If the daemon is gone, so is the slot. */
+    heapd_blocking_enter(m);
+    if (agent_call(&m->c->agent, &req, &rep) == 0)
+        heapd__envelope__free_unpacked(rep, NULL);
+    forget(m);
+    free(m);
+}
+
+/* heapd_disconnect: the daemon frees the slots of a closed connection. */
+void mutator_free_all(heapd_client *c)
+{
+    while (c->mutators) {
+        heapd_mutator *m = c->mutators;
+        c->mutators = m->next;
+        free(m);
+    }
+}
+
+/* ---- the root stack ---- */
+
+static int grow_roots(heapd_mutator *m)
+{
+    uint32_t seg;
+    int rc;
+
+    if (m->nchunks == LAYOUT_ROOT_CHUNKS)
+        return client_set_error(-ENOMEM, "the root stack is full (%u "
+                                "chunks of %llu slots)", LAYOUT_ROOT_CHUNKS,
+                                (unsigned long long)1 << m->root_shift);
+    rc = mutator_request_segments(m, HEAPD__SEGMENT_KIND__SEGMENT_ROOTS, 1, 0,
+                                  &seg, 1, NULL);
+    if (rc < 0)
+        return rc;
+    m->chunks[m->nchunks] =
+        layout_root_chunk((char *)m->c->base + ((uint64_t)seg << m->c->seg_shift));
+    /* publish the chunk before any depth that covers it */
+    __atomic_store_n(&m->slot->root_chunks[m->nchunks], seg, __ATOMIC_RELEASE);
+    m->nchunks++;
+    return 0;
+}
+
+static inline void **root_slot(heapd_mutator *m, size_t i)
+{
+    return &m->chunks[i >> m->root_shift][i & (((size_t)1 << m->root_shift) - 1)];
+}
+
+size_t heapd_root_push(heapd_mutator *m, void *ref)
+{
+    size_t i = m->depth;
+    if (i == (size_t)m->nchunks << m->root_shift) {
+        int rc = grow_roots(m);
+        if (rc < 0) {
+            errno = client_errno(rc);
+            return (size_t)-1;
+        }
+    }
+    /* root first, then the safepoint: REF may be reachable from nothing
+     * else (Note [Client GC discipline] in heapd.h) */
+    __atomic_store_n(root_slot(m, i), ref, __ATOMIC_RELAXED);
+    m->depth = i + 1;
+    atomic_store_explicit(&m->slot->root_depth, m->depth, memory_order_release);
+    mutator_poll(m);
+    return i;
+}
+
+void heapd_root_set(heapd_mutator *m, size_t slot, void *ref)
+{
+    if (slot < m->depth)
+        __atomic_store_n(root_slot(m, slot), ref, __ATOMIC_RELAXED);
+    mutator_poll(m);
+}
+
+void *heapd_root_get(heapd_mutator *m, size_t slot)
+{
+    return slot < m->depth ? *root_slot(m, slot) : NULL;
+}
+
+void heapd_root_pop(heapd_mutator *m, size_t n)
+{
+    m->depth = n >= m->depth ? 0 : m->depth - n;
+    atomic_store_explicit(&m->slot->root_depth, m->depth, memory_order_release);
+    mutator_poll(m);
+}
+
+size_t heapd_root_depth(const heapd_mutator *m)
+{
+    return m->depth;
+}
+
+/* ---- collections ---- */
+
+static int collect_call(heapd_client *c, heapd_mutator *m, int flags)
+{
+    Heapd__CollectRequest cr = HEAPD__COLLECT_REQUEST__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    int rc;
+
+    if (flags & ~HEAPD_COLLECT_WAIT)
+        return client_set_error(-EINVAL, "unknown collect flags 0x%x",
+                                (unsigned)flags);
+    cr.wait = (flags & HEAPD_COLLECT_WAIT) != 0;
+    req.body_case = HEAPD__ENVELOPE__BODY_COLLECT_REQUEST;
+    req.collect_request = &cr;
+    rc = m ? mutator_call(m, &req, &rep) : agent_call(&c->agent, &req, &rep);
+    if (rc < 0)
+        return rc;
+    if (rep->body_case != HEAPD__ENVELOPE__BODY_COLLECT_DONE)
+        rc = client_set_error(HEAPD_EPROTO, "heapd answered collect with %s",
+                              frame_body_name(rep));
+    heapd__envelope__free_unpacked(rep, NULL);
+    return rc;
+}
+
+int heapd_collect(heapd_mutator *m, int flags)
+{
+    if (!m)
+        return client_set_error(-EINVAL, "heapd_collect: NULL mutator");
+    return collect_call(m->c, m, flags);
+}
+
+int heapd_request_collect(heapd_client *c, int flags)
+{
+    if (!c)
+        return client_set_error(-EINVAL, "heapd_request_collect: NULL client");
+    return collect_call(c, NULL, flags);
+}

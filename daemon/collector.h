@@ -1,0 +1,36 @@
+/* The collection cycle of one heap: trigger, stop, mark, sweep, verify,
+ * release.  See Note [Collection cycle] in collector.c. */
+#ifndef HEAPD_DAEMON_COLLECTOR_H
+#define HEAPD_DAEMON_COLLECTOR_H
+
+#include <stdint.h>
+#include <uv.h>
+
+struct heap;
+struct workers;
+
+typedef void (*collector_done_fn)(struct heap *h, void *arg);
+
+/* Start the heap's collector thread.  ON_DONE runs on LOOP's thread after
+ * cycles complete (coalesced). */
+int collector_start(struct heap *h, struct workers *w, uv_loop_t *loop,
+                    collector_done_fn on_done, void *arg);
+/* Finish any cycle under way, stop the thread, close the loop handle.
+ * Call with no client connected (their slots free). */
+void collector_stop(struct heap *h);
+
+/* Ask for a cycle (any thread).  Returns the number of the cycle that
+ * will satisfy the request: the next one to start. */
+uint64_t collector_request(struct heap *h);
+
+/* With heap->lock held: bytes allocated in the heap since heapd started. */
+uint64_t collector_bytes_allocated(const struct heap *h);
+
+/* With heap->lock held: start a cycle if allocation since the last one
+ * exceeds gc_overhead percent of the live bytes (Note [Collection cycle]). */
+void collector_check_trigger(struct heap *h);
+
+/* With heap->lock held: a slot is being freed; keep its allocation count. */
+void collector_retire_slot(struct heap *h, unsigned slot);
+
+#endif

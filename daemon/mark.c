@@ -1,0 +1,317 @@
+/* Marking.
+ *
+ * Note [Validating references]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * The daemon shares its heap with processes it does not trust to be bug
+ * free, so every reference it reads (a root slot, a reference field) is
+ * checked before it is followed (DESIGN.md §4):
+ *   - 8-byte aligned and inside [base, base + max_size);
+ *   - in a segment the daemon's own table says holds objects (OWNED or
+ *     FILLED small segments whose class the daemon knows, or the first
+ *     segment of a large run) -- never a header, a root chunk, the control
+ *     area or a free segment;
+ *   - exactly the first-field address of a block of that segment;
+ *   - whose mark byte is non-zero (the block is allocated).
+ * The geometry comes from the daemon's table and layout_small_geometry,
+ * never from the segment header, so nothing a client writes can make a
+ * marker read outside the heap.  A bad reference is counted (stats
+ * `bad_refs`) and not followed; marking goes on.  An object whose header
+ * claims more reference fields or bytes than its block holds is counted
+ * the same way and its fields are not traced.
+ *
+ * Note [Parallel marking]
+ * ~~~~~~~~~~~~~~~~~~~~~~~
+ * gc_threads workers trace at once.  Each has a private stack of objects
+ * it has marked but not yet scanned.  Marking an object is winning a
+ * compare-and-swap of its mark byte from its old value to the epoch, so
+ * each object is pushed, and scanned, exactly once.  A worker whose stack
+ * holds more than 2 packets' worth gives one packet to the shared pool; a
+ * worker that runs dry takes a packet from the pool, and if the pool is
+ * empty waits.  Marking ends when every worker waits and the pool is
+ * empty: since a worker only waits with an empty stack, no marked object
+ * is left unscanned.  The roots are marked first, by one thread under the
+ * heap lock (mark_roots), and seeded into the pool.
+ */
+#include "mark.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "heap.h"
+#include "log.h"
+
+#define PACKET_REFS 256
+
+struct mark_packet {
+    struct mark_packet *next;
+    uint32_t n;
+    uintptr_t refs[PACKET_REFS];
+};
+
+struct mark_stack {
+    uintptr_t *v;
+    size_t n, cap;
+};
+
+static void count_bad(const struct heap *h)
+{
+    atomic_fetch_add_explicit(&((struct heap *)h)->stats.bad_refs, 1,
+                              memory_order_relaxed);
+}
+
+bool mark_resolve(const struct heap *h, uintptr_t r, struct mark_ref *out)
+{
+    const struct segtab *t = &h->segs;
+    uintptr_t base = (uintptr_t)h->base;
+    uint32_t i, idx;
+    uintptr_t seg, off;
+
+    if ((r & 7) || r < base || r - base >= h->cfg->max_size)
+        return false;
+    i = (uint32_t)((r - base) >> h->seg_shift);
+    seg = base + ((uintptr_t)i << h->seg_shift);
+    off = r - seg;
+    switch (seg_state(t, i)) {
+    case SEG_OWNED:
+    case SEG_FILLED: {
+        uint8_t cls = __atomic_load_n(&t->segs[i].cls, __ATOMIC_ACQUIRE);
+        if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
+            return false;
+        uint32_t first = t->small_first[cls], bs = layout_class_size[cls];
+        if (off < first + LAYOUT_WORD)
+            return false;
+        uintptr_t b = off - LAYOUT_WORD - first;
+        if (b % bs != 0 || (idx = (uint32_t)(b / bs)) >= t->small_nblocks[cls])
+            return false;
+        out->block_size = bs;
+        break;
+    }
+    case SEG_LARGE:
+        if (off != LAYOUT_LARGE_OBJECT + LAYOUT_WORD)
+            return false;
+        idx = 0;
+        out->block_size = ((uint64_t)t->segs[i].run << h->seg_shift) -
+                          LAYOUT_LARGE_OBJECT;
+        break;
+    default:
+        return false;
+    }
+    out->obj = r;
+    out->mark = layout_seg_marks((void *)seg) + idx;
+    return __atomic_load_n(out->mark, __ATOMIC_RELAXED) != 0;
+}
+
+uint64_t mark_checked_header(const struct mark_ref *ref)
+{
+    uint64_t hdr = __atomic_load_n((uint64_t *)(ref->obj - LAYOUT_WORD),
+                                   __ATOMIC_RELAXED);
+    uint64_t size = layout_object_size(layout_header_nrefs(hdr),
+                                       layout_header_nbytes(hdr));
+    return size <= ref->block_size ? hdr : 0;
+}
+
+/* ---- the work pool ---- */
+
+void mark_job_init(struct mark_job *j, struct heap *h, uint8_t epoch,
+                   unsigned nworkers)
+{
+    memset(j, 0, sizeof *j);
+    j->h = h;
+    j->epoch = epoch;
+    j->nworkers = nworkers;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+}
+
+void mark_job_destroy(struct mark_job *j)
+{
+    while (j->pool) {
+        struct mark_packet *p = j->pool;
+        j->pool = p->next;
+        free(p);
+    }
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+}
+
+/* Give the newest PACKET_REFS entries of S to the pool.  On allocation
+ * failure the work simply stays local. */
+static void donate(struct mark_job *j, struct mark_stack *s)
+{
+    struct mark_packet *p = malloc(sizeof *p);
+    if (!p)
+        return;
+    p->n = PACKET_REFS;
+    s->n -= PACKET_REFS;
+    memcpy(p->refs, s->v + s->n, sizeof p->refs);
+    pthread_mutex_lock(&j->mu);
+    p->next = j->pool;
+    j->pool = p;
+    if (j->waiting > 0)
+        pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static bool push(struct mark_stack *s, uintptr_t obj)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 4096;
+        uintptr_t *v = realloc(s->v, cap * sizeof *v);
+        if (!v)
+            return false;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = obj;
+    return true;
+}
+
+/* Mark R if it is unmarked; true if this call marked it. */
+static bool mark_one(struct mark_job *j, uintptr_t r, struct mark_ref *ref)
+{
+    if (!mark_resolve(j->h, r, ref)) {
+        count_bad(j->h);
+        return false;
+    }
+    uint8_t old = __atomic_load_n(ref->mark, __ATOMIC_RELAXED);
+    while (old != j->epoch) {
+        if (__atomic_compare_exchange_n(ref->mark, &old, j->epoch, false,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            return true;
+    }
+    return false;
+}
+
+/* Scan one marked object's reference fields. */
+static void scan(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
+{
+    struct mark_ref ref;
+    /* obj was resolved when it was marked; its block is still its own */
+    if (!mark_resolve(j->h, obj, &ref))
+        return;
+    uint64_t hdr = mark_checked_header(&ref);
+    if (hdr == 0) {
+        count_bad(j->h);
+        return;
+    }
+    void *const *f = (void *const *)obj;
+    size_t n = layout_header_nrefs(hdr);
+    for (size_t k = 0; k < n; k++) {
+        uintptr_t v = (uintptr_t)__atomic_load_n(&f[k], __ATOMIC_RELAXED);
+        struct mark_ref child;
+        if (v && mark_one(j, v, &child)) {
+            atomic_fetch_add_explicit(&j->marked, 1, memory_order_relaxed);
+            if (!push(s, v))
+                scan(j, s, v); /* out of memory: recurse instead */
+        }
+    }
+}
+
+/* Take a packet into S, or wait; false when marking is over. */
+static bool refill(struct mark_job *j, struct mark_stack *s)
+{
+    bool got = false;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        if (j->pool) {
+            struct mark_packet *p = j->pool;
+            j->pool = p->next;
+            pthread_mutex_unlock(&j->mu);
+            for (uint32_t k = 0; k < p->n; k++)
+                if (!push(s, p->refs[k]))
+                    scan(j, s, p->refs[k]);
+            free(p);
+            return true;
+        }
+        if (j->done)
+            break;
+        if (++j->waiting == j->nworkers) {
+            j->done = true;
+            pthread_cond_broadcast(&j->cv);
+            break;
+        }
+        pthread_cond_wait(&j->cv, &j->mu);
+        j->waiting--;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return got;
+}
+
+void mark_worker(void *arg, unsigned worker)
+{
+    struct mark_job *j = arg;
+    struct mark_stack s = {0};
+    (void)worker;
+
+    do {
+        while (s.n > 0) {
+            if (s.n > 2 * PACKET_REFS)
+                donate(j, &s);
+            uintptr_t obj = s.v[--s.n];
+            scan(j, &s, obj);
+        }
+    } while (refill(j, &s));
+    free(s.v);
+}
+
+/* ---- roots ---- */
+
+static void seed(struct mark_job *j, struct mark_packet **cur, uintptr_t obj)
+{
+    if (!*cur || (*cur)->n == PACKET_REFS) {
+        struct mark_packet *p = malloc(sizeof *p);
+        if (!p) {
+            /* no memory for a packet: trace this root right here */
+            struct mark_stack s = {0};
+            scan(j, &s, obj);
+            while (s.n > 0)
+                scan(j, &s, s.v[--s.n]);
+            free(s.v);
+            return;
+        }
+        p->n = 0;
+        p->next = j->pool;
+        j->pool = p;
+        *cur = p;
+    }
+    (*cur)->refs[(*cur)->n++] = obj;
+}
+
+void mark_roots(struct mark_job *j)
+{
+    struct heap *h = j->h;
+    uint64_t per_chunk = layout_root_chunk_slots(h->cfg->segment_size);
+    struct mark_packet *cur = NULL;
+
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+        struct layout_mutator *m = &h->control->mutators[i];
+        if (LAYOUT_STATUS_STATE(atomic_load(&m->status)) == LAYOUT_MUT_FREE)
+            continue;
+        uint64_t depth = atomic_load_explicit(&m->root_depth,
+                                              memory_order_relaxed);
+        if (depth > per_chunk * LAYOUT_ROOT_CHUNKS) {
+            count_bad(h);
+            depth = per_chunk * LAYOUT_ROOT_CHUNKS;
+        }
+        for (unsigned k = 0; depth > 0 && k < LAYOUT_ROOT_CHUNKS; k++) {
+            uint32_t seg = m->root_chunks[k];
+            if (!seg_is_roots_of(h, seg, m->client_id)) {
+                count_bad(h); /* a chunk that is not this client's */
+                break;
+            }
+            void **slots = layout_root_chunk(heap_seg_addr(h, seg));
+            uint64_t n = depth < per_chunk ? depth : per_chunk;
+            for (uint64_t e = 0; e < n; e++) {
+                uintptr_t v = (uintptr_t)__atomic_load_n(&slots[e],
+                                                         __ATOMIC_RELAXED);
+                struct mark_ref ref;
+                if (v && mark_one(j, v, &ref)) {
+                    atomic_fetch_add_explicit(&j->marked, 1,
+                                              memory_order_relaxed);
+                    seed(j, &cur, v);
+                }
+            }
+            depth -= n;
+        }
+    }
+}

@@ -1,0 +1,110 @@
+/* The stop-the-world handshake, daemon side.  The mutator side is
+ * client/mutator.c.
+ *
+ * Note [Stop the world]
+ * ~~~~~~~~~~~~~~~~~~~~~
+ * Stops are futex handshakes on the shared control area, never socket round
+ * trips.  The words (Note [Mutator slots] in proto/layout.h):
+ *   control->stop_request   0, or the generation g of the stop under way;
+ *   slot->status            state (FREE, RUNNING, BLOCKED) | last acked g.
+ * Daemon (one collector thread per heap):
+ *   1. g = next generation (never 0); store stop_request = g (seq_cst).
+ *   2. For every slot, load status (seq_cst) until it is FREE, BLOCKED, or
+ *      RUNNING with ack == g, sleeping on the futex `status` meanwhile.
+ *      Every write of `status` is followed by a wake, and the futex compares
+ *      the value it sleeps on, so no change is missed; the sleep is bounded
+ *      only to log a mutator that takes long (the wait itself goes on: a
+ *      running mutator must reach a safepoint, and a dead one is freed by
+ *      the loop thread when its socket closes).
+ *   3. The world is stopped: flip the epoch, mark, sweep.
+ *   4. store stop_request = 0, wake everyone sleeping on it.
+ * Mutator:
+ *   - at a safepoint, if stop_request = g != 0 and it has not acked g:
+ *     store status = RUNNING|g, wake, then sleep on stop_request while it
+ *     is still g;
+ *   - blocking_enter: store status = BLOCKED|ack, wake;  it must not touch
+ *     the heap until blocking_leave;
+ *   - blocking_leave: store status = RUNNING|ack (seq_cst), then load
+ *     stop_request (seq_cst) and take the safepoint if a stop is under way.
+ * Why this is safe: a mutator counted as stopped either acked g and sleeps
+ * until release, or was BLOCKED.  A BLOCKED mutator that leaves during the
+ * stop stored RUNNING before loading stop_request, and the daemon stored
+ * stop_request before loading status: with both sequentially consistent,
+ * the mutator sees the stop and waits (the daemon may or may not have seen
+ * it RUNNING; either way it cannot run).  A slot attached during a stop
+ * starts RUNNING with ack 0 != g and its first heap operation polls, so it
+ * too waits.  Pause work is O(mutators) (DESIGN.md §4, step 2).
+ * A client whose connection closes has its slots set FREE by the loop thread
+ * (safepoint_free_slot), which wakes the collector: a dead client never holds
+ * up a stop.
+ */
+#include "safepoint.h"
+
+#include <stdatomic.h>
+
+#include "futex.h"
+#include "heap.h"
+#include "log.h"
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static bool slot_stopped(uint32_t st, uint32_t gen)
+{
+    uint32_t state = LAYOUT_STATUS_STATE(st);
+    return state != LAYOUT_MUT_RUNNING || LAYOUT_STATUS_GEN(st) == gen;
+}
+
+uint32_t safepoint_stop(struct heap *h, uint64_t *ttsp_max_ns)
+{
+    struct layout_control *ctl = h->control;
+    static const uint64_t report_ns = 1000000000u; /* log slow mutators */
+    uint32_t gen = (h->stop_gen % LAYOUT_GEN_MASK) + 1;
+    uint64_t t0, max = 0;
+
+    h->stop_gen = gen;
+    atomic_store(&ctl->stop_request, gen);
+    t0 = now_ns();
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+        struct layout_mutator *m = &ctl->mutators[i];
+        uint64_t next_report = t0 + report_ns;
+        for (;;) {
+            uint32_t st = atomic_load(&m->status);
+            if (slot_stopped(st, gen))
+                break;
+            futex_wait(&m->status, st, 100000000u);
+            uint64_t t = now_ns();
+            if (t >= next_report) {
+                log_warn("heap '%s': mutator slot %u (client %llu) has not "
+                         "reached a safepoint for %llu ms; a thread that "
+                         "waits must call heapd_blocking_enter first",
+                         h->cfg->name, i,
+                         (unsigned long long)m->client_id,
+                         (unsigned long long)((t - t0) / 1000000u));
+                next_report = t + report_ns;
+            }
+        }
+        uint64_t waited = now_ns() - t0;
+        if (waited > max)
+            max = waited;
+    }
+    *ttsp_max_ns = max;
+    return gen;
+}
+
+void safepoint_release(struct heap *h)
+{
+    atomic_store(&h->control->stop_request, 0);
+    futex_wake_all(&h->control->stop_request);
+}
+
+void safepoint_free_slot(struct heap *h, unsigned slot)
+{
+    struct layout_mutator *m = &h->control->mutators[slot];
+    atomic_store(&m->status, LAYOUT_STATUS(0, LAYOUT_MUT_FREE));
+    futex_wake_all(&m->status);
+}

@@ -1,0 +1,22 @@
+/* Stopping and releasing a heap's mutators.  See Note [Stop the world]. */
+#ifndef HEAPD_DAEMON_SAFEPOINT_H
+#define HEAPD_DAEMON_SAFEPOINT_H
+
+#include <stdint.h>
+
+struct heap;
+
+/* Raise the stop request and wait until every slot is stopped, blocked or
+ * free.  Called by the collector thread without heap->lock held (the loop
+ * thread frees the slots of dead clients under it).  Returns the stop
+ * generation; *ttsp_max_ns gets the longest time one mutator took. */
+uint32_t safepoint_stop(struct heap *h, uint64_t *ttsp_max_ns);
+
+/* Let every mutator run again. */
+void safepoint_release(struct heap *h);
+
+/* Mark a slot free (detach or a dead client) and wake the collector if it
+ * waits on it.  Called with heap->lock held. */
+void safepoint_free_slot(struct heap *h, unsigned slot);
+
+#endif

@@ -1,0 +1,382 @@
+/* The daemon's segment table.
+ *
+ * Note [Segment supply]
+ * ~~~~~~~~~~~~~~~~~~~~~
+ * Clients never pick segments themselves.  A client asks for small segments
+ * in batches (SegmentRequest SMALL, count) and keeps them in a reserve from
+ * which its mutators take one when their current segment of a class fills
+ * up; it asks again, without waiting, when the reserve runs low, so that a
+ * mutator rarely waits for the socket (client/alloc.c).  A granted segment
+ * is OWNED by the client and blank: the daemon has zeroed its header and
+ * mark bytes.  The mutator that takes it writes its size class into the
+ * header and then allocates blocks by setting their mark bytes
+ * (Note [Epoch-tagged marks]).  A full segment goes back with SegmentReturn
+ * and becomes FILLED: the heap's, swept like any other.  A large object gets
+ * a run of whole segments (SegmentRequest LARGE, one round trip); the run is
+ * zeroed (punched) before it is granted and its single mark byte is left 0
+ * until the client, running again after the grant, sets it to the current
+ * epoch, so a run is never freed between its grant and its first use: sweep
+ * skips a large run whose mark is 0 while its owner is connected.  A
+ * root-stack chunk is a segment of its own (SEGMENT_ROOTS).
+ *
+ * Quota: max_client_bytes bounds the segments a client holds at once: its
+ * OWNED small segments (reserve included), its root chunks, and a large
+ * run at the moment it is requested.  Returned segments and large runs in
+ * use are the heap's, not the client's: a quota caps how much of the free
+ * pool one client can sit on, and max_size caps the heap.
+ *
+ * When a client's connection closes for any reason (seg_orphan), its
+ * formatted segments become FILLED (the blocks it allocated stay until a
+ * sweep finds them dead), its blank ones and its root chunks FREE, and its
+ * large runs ownerless: nothing is lost and nothing leaks.
+ *
+ * The free pool is a bitmap searched from the lowest address, which keeps a
+ * heap's memory packed towards its base.  Memory of segments free for two
+ * completed cycles goes back to the kernel with fallocate(PUNCH_HOLE).
+ */
+#include "segment.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "heap.h"
+#include "log.h"
+
+static void bit_set(uint64_t *b, uint32_t i) { b[i >> 6] |= 1ull << (i & 63); }
+static void bit_clear(uint64_t *b, uint32_t i) { b[i >> 6] &= ~(1ull << (i & 63)); }
+static bool bit_test(const uint64_t *b, uint32_t i)
+{
+    return b[i >> 6] >> (i & 63) & 1;
+}
+
+static void set_state(struct seg *s, enum seg_state st)
+{
+    __atomic_store_n(&s->state, (uint8_t)st, __ATOMIC_RELEASE);
+}
+
+int seg_init(struct heap *h)
+{
+    struct segtab *t = &h->segs;
+    uint64_t segsize = h->cfg->segment_size;
+
+    memset(t, 0, sizeof *t);
+    t->count = (uint32_t)(h->cfg->max_size / segsize);
+    t->first = layout_control_segments(segsize);
+    t->segs = calloc(t->count, sizeof *t->segs);
+    t->free_bits = calloc((t->count + 63) / 64, sizeof(uint64_t));
+    if (!t->segs || !t->free_bits) {
+        seg_destroy(h);
+        return -ENOMEM;
+    }
+    for (uint32_t i = t->first; i < t->count; i++) {
+        t->segs[i].state = SEG_FREE;
+        t->segs[i].punched = 1; /* never touched: reads as zero */
+        bit_set(t->free_bits, i);
+    }
+    t->n_free = t->count - t->first;
+    t->small_max = layout_small_max(segsize);
+    for (unsigned c = 0; c < LAYOUT_NCLASSES; c++) {
+        if (layout_class_size[c] > t->small_max)
+            break;
+        layout_small_geometry(segsize, c, &t->small_nblocks[c],
+                              &t->small_first[c]);
+    }
+    return 0;
+}
+
+void seg_destroy(struct heap *h)
+{
+    free(h->segs.segs);
+    free(h->segs.free_bits);
+    h->segs.segs = NULL;
+    h->segs.free_bits = NULL;
+}
+
+/* Lowest free segment at or after FROM, or 0 if none. */
+static uint32_t find_free(const struct segtab *t, uint32_t from)
+{
+    for (uint32_t w = from >> 6; w < (t->count + 63) / 64; w++) {
+        uint64_t bits = t->free_bits[w];
+        if (w == from >> 6)
+            bits &= ~0ull << (from & 63);
+        if (bits) {
+            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+            return i < t->count ? i : 0;
+        }
+    }
+    return 0;
+}
+
+static void take(struct segtab *t, uint32_t i, enum seg_state st,
+                 uint64_t owner)
+{
+    struct seg *s = &t->segs[i];
+    bit_clear(t->free_bits, i);
+    t->n_free--;
+    s->owner = owner;
+    s->cls = SEG_CLASS_UNKNOWN;
+    s->run = 0;
+    set_state(s, st);
+}
+
+static void punch(struct heap *h, uint32_t first, uint32_t n)
+{
+    uint64_t off = (uint64_t)first << h->seg_shift;
+    uint64_t len = (uint64_t)n << h->seg_shift;
+    if (fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  (off_t)off, (off_t)len) < 0) {
+        /* cannot give memory back: zero it so grants stay correct */
+        log_warn("heap '%s': fallocate(PUNCH_HOLE): %s; zeroing instead",
+                 h->cfg->name, strerror(errno));
+        memset(heap_seg_addr(h, first), 0, len);
+    }
+    for (uint32_t i = first; i < first + n; i++)
+        h->segs.segs[i].punched = 1;
+}
+
+static uint32_t quota_left(uint32_t held, uint32_t quota)
+{
+    return held >= quota ? 0 : quota - held;
+}
+
+int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
+                    uint32_t quota_segs, uint32_t count, uint32_t *out)
+{
+    struct segtab *t = &h->segs;
+    uint32_t n = 0, i = t->first;
+    /* bytes a blank small segment must have zeroed: the largest mark
+     * array (class 0) after the header */
+    size_t hdr_bytes = LAYOUT_SEG_MARKS + t->small_nblocks[0];
+
+    if (count > quota_left(*held, quota_segs))
+        count = quota_left(*held, quota_segs);
+    if (count == 0)
+        return -EDQUOT;
+    while (n < count && (i = find_free(t, i)) != 0) {
+        take(t, i, SEG_OWNED, owner);
+        void *seg = heap_seg_addr(h, i);
+        if (!t->segs[i].punched)
+            memset(seg, 0, hdr_bytes);
+        t->segs[i].punched = 0;
+        struct layout_segment *hd = seg;
+        hd->kind = LAYOUT_SEG_BLANK;
+        hd->size_class = LAYOUT_CLASS_NONE;
+        out[n++] = i;
+        i++;
+    }
+    if (n == 0)
+        return -ENOSPC;
+    t->n_owned += n;
+    *held += n;
+    return (int)n;
+}
+
+int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
+                    uint32_t quota_segs, uint64_t bytes, uint32_t *first,
+                    uint32_t *run)
+{
+    struct segtab *t = &h->segs;
+    uint64_t need = (LAYOUT_LARGE_OBJECT + bytes + h->cfg->segment_size - 1)
+                    >> h->seg_shift;
+    uint32_t start = 0, len = 0;
+
+    if (need > t->count - t->first)
+        return -EFBIG;
+    if (need > quota_left(*held, quota_segs))
+        return -EDQUOT;
+    for (uint32_t i = t->first; i < t->count && len < need; i++) {
+        if (bit_test(t->free_bits, i)) {
+            if (len++ == 0)
+                start = i;
+        } else {
+            len = 0;
+        }
+    }
+    if (len < need)
+        return -ENOSPC;
+
+    bool all_punched = true;
+    for (uint32_t i = start; i < start + need; i++) {
+        all_punched &= t->segs[i].punched;
+        take(t, i, i == start ? SEG_LARGE : SEG_LARGE_TAIL, owner);
+        t->segs[i].run = i == start ? (uint32_t)need : start;
+    }
+    if (!all_punched)
+        punch(h, start, (uint32_t)need); /* the object must read as zero */
+    for (uint32_t i = start; i < start + need; i++)
+        t->segs[i].punched = 0;
+    struct layout_segment *hd = heap_seg_addr(h, start);
+    hd->kind = LAYOUT_SEG_LARGE;
+    hd->size_class = LAYOUT_CLASS_NONE;
+    hd->large_bytes = need << h->seg_shift;
+    t->n_large++;
+    *first = start;
+    *run = (uint32_t)need;
+    return 0;
+}
+
+int seg_grant_roots(struct heap *h, uint64_t owner, uint32_t *held,
+                    uint32_t quota_segs, uint32_t *out)
+{
+    struct segtab *t = &h->segs;
+    uint32_t i;
+
+    if (quota_left(*held, quota_segs) == 0)
+        return -EDQUOT;
+    if ((i = find_free(t, t->first)) == 0)
+        return -ENOSPC;
+    take(t, i, SEG_ROOTS, owner);
+    t->segs[i].punched = 0;
+    struct layout_segment *hd = heap_seg_addr(h, i);
+    hd->kind = LAYOUT_SEG_ROOTS;
+    hd->size_class = LAYOUT_CLASS_NONE;
+    t->n_roots++;
+    (*held)++;
+    *out = i;
+    return 0;
+}
+
+static void make_free(struct heap *h, uint32_t i)
+{
+    struct seg *s = &h->segs.segs[i];
+    s->owner = 0;
+    s->cls = SEG_CLASS_UNKNOWN;
+    s->run = 0;
+    s->free_since = h->stats.cycles_completed;
+    set_state(s, SEG_FREE);
+    bit_set(h->segs.free_bits, i);
+    h->segs.n_free++;
+}
+
+/* The class an owner wrote into a small segment's header, if valid. */
+static uint8_t header_class(const struct heap *h, uint32_t i)
+{
+    const struct layout_segment *hd = heap_seg_addr(h, i);
+    uint32_t c = __atomic_load_n(&hd->size_class, __ATOMIC_ACQUIRE);
+    if (c < LAYOUT_NCLASSES && h->segs.small_nblocks[c] != 0)
+        return (uint8_t)c;
+    if (c != LAYOUT_CLASS_NONE)
+        atomic_fetch_add_explicit(&((struct heap *)h)->stats.bad_refs, 1,
+                                  memory_order_relaxed);
+    return SEG_CLASS_UNKNOWN;
+}
+
+/* An owned small segment leaves its owner. */
+static void unown_small(struct heap *h, uint32_t i)
+{
+    struct seg *s = &h->segs.segs[i];
+    const struct layout_segment *hd = heap_seg_addr(h, i);
+    h->segs.n_owned--;
+    if (__atomic_load_n(&hd->size_class, __ATOMIC_ACQUIRE) ==
+        LAYOUT_CLASS_NONE) {
+        make_free(h, i); /* never used */
+        return;
+    }
+    /* A corrupt class leaves the segment FILLED but unknown: sweep skips
+     * it (it cannot be parsed), so it leaks rather than crashes. */
+    s->cls = header_class(h, i);
+    s->owner = 0;
+    set_state(s, SEG_FILLED);
+    h->segs.n_filled++;
+}
+
+int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i)
+{
+    struct segtab *t = &h->segs;
+    if (i < t->first || i >= t->count || t->segs[i].owner != owner)
+        return -EINVAL;
+    switch (t->segs[i].state) {
+    case SEG_OWNED:
+        unown_small(h, i);
+        break;
+    case SEG_ROOTS:
+        t->n_roots--;
+        make_free(h, i);
+        break;
+    default:
+        return -EINVAL;
+    }
+    (*held)--;
+    return 0;
+}
+
+void seg_orphan(struct heap *h, uint64_t owner)
+{
+    struct segtab *t = &h->segs;
+    for (uint32_t i = t->first; i < t->count; i++) {
+        struct seg *s = &t->segs[i];
+        if (s->owner != owner)
+            continue;
+        switch (s->state) {
+        case SEG_OWNED:
+            unown_small(h, i);
+            break;
+        case SEG_ROOTS:
+            t->n_roots--;
+            make_free(h, i);
+            break;
+        case SEG_LARGE:
+        case SEG_LARGE_TAIL:
+            s->owner = 0;
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+void seg_snapshot_classes(struct heap *h)
+{
+    struct segtab *t = &h->segs;
+    for (uint32_t i = t->first; i < t->count; i++)
+        if (t->segs[i].state == SEG_OWNED)
+            t->segs[i].cls = header_class(h, i);
+}
+
+void seg_release(struct heap *h, uint32_t i)
+{
+    struct segtab *t = &h->segs;
+    struct seg *s = &t->segs[i];
+    if (s->state == SEG_LARGE) {
+        uint32_t n = s->run;
+        t->n_large--;
+        punch(h, i, n); /* a large run's memory goes back at once */
+        for (uint32_t k = i; k < i + n; k++)
+            make_free(h, k);
+        return;
+    }
+    if (s->state == SEG_FILLED) {
+        t->n_filled--;
+        make_free(h, i);
+    }
+}
+
+uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now)
+{
+    struct segtab *t = &h->segs;
+    uint32_t n = 0;
+    for (uint32_t i = t->first; i < t->count; i++) {
+        struct seg *s = &t->segs[i];
+        if (s->state == SEG_FREE && !s->punched &&
+            cycles_now >= s->free_since + 2) {
+            uint32_t k = i;
+            while (k < t->count && t->segs[k].state == SEG_FREE &&
+                   !t->segs[k].punched && cycles_now >= t->segs[k].free_since + 2)
+                k++;
+            punch(h, i, k - i);
+            n += k - i;
+            i = k - 1;
+        }
+    }
+    return n;
+}
+
+bool seg_is_roots_of(const struct heap *h, uint32_t i, uint64_t owner)
+{
+    const struct segtab *t = &h->segs;
+    return i >= t->first && i < t->count && t->segs[i].state == SEG_ROOTS &&
+           t->segs[i].owner == owner;
+}

@@ -1,0 +1,90 @@
+/* The daemon's segment table: the authoritative state of every segment of a
+ * heap.  See Note [Segments] in proto/layout.h and Note [Segment supply] in
+ * segment.c.  Every function here is called with the heap's lock held,
+ * except the seg_state()/seg_class() readers the markers use. */
+#ifndef HEAPD_DAEMON_SEGMENT_H
+#define HEAPD_DAEMON_SEGMENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct heap;
+
+enum seg_state {
+    SEG_CONTROL = 0,    /* the control area */
+    SEG_FREE,           /* in the pool */
+    SEG_OWNED,          /* granted to a client that allocates in it */
+    SEG_FILLED,         /* returned (or orphaned) small segment */
+    SEG_LARGE,          /* first segment of a large object's run */
+    SEG_LARGE_TAIL,     /* other segments of that run */
+    SEG_ROOTS,          /* a root-stack chunk of a client's mutator */
+};
+
+#define SEG_CLASS_UNKNOWN 0xffu /* owned but not formatted (or corrupt) */
+
+struct seg {
+    uint8_t state;      /* enum seg_state; read atomically by markers */
+    uint8_t cls;        /* small: size class, or SEG_CLASS_UNKNOWN */
+    uint8_t punched;    /* memory given back; reads as zero */
+    uint8_t pad;
+    uint32_t run;       /* large: segments in the run; tail: head index */
+    uint64_t owner;     /* client id, 0 for none */
+    uint64_t free_since;/* cycles_completed when it became free */
+};
+
+struct segtab {
+    struct seg *segs;
+    uint32_t count;         /* segments in the heap, control included */
+    uint32_t first;         /* first non-control segment */
+    uint64_t *free_bits;    /* bit i set: segment i is SEG_FREE */
+    uint32_t n_free, n_owned, n_filled, n_large, n_roots;
+    uint32_t small_max;     /* largest small object size */
+    uint32_t small_nblocks[256];  /* per class; 0 = class not usable */
+    uint32_t small_first[256];
+};
+
+int seg_init(struct heap *h);
+void seg_destroy(struct heap *h);
+
+static inline uint8_t seg_state(const struct segtab *t, uint32_t i)
+{
+    return __atomic_load_n(&t->segs[i].state, __ATOMIC_ACQUIRE);
+}
+
+/* Grant up to COUNT blank small segments to OWNER, whose *HELD segments
+ * count toward QUOTA_SEGS.  Returns the number granted (>= 1), -EDQUOT when
+ * the client's quota is reached or -ENOSPC when the heap is full. */
+int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
+                    uint32_t quota_segs, uint32_t count, uint32_t *out);
+/* Grant a run of segments for one large object of BYTES (header
+ * included).  Returns 0 with *first and *run set, -EDQUOT, -ENOSPC, or
+ * -EFBIG when it can never fit. */
+int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
+                    uint32_t quota_segs, uint64_t bytes, uint32_t *first,
+                    uint32_t *run);
+/* Grant one root-stack chunk. */
+int seg_grant_roots(struct heap *h, uint64_t owner, uint32_t *held,
+                    uint32_t quota_segs, uint32_t *out);
+
+/* OWNER gives segment I back.  Returns 0 or -EINVAL when I is not a small
+ * segment or root chunk owned by OWNER (nothing changes). */
+int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i);
+
+/* OWNER is gone: its small segments become FILLED (or FREE if never
+ * formatted), its root chunks FREE, its large runs ownerless. */
+void seg_orphan(struct heap *h, uint64_t owner);
+
+/* With every mutator stopped: read the class of each owned segment from
+ * its header (validated), so marking and sweeping use the table only. */
+void seg_snapshot_classes(struct heap *h);
+
+/* Sweep side: give back a small segment that holds no live block, or a
+ * dead large run. */
+void seg_release(struct heap *h, uint32_t i);
+/* Punch the memory of segments free for at least two cycles. */
+uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now);
+
+/* Is I a root chunk owned by OWNER? */
+bool seg_is_roots_of(const struct heap *h, uint32_t i, uint64_t owner);
+
+#endif

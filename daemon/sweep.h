@@ -1,0 +1,26 @@
+/* Sweeping: freeing every allocated block whose mark is not the epoch.
+ * See Note [Sweeping] in sweep.c. */
+#ifndef HEAPD_DAEMON_SWEEP_H
+#define HEAPD_DAEMON_SWEEP_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+struct heap;
+
+#define SWEEP_POISON 0xdb  /* byte pattern of a freed block */
+
+struct sweep_job {
+    struct heap *h;
+    uint8_t epoch;
+    _Atomic uint32_t next;        /* next segment to claim */
+    _Atomic uint64_t live_bytes;  /* blocks that survived */
+    _Atomic uint64_t freed_blocks;
+    _Atomic uint64_t freed_segments;
+};
+
+void sweep_job_init(struct sweep_job *j, struct heap *h, uint8_t epoch);
+/* One worker's share (a workers_fn). */
+void sweep_worker(void *job, unsigned worker);
+
+#endif

@@ -1,0 +1,258 @@
+/* The heap verifier.
+ *
+ * Note [Heap verifier]
+ * ~~~~~~~~~~~~~~~~~~~~
+ * With `verify = true` in a heap's section, or HEAPD_VERIFY=1 in heapd's
+ * environment, the collector checks the heap after every cycle, still
+ * inside the pause, with one thread and its own visited set, independently
+ * of the marker's work:
+ *   1. every object reachable from every live mutator's root stack is a
+ *      valid reference (Note [Validating references]), has mark == epoch
+ *      (it survived the sweep), is not poisoned and has a header that fits
+ *      its block;
+ *   2. Note [Epoch-tagged marks] holds: every non-zero mark byte of every
+ *      small segment and large run equals the epoch;
+ *   3. every byte of every free block of a small segment is poison (freed
+ *      by a sweep) or zero (never written: a segment reformatted for
+ *      another class has blocks that straddle old poison and old zeroes).
+ *      A use after free that stores a pointer or data shows up here.
+ * Each failure is logged with the path from its root ("slot 2 root 5 ->
+ * 0x... -> 0x...") and counted in the stats as verify_failures; the tests
+ * run with the verifier on and require zero.
+ * The visited set is a hash table private to the daemon; the path is
+ * rebuilt from parent links kept in it.
+ */
+#include "verify.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "heap.h"
+#include "log.h"
+#include "mark.h"
+#include "sweep.h"
+
+#define MAX_LOGGED 20
+#define NO_ROOT UINT32_MAX /* a failure found by scanning segment `root` */
+
+struct visit {
+    uintptr_t obj;      /* 0: empty */
+    uintptr_t parent;   /* 0: a root */
+    uint32_t slot, root;
+};
+
+struct verifier {
+    struct heap *h;
+    uint8_t epoch;
+    struct visit *tab;
+    size_t cap, n;
+    uintptr_t *stack;
+    size_t sn, scap;
+    uint64_t failures;
+    bool oom;
+};
+
+static size_t hash(uintptr_t p, size_t cap)
+{
+    return (size_t)((p >> 3) * 0x9e3779b97f4a7c15ull) & (cap - 1);
+}
+
+static struct visit *find(struct verifier *v, uintptr_t obj)
+{
+    size_t i = hash(obj, v->cap);
+    while (v->tab[i].obj && v->tab[i].obj != obj)
+        i = (i + 1) & (v->cap - 1);
+    return &v->tab[i];
+}
+
+static bool grow(struct verifier *v)
+{
+    size_t cap = v->cap ? v->cap * 2 : 1 << 16;
+    struct visit *old = v->tab;
+    size_t oldcap = v->cap;
+    v->tab = calloc(cap, sizeof *v->tab);
+    if (!v->tab) {
+        v->tab = old;
+        return false;
+    }
+    v->cap = cap;
+    for (size_t i = 0; i < oldcap; i++)
+        if (old[i].obj)
+            *find(v, old[i].obj) = old[i];
+    free(old);
+    return true;
+}
+
+/* Log a failure at OBJ with its path from a root. */
+static void fail(struct verifier *v, uintptr_t obj, uintptr_t parent,
+                 uint32_t slot, uint32_t root, const char *what)
+{
+    char path[512];
+    size_t len = 0;
+    int hops = 0;
+
+    if (v->failures++ >= MAX_LOGGED)
+        return;
+    len += (size_t)snprintf(path, sizeof path, "0x%lx", (unsigned long)obj);
+    for (uintptr_t p = parent; p && hops < 8 && len < sizeof path - 40;
+         hops++) {
+        struct visit *e = find(v, p);
+        len += (size_t)snprintf(path + len, sizeof path - len, " <- 0x%lx",
+                                (unsigned long)p);
+        slot = e->slot;
+        root = e->root;
+        p = e->parent;
+    }
+    if (slot == NO_ROOT)
+        log_error("heap '%s': verify: %s: segment %u: %s", v->h->cfg->name,
+                  what, root, path);
+    else
+        log_error("heap '%s': verify: %s: mutator slot %u root %u: %s",
+                  v->h->cfg->name, what, slot, root, path);
+}
+
+static void visit(struct verifier *v, uintptr_t obj, uintptr_t parent,
+                  uint32_t slot, uint32_t root)
+{
+    struct mark_ref ref;
+    if (!mark_resolve(v->h, obj, &ref)) {
+        fail(v, obj, parent, slot, root,
+             "reachable reference is not an allocated object");
+        return;
+    }
+    if ((v->n + 1) * 2 > v->cap && !grow(v)) {
+        v->oom = true;
+        return;
+    }
+    struct visit *e = find(v, obj);
+    if (e->obj)
+        return;
+    *e = (struct visit){obj, parent, slot, root};
+    v->n++;
+    if (*ref.mark != v->epoch)
+        fail(v, obj, parent, slot, root, "reachable object is not marked");
+    uint64_t hdr = *(uint64_t *)(obj - LAYOUT_WORD);
+    if (hdr == 0xdbdbdbdbdbdbdbdbull)
+        fail(v, obj, parent, slot, root, "reachable object is poisoned");
+    else if (mark_checked_header(&ref) == 0)
+        fail(v, obj, parent, slot, root, "object header exceeds its block");
+    if (v->sn == v->scap) {
+        size_t cap = v->scap ? v->scap * 2 : 4096;
+        uintptr_t *s = realloc(v->stack, cap * sizeof *s);
+        if (!s) {
+            v->oom = true;
+            return;
+        }
+        v->stack = s;
+        v->scap = cap;
+    }
+    v->stack[v->sn++] = obj;
+}
+
+static void trace(struct verifier *v)
+{
+    while (v->sn > 0 && !v->oom) {
+        uintptr_t obj = v->stack[--v->sn];
+        struct mark_ref ref;
+        if (!mark_resolve(v->h, obj, &ref))
+            continue;
+        uint64_t hdr = mark_checked_header(&ref);
+        if (hdr == 0)
+            continue;
+        struct visit *self = find(v, obj);
+        uint32_t slot = self->slot, root = self->root;
+        void **f = (void **)obj;
+        for (size_t k = 0; k < layout_header_nrefs(hdr); k++)
+            if (f[k])
+                visit(v, (uintptr_t)f[k], obj, slot, root);
+    }
+}
+
+static void check_roots(struct verifier *v)
+{
+    struct heap *h = v->h;
+    uint64_t per_chunk = layout_root_chunk_slots(h->cfg->segment_size);
+    for (uint32_t i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+        struct layout_mutator *m = &h->control->mutators[i];
+        if (LAYOUT_STATUS_STATE(m->status) == LAYOUT_MUT_FREE)
+            continue;
+        uint64_t depth = m->root_depth, r = 0;
+        for (unsigned k = 0; r < depth && k < LAYOUT_ROOT_CHUNKS; k++) {
+            if (!seg_is_roots_of(h, m->root_chunks[k], m->client_id))
+                break; /* counted by the marker as a bad reference */
+            void **slots = layout_root_chunk(heap_seg_addr(h, m->root_chunks[k]));
+            for (uint64_t e = 0; e < per_chunk && r < depth; e++, r++) {
+                if (slots[e])
+                    visit(v, (uintptr_t)slots[e], 0, i, (uint32_t)r);
+                trace(v);
+            }
+        }
+    }
+}
+
+static bool poison_or_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != 0 && p[i] != SWEEP_POISON)
+            return false;
+    return true;
+}
+
+static void check_segments(struct verifier *v)
+{
+    struct heap *h = v->h;
+    const struct segtab *t = &h->segs;
+    for (uint32_t i = t->first; i < t->count; i++) {
+        uint8_t st = t->segs[i].state;
+        uint8_t *seg = heap_seg_addr(h, i);
+        uint8_t *marks = layout_seg_marks(seg);
+        if (st == SEG_LARGE) {
+            if (marks[0] != 0 && marks[0] != v->epoch)
+                fail(v, (uintptr_t)(seg + LAYOUT_LARGE_OBJECT + 8), 0,
+                     NO_ROOT, i,
+                     "large object survived a sweep with a stale mark");
+            continue;
+        }
+        if (st != SEG_OWNED && st != SEG_FILLED)
+            continue;
+        uint8_t cls = t->segs[i].cls;
+        if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
+            continue;
+        uint32_t bs = layout_class_size[cls];
+        uint8_t *blocks = seg + t->small_first[cls];
+        for (uint32_t b = 0; b < t->small_nblocks[cls]; b++) {
+            uintptr_t obj = (uintptr_t)(blocks + (size_t)b * bs + 8);
+            if (marks[b] != 0 && marks[b] != v->epoch)
+                fail(v, obj, 0, NO_ROOT, i, "block survived a sweep with a "
+                                            "stale mark");
+            else if (marks[b] == 0 && h->poison &&
+                     !poison_or_zero(blocks + (size_t)b * bs, bs))
+                fail(v, obj, 0, NO_ROOT, i, "free block was written after it "
+                                            "was freed");
+        }
+    }
+}
+
+uint64_t verify_heap(struct heap *h, uint8_t epoch)
+{
+    struct verifier v = {.h = h, .epoch = epoch};
+    if (!grow(&v)) {
+        log_error("heap '%s': verify: out of memory", h->cfg->name);
+        return 0;
+    }
+    check_roots(&v);
+    check_segments(&v);
+    if (v.oom)
+        log_error("heap '%s': verify: out of memory; the check is partial",
+                  h->cfg->name);
+    if (v.failures > MAX_LOGGED)
+        log_error("heap '%s': verify: %llu more failures not logged",
+                  h->cfg->name, (unsigned long long)(v.failures - MAX_LOGGED));
+    log_debug("heap '%s': verify: %zu reachable objects checked, %llu "
+              "failures", h->cfg->name, v.n,
+              (unsigned long long)v.failures);
+    free(v.tab);
+    free(v.stack);
+    return v.failures;
+}

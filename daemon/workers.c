@@ -1,0 +1,105 @@
+/* The collector's worker pool.  See workers.h. */
+#include "workers.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+
+struct worker_arg {
+    struct workers *w;
+    unsigned id;
+};
+
+static void *worker_main(void *p)
+{
+    struct worker_arg a = *(struct worker_arg *)p;
+    struct workers *w = a.w;
+    uint64_t seen = 0;
+
+    free(p);
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->quit && w->job == seen)
+            pthread_cond_wait(&w->start_cv, &w->mu);
+        if (w->quit)
+            break;
+        seen = w->job;
+        workers_fn fn = w->fn;
+        void *arg = w->arg;
+        pthread_mutex_unlock(&w->mu);
+        fn(arg, a.id);
+        pthread_mutex_lock(&w->mu);
+        if (--w->running == 0)
+            pthread_cond_signal(&w->done_cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+int workers_init(struct workers *w, unsigned n)
+{
+    sigset_t all, old;
+    int rc = 0;
+
+    w->n = 0;
+    w->job = 0;
+    w->running = 0;
+    w->quit = false;
+    pthread_mutex_init(&w->job_lock, NULL);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->start_cv, NULL);
+    pthread_cond_init(&w->done_cv, NULL);
+    w->threads = calloc(n, sizeof *w->threads);
+    if (!w->threads)
+        return -ENOMEM;
+    /* workers take no signals: libuv's loop thread handles them */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    for (unsigned i = 0; i < n; i++) {
+        struct worker_arg *a = malloc(sizeof *a);
+        if (!a) {
+            rc = -ENOMEM;
+            break;
+        }
+        a->w = w;
+        a->id = i;
+        if ((rc = pthread_create(&w->threads[i], NULL, worker_main, a)) != 0) {
+            free(a);
+            rc = -rc;
+            break;
+        }
+        w->n++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc < 0)
+        workers_destroy(w);
+    return rc;
+}
+
+void workers_run(struct workers *w, workers_fn fn, void *arg)
+{
+    pthread_mutex_lock(&w->job_lock);
+    pthread_mutex_lock(&w->mu);
+    w->fn = fn;
+    w->arg = arg;
+    w->running = w->n;
+    w->job++;
+    pthread_cond_broadcast(&w->start_cv);
+    while (w->running > 0)
+        pthread_cond_wait(&w->done_cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->job_lock);
+}
+
+void workers_destroy(struct workers *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->quit = true;
+    pthread_cond_broadcast(&w->start_cv);
+    pthread_mutex_unlock(&w->mu);
+    for (unsigned i = 0; i < w->n; i++)
+        pthread_join(w->threads[i], NULL);
+    free(w->threads);
+    w->threads = NULL;
+    w->n = 0;
+}

@@ -1,0 +1,30 @@
+/* The collector's worker threads: gc_threads of them, shared by all heaps,
+ * running one parallel job (a mark or a sweep) at a time. */
+#ifndef HEAPD_DAEMON_WORKERS_H
+#define HEAPD_DAEMON_WORKERS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef void (*workers_fn)(void *arg, unsigned worker);
+
+struct workers {
+    unsigned n;
+    pthread_t *threads;
+    pthread_mutex_t job_lock;   /* one job at a time */
+    pthread_mutex_t mu;
+    pthread_cond_t start_cv, done_cv;
+    uint64_t job;               /* generation of the current job */
+    unsigned running;           /* workers still in the current job */
+    workers_fn fn;
+    void *arg;
+    bool quit;
+};
+
+int workers_init(struct workers *w, unsigned n);
+/* Run FN(ARG, k) on every worker k in 0..n-1 and wait for all of them. */
+void workers_run(struct workers *w, workers_fn fn, void *arg);
+void workers_destroy(struct workers *w);
+
+#endif
