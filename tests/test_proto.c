@@ -215,11 +215,11 @@ START_TEST(frame_empty_envelope)
 }
 END_TEST
 
-/* An arm from a newer protocol (unknown field 20) is not understood. */
+/* An arm from a newer protocol (reserved field 39) is not understood. */
 START_TEST(frame_unknown_arm)
 {
-    uint8_t f[4 + 2] = {0, 0, 0, 2, 0xa2, 0x01}; /* field 20, len-delim.. */
-    uint8_t g[4 + 3] = {0, 0, 0, 3, 0xa2, 0x01, 0x00}; /* ..empty */
+    uint8_t f[4 + 2] = {0, 0, 0, 2, 0xba, 0x02}; /* field 39, len-delim.. */
+    uint8_t g[4 + 3] = {0, 0, 0, 3, 0xba, 0x02, 0x00}; /* ..empty */
     frame_reader r;
     struct collected c = {0};
     frame_reader_init(&r, 0);
