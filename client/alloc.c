@@ -104,6 +104,19 @@ static void refill_async_locked(heapd_client *c)
         c->reserve.refilling = true;
 }
 
+int alloc_drain_reserve(heapd_client *c)
+{
+    uint32_t segs[RESERVE_MAX];
+    size_t n;
+    pthread_mutex_lock(&c->reserve.mu);
+    n = c->reserve.n;
+    memcpy(segs, c->reserve.segs, n * sizeof segs[0]);
+    c->reserve.n = 0;
+    pthread_mutex_unlock(&c->reserve.mu);
+    return_segments(c, segs, n);
+    return (int)n;
+}
+
 /* A blank segment for M: from the reserve, or from the daemon. */
 static int take_blank(heapd_mutator *m, uint32_t *out)
 {

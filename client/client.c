@@ -1,6 +1,7 @@
 /* libheapd: connecting, the handshake, mapping the heap, errors, stats.
  * See Note [Handshake] in daemon/session.c for the daemon's side. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,11 +228,99 @@ static int send_hello(int sock, const heapd_connect_opts *o, bool control)
     return 0;
 }
 
+/* Note [One mapping per process]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A heap can be mapped only once per process: at its fixed base.  So
+ * several clients of the same heap in one process (two libraries, or a
+ * child of fork() that inherited its parent's mapping and connects anew)
+ * share one mapping, counted in this registry and keyed by the base and the
+ * memfd's identity (st_dev, st_ino).  A different file at the same base is
+ * a taken range (HEAPD_EADDRTAKEN).  The registry's lock is held across
+ * fork() so that a child never inherits it locked.
+ */
+struct mapping {
+    struct mapping *next;
+    uintptr_t base;
+    size_t size;
+    dev_t dev;
+    ino_t ino;
+    unsigned refs;
+};
+
+static pthread_mutex_t maps_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct mapping *maps;
+static pthread_once_t maps_once = PTHREAD_ONCE_INIT;
+
+static void maps_lock(void) { pthread_mutex_lock(&maps_mu); }
+static void maps_unlock(void) { pthread_mutex_unlock(&maps_mu); }
+static void maps_init(void) { pthread_atfork(maps_lock, maps_unlock, maps_unlock); }
+
+/* Map FD at BASE, or share this process's existing mapping of it. */
+static int map_shared(int fd, uintptr_t base, size_t size, void **out)
+{
+    struct stat st;
+    struct mapping *m;
+    void *p;
+    int rc = 0;
+
+    pthread_once(&maps_once, maps_init);
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    maps_lock();
+    for (m = maps; m; m = m->next) {
+        if (m->base != base)
+            continue;
+        if (m->dev == st.st_dev && m->ino == st.st_ino && m->size == size) {
+            m->refs++;
+            *out = (void *)base;
+        } else {
+            rc = -EEXIST;
+        }
+        goto out;
+    }
+    if (!(m = calloc(1, sizeof *m))) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    p = mmap((void *)base, size, PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_FIXED_NOREPLACE | MAP_NORESERVE, fd, 0);
+    if (p == MAP_FAILED || p != (void *)base) {
+        rc = p == MAP_FAILED ? -errno : -EEXIST;
+        if (p != MAP_FAILED) /* an old kernel ignored NOREPLACE */
+            munmap(p, size);
+        free(m);
+        goto out;
+    }
+    *m = (struct mapping){maps, base, size, st.st_dev, st.st_ino, 1};
+    maps = m;
+    *out = p;
+out:
+    maps_unlock();
+    return rc;
+}
+
+static void unmap_shared(void *base)
+{
+    maps_lock();
+    for (struct mapping **pp = &maps; *pp; pp = &(*pp)->next) {
+        struct mapping *m = *pp;
+        if (m->base == (uintptr_t)base) {
+            if (--m->refs == 0) {
+                munmap(base, m->size);
+                *pp = m->next;
+                free(m);
+            }
+            break;
+        }
+    }
+    maps_unlock();
+}
+
 /* Map the heap the Welcome describes.  See Note [Heap mapping]. */
 static int map_heap(heapd_client *c, const Heapd__Welcome *w, int fd)
 {
     struct stat st;
-    void *p;
+    void *p = NULL;
     int rc;
 
     if (w->max_size == 0 || w->segment_size == 0 ||
@@ -240,24 +329,19 @@ static int map_heap(heapd_client *c, const Heapd__Welcome *w, int fd)
         return client_set_error(HEAPD_EPROTO,
                                 "heap '%s': the daemon's geometry does not "
                                 "match its memfd; restart heapd", w->heap);
-    p = mmap((void *)(uintptr_t)w->heap_base, w->max_size, PROT_READ | PROT_WRITE,
-             MAP_SHARED | MAP_FIXED_NOREPLACE | MAP_NORESERVE, fd, 0);
-    if (p == MAP_FAILED || p != (void *)(uintptr_t)w->heap_base) {
-        rc = p == MAP_FAILED ? errno : EEXIST;
-        if (p != MAP_FAILED)
-            munmap(p, w->max_size);
+    rc = map_shared(fd, w->heap_base, w->max_size, &p);
+    if (rc < 0)
         return client_set_error(
-            rc == EEXIST ? HEAPD_EADDRTAKEN : -rc,
+            rc == -EEXIST ? HEAPD_EADDRTAKEN : rc,
             "heap '%s' must be mapped at [0x%llx, 0x%llx) but %s in this "
             "process; choose another 'base' in [heap %s] of heapd.conf and "
             "restart heapd", w->heap, (unsigned long long)w->heap_base,
             (unsigned long long)(w->heap_base + w->max_size),
-            rc == EEXIST ? "that range is already in use" : strerror(rc),
+            rc == -EEXIST ? "that range is already in use" : strerror(-rc),
             w->heap);
-    }
     rc = layout_check_control(p, w->heap_base, w->max_size, w->segment_size);
     if (rc < 0) {
-        munmap(p, w->max_size);
+        unmap_shared(p);
         return client_set_error(
             rc == -EPROTONOSUPPORT ? HEAPD_EVERSION : HEAPD_EPROTO,
             "heap '%s': %s; use a libheapd built with the daemon's proto/",
@@ -370,7 +454,7 @@ fail:
     if (sock >= 0)
         close(sock);
     if (c->base)
-        munmap(c->base, c->size);
+        unmap_shared(c->base);
     if (c->heap_fd >= 0)
         close(c->heap_fd);
     free(c);
@@ -384,7 +468,7 @@ void heapd_disconnect(heapd_client *c)
     agent_stop(&c->agent);
     mutator_free_all(c); /* the daemon frees their slots */
     if (c->base)
-        munmap(c->base, c->size);
+        unmap_shared(c->base);
     if (c->heap_fd >= 0)
         close(c->heap_fd);
     free(c);

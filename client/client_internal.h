@@ -127,6 +127,8 @@ int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
 
 /* alloc.c */
 void alloc_client_init(heapd_client *c);
+/* Give the reserve back to the daemon; returns how many segments. */
+int alloc_drain_reserve(heapd_client *c);
 /* Give back the mutator's current segments (detach). */
 void alloc_release_all(heapd_mutator *m);
 

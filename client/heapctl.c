@@ -14,10 +14,13 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: heapctl [--socket PATH] stats [--json]\n"
-               "  stats     daemon version, uptime, clients, and per heap the\n"
-               "            reserved and committed bytes\n"
+    fprintf(f, "usage: heapctl [--socket PATH] [--heap NAME] stats [--json]\n"
+               "       heapctl [--socket PATH] [--heap NAME] gc\n"
+               "  stats     daemon version, uptime, clients, and per heap its\n"
+               "            memory, segments, cycles and pauses\n"
+               "  gc        run a collection of the heap and wait for it\n"
                "  --json    print one JSON object instead of text\n"
+               "  --heap    the heap for gc (default: \"default\")\n"
                "The socket is --socket, else $HEAPD_SOCKET, else the "
                "default.\n");
 }
@@ -52,9 +55,20 @@ static void print_stats_json(const heapd_stats_t *s)
         print_json_string(h->name);
         printf(",\"base\":\"0x%" PRIx64 "\",\"reserved_bytes\":%" PRIu64
                ",\"committed_bytes\":%" PRIu64 ",\"segment_size\":%" PRIu64
-               ",\"clients\":%" PRIu32 "}",
+               ",\"clients\":%" PRIu32 ",\"mutators\":%" PRIu32
+               ",\"cycles_completed\":%" PRIu64
+               ",\"bytes_allocated\":%" PRIu64 ",\"live_bytes\":%" PRIu64
+               ",\"segments_free\":%" PRIu64 ",\"segments_owned\":%" PRIu64
+               ",\"segments_filled\":%" PRIu64
+               ",\"segments_large\":%" PRIu64 ",\"pause_max_ns\":%" PRIu64
+               ",\"pause_total_ns\":%" PRIu64 ",\"ttsp_max_ns\":%" PRIu64
+               ",\"verify_failures\":%" PRIu64 ",\"bad_refs\":%" PRIu64 "}",
                h->base, h->reserved_bytes, h->committed_bytes,
-               h->segment_size, h->clients);
+               h->segment_size, h->clients, h->mutators, h->cycles_completed,
+               h->bytes_allocated, h->live_bytes, h->segments_free,
+               h->segments_owned, h->segments_filled, h->segments_large,
+               h->pause_max_ns, h->pause_total_ns, h->ttsp_max_ns,
+               h->verify_failures, h->bad_refs);
     }
     printf("]}\n");
 }
@@ -77,6 +91,22 @@ static void print_stats_text(const heapd_stats_t *s)
                h->name, h->base, h->reserved_bytes, h->committed_bytes,
                h->segment_size, h->clients);
     }
+    for (size_t i = 0; i < s->heap_count; i++) {
+        const heapd_heap_stats *h = &s->heaps[i];
+        printf("\nheap %s:\n", h->name);
+        printf("  mutators          %" PRIu32 "\n", h->mutators);
+        printf("  cycles_completed  %" PRIu64 "\n", h->cycles_completed);
+        printf("  bytes_allocated   %" PRIu64 "\n", h->bytes_allocated);
+        printf("  live_bytes        %" PRIu64 "\n", h->live_bytes);
+        printf("  segments          %" PRIu64 " free, %" PRIu64 " owned, %"
+               PRIu64 " filled, %" PRIu64 " large\n", h->segments_free,
+               h->segments_owned, h->segments_filled, h->segments_large);
+        printf("  pause_max_ns      %" PRIu64 "\n", h->pause_max_ns);
+        printf("  pause_total_ns    %" PRIu64 "\n", h->pause_total_ns);
+        printf("  ttsp_max_ns       %" PRIu64 "\n", h->ttsp_max_ns);
+        printf("  verify_failures   %" PRIu64 "\n", h->verify_failures);
+        printf("  bad_refs          %" PRIu64 "\n", h->bad_refs);
+    }
 }
 
 int main(int argc, char **argv)
@@ -84,6 +114,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"socket", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},
+        {"heap", required_argument, NULL, 'H'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -94,9 +125,10 @@ int main(int argc, char **argv)
     bool json = false;
     int opt, rc;
 
-    while ((opt = getopt_long(argc, argv, "s:jh", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "s:jH:h", opts, NULL)) != -1) {
         switch (opt) {
         case 's': co.socket_path = optarg; break;
+        case 'H': co.heap = optarg; break;
         case 'j': json = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -107,7 +139,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[optind++];
-    if (strcmp(cmd, "stats") != 0) {
+    if (strcmp(cmd, "stats") != 0 && strcmp(cmd, "gc") != 0) {
         fprintf(stderr, "heapctl: unknown command '%s'\n", cmd);
         usage(stderr);
         return 2;
@@ -119,6 +151,20 @@ int main(int argc, char **argv)
     if ((rc = heapd_connect(&c, &co)) < 0) {
         fprintf(stderr, "heapctl: %s\n", heapd_last_error());
         return 1;
+    }
+    if (strcmp(cmd, "gc") == 0) {
+        rc = heapd_request_collect(c, HEAPD_COLLECT_WAIT);
+        if (rc == 0)
+            rc = heapd_stats(c, &st);
+        if (rc < 0)
+            fprintf(stderr, "heapctl: gc: %s\n", heapd_last_error());
+        else
+            printf("heap %s: cycle %" PRIu64 " completed, %" PRIu64
+                   " live bytes, pause %" PRIu64 " us (max)\n",
+                   st.heaps[0].name, st.cycles_completed, st.live_bytes,
+                   st.pause_max_ns / 1000);
+        heapd_disconnect(c);
+        return rc < 0 ? 1 : 0;
     }
     rc = heapd_stats(c, &st);
     if (rc < 0)

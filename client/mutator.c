@@ -69,7 +69,13 @@ int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
     sr.bytes = bytes;
     req.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
     req.segment_request = &sr;
-    if ((rc = mutator_call(m, &req, &rep)) < 0)
+    rc = mutator_call(m, &req, &rep);
+    /* Refused for the quota while the reserve holds blank segments: give
+     * them back (the daemon reads the return first) and ask once more. */
+    if (rc == -ENOMEM && kind != HEAPD__SEGMENT_KIND__SEGMENT_SMALL &&
+        alloc_drain_reserve(m->c) > 0)
+        rc = mutator_call(m, &req, &rep);
+    if (rc < 0)
         return rc;
     const Heapd__SegmentGrant *g = rep->segment_grant;
     uint32_t limit = m->c->size >> m->c->seg_shift;

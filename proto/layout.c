@@ -23,7 +23,7 @@ uint32_t layout_small_max(uint64_t segment_size)
     for (unsigned c = 0; c < LAYOUT_NCLASSES; c++) {
         uint32_t n, first;
         layout_small_geometry(segment_size, c, &n, &first);
-        if (n >= 8)
+        if (n >= 4)
             best = layout_class_size[c];
     }
     return best;

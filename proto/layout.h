@@ -142,7 +142,8 @@ static inline unsigned layout_size_class(uint32_t size)
 }
 
 /* Largest object size that goes to a small segment of this size: at least
- * 8 blocks per segment. */
+ * 4 blocks per segment (16 KiB with the default 128 KiB segments).  Larger
+ * objects get a run of whole segments of their own. */
 uint32_t layout_small_max(uint64_t segment_size);
 
 /* ---- segments (Note [Segments]) ---- */

@@ -715,7 +715,7 @@ START_TEST(heapctl_stats)
                       strstr(out, "\"heaps\":[{\"name\":\"default\","
                                   "\"base\":\"0x7e8000000000\","
                                   "\"reserved_bytes\":1073741824,") &&
-                      strstr(out, "\"clients\":1}]}"),
+                      strstr(out, "\"clients\":1,\"mutators\":0,"),
                   "output: %s", out);
     heapd_disconnect(c);
     /* errors: a bad command, and no daemon */

@@ -1,0 +1,857 @@
+/* The shared heap against a real heapd with the verifier on: objects, size
+ * classes, large objects, roots, garbage being reclaimed, several processes
+ * mutating linked structures through many cycles, quota and max_size
+ * exhaustion, blocking regions, dying clients, and bad requests.
+ * Processes coordinate through pipes (Note [Test handshakes]). */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "harness.h"
+#include "heapd.h"
+#include "layout.h"
+#include "wire.h"
+#include "check_main.h"
+
+static struct daemon_proc D;
+
+static void start_with(const char *extra)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf, "verify = true\n%s", extra ? extra : "");
+    harness_start(&D, harness_default_config("@SOCK@", buf));
+}
+
+static void stop_clean(void)
+{
+    int st = harness_stop(&D);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "heapd did not exit 0 after SIGTERM (status 0x%x)", st);
+}
+
+static void attach(heapd_client **c, heapd_mutator **m)
+{
+    heapd_connect_opts o = {.socket_path = D.sock};
+    int rc = heapd_connect(c, &o);
+    ck_assert_msg(rc == 0, "connect: %s", heapd_last_error());
+    rc = heapd_attach(*c, m);
+    ck_assert_msg(rc == 0, "attach: %s", heapd_last_error());
+}
+
+static heapd_stats_t stats_of(heapd_client *c)
+{
+    heapd_stats_t st;
+    int rc = heapd_stats(c, &st);
+    ck_assert_msg(rc == 0, "stats: %s", heapd_last_error());
+    return st;
+}
+
+/* Stats from a fresh control connection. */
+static heapd_stats_t daemon_stats(void)
+{
+    heapd_connect_opts o = {.socket_path = D.sock,
+                            .flags = HEAPD_CONNECT_CONTROL};
+    heapd_client *c;
+    ck_assert_int_eq(heapd_connect(&c, &o), 0);
+    heapd_stats_t st = stats_of(c);
+    heapd_disconnect(c);
+    return st;
+}
+
+static void collect(heapd_mutator *m)
+{
+    int rc = heapd_collect(m, HEAPD_COLLECT_WAIT);
+    ck_assert_msg(rc == 0, "collect: %s", heapd_last_error());
+}
+
+static void expect_healthy(void)
+{
+    heapd_stats_t st = daemon_stats();
+    ck_assert_msg(st.verify_failures == 0, "the verifier found %llu failures "
+                  "(see heapd's log)", (unsigned long long)st.verify_failures);
+    ck_assert_msg(st.bad_refs == 0, "%llu bad references",
+                  (unsigned long long)st.bad_refs);
+}
+
+static void wait_child_ok(pid_t pid, const char *who)
+{
+    int st = harness_wait_pid(pid, HARNESS_WAIT_MS * 4);
+    ck_assert_msg(st != -1, "%s did not finish in time", who);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "%s failed (status 0x%x)", who, st);
+}
+
+/* ---- objects and roots ---- */
+
+START_TEST(objects_and_accessors)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start_with(NULL);
+    attach(&c, &m);
+
+    void **o = heapd_alloc(m, 3, 20);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_uint_eq(heapd_nrefs(o), 3);
+    ck_assert_uint_eq(heapd_nbytes(o), 20);
+    ck_assert_ptr_eq(heapd_bytes(o), (char *)o + 24);
+    ck_assert_uint_eq((uintptr_t)o % 8, 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert_ptr_null(o[i]);
+    for (int i = 0; i < 20; i++)
+        ck_assert_int_eq(((char *)heapd_bytes(o))[i], 0);
+    ck_assert(o >= (void **)heapd_heap_base(c) &&
+              (char *)o < (char *)heapd_heap_base(c) + heapd_heap_size(c));
+
+    void *empty = heapd_alloc(m, 0, 0);
+    ck_assert_ptr_nonnull(empty);
+    ck_assert_uint_eq(heapd_nrefs(empty), 0);
+    ck_assert_uint_eq(heapd_nbytes(empty), 0);
+
+    heapd_write(m, o, &o[1], empty);
+    ck_assert_ptr_eq(o[1], empty);
+    ck_assert(heapd_cas(m, o, &o[2], NULL, o));
+    ck_assert(!heapd_cas(m, o, &o[2], NULL, empty));
+    ck_assert_ptr_eq(o[2], o);
+
+    size_t r = heapd_root_push(m, o);
+    ck_assert_uint_eq(r, 0);
+    ck_assert_uint_eq(heapd_root_depth(m), 1);
+    ck_assert_ptr_eq(heapd_root_get(m, 0), o);
+    ck_assert_ptr_null(heapd_root_get(m, 1)); /* past the top */
+    heapd_root_set(m, 0, empty);
+    ck_assert_ptr_eq(heapd_root_get(m, 0), empty);
+    heapd_root_set(m, 0, o);
+    heapd_root_pop(m, 5); /* more than there are: empties the stack */
+    ck_assert_uint_eq(heapd_root_depth(m), 0);
+
+    errno = 0;
+    ck_assert_ptr_null(heapd_alloc(m, HEAPD_MAX_NREFS + 1, 0));
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_ptr_null(heapd_alloc(m, 0, HEAPD_MAX_NBYTES + 1));
+    ck_assert_int_eq(errno, EINVAL);
+
+    heapd_stats_t st = stats_of(c);
+    ck_assert_uint_eq(st.mutators, 1);
+    ck_assert_uint_ge(st.bytes_allocated, 48);
+    heapd_detach(m);
+    st = stats_of(c);
+    ck_assert_uint_eq(st.mutators, 0);
+    heapd_disconnect(c);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+/* A root stack deeper than one chunk, and its contents across cycles. */
+START_TEST(deep_root_stack)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start_with(NULL);
+    attach(&c, &m);
+    const size_t n = 20000; /* 128K segments: 8192 slots per chunk */
+    for (size_t i = 0; i < n; i++) {
+        long *o = heapd_alloc(m, 0, sizeof(long));
+        ck_assert_ptr_nonnull(o);
+        *o = (long)i;
+        ck_assert_uint_eq(heapd_root_push(m, o), i);
+    }
+    collect(m);
+    collect(m);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_int_eq(*(long *)heapd_root_get(m, i), (long)i);
+    heapd_root_pop(m, n / 2);
+    collect(m);
+    for (size_t i = 0; i < n / 2; i++)
+        ck_assert_int_eq(*(long *)heapd_root_get(m, i), (long)i);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+/* Every size class and several large sizes: right sizes, zeroed, distinct,
+ * contents intact across cycles, and large runs freed once dropped. */
+START_TEST(every_size_class)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start_with(NULL);
+    attach(&c, &m);
+
+    static const size_t large[] = {16384 + 8, 100000, 1 << 20, 5 << 20};
+    const size_t nsmall = LAYOUT_NCLASSES * 3;
+    const size_t total = nsmall + sizeof large / sizeof large[0];
+    size_t base = heapd_root_depth(m);
+    size_t k = 0;
+    for (unsigned cl = 0; cl < LAYOUT_NCLASSES; cl++) {
+        for (int j = 0; j < 3; j++, k++) {
+            /* the class size itself, and sizes just past the previous */
+            size_t sz = layout_class_size[cl] - (size_t)j * 8;
+            if (sz < 16)
+                sz = 16;
+            size_t nbytes = sz - 16;
+            void **o = heapd_alloc(m, 1, nbytes);
+            ck_assert_msg(o != NULL, "class %u size %zu", cl, sz);
+            ck_assert_uint_eq(heapd_nbytes(o), nbytes);
+            unsigned char *b = heapd_bytes(o);
+            for (size_t i = 0; i < nbytes; i++)
+                ck_assert_int_eq(b[i], 0);
+            memset(b, (int)(k & 0xff), nbytes);
+            heapd_root_push(m, o);
+        }
+    }
+    for (size_t i = 0; i < sizeof large / sizeof large[0]; i++, k++) {
+        void **o = heapd_alloc(m, 2, large[i]);
+        ck_assert_msg(o != NULL, "large %zu: %s", large[i], strerror(errno));
+        ck_assert_uint_eq(heapd_nbytes(o), large[i]);
+        ck_assert_ptr_null(o[0]);
+        unsigned char *b = heapd_bytes(o);
+        for (size_t j = 0; j < large[i]; j += 4093)
+            ck_assert_int_eq(b[j], 0);
+        memset(b, (int)(k & 0xff), large[i]);
+        heapd_root_push(m, o);
+    }
+    ck_assert_uint_eq(k, total);
+    /* no two objects overlap: every object's bytes still hold its pattern
+     * after all were written, and after cycles */
+    for (int round = 0; round < 3; round++) {
+        for (size_t i = 0; i < total; i++) {
+            void *o = heapd_root_get(m, base + i);
+            unsigned char *b = heapd_bytes(o);
+            size_t nb = heapd_nbytes(o);
+            for (size_t j = 0; j < nb; j += (nb > 4096 ? 4093 : 1))
+                ck_assert_msg(b[j] == (unsigned char)(i & 0xff),
+                              "object %zu byte %zu overwritten", i, j);
+        }
+        collect(m);
+    }
+    heapd_stats_t st = stats_of(c);
+    ck_assert_uint_eq(layout_small_max(128 * 1024), 16384);
+    ck_assert_uint_eq(st.segments_large, 4); /* only the 4 large ones */
+    heapd_root_pop(m, total);
+    collect(m);
+    st = stats_of(c);
+    ck_assert_uint_eq(st.segments_large, 0);
+    ck_assert_uint_lt(st.live_bytes, 4096);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+/* Allocating far more than the heap holds works when little stays live. */
+START_TEST(garbage_is_reclaimed)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_start(&D, "[daemon]\nsocket = @SOCK@\nlog_level = info\n"
+                      "[heap default]\nbase = 0x7e8000000000\n"
+                      "max_size = 32M\nverify = true\n");
+    attach(&c, &m);
+    size_t keep = heapd_root_push(m, NULL);
+    const long n = 400000; /* 400k * (1 KiB + header): ~13x the heap */
+    for (long i = 0; i < n; i++) {
+        void **o = heapd_alloc(m, 1, 1024);
+        ck_assert_msg(o != NULL, "alloc %ld: %s (%s)", i, strerror(errno),
+                      heapd_last_error());
+        *(long *)heapd_bytes(o) = i;
+        if (i % 10000 == 0) { /* a short list of survivors */
+            heapd_write(m, o, &o[0], heapd_root_get(m, keep));
+            heapd_root_set(m, keep, o);
+        }
+    }
+    long expect = (n - 1) / 10000 * 10000, count = 0;
+    for (void **o = heapd_root_get(m, keep); o; o = o[0], count++) {
+        ck_assert_int_eq(*(long *)heapd_bytes(o), expect);
+        expect -= 10000;
+    }
+    ck_assert_int_eq(count, n / 10000);
+    heapd_stats_t st = stats_of(c);
+    ck_assert_uint_ge(st.cycles_completed, 10);
+    ck_assert_uint_ge(st.bytes_allocated, (uint64_t)n * 1032);
+    ck_assert_uint_le(st.heap_committed_bytes, 32u << 20);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+/* ---- several processes ---- */
+
+/* A node: 2 refs (left, right), raw bytes: value and a check of it. */
+static void *node(heapd_mutator *m, long v)
+{
+    void **o = heapd_alloc(m, 2, 2 * sizeof(long));
+    if (!o)
+        return NULL;
+    long *b = heapd_bytes(o);
+    b[0] = v;
+    b[1] = ~v;
+    return o;
+}
+
+/* Build a tree of DEPTH under root slot R (rooted at every step). */
+static void build_tree(heapd_mutator *m, size_t r, int depth, long v)
+{
+    void *t = node(m, v);
+    ck_assert_ptr_nonnull(t);
+    heapd_root_set(m, r, t);
+    if (depth == 0)
+        return;
+    size_t s = heapd_root_push(m, NULL);
+    for (int side = 0; side < 2; side++) {
+        build_tree(m, s, depth - 1, v * 2 + 1 + side);
+        void **parent = heapd_root_get(m, r);
+        heapd_write(m, parent, &parent[side], heapd_root_get(m, s));
+    }
+    heapd_root_pop(m, 1);
+}
+
+/* Check the tree at T: every node's value follows from its position. */
+static long check_tree(void **t, long v, int depth)
+{
+    if (!t)
+        return 0;
+    long *b = heapd_bytes(t);
+    if (b[0] != v || b[1] != ~v || heapd_nrefs(t) != 2)
+        return -1000000;
+    if (depth == 0)
+        return 1;
+    return 1 + check_tree(t[0], v * 2 + 1, depth - 1) +
+           check_tree(t[1], v * 2 + 2, depth - 1);
+}
+
+/* One worker process: keeps NTREES trees on its root stack, replaces and
+ * drops subtrees, forces collections, and checks everything each round.
+ * STOP_FD, if >= 0, ends it when readable; else ROUNDS rounds. */
+static int tree_worker(const char *sock, int id, int rounds, int stop_fd,
+                       int ready_fd)
+{
+    heapd_connect_opts o = {.socket_path = sock};
+    heapd_client *c;
+    heapd_mutator *m;
+    const int ntrees = 4, depth = 9;
+    if (heapd_connect(&c, &o) < 0 || heapd_attach(c, &m) < 0)
+        return 10;
+    for (int t = 0; t < ntrees; t++) {
+        size_t r = heapd_root_push(m, NULL);
+        build_tree(m, r, depth, id * 1000 + t);
+    }
+    if (ready_fd >= 0 && write(ready_fd, "r", 1) != 1)
+        return 11;
+    unsigned seed = (unsigned)id * 7919u;
+    for (int round = 0; stop_fd >= 0 || round < rounds; round++) {
+        if (stop_fd >= 0) {
+            struct pollfd p = {.fd = stop_fd, .events = POLLIN};
+            if (poll(&p, 1, 0) > 0)
+                break;
+        }
+        int t = (int)(rand_r(&seed) % ntrees);
+        void **root = heapd_root_get(m, (size_t)t);
+        /* replace a child subtree with a fresh one, or drop it */
+        int side = (int)(rand_r(&seed) % 2);
+        long v = (id * 1000 + t) * 2 + 1 + side;
+        if (rand_r(&seed) % 4 == 0) {
+            heapd_write(m, root, &root[side], NULL);
+        } else {
+            size_t s = heapd_root_push(m, NULL);
+            build_tree(m, s, depth - 1, v);
+            root = heapd_root_get(m, (size_t)t);
+            heapd_write(m, root, &root[side], heapd_root_get(m, s));
+            heapd_root_pop(m, 1);
+        }
+        if (round % 5 == 0 && heapd_collect(m, HEAPD_COLLECT_WAIT) < 0)
+            return 12;
+        for (int k = 0; k < ntrees; k++) {
+            void **tr = heapd_root_get(m, (size_t)k);
+            long base = id * 1000 + k;
+            long *b = heapd_bytes(tr);
+            if (b[0] != base || b[1] != ~base)
+                return 13;
+            for (int sd = 0; sd < 2; sd++)
+                if (check_tree(tr[sd], base * 2 + 1 + sd, depth - 1) < 0)
+                    return 14;
+        }
+    }
+    heapd_detach(m);
+    heapd_disconnect(c);
+    return 0;
+}
+
+START_TEST(processes_mutate_linked_structures)
+{
+    start_with(NULL);
+    pid_t kids[3];
+    for (int i = 0; i < 3; i++) {
+        kids[i] = fork();
+        ck_assert_int_ge(kids[i], 0);
+        if (kids[i] == 0)
+            _exit(tree_worker(D.sock, i + 1, 30, -1, -1));
+    }
+    for (int i = 0; i < 3; i++)
+        wait_child_ok(kids[i], "tree worker");
+    heapd_stats_t st = daemon_stats();
+    ck_assert_uint_ge(st.cycles_completed, 6);
+    ck_assert_uint_eq(st.mutators, 0);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+/* 300 cycles (more than the 255 epoch values, so marks wrap) with the
+ * verifier on, while two processes mutate. */
+START_TEST(many_cycles_with_verifier)
+{
+    start_with(NULL);
+    int stop[2], ready[2];
+    ck_assert_int_eq(pipe(stop), 0);
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t kids[2];
+    for (int i = 0; i < 2; i++) {
+        kids[i] = fork();
+        ck_assert_int_ge(kids[i], 0);
+        if (kids[i] == 0) {
+            close(stop[1]);
+            _exit(tree_worker(D.sock, i + 1, 0, stop[0], ready[1]));
+        }
+    }
+    close(stop[0]);
+    close(ready[1]);
+    for (int i = 0; i < 2; i++) {
+        char r;
+        ck_assert_int_eq(read(ready[0], &r, 1), 1);
+    }
+    heapd_connect_opts o = {.socket_path = D.sock,
+                            .flags = HEAPD_CONNECT_CONTROL};
+    heapd_client *c;
+    ck_assert_int_eq(heapd_connect(&c, &o), 0);
+    uint64_t before = stats_of(c).cycles_completed;
+    for (int i = 0; i < 300; i++)
+        ck_assert_int_eq(heapd_request_collect(c, HEAPD_COLLECT_WAIT), 0);
+    heapd_stats_t st = stats_of(c);
+    ck_assert_uint_ge(st.cycles_completed, before + 300);
+    ck_assert_uint_gt(st.pause_max_ns, 0);
+    ck_assert_uint_ge(st.pause_total_ns, st.pause_max_ns);
+    heapd_disconnect(c);
+    close(stop[1]);
+    for (int i = 0; i < 2; i++)
+        wait_child_ok(kids[i], "tree worker");
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+/* ---- exhaustion ---- */
+
+START_TEST(heap_full_then_recovers)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_start(&D, "[daemon]\nsocket = @SOCK@\n[heap default]\n"
+                      "base = 0x7e8000000000\nmax_size = 8M\nverify = true\n");
+    attach(&c, &m);
+    size_t n = 0;
+    void *o;
+    while ((o = heapd_alloc(m, 0, 1000)) != NULL) {
+        ck_assert(heapd_root_push(m, o) != (size_t)-1);
+        n++;
+        ck_assert_msg(n < 100000, "an 8M heap never filled up");
+    }
+    ck_assert_int_eq(errno, ENOMEM);
+    ck_assert_msg(strstr(heapd_last_error(), "heap 'default' is full"),
+                  "message: %s", heapd_last_error());
+    ck_assert_uint_gt(n, 5000); /* most of 8M was usable */
+    /* large objects fail the same way */
+    ck_assert_ptr_null(heapd_alloc(m, 0, 4 << 20));
+    ck_assert_int_eq(errno, ENOMEM);
+    /* drop everything: allocation works again */
+    heapd_root_pop(m, heapd_root_depth(m));
+    collect(m);
+    for (int i = 0; i < 1000; i++)
+        ck_assert_ptr_nonnull(heapd_alloc(m, 0, 1000));
+    ck_assert_ptr_nonnull(heapd_alloc(m, 0, 4 << 20));
+    heapd_detach(m);
+    heapd_disconnect(c);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+START_TEST(client_quota)
+{
+    heapd_client *c, *c2;
+    heapd_mutator *m, *m2;
+    start_with("max_client_bytes = 1M\n");
+    attach(&c, &m);
+    /* more than the client may hold at once */
+    errno = 0;
+    ck_assert_ptr_null(heapd_alloc(m, 0, 2 << 20));
+    ck_assert_int_eq(errno, ENOMEM);
+    ck_assert_msg(strstr(heapd_last_error(), "max_client_bytes"),
+                  "message: %s", heapd_last_error());
+    /* within the quota works, for this client and another */
+    ck_assert_ptr_nonnull(heapd_alloc(m, 0, 512 << 10));
+    attach(&c2, &m2);
+    ck_assert_ptr_nonnull(heapd_alloc(m2, 0, 100));
+    /* small allocation never stops: full segments go back to the heap */
+    for (int i = 0; i < 20000; i++)
+        ck_assert_ptr_nonnull(heapd_root_get(m, heapd_root_push(m, heapd_alloc(m, 0, 100))));
+    heapd_detach(m2);
+    heapd_disconnect(c2);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+/* ---- stopping ---- */
+
+START_TEST(blocked_mutator_does_not_hold_up_cycles)
+{
+    start_with(NULL);
+    int to_kid[2], from_kid[2];
+    ck_assert_int_eq(pipe(to_kid), 0);
+    ck_assert_int_eq(pipe(from_kid), 0);
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        attach(&c, &m);
+        long *o = heapd_alloc(m, 0, sizeof(long));
+        *o = 4242;
+        heapd_root_push(m, o);
+        heapd_blocking_enter(m);
+        char x;
+        if (write(from_kid[1], "b", 1) != 1 || read(to_kid[0], &x, 1) != 1)
+            _exit(20);
+        heapd_blocking_leave(m);
+        if (*(long *)heapd_root_get(m, 0) != 4242)
+            _exit(21);
+        for (int i = 0; i < 1000; i++)
+            if (!heapd_alloc(m, 1, 8))
+                _exit(22);
+        heapd_detach(m);
+        heapd_disconnect(c);
+        _exit(0);
+    }
+    close(from_kid[1]);
+    char x;
+    ck_assert_int_eq(read(from_kid[0], &x, 1), 1); /* the kid is blocked */
+    heapd_client *c;
+    heapd_mutator *m;
+    attach(&c, &m);
+    for (int i = 0; i < 5; i++)
+        collect(m); /* would never return if the blocked kid held it up */
+    ck_assert_int_eq(write(to_kid[1], "g", 1), 1);
+    wait_child_ok(kid, "blocked mutator");
+    heapd_detach(m);
+    heapd_disconnect(c);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+/* A mutator that never reaches a safepoint holds up the stop until its
+ * process dies; then the cycle completes. */
+START_TEST(dead_mutator_releases_stop)
+{
+    start_with(NULL);
+    int ready[2], done[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    ck_assert_int_eq(pipe(done), 0);
+    pid_t spinner = fork();
+    ck_assert_int_ge(spinner, 0);
+    if (spinner == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        attach(&c, &m);
+        heapd_root_push(m, heapd_alloc(m, 0, 64));
+        if (write(ready[1], "r", 1) != 1)
+            _exit(1);
+        for (volatile unsigned long i = 0;; i++)
+            ; /* running, never polling */
+    }
+    close(ready[1]);
+    char r;
+    ck_assert_int_eq(read(ready[0], &r, 1), 1);
+    pid_t waiter = fork();
+    ck_assert_int_ge(waiter, 0);
+    if (waiter == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        attach(&c, &m);
+        int rc = heapd_collect(m, HEAPD_COLLECT_WAIT);
+        if (write(done[1], "d", 1) != 1)
+            _exit(2);
+        _exit(rc == 0 ? 0 : 3);
+    }
+    kill(spinner, SIGKILL);
+    harness_wait_pid(spinner, HARNESS_WAIT_MS);
+    wait_child_ok(waiter, "collect after the spinner died");
+    heapd_stats_t st = daemon_stats();
+    ck_assert_uint_ge(st.cycles_completed, 1);
+    ck_assert_uint_eq(st.mutators, 0);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+/* A client killed with lots of memory: every segment comes back. */
+START_TEST(killed_client_loses_nothing_else)
+{
+    start_with(NULL);
+    heapd_client *c;
+    heapd_mutator *m;
+    attach(&c, &m);
+    size_t keep = heapd_root_push(m, NULL);
+    build_tree(m, keep, 8, 77);
+    heapd_stats_t before = stats_of(c);
+
+    /* from here this thread waits on pipes: it must not hold up the
+     * kid's collections (Note [Client GC discipline]) */
+    heapd_blocking_enter(m);
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        heapd_client *kc;
+        heapd_mutator *km;
+        attach(&kc, &km);
+        for (int i = 0; i < 50000; i++)
+            heapd_root_push(km, heapd_alloc(km, 1, 100));
+        heapd_alloc(km, 0, 3 << 20);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    close(ready[1]); /* a kid that dies early gives EOF, not a hang */
+    char r;
+    ck_assert_int_eq(read(ready[0], &r, 1), 1);
+    kill(kid, SIGKILL);
+    harness_wait_pid(kid, HARNESS_WAIT_MS);
+    /* the daemon notices the close: wait (bounded) for its mutator to go */
+    heapd_stats_t st;
+    for (int i = 0; i < 100000; i++) {
+        st = stats_of(c);
+        if (st.mutators == 1)
+            break;
+        usleep(100);
+    }
+    ck_assert_uint_eq(st.mutators, 1);
+    heapd_blocking_leave(m);
+    collect(m);
+    collect(m);
+    st = stats_of(c);
+    ck_assert_uint_eq(st.segments_large, 0);
+    ck_assert_uint_le(st.segments_owned + st.segments_filled,
+                      before.segments_owned + before.segments_filled + 1);
+    ck_assert_int_eq(check_tree(heapd_root_get(m, keep), 77, 8), 511);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+/* ---- bad requests: answered or counted, never fatal ---- */
+
+static Heapd__Envelope *raw_mutator(int *fd)
+{
+    *fd = harness_raw_connect(D.sock);
+    harness_send_hello(*fd, "default", PROTOCOL_VERSION,
+                       HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
+    int hfd;
+    Heapd__Envelope *w = harness_read_env(*fd, &hfd);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_int_eq(w->body_case, HEAPD__ENVELOPE__BODY_WELCOME);
+    close(hfd);
+    return w;
+}
+
+static void expect_reply_error(int fd, uint64_t seq, Heapd__ErrorCode code,
+                               const char *substr)
+{
+    Heapd__Envelope *e = harness_read_env(fd, NULL);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->body_case, HEAPD__ENVELOPE__BODY_ERROR);
+    ck_assert_uint_eq(e->seq, seq);
+    ck_assert_int_eq(e->error->code, code);
+    ck_assert_msg(strstr(e->error->message, substr), "message: %s",
+                  e->error->message);
+    heapd__envelope__free_unpacked(e, NULL);
+}
+
+START_TEST(bad_requests_are_refused)
+{
+    start_with(NULL);
+    heapd_client *c;
+    heapd_mutator *m;
+    attach(&c, &m);
+    size_t keep = heapd_root_push(m, NULL);
+    build_tree(m, keep, 6, 5);
+
+    int fd;
+    heapd__envelope__free_unpacked(raw_mutator(&fd), NULL);
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+
+    /* detach a slot that is not ours */
+    Heapd__DetachRequest dr = HEAPD__DETACH_REQUEST__INIT;
+    dr.slot = 0;
+    env.seq = 5;
+    env.body_case = HEAPD__ENVELOPE__BODY_DETACH_REQUEST;
+    env.detach_request = &dr;
+    harness_send_env(fd, &env);
+    expect_reply_error(fd, 5, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                       "slot 0 is not attached by this client");
+    dr.slot = 100000;
+    harness_send_env(fd, &env);
+    expect_reply_error(fd, 5, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                       "slot 100000");
+
+    /* a segment kind that does not exist */
+    Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
+    sr.kind = 9;
+    env.seq = 6;
+    env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
+    env.segment_request = &sr;
+    harness_send_env(fd, &env);
+    expect_reply_error(fd, 6, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                       "unknown segment kind 9");
+    /* a large object bigger than the heap */
+    sr.kind = HEAPD__SEGMENT_KIND__SEGMENT_LARGE;
+    sr.bytes = 1ull << 40;
+    harness_send_env(fd, &env);
+    expect_reply_error(fd, 6, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+                       "can never fit");
+
+    /* returning segments that are not ours: the control area, one of the
+     * other client's, one outside the heap; counted and ignored */
+    uint64_t rejected = daemon_stats().frames_rejected;
+    heapd_stats_t st0 = stats_of(c);
+    uint32_t segs[3] = {0, 5, 999999};
+    Heapd__SegmentReturn ret = HEAPD__SEGMENT_RETURN__INIT;
+    ret.n_segments = 3;
+    ret.segments = segs;
+    env.seq = 0;
+    env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_RETURN;
+    env.segment_return = &ret;
+    harness_send_env(fd, &env);
+    /* the same connection still answers */
+    Heapd__StatsRequest q = HEAPD__STATS_REQUEST__INIT;
+    env.seq = 7;
+    env.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
+    env.stats_request = &q;
+    harness_send_env(fd, &env);
+    Heapd__Envelope *rep = harness_read_env(fd, NULL);
+    ck_assert_int_eq(rep->body_case, HEAPD__ENVELOPE__BODY_STATS_REPLY);
+    ck_assert_uint_eq(rep->stats_reply->frames_rejected, rejected + 3);
+    heapd__envelope__free_unpacked(rep, NULL);
+    heapd_stats_t st1 = stats_of(c);
+    ck_assert_uint_eq(st1.segments_owned, st0.segments_owned);
+    close(fd);
+
+    /* attach on a control connection */
+    fd = harness_raw_connect(D.sock);
+    harness_send_hello(fd, "default", PROTOCOL_VERSION,
+                       HEAPD__CLIENT_KIND__CLIENT_CONTROL);
+    heapd__envelope__free_unpacked(harness_read_env(fd, NULL), NULL);
+    Heapd__AttachRequest ar = HEAPD__ATTACH_REQUEST__INIT;
+    env.seq = 8;
+    env.body_case = HEAPD__ENVELOPE__BODY_ATTACH_REQUEST;
+    env.attach_request = &ar;
+    harness_send_env(fd, &env);
+    expect_reply_error(fd, 8, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                       "needs a mutator connection");
+    close(fd);
+    heapd_connect_opts co = {.socket_path = D.sock,
+                             .flags = HEAPD_CONNECT_CONTROL};
+    heapd_client *cc;
+    ck_assert_int_eq(heapd_connect(&cc, &co), 0);
+    heapd_mutator *cm;
+    ck_assert_int_eq(heapd_attach(cc, &cm), -EINVAL);
+    heapd_disconnect(cc);
+
+    /* the bystander's data never noticed */
+    collect(m);
+    ck_assert_int_eq(check_tree(heapd_root_get(m, keep), 5, 6), 127);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+START_TEST(heapctl_gc_and_stats)
+{
+    char cmd[512], out[8192];
+    start_with(NULL);
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' gc 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    int st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "output: %s", out);
+    ck_assert_msg(strstr(out, "heap default: cycle 1 completed"), "%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' --heap nope gc 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "output: %s", out);
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' stats 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "output: %s", out);
+    ck_assert_msg(strstr(out, "cycles_completed  2") &&
+                      strstr(out, "verify_failures   0") &&
+                      strstr(out, "pause_max_ns"),
+                  "output: %s", out);
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' stats --json 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(strstr(out, "\"cycles_completed\":2,") &&
+                      strstr(out, "\"bad_refs\":0}"),
+                  "output: %s", out);
+    stop_clean();
+}
+END_TEST
+
+static Suite *heap_suite(void)
+{
+    Suite *s = suite_create("heap");
+    TCase *t = tcase_create("heap");
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, objects_and_accessors);
+    tcase_add_test(t, deep_root_stack);
+    tcase_add_test(t, every_size_class);
+    tcase_add_test(t, garbage_is_reclaimed);
+    tcase_add_test(t, processes_mutate_linked_structures);
+    tcase_add_test(t, many_cycles_with_verifier);
+    tcase_add_test(t, heap_full_then_recovers);
+    tcase_add_test(t, client_quota);
+    tcase_add_test(t, blocked_mutator_does_not_hold_up_cycles);
+    tcase_add_test(t, dead_mutator_releases_stop);
+    tcase_add_test(t, killed_client_loses_nothing_else);
+    tcase_add_test(t, bad_requests_are_refused);
+    tcase_add_test(t, heapctl_gc_and_stats);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    return check_main(heap_suite());
+}
