@@ -10,9 +10,13 @@
  * hole.  It sets the block's mark to the current epoch (allocate black,
  * Note [Epoch-tagged marks]), zeroes the object, writes its header and
  * returns.  No lock, no system call, no message.  Only when the segment is
- * exhausted does the mutator hand it back (SegmentReturn, without waiting)
- * and take a blank one from the client's reserve, writing its class into
- * the header before the first block is used (Note [Segments]).  The reserve
+ * exhausted does the mutator hand it back and take a blank one from the
+ * client's reserve, writing its class into the header before the first
+ * block is used (Note [Segments]).  Full segments go back RETURN_BATCH at a
+ * time in one SegmentReturn, without waiting, and always before a request
+ * that waits, so that the daemon's count of what the client holds is never
+ * staler than one batch.  Whether sent yet or not, a full segment is swept
+ * like any other: its owner is stopped during a cycle.  The reserve
  * is refilled in the background when it runs low; a mutator that finds it
  * empty asks the daemon itself, inside a blocking region, so that it never
  * holds up a stop while it waits (Note [Segment supply]).
@@ -117,6 +121,40 @@ int alloc_drain_reserve(heapd_client *c)
     return (int)n;
 }
 
+/* Queue a full segment to go back; send the batch when it is full or
+ * FLUSH is set.  Takes reserve.mu. */
+static void give_back(heapd_client *c, const uint32_t *segs, size_t n,
+                      bool flush)
+{
+    uint32_t batch[RETURN_BATCH];
+    size_t nb = 0;
+    pthread_mutex_lock(&c->reserve.mu);
+    for (size_t i = 0; i < n; i++) {
+        if (c->reserve.nfull == RETURN_BATCH) {
+            memcpy(batch, c->reserve.full, sizeof batch);
+            nb = RETURN_BATCH;
+            c->reserve.nfull = 0;
+            pthread_mutex_unlock(&c->reserve.mu);
+            return_segments(c, batch, nb);
+            pthread_mutex_lock(&c->reserve.mu);
+        }
+        c->reserve.full[c->reserve.nfull++] = segs[i];
+    }
+    nb = 0;
+    if (flush || c->reserve.nfull == RETURN_BATCH) {
+        nb = c->reserve.nfull;
+        memcpy(batch, c->reserve.full, nb * sizeof batch[0]);
+        c->reserve.nfull = 0;
+    }
+    pthread_mutex_unlock(&c->reserve.mu);
+    return_segments(c, batch, nb);
+}
+
+void alloc_flush_returns(heapd_client *c)
+{
+    give_back(c, NULL, 0, true);
+}
+
 /* A blank segment for M: from the reserve, or from the daemon. */
 static int take_blank(heapd_mutator *m, uint32_t *out)
 {
@@ -154,7 +192,7 @@ static void release_current(heapd_mutator *m, unsigned cls)
 {
     struct alloc_seg *s = &m->cur[cls];
     if (s->index) {
-        return_segments(m->c, &s->index, 1);
+        give_back(m->c, &s->index, 1, false);
         memset(s, 0, sizeof *s);
     }
 }
@@ -168,7 +206,7 @@ void alloc_release_all(heapd_mutator *m)
             segs[n++] = m->cur[k].index;
         memset(&m->cur[k], 0, sizeof m->cur[k]);
     }
-    return_segments(m->c, segs, n);
+    give_back(m->c, segs, n, true);
 }
 
 /* The current segment of CLS is exhausted: move on to a fresh one. */
@@ -196,8 +234,8 @@ static int next_segment(heapd_mutator *m, unsigned cls)
     return 0;
 }
 
-static void *alloc_large(heapd_mutator *m, uint64_t size, size_t nrefs,
-                         size_t nbytes)
+static __attribute__((noinline)) void *
+alloc_large(heapd_mutator *m, uint64_t size, size_t nrefs, size_t nbytes)
 {
     uint32_t first, run;
     int rc = mutator_request_segments(m, HEAPD__SEGMENT_KIND__SEGMENT_LARGE,
@@ -221,39 +259,79 @@ static void *alloc_large(heapd_mutator *m, uint64_t size, size_t nrefs,
     return blk + LAYOUT_WORD;
 }
 
-void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
+/* Zero an object's words after the header.  Most objects are a few words,
+ * where stores beat a call to memset. */
+static inline void zero_object(uint64_t *w, uint64_t size)
 {
-    mutator_poll(m);
-    if (nrefs > LAYOUT_FIELD_MAX || nbytes > LAYOUT_FIELD_MAX) {
-        errno = EINVAL;
-        return NULL;
+    switch (size / LAYOUT_WORD) {
+    case 8: w[7] = 0; /* fall through */
+    case 7: w[6] = 0; /* fall through */
+    case 6: w[5] = 0; /* fall through */
+    case 5: w[4] = 0; /* fall through */
+    case 4: w[3] = 0; /* fall through */
+    case 3: w[2] = 0; /* fall through */
+    case 2: w[1] = 0; /* fall through */
+    case 1: break;
+    default: memset(w + 1, 0, size - LAYOUT_WORD); break;
     }
-    uint64_t size = layout_object_size(nrefs, nbytes);
-    if (size > m->c->small_max)
-        return alloc_large(m, size, nrefs, nbytes);
-    unsigned cls = layout_size_class((uint32_t)size);
-    struct alloc_seg *s = &m->cur[cls];
+}
+
+/* The next free block of M's current segment of CLS, initialised, or
+ * NULL when the segment is exhausted. */
+static inline void *take_block(heapd_mutator *m, struct alloc_seg *s,
+                               uint64_t size, size_t nrefs, size_t nbytes)
+{
+    while (s->cursor < s->nblocks) {
+        uint32_t i = s->cursor++;
+        if (s->marks[i] != 0)
+            continue;
+        uint8_t *b = s->blocks + (size_t)i * s->block_size;
+        s->marks[i] = (uint8_t)atomic_load_explicit(&m->ctl->epoch,
+                                                    memory_order_relaxed);
+        zero_object((uint64_t *)b, size);
+        *(uint64_t *)b = layout_header(nrefs, nbytes);
+        m->alloc_bytes += s->block_size;
+        atomic_store_explicit(&m->slot->alloc_bytes, m->alloc_bytes,
+                              memory_order_relaxed);
+        return b + LAYOUT_WORD;
+    }
+    return NULL;
+}
+
+/* Out of line, so that the fast path stays small: move to fresh segments
+ * until a block is found. */
+static __attribute__((noinline)) void *
+alloc_slow(heapd_mutator *m, unsigned cls, uint64_t size, size_t nrefs,
+           size_t nbytes)
+{
     for (;;) {
-        while (s->cursor < s->nblocks) {
-            uint32_t i = s->cursor++;
-            if (s->marks[i] != 0)
-                continue;
-            uint8_t *b = s->blocks + (size_t)i * s->block_size;
-            s->marks[i] = (uint8_t)atomic_load_explicit(&m->ctl->epoch,
-                                                        memory_order_relaxed);
-            memset(b + LAYOUT_WORD, 0, size - LAYOUT_WORD);
-            *(uint64_t *)b = layout_header(nrefs, nbytes);
-            m->alloc_bytes += s->block_size;
-            atomic_store_explicit(&m->slot->alloc_bytes, m->alloc_bytes,
-                                  memory_order_relaxed);
-            return b + LAYOUT_WORD;
-        }
         int rc = next_segment(m, cls);
         if (rc < 0) {
             errno = client_errno(rc);
             return NULL;
         }
+        void *p = take_block(m, &m->cur[cls], size, nrefs, nbytes);
+        if (p)
+            return p;
     }
+}
+
+void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
+{
+    mutator_poll(m);
+    if (__builtin_expect(nrefs > LAYOUT_FIELD_MAX || nbytes > LAYOUT_FIELD_MAX,
+                         0)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    uint64_t size = layout_object_size(nrefs, nbytes);
+    if (__builtin_expect(size > m->c->small_max, 0))
+        return alloc_large(m, size, nrefs, nbytes);
+    unsigned cls = layout_size_class((uint32_t)size);
+    void *p = take_block(m, &m->cur[cls], size, nrefs, nbytes);
+    return __builtin_expect(p != NULL, 1) ? p
+                                          : alloc_slow(m, cls, size, nrefs,
+                                                       nbytes);
 }
 
 /* ---- objects ---- */

@@ -50,9 +50,10 @@ struct agent {
     char close_msg[256];
 };
 
-#define RESERVE_MAX 16     /* blank segments a client keeps at most */
-#define RESERVE_BATCH 8    /* asked for at once */
-#define RESERVE_LOW 2      /* ask again (without waiting) below this */
+#define RESERVE_MAX 32     /* blank segments a client keeps at most */
+#define RESERVE_BATCH 16   /* asked for at once */
+#define RESERVE_LOW 4      /* ask again (without waiting) below this */
+#define RETURN_BATCH 16    /* full segments sent back in one message */
 
 /* Blank segments granted to this client, shared by its mutators
  * (Note [Segment supply] in daemon/segment.c). */
@@ -61,6 +62,8 @@ struct reserve {
     uint32_t segs[RESERVE_MAX];
     unsigned n;
     bool refilling;                  /* an async request is out */
+    uint32_t full[RETURN_BATCH];     /* full segments not yet sent back */
+    unsigned nfull;
 };
 
 struct heapd_client {
@@ -127,6 +130,8 @@ int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
 
 /* alloc.c */
 void alloc_client_init(heapd_client *c);
+/* Send the full segments queued for return now. */
+void alloc_flush_returns(heapd_client *c);
 /* Give the reserve back to the daemon; returns how many segments. */
 int alloc_drain_reserve(heapd_client *c);
 /* Give back the mutator's current segments (detach). */

@@ -100,13 +100,19 @@ uint64_t collector_request(struct heap *h)
     return target;
 }
 
+/* Bytes the heap may allocate between two cycles.  heap->lock held. */
+static uint64_t allocation_budget(const struct heap *h)
+{
+    uint64_t live = h->stats.live_bytes > TRIGGER_FLOOR ? h->stats.live_bytes
+                                                        : TRIGGER_FLOOR;
+    return live / 100 * h->cfg->gc_overhead;
+}
+
 void collector_check_trigger(struct heap *h)
 {
     struct collector *gc = h->gc;
-    uint64_t live = h->stats.live_bytes > TRIGGER_FLOOR ? h->stats.live_bytes
-                                                        : TRIGGER_FLOOR;
     uint64_t since = collector_bytes_allocated(h) - gc->alloc_at_last;
-    if (since >= live / 100 * h->cfg->gc_overhead)
+    if (since >= allocation_budget(h))
         collector_request(h);
 }
 
@@ -116,6 +122,7 @@ static void run_cycle(struct collector *gc)
     struct mark_job mj;
     struct sweep_job sj;
     uint64_t t0 = now_ns(), ttsp, verify_failures = 0;
+    uint64_t t_mark, t_sweep, t_verify;
     uint8_t epoch;
 
     safepoint_stop(h, &ttsp);
@@ -130,12 +137,15 @@ static void run_cycle(struct collector *gc)
     mark_roots(&mj);
     pthread_mutex_unlock(&h->lock);
 
+    t_mark = now_ns();
     workers_run(gc->workers, mark_worker, &mj);
 
+    t_sweep = now_ns();
     atomic_store(&h->control->phase, LAYOUT_PHASE_SWEEP);
     sweep_job_init(&sj, h, epoch);
     workers_run(gc->workers, sweep_worker, &sj);
 
+    t_verify = now_ns();
     pthread_mutex_lock(&h->lock);
     if (h->verify)
         verify_failures = verify_heap(h, epoch);
@@ -144,7 +154,9 @@ static void run_cycle(struct collector *gc)
     h->stats.verify_failures += verify_failures;
     if (ttsp > h->stats.ttsp_max_ns)
         h->stats.ttsp_max_ns = ttsp;
-    uint32_t punched = seg_punch_idle(h, h->stats.cycles_completed);
+    uint32_t punched = seg_punch_idle(h, h->stats.cycles_completed,
+                                      (uint32_t)(allocation_budget(h) >>
+                                                 h->seg_shift));
     atomic_store(&h->control->phase, LAYOUT_PHASE_IDLE);
     uint64_t pause = now_ns() - t0;
     h->stats.pause_total_ns += pause;
@@ -156,7 +168,8 @@ static void run_cycle(struct collector *gc)
     safepoint_release(h);
     log_debug("heap '%s': cycle %llu: epoch %u, %llu objects marked, %llu "
               "blocks and %llu segments freed, %llu live bytes, %u segments "
-              "given back, pause %llu us (ttsp %llu us)%s",
+              "given back, pause %llu us (stop %llu, roots %llu, mark %llu, "
+              "sweep %llu, verify and rest %llu)%s",
               h->cfg->name, (unsigned long long)cycle, epoch,
               (unsigned long long)atomic_load(&mj.marked),
               (unsigned long long)atomic_load(&sj.freed_blocks),
@@ -164,6 +177,10 @@ static void run_cycle(struct collector *gc)
               (unsigned long long)atomic_load(&sj.live_bytes), punched,
               (unsigned long long)(pause / 1000),
               (unsigned long long)(ttsp / 1000),
+              (unsigned long long)((t_mark - t0 - ttsp) / 1000),
+              (unsigned long long)((t_sweep - t_mark) / 1000),
+              (unsigned long long)((t_verify - t_sweep) / 1000),
+              (unsigned long long)((t0 + pause - t_verify) / 1000),
               verify_failures ? ", VERIFY FAILED" : "");
     mark_job_destroy(&mj);
     uv_async_send(&gc->done);

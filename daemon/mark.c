@@ -22,9 +22,10 @@
  * Note [Parallel marking]
  * ~~~~~~~~~~~~~~~~~~~~~~~
  * gc_threads workers trace at once.  Each has a private stack of objects
- * it has marked but not yet scanned.  Marking an object is winning a
- * compare-and-swap of its mark byte from its old value to the epoch, so
- * each object is pushed, and scanned, exactly once.  A worker whose stack
+ * it has marked but not yet scanned.  Marking an object is storing the
+ * epoch into its mark byte if it was not there; two workers racing on one
+ * object may both push it (see mark_one), so an object is scanned at least
+ * once and rarely twice.  A worker whose stack
  * holds more than 2 packets' worth gives one packet to the shared pool; a
  * worker that runs dry takes a packet from the pool, and if the pool is
  * empty waits.  Marking ends when every worker waits and the pool is
@@ -51,6 +52,7 @@ struct mark_packet {
 struct mark_stack {
     uintptr_t *v;
     size_t n, cap;
+    uint64_t marked;    /* objects this worker marked */
 };
 
 static void count_bad(const struct heap *h)
@@ -80,8 +82,10 @@ bool mark_resolve(const struct heap *h, uintptr_t r, struct mark_ref *out)
         uint32_t first = t->small_first[cls], bs = layout_class_size[cls];
         if (off < first + LAYOUT_WORD)
             return false;
-        uintptr_t b = off - LAYOUT_WORD - first;
-        if (b % bs != 0 || (idx = (uint32_t)(b / bs)) >= t->small_nblocks[cls])
+        uint64_t b = off - LAYOUT_WORD - first;
+        /* b / bs without a division (segtab.small_magic) */
+        idx = (uint32_t)((b * t->small_magic[cls]) >> 32);
+        if ((uint64_t)idx * bs != b || idx >= t->small_nblocks[cls])
             return false;
         out->block_size = bs;
         break;
@@ -166,29 +170,45 @@ static bool push(struct mark_stack *s, uintptr_t obj)
     return true;
 }
 
-/* Mark R if it is unmarked; true if this call marked it. */
+/* Mark R if it is unmarked; true if this call marked it.  A plain store,
+ * not a compare-and-swap: two workers that race on one object may both
+ * push it and scan it twice, which marks nothing wrongly and costs less
+ * than a locked instruction per object. */
 static bool mark_one(struct mark_job *j, uintptr_t r, struct mark_ref *ref)
 {
     if (!mark_resolve(j->h, r, ref)) {
         count_bad(j->h);
         return false;
     }
-    uint8_t old = __atomic_load_n(ref->mark, __ATOMIC_RELAXED);
-    while (old != j->epoch) {
-        if (__atomic_compare_exchange_n(ref->mark, &old, j->epoch, false,
-                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-            return true;
+    if (__atomic_load_n(ref->mark, __ATOMIC_RELAXED) == j->epoch)
+        return false;
+    __atomic_store_n(ref->mark, j->epoch, __ATOMIC_RELAXED);
+    return true;
+}
+
+/* The block size of OBJ, which was validated when it was marked: during
+ * the stop no marked object's segment changes kind (sweep has not run). */
+static uint64_t block_size_of(const struct heap *h, uintptr_t obj)
+{
+    const struct segtab *t = &h->segs;
+    uint32_t i = (uint32_t)((obj - (uintptr_t)h->base) >> h->seg_shift);
+    switch (seg_state(t, i)) {
+    case SEG_OWNED:
+    case SEG_FILLED: {
+        uint8_t cls = t->segs[i].cls;
+        return cls < LAYOUT_NCLASSES ? layout_class_size[cls] : 0;
     }
-    return false;
+    case SEG_LARGE:
+        return ((uint64_t)t->segs[i].run << h->seg_shift) - LAYOUT_LARGE_OBJECT;
+    default:
+        return 0;
+    }
 }
 
 /* Scan one marked object's reference fields. */
 static void scan(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
 {
-    struct mark_ref ref;
-    /* obj was resolved when it was marked; its block is still its own */
-    if (!mark_resolve(j->h, obj, &ref))
-        return;
+    struct mark_ref ref = {.obj = obj, .block_size = block_size_of(j->h, obj)};
     uint64_t hdr = mark_checked_header(&ref);
     if (hdr == 0) {
         count_bad(j->h);
@@ -200,7 +220,7 @@ static void scan(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
         uintptr_t v = (uintptr_t)__atomic_load_n(&f[k], __ATOMIC_RELAXED);
         struct mark_ref child;
         if (v && mark_one(j, v, &child)) {
-            atomic_fetch_add_explicit(&j->marked, 1, memory_order_relaxed);
+            s->marked++;
             if (!push(s, v))
                 scan(j, s, v); /* out of memory: recurse instead */
         }
@@ -237,20 +257,37 @@ static bool refill(struct mark_job *j, struct mark_stack *s)
     return got;
 }
 
+/* Objects popped from the stack wait in a small FIFO ring, their headers
+ * prefetched, before they are scanned: by then the cache miss on the header
+ * and fields has been overlapped with other work (OCaml 5.1's mark
+ * prefetching). */
+#define PREFETCH_RING 16
+
 void mark_worker(void *arg, unsigned worker)
 {
     struct mark_job *j = arg;
     struct mark_stack s = {0};
+    uintptr_t ring[PREFETCH_RING];
+    unsigned head = 0, queued = 0;
     (void)worker;
 
     do {
-        while (s.n > 0) {
-            if (s.n > 2 * PACKET_REFS)
-                donate(j, &s);
-            uintptr_t obj = s.v[--s.n];
+        while (s.n > 0 || queued > 0) {
+            if (s.n > 0 && queued < PREFETCH_RING) {
+                if (s.n > 2 * PACKET_REFS)
+                    donate(j, &s);
+                uintptr_t obj = s.v[--s.n];
+                __builtin_prefetch((const void *)(obj - LAYOUT_WORD));
+                ring[(head + queued++) % PREFETCH_RING] = obj;
+                continue;
+            }
+            uintptr_t obj = ring[head];
+            head = (head + 1) % PREFETCH_RING;
+            queued--;
             scan(j, &s, obj);
         }
     } while (refill(j, &s));
+    atomic_fetch_add_explicit(&j->marked, s.marked, memory_order_relaxed);
     free(s.v);
 }
 

@@ -32,7 +32,10 @@
  *
  * The free pool is a bitmap searched from the lowest address, which keeps a
  * heap's memory packed towards its base.  Memory of segments free for two
- * completed cycles goes back to the kernel with fallocate(PUNCH_HOLE).
+ * completed cycles goes back to the kernel with fallocate(PUNCH_HOLE),
+ * except as many of the lowest free segments as the heap will allocate
+ * before its next cycle: those are granted again soon, and punching them
+ * would only buy page faults and zeroing.
  */
 #include "segment.h"
 
@@ -65,6 +68,7 @@ int seg_init(struct heap *h)
     memset(t, 0, sizeof *t);
     t->count = (uint32_t)(h->cfg->max_size / segsize);
     t->first = layout_control_segments(segsize);
+    t->high = t->first;
     t->segs = calloc(t->count, sizeof *t->segs);
     t->free_bits = calloc((t->count + 63) / 64, sizeof(uint64_t));
     if (!t->segs || !t->free_bits) {
@@ -83,6 +87,7 @@ int seg_init(struct heap *h)
             break;
         layout_small_geometry(segsize, c, &t->small_nblocks[c],
                               &t->small_first[c]);
+        t->small_magic[c] = (1ull << 32) / layout_class_size[c] + 1;
     }
     return 0;
 }
@@ -116,6 +121,8 @@ static void take(struct segtab *t, uint32_t i, enum seg_state st,
     struct seg *s = &t->segs[i];
     bit_clear(t->free_bits, i);
     t->n_free--;
+    if (i >= t->high)
+        __atomic_store_n(&t->high, i + 1, __ATOMIC_RELEASE);
     s->owner = owner;
     s->cls = SEG_CLASS_UNKNOWN;
     s->run = 0;
@@ -306,7 +313,7 @@ int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i)
 void seg_orphan(struct heap *h, uint64_t owner)
 {
     struct segtab *t = &h->segs;
-    for (uint32_t i = t->first; i < t->count; i++) {
+    for (uint32_t i = t->first; i < t->high; i++) {
         struct seg *s = &t->segs[i];
         if (s->owner != owner)
             continue;
@@ -331,7 +338,7 @@ void seg_orphan(struct heap *h, uint64_t owner)
 void seg_snapshot_classes(struct heap *h)
 {
     struct segtab *t = &h->segs;
-    for (uint32_t i = t->first; i < t->count; i++)
+    for (uint32_t i = t->first; i < t->high; i++)
         if (t->segs[i].state == SEG_OWNED)
             t->segs[i].cls = header_class(h, i);
 }
@@ -354,17 +361,25 @@ void seg_release(struct heap *h, uint32_t i)
     }
 }
 
-uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now)
+static bool idle(const struct seg *s, uint64_t cycles_now)
+{
+    return s->state == SEG_FREE && !s->punched &&
+           cycles_now >= s->free_since + 2;
+}
+
+uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep)
 {
     struct segtab *t = &h->segs;
     uint32_t n = 0;
-    for (uint32_t i = t->first; i < t->count; i++) {
+    for (uint32_t i = t->first; i < t->high; i++) {
         struct seg *s = &t->segs[i];
-        if (s->state == SEG_FREE && !s->punched &&
-            cycles_now >= s->free_since + 2) {
+        if (s->state == SEG_FREE && !s->punched && keep > 0) {
+            keep--; /* committed and about to be reused: keep it */
+            continue;
+        }
+        if (idle(s, cycles_now)) {
             uint32_t k = i;
-            while (k < t->count && t->segs[k].state == SEG_FREE &&
-                   !t->segs[k].punched && cycles_now >= t->segs[k].free_since + 2)
+            while (k < t->high && idle(&t->segs[k], cycles_now))
                 k++;
             punch(h, i, k - i);
             n += k - i;

@@ -36,11 +36,17 @@ struct segtab {
     struct seg *segs;
     uint32_t count;         /* segments in the heap, control included */
     uint32_t first;         /* first non-control segment */
+    uint32_t high;          /* 1 + highest segment ever taken: per-cycle
+                               walks stop here, so their cost follows the
+                               memory used, not max_size */
     uint64_t *free_bits;    /* bit i set: segment i is SEG_FREE */
     uint32_t n_free, n_owned, n_filled, n_large, n_roots;
     uint32_t small_max;     /* largest small object size */
     uint32_t small_nblocks[256];  /* per class; 0 = class not usable */
     uint32_t small_first[256];
+    uint64_t small_magic[256];    /* 2^32 / class size + 1: mark_resolve
+                                     divides by multiplying (exact for
+                                     offsets below 2^32) */
 };
 
 int seg_init(struct heap *h);
@@ -81,8 +87,9 @@ void seg_snapshot_classes(struct heap *h);
 /* Sweep side: give back a small segment that holds no live block, or a
  * dead large run. */
 void seg_release(struct heap *h, uint32_t i);
-/* Punch the memory of segments free for at least two cycles. */
-uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now);
+/* Punch the memory of segments free for at least two cycles, except the
+ * KEEP lowest free ones (granted first: Note [Segment supply]). */
+uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep);
 
 /* Is I a root chunk owned by OWNER? */
 bool seg_is_roots_of(const struct heap *h, uint32_t i, uint64_t owner);

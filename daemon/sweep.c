@@ -109,7 +109,7 @@ void sweep_worker(void *arg, unsigned worker)
 {
     struct sweep_job *j = arg;
     struct heap *h = j->h;
-    uint32_t count = h->segs.count;
+    uint32_t count = __atomic_load_n(&h->segs.high, __ATOMIC_ACQUIRE);
     uint64_t live = 0, freed = 0;
     (void)worker;
 

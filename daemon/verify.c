@@ -203,7 +203,7 @@ static void check_segments(struct verifier *v)
 {
     struct heap *h = v->h;
     const struct segtab *t = &h->segs;
-    for (uint32_t i = t->first; i < t->count; i++) {
+    for (uint32_t i = t->first; i < t->high; i++) {
         uint8_t st = t->segs[i].state;
         uint8_t *seg = heap_seg_addr(h, i);
         uint8_t *marks = layout_seg_marks(seg);
