@@ -1,0 +1,111 @@
+/* bench_util.h: small helpers shared by the heapd benchmarks.
+ *
+ * A monotonic clock in nanoseconds, fatal-error reporting, a median, peak
+ * RSS, and connecting/attaching to heapd with every failure reported.
+ * Header-only (static functions) so that each benchmark stays one program.
+ */
+#ifndef HEAPD_BENCH_UTIL_H
+#define HEAPD_BENCH_UTIL_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "heapd.h"
+
+static const char *bench_prog = "bench";
+
+__attribute__((noreturn, format(printf, 1, 2), unused))
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", bench_prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+__attribute__((unused))
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        die("clock_gettime(CLOCK_MONOTONIC): %s", strerror(errno));
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+__attribute__((unused))
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of V[0..N) (sorts V). */
+__attribute__((unused))
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Peak resident set of this process, in KiB. */
+__attribute__((unused))
+static long peak_rss_kib(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        die("getrusage: %s", strerror(errno));
+    return ru.ru_maxrss;
+}
+
+/* Parse a positive integer option value or die. */
+__attribute__((unused))
+static unsigned long parse_count(const char *opt, const char *s)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || v == 0 || s[0] == '-')
+        die("%s: expected a positive integer, got \"%s\"", opt, s);
+    return v;
+}
+
+/* Connect to heapd (SOCK NULL: $HEAPD_SOCKET, then the default) and attach
+ * the calling thread. */
+__attribute__((unused))
+static void heapd_open(const char *sock, const char *name, heapd_client **c,
+                       heapd_mutator **m)
+{
+    heapd_connect_opts o = {.socket_path = sock, .client_name = name};
+    int rc = heapd_connect(c, &o);
+    if (rc < 0)
+        die("heapd_connect: %s", heapd_last_error());
+    rc = heapd_attach(*c, m);
+    if (rc < 0)
+        die("heapd_attach: %s (%s)", heapd_strerror(rc), heapd_last_error());
+}
+
+/* heapd_stats from a mutator thread: a socket round trip, so the mutator
+ * says it is blocking (Note [Client GC discipline]). */
+__attribute__((unused))
+static void heapd_stats_or_die(heapd_client *c, heapd_mutator *m,
+                               heapd_stats_t *st)
+{
+    if (m)
+        heapd_blocking_enter(m);
+    int rc = heapd_stats(c, st);
+    if (m)
+        heapd_blocking_leave(m);
+    if (rc < 0)
+        die("heapd_stats: %s (%s)", heapd_strerror(rc), heapd_last_error());
+}
+
+#endif
