@@ -16,9 +16,12 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: heapctl [--socket PATH] [--heap NAME] stats [--json]\n"
                "       heapctl [--socket PATH] [--heap NAME] gc\n"
+               "       heapctl [--socket PATH] [--heap NAME] globals\n"
                "  stats     daemon version, uptime, clients, and per heap its\n"
                "            memory, segments, cycles and pauses\n"
                "  gc        run a collection of the heap and wait for it\n"
+               "  globals   the heap's named global roots: name, state, size\n"
+               "            of the object they reference, initialising client\n"
                "  --json    print one JSON object instead of text\n"
                "  --heap    the heap for gc (default: \"default\")\n"
                "The socket is --socket, else $HEAPD_SOCKET, else the "
@@ -139,7 +142,8 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[optind++];
-    if (strcmp(cmd, "stats") != 0 && strcmp(cmd, "gc") != 0) {
+    if (strcmp(cmd, "stats") != 0 && strcmp(cmd, "gc") != 0 &&
+        strcmp(cmd, "globals") != 0) {
         fprintf(stderr, "heapctl: unknown command '%s'\n", cmd);
         usage(stderr);
         return 2;
@@ -151,6 +155,32 @@ int main(int argc, char **argv)
     if ((rc = heapd_connect(&c, &co)) < 0) {
         fprintf(stderr, "heapctl: %s\n", heapd_last_error());
         return 1;
+    }
+    if (strcmp(cmd, "globals") == 0) {
+        static heapd_global_info g[256];
+        size_t n = 0;
+        static const char *const states[] = {"empty", "set", "initialising",
+                                             "released"};
+        rc = heapd_globals(c, g, 256, &n);
+        if (rc < 0) {
+            fprintf(stderr, "heapctl: globals: %s\n", heapd_last_error());
+        } else {
+            printf("%-40s %-13s %-16s %12s %s\n", "NAME", "STATE", "TARGET",
+                   "BYTES", "OWNER");
+            for (size_t i = 0; i < n && i < 256; i++) {
+                char owner[32] = "-";
+                if (g[i].owner)
+                    snprintf(owner, sizeof owner, "client %" PRIu64,
+                             g[i].owner);
+                printf("%-40s %-13s 0x%-14" PRIx64 " %12" PRIu64 " %s\n",
+                       g[i].name,
+                       g[i].state >= 0 && g[i].state < 4 ? states[g[i].state]
+                                                         : "?",
+                       g[i].target, g[i].target_bytes, owner);
+            }
+        }
+        heapd_disconnect(c);
+        return rc < 0 ? 1 : 0;
     }
     if (strcmp(cmd, "gc") == 0) {
         rc = heapd_request_collect(c, HEAPD_COLLECT_WAIT);

@@ -182,6 +182,41 @@ HEAPD_API int heapd_collect(heapd_mutator *m, int flags);
  * for a collection of the client's heap. */
 HEAPD_API int heapd_request_collect(heapd_client *c, int flags);
 
+/* ---- global roots ----
+ * Named references every process of the heap can find (Note [Global roots]
+ * in proto/layout.h).  Names are 1 to 63 bytes; a heap has 256 of them.
+ * A global is a root: what it references stays alive. */
+
+/* Set global NAME to REF, creating it if needed.  Returns 0, -ENAMETOOLONG,
+ * -EINVAL (empty name), -ENOMEM (the table is full), -EBUSY (NAME is being
+ * initialised by heapd_global_once) or a connection error. */
+HEAPD_API int heapd_global_set(heapd_mutator *m, const char *name, void *ref);
+/* The reference in global NAME, or NULL (unset, or no such global).  Not a
+ * safepoint: the result may be used until the caller's next safepoint, and
+ * must be rooted to outlive it. */
+HEAPD_API void *heapd_global_get(heapd_mutator *m, const char *name);
+/* Global NAME, initialised exactly once across all processes: the first
+ * caller runs INIT(m, ARG) and stores its result; concurrent callers in any
+ * process wait for it (in a blocking region) and return the same object.
+ * If the initialising process dies, or INIT returns NULL, the next caller
+ * runs INIT again.  Returns NULL with errno on error. */
+HEAPD_API void *heapd_global_once(heapd_mutator *m, const char *name,
+                                  void *(*init)(heapd_mutator *, void *),
+                                  void *arg);
+
+typedef struct heapd_global_info {
+    char name[64];
+    int state;              /* 1 set, 2 initialising, 3 released */
+    uint64_t target;        /* the reference, 0 for NULL */
+    uint64_t target_bytes;  /* size of the object it references */
+    uint64_t owner;         /* initialising: the client id running init */
+} heapd_global_info;
+
+/* List the heap's globals (heapctl globals): up to MAX into OUT, the total
+ * number in *COUNT. */
+HEAPD_API int heapd_globals(heapd_client *c, heapd_global_info *out,
+                            size_t max, size_t *count);
+
 /* Static text naming an error code. */
 HEAPD_API const char *heapd_strerror(int err);
 

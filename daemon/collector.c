@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "globals.h"
 #include "heap.h"
 #include "log.h"
 #include "mark.h"
@@ -133,6 +134,7 @@ static void run_cycle(struct collector *gc)
     atomic_store(&h->control->phase, LAYOUT_PHASE_MARK);
     gc->alloc_at_last = collector_bytes_allocated(h);
     seg_snapshot_classes(h);
+    globals_bump_flag(h);
     mark_job_init(&mj, h, epoch, gc->workers->n);
     mark_roots(&mj);
     pthread_mutex_unlock(&h->lock);

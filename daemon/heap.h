@@ -36,6 +36,7 @@ struct heap {
     uint32_t stop_gen;               /* collector thread: last stop gen */
     bool poison;                     /* poison freed blocks (verify/debug) */
     bool verify;                     /* run the verifier after each cycle */
+    uint8_t static_flag;             /* Note [Global roots]; heap->lock */
     pthread_mutex_t lock;            /* table, slots, stats */
     struct segtab segs;
     struct heap_stats stats;

@@ -314,11 +314,34 @@ static void seed(struct mark_job *j, struct mark_packet **cur, uintptr_t obj)
     (*cur)->refs[(*cur)->n++] = obj;
 }
 
+/* Mark V, a root, and queue it. */
+static void mark_root(struct mark_job *j, struct mark_packet **cur,
+                      uintptr_t v)
+{
+    struct mark_ref ref;
+    if (v && mark_one(j, v, &ref)) {
+        atomic_fetch_add_explicit(&j->marked, 1, memory_order_relaxed);
+        seed(j, cur, v);
+    }
+}
+
 void mark_roots(struct mark_job *j)
 {
     struct heap *h = j->h;
     uint64_t per_chunk = layout_root_chunk_slots(h->cfg->segment_size);
     struct mark_packet *cur = NULL;
+
+    /* global roots: Note [Global roots] */
+    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
+        struct layout_global *g = &h->control->globals[i];
+        uint32_t st = atomic_load(&g->state);
+        if (st != LAYOUT_GLOBAL_SET && st != LAYOUT_GLOBAL_INITIALIZING)
+            continue;
+        if (g->static_flag == h->static_flag)
+            continue; /* already marked this cycle */
+        g->static_flag = h->static_flag;
+        mark_root(j, &cur, (uintptr_t)atomic_load(&g->value));
+    }
 
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         struct layout_mutator *m = &h->control->mutators[i];
@@ -338,16 +361,9 @@ void mark_roots(struct mark_job *j)
             }
             void **slots = layout_root_chunk(heap_seg_addr(h, seg));
             uint64_t n = depth < per_chunk ? depth : per_chunk;
-            for (uint64_t e = 0; e < n; e++) {
-                uintptr_t v = (uintptr_t)__atomic_load_n(&slots[e],
-                                                         __ATOMIC_RELAXED);
-                struct mark_ref ref;
-                if (v && mark_one(j, v, &ref)) {
-                    atomic_fetch_add_explicit(&j->marked, 1,
-                                              memory_order_relaxed);
-                    seed(j, &cur, v);
-                }
-            }
+            for (uint64_t e = 0; e < n; e++)
+                mark_root(j, &cur, (uintptr_t)__atomic_load_n(
+                                       &slots[e], __ATOMIC_RELAXED));
             depth -= n;
         }
     }

@@ -44,7 +44,7 @@ void mark_job_init(struct mark_job *j, struct heap *h, uint8_t epoch,
 void mark_job_destroy(struct mark_job *j);
 
 /* With every mutator stopped and heap->lock held: mark what every live
- * mutator's root stack references and queue it for tracing. */
+ * mutator's root stack and every global root references, and queue it. */
 void mark_roots(struct mark_job *j);
 
 /* One worker's share of tracing (a workers_fn). */

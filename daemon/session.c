@@ -26,6 +26,8 @@
 
 #include "collector.h"
 #include "daemon.h"
+#include "globals.h"
+#include "mark.h"
 #include "heapd_build.h"
 #include "log.h"
 #include "safepoint.h"
@@ -499,6 +501,90 @@ static int handle_segment_return(struct conn *c, const Heapd__SegmentReturn *r)
     return 0;
 }
 
+/* ---- global roots (Note [Global roots]) ---- */
+
+static int handle_global_claim(struct conn *c, uint64_t seq,
+                               const Heapd__GlobalClaim *r)
+{
+    struct heap *h = mutator_heap(c, seq, "global_claim");
+    uint32_t index = 0;
+    enum globals_role role = GLOBALS_READY;
+    int rc;
+
+    if (!h)
+        return 0;
+    pthread_mutex_lock(&h->lock);
+    rc = globals_claim(h, c->id, r->name ? r->name : "", r->once, &index,
+                       &role);
+    pthread_mutex_unlock(&h->lock);
+    switch (rc) {
+    case 0:
+        break;
+    case -ENOSPC:
+        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+                           "heap '%s' has all %d global roots in use",
+                           h->cfg->name, LAYOUT_MAX_GLOBALS);
+    default:
+        c->d->frames_rejected++;
+        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                           "a global's name must be 1 to %d bytes",
+                           LAYOUT_GLOBAL_NAME - 1);
+    }
+    Heapd__GlobalClaimed gc = HEAPD__GLOBAL_CLAIMED__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    gc.index = index;
+    gc.role = role == GLOBALS_INITIALIZE ? HEAPD__GLOBAL_ROLE__GLOBAL_INITIALIZE
+              : role == GLOBALS_WAIT     ? HEAPD__GLOBAL_ROLE__GLOBAL_WAIT
+                                         : HEAPD__GLOBAL_ROLE__GLOBAL_READY;
+    env.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_CLAIMED;
+    env.global_claimed = &gc;
+    return reply(c, &env, seq);
+}
+
+static int handle_globals_request(struct conn *c, uint64_t seq)
+{
+    struct heap *h = c->heap ? c->heap : c->named_heap;
+    Heapd__GlobalInfo info[LAYOUT_MAX_GLOBALS];
+    Heapd__GlobalInfo *ptr[LAYOUT_MAX_GLOBALS];
+    char names[LAYOUT_MAX_GLOBALS][LAYOUT_GLOBAL_NAME];
+    size_t n = 0;
+
+    if (!h)
+        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
+                           "this daemon serves no heap");
+    pthread_mutex_lock(&h->lock);
+    seg_snapshot_classes(h); /* so that objects in owned segments resolve */
+    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
+        struct layout_global *g = &h->control->globals[i];
+        uint32_t st = atomic_load(&g->state);
+        if (st == LAYOUT_GLOBAL_EMPTY)
+            continue;
+        heapd__global_info__init(&info[n]);
+        memcpy(names[n], g->name, LAYOUT_GLOBAL_NAME);
+        names[n][LAYOUT_GLOBAL_NAME - 1] = '\0';
+        info[n].name = names[n];
+        info[n].state = st;
+        info[n].target = (uint64_t)(uintptr_t)atomic_load(&g->value);
+        struct mark_ref ref;
+        if (info[n].target && mark_resolve(h, info[n].target, &ref)) {
+            uint64_t hdr = mark_checked_header(&ref);
+            info[n].target_bytes = layout_object_size(
+                layout_header_nrefs(hdr), layout_header_nbytes(hdr));
+        }
+        info[n].owner = st == LAYOUT_GLOBAL_INITIALIZING ? g->owner : 0;
+        ptr[n] = &info[n];
+        n++;
+    }
+    pthread_mutex_unlock(&h->lock);
+    Heapd__GlobalsReply r = HEAPD__GLOBALS_REPLY__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    r.n_globals = n;
+    r.globals = ptr;
+    env.body_case = HEAPD__ENVELOPE__BODY_GLOBALS_REPLY;
+    env.globals_reply = &r;
+    return reply(c, &env, seq);
+}
+
 /* ---- collections ---- */
 
 static int reply_collect_done(struct conn *c, struct heap *h, uint64_t seq)
@@ -578,6 +664,7 @@ void session_closed(struct conn *c)
         if (c->slots[i / 64] >> (i % 64) & 1)
             free_slot(c, h, i);
     seg_orphan(h, c->id);
+    globals_release_owner(h, c->id);
     c->held = 0;
     pthread_mutex_unlock(&h->lock);
 }
@@ -606,6 +693,10 @@ int session_handle(struct conn *c, Heapd__Envelope *env)
         return handle_segment_request(c, env->seq, env->segment_request);
     case HEAPD__ENVELOPE__BODY_SEGMENT_RETURN:
         return handle_segment_return(c, env->segment_return);
+    case HEAPD__ENVELOPE__BODY_GLOBAL_CLAIM:
+        return handle_global_claim(c, env->seq, env->global_claim);
+    case HEAPD__ENVELOPE__BODY_GLOBALS_REQUEST:
+        return handle_globals_request(c, env->seq);
     default:
         c->d->frames_rejected++;
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_UNEXPECTED,

@@ -6,7 +6,8 @@
  * environment, the collector checks the heap after every cycle, still
  * inside the pause, with one thread and its own visited set, independently
  * of the marker's work:
- *   1. every object reachable from every live mutator's root stack is a
+ *   1. every object reachable from every live mutator's root stack and
+ *      from every global root is a
  *      valid reference (Note [Validating references]), has mark == epoch
  *      (it survived the sweep), is not poisoned and has a header that fits
  *      its block;
@@ -35,6 +36,7 @@
 
 #define MAX_LOGGED 20
 #define NO_ROOT UINT32_MAX /* a failure found by scanning segment `root` */
+#define GLOBAL_ROOT (UINT32_MAX - 1) /* reached from global `root` */
 
 struct visit {
     uintptr_t obj;      /* 0: empty */
@@ -107,6 +109,10 @@ static void fail(struct verifier *v, uintptr_t obj, uintptr_t parent,
     if (slot == NO_ROOT)
         log_error("heap '%s': verify: %s: segment %u: %s", v->h->cfg->name,
                   what, root, path);
+    else if (slot == GLOBAL_ROOT)
+        log_error("heap '%s': verify: %s: global '%.63s': %s",
+                  v->h->cfg->name, what, v->h->control->globals[root].name,
+                  path);
     else
         log_error("heap '%s': verify: %s: mutator slot %u root %u: %s",
                   v->h->cfg->name, what, slot, root, path);
@@ -173,6 +179,16 @@ static void check_roots(struct verifier *v)
 {
     struct heap *h = v->h;
     uint64_t per_chunk = layout_root_chunk_slots(h->cfg->segment_size);
+    for (uint32_t i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
+        struct layout_global *g = &h->control->globals[i];
+        uint32_t st = g->state;
+        void *val = g->value;
+        if ((st == LAYOUT_GLOBAL_SET || st == LAYOUT_GLOBAL_INITIALIZING) &&
+            val) {
+            visit(v, (uintptr_t)val, 0, GLOBAL_ROOT, i);
+            trace(v);
+        }
+    }
     for (uint32_t i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         struct layout_mutator *m = &h->control->mutators[i];
         if (LAYOUT_STATUS_STATE(m->status) == LAYOUT_MUT_FREE)

@@ -87,11 +87,11 @@
 #include <stdint.h>
 
 #define LAYOUT_MAGIC 0x0031504145484448ULL /* bytes "HDHEAP1\0" in memory */
-#define LAYOUT_VERSION 2u
+#define LAYOUT_VERSION 3u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
-#define LAYOUT_CONTROL_BYTES (64u * 1024u) /* bytes the control area needs */
+#define LAYOUT_CONTROL_BYTES (128u * 1024u) /* bytes the control area needs */
 
 #define LAYOUT_MAX_MUTATORS 128
 #define LAYOUT_ROOT_CHUNKS 64   /* root-stack segments per mutator */
@@ -222,6 +222,51 @@ struct layout_mutator {
     uint32_t root_chunks[LAYOUT_ROOT_CHUNKS];
 };
 
+/* ---- global roots (named static objects) ----
+ *
+ * Note [Global roots]
+ * ~~~~~~~~~~~~~~~~~~~
+ * (Seed static-objects-nonmoving.txt.)  A heap has a table of named global
+ * roots in its control area.  Only the daemon creates entries (on a
+ * GlobalClaim, so that two processes can never create the same name twice);
+ * after that a mutator reads and writes `value` directly.  An entry is:
+ *   EMPTY         unused;
+ *   SET           value is NULL or a reference, a root of every cycle;
+ *   INITIALIZING  heapd_global_once is running init in client `owner`;
+ *                 value is the blackhole, an object that client allocated
+ *                 in the shared heap, so the entry is a root like any other
+ *                 and the daemon never needs to know what init is doing;
+ *   RELEASED      the initialiser died (or init failed): the next caller
+ *                 of heapd_global_once claims it and runs init again.
+ * Every change of `state` bumps `wake`, the futex word waiters sleep on.
+ * Marking treats each SET or INITIALIZING entry's value as a root.  Its
+ * per-entry mark is `static_flag`, compared with the heap's flag that flips
+ * every cycle (GHC's bump_static_flag): an entry is marked this cycle iff
+ * its flag equals the heap's, so no pass ever clears the flags, and once the
+ * collector marks concurrently, an entry created during marking starts with
+ * the current flag (black) and a value overwritten during marking goes
+ * through the write barrier, with no change to this layout.
+ */
+#define LAYOUT_MAX_GLOBALS 256
+#define LAYOUT_GLOBAL_NAME 64 /* bytes, NUL included */
+
+enum layout_global_state {
+    LAYOUT_GLOBAL_EMPTY = 0,
+    LAYOUT_GLOBAL_SET = 1,
+    LAYOUT_GLOBAL_INITIALIZING = 2,
+    LAYOUT_GLOBAL_RELEASED = 3,
+};
+
+struct layout_global {
+    char name[LAYOUT_GLOBAL_NAME];   /* written by the daemon at creation */
+    _Atomic(void *) value;
+    _Atomic uint32_t state;          /* enum layout_global_state */
+    _Atomic uint32_t wake;           /* futex: bumped on every state change */
+    uint64_t owner;                  /* INITIALIZING: the client running init */
+    uint8_t static_flag;             /* Note [Global roots] */
+    uint8_t pad[7];
+};
+
 /* Phases of a collection cycle, stored in control->phase. */
 enum layout_phase {
     LAYOUT_PHASE_IDLE = 0,
@@ -247,6 +292,7 @@ struct layout_control {
     alignas(64) _Atomic uint32_t stop_request; /* futex: stop gen, 0 = none */
 
     alignas(64) struct layout_mutator mutators[LAYOUT_MAX_MUTATORS];
+    alignas(64) struct layout_global globals[LAYOUT_MAX_GLOBALS];
 };
 
 _Static_assert(sizeof(struct layout_control) <= LAYOUT_CONTROL_BYTES,

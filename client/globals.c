@@ -1,0 +1,208 @@
+/* libheapd global roots: heapd_global_set/get/once.  See Note [Global
+ * roots] in proto/layout.h for the table and its states; the daemon only
+ * creates entries and releases those of dead initialisers. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "futex.h"
+
+/* The blackhole's raw bytes: what a debugger or heapctl sees while a
+ * global is being initialised. */
+struct blackhole {
+    char magic[8];  /* "BLACKHOL" */
+    int64_t pid;    /* the initialising process */
+};
+
+static int check_name(const char *name)
+{
+    if (!name || !name[0])
+        return client_set_error(-EINVAL, "a global's name must not be empty");
+    if (strlen(name) >= LAYOUT_GLOBAL_NAME)
+        return client_set_error(-ENAMETOOLONG, "global name '%.20s...' is "
+                                "%zu bytes; the limit is %d", name,
+                                strlen(name), LAYOUT_GLOBAL_NAME - 1);
+    return 0;
+}
+
+static struct layout_global *lookup(heapd_mutator *m, const char *name)
+{
+    struct layout_global *tab = m->ctl->globals;
+    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
+        uint32_t st = atomic_load_explicit(&tab[i].state, memory_order_acquire);
+        if (st != LAYOUT_GLOBAL_EMPTY &&
+            strncmp(tab[i].name, name, LAYOUT_GLOBAL_NAME) == 0)
+            return &tab[i];
+    }
+    return NULL;
+}
+
+/* Ask the daemon for NAME's entry.  Returns the role (>= 0) or an error. */
+static int claim(heapd_mutator *m, const char *name, bool once,
+                 struct layout_global **out)
+{
+    Heapd__GlobalClaim gc = HEAPD__GLOBAL_CLAIM__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    int rc;
+
+    gc.name = (char *)name;
+    gc.once = once;
+    req.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_CLAIM;
+    req.global_claim = &gc;
+    if ((rc = mutator_call(m, &req, &rep)) < 0)
+        return rc;
+    if (rep->body_case != HEAPD__ENVELOPE__BODY_GLOBAL_CLAIMED ||
+        rep->global_claimed->index >= LAYOUT_MAX_GLOBALS) {
+        rc = client_set_error(HEAPD_EPROTO, "bad answer to global_claim");
+    } else {
+        *out = &m->ctl->globals[rep->global_claimed->index];
+        rc = (int)rep->global_claimed->role;
+    }
+    heapd__envelope__free_unpacked(rep, NULL);
+    return rc;
+}
+
+static void set_state(struct layout_global *g, uint32_t st)
+{
+    atomic_store(&g->state, st);
+    atomic_fetch_add(&g->wake, 1);
+    futex_wake_all(&g->wake);
+}
+
+int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
+{
+    struct layout_global *g;
+    int rc;
+
+    if ((rc = check_name(name)) < 0)
+        return rc;
+    g = lookup(m, name);
+    if (!g || atomic_load(&g->state) == LAYOUT_GLOBAL_RELEASED) {
+        /* the claim is a safepoint: keep REF alive through it */
+        size_t slot = ref ? heapd_root_push(m, ref) : (size_t)-1;
+        rc = claim(m, name, false, &g);
+        if (slot != (size_t)-1) {
+            ref = heapd_root_get(m, slot);
+            m->depth = slot; /* pop without a safepoint: ref is in a local */
+            atomic_store_explicit(&m->slot->root_depth, m->depth,
+                                  memory_order_release);
+        }
+        if (rc < 0)
+            return rc;
+    }
+    if (atomic_load(&g->state) == LAYOUT_GLOBAL_INITIALIZING)
+        return client_set_error(-EBUSY, "global '%s' is being initialised by "
+                                "heapd_global_once", name);
+    /* the value first, then the safepoint (as heapd_root_set) */
+    atomic_store_explicit(&g->value, ref, memory_order_release);
+    mutator_poll(m);
+    return 0;
+}
+
+void *heapd_global_get(heapd_mutator *m, const char *name)
+{
+    struct layout_global *g = name ? lookup(m, name) : NULL;
+    if (!g || atomic_load(&g->state) != LAYOUT_GLOBAL_SET)
+        return NULL;
+    return atomic_load_explicit(&g->value, memory_order_acquire);
+}
+
+/* Sleep, blocked, until G is no longer being initialised. */
+static void wait_initialised(heapd_mutator *m, struct layout_global *g)
+{
+    heapd_blocking_enter(m);
+    for (;;) {
+        uint32_t w = atomic_load(&g->wake);
+        if (atomic_load(&g->state) != LAYOUT_GLOBAL_INITIALIZING)
+            break;
+        futex_wait(&g->wake, w, 0);
+    }
+    heapd_blocking_leave(m);
+}
+
+void *heapd_global_once(heapd_mutator *m, const char *name,
+                        void *(*init)(heapd_mutator *, void *), void *arg)
+{
+    int rc;
+    if ((rc = check_name(name)) < 0 || !init) {
+        errno = rc < 0 ? -rc : EINVAL;
+        return NULL;
+    }
+    for (;;) {
+        struct layout_global *g = lookup(m, name);
+        uint32_t st = g ? atomic_load(&g->state) : LAYOUT_GLOBAL_EMPTY;
+        if (st == LAYOUT_GLOBAL_SET)
+            return atomic_load_explicit(&g->value, memory_order_acquire);
+        if (st == LAYOUT_GLOBAL_INITIALIZING) {
+            wait_initialised(m, g);
+            continue;
+        }
+        rc = claim(m, name, true, &g);
+        if (rc < 0) {
+            errno = client_errno(rc);
+            return NULL;
+        }
+        if (rc == HEAPD__GLOBAL_ROLE__GLOBAL_WAIT) {
+            wait_initialised(m, g);
+            continue;
+        }
+        if (rc == HEAPD__GLOBAL_ROLE__GLOBAL_READY)
+            continue; /* set meanwhile: read it above */
+
+        /* this mutator initialises: a blackhole marks the entry as ours
+         * in the heap itself, then init runs (it may allocate and collect;
+         * the entry is a root all along) */
+        struct blackhole *bh = heapd_alloc(m, 0, sizeof *bh);
+        if (bh) {
+            memcpy(bh->magic, "BLACKHOL", 8);
+            bh->pid = (int64_t)getpid();
+            atomic_store_explicit(&g->value, (void *)bh, memory_order_release);
+        }
+        void *result = bh ? init(m, arg) : NULL;
+        if (!result) {
+            int saved = bh ? errno : ENOMEM;
+            atomic_store(&g->value, NULL);
+            set_state(g, LAYOUT_GLOBAL_RELEASED); /* the next caller retries */
+            errno = saved ? saved : EAGAIN;
+            return NULL;
+        }
+        atomic_store_explicit(&g->value, result, memory_order_release);
+        set_state(g, LAYOUT_GLOBAL_SET);
+        mutator_poll(m);
+        return result;
+    }
+}
+
+int heapd_globals(heapd_client *c, heapd_global_info *out, size_t max,
+                  size_t *count)
+{
+    Heapd__GlobalsRequest gr = HEAPD__GLOBALS_REQUEST__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    int rc;
+
+    if (!c || (!out && max) || !count)
+        return client_set_error(-EINVAL, "heapd_globals: NULL argument");
+    req.body_case = HEAPD__ENVELOPE__BODY_GLOBALS_REQUEST;
+    req.globals_request = &gr;
+    if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
+        return rc;
+    if (rep->body_case != HEAPD__ENVELOPE__BODY_GLOBALS_REPLY) {
+        rc = client_set_error(HEAPD_EPROTO, "bad answer to globals_request");
+        goto out;
+    }
+    const Heapd__GlobalsReply *r = rep->globals_reply;
+    *count = r->n_globals;
+    for (size_t i = 0; i < r->n_globals && i < max; i++) {
+        const Heapd__GlobalInfo *g = r->globals[i];
+        snprintf(out[i].name, sizeof out[i].name, "%s", g->name);
+        out[i].state = (int)g->state;
+        out[i].target = g->target;
+        out[i].target_bytes = g->target_bytes;
+        out[i].owner = g->owner;
+    }
+out:
+    heapd__envelope__free_unpacked(rep, NULL);
+    return rc;
+}

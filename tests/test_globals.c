@@ -1,0 +1,524 @@
+/* Named global roots and once-initialisation across processes, against a
+ * real heapd with the verifier on (Note [Global roots]). */
+#include <check.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "heapd.h"
+#include "check_main.h"
+
+static struct daemon_proc D;
+
+static void start(void)
+{
+    harness_start(&D, harness_default_config("@SOCK@", "verify = true\n"));
+}
+
+static void stop_clean(void)
+{
+    int st = harness_stop(&D);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "heapd did not exit 0 (status 0x%x)", st);
+}
+
+static void attach(heapd_client **c, heapd_mutator **m)
+{
+    heapd_connect_opts o = {.socket_path = D.sock};
+    ck_assert_msg(heapd_connect(c, &o) == 0, "connect: %s",
+                  heapd_last_error());
+    ck_assert_msg(heapd_attach(*c, m) == 0, "attach: %s", heapd_last_error());
+}
+
+static heapd_stats_t daemon_stats(void)
+{
+    heapd_connect_opts o = {.socket_path = D.sock,
+                            .flags = HEAPD_CONNECT_CONTROL};
+    heapd_client *c;
+    heapd_stats_t st;
+    ck_assert_int_eq(heapd_connect(&c, &o), 0);
+    ck_assert_int_eq(heapd_stats(c, &st), 0);
+    heapd_disconnect(c);
+    return st;
+}
+
+static void expect_healthy(void)
+{
+    heapd_stats_t st = daemon_stats();
+    ck_assert_msg(st.verify_failures == 0 && st.bad_refs == 0,
+                  "verify failures %llu, bad refs %llu (see heapd's log)",
+                  (unsigned long long)st.verify_failures,
+                  (unsigned long long)st.bad_refs);
+}
+
+static void wait_ok(pid_t pid, const char *who)
+{
+    int st = harness_wait_pid(pid, HARNESS_WAIT_MS * 4);
+    ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "%s failed (status 0x%x)", who, st);
+}
+
+/* An object with one reference field and a value with its check. */
+static void *cell(heapd_mutator *m, long v)
+{
+    void **o = heapd_alloc(m, 1, 2 * sizeof(long));
+    if (o) {
+        long *b = heapd_bytes(o);
+        b[0] = v;
+        b[1] = ~v;
+    }
+    return o;
+}
+
+static long cell_value(void *o)
+{
+    long *b = heapd_bytes(o);
+    return b[1] == ~b[0] ? b[0] : -1;
+}
+
+START_TEST(set_get_and_survive_cycles)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start();
+    attach(&c, &m);
+    ck_assert_ptr_null(heapd_global_get(m, "nothing"));
+    void *a = cell(m, 11);
+    ck_assert_int_eq(heapd_global_set(m, "a", a), 0);
+    ck_assert_ptr_eq(heapd_global_get(m, "a"), a);
+    /* a is reachable only from the global now */
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    ck_assert_int_eq(cell_value(heapd_global_get(m, "a")), 11);
+    void *b = cell(m, 22);
+    ck_assert_int_eq(heapd_global_set(m, "a", b), 0);
+    ck_assert_int_eq(heapd_global_set(m, "a-null", NULL), 0);
+    ck_assert_ptr_null(heapd_global_get(m, "a-null"));
+    ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    ck_assert_int_eq(cell_value(heapd_global_get(m, "a")), 22);
+
+    char longname[80];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    ck_assert_int_eq(heapd_global_set(m, longname, b), -ENAMETOOLONG);
+    ck_assert_msg(strstr(heapd_last_error(), "the limit is 63"), "%s",
+                  heapd_last_error());
+    longname[64] = '\0'; /* 64 bytes: one too many */
+    ck_assert_int_eq(heapd_global_set(m, longname, b), -ENAMETOOLONG);
+    longname[63] = '\0'; /* 63: the longest name */
+    ck_assert_int_eq(heapd_global_set(m, longname, b), 0);
+    ck_assert_ptr_eq(heapd_global_get(m, longname), b);
+    ck_assert_int_eq(heapd_global_set(m, "", b), -EINVAL);
+    errno = 0;
+    ck_assert_ptr_null(heapd_global_once(m, "", NULL, NULL));
+    ck_assert_int_eq(errno, EINVAL);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+START_TEST(table_full)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start();
+    attach(&c, &m);
+    char name[32];
+    for (int i = 0; i < 256; i++) {
+        snprintf(name, sizeof name, "g%d", i);
+        ck_assert_int_eq(heapd_global_set(m, name, cell(m, i)), 0);
+    }
+    ck_assert_int_eq(heapd_global_set(m, "one-too-many", NULL), -ENOMEM);
+    ck_assert_msg(strstr(heapd_last_error(), "all 256 global roots in use"),
+                  "%s", heapd_last_error());
+    ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    for (int i = 0; i < 256; i++) {
+        snprintf(name, sizeof name, "g%d", i);
+        ck_assert_int_eq(cell_value(heapd_global_get(m, name)), i);
+    }
+    /* existing names can still be set */
+    ck_assert_int_eq(heapd_global_set(m, "g7", NULL), 0);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+/* ---- heapd_global_once across processes ---- */
+
+static int init_count_fd = -1;
+
+static void *init_counted(heapd_mutator *m, void *arg)
+{
+    (void)arg;
+    if (write(init_count_fd, "i", 1) != 1)
+        return NULL;
+    /* init may allocate and collect */
+    void *o = cell(m, 4242);
+    size_t r = heapd_root_push(m, o);
+    if (heapd_collect(m, HEAPD_COLLECT_WAIT) < 0)
+        return NULL;
+    o = heapd_root_get(m, r);
+    heapd_root_pop(m, 1);
+    return o;
+}
+
+START_TEST(once_race_runs_init_once)
+{
+    enum { N = 4 };
+    int go[2], count[2], res[2];
+    start();
+    ck_assert_int_eq(pipe(go), 0);
+    ck_assert_int_eq(pipe(count), 0);
+    ck_assert_int_eq(pipe(res), 0);
+    pid_t kids[N];
+    for (int i = 0; i < N; i++) {
+        kids[i] = fork();
+        ck_assert_int_ge(kids[i], 0);
+        if (kids[i] == 0) {
+            heapd_client *c;
+            heapd_mutator *m;
+            attach(&c, &m);
+            init_count_fd = count[1];
+            char x;
+            if (read(go[0], &x, 1) != 1)
+                _exit(2);
+            void *o = heapd_global_once(m, "cache", init_counted, NULL);
+            if (!o || cell_value(o) != 4242)
+                _exit(3);
+            uintptr_t a = (uintptr_t)o;
+            if (write(res[1], &a, sizeof a) != sizeof a)
+                _exit(4);
+            heapd_detach(m);
+            heapd_disconnect(c);
+            _exit(0);
+        }
+    }
+    close(count[1]);
+    close(res[1]);
+    ck_assert_int_eq(write(go[1], "gggg", N), N); /* all start together */
+    for (int i = 0; i < N; i++)
+        wait_ok(kids[i], "once caller");
+    char buf[16];
+    ck_assert_int_eq(read(count[0], buf, sizeof buf), 1); /* init ran once */
+    uintptr_t first = 0, a;
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(read(res[0], &a, sizeof a), sizeof a);
+        if (i == 0)
+            first = a;
+        ck_assert_msg(a == first, "process %d got another object", i);
+    }
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+static int hang_fd = -1;
+
+static void *init_hangs(heapd_mutator *m, void *arg)
+{
+    (void)arg;
+    heapd_blocking_enter(m); /* never holds up a collection while it hangs */
+    if (write(hang_fd, "h", 1) != 1)
+        return NULL;
+    for (;;)
+        pause();
+}
+
+static void *init_fine(heapd_mutator *m, void *arg)
+{
+    (void)arg;
+    return cell(m, 99);
+}
+
+START_TEST(once_initialiser_killed)
+{
+    int hang[2], waiting[2];
+    start();
+    ck_assert_int_eq(pipe(hang), 0);
+    ck_assert_int_eq(pipe(waiting), 0);
+    pid_t a = fork();
+    ck_assert_int_ge(a, 0);
+    if (a == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        attach(&c, &m);
+        hang_fd = hang[1];
+        heapd_global_once(m, "config", init_hangs, NULL);
+        _exit(5); /* never returns */
+    }
+    close(hang[1]);
+    char x;
+    ck_assert_int_eq(read(hang[0], &x, 1), 1); /* A is inside init */
+
+    /* heapctl's view: initialising, owned by a client */
+    heapd_connect_opts o = {.socket_path = D.sock,
+                            .flags = HEAPD_CONNECT_CONTROL};
+    heapd_client *cc;
+    ck_assert_int_eq(heapd_connect(&cc, &o), 0);
+    heapd_global_info gi[4];
+    size_t n;
+    ck_assert_int_eq(heapd_globals(cc, gi, 4, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(gi[0].name, "config");
+    ck_assert_int_eq(gi[0].state, 2);
+    ck_assert_uint_ne(gi[0].owner, 0);
+    ck_assert_uint_eq(gi[0].target_bytes, 24); /* the blackhole */
+
+    pid_t b = fork();
+    ck_assert_int_ge(b, 0);
+    if (b == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        attach(&c, &m);
+        if (write(waiting[1], "w", 1) != 1)
+            _exit(6);
+        void *v = heapd_global_once(m, "config", init_fine, NULL);
+        _exit(v && cell_value(v) == 99 ? 0 : 7);
+    }
+    close(waiting[1]);
+    ck_assert_int_eq(read(waiting[0], &x, 1), 1);
+    /* B is in (or about to be in) heapd_global_once; A dies mid-init */
+    kill(a, SIGKILL);
+    harness_wait_pid(a, HARNESS_WAIT_MS);
+    wait_ok(b, "the caller after the initialiser died");
+    ck_assert_int_eq(heapd_globals(cc, gi, 4, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(gi[0].state, 1);
+    ck_assert_uint_eq(gi[0].target_bytes, 32);
+    heapd_disconnect(cc);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+static void *init_null(heapd_mutator *m, void *arg)
+{
+    (void)m;
+    (void)arg;
+    errno = EIO;
+    return NULL;
+}
+
+START_TEST(once_init_fails_then_retries)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start();
+    attach(&c, &m);
+    errno = 0;
+    ck_assert_ptr_null(heapd_global_once(m, "flaky", init_null, NULL));
+    ck_assert_int_eq(errno, EIO);
+    void *v = heapd_global_once(m, "flaky", init_fine, NULL);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_int_eq(cell_value(v), 99);
+    ck_assert_ptr_eq(heapd_global_once(m, "flaky", init_null, NULL), v);
+    ck_assert_ptr_eq(heapd_global_get(m, "flaky"), v);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+/* ---- sharing through globals while others overwrite them ---- */
+
+static bool stopped(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
+/* Publish fresh 100-cell lists under "g", again and again. */
+static int writer(int stop_fd)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    attach(&c, &m);
+    for (long round = 1; !stopped(stop_fd); round++) {
+        size_t r = heapd_root_push(m, NULL);
+        for (long i = 0; i < 100; i++) {
+            void **n = cell(m, round * 1000 + i);
+            if (!n)
+                return 1;
+            heapd_write(m, n, &n[0], heapd_root_get(m, r));
+            heapd_root_set(m, r, n);
+        }
+        if (heapd_global_set(m, "g", heapd_root_get(m, r)) < 0)
+            return 2;
+        heapd_root_pop(m, 1);
+    }
+    heapd_detach(m);
+    heapd_disconnect(c);
+    return 0;
+}
+
+/* Read whatever "g" holds and check the whole list, between safepoints. */
+static int reader(int stop_fd)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    attach(&c, &m);
+    long seen = 0;
+    while (!stopped(stop_fd)) {
+        void **n = heapd_global_get(m, "g");
+        if (n) {
+            long first = cell_value(n), len = 0;
+            if (first < 0)
+                return 3;
+            for (; n; n = n[0], len++)
+                if (cell_value(n) != first - len)
+                    return 4;
+            if (len != 100)
+                return 5;
+            seen++;
+        }
+        heapd_safepoint(m);
+    }
+    heapd_detach(m);
+    heapd_disconnect(c);
+    return seen > 0 ? 0 : 6;
+}
+
+START_TEST(globals_alive_across_cycles_under_overwrites)
+{
+    int stop[2];
+    start();
+    ck_assert_int_eq(pipe(stop), 0);
+    pid_t w = fork();
+    if (w == 0) {
+        close(stop[1]); /* EOF on stop[0] is the signal to stop */
+        _exit(writer(stop[0]));
+    }
+    pid_t r = fork();
+    if (r == 0) {
+        close(stop[1]);
+        _exit(reader(stop[0]));
+    }
+    close(stop[0]);
+    heapd_connect_opts o = {.socket_path = D.sock,
+                            .flags = HEAPD_CONNECT_CONTROL};
+    heapd_client *cc;
+    ck_assert_int_eq(heapd_connect(&cc, &o), 0);
+    for (int i = 0; i < 120; i++)
+        ck_assert_int_eq(heapd_request_collect(cc, HEAPD_COLLECT_WAIT), 0);
+    heapd_disconnect(cc);
+    close(stop[1]);
+    wait_ok(w, "writer");
+    wait_ok(r, "reader");
+    heapd_stats_t st = daemon_stats();
+    ck_assert_uint_ge(st.cycles_completed, 120);
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+/* Two processes that share nothing but a name see each other's writes. */
+START_TEST(processes_share_a_structure_by_name)
+{
+    int to_b[2], to_a[2];
+    start();
+    ck_assert_int_eq(pipe(to_b), 0);
+    ck_assert_int_eq(pipe(to_a), 0);
+    pid_t a = fork();
+    if (a == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        attach(&c, &m);
+        void **board = heapd_alloc(m, 8, 0);
+        heapd_global_set(m, "board", board);
+        board = heapd_global_get(m, "board");
+        heapd_write(m, board, &board[0], cell(m, 1));
+        heapd_collect(m, HEAPD_COLLECT_WAIT);
+        heapd_blocking_enter(m);
+        char x;
+        if (write(to_b[1], "a", 1) != 1 || read(to_a[0], &x, 1) != 1)
+            _exit(10);
+        heapd_blocking_leave(m);
+        board = heapd_global_get(m, "board");
+        if (!board[1] || cell_value(board[1]) != 2 ||
+            cell_value(board[0]) != 1)
+            _exit(11);
+        heapd_detach(m);
+        heapd_disconnect(c);
+        _exit(0);
+    }
+    pid_t b = fork();
+    if (b == 0) {
+        char x;
+        if (read(to_b[0], &x, 1) != 1)
+            _exit(20);
+        heapd_client *c;
+        heapd_mutator *m;
+        attach(&c, &m);
+        void **board = heapd_global_get(m, "board");
+        if (!board || cell_value(board[0]) != 1)
+            _exit(21);
+        heapd_write(m, board, &board[1], cell(m, 2));
+        heapd_collect(m, HEAPD_COLLECT_WAIT);
+        if (write(to_a[1], "b", 1) != 1)
+            _exit(22);
+        heapd_detach(m);
+        heapd_disconnect(c);
+        _exit(0);
+    }
+    wait_ok(a, "process A");
+    wait_ok(b, "process B");
+    expect_healthy();
+    stop_clean();
+}
+END_TEST
+
+START_TEST(heapctl_globals)
+{
+    char cmd[512], out[4096];
+    heapd_client *c;
+    heapd_mutator *m;
+    start();
+    attach(&c, &m);
+    ck_assert_int_eq(heapd_global_set(m, "index", cell(m, 5)), 0);
+    ck_assert_int_eq(heapd_global_set(m, "empty", NULL), 0);
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' globals 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    int st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "NAME") && strstr(out, "index") &&
+                      strstr(out, "set") && strstr(out, " 32 ") &&
+                      strstr(out, "empty"),
+                  "output: %s", out);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    stop_clean();
+}
+END_TEST
+
+static Suite *globals_suite(void)
+{
+    Suite *s = suite_create("globals");
+    TCase *t = tcase_create("globals");
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, set_get_and_survive_cycles);
+    tcase_add_test(t, table_full);
+    tcase_add_test(t, once_race_runs_init_once);
+    tcase_add_test(t, once_initialiser_killed);
+    tcase_add_test(t, once_init_fails_then_retries);
+    tcase_add_test(t, globals_alive_across_cycles_under_overwrites);
+    tcase_add_test(t, processes_share_a_structure_by_name);
+    tcase_add_test(t, heapctl_globals);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    return check_main(globals_suite());
+}
