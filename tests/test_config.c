@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "layout.h"
 #include "check_main.h"
 
 /* A valid heap section: 3 lines. */
@@ -219,14 +220,16 @@ END_TEST
 START_TEST(t_min_max_size)
 {
     struct config c;
-    /* control area is 64K: 4 segments of 16K, so 5 segments = 80K */
-    expect_ok("[heap h]\nbase = 0x7e8000000000\nmax_size = 80K\n"
+    /* the control area (LAYOUT_CONTROL_BYTES, 128K) takes 8 segments of
+     * 16K, so 9 segments = 144K */
+    ck_assert_uint_eq(LAYOUT_CONTROL_BYTES, 128 << 10);
+    expect_ok("[heap h]\nbase = 0x7e8000000000\nmax_size = 144K\n"
               "segment_size = 16K\n", &c);
-    ck_assert_uint_eq(c.heaps[0].max_size, 80 << 10);
-    expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 64K\n"
+    ck_assert_uint_eq(c.heaps[0].max_size, 144 << 10);
+    expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 128K\n"
                   "segment_size = 16K\n",
-                  "heapd:t.conf:3: max_size 64K is too small: with "
-                  "segment_size 16K it must be at least 80K (4 control "
+                  "heapd:t.conf:3: max_size 128K is too small: with "
+                  "segment_size 16K it must be at least 144K (8 control "
                   "segments + 1)\n");
 }
 END_TEST
