@@ -71,6 +71,9 @@ void server_stop(struct daemon *d);
 void server_abort_all(struct daemon *d);
 int conn_send(struct conn *c, const Heapd__Envelope *env);
 int conn_send_with_fd(struct conn *c, const Heapd__Envelope *env, int fd);
+/* Send an Error frame answering request SEQ (0: not an answer). */
+int conn_send_error(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
+                    const char *msg);
 /* Send an Error (if the stream still works), then close after it flushed. */
 void conn_fail(struct conn *c, Heapd__ErrorCode code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

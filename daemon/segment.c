@@ -290,22 +290,29 @@ static void unown_small(struct heap *h, uint32_t i)
     h->segs.n_filled++;
 }
 
+/* Segment I leaves its owner: an owned small segment or a root chunk.
+ * Returns false (and changes nothing) for any other state. */
+static bool unown(struct heap *h, uint32_t i)
+{
+    switch (h->segs.segs[i].state) {
+    case SEG_OWNED:
+        unown_small(h, i);
+        return true;
+    case SEG_ROOTS:
+        h->segs.n_roots--;
+        make_free(h, i);
+        return true;
+    default:
+        return false;
+    }
+}
+
 int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i)
 {
     struct segtab *t = &h->segs;
-    if (i < t->first || i >= t->count || t->segs[i].owner != owner)
+    if (i < t->first || i >= t->count || t->segs[i].owner != owner ||
+        !unown(h, i))
         return -EINVAL;
-    switch (t->segs[i].state) {
-    case SEG_OWNED:
-        unown_small(h, i);
-        break;
-    case SEG_ROOTS:
-        t->n_roots--;
-        make_free(h, i);
-        break;
-    default:
-        return -EINVAL;
-    }
     (*held)--;
     return 0;
 }
@@ -315,23 +322,10 @@ void seg_orphan(struct heap *h, uint64_t owner)
     struct segtab *t = &h->segs;
     for (uint32_t i = t->first; i < t->high; i++) {
         struct seg *s = &t->segs[i];
-        if (s->owner != owner)
+        if (s->owner != owner || unown(h, i))
             continue;
-        switch (s->state) {
-        case SEG_OWNED:
-            unown_small(h, i);
-            break;
-        case SEG_ROOTS:
-            t->n_roots--;
-            make_free(h, i);
-            break;
-        case SEG_LARGE:
-        case SEG_LARGE_TAIL:
+        if (s->state == SEG_LARGE || s->state == SEG_LARGE_TAIL)
             s->owner = 0;
-            break;
-        default:
-            break;
-        }
     }
 }
 

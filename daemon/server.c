@@ -164,6 +164,19 @@ out:
     return rc;
 }
 
+int conn_send_error(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
+                    const char *msg)
+{
+    Heapd__Error err = HEAPD__ERROR__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    err.code = code;
+    err.message = (char *)msg;
+    env.seq = seq;
+    env.body_case = HEAPD__ENVELOPE__BODY_ERROR;
+    env.error = &err;
+    return conn_send(c, &env);
+}
+
 void conn_fail(struct conn *c, Heapd__ErrorCode code, const char *fmt, ...)
 {
     char msg[512];
@@ -177,13 +190,7 @@ void conn_fail(struct conn *c, Heapd__ErrorCode code, const char *fmt, ...)
     log_info("client %llu (%s, pid %d): %s", (unsigned long long)c->id,
              c->name[0] ? c->name : "?", (int)c->peer.pid, msg);
 
-    Heapd__Error err = HEAPD__ERROR__INIT;
-    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
-    err.code = code;
-    err.message = msg;
-    env.body_case = HEAPD__ENVELOPE__BODY_ERROR;
-    env.error = &err;
-    conn_send(c, &env); /* best effort: the peer may be gone */
+    conn_send_error(c, 0, code, msg); /* best effort: the peer may be gone */
     conn_finish(c);
 }
 

@@ -232,13 +232,11 @@ static int reply_error(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
     va_end(ap);
     log_debug("client %llu (%s): %s", (unsigned long long)c->id, c->name,
               msg);
-    Heapd__Error e = HEAPD__ERROR__INIT;
-    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
-    e.code = code;
-    e.message = msg;
-    env.body_case = HEAPD__ENVELOPE__BODY_ERROR;
-    env.error = &e;
-    return reply(c, &env, seq);
+    int rc = conn_send_error(c, seq, code, msg);
+    if (rc < 0)
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL, "cannot send an "
+                  "error: %s", strerror(-rc));
+    return rc;
 }
 
 /* The heap of a request only a mutator client may make, or NULL after
