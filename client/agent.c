@@ -34,7 +34,7 @@ static void fail_all_locked(struct agent *a, int code, const char *msg,
                             struct agent_call **async)
 {
     if (!a->closed) {
-        a->closed = true;
+        __atomic_store_n(&a->closed, true, __ATOMIC_RELEASE);
         a->close_code = code;
         snprintf(a->close_msg, sizeof a->close_msg, "%s", msg);
     }

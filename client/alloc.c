@@ -248,11 +248,11 @@ alloc_large(heapd_mutator *m, uint64_t size, size_t nrefs, size_t nbytes)
     uint8_t *blk = seg + LAYOUT_LARGE_OBJECT;
     /* zero already (Note [Segment supply]); running again, so the epoch is
      * this cycle's */
-    *(uint64_t *)blk = layout_header(nrefs, nbytes);
-    __atomic_store_n(layout_seg_marks(seg),
-                     (uint8_t)atomic_load_explicit(&m->ctl->epoch,
-                                                   memory_order_relaxed),
-                     __ATOMIC_RELEASE);
+    uint8_t epoch = (uint8_t)atomic_load_explicit(&m->ctl->epoch,
+                                                  memory_order_relaxed);
+    *(uint64_t *)blk = layout_header_with_tag(layout_header(nrefs, nbytes),
+                                              barrier_on(m) ? epoch : 0);
+    __atomic_store_n(layout_seg_marks(seg), epoch, __ATOMIC_RELEASE);
     m->alloc_bytes += (uint64_t)run << m->c->seg_shift;
     atomic_store_explicit(&m->slot->alloc_bytes, m->alloc_bytes,
                           memory_order_relaxed);
@@ -286,10 +286,14 @@ static inline void *take_block(heapd_mutator *m, struct alloc_seg *s,
         if (s->marks[i] != 0)
             continue;
         uint8_t *b = s->blocks + (size_t)i * s->block_size;
-        s->marks[i] = (uint8_t)atomic_load_explicit(&m->ctl->epoch,
-                                                    memory_order_relaxed);
+        uint8_t epoch = (uint8_t)atomic_load_explicit(&m->ctl->epoch,
+                                                      memory_order_relaxed);
+        s->marks[i] = epoch;
         zero_object((uint64_t *)b, size);
-        *(uint64_t *)b = layout_header(nrefs, nbytes);
+        /* black, and dirty from birth while marking: no barrier needed
+         * for its first writes (Note [Snapshot write barrier]) */
+        *(uint64_t *)b = layout_header_with_tag(layout_header(nrefs, nbytes),
+                                                barrier_on(m) ? epoch : 0);
         m->alloc_bytes += s->block_size;
         atomic_store_explicit(&m->slot->alloc_bytes, m->alloc_bytes,
                               memory_order_relaxed);
@@ -368,9 +372,8 @@ static bool check_field(const void *obj, void *const *field)
 
 void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
 {
-    (void)m;
-    (void)obj;
     assert(check_field(obj, field));
+    barrier_object(m, obj); /* Note [Snapshot write barrier] */
     /* release: another process that loads VAL sees the object it points
      * to initialised */
     __atomic_store_n(field, val, __ATOMIC_RELEASE);
@@ -379,9 +382,8 @@ void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
 bool heapd_cas(heapd_mutator *m, void *obj, void **field, void *expected,
                void *desired)
 {
-    (void)m;
-    (void)obj;
     assert(check_field(obj, field));
+    barrier_object(m, obj);
     return __atomic_compare_exchange_n(field, &expected, desired, false,
                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }

@@ -532,6 +532,13 @@ int heapd_stats(heapd_client *c, heapd_stats_t *out)
         o->ttsp_max_ns = h->ttsp_max_ns;
         o->verify_failures = h->verify_failures;
         o->bad_refs = h->bad_refs;
+        o->phase = h->phase;
+        o->mark_ns_last = h->mark_ns_last;
+        o->sweep_ns_last = h->sweep_ns_last;
+        o->urs_entries = h->urs_entries;
+        o->snapshot_pause_max_ns = h->snapshot_pause_max_ns;
+        o->final_sync_pause_max_ns = h->final_sync_pause_max_ns;
+        o->final_sync_retries = h->final_sync_retries;
     }
     /* the daemon lists the client's own heap first */
     if (out->heap_count > 0) {
@@ -550,6 +557,13 @@ int heapd_stats(heapd_client *c, heapd_stats_t *out)
         out->ttsp_max_ns = o->ttsp_max_ns;
         out->verify_failures = o->verify_failures;
         out->bad_refs = o->bad_refs;
+        out->phase = o->phase;
+        out->mark_ns_last = o->mark_ns_last;
+        out->sweep_ns_last = o->sweep_ns_last;
+        out->urs_entries = o->urs_entries;
+        out->snapshot_pause_max_ns = o->snapshot_pause_max_ns;
+        out->final_sync_pause_max_ns = o->final_sync_pause_max_ns;
+        out->final_sync_retries = o->final_sync_retries;
     }
     rc = 0;
 out:

@@ -107,8 +107,48 @@ struct heapd_mutator {
     unsigned nchunks;
     unsigned root_shift;
     size_t depth;
+    uint64_t urs_head;               /* entries written to the URS ring */
+    uint64_t urs_notified;           /* head sent in the last UrsBatch */
     struct alloc_seg cur[LAYOUT_NCLASSES];
 };
+
+static inline void **mutator_root_slot(heapd_mutator *m, size_t i)
+{
+    return &m->chunks[i >> m->root_shift]
+                     [i & (((size_t)1 << m->root_shift) - 1)];
+}
+
+static inline bool agent_is_closed(struct agent *a)
+{
+    return __atomic_load_n(&a->closed, __ATOMIC_ACQUIRE);
+}
+
+/* barrier.c: Note [Snapshot write barrier], Note [Stack marking
+ * handshake], Note [Update remembered set] */
+void barrier_log(heapd_mutator *m, void *ref);
+void barrier_object_slow(heapd_mutator *m, void *obj);
+void barrier_stack_slow(heapd_mutator *m);
+
+static inline bool barrier_on(const heapd_mutator *m)
+{
+    return __builtin_expect(atomic_load_explicit(&m->ctl->phase,
+                                                 memory_order_relaxed) ==
+                                LAYOUT_PHASE_MARK, 0);
+}
+/* Before the first write to OBJ in a marking cycle. */
+static inline void barrier_object(heapd_mutator *m, void *obj)
+{
+    if (barrier_on(m))
+        barrier_object_slow(m, obj);
+}
+/* Before any change to M's root stack. */
+static inline void barrier_stack(heapd_mutator *m)
+{
+    if (barrier_on(m) &&
+        atomic_load_explicit(&m->slot->stack_marked, memory_order_acquire) !=
+            atomic_load_explicit(&m->ctl->epoch, memory_order_relaxed))
+        barrier_stack_slow(m);
+}
 
 /* mutator.c */
 void mutator_stop_slow(heapd_mutator *m);

@@ -95,7 +95,11 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
     if (atomic_load(&g->state) == LAYOUT_GLOBAL_INITIALIZING)
         return client_set_error(-EBUSY, "global '%s' is being initialised by "
                                 "heapd_global_once", name);
-    /* the value first, then the safepoint (as heapd_root_set) */
+    /* while marking, the old value is logged first: another process may
+     * have just read it (Note [Global roots]) */
+    if (barrier_on(m))
+        barrier_log(m, atomic_load(&g->value));
+    /* the value, then the safepoint (as heapd_root_set) */
     atomic_store_explicit(&g->value, ref, memory_order_release);
     mutator_poll(m);
     return 0;

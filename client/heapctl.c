@@ -65,13 +65,20 @@ static void print_stats_json(const heapd_stats_t *s)
                ",\"segments_filled\":%" PRIu64
                ",\"segments_large\":%" PRIu64 ",\"pause_max_ns\":%" PRIu64
                ",\"pause_total_ns\":%" PRIu64 ",\"ttsp_max_ns\":%" PRIu64
-               ",\"verify_failures\":%" PRIu64 ",\"bad_refs\":%" PRIu64 "}",
+               ",\"verify_failures\":%" PRIu64 ",\"bad_refs\":%" PRIu64
+               ",\"phase\":%" PRIu32 ",\"mark_ns_last\":%" PRIu64
+               ",\"sweep_ns_last\":%" PRIu64 ",\"urs_entries\":%" PRIu64
+               ",\"snapshot_pause_max_ns\":%" PRIu64
+               ",\"final_sync_pause_max_ns\":%" PRIu64
+               ",\"final_sync_retries\":%" PRIu64 "}",
                h->base, h->reserved_bytes, h->committed_bytes,
                h->segment_size, h->clients, h->mutators, h->cycles_completed,
                h->bytes_allocated, h->live_bytes, h->segments_free,
                h->segments_owned, h->segments_filled, h->segments_large,
                h->pause_max_ns, h->pause_total_ns, h->ttsp_max_ns,
-               h->verify_failures, h->bad_refs);
+               h->verify_failures, h->bad_refs, h->phase, h->mark_ns_last,
+               h->sweep_ns_last, h->urs_entries, h->snapshot_pause_max_ns,
+               h->final_sync_pause_max_ns, h->final_sync_retries);
     }
     printf("]}\n");
 }
@@ -109,6 +116,18 @@ static void print_stats_text(const heapd_stats_t *s)
         printf("  ttsp_max_ns       %" PRIu64 "\n", h->ttsp_max_ns);
         printf("  verify_failures   %" PRIu64 "\n", h->verify_failures);
         printf("  bad_refs          %" PRIu64 "\n", h->bad_refs);
+        printf("  phase             %s\n", h->phase == 1   ? "mark"
+                                           : h->phase == 2 ? "sweep"
+                                                           : "idle");
+        printf("  mark_ns_last      %" PRIu64 "\n", h->mark_ns_last);
+        printf("  sweep_ns_last     %" PRIu64 "\n", h->sweep_ns_last);
+        printf("  urs_entries       %" PRIu64 "\n", h->urs_entries);
+        printf("  snapshot_pause_max_ns   %" PRIu64 "\n",
+               h->snapshot_pause_max_ns);
+        printf("  final_sync_pause_max_ns %" PRIu64 "\n",
+               h->final_sync_pause_max_ns);
+        printf("  final_sync_retries      %" PRIu64 "\n",
+               h->final_sync_retries);
     }
 }
 

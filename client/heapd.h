@@ -67,6 +67,11 @@ typedef struct heapd_heap_stats {
     uint64_t ttsp_max_ns;      /* longest time a mutator took to stop */
     uint64_t verify_failures;  /* heap verifier findings (verify = true) */
     uint64_t bad_refs;         /* invalid references met and not followed */
+    uint32_t phase;            /* 0 idle, 1 mark, 2 sweep */
+    uint64_t mark_ns_last, sweep_ns_last;  /* the last cycle's phases */
+    uint64_t urs_entries;      /* update remembered set entries consumed */
+    uint64_t snapshot_pause_max_ns, final_sync_pause_max_ns;
+    uint64_t final_sync_retries; /* final syncs that ran out of budget */
 } heapd_heap_stats;
 
 typedef struct heapd_stats_t {
@@ -87,6 +92,11 @@ typedef struct heapd_stats_t {
     uint64_t ttsp_max_ns;
     uint64_t verify_failures;
     uint64_t bad_refs;
+    uint32_t phase;
+    uint64_t mark_ns_last, sweep_ns_last;
+    uint64_t urs_entries;
+    uint64_t snapshot_pause_max_ns, final_sync_pause_max_ns;
+    uint64_t final_sync_retries;
     /* every heap of the daemon */
     size_t heap_count;
     heapd_heap_stats heaps[HEAPD_STATS_MAX_HEAPS];

@@ -140,6 +140,9 @@ int heapd_attach(heapd_client *c, heapd_mutator **out)
     m->slot = &c->ctl->mutators[m->slot_index];
     m->root_shift = (unsigned)__builtin_ctzll(
         layout_root_chunk_slots(c->segment_size));
+    /* the ring's counters run on from the slot's previous mutator; the
+     * daemon has moved the tail up to the head */
+    m->urs_head = m->urs_notified = atomic_load(&m->slot->urs_head);
     heapd__envelope__free_unpacked(rep, NULL);
 
     pthread_mutex_lock(&c->mutators_mu);
@@ -216,16 +219,17 @@ static int grow_roots(heapd_mutator *m)
     return 0;
 }
 
-static inline void **root_slot(heapd_mutator *m, size_t i)
-{
-    return &m->chunks[i >> m->root_shift][i & (((size_t)1 << m->root_shift) - 1)];
-}
-
 size_t heapd_root_push(heapd_mutator *m, void *ref)
 {
+    barrier_stack(m);
     size_t i = m->depth;
     if (i == (size_t)m->nchunks << m->root_shift) {
+        /* growing asks the daemon, a safepoint: REF may be reachable from
+         * nothing else, so it waits in the slot's pending root */
+        atomic_store_explicit(&m->slot->pending_root, ref,
+                              memory_order_release);
         int rc = grow_roots(m);
+        ref = atomic_exchange(&m->slot->pending_root, NULL);
         if (rc < 0) {
             errno = client_errno(rc);
             return (size_t)-1;
@@ -233,7 +237,7 @@ size_t heapd_root_push(heapd_mutator *m, void *ref)
     }
     /* root first, then the safepoint: REF may be reachable from nothing
      * else (Note [Client GC discipline] in heapd.h) */
-    __atomic_store_n(root_slot(m, i), ref, __ATOMIC_RELAXED);
+    __atomic_store_n(mutator_root_slot(m, i), ref, __ATOMIC_RELAXED);
     m->depth = i + 1;
     atomic_store_explicit(&m->slot->root_depth, m->depth, memory_order_release);
     mutator_poll(m);
@@ -242,18 +246,20 @@ size_t heapd_root_push(heapd_mutator *m, void *ref)
 
 void heapd_root_set(heapd_mutator *m, size_t slot, void *ref)
 {
+    barrier_stack(m);
     if (slot < m->depth)
-        __atomic_store_n(root_slot(m, slot), ref, __ATOMIC_RELAXED);
+        __atomic_store_n(mutator_root_slot(m, slot), ref, __ATOMIC_RELAXED);
     mutator_poll(m);
 }
 
 void *heapd_root_get(heapd_mutator *m, size_t slot)
 {
-    return slot < m->depth ? *root_slot(m, slot) : NULL;
+    return slot < m->depth ? *mutator_root_slot(m, slot) : NULL;
 }
 
 void heapd_root_pop(heapd_mutator *m, size_t n)
 {
+    barrier_stack(m);
     m->depth = n >= m->depth ? 0 : m->depth - n;
     atomic_store_explicit(&m->slot->root_depth, m->depth, memory_order_release);
     mutator_poll(m);

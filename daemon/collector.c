@@ -2,29 +2,45 @@
  *
  * Note [Collection cycle]
  * ~~~~~~~~~~~~~~~~~~~~~~~
- * One collector thread per heap runs cycles; the workers (gc_threads, shared
- * by all heaps) do the parallel parts.  This is the stop-the-world baseline
- * of issue 3 (DESIGN.md §4 describes the concurrent collector that replaces
- * steps 3-5 later; its correctness is checked against this one through the
- * verifier):
+ * (DESIGN.md §4.)  One collector thread per heap runs cycles; the workers
+ * (gc_threads, shared by all heaps) do the parallel parts.  Mutators stop
+ * only twice per cycle, briefly:
  *   1. Trigger: a request (heapd_collect, heapctl gc, a grant that found the
  *      heap full), or allocation since the last cycle's start above
  *      gc_overhead percent of the live bytes after the last cycle, with a
  *      floor of TRIGGER_FLOOR so that a near-empty heap does not collect
- *      constantly (Go's GOGC, OCaml's space_overhead).  Allocation is
- *      counted by the mutators in their slots and summed by the daemon when
- *      a client asks for segments, which is when allocation can progress.
- *   2. Stop every mutator (Note [Stop the world]).
- *   3. Under the heap lock: next epoch, snapshot the classes of owned
- *      segments, mark the roots.  Then trace with all workers
- *      (Note [Parallel marking]).
- *   4. Sweep with all workers (Note [Sweeping]).
- *   5. Verify if asked (Note [Heap verifier]).
- *   6. Stats, give idle memory back, release the mutators, tell the loop
- *      thread (pending CollectDone replies and grants wait for it).
- * The pause is steps 2-6 and is recorded with the time-to-safepoint.
- * The heap lock is never held while waiting for mutators: the loop thread
- * needs it to free the slots of clients that die meanwhile.
+ *      constantly (Go's GOGC, OCaml's space_overhead).
+ *   2. Snapshot pause (Note [Stop the world]): next epoch, reset every
+ *      slot's stack words, flip the static flag, phase = MARK (the write
+ *      barrier is on from here).  O(mutators + globals); no root is read.
+ *   3. Concurrent mark: the global roots, then the root stacks through the
+ *      handshake (Note [Stack marking handshake]), then the workers
+ *      (Note [Parallel marking]) while URS batches stream in
+ *      (Note [Update remembered set]).  New objects are black.
+ *   4. Final sync: stop again; read every live mutator's URS ring, mark
+ *      any stack still unmarked, and drain the mark queue with a budget of
+ *      FINAL_SYNC_BUDGET objects.  If the budget runs out, release the
+ *      mutators and go back to 3 (the barrier stays on).  Marking ends
+ *      only with the queue empty and every ring and stack consumed; then
+ *      phase = SWEEP (barrier off, allocation still black) and release.
+ *   5. Concurrent sweep of every segment (Note [Sweeping]).
+ *   6. Stats, give idle memory back, phase = IDLE, tell the loop thread
+ *      (pending CollectDone replies and grants wait for it).
+ * With the verifier on, reachability is checked at the end of the final
+ * sync and what the sweep promised at the next snapshot (Note [Heap
+ * verifier]).  The heap lock is never held while waiting for mutators: the
+ * loop thread needs it to free the slots of clients that die meanwhile.
+ *
+ * Note [Epoch reuse]
+ * ~~~~~~~~~~~~~~~~~~
+ * An epoch value comes back every 255 cycles; nothing may still hold it
+ * then.  Mark bytes: every segment is swept every cycle (Note [Sweeping]),
+ * so after a sweep every non-zero mark is the current epoch.  Dirty tags:
+ * the marker clears stale tags of every object it scans, and every live
+ * object is scanned each cycle (Note [Dirty tags]).  Stack words: reset at
+ * every snapshot (step 2).  Static flags: one bit that flips every cycle,
+ * compared for equality only.  The verifier checks the first two; the
+ * many-cycles tests run past 255 cycles.
  */
 #include "collector.h"
 
@@ -44,6 +60,9 @@
 #include "workers.h"
 
 #define TRIGGER_FLOOR (4u << 20)
+/* Objects the final sync may scan before it gives up and lets mutators run
+ * again (GHC's sync-phase marking budget): bounds the final-sync pause. */
+#define FINAL_SYNC_BUDGET 20000
 
 struct collector {
     struct heap *h;
@@ -117,73 +136,138 @@ void collector_check_trigger(struct heap *h)
         collector_request(h);
 }
 
+static void record_pause(struct heap *h, uint64_t pause, uint64_t ttsp,
+                         uint64_t *kind_max)
+{
+    h->stats.pause_total_ns += pause;
+    if (pause > h->stats.pause_max_ns)
+        h->stats.pause_max_ns = pause;
+    if (pause > *kind_max)
+        *kind_max = pause;
+    if (ttsp > h->stats.ttsp_max_ns)
+        h->stats.ttsp_max_ns = ttsp;
+}
+
+/* Step 2: the snapshot pause.  O(mutators + globals) work only. */
+static uint8_t snapshot(struct collector *gc, struct mark_job *mj)
+{
+    struct heap *h = gc->h;
+    uint64_t t0 = now_ns(), ttsp, failures = 0;
+    uint8_t epoch;
+
+    safepoint_stop(h, &ttsp);
+    pthread_mutex_lock(&h->lock);
+    /* the previous cycle's sweep is complete and mutators are stopped:
+     * the moment to check what sweeping promised (Note [Heap verifier]) */
+    if (h->verify && h->stats.cycles_completed > 0)
+        failures = verify_segments(h, (uint8_t)h->control->epoch);
+    h->stats.verify_failures += failures;
+    epoch = (uint8_t)layout_next_epoch(h->control->epoch);
+    atomic_store(&h->control->epoch, epoch);
+    /* Note [Epoch reuse]: the stack words are reset at every snapshot */
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+        atomic_store(&h->control->mutators[i].stack_marking, 0);
+        atomic_store(&h->control->mutators[i].stack_marked, 0);
+    }
+    globals_bump_flag(h);
+    gc->alloc_at_last = collector_bytes_allocated(h);
+    mark_job_init(mj, h, epoch, gc->workers->n);
+    h->marking = mj;
+    atomic_store(&h->control->phase, LAYOUT_PHASE_MARK); /* barrier on */
+    record_pause(h, now_ns() - t0, ttsp, &h->stats.snapshot_pause_max_ns);
+    pthread_mutex_unlock(&h->lock);
+    safepoint_release(h);
+    return epoch;
+}
+
+/* Step 4: the final sync.  Returns true when marking is complete. */
+static bool final_sync(struct collector *gc, struct mark_job *mj)
+{
+    struct heap *h = gc->h;
+    uint64_t t0 = now_ns(), ttsp, failures = 0;
+    bool done;
+
+    safepoint_stop(h, &ttsp);
+    pthread_mutex_lock(&h->lock);
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+        struct layout_mutator *m = &h->control->mutators[i];
+        if (LAYOUT_STATUS_STATE(atomic_load(&m->status)) == LAYOUT_MUT_FREE)
+            continue;
+        mark_urs(h, mj, i);          /* every flush is in */
+        mark_stack(mj, i, true);     /* a stack nobody marked yet */
+    }
+    pthread_mutex_unlock(&h->lock);
+    done = mark_drain(mj, FINAL_SYNC_BUDGET);
+    pthread_mutex_lock(&h->lock);
+    done = done && mark_pool_empty(mj);
+    if (done) {
+        if (h->verify)
+            failures = verify_reachable(h, mj->epoch);
+        h->stats.verify_failures += failures;
+        h->marking = NULL;
+        h->stats.urs_entries += atomic_load(&mj->urs_entries);
+        /* barrier off; allocation stays black until the sweep is done */
+        atomic_store(&h->control->phase, LAYOUT_PHASE_SWEEP);
+    } else {
+        h->stats.final_sync_retries++;
+    }
+    record_pause(h, now_ns() - t0, ttsp, &h->stats.final_sync_pause_max_ns);
+    pthread_mutex_unlock(&h->lock);
+    safepoint_release(h);
+    return done;
+}
+
 static void run_cycle(struct collector *gc)
 {
     struct heap *h = gc->h;
     struct mark_job mj;
     struct sweep_job sj;
-    uint64_t t0 = now_ns(), ttsp, verify_failures = 0;
-    uint64_t t_mark, t_sweep, t_verify;
-    uint8_t epoch;
+    uint64_t t_mark, t_sweep, t_end;
+    unsigned rounds = 0;
 
-    safepoint_stop(h, &ttsp);
+    uint8_t epoch = snapshot(gc, &mj);
 
+    /* Step 3: concurrent marking from the roots, then the workers until
+     * they run dry; the final sync decides whether that was all. */
+    t_mark = now_ns();
     pthread_mutex_lock(&h->lock);
-    epoch = (uint8_t)layout_next_epoch(h->control->epoch);
-    atomic_store(&h->control->epoch, epoch);
-    atomic_store(&h->control->phase, LAYOUT_PHASE_MARK);
-    gc->alloc_at_last = collector_bytes_allocated(h);
-    seg_snapshot_classes(h);
-    globals_bump_flag(h);
-    mark_job_init(&mj, h, epoch, gc->workers->n);
     mark_roots(&mj);
     pthread_mutex_unlock(&h->lock);
+    do {
+        mark_round_reset(&mj);
+        workers_run(gc->workers, mark_worker, &mj);
+        rounds++;
+    } while (!final_sync(gc, &mj));
 
-    t_mark = now_ns();
-    workers_run(gc->workers, mark_worker, &mj);
-
+    /* Step 5: concurrent sweep */
     t_sweep = now_ns();
-    atomic_store(&h->control->phase, LAYOUT_PHASE_SWEEP);
     sweep_job_init(&sj, h, epoch);
     workers_run(gc->workers, sweep_worker, &sj);
+    t_end = now_ns();
 
-    t_verify = now_ns();
     pthread_mutex_lock(&h->lock);
-    if (h->verify)
-        verify_failures = verify_heap(h, epoch);
     h->stats.cycles_completed++;
     h->stats.live_bytes = atomic_load(&sj.live_bytes);
-    h->stats.verify_failures += verify_failures;
-    if (ttsp > h->stats.ttsp_max_ns)
-        h->stats.ttsp_max_ns = ttsp;
+    h->stats.mark_ns_last = t_sweep - t_mark;
+    h->stats.sweep_ns_last = t_end - t_sweep;
     uint32_t punched = seg_punch_idle(h, h->stats.cycles_completed,
                                       (uint32_t)(allocation_budget(h) >>
                                                  h->seg_shift));
     atomic_store(&h->control->phase, LAYOUT_PHASE_IDLE);
-    uint64_t pause = now_ns() - t0;
-    h->stats.pause_total_ns += pause;
-    if (pause > h->stats.pause_max_ns)
-        h->stats.pause_max_ns = pause;
     uint64_t cycle = h->stats.cycles_completed;
     pthread_mutex_unlock(&h->lock);
 
-    safepoint_release(h);
-    log_debug("heap '%s': cycle %llu: epoch %u, %llu objects marked, %llu "
-              "blocks and %llu segments freed, %llu live bytes, %u segments "
-              "given back, pause %llu us (stop %llu, roots %llu, mark %llu, "
-              "sweep %llu, verify and rest %llu)%s",
-              h->cfg->name, (unsigned long long)cycle, epoch,
-              (unsigned long long)atomic_load(&mj.marked),
+    log_debug("heap '%s': cycle %llu: epoch %u, %llu objects marked in %u "
+              "round(s) (%llu URS entries), %llu blocks and %llu segments "
+              "freed, %llu live bytes, %u segments given back; mark %llu us, "
+              "sweep %llu us", h->cfg->name, (unsigned long long)cycle, epoch,
+              (unsigned long long)atomic_load(&mj.marked), rounds,
+              (unsigned long long)atomic_load(&mj.urs_entries),
               (unsigned long long)atomic_load(&sj.freed_blocks),
               (unsigned long long)atomic_load(&sj.freed_segments),
               (unsigned long long)atomic_load(&sj.live_bytes), punched,
-              (unsigned long long)(pause / 1000),
-              (unsigned long long)(ttsp / 1000),
-              (unsigned long long)((t_mark - t0 - ttsp) / 1000),
               (unsigned long long)((t_sweep - t_mark) / 1000),
-              (unsigned long long)((t_verify - t_sweep) / 1000),
-              (unsigned long long)((t0 + pause - t_verify) / 1000),
-              verify_failures ? ", VERIFY FAILED" : "");
+              (unsigned long long)((t_end - t_sweep) / 1000));
     mark_job_destroy(&mj);
     uv_async_send(&gc->done);
 }

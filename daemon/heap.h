@@ -13,6 +13,7 @@
 #include "segment.h"
 
 struct collector;
+struct mark_job;
 
 /* Counters of a heap, under heap->lock unless said otherwise. */
 struct heap_stats {
@@ -22,6 +23,10 @@ struct heap_stats {
     uint64_t ttsp_max_ns;
     uint64_t verify_failures;
     uint64_t alloc_retired;      /* bytes allocated by slots now freed */
+    uint64_t mark_ns_last, sweep_ns_last;
+    uint64_t urs_entries;
+    uint64_t snapshot_pause_max_ns, final_sync_pause_max_ns;
+    uint64_t final_sync_retries;
     _Atomic uint64_t bad_refs;   /* bumped by mark workers */
 };
 
@@ -41,6 +46,7 @@ struct heap {
     struct segtab segs;
     struct heap_stats stats;
     struct collector *gc;
+    struct mark_job *marking;        /* the cycle's job while phase is MARK */
 };
 
 static inline void *heap_seg_addr(const struct heap *h, uint32_t i)

@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "futex.h"
 #include "heap.h"
 #include "log.h"
 
@@ -76,7 +77,7 @@ bool mark_resolve(const struct heap *h, uintptr_t r, struct mark_ref *out)
     switch (seg_state(t, i)) {
     case SEG_OWNED:
     case SEG_FILLED: {
-        uint8_t cls = __atomic_load_n(&t->segs[i].cls, __ATOMIC_ACQUIRE);
+        uint8_t cls = seg_class((struct heap *)h, i);
         if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
             return false;
         uint32_t first = t->small_first[cls], bs = layout_class_size[cls];
@@ -195,7 +196,7 @@ static uint64_t block_size_of(const struct heap *h, uintptr_t obj)
     switch (seg_state(t, i)) {
     case SEG_OWNED:
     case SEG_FILLED: {
-        uint8_t cls = t->segs[i].cls;
+        uint8_t cls = seg_class((struct heap *)h, i);
         return cls < LAYOUT_NCLASSES ? layout_class_size[cls] : 0;
     }
     case SEG_LARGE:
@@ -214,6 +215,13 @@ static void scan(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
         count_bad(j->h);
         return;
     }
+    /* Note [Dirty tags]: clear a tag left from an earlier cycle; a
+     * barrier that tags it meanwhile wins the race */
+    uint8_t tag = layout_header_tag(hdr);
+    if (tag != 0 && tag != j->epoch)
+        __atomic_compare_exchange_n((uint64_t *)(obj - LAYOUT_WORD), &hdr,
+                                    layout_header_with_tag(hdr, 0), false,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     void *const *f = (void *const *)obj;
     size_t n = layout_header_nrefs(hdr);
     for (size_t k = 0; k < n; k++) {
@@ -291,11 +299,97 @@ void mark_worker(void *arg, unsigned worker)
     free(s.v);
 }
 
+/* ---- rounds and the final drain ---- */
+
+void mark_round_reset(struct mark_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    j->waiting = 0;
+    j->done = false;
+    pthread_mutex_unlock(&j->mu);
+}
+
+bool mark_pool_empty(struct mark_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    bool empty = j->pool == NULL;
+    pthread_mutex_unlock(&j->mu);
+    return empty;
+}
+
+bool mark_drain(struct mark_job *j, uint64_t budget)
+{
+    struct mark_stack s = {0};
+    uint64_t scanned = 0;
+    bool emptied = true;
+
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        struct mark_packet *p = j->pool;
+        if (p)
+            j->pool = p->next;
+        pthread_mutex_unlock(&j->mu);
+        if (!p)
+            break;
+        for (uint32_t k = 0; k < p->n; k++)
+            if (!push(&s, p->refs[k]))
+                scan(j, &s, p->refs[k]);
+        free(p);
+        while (s.n > 0 && scanned < budget) {
+            scan(j, &s, s.v[--s.n]);
+            scanned++;
+        }
+        if (s.n > 0) { /* budget spent: give the rest back */
+            while (s.n >= PACKET_REFS)
+                donate(j, &s);
+            while (s.n > 0) {
+                struct mark_packet *q = malloc(sizeof *q);
+                if (!q) { /* cannot park it: finish it now */
+                    scan(j, &s, s.v[--s.n]);
+                    continue;
+                }
+                q->n = 0;
+                while (s.n > 0 && q->n < PACKET_REFS)
+                    q->refs[q->n++] = s.v[--s.n];
+                pthread_mutex_lock(&j->mu);
+                q->next = j->pool;
+                j->pool = q;
+                pthread_mutex_unlock(&j->mu);
+            }
+            emptied = false;
+            break;
+        }
+    }
+    atomic_fetch_add_explicit(&j->marked, s.marked, memory_order_relaxed);
+    free(s.v);
+    return emptied;
+}
+
 /* ---- roots ---- */
 
-static void seed(struct mark_job *j, struct mark_packet **cur, uintptr_t obj)
+/* Roots found by one thread, published to the pool a packet at a time. */
+struct seeder {
+    struct mark_packet *cur;
+};
+
+static void seed_flush(struct mark_job *j, struct seeder *sd)
 {
-    if (!*cur || (*cur)->n == PACKET_REFS) {
+    if (!sd->cur)
+        return;
+    pthread_mutex_lock(&j->mu);
+    sd->cur->next = j->pool;
+    j->pool = sd->cur;
+    if (j->waiting > 0)
+        pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    sd->cur = NULL;
+}
+
+static void seed(struct mark_job *j, struct seeder *sd, uintptr_t obj)
+{
+    if (sd->cur && sd->cur->n == PACKET_REFS)
+        seed_flush(j, sd);
+    if (!sd->cur) {
         struct mark_packet *p = malloc(sizeof *p);
         if (!p) {
             /* no memory for a packet: trace this root right here */
@@ -307,29 +401,77 @@ static void seed(struct mark_job *j, struct mark_packet **cur, uintptr_t obj)
             return;
         }
         p->n = 0;
-        p->next = j->pool;
-        j->pool = p;
-        *cur = p;
+        sd->cur = p;
     }
-    (*cur)->refs[(*cur)->n++] = obj;
+    sd->cur->refs[sd->cur->n++] = obj;
 }
 
 /* Mark V, a root, and queue it. */
-static void mark_root(struct mark_job *j, struct mark_packet **cur,
-                      uintptr_t v)
+static void mark_root(struct mark_job *j, struct seeder *sd, uintptr_t v)
 {
     struct mark_ref ref;
     if (v && mark_one(j, v, &ref)) {
         atomic_fetch_add_explicit(&j->marked, 1, memory_order_relaxed);
-        seed(j, cur, v);
+        seed(j, sd, v);
     }
+}
+
+/* Mark every root in slot M's stack. */
+static void trace_stack(struct mark_job *j, struct seeder *sd,
+                        struct layout_mutator *m)
+{
+    struct heap *h = j->h;
+    uint64_t per_chunk = layout_root_chunk_slots(h->cfg->segment_size);
+    uint64_t depth = atomic_load_explicit(&m->root_depth, memory_order_acquire);
+    mark_root(j, sd, (uintptr_t)atomic_load(&m->pending_root));
+    if (depth > per_chunk * LAYOUT_ROOT_CHUNKS) {
+        count_bad(h);
+        depth = per_chunk * LAYOUT_ROOT_CHUNKS;
+    }
+    for (unsigned k = 0; depth > 0 && k < LAYOUT_ROOT_CHUNKS; k++) {
+        uint32_t seg = __atomic_load_n(&m->root_chunks[k], __ATOMIC_ACQUIRE);
+        if (!seg_is_roots_of(h, seg, m->client_id)) {
+            count_bad(h); /* a chunk that is not this client's */
+            break;
+        }
+        void **slots = layout_root_chunk(heap_seg_addr(h, seg));
+        uint64_t n = depth < per_chunk ? depth : per_chunk;
+        for (uint64_t e = 0; e < n; e++)
+            mark_root(j, sd, (uintptr_t)__atomic_load_n(&slots[e],
+                                                        __ATOMIC_RELAXED));
+        depth -= n;
+    }
+}
+
+void mark_stack(struct mark_job *j, unsigned slot, bool stopped)
+{
+    struct layout_mutator *m = &j->h->control->mutators[slot];
+    struct seeder sd = {0};
+    uint32_t epoch = j->epoch;
+
+    if (LAYOUT_STATUS_STATE(atomic_load(&m->status)) == LAYOUT_MUT_FREE ||
+        atomic_load(&m->stack_marked) == epoch)
+        return;
+    uint32_t old = atomic_load(&m->stack_marking);
+    if (!stopped) {
+        /* Note [Stack marking handshake]: lose, and the mutator marks it */
+        if (old == epoch ||
+            !atomic_compare_exchange_strong(&m->stack_marking, &old, epoch))
+            return;
+    } else {
+        atomic_store(&m->stack_marking, epoch);
+    }
+    trace_stack(j, &sd, m);
+    seed_flush(j, &sd);
+    /* marked only once every root is: the mutator may mutate after this */
+    atomic_store(&m->stack_marked, epoch);
+    futex_wake_all(&m->stack_marked);
 }
 
 void mark_roots(struct mark_job *j)
 {
     struct heap *h = j->h;
-    uint64_t per_chunk = layout_root_chunk_slots(h->cfg->segment_size);
-    struct mark_packet *cur = NULL;
+    struct seeder sd = {0};
 
     /* global roots: Note [Global roots] */
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
@@ -338,33 +480,38 @@ void mark_roots(struct mark_job *j)
         if (st != LAYOUT_GLOBAL_SET && st != LAYOUT_GLOBAL_INITIALIZING)
             continue;
         if (g->static_flag == h->static_flag)
-            continue; /* already marked this cycle */
+            continue; /* created during this cycle: black */
         g->static_flag = h->static_flag;
-        mark_root(j, &cur, (uintptr_t)atomic_load(&g->value));
+        mark_root(j, &sd, (uintptr_t)atomic_load(&g->value));
     }
+    seed_flush(j, &sd);
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        mark_stack(j, i, false);
+}
 
-    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
-        struct layout_mutator *m = &h->control->mutators[i];
-        if (LAYOUT_STATUS_STATE(atomic_load(&m->status)) == LAYOUT_MUT_FREE)
-            continue;
-        uint64_t depth = atomic_load_explicit(&m->root_depth,
-                                              memory_order_relaxed);
-        if (depth > per_chunk * LAYOUT_ROOT_CHUNKS) {
-            count_bad(h);
-            depth = per_chunk * LAYOUT_ROOT_CHUNKS;
-        }
-        for (unsigned k = 0; depth > 0 && k < LAYOUT_ROOT_CHUNKS; k++) {
-            uint32_t seg = m->root_chunks[k];
-            if (!seg_is_roots_of(h, seg, m->client_id)) {
-                count_bad(h); /* a chunk that is not this client's */
-                break;
-            }
-            void **slots = layout_root_chunk(heap_seg_addr(h, seg));
-            uint64_t n = depth < per_chunk ? depth : per_chunk;
-            for (uint64_t e = 0; e < n; e++)
-                mark_root(j, &cur, (uintptr_t)__atomic_load_n(
-                                       &slots[e], __ATOMIC_RELAXED));
-            depth -= n;
-        }
+uint64_t mark_urs(struct heap *h, struct mark_job *j, unsigned slot)
+{
+    struct layout_mutator *m = &h->control->mutators[slot];
+    struct seeder sd = {0};
+    uint64_t tail = atomic_load(&m->urs_tail);
+    uint64_t head = atomic_load_explicit(&m->urs_head, memory_order_acquire);
+
+    if (head == tail)
+        return 0;
+    if (head - tail > LAYOUT_URS_SIZE) {
+        count_bad(h); /* a head the mutator cannot have written */
+        tail = head < LAYOUT_URS_SIZE ? 0 : head - LAYOUT_URS_SIZE;
     }
+    for (uint64_t t = tail; j && t < head; t++)
+        mark_root(j, &sd, (uintptr_t)atomic_load_explicit(
+                              &m->urs[t % LAYOUT_URS_SIZE],
+                              memory_order_relaxed));
+    if (j) {
+        seed_flush(j, &sd);
+        atomic_fetch_add(&j->urs_entries, head - tail);
+    }
+    atomic_store(&m->urs_tail, head);
+    atomic_fetch_add(&m->urs_wake, 1);
+    futex_wake_all(&m->urs_wake);
+    return head - tail;
 }

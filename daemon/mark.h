@@ -37,17 +37,40 @@ struct mark_job {
     unsigned waiting;          /* workers with no work, guarded by mu */
     bool done;
     _Atomic uint64_t marked;   /* objects marked this cycle */
+    _Atomic uint64_t urs_entries; /* URS entries consumed this cycle */
 };
 
 void mark_job_init(struct mark_job *j, struct heap *h, uint8_t epoch,
                    unsigned nworkers);
 void mark_job_destroy(struct mark_job *j);
 
-/* With every mutator stopped and heap->lock held: mark what every live
- * mutator's root stack and every global root references, and queue it. */
+/* With heap->lock held, mutators running: mark every global root and
+ * every root stack the daemon wins (Note [Stack marking handshake]). */
 void mark_roots(struct mark_job *j);
+
+/* With heap->lock held: mark slot SLOT's root stack.  STOPPED: its mutator
+ * is stopped or blocked, so the daemon takes the stack whatever the
+ * handshake words say (final sync). */
+void mark_stack(struct mark_job *j, unsigned slot, bool stopped);
+
+/* With heap->lock held: consume slot SLOT's URS ring up to its head,
+ * validating and queueing every entry (Note [Update remembered set]).  J
+ * may be NULL outside marking: the entries are then dropped.  Returns the
+ * entries consumed. */
+uint64_t mark_urs(struct heap *h, struct mark_job *j, unsigned slot);
+
+/* Start a new round of workers on the same job. */
+void mark_round_reset(struct mark_job *j);
 
 /* One worker's share of tracing (a workers_fn). */
 void mark_worker(void *job, unsigned worker);
+
+/* Drain the shared pool on the calling thread, scanning at most BUDGET
+ * objects.  Returns true if the pool was emptied, false if the budget ran
+ * out (the rest stays in the pool). */
+bool mark_drain(struct mark_job *j, uint64_t budget);
+
+/* True if the shared pool is empty. */
+bool mark_pool_empty(struct mark_job *j);
 
 #endif

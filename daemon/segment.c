@@ -265,10 +265,19 @@ static uint8_t header_class(const struct heap *h, uint32_t i)
     uint32_t c = __atomic_load_n(&hd->size_class, __ATOMIC_ACQUIRE);
     if (c < LAYOUT_NCLASSES && h->segs.small_nblocks[c] != 0)
         return (uint8_t)c;
-    if (c != LAYOUT_CLASS_NONE)
-        atomic_fetch_add_explicit(&((struct heap *)h)->stats.bad_refs, 1,
-                                  memory_order_relaxed);
     return SEG_CLASS_UNKNOWN;
+}
+
+uint8_t seg_class(struct heap *h, uint32_t i)
+{
+    struct seg *s = &h->segs.segs[i];
+    uint8_t c = __atomic_load_n(&s->cls, __ATOMIC_ACQUIRE);
+    if (c == SEG_CLASS_UNKNOWN && seg_state(&h->segs, i) == SEG_OWNED) {
+        c = header_class(h, i);
+        if (c != SEG_CLASS_UNKNOWN)
+            __atomic_store_n(&s->cls, c, __ATOMIC_RELEASE);
+    }
+    return c;
 }
 
 /* An owned small segment leaves its owner. */
@@ -285,6 +294,9 @@ static void unown_small(struct heap *h, uint32_t i)
     /* A corrupt class leaves the segment FILLED but unknown: sweep skips
      * it (it cannot be parsed), so it leaks rather than crashes. */
     s->cls = header_class(h, i);
+    if (s->cls == SEG_CLASS_UNKNOWN)
+        atomic_fetch_add_explicit(&h->stats.bad_refs, 1,
+                                  memory_order_relaxed);
     s->owner = 0;
     set_state(s, SEG_FILLED);
     h->segs.n_filled++;
@@ -327,14 +339,6 @@ void seg_orphan(struct heap *h, uint64_t owner)
         if (s->state == SEG_LARGE || s->state == SEG_LARGE_TAIL)
             s->owner = 0;
     }
-}
-
-void seg_snapshot_classes(struct heap *h)
-{
-    struct segtab *t = &h->segs;
-    for (uint32_t i = t->first; i < t->high; i++)
-        if (t->segs[i].state == SEG_OWNED)
-            t->segs[i].cls = header_class(h, i);
 }
 
 void seg_release(struct heap *h, uint32_t i)

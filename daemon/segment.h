@@ -80,9 +80,12 @@ int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i);
  * formatted), its root chunks FREE, its large runs ownerless. */
 void seg_orphan(struct heap *h, uint64_t owner);
 
-/* With every mutator stopped: read the class of each owned segment from
- * its header (validated), so marking and sweeping use the table only. */
-void seg_snapshot_classes(struct heap *h);
+/* The size class of small segment I, or SEG_CLASS_UNKNOWN.  For an owned
+ * segment the first call after its owner formatted it reads the class from
+ * the header (range-checked) and caches it in the table: the owner writes
+ * the class before it allocates any block, so any valid reference into the
+ * segment implies the class is there (Note [Segments]).  Any thread. */
+uint8_t seg_class(struct heap *h, uint32_t i);
 
 /* Sweep side: give back a small segment that holds no live block, or a
  * dead large run. */

@@ -183,6 +183,13 @@ static int handle_stats(struct conn *c, uint64_t seq)
         hs[i].ttsp_max_ns = h->stats.ttsp_max_ns;
         hs[i].verify_failures = h->stats.verify_failures;
         hs[i].bad_refs = atomic_load(&h->stats.bad_refs);
+        hs[i].phase = atomic_load(&h->control->phase);
+        hs[i].mark_ns_last = h->stats.mark_ns_last;
+        hs[i].sweep_ns_last = h->stats.sweep_ns_last;
+        hs[i].urs_entries = h->stats.urs_entries;
+        hs[i].snapshot_pause_max_ns = h->stats.snapshot_pause_max_ns;
+        hs[i].final_sync_pause_max_ns = h->stats.final_sync_pause_max_ns;
+        hs[i].final_sync_retries = h->stats.final_sync_retries;
         pthread_mutex_unlock((pthread_mutex_t *)&h->lock);
         hp[i] = &hs[i];
     }
@@ -318,7 +325,10 @@ static int handle_attach(struct conn *c, uint64_t seq)
         m->slot_epoch++;
         atomic_store(&m->alloc_bytes, 0);
         atomic_store(&m->root_depth, 0);
+        atomic_store(&m->pending_root, NULL);
         memset(m->root_chunks, 0, sizeof m->root_chunks);
+        /* the URS ring starts empty: the tail catches up with the head */
+        atomic_store(&m->urs_tail, atomic_load(&m->urs_head));
         /* ack 0 is never a stop generation: see Note [Stop the world] */
         atomic_store(&m->status, LAYOUT_STATUS(0, LAYOUT_MUT_RUNNING));
         c->slots[i / 64] |= 1ull << (i % 64);
@@ -339,15 +349,19 @@ static int handle_attach(struct conn *c, uint64_t seq)
     return reply(c, &env, seq);
 }
 
-/* With h->lock held: give slot SLOT of C back. */
+/* With h->lock held: give slot SLOT of C back.  What its mutator logged
+ * and never sent is read from its ring first: nothing a mutator logged is
+ * lost, even when it died (Note [Update remembered set]). */
 static void free_slot(struct conn *c, struct heap *h, unsigned slot)
 {
     struct layout_mutator *m = &h->control->mutators[slot];
+    mark_urs(h, h->marking, slot);
     for (unsigned k = 0; k < LAYOUT_ROOT_CHUNKS; k++)
         if (seg_is_roots_of(h, m->root_chunks[k], c->id))
             seg_return(h, c->id, &c->held, m->root_chunks[k]);
     memset(m->root_chunks, 0, sizeof m->root_chunks);
     atomic_store(&m->root_depth, 0);
+    atomic_store(&m->pending_root, NULL);
     collector_retire_slot(h, slot);
     m->client_id = 0;
     safepoint_free_slot(h, slot);
@@ -499,6 +513,26 @@ static int handle_segment_return(struct conn *c, const Heapd__SegmentReturn *r)
     return 0;
 }
 
+/* ---- update remembered sets (Note [Update remembered set]) ---- */
+
+static int handle_urs_batch(struct conn *c, const Heapd__UrsBatch *r)
+{
+    struct heap *h = c->heap;
+    if (!h || r->slot >= LAYOUT_MAX_MUTATORS ||
+        !(c->slots[r->slot / 64] >> (r->slot % 64) & 1)) {
+        c->d->frames_rejected++;
+        log_info("client %llu (%s): URS batch for slot %u, which is not its "
+                 "own; ignored", (unsigned long long)c->id, c->name, r->slot);
+        return 0;
+    }
+    /* the entries are read from the slot's ring up to its real head; the
+     * head in the message only says that there is something to read */
+    pthread_mutex_lock(&h->lock);
+    mark_urs(h, h->marking, r->slot);
+    pthread_mutex_unlock(&h->lock);
+    return 0;
+}
+
 /* ---- global roots (Note [Global roots]) ---- */
 
 static int handle_global_claim(struct conn *c, uint64_t seq,
@@ -551,7 +585,6 @@ static int handle_globals_request(struct conn *c, uint64_t seq)
         return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
                            "this daemon serves no heap");
     pthread_mutex_lock(&h->lock);
-    seg_snapshot_classes(h); /* so that objects in owned segments resolve */
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
         struct layout_global *g = &h->control->globals[i];
         uint32_t st = atomic_load(&g->state);
@@ -691,6 +724,8 @@ int session_handle(struct conn *c, Heapd__Envelope *env)
         return handle_segment_request(c, env->seq, env->segment_request);
     case HEAPD__ENVELOPE__BODY_SEGMENT_RETURN:
         return handle_segment_return(c, env->segment_return);
+    case HEAPD__ENVELOPE__BODY_URS_BATCH:
+        return handle_urs_batch(c, env->urs_batch);
     case HEAPD__ENVELOPE__BODY_GLOBAL_CLAIM:
         return handle_global_claim(c, env->seq, env->global_claim);
     case HEAPD__ENVELOPE__BODY_GLOBALS_REQUEST:

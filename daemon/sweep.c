@@ -2,29 +2,27 @@
  *
  * Note [Sweeping]
  * ~~~~~~~~~~~~~~~
- * After marking, with every mutator still stopped (the stop-the-world
- * collector of issue 3; the concurrent one sweeps with mutators running),
+ * After the final sync, with mutators running and allocating black, the
  * workers claim segments in batches from a shared counter and, for every
  * small segment (OWNED or FILLED, class known) and every large run:
  *   - a block whose mark is the epoch is live; its block size counts in
  *     live_bytes;
- *   - a block with any other non-zero mark is dead: its mark becomes 0 and,
- *     when the heap poisons (verify = true, or a build with assertions), its
- *     bytes become SWEEP_POISON, so a use after free reads garbage that the
- *     verifier and the client's assertions recognise;
+ *   - a block with any other non-zero mark is dead: when the heap poisons
+ *     (verify = true, or a build with assertions) its bytes become
+ *     SWEEP_POISON, and then its mark becomes 0 (a release store);
  *   - a FILLED segment left with no live block goes back to the free pool;
  *   - a dead large run goes back at once, its memory punched.
- * OWNED segments are swept too, because their owners are stopped: this is
- * what keeps Note [Epoch-tagged marks] ("after a sweep every non-zero mark
- * is the epoch") true for the whole heap.  The owner keeps allocating past
- * its cursor afterwards; blocks freed behind the cursor are reused once the
- * segment has gone back and come round again.
+ * OWNED segments are swept too, while their owners allocate into them: an
+ * owner writes only marks that are 0 (setting the epoch) and the sweeper
+ * only marks that are neither 0 nor the epoch (setting 0), so they never
+ * write the same mark, and the owner cannot take a block before its poison
+ * is in.  Sweeping every segment keeps Note [Epoch reuse] true.  A segment
+ * an owner formatted after the snapshot holds only black blocks.
  * A large run whose mark is still 0 was granted but not yet taken into use
  * by its client (Note [Segment supply]); it is kept while its owner is
  * connected and freed once the owner is gone.
  * Table changes (seg_release) happen under the heap lock, taken per freed
- * segment; everything else reads the table and writes only mark bytes and
- * dead blocks, which no one else touches during the stop.
+ * segment.
  */
 #include "sweep.h"
 
@@ -56,7 +54,7 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
 {
     struct heap *h = j->h;
     const struct segtab *t = &h->segs;
-    uint8_t cls = t->segs[i].cls;
+    uint8_t cls = seg_class(h, i);
     if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
         return; /* blank, or a class we cannot trust: leave it */
     uint8_t *seg = heap_seg_addr(h, i);
@@ -66,16 +64,18 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
     uint32_t nlive = 0;
 
     for (uint32_t b = 0; b < n; b++) {
-        uint8_t m = marks[b];
+        uint8_t m = __atomic_load_n(&marks[b], __ATOMIC_RELAXED);
         if (m == 0)
             continue;
         if (m == j->epoch) {
             nlive++;
             continue;
         }
-        marks[b] = 0;
+        /* poison, then free: an owner allocating into this segment right
+         * now takes the block only once it reads the 0 */
         if (h->poison)
             memset(blocks + (size_t)b * bs, SWEEP_POISON, bs);
+        __atomic_store_n(&marks[b], 0, __ATOMIC_RELEASE);
         (*freed)++;
     }
     *live += (uint64_t)nlive * bs;
@@ -91,7 +91,7 @@ static void sweep_large(struct sweep_job *j, uint32_t i, uint64_t *live,
     struct heap *h = j->h;
     const struct seg *s = &h->segs.segs[i];
     uint8_t *mark = layout_seg_marks(heap_seg_addr(h, i));
-    uint8_t m = *mark;
+    uint8_t m = __atomic_load_n(mark, __ATOMIC_ACQUIRE);
 
     if (m == j->epoch) {
         *live += (uint64_t)s->run << h->seg_shift;

@@ -3,9 +3,10 @@
  * Note [Heap verifier]
  * ~~~~~~~~~~~~~~~~~~~~
  * With `verify = true` in a heap's section, or HEAPD_VERIFY=1 in heapd's
- * environment, the collector checks the heap after every cycle, still
- * inside the pause, with one thread and its own visited set, independently
- * of the marker's work:
+ * environment, the collector checks the heap in every cycle, inside the
+ * pauses (check 1 at the end of the final sync, when marking is complete;
+ * checks 2 and 3 at the next snapshot, when the sweep is), with one thread
+ * and its own visited set, independently of the marker's work:
  *   1. every object reachable from every live mutator's root stack and
  *      from every global root is a
  *      valid reference (Note [Validating references]), has mark == epoch
@@ -194,6 +195,9 @@ static void check_roots(struct verifier *v)
         if (LAYOUT_STATUS_STATE(m->status) == LAYOUT_MUT_FREE)
             continue;
         uint64_t depth = m->root_depth, r = 0;
+        if (m->pending_root)
+            visit(v, (uintptr_t)m->pending_root, 0, i, UINT32_MAX - 2);
+        trace(v);
         for (unsigned k = 0; r < depth && k < LAYOUT_ROOT_CHUNKS; k++) {
             if (!seg_is_roots_of(h, m->root_chunks[k], m->client_id))
                 break; /* counted by the marker as a bad reference */
@@ -232,7 +236,7 @@ static void check_segments(struct verifier *v)
         }
         if (st != SEG_OWNED && st != SEG_FILLED)
             continue;
-        uint8_t cls = t->segs[i].cls;
+        uint8_t cls = seg_class(h, i);
         if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
             continue;
         uint32_t bs = layout_class_size[cls];
@@ -250,7 +254,24 @@ static void check_segments(struct verifier *v)
     }
 }
 
-uint64_t verify_heap(struct heap *h, uint8_t epoch)
+static uint64_t finish(struct verifier *v, const char *what)
+{
+    if (v->oom)
+        log_error("heap '%s': verify: out of memory; the check is partial",
+                  v->h->cfg->name);
+    if (v->failures > MAX_LOGGED)
+        log_error("heap '%s': verify: %llu more failures not logged",
+                  v->h->cfg->name,
+                  (unsigned long long)(v->failures - MAX_LOGGED));
+    log_debug("heap '%s': verify %s: %zu reachable objects checked, %llu "
+              "failures", v->h->cfg->name, what, v->n,
+              (unsigned long long)v->failures);
+    free(v->tab);
+    free(v->stack);
+    return v->failures;
+}
+
+uint64_t verify_reachable(struct heap *h, uint8_t epoch)
 {
     struct verifier v = {.h = h, .epoch = epoch};
     if (!grow(&v)) {
@@ -258,17 +279,16 @@ uint64_t verify_heap(struct heap *h, uint8_t epoch)
         return 0;
     }
     check_roots(&v);
+    return finish(&v, "reachable");
+}
+
+uint64_t verify_segments(struct heap *h, uint8_t epoch)
+{
+    struct verifier v = {.h = h, .epoch = epoch};
+    if (!grow(&v)) {
+        log_error("heap '%s': verify: out of memory", h->cfg->name);
+        return 0;
+    }
     check_segments(&v);
-    if (v.oom)
-        log_error("heap '%s': verify: out of memory; the check is partial",
-                  h->cfg->name);
-    if (v.failures > MAX_LOGGED)
-        log_error("heap '%s': verify: %llu more failures not logged",
-                  h->cfg->name, (unsigned long long)(v.failures - MAX_LOGGED));
-    log_debug("heap '%s': verify: %zu reachable objects checked, %llu "
-              "failures", h->cfg->name, v.n,
-              (unsigned long long)v.failures);
-    free(v.tab);
-    free(v.stack);
-    return v.failures;
+    return finish(&v, "segments");
 }

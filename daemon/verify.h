@@ -6,8 +6,13 @@
 
 struct heap;
 
-/* With every mutator stopped and the sweep done: check the heap, log each
- * failure with its path from a root, and return how many there were. */
-uint64_t verify_heap(struct heap *h, uint8_t epoch);
+/* With every mutator stopped and marking complete: every object reachable
+ * from a root is allocated and marked.  Returns the failures (logged with
+ * their path from a root). */
+uint64_t verify_reachable(struct heap *h, uint8_t epoch);
+
+/* With every mutator stopped and the sweep of EPOCH complete: every
+ * non-zero mark is EPOCH and every free block is poison or zero. */
+uint64_t verify_segments(struct heap *h, uint8_t epoch);
 
 #endif

@@ -180,6 +180,7 @@ const char *frame_body_name(const Heapd__Envelope *env)
     case HEAPD__ENVELOPE__BODY_ATTACH_REPLY: return "attach_reply";
     case HEAPD__ENVELOPE__BODY_DETACH_REQUEST: return "detach_request";
     case HEAPD__ENVELOPE__BODY_DETACH_REPLY: return "detach_reply";
+    case HEAPD__ENVELOPE__BODY_URS_BATCH: return "urs_batch";
     case HEAPD__ENVELOPE__BODY_GLOBAL_CLAIM: return "global_claim";
     case HEAPD__ENVELOPE__BODY_GLOBAL_CLAIMED: return "global_claimed";
     case HEAPD__ENVELOPE__BODY_GLOBALS_REQUEST: return "globals_request";

@@ -87,11 +87,11 @@
 #include <stdint.h>
 
 #define LAYOUT_MAGIC 0x0031504145484448ULL /* bytes "HDHEAP1\0" in memory */
-#define LAYOUT_VERSION 3u
+#define LAYOUT_VERSION 4u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
-#define LAYOUT_CONTROL_BYTES (128u * 1024u) /* bytes the control area needs */
+#define LAYOUT_CONTROL_BYTES (512u * 1024u) /* bytes the control area needs */
 
 #define LAYOUT_MAX_MUTATORS 128
 #define LAYOUT_ROOT_CHUNKS 64   /* root-stack segments per mutator */
@@ -114,6 +114,18 @@ static inline size_t layout_header_nrefs(uint64_t h)
 {
     return (size_t)((h >> LAYOUT_FIELD_BITS) & LAYOUT_FIELD_MAX);
 }
+/* The dirty tag (Note [Dirty tags]) lives in the header's top byte. */
+#define LAYOUT_TAG_SHIFT 56
+static inline uint8_t layout_header_tag(uint64_t h)
+{
+    return (uint8_t)(h >> LAYOUT_TAG_SHIFT);
+}
+static inline uint64_t layout_header_with_tag(uint64_t h, uint8_t tag)
+{
+    return (h & ~((uint64_t)0xff << LAYOUT_TAG_SHIFT)) |
+           (uint64_t)tag << LAYOUT_TAG_SHIFT;
+}
+
 /* Bytes an object occupies, header included (8-byte multiple). */
 static inline uint64_t layout_object_size(uint64_t nrefs, uint64_t nbytes)
 {
@@ -213,6 +225,8 @@ enum layout_mut_state {
 #define LAYOUT_STATUS_GEN(s) ((s) >> 2)
 #define LAYOUT_GEN_MASK 0x3fffffffu
 
+#define LAYOUT_URS_SIZE 256  /* entries in a mutator's URS ring */
+
 struct layout_mutator {
     _Atomic uint32_t status;        /* futex word, see the Note */
     uint32_t slot_epoch;            /* attach count of this slot */
@@ -220,6 +234,17 @@ struct layout_mutator {
     _Atomic uint64_t alloc_bytes;   /* mutator: bytes allocated, monotonic */
     _Atomic uint64_t root_depth;    /* mutator: root slots in use */
     uint32_t root_chunks[LAYOUT_ROOT_CHUNKS];
+    void *_Atomic pending_root;     /* a root being pushed while the stack
+                                       grows (a safepoint): a root too */
+    /* Note [Stack marking handshake] */
+    _Atomic uint32_t stack_marking; /* epoch of whoever took the stack */
+    _Atomic uint32_t stack_marked;  /* futex: epoch the stack was marked in */
+    /* Note [Update remembered set] */
+    _Atomic uint64_t urs_head;      /* mutator: entries written, ever */
+    _Atomic uint64_t urs_tail;      /* daemon: entries consumed, ever */
+    _Atomic uint32_t urs_wake;      /* futex: bumped when the tail moves */
+    uint32_t urs_pad;
+    void *_Atomic urs[LAYOUT_URS_SIZE];
 };
 
 /* ---- global roots (named static objects) ----

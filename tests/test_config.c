@@ -220,16 +220,16 @@ END_TEST
 START_TEST(t_min_max_size)
 {
     struct config c;
-    /* the control area (LAYOUT_CONTROL_BYTES, 128K) takes 8 segments of
-     * 16K, so 9 segments = 144K */
-    ck_assert_uint_eq(LAYOUT_CONTROL_BYTES, 128 << 10);
-    expect_ok("[heap h]\nbase = 0x7e8000000000\nmax_size = 144K\n"
+    /* the control area (LAYOUT_CONTROL_BYTES, 512K) takes 32 segments of
+     * 16K, so 33 segments = 528K */
+    ck_assert_uint_eq(LAYOUT_CONTROL_BYTES, 512 << 10);
+    expect_ok("[heap h]\nbase = 0x7e8000000000\nmax_size = 528K\n"
               "segment_size = 16K\n", &c);
-    ck_assert_uint_eq(c.heaps[0].max_size, 144 << 10);
-    expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 128K\n"
+    ck_assert_uint_eq(c.heaps[0].max_size, 528 << 10);
+    expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 512K\n"
                   "segment_size = 16K\n",
-                  "heapd:t.conf:3: max_size 128K is too small: with "
-                  "segment_size 16K it must be at least 144K (8 control "
+                  "heapd:t.conf:3: max_size 512K is too small: with "
+                  "segment_size 16K it must be at least 528K (32 control "
                   "segments + 1)\n");
 }
 END_TEST
@@ -839,14 +839,16 @@ END_TEST
 
 START_TEST(t_max_size_too_small_or_large)
 {
-    expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 128K\n",
-                  "heapd:t.conf:3: max_size 128K is too small: with "
-                  "segment_size 128K it must be at least 256K (1 control "
-                  "segment + 1)\n");
+    /* the control area (512K) takes 4 segments of 128K */
+    ck_assert_uint_eq(LAYOUT_CONTROL_BYTES, 512 << 10);
+    expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 512K\n",
+                  "heapd:t.conf:3: max_size 512K is too small: with "
+                  "segment_size 128K it must be at least 640K (4 control "
+                  "segments + 1)\n");
     expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 0\n",
                   "heapd:t.conf:3: max_size 0 is too small: with "
-                  "segment_size 128K it must be at least 256K (1 control "
-                  "segment + 1)\n");
+                  "segment_size 128K it must be at least 640K (4 control "
+                  "segments + 1)\n");
     expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 1025G\n",
                   "heapd:t.conf:3: max_size 1025G is too large (at most "
                   "1024G)\n");

@@ -823,7 +823,8 @@ START_TEST(heapctl_gc_and_stats)
              harness_bin("HEAPCTL_BIN"), D.sock);
     st = harness_run(cmd, out, sizeof out);
     ck_assert_msg(strstr(out, "\"cycles_completed\":2,") &&
-                      strstr(out, "\"bad_refs\":0}"),
+                      strstr(out, "\"bad_refs\":0,") &&
+                      strstr(out, "\"final_sync_retries\":"),
                   "output: %s", out);
     stop_clean();
 }

@@ -469,7 +469,7 @@ START_TEST(layout_checks)
     layout_init_control(c, "default", base, max, seg);
     ck_assert_int_eq(layout_check_control(c, base, max, seg), 0);
     ck_assert_uint_eq(c->epoch, 1);
-    ck_assert_uint_eq(c->control_segments, 1);
+    ck_assert_uint_eq(c->control_segments, LAYOUT_CONTROL_BYTES / seg);
     ck_assert_uint_eq(c->segment_count, max / seg);
     ck_assert_int_eq(layout_check_control(c, base + seg, max, seg), -EINVAL);
     ck_assert_int_eq(layout_check_control(c, base, max / 2, seg), -EINVAL);

@@ -1,0 +1,179 @@
+/* libheapd's side of concurrent marking: the snapshot write barrier, the
+ * update remembered set, and the root-stack marking handshake.
+ *
+ * Note [Snapshot write barrier]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * (DESIGN.md §4; seed dirty-flags-nonmoving.txt.)  While the heap's phase
+ * is MARK the collector traces the object graph as it was at the snapshot,
+ * concurrently with mutators.  Every reference a field held at the snapshot
+ * must reach the marker, so before the first write to an object after the
+ * snapshot the mutator logs ALL of the object's reference fields to its
+ * update remembered set (URS), then sets the object's dirty tag to the
+ * epoch; writes to a dirty object are plain stores.  The invariant the
+ * optimisation rests on, as in the seed:
+ *
+ *     dirty (tag == epoch)  ==>  all of its fields were logged.
+ *
+ * It holds across processes racing on one object because a writer sets the
+ * tag only after logging, with a compare-and-swap on the header: a writer
+ * that sees the tag unset logs before it writes; a writer that sees it set
+ * knows that someone logged every field before setting it, and any field
+ * written since was logged by the writer that changed it first.  Logging
+ * twice is harmless.  Objects allocated during marking are black (their mark
+ * is the epoch) and carry the epoch as their tag, so writes to them are
+ * free.  The phase can only change while the mutator is stopped, and
+ * heapd_write is not a safepoint, so one write sees one phase.  Outside
+ * marking the barrier is one load and a predictable branch.
+ *
+ * Note [Dirty tags]
+ * ~~~~~~~~~~~~~~~~~
+ * A dirty tag is an epoch value in the header's top byte (Note [Objects]),
+ * never bulk-cleared.  Epochs rotate through 255 values, so a tag left from
+ * 255 cycles ago would make the barrier skip a first write.  The marker
+ * prevents that: when it scans an object whose tag is neither 0 nor the
+ * epoch, it clears the tag (compare-and-swap, so a concurrent barrier wins).
+ * Every object live at a snapshot is scanned in that cycle, so by the time
+ * an epoch value comes round again every live object's tag is 0 or the
+ * previous epoch (see the epoch-reuse test).
+ *
+ * Note [Update remembered set]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * Each mutator slot holds a ring of LAYOUT_URS_SIZE references in shared
+ * memory.  The mutator appends at urs_head; the daemon consumes up to the
+ * head and advances urs_tail.  When half a ring has accumulated, the mutator
+ * sends UrsBatch{slot, head} through its client's agent thread without
+ * waiting; the daemon reads the entries from the ring itself, validates each
+ * (Note [Validating references]) and queues it for marking.  Because the
+ * entries live in shared memory, the final sync reads every ring directly
+ * while mutators are stopped, and the daemon drains the ring of a client
+ * that died: nothing a crashed mutator logged is lost.  Only a full ring
+ * makes a mutator wait, in a blocking region, for the daemon to move the
+ * tail (futex urs_wake).
+ *
+ * Note [Stack marking handshake]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * (Seed stack-dirtiness-concurrent-marking.txt.)  A root stack alive at the
+ * snapshot must be marked after the snapshot and before it is mutated.
+ * The snapshot pause resets both words of every slot; then whoever wants to
+ * mark a stack first checks stack_marked == epoch (done), and otherwise
+ * tries to CAS stack_marking from its old value to the epoch:
+ *   - the mutator, before its first push, set or pop in the cycle: if it
+ *     wins it logs every root to its URS and sets stack_marked; if the
+ *     daemon holds it, it waits (blocked) until stack_marked == epoch;
+ *   - the daemon, when it marks roots: if it wins it marks every root
+ *     (under the heap lock, so the slot cannot be freed meanwhile) and only
+ *     then sets stack_marked and wakes the mutator; if it loses it moves
+ *     on: the mutator marks it, and the final sync checks it was done.
+ * The daemon never waits for a mutator, so a dead client's stack holds up
+ * nothing.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "client_internal.h"
+#include "futex.h"
+
+/* ---- the update remembered set ---- */
+
+static void urs_notify(heapd_mutator *m)
+{
+    Heapd__UrsBatch ub = HEAPD__URS_BATCH__INIT;
+    Heapd__Envelope msg = HEAPD__ENVELOPE__INIT;
+    ub.slot = m->slot_index;
+    ub.head = m->urs_head;
+    msg.body_case = HEAPD__ENVELOPE__BODY_URS_BATCH;
+    msg.urs_batch = &ub;
+    agent_send(&m->c->agent, &msg); /* a dead connection: the daemon drains */
+    m->urs_notified = m->urs_head;
+}
+
+/* The ring is full: make sure the daemon knows, and wait (blocked) until
+ * it has consumed some. */
+static void urs_wait_room(heapd_mutator *m)
+{
+    struct layout_mutator *s = m->slot;
+    if (m->urs_notified != m->urs_head)
+        urs_notify(m);
+    heapd_blocking_enter(m);
+    for (;;) {
+        uint32_t w = atomic_load(&s->urs_wake);
+        if (m->urs_head - atomic_load(&s->urs_tail) < LAYOUT_URS_SIZE)
+            break;
+        if (agent_is_closed(&m->c->agent))
+            break; /* no daemon to wait for; the slot is gone anyway */
+        futex_wait(&s->urs_wake, w, 100000000u);
+    }
+    heapd_blocking_leave(m);
+}
+
+void barrier_log(heapd_mutator *m, void *ref)
+{
+    struct layout_mutator *s = m->slot;
+    if (!ref)
+        return;
+    if (m->urs_head - atomic_load_explicit(&s->urs_tail, memory_order_acquire)
+        >= LAYOUT_URS_SIZE) {
+        urs_wait_room(m);
+        if (m->urs_head - atomic_load(&s->urs_tail) >= LAYOUT_URS_SIZE)
+            return; /* connection gone */
+    }
+    atomic_store_explicit(&s->urs[m->urs_head % LAYOUT_URS_SIZE], ref,
+                          memory_order_relaxed);
+    m->urs_head++;
+    atomic_store_explicit(&s->urs_head, m->urs_head, memory_order_release);
+    if (m->urs_head - m->urs_notified >= LAYOUT_URS_SIZE / 2)
+        urs_notify(m);
+}
+
+/* ---- the object barrier (Note [Snapshot write barrier]) ---- */
+
+void barrier_object_slow(heapd_mutator *m, void *obj)
+{
+    _Atomic uint64_t *hp = (_Atomic uint64_t *)obj - 1;
+    uint8_t epoch = (uint8_t)atomic_load_explicit(&m->ctl->epoch,
+                                                  memory_order_relaxed);
+    uint64_t h = atomic_load_explicit(hp, memory_order_acquire);
+    if (layout_header_tag(h) == epoch)
+        return;
+    void *_Atomic *f = (void *_Atomic *)obj;
+    size_t n = layout_header_nrefs(h);
+    for (size_t k = 0; k < n; k++)
+        barrier_log(m, atomic_load_explicit(&f[k], memory_order_relaxed));
+    /* tag only after logging; a racing writer's tag is as good as ours */
+    while (layout_header_tag(h) != epoch &&
+           !atomic_compare_exchange_weak_explicit(
+               hp, &h, layout_header_with_tag(h, epoch),
+               memory_order_release, memory_order_relaxed))
+        ;
+}
+
+/* ---- the root stack (Note [Stack marking handshake]) ---- */
+
+void barrier_stack_slow(heapd_mutator *m)
+{
+    struct layout_mutator *s = m->slot;
+    uint32_t epoch = atomic_load_explicit(&m->ctl->epoch,
+                                          memory_order_relaxed);
+    uint32_t old = atomic_load(&s->stack_marking);
+
+    if (atomic_load(&s->stack_marked) == epoch)
+        return;
+    if (old != epoch &&
+        atomic_compare_exchange_strong(&s->stack_marking, &old, epoch)) {
+        for (size_t i = 0; i < m->depth; i++)
+            barrier_log(m, mutator_root_slot(m, i)[0]);
+        barrier_log(m, atomic_load(&s->pending_root));
+        atomic_store(&s->stack_marked, epoch);
+        futex_wake_all(&s->stack_marked);
+        return;
+    }
+    /* the daemon is marking it: wait for its word */
+    heapd_blocking_enter(m);
+    for (;;) {
+        uint32_t v = atomic_load(&s->stack_marked);
+        if (v == epoch || agent_is_closed(&m->c->agent))
+            break;
+        futex_wait(&s->stack_marked, v, 100000000u);
+    }
+    heapd_blocking_leave(m);
+}
