@@ -8,7 +8,8 @@
  * checks 2 and 3 at the next snapshot, when the sweep is), with one thread
  * and its own visited set, independently of the marker's work:
  *   1. every object reachable from every live mutator's root stack and
- *      from every global root is a
+ *      from every global root has a dirty tag of 0 or the epoch (Note
+ *      [Dirty tags]) and is a
  *      valid reference (Note [Validating references]), has mark == epoch
  *      (it survived the sweep), is not poisoned and has a header that fits
  *      its block;
@@ -140,10 +141,15 @@ static void visit(struct verifier *v, uintptr_t obj, uintptr_t parent,
     if (*ref.mark != v->epoch)
         fail(v, obj, parent, slot, root, "reachable object is not marked");
     uint64_t hdr = *(uint64_t *)(obj - LAYOUT_WORD);
+    uint8_t tag = layout_header_tag(hdr);
     if (hdr == 0xdbdbdbdbdbdbdbdbull)
         fail(v, obj, parent, slot, root, "reachable object is poisoned");
     else if (mark_checked_header(&ref) == 0)
         fail(v, obj, parent, slot, root, "object header exceeds its block");
+    else if (tag != 0 && tag != v->epoch)
+        /* Note [Dirty tags]: marking scanned it, so no stale tag is left */
+        fail(v, obj, parent, slot, root, "reachable object keeps a stale "
+                                         "dirty tag");
     if (v->sn == v->scap) {
         size_t cap = v->scap ? v->scap * 2 : 4096;
         uintptr_t *s = realloc(v->stack, cap * sizeof *s);
