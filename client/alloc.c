@@ -373,7 +373,7 @@ static bool check_field(const void *obj, void *const *field)
 void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
 {
     assert(check_field(obj, field));
-    barrier_object(m, obj); /* Note [Snapshot write barrier] */
+    barrier_write(m, obj, field); /* Note [Snapshot write barrier] */
     /* release: another process that loads VAL sees the object it points
      * to initialised */
     __atomic_store_n(field, val, __ATOMIC_RELEASE);
@@ -383,7 +383,7 @@ bool heapd_cas(heapd_mutator *m, void *obj, void **field, void *expected,
                void *desired)
 {
     assert(check_field(obj, field));
-    barrier_object(m, obj);
+    barrier_write(m, obj, field);
     return __atomic_compare_exchange_n(field, &expected, desired, false,
                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }

@@ -66,12 +66,39 @@
  *     on: the mutator marks it, and the final sync checks it was done.
  * The daemon never waits for a mutator, so a dead client's stack holds up
  * nothing.
+ *
+ * Note [Straddling a cycle]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~
+ * Logging can block (a full URS ring), and a blocked mutator holds up no
+ * stop: a final sync, a sweep and the next snapshot may all pass while it
+ * waits.  So the object barrier and the stack handshake are loops that
+ * re-read the epoch after logging and start over if it changed: a tag or a
+ * stack word set for the old cycle says nothing about the new one.  A
+ * mutator waiting for the daemon to mark its stack also stops waiting when
+ * the epoch changes (the snapshot resets the word it waits on).  Entries
+ * logged after a final sync are useless and would leak stale references
+ * into the next cycle: barrier_log drops them once marking is over, and the
+ * snapshot pause empties every ring (Note [Collection cycle]).
  */
 #include <errno.h>
 #include <string.h>
 
 #include "client_internal.h"
 #include "futex.h"
+
+/* Note [Wide objects]
+ * ~~~~~~~~~~~~~~~~~~~
+ * Logging all fields before the first write pays off for small objects,
+ * whose later writes are then free; for an object with thousands of
+ * reference fields it means thousands of entries, several full rings and
+ * waits for the daemon, for one write.  An object with more than
+ * BARRIER_WIDE reference fields therefore gets the plain deletion barrier
+ * instead (Yuasa's, as GHC uses for arrays): every write while marking
+ * logs the value it overwrites.  That keeps the snapshot too (each field's
+ * snapshot value is logged by the write that first replaces it); such an
+ * object is never tagged dirty.
+ */
+#define BARRIER_WIDE 64
 
 /* ---- the update remembered set ---- */
 
@@ -116,6 +143,11 @@ void barrier_log(heapd_mutator *m, void *ref)
         urs_wait_room(m);
         if (m->urs_head - atomic_load(&s->urs_tail) >= LAYOUT_URS_SIZE)
             return; /* connection gone */
+        /* marking may have ended while this mutator was blocked: an entry
+         * now would only leak into the next cycle (Note [Straddling a
+         * cycle]) */
+        if (!barrier_on(m))
+            return;
     }
     atomic_store_explicit(&s->urs[m->urs_head % LAYOUT_URS_SIZE], ref,
                           memory_order_relaxed);
@@ -127,24 +159,37 @@ void barrier_log(heapd_mutator *m, void *ref)
 
 /* ---- the object barrier (Note [Snapshot write barrier]) ---- */
 
-void barrier_object_slow(heapd_mutator *m, void *obj)
+void barrier_write_slow(heapd_mutator *m, void *obj, void **field)
 {
     _Atomic uint64_t *hp = (_Atomic uint64_t *)obj - 1;
-    uint8_t epoch = (uint8_t)atomic_load_explicit(&m->ctl->epoch,
-                                                  memory_order_relaxed);
-    uint64_t h = atomic_load_explicit(hp, memory_order_acquire);
-    if (layout_header_tag(h) == epoch)
-        return;
     void *_Atomic *f = (void *_Atomic *)obj;
-    size_t n = layout_header_nrefs(h);
-    for (size_t k = 0; k < n; k++)
-        barrier_log(m, atomic_load_explicit(&f[k], memory_order_relaxed));
-    /* tag only after logging; a racing writer's tag is as good as ours */
-    while (layout_header_tag(h) != epoch &&
-           !atomic_compare_exchange_weak_explicit(
-               hp, &h, layout_header_with_tag(h, epoch),
-               memory_order_release, memory_order_relaxed))
-        ;
+
+    /* Note [Wide objects]: log just the value being overwritten */
+    if (layout_header_nrefs(atomic_load_explicit(hp, memory_order_relaxed)) >
+        BARRIER_WIDE) {
+        barrier_log(m, __atomic_load_n(field, __ATOMIC_RELAXED));
+        return;
+    }
+
+    /* Note [Straddling a cycle]: logging may block, and a whole cycle may
+     * end and another begin meanwhile; then log again for the new one */
+    while (barrier_on(m)) {
+        uint8_t epoch = (uint8_t)atomic_load(&m->ctl->epoch);
+        uint64_t h = atomic_load_explicit(hp, memory_order_acquire);
+        if (layout_header_tag(h) == epoch)
+            return;
+        size_t n = layout_header_nrefs(h);
+        for (size_t k = 0; k < n; k++)
+            barrier_log(m, atomic_load_explicit(&f[k], memory_order_relaxed));
+        /* tag only after logging; a racing writer's tag is as good */
+        while (layout_header_tag(h) != epoch &&
+               !atomic_compare_exchange_weak_explicit(
+                   hp, &h, layout_header_with_tag(h, epoch),
+                   memory_order_release, memory_order_relaxed))
+            ;
+        if (atomic_load(&m->ctl->epoch) == epoch)
+            return;
+    }
 }
 
 /* ---- the root stack (Note [Stack marking handshake]) ---- */
@@ -152,28 +197,35 @@ void barrier_object_slow(heapd_mutator *m, void *obj)
 void barrier_stack_slow(heapd_mutator *m)
 {
     struct layout_mutator *s = m->slot;
-    uint32_t epoch = atomic_load_explicit(&m->ctl->epoch,
-                                          memory_order_relaxed);
-    uint32_t old = atomic_load(&s->stack_marking);
 
-    if (atomic_load(&s->stack_marked) == epoch)
-        return;
-    if (old != epoch &&
-        atomic_compare_exchange_strong(&s->stack_marking, &old, epoch)) {
-        for (size_t i = 0; i < m->depth; i++)
-            barrier_log(m, mutator_root_slot(m, i)[0]);
-        barrier_log(m, atomic_load(&s->pending_root));
-        atomic_store(&s->stack_marked, epoch);
-        futex_wake_all(&s->stack_marked);
-        return;
+    /* Note [Straddling a cycle], as for objects */
+    while (barrier_on(m)) {
+        uint32_t epoch = atomic_load(&m->ctl->epoch);
+        uint32_t old = atomic_load(&s->stack_marking);
+        if (atomic_load(&s->stack_marked) == epoch)
+            return;
+        if (old != epoch &&
+            atomic_compare_exchange_strong(&s->stack_marking, &old, epoch)) {
+            for (size_t i = 0; i < m->depth; i++)
+                barrier_log(m, mutator_root_slot(m, i)[0]);
+            barrier_log(m, atomic_load(&s->pending_root));
+            if (atomic_load(&m->ctl->epoch) != epoch)
+                continue; /* a new cycle began while we logged */
+            atomic_store(&s->stack_marked, epoch);
+            futex_wake_all(&s->stack_marked);
+            return;
+        }
+        /* the daemon is marking it: wait for its word, or a new cycle */
+        heapd_blocking_enter(m);
+        for (;;) {
+            uint32_t v = atomic_load(&s->stack_marked);
+            if (v == epoch || atomic_load(&m->ctl->epoch) != epoch ||
+                agent_is_closed(&m->c->agent))
+                break;
+            futex_wait(&s->stack_marked, v, 100000000u);
+        }
+        heapd_blocking_leave(m);
+        if (agent_is_closed(&m->c->agent))
+            return;
     }
-    /* the daemon is marking it: wait for its word */
-    heapd_blocking_enter(m);
-    for (;;) {
-        uint32_t v = atomic_load(&s->stack_marked);
-        if (v == epoch || agent_is_closed(&m->c->agent))
-            break;
-        futex_wait(&s->stack_marked, v, 100000000u);
-    }
-    heapd_blocking_leave(m);
 }

@@ -126,7 +126,7 @@ static inline bool agent_is_closed(struct agent *a)
 /* barrier.c: Note [Snapshot write barrier], Note [Stack marking
  * handshake], Note [Update remembered set] */
 void barrier_log(heapd_mutator *m, void *ref);
-void barrier_object_slow(heapd_mutator *m, void *obj);
+void barrier_write_slow(heapd_mutator *m, void *obj, void **field);
 void barrier_stack_slow(heapd_mutator *m);
 
 static inline bool barrier_on(const heapd_mutator *m)
@@ -135,11 +135,11 @@ static inline bool barrier_on(const heapd_mutator *m)
                                                  memory_order_relaxed) ==
                                 LAYOUT_PHASE_MARK, 0);
 }
-/* Before the first write to OBJ in a marking cycle. */
-static inline void barrier_object(heapd_mutator *m, void *obj)
+/* Before a write to FIELD of OBJ. */
+static inline void barrier_write(heapd_mutator *m, void *obj, void **field)
 {
     if (barrier_on(m))
-        barrier_object_slow(m, obj);
+        barrier_write_slow(m, obj, field);
 }
 /* Before any change to M's root stack. */
 static inline void barrier_stack(heapd_mutator *m)

@@ -11,8 +11,9 @@
  *      floor of TRIGGER_FLOOR so that a near-empty heap does not collect
  *      constantly (Go's GOGC, OCaml's space_overhead).
  *   2. Snapshot pause (Note [Stop the world]): next epoch, reset every
- *      slot's stack words, flip the static flag, phase = MARK (the write
- *      barrier is on from here).  O(mutators + globals); no root is read.
+ *      slot's stack words and empty its URS ring (Note [Straddling a
+ *      cycle]), flip the static flag, phase = MARK (the write barrier is on
+ *      from here).  O(mutators + globals); no root is read.
  *   3. Concurrent mark: the global roots, then the root stacks through the
  *      handshake (Note [Stack marking handshake]), then the workers
  *      (Note [Parallel marking]) while URS batches stream in
@@ -62,7 +63,7 @@
 #define TRIGGER_FLOOR (4u << 20)
 /* Objects the final sync may scan before it gives up and lets mutators run
  * again (GHC's sync-phase marking budget): bounds the final-sync pause. */
-#define FINAL_SYNC_BUDGET 20000
+#define FINAL_SYNC_BUDGET 5000
 
 struct collector {
     struct heap *h;
@@ -164,10 +165,13 @@ static uint8_t snapshot(struct collector *gc, struct mark_job *mj)
     h->stats.verify_failures += failures;
     epoch = (uint8_t)layout_next_epoch(h->control->epoch);
     atomic_store(&h->control->epoch, epoch);
-    /* Note [Epoch reuse]: the stack words are reset at every snapshot */
+    /* Note [Epoch reuse]: the stack words are reset at every snapshot;
+     * Note [Straddling a cycle]: what the rings hold now was logged after
+     * the last final sync and is dropped */
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         atomic_store(&h->control->mutators[i].stack_marking, 0);
         atomic_store(&h->control->mutators[i].stack_marked, 0);
+        mark_urs(h, NULL, i);
     }
     globals_bump_flag(h);
     gc->alloc_at_last = collector_bytes_allocated(h);

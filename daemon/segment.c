@@ -115,8 +115,10 @@ static uint32_t find_free(const struct segtab *t, uint32_t from)
     return 0;
 }
 
+/* Take free segment I into state ST.  Everything a reader of the table
+ * needs is written before the state is published (release). */
 static void take(struct segtab *t, uint32_t i, enum seg_state st,
-                 uint64_t owner)
+                 uint64_t owner, uint32_t run)
 {
     struct seg *s = &t->segs[i];
     bit_clear(t->free_bits, i);
@@ -124,8 +126,8 @@ static void take(struct segtab *t, uint32_t i, enum seg_state st,
     if (i >= t->high)
         __atomic_store_n(&t->high, i + 1, __ATOMIC_RELEASE);
     s->owner = owner;
-    s->cls = SEG_CLASS_UNKNOWN;
-    s->run = 0;
+    __atomic_store_n(&s->cls, SEG_CLASS_UNKNOWN, __ATOMIC_RELAXED);
+    s->run = run;
     set_state(s, st);
 }
 
@@ -163,14 +165,17 @@ int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
     if (count == 0)
         return -EDQUOT;
     while (n < count && (i = find_free(t, i)) != 0) {
-        take(t, i, SEG_OWNED, owner);
+        /* the header is blank before the state says OWNED: a sweeper or
+         * marker that sees OWNED must never read the class of the
+         * segment's previous life (seg_class caches it) */
         void *seg = heap_seg_addr(h, i);
         if (!t->segs[i].punched)
             memset(seg, 0, hdr_bytes);
-        t->segs[i].punched = 0;
         struct layout_segment *hd = seg;
         hd->kind = LAYOUT_SEG_BLANK;
-        hd->size_class = LAYOUT_CLASS_NONE;
+        __atomic_store_n(&hd->size_class, LAYOUT_CLASS_NONE, __ATOMIC_RELEASE);
+        take(t, i, SEG_OWNED, owner, 0);
+        t->segs[i].punched = 0;
         out[n++] = i;
         i++;
     }
@@ -206,19 +211,20 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
         return -ENOSPC;
 
     bool all_punched = true;
-    for (uint32_t i = start; i < start + need; i++) {
+    for (uint32_t i = start; i < start + need; i++)
         all_punched &= t->segs[i].punched;
-        take(t, i, i == start ? SEG_LARGE : SEG_LARGE_TAIL, owner);
-        t->segs[i].run = i == start ? (uint32_t)need : start;
-    }
     if (!all_punched)
         punch(h, start, (uint32_t)need); /* the object must read as zero */
-    for (uint32_t i = start; i < start + need; i++)
-        t->segs[i].punched = 0;
     struct layout_segment *hd = heap_seg_addr(h, start);
     hd->kind = LAYOUT_SEG_LARGE;
     hd->size_class = LAYOUT_CLASS_NONE;
     hd->large_bytes = need << h->seg_shift;
+    /* the run's shape before its state (as for small grants) */
+    for (uint32_t i = start; i < start + need; i++) {
+        take(t, i, i == start ? SEG_LARGE : SEG_LARGE_TAIL, owner,
+             i == start ? (uint32_t)need : start);
+        t->segs[i].punched = 0;
+    }
     t->n_large++;
     *first = start;
     *run = (uint32_t)need;
@@ -235,11 +241,11 @@ int seg_grant_roots(struct heap *h, uint64_t owner, uint32_t *held,
         return -EDQUOT;
     if ((i = find_free(t, t->first)) == 0)
         return -ENOSPC;
-    take(t, i, SEG_ROOTS, owner);
-    t->segs[i].punched = 0;
     struct layout_segment *hd = heap_seg_addr(h, i);
     hd->kind = LAYOUT_SEG_ROOTS;
     hd->size_class = LAYOUT_CLASS_NONE;
+    take(t, i, SEG_ROOTS, owner, 0);
+    t->segs[i].punched = 0;
     t->n_roots++;
     (*held)++;
     *out = i;
