@@ -42,6 +42,14 @@ void alloc_client_init(heapd_client *c)
         layout_small_geometry(c->segment_size, k, &c->small_nblocks[k],
                               &c->small_first[k]);
     pthread_mutex_init(&c->reserve.mu, NULL);
+    /* a small heap gets a small reserve: a client must not sit on the
+     * room a large object or another client needs */
+    uint32_t nseg = c->ctl->segment_count;
+    c->reserve.batch = nseg / 64 < 1 ? 1
+                       : nseg / 64 > RESERVE_BATCH ? RESERVE_BATCH
+                                                   : nseg / 64;
+    c->reserve.max = 2 * c->reserve.batch;
+    c->reserve.low = (c->reserve.batch + 3) / 4;
     pthread_mutex_init(&c->mutators_mu, NULL);
 }
 
@@ -82,7 +90,7 @@ static void on_refill(void *arg, int status, Heapd__Envelope *rep)
             uint32_t s = g->segments[i];
             if (s == 0 || s >= limit)
                 continue; /* never from a sane daemon; not ours to use */
-            if (c->reserve.n < RESERVE_MAX)
+            if (c->reserve.n < c->reserve.max)
                 c->reserve.segs[c->reserve.n++] = s;
             else if (nextra < RESERVE_MAX)
                 extra[nextra++] = s;
@@ -101,7 +109,7 @@ static void refill_async_locked(heapd_client *c)
     if (c->reserve.refilling)
         return;
     sr.kind = HEAPD__SEGMENT_KIND__SEGMENT_SMALL;
-    sr.count = RESERVE_BATCH;
+    sr.count = c->reserve.batch;
     req.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
     req.segment_request = &sr;
     if (agent_call_async(&c->agent, &req, on_refill, c) == 0)
@@ -165,7 +173,7 @@ static int take_blank(heapd_mutator *m, uint32_t *out)
     pthread_mutex_lock(&c->reserve.mu);
     if (c->reserve.n > 0) {
         *out = c->reserve.segs[--c->reserve.n];
-        if (c->reserve.n < RESERVE_LOW)
+        if (c->reserve.n < c->reserve.low)
             refill_async_locked(c);
         pthread_mutex_unlock(&c->reserve.mu);
         return 0;
@@ -173,13 +181,14 @@ static int take_blank(heapd_mutator *m, uint32_t *out)
     pthread_mutex_unlock(&c->reserve.mu);
 
     n = mutator_request_segments(m, HEAPD__SEGMENT_KIND__SEGMENT_SMALL,
-                                 RESERVE_BATCH, 0, got, RESERVE_BATCH, NULL);
+                                 c->reserve.batch, 0, got, RESERVE_BATCH,
+                                 NULL);
     if (n < 0)
         return n;
     *out = got[0];
     pthread_mutex_lock(&c->reserve.mu);
     int k = 1;
-    while (k < n && c->reserve.n < RESERVE_MAX)
+    while (k < n && c->reserve.n < c->reserve.max)
         c->reserve.segs[c->reserve.n++] = got[k++];
     pthread_mutex_unlock(&c->reserve.mu);
     return_segments(c, got + k, (size_t)(n - k));

@@ -153,7 +153,7 @@ void barrier_log(heapd_mutator *m, void *ref)
                           memory_order_relaxed);
     m->urs_head++;
     atomic_store_explicit(&s->urs_head, m->urs_head, memory_order_release);
-    if (m->urs_head - m->urs_notified >= LAYOUT_URS_SIZE / 2)
+    if (m->urs_head - m->urs_notified >= LAYOUT_URS_SIZE / 4)
         urs_notify(m);
 }
 

@@ -51,8 +51,7 @@ struct agent {
 };
 
 #define RESERVE_MAX 32     /* blank segments a client keeps at most */
-#define RESERVE_BATCH 16   /* asked for at once */
-#define RESERVE_LOW 4      /* ask again (without waiting) below this */
+#define RESERVE_BATCH 16   /* asked for at once, at most */
 #define RETURN_BATCH 16    /* full segments sent back in one message */
 
 /* Blank segments granted to this client, shared by its mutators
@@ -64,6 +63,7 @@ struct reserve {
     bool refilling;                  /* an async request is out */
     uint32_t full[RETURN_BATCH];     /* full segments not yet sent back */
     unsigned nfull;
+    unsigned batch, max, low;        /* sized to the heap (alloc.c) */
 };
 
 struct heapd_client {

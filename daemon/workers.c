@@ -4,6 +4,22 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Note [Worker priority]
+ * ~~~~~~~~~~~~~~~~~~~~~~
+ * Marking and sweeping run concurrently with the mutators, on the same
+ * cores.  A mutator that needs the daemon (a segment grant, room in its URS
+ * ring) waits for the loop thread, and a mutator waiting for a core is a
+ * mutator pause nobody counts.  So the workers run at a lower priority
+ * (nice WORKER_NICE, per thread): whenever a mutator or the loop thread is
+ * runnable it gets the core, and the workers use what is left.  The pauses
+ * themselves are short: the workers are idle during both stops except for
+ * the final-sync drain, which the collector thread does itself.
+ */
+#define WORKER_NICE 5
 
 struct worker_arg {
     struct workers *w;
@@ -17,6 +33,9 @@ static void *worker_main(void *p)
     uint64_t seen = 0;
 
     free(p);
+    /* Note [Worker priority] */
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WORKER_NICE) < 0)
+        (void)0; /* not fatal: the workers just compete as equals */
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (!w->quit && w->job == seen)

@@ -64,7 +64,9 @@ void layout_init_control(struct layout_control *c, const char *heap_name,
                          uint64_t base, uint64_t max_size,
                          uint64_t segment_size)
 {
-    memset(c, 0, sizeof *c);
+    /* a fresh memfd reads as zero: only the header is written, so that
+     * the slots' pages are committed only when they are used */
+    memset(c, 0, offsetof(struct layout_control, epoch));
     c->layout_version = LAYOUT_VERSION;
     c->header_bytes = sizeof *c;
     c->base = base;
