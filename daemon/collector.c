@@ -50,6 +50,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "globals.h"
 #include "heap.h"
@@ -221,15 +222,38 @@ static bool final_sync(struct collector *gc, struct mark_job *mj)
     return done;
 }
 
+/* Note [Leaving cores to mutators]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * Concurrent marking and sweeping share the cores with the mutators.  A
+ * worker that takes a running mutator's core preempts it for a scheduler
+ * slice, a pause that no stop accounts for.  So the concurrent phases use
+ * only as many workers as there are cores not taken by running mutators
+ * (at least one, at most gc_threads); the workers also run at a lower
+ * priority (Note [Worker priority]).
+ */
+static unsigned concurrent_workers(const struct heap *h, unsigned max)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long running = 0;
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (LAYOUT_STATUS_STATE(atomic_load(&h->control->mutators[i].status)) ==
+            LAYOUT_MUT_RUNNING)
+            running++;
+    long n = cores - running;
+    return n < 1 ? 1 : n > (long)max ? max : (unsigned)n;
+}
+
 static void run_cycle(struct collector *gc)
 {
     struct heap *h = gc->h;
     struct mark_job mj;
     struct sweep_job sj;
     uint64_t t_mark, t_sweep, t_end;
-    unsigned rounds = 0;
+    unsigned rounds = 0, nworkers;
 
     uint8_t epoch = snapshot(gc, &mj);
+    nworkers = concurrent_workers(h, gc->workers->n);
+    mj.nworkers = nworkers;
 
     /* Step 3: concurrent marking from the roots, then the workers until
      * they run dry; the final sync decides whether that was all. */
@@ -239,14 +263,14 @@ static void run_cycle(struct collector *gc)
     pthread_mutex_unlock(&h->lock);
     do {
         mark_round_reset(&mj);
-        workers_run(gc->workers, mark_worker, &mj);
+        workers_run_n(gc->workers, mark_worker, &mj, nworkers);
         rounds++;
     } while (!final_sync(gc, &mj));
 
     /* Step 5: concurrent sweep */
     t_sweep = now_ns();
     sweep_job_init(&sj, h, epoch);
-    workers_run(gc->workers, sweep_worker, &sj);
+    workers_run_n(gc->workers, sweep_worker, &sj, nworkers);
     t_end = now_ns();
 
     pthread_mutex_lock(&h->lock);

@@ -43,6 +43,7 @@
 #include "log.h"
 
 #define PACKET_REFS 256
+#define URS_POLL_EVERY 512 /* objects scanned between ring polls */
 
 struct mark_packet {
     struct mark_packet *next;
@@ -235,10 +236,14 @@ static void scan(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
     }
 }
 
+static uint64_t poll_urs(struct mark_job *j);
+
 /* Take a packet into S, or wait; false when marking is over. */
 static bool refill(struct mark_job *j, struct mark_stack *s)
 {
     bool got = false;
+    /* before looking for shared work, take what mutators have logged */
+    poll_urs(j);
     pthread_mutex_lock(&j->mu);
     for (;;) {
         if (j->pool) {
@@ -279,8 +284,13 @@ void mark_worker(void *arg, unsigned worker)
     unsigned head = 0, queued = 0;
     (void)worker;
 
+    unsigned since_poll = 0;
     do {
         while (s.n > 0 || queued > 0) {
+            if (++since_poll == URS_POLL_EVERY) {
+                since_poll = 0;
+                poll_urs(j);
+            }
             if (s.n > 0 && queued < PREFETCH_RING) {
                 if (s.n > 2 * PACKET_REFS)
                     donate(j, &s);
@@ -487,6 +497,35 @@ void mark_roots(struct mark_job *j)
     seed_flush(j, &sd);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
         mark_stack(j, i, false);
+}
+
+/* Note [Polling the rings]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~
+ * A UrsBatch message wakes the loop thread, which consumes the ring; but a
+ * mutator writing fast fills a ring faster than a busy machine schedules
+ * that thread, and a full ring makes the mutator wait.  So the mark workers,
+ * which run exactly while rings fill, also consume every non-empty ring
+ * every URS_POLL_EVERY objects and whenever they run out of work.  They
+ * only try the heap lock: if the loop thread or the collector holds it,
+ * someone is consuming already.
+ */
+static uint64_t poll_urs(struct mark_job *j)
+{
+    struct heap *h = j->h;
+    uint64_t n = 0;
+    if (pthread_mutex_trylock(&h->lock) != 0)
+        return 0;
+    if (h->marking == j) {
+        for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+            struct layout_mutator *m = &h->control->mutators[i];
+            if (LAYOUT_STATUS_STATE(atomic_load(&m->status)) !=
+                    LAYOUT_MUT_FREE &&
+                atomic_load(&m->urs_head) != atomic_load(&m->urs_tail))
+                n += mark_urs(h, j, i);
+        }
+    }
+    pthread_mutex_unlock(&h->lock);
+    return n;
 }
 
 uint64_t mark_urs(struct heap *h, struct mark_job *j, unsigned slot)

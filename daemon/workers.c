@@ -45,8 +45,10 @@ static void *worker_main(void *p)
         seen = w->job;
         workers_fn fn = w->fn;
         void *arg = w->arg;
+        bool take_part = a.id < w->active;
         pthread_mutex_unlock(&w->mu);
-        fn(arg, a.id);
+        if (take_part)
+            fn(arg, a.id);
         pthread_mutex_lock(&w->mu);
         if (--w->running == 0)
             pthread_cond_signal(&w->done_cv);
@@ -97,10 +99,17 @@ int workers_init(struct workers *w, unsigned n)
 
 void workers_run(struct workers *w, workers_fn fn, void *arg)
 {
+    workers_run_n(w, fn, arg, w->n);
+}
+
+void workers_run_n(struct workers *w, workers_fn fn, void *arg,
+                   unsigned active)
+{
     pthread_mutex_lock(&w->job_lock);
     pthread_mutex_lock(&w->mu);
     w->fn = fn;
     w->arg = arg;
+    w->active = active < 1 ? 1 : active > w->n ? w->n : active;
     w->running = w->n;
     w->job++;
     pthread_cond_broadcast(&w->start_cv);

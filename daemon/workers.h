@@ -19,12 +19,16 @@ struct workers {
     unsigned running;           /* workers still in the current job */
     workers_fn fn;
     void *arg;
+    unsigned active;            /* workers taking part in the current job */
     bool quit;
 };
 
 int workers_init(struct workers *w, unsigned n);
 /* Run FN(ARG, k) on every worker k in 0..n-1 and wait for all of them. */
 void workers_run(struct workers *w, workers_fn fn, void *arg);
+/* The same on the first ACTIVE workers only (1..n). */
+void workers_run_n(struct workers *w, workers_fn fn, void *arg,
+                   unsigned active);
 void workers_destroy(struct workers *w);
 
 #endif

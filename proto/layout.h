@@ -91,7 +91,7 @@
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
-#define LAYOUT_CONTROL_BYTES (2048u * 1024u) /* bytes the control area needs */
+#define LAYOUT_CONTROL_BYTES (16u * 1024u * 1024u) /* bytes the control area needs */
 
 #define LAYOUT_MAX_MUTATORS 128
 #define LAYOUT_ROOT_CHUNKS 64   /* root-stack segments per mutator */
@@ -225,7 +225,7 @@ enum layout_mut_state {
 #define LAYOUT_STATUS_GEN(s) ((s) >> 2)
 #define LAYOUT_GEN_MASK 0x3fffffffu
 
-#define LAYOUT_URS_SIZE 1024 /* entries in a mutator's URS ring */
+#define LAYOUT_URS_SIZE 8192 /* entries in a mutator's URS ring (64 KiB) */
 
 struct layout_mutator {
     _Atomic uint32_t status;        /* futex word, see the Note */

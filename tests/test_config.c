@@ -220,16 +220,16 @@ END_TEST
 START_TEST(t_min_max_size)
 {
     struct config c;
-    /* the control area (LAYOUT_CONTROL_BYTES, 2M) takes 128 segments of
-     * 16K, so 129 segments = 2064K */
-    ck_assert_uint_eq(LAYOUT_CONTROL_BYTES, 2048 << 10);
-    expect_ok("[heap h]\nbase = 0x7e8000000000\nmax_size = 2064K\n"
+    /* the control area (LAYOUT_CONTROL_BYTES, 16M) takes 1024 segments of
+     * 16K, so 1025 segments = 16400K */
+    ck_assert_uint_eq(LAYOUT_CONTROL_BYTES, 16 << 20);
+    expect_ok("[heap h]\nbase = 0x7e8000000000\nmax_size = 16400K\n"
               "segment_size = 16K\n", &c);
-    ck_assert_uint_eq(c.heaps[0].max_size, 2064 << 10);
-    expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 2M\n"
+    ck_assert_uint_eq(c.heaps[0].max_size, 16400 << 10);
+    expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 16M\n"
                   "segment_size = 16K\n",
-                  "heapd:t.conf:3: max_size 2M is too small: with "
-                  "segment_size 16K it must be at least 2064K (128 control "
+                  "heapd:t.conf:3: max_size 16M is too small: with "
+                  "segment_size 16K it must be at least 16400K (1024 control "
                   "segments + 1)\n");
 }
 END_TEST
@@ -839,15 +839,15 @@ END_TEST
 
 START_TEST(t_max_size_too_small_or_large)
 {
-    /* the control area (2M) takes 16 segments of 128K */
-    ck_assert_uint_eq(LAYOUT_CONTROL_BYTES, 2048 << 10);
-    expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 2M\n",
-                  "heapd:t.conf:3: max_size 2M is too small: with "
-                  "segment_size 128K it must be at least 2176K (16 control "
+    /* the control area (16M) takes 128 segments of 128K */
+    ck_assert_uint_eq(LAYOUT_CONTROL_BYTES, 16 << 20);
+    expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 16M\n",
+                  "heapd:t.conf:3: max_size 16M is too small: with "
+                  "segment_size 128K it must be at least 16512K (128 control "
                   "segments + 1)\n");
     expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 0\n",
                   "heapd:t.conf:3: max_size 0 is too small: with "
-                  "segment_size 128K it must be at least 2176K (16 control "
+                  "segment_size 128K it must be at least 16512K (128 control "
                   "segments + 1)\n");
     expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 1025G\n",
                   "heapd:t.conf:3: max_size 1025G is too large (at most "
