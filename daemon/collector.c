@@ -278,12 +278,11 @@ static void run_cycle(struct collector *gc)
     h->stats.live_bytes = atomic_load(&sj.live_bytes);
     h->stats.mark_ns_last = t_sweep - t_mark;
     h->stats.sweep_ns_last = t_end - t_sweep;
-    uint32_t punched = seg_punch_idle(h, h->stats.cycles_completed,
-                                      (uint32_t)(allocation_budget(h) >>
-                                                 h->seg_shift));
-    atomic_store(&h->control->phase, LAYOUT_PHASE_IDLE);
     uint64_t cycle = h->stats.cycles_completed;
+    uint32_t keep = (uint32_t)(allocation_budget(h) >> h->seg_shift);
+    atomic_store(&h->control->phase, LAYOUT_PHASE_IDLE);
     pthread_mutex_unlock(&h->lock);
+    uint32_t punched = seg_punch_idle(h, cycle, keep);
 
     log_debug("heap '%s': cycle %llu: epoch %u, %llu objects marked in %u "
               "round(s) (%llu URS entries), %llu blocks and %llu segments "

@@ -41,6 +41,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,8 +375,14 @@ static bool idle(const struct seg *s, uint64_t cycles_now)
 uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep)
 {
     struct segtab *t = &h->segs;
-    uint32_t n = 0;
-    for (uint32_t i = t->first; i < t->high; i++) {
+    uint32_t n = 0, nruns = 0;
+    enum { MAX_RUNS = 256 };
+    uint32_t run_first[MAX_RUNS], run_len[MAX_RUNS];
+
+    /* with the lock: choose the runs and take them out of the free pool,
+     * so that nobody is granted a segment while its memory goes away */
+    pthread_mutex_lock(&h->lock);
+    for (uint32_t i = t->first; i < t->high && nruns < MAX_RUNS; i++) {
         struct seg *s = &t->segs[i];
         if (s->state == SEG_FREE && !s->punched && keep > 0) {
             keep--; /* committed and about to be reused: keep it */
@@ -385,11 +392,28 @@ uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep)
             uint32_t k = i;
             while (k < t->high && idle(&t->segs[k], cycles_now))
                 k++;
-            punch(h, i, k - i);
+            for (uint32_t x = i; x < k; x++)
+                bit_clear(t->free_bits, x);
+            t->n_free -= k - i;
+            run_first[nruns] = i;
+            run_len[nruns++] = k - i;
             n += k - i;
             i = k - 1;
         }
     }
+    pthread_mutex_unlock(&h->lock);
+
+    /* without it: the system calls (Note [Segment supply]) */
+    for (uint32_t r = 0; r < nruns; r++)
+        punch(h, run_first[r], run_len[r]);
+
+    pthread_mutex_lock(&h->lock);
+    for (uint32_t r = 0; r < nruns; r++) {
+        for (uint32_t x = run_first[r]; x < run_first[r] + run_len[r]; x++)
+            bit_set(t->free_bits, x);
+        t->n_free += run_len[r];
+    }
+    pthread_mutex_unlock(&h->lock);
     return n;
 }
 

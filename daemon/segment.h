@@ -91,7 +91,9 @@ uint8_t seg_class(struct heap *h, uint32_t i);
  * dead large run. */
 void seg_release(struct heap *h, uint32_t i);
 /* Punch the memory of segments free for at least two cycles, except the
- * KEEP lowest free ones (granted first: Note [Segment supply]). */
+ * KEEP lowest free ones (granted first: Note [Segment supply]).  Takes
+ * heap->lock itself (not held by the caller) and drops it around the
+ * system calls. */
 uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep);
 
 /* Is I a root chunk owned by OWNER? */
