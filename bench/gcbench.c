@@ -140,22 +140,8 @@ static void fill_array(double *a)
 
 static node *b_long_lived;
 static double *b_array;
-static uint64_t b_gc_start, b_pause_max, b_pause_total, b_events;
 
-static void GC_CALLBACK b_on_event(GC_EventType e)
-{
-    /* Called with the GC lock held: only take timestamps. */
-    if (e == GC_EVENT_START) {
-        b_gc_start = now_ns();
-    } else if (e == GC_EVENT_END && b_gc_start) {
-        uint64_t d = now_ns() - b_gc_start;
-        b_gc_start = 0;
-        b_pause_total += d;
-        if (d > b_pause_max)
-            b_pause_max = d;
-        b_events++;
-    }
-}
+#include "boehm_pauses.h"
 
 static void b_init(void)
 {

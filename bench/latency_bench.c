@@ -317,21 +317,8 @@ typedef struct bnode {
 } bnode;
 
 static bnode **b_ring;
-static uint64_t b_gc_start, b_pause_max, b_pause_total;
 
-static void GC_CALLBACK b_on_event(GC_EventType e)
-{
-    /* Called with the GC lock held: only take timestamps. */
-    if (e == GC_EVENT_START) {
-        b_gc_start = now_ns();
-    } else if (e == GC_EVENT_END && b_gc_start) {
-        uint64_t d = now_ns() - b_gc_start;
-        b_gc_start = 0;
-        b_pause_total += d;
-        if (d > b_pause_max)
-            b_pause_max = d;
-    }
-}
+#include "boehm_pauses.h"
 
 static inline void b_step(bnode **ring, uint64_t k)
 {

@@ -332,3 +332,67 @@ int harness_run(const char *cmd, char *out, size_t outlen)
         ;
     return pclose(p);
 }
+
+/* ---- libheapd helpers ---- */
+
+void harness_stop_clean(struct daemon_proc *d)
+{
+    int st = harness_stop(d);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "heapd did not exit 0 after SIGTERM (status 0x%x)", st);
+}
+
+void harness_attach(const struct daemon_proc *d, heapd_client **c,
+                    heapd_mutator **m)
+{
+    heapd_connect_opts o = {.socket_path = d->sock};
+    int rc = heapd_connect(c, &o);
+    ck_assert_msg(rc == 0, "connect: %s", heapd_last_error());
+    rc = heapd_attach(*c, m);
+    ck_assert_msg(rc == 0, "attach: %s", heapd_last_error());
+}
+
+heapd_client *harness_control(const struct daemon_proc *d)
+{
+    heapd_connect_opts o = {.socket_path = d->sock,
+                            .flags = HEAPD_CONNECT_CONTROL};
+    heapd_client *c;
+    ck_assert_msg(heapd_connect(&c, &o) == 0, "control connect: %s",
+                  heapd_last_error());
+    return c;
+}
+
+heapd_stats_t harness_stats(heapd_client *c)
+{
+    heapd_stats_t st;
+    ck_assert_msg(heapd_stats(c, &st) == 0, "stats: %s", heapd_last_error());
+    return st;
+}
+
+heapd_stats_t harness_daemon_stats(const struct daemon_proc *d)
+{
+    heapd_client *c = harness_control(d);
+    heapd_stats_t st = harness_stats(c);
+    heapd_disconnect(c);
+    return st;
+}
+
+void harness_expect_healthy(const struct daemon_proc *d)
+{
+    heapd_stats_t st = harness_daemon_stats(d);
+    ck_assert_msg(st.verify_failures == 0 && st.bad_refs == 0,
+                  "verify failures %llu, bad refs %llu after %llu cycles "
+                  "(see heapd's log)",
+                  (unsigned long long)st.verify_failures,
+                  (unsigned long long)st.bad_refs,
+                  (unsigned long long)st.cycles_completed);
+}
+
+void harness_wait_ok(pid_t pid, const char *who)
+{
+    int st = harness_wait_pid(pid, HARNESS_WAIT_MS * 4);
+    ck_assert_msg(st != -1, "%s did not finish within %d ms", who,
+                  HARNESS_WAIT_MS * 4);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "%s failed (status 0x%x)", who, st);
+}

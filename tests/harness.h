@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "heapd.h"
 #include "heapd.pb-c.h"
 
 #define HARNESS_WAIT_MS 30000
@@ -78,5 +79,21 @@ const char *harness_bin(const char *envname);
 
 /* Run CMD through sh, capture stdout+stderr into OUT; returns exit status. */
 int harness_run(const char *cmd, char *out, size_t outlen);
+
+/* ---- for suites that use libheapd against a started daemon ---- */
+/* SIGTERM, and heapd must exit 0. */
+void harness_stop_clean(struct daemon_proc *d);
+/* Connect and attach one mutator (fails the test on error). */
+void harness_attach(const struct daemon_proc *d, heapd_client **c,
+                    heapd_mutator **m);
+/* A control connection (stats, gc). */
+heapd_client *harness_control(const struct daemon_proc *d);
+heapd_stats_t harness_stats(heapd_client *c);
+/* Stats through a fresh control connection. */
+heapd_stats_t harness_daemon_stats(const struct daemon_proc *d);
+/* No verifier failure and no bad reference so far. */
+void harness_expect_healthy(const struct daemon_proc *d);
+/* PID exits 0 within the bound, or the test fails naming WHO. */
+void harness_wait_ok(pid_t pid, const char *who);
 
 #endif

@@ -40,41 +40,6 @@ static void start(void)
     harness_start(&D, harness_default_config("@SOCK@", "verify = true\n"));
 }
 
-static void stop_clean(void)
-{
-    int st = harness_stop(&D);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                  "heapd did not exit 0 after SIGTERM (status 0x%x)", st);
-}
-
-static heapd_client *control(void)
-{
-    heapd_connect_opts o = {.socket_path = D.sock,
-                            .flags = HEAPD_CONNECT_CONTROL};
-    heapd_client *c;
-    ck_assert_msg(heapd_connect(&c, &o) == 0, "control connect: %s",
-                  heapd_last_error());
-    return c;
-}
-
-static heapd_stats_t stats_of(heapd_client *c)
-{
-    heapd_stats_t st;
-    ck_assert_msg(heapd_stats(c, &st) == 0, "stats: %s", heapd_last_error());
-    return st;
-}
-
-static void expect_healthy(heapd_client *c)
-{
-    heapd_stats_t st = stats_of(c);
-    ck_assert_msg(st.verify_failures == 0 && st.bad_refs == 0,
-                  "verify failures %llu, bad refs %llu after %llu cycles "
-                  "(see heapd's log)",
-                  (unsigned long long)st.verify_failures,
-                  (unsigned long long)st.bad_refs,
-                  (unsigned long long)st.cycles_completed);
-}
-
 /* ---- what children report ---- */
 
 enum {
@@ -746,7 +711,7 @@ static void wait_ready(int fd, int n, struct kid *kids, int nkids,
 static void run_cycles(heapd_client *c, uint64_t cycles, struct kid *kids,
                        int nkids)
 {
-    uint64_t before = stats_of(c).cycles_completed, now = before;
+    uint64_t before = harness_stats(c).cycles_completed, now = before;
     for (uint64_t calls = 0; now < before + cycles; calls++) {
         /* each call waits for a cycle that starts after it */
         ck_assert_msg(calls <= cycles, "%llu collect calls but cycles went "
@@ -757,7 +722,7 @@ static void run_cycles(heapd_client *c, uint64_t cycles, struct kid *kids,
         ck_assert_msg(rc == 0, "collect: %s", heapd_last_error());
         if (calls % 10 == 0)
             check_kids_running(kids, nkids);
-        now = stats_of(c).cycles_completed;
+        now = harness_stats(c).cycles_completed;
     }
     check_kids_running(kids, nkids);
 }
@@ -792,8 +757,8 @@ START_TEST(shared_board_under_1000_cycles)
     close(report[1]);
     wait_ready(ready[0], nthreads - 1, kids, NPROC, "mutator threads");
 
-    heapd_client *c = control();
-    heapd_stats_t st = stats_of(c);
+    heapd_client *c = harness_control(&D);
+    heapd_stats_t st = harness_stats(c);
     ck_assert_uint_eq(st.mutators, (uint32_t)nthreads);
     uint64_t before = st.cycles_completed;
     run_cycles(c, CYCLES, kids, NPROC);
@@ -812,7 +777,7 @@ START_TEST(shared_board_under_1000_cycles)
         reports++;
     }
     ck_assert_int_eq(reports, nthreads);
-    st = stats_of(c);
+    st = harness_stats(c);
     fprintf(stderr, "board: %llu cycles (%llu during the test), %d mutators"
             ", %ld CAS lost to a race; pause max %llu ns, ttsp max %llu ns\n",
             (unsigned long long)st.cycles_completed,
@@ -820,9 +785,9 @@ START_TEST(shared_board_under_1000_cycles)
             total.cas_lost, (unsigned long long)st.pause_max_ns,
             (unsigned long long)st.ttsp_max_ns);
     ck_assert_uint_ge(st.cycles_completed, before + CYCLES);
-    expect_healthy(c);
+    harness_expect_healthy(&D);
     heapd_disconnect(c);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -971,13 +936,13 @@ START_TEST(hot_global_overwritten_during_cycles)
     }
     close(stop[0]);
     close(ready[1]);
-    heapd_client *c = control();
+    heapd_client *c = harness_control(&D);
     run_cycles(c, HOT_CYCLES, kids, 1 + HOT_READERS);
     close(stop[1]);
     wait_kids(kids, 1 + HOT_READERS);
-    expect_healthy(c);
+    harness_expect_healthy(&D);
     heapd_disconnect(c);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 

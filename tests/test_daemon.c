@@ -51,13 +51,6 @@ static void start_default(void)
     harness_start(&D, harness_default_config("@SOCK@", NULL));
 }
 
-static void stop_clean(void)
-{
-    int st = harness_stop(&D);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                  "heapd did not exit 0 after SIGTERM (status 0x%x)", st);
-}
-
 /* An Error reply with CODE, then EOF. */
 static void expect_error_and_close(int fd, Heapd__ErrorCode code,
                                    const char *substr)
@@ -97,7 +90,7 @@ START_TEST(connect_and_stats)
     for (int i = 0; i < 50; i++)
         ck_assert_int_eq(heapd_stats(c, &st), 0);
     heapd_disconnect(c);
-    stop_clean();
+    harness_stop_clean(&D);
     ck_assert_msg(D.stopping_seen, "heapd never sent STOPPING=1");
     ck_assert_int_eq(access(D.sock, F_OK), -1); /* socket file removed */
 }
@@ -148,7 +141,7 @@ START_TEST(two_processes_share_bytes)
     ck_assert_msg(WIFEXITED(sb) && WEXITSTATUS(sb) == 0, "client B failed");
     /* and the daemon's mapping holds the same bytes */
     ck_assert_uint_eq(still_serving(D.sock), 1);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -183,7 +176,7 @@ START_TEST(hello_one_byte_at_a_time)
     close(hfd);
     heapd__envelope__free_unpacked(w, NULL);
     close(fd);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -202,7 +195,7 @@ START_TEST(bad_frame_oversized)
     ck_assert_int_eq(heapd_stats(bystander, &st), 0);
     ck_assert_uint_eq(st.frames_rejected, 1);
     heapd_disconnect(bystander);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -215,7 +208,7 @@ START_TEST(bad_frame_zero_length)
     expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_BAD_FRAME,
                            "bad frame length");
     ck_assert_uint_eq(still_serving(D.sock), 1);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -232,7 +225,7 @@ START_TEST(bad_frame_garbage)
     heapd_stats_t st;
     ck_assert_int_eq(heapd_stats(bystander, &st), 0);
     heapd_disconnect(bystander);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -246,7 +239,7 @@ START_TEST(bad_frame_truncated)
     expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_BAD_FRAME,
                            "truncated frame");
     ck_assert_uint_eq(still_serving(D.sock), 1);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -264,7 +257,7 @@ START_TEST(bad_frame_after_welcome)
     expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_BAD_FRAME,
                            "undecodable");
     ck_assert_uint_eq(still_serving(D.sock), 1);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -279,7 +272,7 @@ START_TEST(silent_peer_and_half_hello)
         close(fd);
     }
     ck_assert_uint_eq(still_serving(D.sock), 1);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -298,7 +291,7 @@ START_TEST(first_message_not_hello)
                            "expected hello as the first message, got "
                            "stats_request");
     ck_assert_uint_eq(still_serving(D.sock), 1);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -316,7 +309,7 @@ START_TEST(second_hello)
     expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_UNEXPECTED,
                            "unexpected hello");
     ck_assert_uint_eq(still_serving(D.sock), 1);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -336,7 +329,7 @@ START_TEST(client_sends_daemon_message)
     expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_UNEXPECTED,
                            "unexpected welcome");
     ck_assert_uint_eq(still_serving(D.sock), 1);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -348,7 +341,7 @@ START_TEST(unknown_client_kind)
     expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_UNEXPECTED,
                            "unknown client kind 7");
     ck_assert_uint_eq(still_serving(D.sock), 1);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -361,7 +354,7 @@ START_TEST(version_mismatch)
     expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_VERSION,
                            "protocol version 99 is not supported");
     ck_assert_uint_eq(still_serving(D.sock), 1);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -378,7 +371,7 @@ START_TEST(no_such_heap)
                       strstr(heapd_last_error(), "[heap nope]"),
                   "message: %s", heapd_last_error());
     ck_assert_uint_eq(still_serving(D.sock), 1);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -437,7 +430,7 @@ START_TEST(address_range_taken)
     /* the daemon dropped that client and serves the next */
     c = connect_ok(D.sock, 0);
     heapd_disconnect(c);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -468,7 +461,7 @@ START_TEST(denied_user)
     int st = harness_wait_pid(pid, HARNESS_WAIT_MS);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed");
     ck_assert_uint_eq(still_serving(D.sock), 1);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -492,7 +485,7 @@ START_TEST(allowed_by_group)
     }
     int st = harness_wait_pid(pid, HARNESS_WAIT_MS);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed");
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -521,7 +514,7 @@ START_TEST(client_killed)
     for (int i = 0; i < 10000 && (n = still_serving(D.sock)) != 1; i++)
         ;
     ck_assert_uint_eq(n, 1);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -529,7 +522,7 @@ START_TEST(shutdown_tells_clients)
 {
     start_default();
     heapd_client *c = connect_ok(D.sock, 0);
-    stop_clean();
+    harness_stop_clean(&D);
     heapd_stats_t st;
     int rc = heapd_stats(c, &st);
     ck_assert_msg(rc == HEAPD_ESHUTDOWN || rc == HEAPD_ECLOSED,
@@ -576,7 +569,7 @@ START_TEST(second_daemon_same_socket)
                   "output: %s", out);
     (void)d2;
     ck_assert_uint_eq(still_serving(D.sock), 1);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -724,7 +717,7 @@ START_TEST(heapctl_stats)
     st = harness_run(cmd, out, sizeof out);
     ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
     ck_assert_msg(strstr(out, "unknown command 'frobnicate'"), "%s", out);
-    stop_clean();
+    harness_stop_clean(&D);
     snprintf(cmd, sizeof cmd, "'%s' --socket '%s' stats 2>&1",
              harness_bin("HEAPCTL_BIN"), D.sock);
     st = harness_run(cmd, out, sizeof out);

@@ -21,49 +21,6 @@ static void start(void)
     harness_start(&D, harness_default_config("@SOCK@", "verify = true\n"));
 }
 
-static void stop_clean(void)
-{
-    int st = harness_stop(&D);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                  "heapd did not exit 0 (status 0x%x)", st);
-}
-
-static void attach(heapd_client **c, heapd_mutator **m)
-{
-    heapd_connect_opts o = {.socket_path = D.sock};
-    ck_assert_msg(heapd_connect(c, &o) == 0, "connect: %s",
-                  heapd_last_error());
-    ck_assert_msg(heapd_attach(*c, m) == 0, "attach: %s", heapd_last_error());
-}
-
-static heapd_stats_t daemon_stats(void)
-{
-    heapd_connect_opts o = {.socket_path = D.sock,
-                            .flags = HEAPD_CONNECT_CONTROL};
-    heapd_client *c;
-    heapd_stats_t st;
-    ck_assert_int_eq(heapd_connect(&c, &o), 0);
-    ck_assert_int_eq(heapd_stats(c, &st), 0);
-    heapd_disconnect(c);
-    return st;
-}
-
-static void expect_healthy(void)
-{
-    heapd_stats_t st = daemon_stats();
-    ck_assert_msg(st.verify_failures == 0 && st.bad_refs == 0,
-                  "verify failures %llu, bad refs %llu (see heapd's log)",
-                  (unsigned long long)st.verify_failures,
-                  (unsigned long long)st.bad_refs);
-}
-
-static void wait_ok(pid_t pid, const char *who)
-{
-    int st = harness_wait_pid(pid, HARNESS_WAIT_MS * 4);
-    ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                  "%s failed (status 0x%x)", who, st);
-}
-
 /* An object with one reference field and a value with its check. */
 static void *cell(heapd_mutator *m, long v)
 {
@@ -87,7 +44,7 @@ START_TEST(set_get_and_survive_cycles)
     heapd_client *c;
     heapd_mutator *m;
     start();
-    attach(&c, &m);
+    harness_attach(&D, &c, &m);
     ck_assert_ptr_null(heapd_global_get(m, "nothing"));
     void *a = cell(m, 11);
     ck_assert_int_eq(heapd_global_set(m, "a", a), 0);
@@ -120,8 +77,8 @@ START_TEST(set_get_and_survive_cycles)
     ck_assert_int_eq(errno, EINVAL);
     heapd_detach(m);
     heapd_disconnect(c);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -130,7 +87,7 @@ START_TEST(table_full)
     heapd_client *c;
     heapd_mutator *m;
     start();
-    attach(&c, &m);
+    harness_attach(&D, &c, &m);
     char name[32];
     for (int i = 0; i < 256; i++) {
         snprintf(name, sizeof name, "g%d", i);
@@ -148,8 +105,8 @@ START_TEST(table_full)
     ck_assert_int_eq(heapd_global_set(m, "g7", NULL), 0);
     heapd_detach(m);
     heapd_disconnect(c);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -187,7 +144,7 @@ START_TEST(once_race_runs_init_once)
         if (kids[i] == 0) {
             heapd_client *c;
             heapd_mutator *m;
-            attach(&c, &m);
+            harness_attach(&D, &c, &m);
             init_count_fd = count[1];
             char x;
             if (read(go[0], &x, 1) != 1)
@@ -207,7 +164,7 @@ START_TEST(once_race_runs_init_once)
     close(res[1]);
     ck_assert_int_eq(write(go[1], "gggg", N), N); /* all start together */
     for (int i = 0; i < N; i++)
-        wait_ok(kids[i], "once caller");
+        harness_wait_ok(kids[i], "once caller");
     char buf[16];
     ck_assert_int_eq(read(count[0], buf, sizeof buf), 1); /* init ran once */
     uintptr_t first = 0, a;
@@ -217,8 +174,8 @@ START_TEST(once_race_runs_init_once)
             first = a;
         ck_assert_msg(a == first, "process %d got another object", i);
     }
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -251,7 +208,7 @@ START_TEST(once_initialiser_killed)
     if (a == 0) {
         heapd_client *c;
         heapd_mutator *m;
-        attach(&c, &m);
+        harness_attach(&D, &c, &m);
         hang_fd = hang[1];
         heapd_global_once(m, "config", init_hangs, NULL);
         _exit(5); /* never returns */
@@ -279,7 +236,7 @@ START_TEST(once_initialiser_killed)
     if (b == 0) {
         heapd_client *c;
         heapd_mutator *m;
-        attach(&c, &m);
+        harness_attach(&D, &c, &m);
         if (write(waiting[1], "w", 1) != 1)
             _exit(6);
         void *v = heapd_global_once(m, "config", init_fine, NULL);
@@ -290,14 +247,14 @@ START_TEST(once_initialiser_killed)
     /* B is in (or about to be in) heapd_global_once; A dies mid-init */
     kill(a, SIGKILL);
     harness_wait_pid(a, HARNESS_WAIT_MS);
-    wait_ok(b, "the caller after the initialiser died");
+    harness_wait_ok(b, "the caller after the initialiser died");
     ck_assert_int_eq(heapd_globals(cc, gi, 4, &n), 0);
     ck_assert_uint_eq(n, 1);
     ck_assert_int_eq(gi[0].state, 1);
     ck_assert_uint_eq(gi[0].target_bytes, 32);
     heapd_disconnect(cc);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -314,7 +271,7 @@ START_TEST(once_init_fails_then_retries)
     heapd_client *c;
     heapd_mutator *m;
     start();
-    attach(&c, &m);
+    harness_attach(&D, &c, &m);
     errno = 0;
     ck_assert_ptr_null(heapd_global_once(m, "flaky", init_null, NULL));
     ck_assert_int_eq(errno, EIO);
@@ -325,8 +282,8 @@ START_TEST(once_init_fails_then_retries)
     ck_assert_ptr_eq(heapd_global_get(m, "flaky"), v);
     heapd_detach(m);
     heapd_disconnect(c);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -343,7 +300,7 @@ static int writer(int stop_fd)
 {
     heapd_client *c;
     heapd_mutator *m;
-    attach(&c, &m);
+    harness_attach(&D, &c, &m);
     for (long round = 1; !stopped(stop_fd); round++) {
         size_t r = heapd_root_push(m, NULL);
         for (long i = 0; i < 100; i++) {
@@ -367,7 +324,7 @@ static int reader(int stop_fd)
 {
     heapd_client *c;
     heapd_mutator *m;
-    attach(&c, &m);
+    harness_attach(&D, &c, &m);
     long seen = 0;
     while (!stopped(stop_fd)) {
         void **n = heapd_global_get(m, "g");
@@ -413,12 +370,12 @@ START_TEST(globals_alive_across_cycles_under_overwrites)
         ck_assert_int_eq(heapd_request_collect(cc, HEAPD_COLLECT_WAIT), 0);
     heapd_disconnect(cc);
     close(stop[1]);
-    wait_ok(w, "writer");
-    wait_ok(r, "reader");
-    heapd_stats_t st = daemon_stats();
+    harness_wait_ok(w, "writer");
+    harness_wait_ok(r, "reader");
+    heapd_stats_t st = harness_daemon_stats(&D);
     ck_assert_uint_ge(st.cycles_completed, 120);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -433,7 +390,7 @@ START_TEST(processes_share_a_structure_by_name)
     if (a == 0) {
         heapd_client *c;
         heapd_mutator *m;
-        attach(&c, &m);
+        harness_attach(&D, &c, &m);
         void **board = heapd_alloc(m, 8, 0);
         heapd_global_set(m, "board", board);
         board = heapd_global_get(m, "board");
@@ -459,7 +416,7 @@ START_TEST(processes_share_a_structure_by_name)
             _exit(20);
         heapd_client *c;
         heapd_mutator *m;
-        attach(&c, &m);
+        harness_attach(&D, &c, &m);
         void **board = heapd_global_get(m, "board");
         if (!board || cell_value(board[0]) != 1)
             _exit(21);
@@ -471,10 +428,10 @@ START_TEST(processes_share_a_structure_by_name)
         heapd_disconnect(c);
         _exit(0);
     }
-    wait_ok(a, "process A");
-    wait_ok(b, "process B");
-    expect_healthy();
-    stop_clean();
+    harness_wait_ok(a, "process A");
+    harness_wait_ok(b, "process B");
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -484,7 +441,7 @@ START_TEST(heapctl_globals)
     heapd_client *c;
     heapd_mutator *m;
     start();
-    attach(&c, &m);
+    harness_attach(&D, &c, &m);
     ck_assert_int_eq(heapd_global_set(m, "index", cell(m, 5)), 0);
     ck_assert_int_eq(heapd_global_set(m, "empty", NULL), 0);
     snprintf(cmd, sizeof cmd, "'%s' --socket '%s' globals 2>&1",
@@ -497,7 +454,7 @@ START_TEST(heapctl_globals)
                   "output: %s", out);
     heapd_detach(m);
     heapd_disconnect(c);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 

@@ -30,63 +30,11 @@ static void start_with(const char *extra)
     harness_start(&D, harness_default_config("@SOCK@", buf));
 }
 
-static void stop_clean(void)
-{
-    int st = harness_stop(&D);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                  "heapd did not exit 0 after SIGTERM (status 0x%x)", st);
-}
-
-static void attach(heapd_client **c, heapd_mutator **m)
-{
-    heapd_connect_opts o = {.socket_path = D.sock};
-    int rc = heapd_connect(c, &o);
-    ck_assert_msg(rc == 0, "connect: %s", heapd_last_error());
-    rc = heapd_attach(*c, m);
-    ck_assert_msg(rc == 0, "attach: %s", heapd_last_error());
-}
-
-static heapd_stats_t stats_of(heapd_client *c)
-{
-    heapd_stats_t st;
-    int rc = heapd_stats(c, &st);
-    ck_assert_msg(rc == 0, "stats: %s", heapd_last_error());
-    return st;
-}
-
 /* Stats from a fresh control connection. */
-static heapd_stats_t daemon_stats(void)
-{
-    heapd_connect_opts o = {.socket_path = D.sock,
-                            .flags = HEAPD_CONNECT_CONTROL};
-    heapd_client *c;
-    ck_assert_int_eq(heapd_connect(&c, &o), 0);
-    heapd_stats_t st = stats_of(c);
-    heapd_disconnect(c);
-    return st;
-}
-
 static void collect(heapd_mutator *m)
 {
     int rc = heapd_collect(m, HEAPD_COLLECT_WAIT);
     ck_assert_msg(rc == 0, "collect: %s", heapd_last_error());
-}
-
-static void expect_healthy(void)
-{
-    heapd_stats_t st = daemon_stats();
-    ck_assert_msg(st.verify_failures == 0, "the verifier found %llu failures "
-                  "(see heapd's log)", (unsigned long long)st.verify_failures);
-    ck_assert_msg(st.bad_refs == 0, "%llu bad references",
-                  (unsigned long long)st.bad_refs);
-}
-
-static void wait_child_ok(pid_t pid, const char *who)
-{
-    int st = harness_wait_pid(pid, HARNESS_WAIT_MS * 4);
-    ck_assert_msg(st != -1, "%s did not finish in time", who);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                  "%s failed (status 0x%x)", who, st);
 }
 
 /* ---- objects and roots ---- */
@@ -96,7 +44,7 @@ START_TEST(objects_and_accessors)
     heapd_client *c;
     heapd_mutator *m;
     start_with(NULL);
-    attach(&c, &m);
+    harness_attach(&D, &c, &m);
 
     void **o = heapd_alloc(m, 3, 20);
     ck_assert_ptr_nonnull(o);
@@ -139,15 +87,15 @@ START_TEST(objects_and_accessors)
     ck_assert_ptr_null(heapd_alloc(m, 0, HEAPD_MAX_NBYTES + 1));
     ck_assert_int_eq(errno, EINVAL);
 
-    heapd_stats_t st = stats_of(c);
+    heapd_stats_t st = harness_stats(c);
     ck_assert_uint_eq(st.mutators, 1);
     ck_assert_uint_ge(st.bytes_allocated, 48);
     heapd_detach(m);
-    st = stats_of(c);
+    st = harness_stats(c);
     ck_assert_uint_eq(st.mutators, 0);
     heapd_disconnect(c);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -157,7 +105,7 @@ START_TEST(deep_root_stack)
     heapd_client *c;
     heapd_mutator *m;
     start_with(NULL);
-    attach(&c, &m);
+    harness_attach(&D, &c, &m);
     const size_t n = 20000; /* 128K segments: 8192 slots per chunk */
     for (size_t i = 0; i < n; i++) {
         long *o = heapd_alloc(m, 0, sizeof(long));
@@ -175,8 +123,8 @@ START_TEST(deep_root_stack)
         ck_assert_int_eq(*(long *)heapd_root_get(m, i), (long)i);
     heapd_detach(m);
     heapd_disconnect(c);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -187,7 +135,7 @@ START_TEST(every_size_class)
     heapd_client *c;
     heapd_mutator *m;
     start_with(NULL);
-    attach(&c, &m);
+    harness_attach(&D, &c, &m);
 
     static const size_t large[] = {16384 + 8, 100000, 1 << 20, 5 << 20};
     const size_t nsmall = LAYOUT_NCLASSES * 3;
@@ -236,18 +184,18 @@ START_TEST(every_size_class)
         }
         collect(m);
     }
-    heapd_stats_t st = stats_of(c);
+    heapd_stats_t st = harness_stats(c);
     ck_assert_uint_eq(layout_small_max(128 * 1024), 16384);
     ck_assert_uint_eq(st.segments_large, 4); /* only the 4 large ones */
     heapd_root_pop(m, total);
     collect(m);
-    st = stats_of(c);
+    st = harness_stats(c);
     ck_assert_uint_eq(st.segments_large, 0);
     ck_assert_uint_lt(st.live_bytes, 4096);
     heapd_detach(m);
     heapd_disconnect(c);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -259,7 +207,7 @@ START_TEST(garbage_is_reclaimed)
     harness_start(&D, "[daemon]\nsocket = @SOCK@\nlog_level = info\n"
                       "[heap default]\nbase = 0x7e8000000000\n"
                       "max_size = 48M\nverify = true\n");
-    attach(&c, &m);
+    harness_attach(&D, &c, &m);
     size_t keep = heapd_root_push(m, NULL);
     const long n = 400000; /* 400k * (1 KiB + header): ~13x the heap */
     for (long i = 0; i < n; i++) {
@@ -278,14 +226,14 @@ START_TEST(garbage_is_reclaimed)
         expect -= 10000;
     }
     ck_assert_int_eq(count, n / 10000);
-    heapd_stats_t st = stats_of(c);
+    heapd_stats_t st = harness_stats(c);
     ck_assert_uint_ge(st.cycles_completed, 10);
     ck_assert_uint_ge(st.bytes_allocated, (uint64_t)n * 1032);
     ck_assert_uint_le(st.heap_committed_bytes, 48u << 20);
     heapd_detach(m);
     heapd_disconnect(c);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -402,12 +350,12 @@ START_TEST(processes_mutate_linked_structures)
             _exit(tree_worker(D.sock, i + 1, 30, -1, -1));
     }
     for (int i = 0; i < 3; i++)
-        wait_child_ok(kids[i], "tree worker");
-    heapd_stats_t st = daemon_stats();
+        harness_wait_ok(kids[i], "tree worker");
+    heapd_stats_t st = harness_daemon_stats(&D);
     ck_assert_uint_ge(st.cycles_completed, 6);
     ck_assert_uint_eq(st.mutators, 0);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -438,19 +386,19 @@ START_TEST(many_cycles_with_verifier)
                             .flags = HEAPD_CONNECT_CONTROL};
     heapd_client *c;
     ck_assert_int_eq(heapd_connect(&c, &o), 0);
-    uint64_t before = stats_of(c).cycles_completed;
+    uint64_t before = harness_stats(c).cycles_completed;
     for (int i = 0; i < 300; i++)
         ck_assert_int_eq(heapd_request_collect(c, HEAPD_COLLECT_WAIT), 0);
-    heapd_stats_t st = stats_of(c);
+    heapd_stats_t st = harness_stats(c);
     ck_assert_uint_ge(st.cycles_completed, before + 300);
     ck_assert_uint_gt(st.pause_max_ns, 0);
     ck_assert_uint_ge(st.pause_total_ns, st.pause_max_ns);
     heapd_disconnect(c);
     close(stop[1]);
     for (int i = 0; i < 2; i++)
-        wait_child_ok(kids[i], "tree worker");
-    expect_healthy();
-    stop_clean();
+        harness_wait_ok(kids[i], "tree worker");
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -462,7 +410,7 @@ START_TEST(heap_full_then_recovers)
     heapd_mutator *m;
     harness_start(&D, "[daemon]\nsocket = @SOCK@\n[heap default]\n"
                       "base = 0x7e8000000000\nmax_size = 24M\nverify = true\n");
-    attach(&c, &m);
+    harness_attach(&D, &c, &m);
     size_t n = 0;
     void *o;
     while ((o = heapd_alloc(m, 0, 1000)) != NULL) {
@@ -485,8 +433,8 @@ START_TEST(heap_full_then_recovers)
     ck_assert_ptr_nonnull(heapd_alloc(m, 0, 4 << 20));
     heapd_detach(m);
     heapd_disconnect(c);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -495,7 +443,7 @@ START_TEST(client_quota)
     heapd_client *c, *c2;
     heapd_mutator *m, *m2;
     start_with("max_client_bytes = 1M\n");
-    attach(&c, &m);
+    harness_attach(&D, &c, &m);
     /* more than the client may hold at once */
     errno = 0;
     ck_assert_ptr_null(heapd_alloc(m, 0, 2 << 20));
@@ -504,7 +452,7 @@ START_TEST(client_quota)
                   "message: %s", heapd_last_error());
     /* within the quota works, for this client and another */
     ck_assert_ptr_nonnull(heapd_alloc(m, 0, 512 << 10));
-    attach(&c2, &m2);
+    harness_attach(&D, &c2, &m2);
     ck_assert_ptr_nonnull(heapd_alloc(m2, 0, 100));
     /* small allocation never stops: full segments go back to the heap */
     for (int i = 0; i < 20000; i++)
@@ -513,8 +461,8 @@ START_TEST(client_quota)
     heapd_disconnect(c2);
     heapd_detach(m);
     heapd_disconnect(c);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -531,7 +479,7 @@ START_TEST(blocked_mutator_does_not_hold_up_cycles)
     if (kid == 0) {
         heapd_client *c;
         heapd_mutator *m;
-        attach(&c, &m);
+        harness_attach(&D, &c, &m);
         long *o = heapd_alloc(m, 0, sizeof(long));
         *o = 4242;
         heapd_root_push(m, o);
@@ -554,15 +502,15 @@ START_TEST(blocked_mutator_does_not_hold_up_cycles)
     ck_assert_int_eq(read(from_kid[0], &x, 1), 1); /* the kid is blocked */
     heapd_client *c;
     heapd_mutator *m;
-    attach(&c, &m);
+    harness_attach(&D, &c, &m);
     for (int i = 0; i < 5; i++)
         collect(m); /* would never return if the blocked kid held it up */
     ck_assert_int_eq(write(to_kid[1], "g", 1), 1);
-    wait_child_ok(kid, "blocked mutator");
+    harness_wait_ok(kid, "blocked mutator");
     heapd_detach(m);
     heapd_disconnect(c);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -579,7 +527,7 @@ START_TEST(dead_mutator_releases_stop)
     if (spinner == 0) {
         heapd_client *c;
         heapd_mutator *m;
-        attach(&c, &m);
+        harness_attach(&D, &c, &m);
         heapd_root_push(m, heapd_alloc(m, 0, 64));
         if (write(ready[1], "r", 1) != 1)
             _exit(1);
@@ -594,7 +542,7 @@ START_TEST(dead_mutator_releases_stop)
     if (waiter == 0) {
         heapd_client *c;
         heapd_mutator *m;
-        attach(&c, &m);
+        harness_attach(&D, &c, &m);
         int rc = heapd_collect(m, HEAPD_COLLECT_WAIT);
         if (write(done[1], "d", 1) != 1)
             _exit(2);
@@ -602,12 +550,12 @@ START_TEST(dead_mutator_releases_stop)
     }
     kill(spinner, SIGKILL);
     harness_wait_pid(spinner, HARNESS_WAIT_MS);
-    wait_child_ok(waiter, "collect after the spinner died");
-    heapd_stats_t st = daemon_stats();
+    harness_wait_ok(waiter, "collect after the spinner died");
+    heapd_stats_t st = harness_daemon_stats(&D);
     ck_assert_uint_ge(st.cycles_completed, 1);
     ck_assert_uint_eq(st.mutators, 0);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -617,10 +565,10 @@ START_TEST(killed_client_loses_nothing_else)
     start_with(NULL);
     heapd_client *c;
     heapd_mutator *m;
-    attach(&c, &m);
+    harness_attach(&D, &c, &m);
     size_t keep = heapd_root_push(m, NULL);
     build_tree(m, keep, 8, 77);
-    heapd_stats_t before = stats_of(c);
+    heapd_stats_t before = harness_stats(c);
 
     /* from here this thread waits on pipes: it must not hold up the
      * kid's collections (Note [Client GC discipline]) */
@@ -632,7 +580,7 @@ START_TEST(killed_client_loses_nothing_else)
     if (kid == 0) {
         heapd_client *kc;
         heapd_mutator *km;
-        attach(&kc, &km);
+        harness_attach(&D, &kc, &km);
         for (int i = 0; i < 50000; i++)
             heapd_root_push(km, heapd_alloc(km, 1, 100));
         heapd_alloc(km, 0, 3 << 20);
@@ -649,7 +597,7 @@ START_TEST(killed_client_loses_nothing_else)
     /* the daemon notices the close: wait (bounded) for its mutator to go */
     heapd_stats_t st;
     for (int i = 0; i < 100000; i++) {
-        st = stats_of(c);
+        st = harness_stats(c);
         if (st.mutators == 1)
             break;
         usleep(100);
@@ -658,15 +606,15 @@ START_TEST(killed_client_loses_nothing_else)
     heapd_blocking_leave(m);
     collect(m);
     collect(m);
-    st = stats_of(c);
+    st = harness_stats(c);
     ck_assert_uint_eq(st.segments_large, 0);
     ck_assert_uint_le(st.segments_owned + st.segments_filled,
                       before.segments_owned + before.segments_filled + 1);
     ck_assert_int_eq(check_tree(heapd_root_get(m, keep), 77, 8), 511);
     heapd_detach(m);
     heapd_disconnect(c);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -703,7 +651,7 @@ START_TEST(bad_requests_are_refused)
     start_with(NULL);
     heapd_client *c;
     heapd_mutator *m;
-    attach(&c, &m);
+    harness_attach(&D, &c, &m);
     size_t keep = heapd_root_push(m, NULL);
     build_tree(m, keep, 6, 5);
 
@@ -743,8 +691,8 @@ START_TEST(bad_requests_are_refused)
 
     /* returning segments that are not ours: the control area, one of the
      * other client's, one outside the heap; counted and ignored */
-    uint64_t rejected = daemon_stats().frames_rejected;
-    heapd_stats_t st0 = stats_of(c);
+    uint64_t rejected = harness_daemon_stats(&D).frames_rejected;
+    heapd_stats_t st0 = harness_stats(c);
     uint32_t segs[3] = {0, 5, 999999};
     Heapd__SegmentReturn ret = HEAPD__SEGMENT_RETURN__INIT;
     ret.n_segments = 3;
@@ -763,7 +711,7 @@ START_TEST(bad_requests_are_refused)
     ck_assert_int_eq(rep->body_case, HEAPD__ENVELOPE__BODY_STATS_REPLY);
     ck_assert_uint_eq(rep->stats_reply->frames_rejected, rejected + 3);
     heapd__envelope__free_unpacked(rep, NULL);
-    heapd_stats_t st1 = stats_of(c);
+    heapd_stats_t st1 = harness_stats(c);
     ck_assert_uint_eq(st1.segments_owned, st0.segments_owned);
     close(fd);
 
@@ -793,8 +741,8 @@ START_TEST(bad_requests_are_refused)
     ck_assert_int_eq(check_tree(heapd_root_get(m, keep), 5, 6), 127);
     heapd_detach(m);
     heapd_disconnect(c);
-    expect_healthy();
-    stop_clean();
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -826,7 +774,7 @@ START_TEST(heapctl_gc_and_stats)
                       strstr(out, "\"bad_refs\":0,") &&
                       strstr(out, "\"final_sync_retries\":"),
                   "output: %s", out);
-    stop_clean();
+    harness_stop_clean(&D);
 }
 END_TEST
 
