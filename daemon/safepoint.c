@@ -16,12 +16,14 @@
  *      only to log a mutator that takes long (the wait itself goes on: a
  *      running mutator must reach a safepoint, and a dead one is freed by
  *      the loop thread when its socket closes).
- *   3. The world is stopped: flip the epoch, mark, sweep.
+ *   3. The world is stopped: the snapshot or the final sync does its
+ *      short work (Note [Collection cycle]).
  *   4. store stop_request = 0, wake everyone sleeping on it.
  * Mutator:
  *   - at a safepoint, if stop_request = g != 0 and it has not acked g:
- *     store status = RUNNING|g, wake, then sleep on stop_request while it
- *     is still g;
+ *     store status = RUNNING|g, wake, then wait (spinning briefly, then
+ *     sleeping: Note [Spinning through a pause]) while stop_request is
+ *     still g;
  *   - blocking_enter: store status = BLOCKED|ack, wake;  it must not touch
  *     the heap until blocking_leave;
  *   - blocking_leave: store status = RUNNING|ack (seq_cst), then load

@@ -87,7 +87,7 @@
 #include <stdint.h>
 
 #define LAYOUT_MAGIC 0x0031504145484448ULL /* bytes "HDHEAP1\0" in memory */
-#define LAYOUT_VERSION 4u
+#define LAYOUT_VERSION 5u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
@@ -228,22 +228,26 @@ enum layout_mut_state {
 #define LAYOUT_URS_SIZE 8192 /* entries in a mutator's URS ring (64 KiB) */
 
 struct layout_mutator {
+    /* Words are grouped by who writes them, one cache line per group, so
+     * that the daemon consuming a ring or marking a stack never steals the
+     * line a running mutator writes on every allocation or root change. */
     _Atomic uint32_t status;        /* futex word, see the Note */
     uint32_t slot_epoch;            /* attach count of this slot */
     uint64_t client_id;             /* daemon: owner connection */
-    _Atomic uint64_t alloc_bytes;   /* mutator: bytes allocated, monotonic */
-    _Atomic uint64_t root_depth;    /* mutator: root slots in use */
-    uint32_t root_chunks[LAYOUT_ROOT_CHUNKS];
+    /* mutator, often */
+    alignas(64) _Atomic uint64_t alloc_bytes; /* bytes allocated, monotonic */
+    _Atomic uint64_t root_depth;    /* root slots in use */
+    _Atomic uint64_t urs_head;      /* URS entries written, ever */
     void *_Atomic pending_root;     /* a root being pushed while the stack
                                        grows (a safepoint): a root too */
-    /* Note [Stack marking handshake] */
-    _Atomic uint32_t stack_marking; /* epoch of whoever took the stack */
+    /* Note [Stack marking handshake]: once per cycle, by either side */
+    alignas(64) _Atomic uint32_t stack_marking; /* epoch of the taker */
     _Atomic uint32_t stack_marked;  /* futex: epoch the stack was marked in */
-    /* Note [Update remembered set] */
-    _Atomic uint64_t urs_head;      /* mutator: entries written, ever */
-    _Atomic uint64_t urs_tail;      /* daemon: entries consumed, ever */
+    /* Note [Update remembered set]: the daemon's side of the ring */
+    alignas(64) _Atomic uint64_t urs_tail; /* entries consumed, ever */
     _Atomic uint32_t urs_wake;      /* futex: bumped when the tail moves */
-    uint32_t urs_pad;
+    /* mutator, when the stack grows */
+    alignas(64) uint32_t root_chunks[LAYOUT_ROOT_CHUNKS];
     void *_Atomic urs[LAYOUT_URS_SIZE];
 };
 
