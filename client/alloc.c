@@ -42,6 +42,7 @@ void alloc_client_init(heapd_client *c)
         layout_small_geometry(c->segment_size, k, &c->small_nblocks[k],
                               &c->small_first[k]);
     pthread_mutex_init(&c->reserve.mu, NULL);
+    pthread_cond_init(&c->reserve.refilled, NULL);
     /* a small heap gets a small reserve: a client must not sit on the
      * room a large object or another client needs */
     uint32_t nseg = c->ctl->segment_count;
@@ -49,7 +50,7 @@ void alloc_client_init(heapd_client *c)
                        : nseg / 64 > RESERVE_BATCH ? RESERVE_BATCH
                                                    : nseg / 64;
     c->reserve.max = 2 * c->reserve.batch;
-    c->reserve.low = (c->reserve.batch + 3) / 4;
+    c->reserve.low = (c->reserve.batch + 1) / 2;
     pthread_mutex_init(&c->mutators_mu, NULL);
 }
 
@@ -83,6 +84,7 @@ static void on_refill(void *arg, int status, Heapd__Envelope *rep)
 
     pthread_mutex_lock(&c->reserve.mu);
     c->reserve.refilling = false;
+    pthread_cond_broadcast(&c->reserve.refilled);
     if (status == 0 && rep &&
         rep->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT) {
         const Heapd__SegmentGrant *g = rep->segment_grant;
@@ -163,7 +165,9 @@ void alloc_flush_returns(heapd_client *c)
     give_back(c, NULL, 0, true);
 }
 
-/* A blank segment for M: from the reserve, or from the daemon. */
+/* A blank segment for M: from the reserve, or from the daemon.  When the
+ * reserve is empty but a refill is already on its way, waiting for it (in
+ * a blocking region) is shorter than a round trip of our own. */
 static int take_blank(heapd_mutator *m, uint32_t *out)
 {
     heapd_client *c = m->c;
@@ -171,6 +175,16 @@ static int take_blank(heapd_mutator *m, uint32_t *out)
     int n;
 
     pthread_mutex_lock(&c->reserve.mu);
+    if (c->reserve.n == 0 && c->reserve.refilling) {
+        pthread_mutex_unlock(&c->reserve.mu);
+        heapd_blocking_enter(m);
+        pthread_mutex_lock(&c->reserve.mu);
+        while (c->reserve.n == 0 && c->reserve.refilling)
+            pthread_cond_wait(&c->reserve.refilled, &c->reserve.mu);
+        pthread_mutex_unlock(&c->reserve.mu);
+        heapd_blocking_leave(m);
+        pthread_mutex_lock(&c->reserve.mu);
+    }
     if (c->reserve.n > 0) {
         *out = c->reserve.segs[--c->reserve.n];
         if (c->reserve.n < c->reserve.low)

@@ -61,6 +61,7 @@ struct reserve {
     uint32_t segs[RESERVE_MAX];
     unsigned n;
     bool refilling;                  /* an async request is out */
+    pthread_cond_t refilled;         /* signalled when its answer is in */
     uint32_t full[RETURN_BATCH];     /* full segments not yet sent back */
     unsigned nfull;
     unsigned batch, max, low;        /* sized to the heap (alloc.c) */
