@@ -47,6 +47,7 @@ struct heap {
     struct heap_stats stats;
     struct collector *gc;
     struct mark_job *marking;        /* the cycle's job while phase is MARK */
+    _Atomic uint32_t bad_logged;     /* bad references logged this cycle */
 };
 
 static inline void *heap_seg_addr(const struct heap *h, uint32_t i)

@@ -44,6 +44,7 @@
 
 #define PACKET_REFS 256
 #define URS_POLL_EVERY 512 /* objects scanned between ring polls */
+#define BAD_LOG_PER_CYCLE 8 /* bad references logged per cycle */
 
 struct mark_packet {
     struct mark_packet *next;
@@ -56,6 +57,39 @@ struct mark_stack {
     size_t n, cap;
     uint64_t marked;    /* objects this worker marked */
 };
+
+/* Why R is not a reference to an allocated object (for the log). */
+static const char *diagnose(const struct heap *h, uintptr_t r)
+{
+    uintptr_t base = (uintptr_t)h->base;
+    struct mark_ref ref;
+    if (r & 7)
+        return "not 8-byte aligned";
+    if (r < base || r - base >= h->cfg->max_size)
+        return "outside the heap";
+    uint32_t i = (uint32_t)((r - base) >> h->seg_shift);
+    switch (seg_state(&h->segs, i)) {
+    case SEG_CONTROL: return "in the control area";
+    case SEG_FREE: return "in a free segment";
+    case SEG_ROOTS: return "in a root-stack chunk";
+    case SEG_LARGE_TAIL: return "inside a large object";
+    default: break;
+    }
+    if (!mark_resolve(h, r, &ref))
+        return "not the first field of a block";
+    return "a free block";
+}
+
+/* Count a reference that is not followed, and log the first few of each
+ * cycle with what is wrong with it (Note [Validating references]). */
+static void report_bad(struct heap *h, uintptr_t r, const char *where)
+{
+    atomic_fetch_add_explicit(&h->stats.bad_refs, 1, memory_order_relaxed);
+    if (atomic_fetch_add_explicit(&h->bad_logged, 1, memory_order_relaxed) <
+        BAD_LOG_PER_CYCLE)
+        log_warn("heap '%s': bad reference 0x%lx in %s: %s; not followed",
+                 h->cfg->name, (unsigned long)r, where, diagnose(h, r));
+}
 
 static void count_bad(const struct heap *h)
 {
@@ -175,11 +209,13 @@ static bool push(struct mark_stack *s, uintptr_t obj)
 /* Mark R if it is unmarked; true if this call marked it.  A plain store,
  * not a compare-and-swap: two workers that race on one object may both
  * push it and scan it twice, which marks nothing wrongly and costs less
- * than a locked instruction per object. */
-static bool mark_one(struct mark_job *j, uintptr_t r, struct mark_ref *ref)
+ * than a locked instruction per object.  WHERE names R's origin for the
+ * log. */
+static bool mark_one(struct mark_job *j, uintptr_t r, struct mark_ref *ref,
+                     const char *where)
 {
     if (!mark_resolve(j->h, r, ref)) {
-        count_bad(j->h);
+        report_bad(j->h, r, where);
         return false;
     }
     if (__atomic_load_n(ref->mark, __ATOMIC_RELAXED) == j->epoch)
@@ -228,7 +264,7 @@ static void scan(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
     for (size_t k = 0; k < n; k++) {
         uintptr_t v = (uintptr_t)__atomic_load_n(&f[k], __ATOMIC_RELAXED);
         struct mark_ref child;
-        if (v && mark_one(j, v, &child)) {
+        if (v && mark_one(j, v, &child, "a reference field")) {
             s->marked++;
             if (!push(s, v))
                 scan(j, s, v); /* out of memory: recurse instead */
@@ -416,11 +452,12 @@ static void seed(struct mark_job *j, struct seeder *sd, uintptr_t obj)
     sd->cur->refs[sd->cur->n++] = obj;
 }
 
-/* Mark V, a root, and queue it. */
-static void mark_root(struct mark_job *j, struct seeder *sd, uintptr_t v)
+/* Mark V, a root or a logged reference, and queue it. */
+static void mark_root(struct mark_job *j, struct seeder *sd, uintptr_t v,
+                      const char *where)
 {
     struct mark_ref ref;
-    if (v && mark_one(j, v, &ref)) {
+    if (v && mark_one(j, v, &ref, where)) {
         atomic_fetch_add_explicit(&j->marked, 1, memory_order_relaxed);
         seed(j, sd, v);
     }
@@ -433,7 +470,7 @@ static void trace_stack(struct mark_job *j, struct seeder *sd,
     struct heap *h = j->h;
     uint64_t per_chunk = layout_root_chunk_slots(h->cfg->segment_size);
     uint64_t depth = atomic_load_explicit(&m->root_depth, memory_order_acquire);
-    mark_root(j, sd, (uintptr_t)atomic_load(&m->pending_root));
+    mark_root(j, sd, (uintptr_t)atomic_load(&m->pending_root), "a root stack");
     if (depth > per_chunk * LAYOUT_ROOT_CHUNKS) {
         count_bad(h);
         depth = per_chunk * LAYOUT_ROOT_CHUNKS;
@@ -448,7 +485,8 @@ static void trace_stack(struct mark_job *j, struct seeder *sd,
         uint64_t n = depth < per_chunk ? depth : per_chunk;
         for (uint64_t e = 0; e < n; e++)
             mark_root(j, sd, (uintptr_t)__atomic_load_n(&slots[e],
-                                                        __ATOMIC_RELAXED));
+                                                        __ATOMIC_RELAXED),
+                      "a root stack");
         depth -= n;
     }
 }
@@ -492,7 +530,7 @@ void mark_roots(struct mark_job *j)
         if (g->static_flag == h->static_flag)
             continue; /* created during this cycle: black */
         g->static_flag = h->static_flag;
-        mark_root(j, &sd, (uintptr_t)atomic_load(&g->value));
+        mark_root(j, &sd, (uintptr_t)atomic_load(&g->value), "a global root");
     }
     seed_flush(j, &sd);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
@@ -544,7 +582,8 @@ uint64_t mark_urs(struct heap *h, struct mark_job *j, unsigned slot)
     for (uint64_t t = tail; j && t < head; t++)
         mark_root(j, &sd, (uintptr_t)atomic_load_explicit(
                               &m->urs[t % LAYOUT_URS_SIZE],
-                              memory_order_relaxed));
+                              memory_order_relaxed),
+                  "an update remembered set");
     if (j) {
         seed_flush(j, &sd);
         atomic_fetch_add(&j->urs_entries, head - tail);

@@ -98,6 +98,7 @@ pid_t harness_spawn(struct daemon_proc *d, char *const argv[], int stderr_fd)
         if (stderr_fd >= 0) {
             dup2(stderr_fd, STDERR_FILENO);
             dup2(stderr_fd, STDOUT_FILENO);
+            close(stderr_fd);
         }
         execv(args[0], args);
         fprintf(stderr, "exec %s: %s\n", args[0], strerror(errno));
@@ -136,7 +137,19 @@ bool harness_wait_notify(struct daemon_proc *d, const char *what, char *got,
 
 void harness_start(struct daemon_proc *d, const char *config)
 {
+    harness_start_logged(d, config, NULL);
+}
+
+void harness_start_logged(struct daemon_proc *d, const char *config,
+                          const char *log_name)
+{
+    int log_fd = -1;
     prepare(d);
+    if (log_name) {
+        snprintf(d->log, sizeof d->log, "%s/%s", d->dir, log_name);
+        log_fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        ck_assert_msg(log_fd >= 0, "open %s: %s", d->log, strerror(errno));
+    }
     /* substitute @SOCK@ */
     char text[8192];
     const char *at = strstr(config, "@SOCK@");
@@ -151,7 +164,9 @@ void harness_start(struct daemon_proc *d, const char *config)
     fclose(f);
 
     char *argv[] = {"heapd", "-c", d->conf, "--foreground", NULL};
-    d->pid = harness_spawn(d, argv, -1);
+    d->pid = harness_spawn(d, argv, log_fd);
+    if (log_fd >= 0)
+        close(log_fd);
     if (!harness_wait_notify(d, "READY=1", NULL, 0)) {
         int st = harness_wait_pid(d->pid, 100);
         ck_abort_msg("heapd did not become ready within %d ms (wait status "
@@ -198,6 +213,8 @@ int harness_stop(struct daemon_proc *d)
     }
     close(d->notify_fd);
     unlink(d->notify_path);
+    if (d->log[0])
+        unlink(d->log);
     unlink(d->conf);
     unlink(d->sock);
     rmdir(d->dir);
@@ -395,4 +412,15 @@ void harness_wait_ok(pid_t pid, const char *who)
                   HARNESS_WAIT_MS * 4);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
                   "%s failed (status 0x%x)", who, st);
+}
+
+bool harness_log_contains(const struct daemon_proc *d, const char *text)
+{
+    char buf[65536];
+    FILE *f = fopen(d->log, "r");
+    ck_assert_msg(f != NULL, "no daemon log (start with harness_start_logged)");
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strstr(buf, text) != NULL;
 }

@@ -35,6 +35,7 @@ struct daemon_proc {
     int notify_fd;         /* our end of NOTIFY_SOCKET */
     char notify_path[108];
     bool stopping_seen;
+    char log[128];         /* heapd's stderr, if started logged */
 };
 
 /* A config with one heap "default" at HARNESS_HEAP_BASE (1 GiB) and the
@@ -45,6 +46,11 @@ const char *harness_default_config(const char *sock, const char *extra);
  * harness substitutes "@SOCK@") and start heapd --foreground; wait for
  * READY=1.  Fails the test on any problem.  ARGS_EXTRA may be NULL. */
 void harness_start(struct daemon_proc *d, const char *config);
+/* The same with heapd's stderr in a file LOG_NAME of the private dir. */
+void harness_start_logged(struct daemon_proc *d, const char *config,
+                          const char *log_name);
+/* True if heapd's log (harness_start_logged) contains TEXT. */
+bool harness_log_contains(const struct daemon_proc *d, const char *text);
 /* Start heapd with ARGV (argv[0] ignored; the heapd binary is used) and
  * the notify socket, without waiting.  Used for start-up error tests. */
 pid_t harness_spawn(struct daemon_proc *d, char *const argv[], int stderr_fd);

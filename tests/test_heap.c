@@ -746,6 +746,53 @@ START_TEST(bad_requests_are_refused)
 }
 END_TEST
 
+/* References a buggy client stores behind the barrier's back: each is
+ * counted, logged with what is wrong with it, and never followed; the
+ * daemon keeps collecting and other data stays intact. */
+START_TEST(planted_bad_references)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_start_logged(&D, harness_default_config("@SOCK@", NULL),
+                         "heapd.log");
+    harness_attach(&D, &c, &m);
+    size_t keep = heapd_root_push(m, NULL);
+    build_tree(m, keep, 6, 9);
+    uintptr_t base = (uintptr_t)heapd_heap_base(c);
+    void **good = heapd_alloc(m, 1, 64);
+    void **bad = heapd_alloc(m, 6, 0);
+    heapd_root_push(m, bad);
+    uintptr_t planted[6] = {
+        0x10000,                                 /* outside the heap */
+        base + (200u << 20) + 3,                 /* unaligned */
+        base + 64,                               /* the control area */
+        base + (900u << 20),                     /* a free segment */
+        (uintptr_t)good + 8,                     /* inside an object */
+        (uintptr_t)good,                         /* fine: kept alive */
+    };
+    for (int i = 0; i < 6; i++)
+        bad[i] = (void *)planted[i]; /* no barrier: that is the bug */
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    heapd_stats_t st = harness_stats(c);
+    ck_assert_uint_ge(st.bad_refs, 5);
+    ck_assert_msg(harness_log_contains(&D, "in a reference field: outside "
+                                           "the heap") &&
+                      harness_log_contains(&D, "not 8-byte aligned") &&
+                      harness_log_contains(&D, "in the control area") &&
+                      harness_log_contains(&D, "in a free segment") &&
+                      harness_log_contains(&D, "not the first field of a "
+                                               "block"),
+                  "heapd's log lacks a diagnosis");
+    /* the one good reference kept its object; the tree is intact */
+    ck_assert_uint_eq(heapd_nrefs(bad[5]), 1);
+    ck_assert_int_eq(check_tree(heapd_root_get(m, keep), 9, 6), 127);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 START_TEST(heapctl_gc_and_stats)
 {
     char cmd[512], out[8192];
@@ -795,6 +842,7 @@ static Suite *heap_suite(void)
     tcase_add_test(t, dead_mutator_releases_stop);
     tcase_add_test(t, killed_client_loses_nothing_else);
     tcase_add_test(t, bad_requests_are_refused);
+    tcase_add_test(t, planted_bad_references);
     tcase_add_test(t, heapctl_gc_and_stats);
     suite_add_tcase(s, t);
     return s;
