@@ -40,9 +40,11 @@
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * Each mutator slot holds a ring of LAYOUT_URS_SIZE references in shared
  * memory.  The mutator appends at urs_head; the daemon consumes up to the
- * head and advances urs_tail.  When half a ring has accumulated, the mutator
- * sends UrsBatch{slot, head} through its client's agent thread without
- * waiting; the daemon reads the entries from the ring itself, validates each
+ * head and advances urs_tail.  When a quarter of a ring has accumulated,
+ * the mutator sends UrsBatch{slot, head} through its client's agent thread
+ * without waiting; the daemon's loop thread (and, between objects, the mark
+ * workers: Note [Polling the rings]) reads the entries from the ring itself,
+ * validates each
  * (Note [Validating references]) and queues it for marking.  Because the
  * entries live in shared memory, the final sync reads every ring directly
  * while mutators are stopped, and the daemon drains the ring of a client

@@ -206,9 +206,13 @@ static inline void **layout_root_chunk(void *seg)
  * ~~~~~~~~~~~~~~~~~~~~
  * Each attached mutator (one thread of one client) has a slot in the
  * control area.  The daemon hands a FREE slot out on attach and takes it
- * back on detach or when the client's connection closes; in between only
- * the mutator writes its slot, except `status`, which the daemon may move
- * to FREE once the client is gone.  `status` is the futex word of the stop
+ * back on detach or when the client's connection closes.  In between the
+ * mutator writes its slot, except for the words the daemon owns: `status`,
+ * which it moves to FREE once the client is gone; `urs_tail` and
+ * `urs_wake` (Note [Update remembered set]); and the stack words, which
+ * either side may take (Note [Stack marking handshake]) and which the
+ * snapshot resets.  The words are grouped on cache lines by writer (see
+ * struct layout_mutator).  `status` is the futex word of the stop
  * protocol (Note [Stop the world], daemon/safepoint.c): its low 2 bits are
  * the mutator's state and the rest the last stop generation it
  * acknowledged, so that a state change and an acknowledgement are one

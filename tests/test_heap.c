@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -713,6 +714,33 @@ START_TEST(bad_requests_are_refused)
     heapd__envelope__free_unpacked(rep, NULL);
     heapd_stats_t st1 = harness_stats(c);
     ck_assert_uint_eq(st1.segments_owned, st0.segments_owned);
+
+    /* a URS batch for a slot this connection never attached (slot 0 is the
+     * bystander's): counted and ignored, its ring left alone */
+    Heapd__UrsBatch ub = HEAPD__URS_BATCH__INIT;
+    ub.slot = 0;
+    ub.head = 1000000;
+    env.seq = 0;
+    env.body_case = HEAPD__ENVELOPE__BODY_URS_BATCH;
+    env.urs_batch = &ub;
+    harness_send_env(fd, &env);
+    /* global names the daemon must refuse, sent past libheapd's checks */
+    char longname[100];
+    memset(longname, 'n', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    Heapd__GlobalClaim gcl = HEAPD__GLOBAL_CLAIM__INIT;
+    gcl.name = longname;
+    env.seq = 9;
+    env.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_CLAIM;
+    env.global_claim = &gcl;
+    harness_send_env(fd, &env);
+    expect_reply_error(fd, 9, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                       "a global's name must be 1 to 63 bytes");
+    gcl.name = (char *)"";
+    harness_send_env(fd, &env);
+    expect_reply_error(fd, 9, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                       "a global's name must be 1 to 63 bytes");
+    ck_assert_uint_eq(harness_daemon_stats(&D).frames_rejected, rejected + 6);
     close(fd);
 
     /* attach on a control connection */
@@ -793,6 +821,34 @@ START_TEST(planted_bad_references)
 }
 END_TEST
 
+/* A client that scribbles over its own slot's URS head: the daemon reads
+ * no entry the mutator cannot have written, counts it, and goes on. */
+START_TEST(corrupt_urs_head)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_start(&D, harness_default_config("@SOCK@", NULL));
+    harness_attach(&D, &c, &m);
+    size_t keep = heapd_root_push(m, NULL);
+    build_tree(m, keep, 5, 3);
+    struct layout_control *ctl = heapd_heap_base(c);
+    unsigned slot = LAYOUT_MAX_MUTATORS;
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (LAYOUT_STATUS_STATE(ctl->mutators[i].status) != LAYOUT_MUT_FREE)
+            slot = i; /* the only mutator of a fresh daemon */
+    ck_assert_uint_lt(slot, LAYOUT_MAX_MUTATORS);
+    atomic_store(&ctl->mutators[slot].urs_head,
+                 atomic_load(&ctl->mutators[slot].urs_tail) + 10 * LAYOUT_URS_SIZE);
+    ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    ck_assert_uint_ge(harness_stats(c).bad_refs, 1);
+    ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    ck_assert_int_eq(check_tree(heapd_root_get(m, keep), 3, 5), 63);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 START_TEST(heapctl_gc_and_stats)
 {
     char cmd[512], out[8192];
@@ -843,6 +899,7 @@ static Suite *heap_suite(void)
     tcase_add_test(t, killed_client_loses_nothing_else);
     tcase_add_test(t, bad_requests_are_refused);
     tcase_add_test(t, planted_bad_references);
+    tcase_add_test(t, corrupt_urs_head);
     tcase_add_test(t, heapctl_gc_and_stats);
     suite_add_tcase(s, t);
     return s;
