@@ -1,5 +1,5 @@
-/* libheapd allocation: the per-mutator fast path, the client's segment
- * reserve, large objects, and the object accessors.
+/* libheapd allocation: the per-mutator fast path, large objects, and the
+ * object accessors.  The segment reserve is client/reserve.c.
  *
  * Note [Allocation fast path]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -17,7 +17,8 @@
  * that waits, so that the daemon's count of what the client holds is never
  * staler than one batch.  Whether sent yet or not, a full segment is swept
  * like any other: its owner is stopped during a cycle.  The reserve
- * is refilled in the background when it runs low; a mutator that finds it
+ * is refilled in the background when it runs low (Note [Reserve sizing]
+ * in client/reserve.c); a mutator that finds it
  * empty asks the daemon itself, inside a blocking region, so that it never
  * holds up a stop while it waits (Note [Segment supply]).
  * Objects larger than the largest small class get a run of segments of
@@ -41,172 +42,8 @@ void alloc_client_init(heapd_client *c)
     for (unsigned k = 0; k < LAYOUT_NCLASSES; k++)
         layout_small_geometry(c->segment_size, k, &c->small_nblocks[k],
                               &c->small_first[k]);
-    pthread_mutex_init(&c->reserve.mu, NULL);
-    pthread_cond_init(&c->reserve.refilled, NULL);
-    /* a small heap gets a small reserve: a client must not sit on the
-     * room a large object or another client needs */
-    uint32_t nseg = c->ctl->segment_count;
-    c->reserve.batch = nseg / 64 < 1 ? 1
-                       : nseg / 64 > RESERVE_BATCH ? RESERVE_BATCH
-                                                   : nseg / 64;
-    c->reserve.max = 2 * c->reserve.batch;
-    c->reserve.low = (c->reserve.batch + 1) / 2;
+    reserve_init(c);
     pthread_mutex_init(&c->mutators_mu, NULL);
-}
-
-static void *seg_addr(const heapd_client *c, uint32_t i)
-{
-    return (char *)c->base + ((uint64_t)i << c->seg_shift);
-}
-
-/* ---- the reserve ---- */
-
-static void return_segments(heapd_client *c, uint32_t *segs, size_t n)
-{
-    Heapd__SegmentReturn sr = HEAPD__SEGMENT_RETURN__INIT;
-    Heapd__Envelope msg = HEAPD__ENVELOPE__INIT;
-    if (n == 0)
-        return;
-    sr.n_segments = n;
-    sr.segments = segs;
-    msg.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_RETURN;
-    msg.segment_return = &sr;
-    agent_send(&c->agent, &msg); /* a closed connection gives all back */
-}
-
-/* Agent thread: the answer to a background refill. */
-static void on_refill(void *arg, int status, Heapd__Envelope *rep)
-{
-    heapd_client *c = arg;
-    uint32_t extra[RESERVE_MAX];
-    size_t nextra = 0;
-    uint32_t limit = (uint32_t)(c->size >> c->seg_shift);
-
-    pthread_mutex_lock(&c->reserve.mu);
-    c->reserve.refilling = false;
-    pthread_cond_broadcast(&c->reserve.refilled);
-    if (status == 0 && rep &&
-        rep->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT) {
-        const Heapd__SegmentGrant *g = rep->segment_grant;
-        for (size_t i = 0; i < g->n_segments; i++) {
-            uint32_t s = g->segments[i];
-            if (s == 0 || s >= limit)
-                continue; /* never from a sane daemon; not ours to use */
-            if (c->reserve.n < c->reserve.max)
-                c->reserve.segs[c->reserve.n++] = s;
-            else if (nextra < RESERVE_MAX)
-                extra[nextra++] = s;
-        }
-    }
-    pthread_mutex_unlock(&c->reserve.mu);
-    return_segments(c, extra, nextra);
-}
-
-/* With reserve.mu held: ask for more without waiting, once at a time. */
-static void refill_async_locked(heapd_client *c)
-{
-    Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
-    Heapd__Envelope req = HEAPD__ENVELOPE__INIT;
-
-    if (c->reserve.refilling)
-        return;
-    sr.kind = HEAPD__SEGMENT_KIND__SEGMENT_SMALL;
-    sr.count = c->reserve.batch;
-    req.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
-    req.segment_request = &sr;
-    if (agent_call_async(&c->agent, &req, on_refill, c) == 0)
-        c->reserve.refilling = true;
-}
-
-int alloc_drain_reserve(heapd_client *c)
-{
-    uint32_t segs[RESERVE_MAX];
-    size_t n;
-    pthread_mutex_lock(&c->reserve.mu);
-    n = c->reserve.n;
-    memcpy(segs, c->reserve.segs, n * sizeof segs[0]);
-    c->reserve.n = 0;
-    pthread_mutex_unlock(&c->reserve.mu);
-    return_segments(c, segs, n);
-    return (int)n;
-}
-
-/* Queue a full segment to go back; send the batch when it is full or
- * FLUSH is set.  Takes reserve.mu. */
-static void give_back(heapd_client *c, const uint32_t *segs, size_t n,
-                      bool flush)
-{
-    uint32_t batch[RETURN_BATCH];
-    size_t nb = 0;
-    pthread_mutex_lock(&c->reserve.mu);
-    for (size_t i = 0; i < n; i++) {
-        if (c->reserve.nfull == RETURN_BATCH) {
-            memcpy(batch, c->reserve.full, sizeof batch);
-            nb = RETURN_BATCH;
-            c->reserve.nfull = 0;
-            pthread_mutex_unlock(&c->reserve.mu);
-            return_segments(c, batch, nb);
-            pthread_mutex_lock(&c->reserve.mu);
-        }
-        c->reserve.full[c->reserve.nfull++] = segs[i];
-    }
-    nb = 0;
-    if (flush || c->reserve.nfull == RETURN_BATCH) {
-        nb = c->reserve.nfull;
-        memcpy(batch, c->reserve.full, nb * sizeof batch[0]);
-        c->reserve.nfull = 0;
-    }
-    pthread_mutex_unlock(&c->reserve.mu);
-    return_segments(c, batch, nb);
-}
-
-void alloc_flush_returns(heapd_client *c)
-{
-    give_back(c, NULL, 0, true);
-}
-
-/* A blank segment for M: from the reserve, or from the daemon.  When the
- * reserve is empty but a refill is already on its way, waiting for it (in
- * a blocking region) is shorter than a round trip of our own. */
-static int take_blank(heapd_mutator *m, uint32_t *out)
-{
-    heapd_client *c = m->c;
-    uint32_t got[RESERVE_BATCH];
-    int n;
-
-    pthread_mutex_lock(&c->reserve.mu);
-    if (c->reserve.n == 0 && c->reserve.refilling) {
-        pthread_mutex_unlock(&c->reserve.mu);
-        heapd_blocking_enter(m);
-        pthread_mutex_lock(&c->reserve.mu);
-        while (c->reserve.n == 0 && c->reserve.refilling)
-            pthread_cond_wait(&c->reserve.refilled, &c->reserve.mu);
-        pthread_mutex_unlock(&c->reserve.mu);
-        heapd_blocking_leave(m);
-        pthread_mutex_lock(&c->reserve.mu);
-    }
-    if (c->reserve.n > 0) {
-        *out = c->reserve.segs[--c->reserve.n];
-        if (c->reserve.n < c->reserve.low)
-            refill_async_locked(c);
-        pthread_mutex_unlock(&c->reserve.mu);
-        return 0;
-    }
-    pthread_mutex_unlock(&c->reserve.mu);
-
-    n = mutator_request_segments(m, HEAPD__SEGMENT_KIND__SEGMENT_SMALL,
-                                 c->reserve.batch, 0, got, RESERVE_BATCH,
-                                 NULL);
-    if (n < 0)
-        return n;
-    *out = got[0];
-    pthread_mutex_lock(&c->reserve.mu);
-    int k = 1;
-    while (k < n && c->reserve.n < c->reserve.max)
-        c->reserve.segs[c->reserve.n++] = got[k++];
-    pthread_mutex_unlock(&c->reserve.mu);
-    return_segments(c, got + k, (size_t)(n - k));
-    return 0;
 }
 
 /* ---- small objects ---- */
@@ -215,7 +52,7 @@ static void release_current(heapd_mutator *m, unsigned cls)
 {
     struct alloc_seg *s = &m->cur[cls];
     if (s->index) {
-        give_back(m->c, &s->index, 1, false);
+        reserve_give_back(m->c, &s->index, 1, false);
         memset(s, 0, sizeof *s);
     }
 }
@@ -229,7 +66,7 @@ void alloc_release_all(heapd_mutator *m)
             segs[n++] = m->cur[k].index;
         memset(&m->cur[k], 0, sizeof m->cur[k]);
     }
-    give_back(m->c, segs, n, true);
+    reserve_give_back(m->c, segs, n, true);
 }
 
 /* The current segment of CLS is exhausted: move on to a fresh one. */
@@ -241,9 +78,9 @@ static int next_segment(heapd_mutator *m, unsigned cls)
     int rc;
 
     release_current(m, cls);
-    if ((rc = take_blank(m, &idx)) < 0)
+    if ((rc = reserve_take(m, &idx)) < 0)
         return rc;
-    uint8_t *seg = seg_addr(c, idx);
+    uint8_t *seg = client_seg_addr(c, idx);
     struct layout_segment *hd = (struct layout_segment *)seg;
     hd->kind = LAYOUT_SEG_SMALL;
     /* the class before any block: Note [Segments] */
@@ -267,7 +104,7 @@ alloc_large(heapd_mutator *m, uint64_t size, size_t nrefs, size_t nbytes)
         errno = client_errno(rc);
         return NULL;
     }
-    uint8_t *seg = seg_addr(m->c, first);
+    uint8_t *seg = client_seg_addr(m->c, first);
     uint8_t *blk = seg + LAYOUT_LARGE_OBJECT;
     /* zero already (Note [Segment supply]); running again, so the epoch is
      * this cycle's */

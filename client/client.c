@@ -466,6 +466,8 @@ void heapd_disconnect(heapd_client *c)
     if (!c)
         return;
     agent_stop(&c->agent);
+    if (c->base)
+        reserve_stop(c);
     mutator_free_all(c); /* the daemon frees their slots */
     if (c->base)
         unmap_shared(c->base);

@@ -50,21 +50,36 @@ struct agent {
     char close_msg[256];
 };
 
-#define RESERVE_MAX 32     /* blank segments a client keeps at most */
-#define RESERVE_BATCH 16   /* asked for at once, at most */
+#define RESERVE_START 16   /* the first batch (Note [Reserve sizing]) */
+#define RESERVE_BATCH 64   /* asked for at once, at most (MAX_GRANT) */
+#define RESERVE_MAX (2 * RESERVE_BATCH) /* blank segments kept at most */
 #define RETURN_BATCH 16    /* full segments sent back in one message */
 
 /* Blank segments granted to this client, shared by its mutators
- * (Note [Segment supply] in daemon/segment.c). */
+ * (Note [Segment supply] in daemon/segment.c; client/reserve.c). */
 struct reserve {
     pthread_mutex_t mu;
-    uint32_t segs[RESERVE_MAX];
-    unsigned n;
+    uint32_t segs[RESERVE_MAX];      /* a ring: first in, first out */
+    unsigned head, n;
     bool refilling;                  /* an async request is out */
     pthread_cond_t refilled;         /* signalled when its answer is in */
     uint32_t full[RETURN_BATCH];     /* full segments not yet sent back */
     unsigned nfull;
-    unsigned batch, max, low;        /* sized to the heap (alloc.c) */
+    unsigned batch, max, low;        /* Note [Reserve sizing] */
+    unsigned batch_cap;
+};
+
+#define PREFAULT_QUEUE 256 /* segments queued for pre-faulting, at most */
+
+/* The prefault thread (Note [Pre-faulting] in client/reserve.c): a
+ * single-producer queue, filled by the agent thread only. */
+struct prefault {
+    uint32_t queue[PREFAULT_QUEUE];
+    _Atomic uint32_t head, tail;     /* free-running; tail - head queued */
+    _Atomic uint32_t seq;            /* futex: bumped by pushes and stop */
+    _Atomic bool stop;
+    pthread_t thread;
+    bool started, failed;            /* agent thread, then reserve_stop */
 };
 
 struct heapd_client {
@@ -82,6 +97,7 @@ struct heapd_client {
     uint32_t small_nblocks[LAYOUT_NCLASSES];
     uint32_t small_first[LAYOUT_NCLASSES];
     struct reserve reserve;
+    struct prefault prefault;
     pthread_mutex_t mutators_mu;
     struct heapd_mutator *mutators;  /* attached, for heapd_disconnect */
 };
@@ -117,6 +133,12 @@ static inline void **mutator_root_slot(heapd_mutator *m, size_t i)
 {
     return &m->chunks[i >> m->root_shift]
                      [i & (((size_t)1 << m->root_shift) - 1)];
+}
+
+/* The address of segment I of the heap. */
+static inline void *client_seg_addr(const heapd_client *c, uint32_t i)
+{
+    return (char *)c->base + ((uint64_t)i << c->seg_shift);
 }
 
 static inline bool agent_is_closed(struct agent *a)
@@ -171,10 +193,19 @@ int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
 
 /* alloc.c */
 void alloc_client_init(heapd_client *c);
+/* reserve.c: Note [Reserve sizing], Note [Pre-faulting] */
+void reserve_init(heapd_client *c);
+/* Stop the prefault thread (heapd_disconnect, after the agent). */
+void reserve_stop(heapd_client *c);
+/* A blank segment for M, waiting for the daemon if need be. */
+int reserve_take(heapd_mutator *m, uint32_t *out);
+/* Queue full segments to go back, sent RETURN_BATCH at a time or now. */
+void reserve_give_back(heapd_client *c, const uint32_t *segs, size_t n,
+                       bool flush);
 /* Send the full segments queued for return now. */
-void alloc_flush_returns(heapd_client *c);
+void reserve_flush_returns(heapd_client *c);
 /* Give the reserve back to the daemon; returns how many segments. */
-int alloc_drain_reserve(heapd_client *c);
+int reserve_drain(heapd_client *c);
 /* Give back the mutator's current segments (detach). */
 void alloc_release_all(heapd_mutator *m);
 

@@ -98,12 +98,12 @@ int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
     sr.bytes = bytes;
     req.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
     req.segment_request = &sr;
-    alloc_flush_returns(m->c); /* the daemon counts them before this */
+    reserve_flush_returns(m->c); /* the daemon counts them before this */
     rc = mutator_call(m, &req, &rep);
     /* Refused for the quota while the reserve holds blank segments: give
      * them back (the daemon reads the return first) and ask once more. */
     if (rc == -ENOMEM && kind != HEAPD__SEGMENT_KIND__SEGMENT_SMALL &&
-        alloc_drain_reserve(m->c) > 0)
+        reserve_drain(m->c) > 0)
         rc = mutator_call(m, &req, &rep);
     if (rc < 0)
         return rc;

@@ -238,6 +238,65 @@ START_TEST(garbage_is_reclaimed)
 }
 END_TEST
 
+/* Note [Reserve sizing] and Note [Pre-faulting] (client/reserve.c): a
+ * client that allocates as fast as it can grows its reserve, but never
+ * holds more than two of the largest batches, its current segment and a
+ * return batch; its data survives; at disconnect the prefault thread stops
+ * and every segment it held comes back. */
+START_TEST(reserve_is_bounded_and_given_back)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    /* 8192 segments of 128 KiB: the batch may grow to its cap of 64 */
+    harness_start(&D, "[daemon]\nsocket = @SOCK@\nlog_level = info\n"
+                      "[heap default]\nbase = 0x7e8000000000\n"
+                      "max_size = 1G\nverify = true\n");
+    heapd_stats_t base = harness_daemon_stats(&D);
+    harness_attach(&D, &c, &m);
+    size_t keep = heapd_root_push(m, NULL);
+    const uint64_t bound = 2 * 64 + 1 + 16 + 1; /* + one root chunk */
+    uint64_t most = 0;
+    const long n = 300000; /* 300 MiB of 1 KiB objects, mostly garbage */
+    for (long i = 0; i < n; i++) {
+        void **o = heapd_alloc(m, 1, 1024);
+        ck_assert_msg(o != NULL, "alloc %ld: %s", i, heapd_last_error());
+        *(long *)heapd_bytes(o) = i;
+        if (i % 5000 == 0) {
+            heapd_write(m, o, &o[0], heapd_root_get(m, keep));
+            heapd_root_set(m, keep, o);
+        }
+        if (i % 20000 == 0) {
+            heapd_stats_t st = harness_daemon_stats(&D);
+            uint64_t held = st.segments_owned - base.segments_owned;
+            most = held > most ? held : most;
+            ck_assert_msg(held <= bound, "the client holds %llu segments "
+                          "(at most %llu)", (unsigned long long)held,
+                          (unsigned long long)bound);
+        }
+    }
+    long expect = (n - 1) / 5000 * 5000, count = 0;
+    for (void **o = heapd_root_get(m, keep); o; o = o[0], count++) {
+        ck_assert_int_eq(*(long *)heapd_bytes(o), expect);
+        expect -= 5000;
+    }
+    ck_assert_int_eq(count, n / 5000);
+    ck_assert_uint_gt(most, 0);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    /* the daemon takes the close in its own time: bounded wait */
+    heapd_stats_t st;
+    for (int i = 0; i < 2000; i++) {
+        st = harness_daemon_stats(&D);
+        if (st.segments_owned == base.segments_owned)
+            break;
+        usleep(1000);
+    }
+    ck_assert_uint_eq(st.segments_owned, base.segments_owned);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* ---- several processes ---- */
 
 /* A node: 2 refs (left, right), raw bytes: value and a check of it. */
@@ -890,6 +949,7 @@ static Suite *heap_suite(void)
     tcase_add_test(t, deep_root_stack);
     tcase_add_test(t, every_size_class);
     tcase_add_test(t, garbage_is_reclaimed);
+    tcase_add_test(t, reserve_is_bounded_and_given_back);
     tcase_add_test(t, processes_mutate_linked_structures);
     tcase_add_test(t, many_cycles_with_verifier);
     tcase_add_test(t, heap_full_then_recovers);

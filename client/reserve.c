@@ -1,0 +1,337 @@
+/* libheapd: the client's reserve of blank segments, shared by its mutators
+ * (Note [Segment supply] in daemon/segment.c), the queue of full segments
+ * going back, and the thread that pre-faults granted segments.
+ *
+ * Note [Reserve sizing]
+ * ~~~~~~~~~~~~~~~~~~~~~
+ * A refill is a round trip through the agent thread and the daemon's loop,
+ * which share the cores with the collector's workers and with the mutators
+ * themselves; a mutator that finds the reserve empty waits for it, and that
+ * wait is a pause no collector counter sees.  So the reserve must outlast a
+ * round trip at the client's allocation rate:
+ *   - a refill of one batch is asked for as soon as fewer than a batch are
+ *     left, so one batch is the runway, and the reserve holds at most two;
+ *   - the batch starts at RESERVE_START segments and doubles each time a
+ *     mutator finds the reserve empty (the allocation rate outran the round
+ *     trip), up to batch_cap: RESERVE_BATCH, or 1/64 of the heap's segments
+ *     for a small heap, where a client must not sit on the room a large
+ *     object or another client needs.  It never shrinks; what a client
+ *     holds this way is bounded by 2 * batch_cap, counted by its quota and
+ *     given back when it disconnects (Note [Segment supply]).
+ *
+ * Note [Pre-faulting]
+ * ~~~~~~~~~~~~~~~~~~~
+ * A granted segment is often memory the kernel has not given this process
+ * yet: punched, or never touched, or touched only by the daemon.  The first
+ * write to each of its pages is a page fault, and on the allocation fast
+ * path those faults cost more than the allocations (GCBench: a third of
+ * the mutator's time when nothing is reused).  So the segments of each
+ * background refill are also queued for a prefault thread, which maps them
+ * into the process (MADV_POPULATE_WRITE) on a core the mutators do not
+ * use, usually well before a mutator takes them: the ready reserve is
+ * first in, first out and holds a batch of runway (Note [Reserve sizing]).
+ *
+ * The thread runs at the lowest priority (nice 19): when the cores are
+ * busy it would take them from the mutators and the collector, and a
+ * mutator held off its core cannot answer a stop (done at normal priority
+ * by the agent thread, this made pauses ten times longer).  A low-priority
+ * thread must never hold something a mutator waits for, or it passes its
+ * priority on to the mutator: so it takes no lock at all.  It reads
+ * segment numbers from a single-producer queue that only the agent thread
+ * fills (dropping numbers when it is full: pre-faulting is only a
+ * speed-up) and sleeps on a futex word.  It does not care who holds a
+ * segment by the time it gets to it: MADV_POPULATE_WRITE maps pages and
+ * allocates missing ones as zero, but never changes what memory holds, so
+ * racing a mutator that already allocates in the segment, or one of
+ * another client that was granted it since, is harmless.  The worst case,
+ * a segment freed and punched meanwhile, is memory committed again until
+ * the next punch, bounded by the queue.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "futex.h"
+
+#define PREFAULT_NICE 19 /* Note [Pre-faulting] */
+
+void reserve_init(heapd_client *c)
+{
+    struct reserve *r = &c->reserve;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->refilled, NULL);
+    /* Note [Reserve sizing] */
+    uint32_t nseg = c->ctl->segment_count;
+    r->batch_cap = nseg / 64 < 1              ? 1
+                   : nseg / 64 > RESERVE_BATCH ? RESERVE_BATCH
+                                              : nseg / 64;
+    r->batch = r->batch_cap < RESERVE_START ? r->batch_cap : RESERVE_START;
+    r->max = 2 * r->batch;
+    r->low = r->batch;
+}
+
+static void return_segments(heapd_client *c, uint32_t *segs, size_t n)
+{
+    Heapd__SegmentReturn sr = HEAPD__SEGMENT_RETURN__INIT;
+    Heapd__Envelope msg = HEAPD__ENVELOPE__INIT;
+    if (n == 0)
+        return;
+    sr.n_segments = n;
+    sr.segments = segs;
+    msg.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_RETURN;
+    msg.segment_return = &sr;
+    agent_send(&c->agent, &msg); /* a closed connection gives all back */
+}
+
+/* ---- pre-faulting (Note [Pre-faulting]) ---- */
+
+static void *prefault_main(void *arg)
+{
+    heapd_client *c = arg;
+    struct prefault *p = &c->prefault;
+    bool populate = true;
+
+    /* this thread only: a thread's nice value is its own on Linux */
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PREFAULT_NICE);
+    for (;;) {
+        uint32_t seq = atomic_load_explicit(&p->seq, memory_order_acquire);
+        uint32_t h = atomic_load_explicit(&p->head, memory_order_relaxed);
+        if (h == atomic_load_explicit(&p->tail, memory_order_acquire)) {
+            if (atomic_load(&p->stop))
+                break;
+            futex_wait(&p->seq, seq, 0); /* any push or the stop bumps it */
+            continue;
+        }
+        uint32_t s = p->queue[h % PREFAULT_QUEUE];
+        atomic_store_explicit(&p->head, h + 1, memory_order_release);
+#ifdef MADV_POPULATE_WRITE
+        /* only a speed-up: a kernel before 5.14 says EINVAL, and then we
+         * just keep the queue drained */
+        if (populate && madvise(client_seg_addr(c, s), c->segment_size,
+                                MADV_POPULATE_WRITE) != 0)
+            populate = false;
+#else
+        (void)s, (void)populate;
+#endif
+    }
+    return NULL;
+}
+
+/* Agent thread: queue S for pre-faulting; the thread starts on first use. */
+static void prefault_push(heapd_client *c, uint32_t s)
+{
+    struct prefault *p = &c->prefault;
+    if (!p->started) {
+        if (p->failed || pthread_create(&p->thread, NULL, prefault_main, c)) {
+            p->failed = true;
+            return;
+        }
+        p->started = true;
+    }
+    uint32_t t = atomic_load_explicit(&p->tail, memory_order_relaxed);
+    if (t - atomic_load_explicit(&p->head, memory_order_acquire) >=
+        PREFAULT_QUEUE)
+        return; /* full: the mutator takes these faults itself */
+    p->queue[t % PREFAULT_QUEUE] = s;
+    atomic_store_explicit(&p->tail, t + 1, memory_order_release);
+}
+
+/* Agent thread: wake the prefault thread after a batch of pushes. */
+static void prefault_kick(heapd_client *c)
+{
+    struct prefault *p = &c->prefault;
+    if (p->started) {
+        atomic_fetch_add_explicit(&p->seq, 1, memory_order_release);
+        futex_wake_all(&p->seq);
+    }
+}
+
+void reserve_stop(heapd_client *c)
+{
+    struct prefault *p = &c->prefault;
+    if (!p->started)
+        return;
+    atomic_store(&p->stop, true);
+    atomic_fetch_add(&p->seq, 1);
+    futex_wake_all(&p->seq);
+    pthread_join(p->thread, NULL);
+    p->started = false;
+}
+
+/* ---- refills ---- */
+
+/* With reserve.mu held: add S to the ready reserve, which is first in,
+ * first out (Note [Pre-faulting]). */
+static void put_locked(struct reserve *r, uint32_t s)
+{
+    r->segs[(r->head + r->n++) % RESERVE_MAX] = s;
+}
+
+/* With reserve.mu held: the oldest blank segment, or false. */
+static bool take_locked(struct reserve *r, uint32_t *out)
+{
+    if (r->n == 0)
+        return false;
+    *out = r->segs[r->head];
+    r->head = (r->head + 1) % RESERVE_MAX;
+    r->n--;
+    return true;
+}
+
+/* Agent thread: the answer to a background refill. */
+static void on_refill(void *arg, int status, Heapd__Envelope *rep)
+{
+    heapd_client *c = arg;
+    struct reserve *r = &c->reserve;
+    uint32_t extra[RESERVE_MAX];
+    size_t nextra = 0;
+    uint32_t limit = (uint32_t)(c->size >> c->seg_shift);
+
+    pthread_mutex_lock(&r->mu);
+    r->refilling = false;
+    if (status == 0 && rep &&
+        rep->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT) {
+        const Heapd__SegmentGrant *g = rep->segment_grant;
+        for (size_t i = 0; i < g->n_segments; i++) {
+            uint32_t s = g->segments[i];
+            if (s == 0 || s >= limit)
+                continue; /* never from a sane daemon; not ours to use */
+            if (r->n < r->max) {
+                put_locked(r, s);
+                prefault_push(c, s);
+            } else if (nextra < RESERVE_MAX) {
+                extra[nextra++] = s;
+            }
+        }
+    }
+    pthread_cond_broadcast(&r->refilled);
+    pthread_mutex_unlock(&r->mu);
+    prefault_kick(c);
+    return_segments(c, extra, nextra);
+}
+
+/* With reserve.mu held: ask for more without waiting, once at a time. */
+static void refill_async_locked(heapd_client *c)
+{
+    Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT;
+
+    if (c->reserve.refilling)
+        return;
+    sr.kind = HEAPD__SEGMENT_KIND__SEGMENT_SMALL;
+    sr.count = c->reserve.batch;
+    req.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
+    req.segment_request = &sr;
+    if (agent_call_async(&c->agent, &req, on_refill, c) == 0)
+        c->reserve.refilling = true;
+}
+
+/* With reserve.mu held: a mutator found the reserve empty; the next
+ * refills are larger (Note [Reserve sizing]). */
+static void grow_batch_locked(struct reserve *r)
+{
+    if (r->batch >= r->batch_cap)
+        return;
+    r->batch = 2 * r->batch > r->batch_cap ? r->batch_cap : 2 * r->batch;
+    r->max = 2 * r->batch;
+    r->low = r->batch;
+}
+
+int reserve_drain(heapd_client *c)
+{
+    struct reserve *r = &c->reserve;
+    uint32_t segs[RESERVE_MAX];
+    size_t n = 0;
+    pthread_mutex_lock(&r->mu);
+    while (take_locked(r, &segs[n]))
+        n++;
+    pthread_mutex_unlock(&r->mu);
+    return_segments(c, segs, n);
+    return (int)n;
+}
+
+/* Queue full segments to go back; send the batch when it is full or FLUSH
+ * is set. */
+void reserve_give_back(heapd_client *c, const uint32_t *segs, size_t n,
+                       bool flush)
+{
+    struct reserve *r = &c->reserve;
+    uint32_t batch[RETURN_BATCH];
+    size_t nb = 0;
+    pthread_mutex_lock(&r->mu);
+    for (size_t i = 0; i < n; i++) {
+        if (r->nfull == RETURN_BATCH) {
+            memcpy(batch, r->full, sizeof batch);
+            nb = RETURN_BATCH;
+            r->nfull = 0;
+            pthread_mutex_unlock(&r->mu);
+            return_segments(c, batch, nb);
+            pthread_mutex_lock(&r->mu);
+        }
+        r->full[r->nfull++] = segs[i];
+    }
+    nb = 0;
+    if (flush || r->nfull == RETURN_BATCH) {
+        nb = r->nfull;
+        memcpy(batch, r->full, nb * sizeof batch[0]);
+        r->nfull = 0;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return_segments(c, batch, nb);
+}
+
+void reserve_flush_returns(heapd_client *c)
+{
+    reserve_give_back(c, NULL, 0, true);
+}
+
+/* A blank segment for M: from the reserve, or from the daemon.  When the
+ * reserve is empty but a refill is already on its way, waiting for it (in
+ * a blocking region) is shorter than a round trip of our own. */
+int reserve_take(heapd_mutator *m, uint32_t *out)
+{
+    heapd_client *c = m->c;
+    struct reserve *r = &c->reserve;
+    uint32_t got[RESERVE_BATCH];
+    int n;
+
+    pthread_mutex_lock(&r->mu);
+    if (r->n == 0) {
+        grow_batch_locked(r);
+        if (r->refilling) {
+            pthread_mutex_unlock(&r->mu);
+            heapd_blocking_enter(m);
+            pthread_mutex_lock(&r->mu);
+            while (r->n == 0 && r->refilling)
+                pthread_cond_wait(&r->refilled, &r->mu);
+            pthread_mutex_unlock(&r->mu);
+            heapd_blocking_leave(m);
+            pthread_mutex_lock(&r->mu);
+        }
+    }
+    if (take_locked(r, out)) {
+        if (r->n < r->low)
+            refill_async_locked(c);
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
+    pthread_mutex_unlock(&r->mu);
+
+    n = mutator_request_segments(m, HEAPD__SEGMENT_KIND__SEGMENT_SMALL,
+                                 r->batch, 0, got, RESERVE_BATCH, NULL);
+    if (n < 0)
+        return n;
+    *out = got[0];
+    pthread_mutex_lock(&r->mu);
+    int k = 1;
+    while (k < n && r->n < r->max)
+        put_locked(r, got[k++]);
+    pthread_mutex_unlock(&r->mu);
+    return_segments(c, got + k, (size_t)(n - k));
+    return 0;
+}
