@@ -1,5 +1,5 @@
 /* latency_bench: how long a mutator can be held up by the collector, heapd
- * against the Boehm collector.
+ * against the Boehm collector, with glibc malloc/free as the floor.
  *
  * What it measures: the distribution of the time of one iteration of a
  * steady allocation loop, and above all its maximum.  A collector that stops
@@ -10,8 +10,8 @@
  * So the maximum iteration time is the mutator's own view of the longest
  * pause, measured the same way for both collectors.
  *
- * The workload, the same for both (one implementation per process:
- * `latency_bench heapd|boehm`):
+ * The workload, the same for all (one implementation per process:
+ * `latency_bench heapd|boehm|malloc`):
  *   - a live set of L nodes (default 50000) held in a ring: one object with
  *     L reference fields, rooted (heapd: on the root stack; Boehm: a
  *     GC_MALLOC'd array held in a static);
@@ -27,7 +27,11 @@
  *     collections keep happening at the collector's own pace.
  *   heapd stores every reference with heapd_write (4 per iteration with the
  *   slot store); heapd_alloc is the iteration's safepoint.  Boehm stores
- *   plainly; its collections run inside GC_MALLOC on this thread.
+ *   plainly; its collections run inside GC_MALLOC on this thread.  malloc
+ *   stores plainly and frees the oldest node when it drops out: no
+ *   collector at all, so its longest iteration is what the machine itself
+ *   (the scheduler, the hypervisor, malloc) holds a loop up for, the floor
+ *   no collector can go below on it.
  *
  * How it is timed: one CLOCK_MONOTONIC reading at the end of each
  * iteration; the iteration's time is the difference from the previous
@@ -377,6 +381,63 @@ static void b_run(void)
     }
 }
 
+/* ---- glibc malloc/free: the floor ---- */
+
+static inline void m_step(bnode **ring, uint64_t k)
+{
+    size_t s = (size_t)(k % live);
+    size_t s_newest = s == 0 ? live - 1 : s - 1;
+    size_t s_second = s + 1 == live ? 0 : s + 1;
+    bnode *node = malloc(sizeof *node);
+    if (!node)
+        die("malloc(%zu): out of memory", sizeof *node);
+    stamp(node->stamp, k);
+    node->prev = node->next = NULL;
+    if (k >= live) {
+        ring[s_second]->prev = NULL;
+        free(ring[s]); /* the oldest: unreachable from now on */
+    }
+    if (k > 0) {
+        node->prev = ring[s_newest];
+        ring[s_newest]->next = node;
+    }
+    ring[s] = node;
+}
+
+static void m_run(void)
+{
+    bnode **ring = calloc(live, sizeof *ring);
+    if (!ring)
+        die("calloc(ring of %zu): out of memory", live);
+    for (uint64_t k = 0; k < live; k++)
+        m_step(ring, k);
+
+    thread_usage(&ru0);
+    uint64_t t_start = tick(), t0 = t_start;
+    uint64_t end = (uint64_t)live + n_iters;
+    for (uint64_t k = live; k < end; k++) {
+        m_step(ring, k);
+        uint64_t t1 = tick();
+        hist_record(&H, t1 - t0, k - live, t1 - t_start);
+        t0 = t1;
+    }
+    thread_usage(&ru1);
+
+    for (size_t s = 0; s < live; s++) {
+        bnode *node = ring[s];
+        size_t s_newest = (size_t)((end - 1) % live);
+        size_t s_oldest = (size_t)(end % live);
+        check_node("malloc", s, node, node ? node->stamp : NULL,
+                   node ? node->prev : NULL, node ? node->next : NULL,
+                   s == s_oldest ? NULL : ring[s == 0 ? live - 1 : s - 1],
+                   s == s_newest ? NULL : ring[s + 1 == live ? 0 : s + 1],
+                   end);
+    }
+    for (size_t s = 0; s < live; s++)
+        free(ring[s]);
+    free(ring);
+}
+
 /* ---- report ---- */
 
 static void report(const char *impl)
@@ -427,6 +488,8 @@ static void report(const char *impl)
                (unsigned long long)h_st1.final_sync_pause_max_ns);
 #endif
         printf("\n");
+    } else if (strcmp(impl, "malloc") == 0) {
+        printf(" gcs=0 pause_max_ns=0 pause_total_ns=0 ttsp_max_ns=-\n");
     } else {
         printf(" gcs=%llu pause_max_ns=%llu pause_total_ns=%llu "
                "ttsp_max_ns=-\n",
@@ -439,7 +502,7 @@ static void report(const char *impl)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: latency_bench heapd|boehm [-n N] [--live L] "
+            "usage: latency_bench heapd|boehm|malloc [-n N] [--live L] "
             "[--socket PATH]\n"
             "  -n, --count N   timed iterations (default 2000000)\n"
             "  --live L        live nodes kept in the ring (default 50000, "
@@ -483,6 +546,8 @@ int main(int argc, char **argv)
         h_run();
     } else if (strcmp(impl, "boehm") == 0) {
         b_run();
+    } else if (strcmp(impl, "malloc") == 0) {
+        m_run();
     } else {
         usage(stderr);
         return 2;

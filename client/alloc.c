@@ -39,9 +39,12 @@ void alloc_client_init(heapd_client *c)
     c->segment_size = c->ctl->segment_size;
     c->seg_shift = (unsigned)__builtin_ctzll(c->segment_size);
     c->small_max = layout_small_max(c->segment_size);
-    for (unsigned k = 0; k < LAYOUT_NCLASSES; k++)
+    c->first_segment = layout_control_segments(c->segment_size);
+    for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
         layout_small_geometry(c->segment_size, k, &c->small_nblocks[k],
                               &c->small_first[k]);
+        c->small_magic[k] = layout_block_magic(layout_class_size[k]);
+    }
     reserve_init(c);
     pthread_mutex_init(&c->mutators_mu, NULL);
 }

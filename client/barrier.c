@@ -12,7 +12,9 @@
  * epoch; writes to a dirty object are plain stores.  The invariant the
  * optimisation rests on, as in the seed:
  *
- *     dirty (tag == epoch)  ==>  all of its fields were logged.
+ *     dirty (tag == epoch)  ==>  all of its fields were logged
+ *                                   (or seen marked: Note [Filtering the
+ *                                   barrier]).
  *
  * It holds across processes racing on one object because a writer sets the
  * tag only after logging, with a compare-and-swap on the header: a writer
@@ -135,10 +137,57 @@ static void urs_wait_room(heapd_mutator *m)
     heapd_blocking_leave(m);
 }
 
+/* Note [Filtering the barrier]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A logged reference only asks the marker to mark it.  One whose mark byte
+ * already holds the epoch needs nothing: the marker sets the byte before it
+ * queues or scans the object, and never unmarks it within the cycle, and a
+ * block allocated black carries the epoch from birth (Note [Epoch-tagged
+ * marks]).  So barrier_log leaves out references it can see are marked, as
+ * GHC's nonmoving write barrier does (needs_upd_rem_set_mark in
+ * rts/sm/NonMovingMark.c; seed dirty-flags-nonmoving.txt): fewer entries,
+ * fewer full rings, fewer waits for the daemon.  The object barrier's
+ * invariant then reads: dirty ==> every field's snapshot value was logged
+ * or marked.  The check trusts nothing it reads: a reference outside the
+ * heap's segments, into a segment whose advisory header does not say
+ * small with a sane class, or not at the start of a block is logged as it
+ * is and left to the daemon (Note [Validating references]); a stale read of
+ * a byte that the marker is setting just logs once more than needed.  A
+ * wrong "marked" would need the byte of the very block REF starts to hold
+ * this cycle's epoch, which means that block was marked or allocated in
+ * this cycle: REF's object is then marked.  Large objects are always
+ * logged; they are seldom overwritten. */
+static bool marked_already(const heapd_mutator *m, const void *ref)
+{
+    const heapd_client *c = m->c;
+    uint64_t off = (uint64_t)((uintptr_t)ref - (uintptr_t)c->base);
+    if (off >= c->size)
+        return false;
+    uint32_t i = (uint32_t)(off >> c->seg_shift);
+    if (i < c->first_segment)
+        return false; /* the control area */
+    uint8_t *seg = client_seg_addr(c, i);
+    const struct layout_segment *hd = (const struct layout_segment *)seg;
+    if (__atomic_load_n(&hd->kind, __ATOMIC_RELAXED) != LAYOUT_SEG_SMALL)
+        return false;
+    uint32_t cls = __atomic_load_n(&hd->size_class, __ATOMIC_ACQUIRE);
+    if (cls >= LAYOUT_NCLASSES)
+        return false;
+    uint32_t idx = layout_small_block((uint64_t)((uint8_t *)ref - seg),
+                                      c->small_first[cls],
+                                      c->small_nblocks[cls],
+                                      layout_class_size[cls],
+                                      c->small_magic[cls]);
+    return idx != UINT32_MAX &&
+           __atomic_load_n(layout_seg_marks(seg) + idx, __ATOMIC_RELAXED) ==
+               (uint8_t)atomic_load_explicit(&m->ctl->epoch,
+                                             memory_order_relaxed);
+}
+
 void barrier_log(heapd_mutator *m, void *ref)
 {
     struct layout_mutator *s = m->slot;
-    if (!ref)
+    if (!ref || marked_already(m, ref)) /* Note [Filtering the barrier] */
         return;
     if (m->urs_head - atomic_load_explicit(&s->urs_tail, memory_order_acquire)
         >= LAYOUT_URS_SIZE) {

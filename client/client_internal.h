@@ -96,6 +96,8 @@ struct heapd_client {
     uint32_t small_max;
     uint32_t small_nblocks[LAYOUT_NCLASSES];
     uint32_t small_first[LAYOUT_NCLASSES];
+    uint64_t small_magic[LAYOUT_NCLASSES]; /* layout_block_magic */
+    uint32_t first_segment;          /* past the control area */
     struct reserve reserve;
     struct prefault prefault;
     pthread_mutex_t mutators_mu;

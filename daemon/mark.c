@@ -115,15 +115,12 @@ bool mark_resolve(const struct heap *h, uintptr_t r, struct mark_ref *out)
         uint8_t cls = seg_class((struct heap *)h, i);
         if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
             return false;
-        uint32_t first = t->small_first[cls], bs = layout_class_size[cls];
-        if (off < first + LAYOUT_WORD)
+        idx = layout_small_block(off, t->small_first[cls],
+                                 t->small_nblocks[cls], layout_class_size[cls],
+                                 t->small_magic[cls]);
+        if (idx == UINT32_MAX)
             return false;
-        uint64_t b = off - LAYOUT_WORD - first;
-        /* b / bs without a division (segtab.small_magic) */
-        idx = (uint32_t)((b * t->small_magic[cls]) >> 32);
-        if ((uint64_t)idx * bs != b || idx >= t->small_nblocks[cls])
-            return false;
-        out->block_size = bs;
+        out->block_size = layout_class_size[cls];
         break;
     }
     case SEG_LARGE:

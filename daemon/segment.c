@@ -88,7 +88,7 @@ int seg_init(struct heap *h)
             break;
         layout_small_geometry(segsize, c, &t->small_nblocks[c],
                               &t->small_first[c]);
-        t->small_magic[c] = (1ull << 32) / layout_class_size[c] + 1;
+        t->small_magic[c] = layout_block_magic(layout_class_size[c]);
     }
     return 0;
 }

@@ -44,9 +44,7 @@ struct segtab {
     uint32_t small_max;     /* largest small object size */
     uint32_t small_nblocks[256];  /* per class; 0 = class not usable */
     uint32_t small_first[256];
-    uint64_t small_magic[256];    /* 2^32 / class size + 1: mark_resolve
-                                     divides by multiplying (exact for
-                                     offsets below 2^32) */
+    uint64_t small_magic[256];    /* layout_block_magic, per class */
 };
 
 int seg_init(struct heap *h);

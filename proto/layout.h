@@ -189,6 +189,28 @@ static inline uint8_t *layout_seg_marks(void *seg)
 void layout_small_geometry(uint64_t segment_size, unsigned cls,
                            uint32_t *nblocks, uint32_t *first_block);
 
+/* Dividing by a class size by multiplying (Note [Segments]): MAGIC is
+ * layout_block_magic(class size).  layout_small_block gives the index of
+ * the block whose object a reference at offset OFF from the start of a
+ * small segment points to, or UINT32_MAX when OFF is no block's object.
+ * The multiply is exact wherever OFF is a block's object, because offsets
+ * are below 2^32 (LAYOUT_MAX_SEGMENT_SIZE); elsewhere it may be one off,
+ * and the check of idx * bs rejects it.  Daemon and clients both use it. */
+static inline uint64_t layout_block_magic(uint32_t bs)
+{
+    return (UINT64_C(1) << 32) / bs + 1;
+}
+static inline uint32_t layout_small_block(uint64_t off, uint32_t first,
+                                          uint32_t nblocks, uint32_t bs,
+                                          uint64_t magic)
+{
+    if (off < (uint64_t)first + LAYOUT_WORD)
+        return UINT32_MAX;
+    uint64_t b = off - LAYOUT_WORD - first;
+    uint32_t idx = (uint32_t)((b * magic) >> 32);
+    return (uint64_t)idx * bs == b && idx < nblocks ? idx : UINT32_MAX;
+}
+
 /* Reference slots in one root chunk: a power of two (segment_size / 16),
  * so a root index splits into chunk and slot with a shift and a mask. */
 static inline uint64_t layout_root_chunk_slots(uint64_t segment_size)
