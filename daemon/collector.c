@@ -9,7 +9,9 @@
  *      heap full), or allocation since the last cycle's start above
  *      gc_overhead percent of the live bytes after the last cycle, with a
  *      floor of TRIGGER_FLOOR so that a near-empty heap does not collect
- *      constantly (Go's GOGC, OCaml's space_overhead).
+ *      constantly (Go's GOGC, OCaml's space_overhead).  The loop thread
+ *      checks it at every segment grant and every segment return, so it
+ *      fires at most a return batch of segments late.
  *   2. Snapshot pause (Note [Stop the world]): next epoch, reset every
  *      slot's stack words and empty its URS ring (Note [Straddling a
  *      cycle]), flip the static flag, phase = MARK (the write barrier is on
@@ -122,8 +124,7 @@ uint64_t collector_request(struct heap *h)
     return target;
 }
 
-/* Bytes the heap may allocate between two cycles.  heap->lock held. */
-static uint64_t allocation_budget(const struct heap *h)
+uint64_t collector_allocation_budget(const struct heap *h)
 {
     uint64_t live = h->stats.live_bytes > TRIGGER_FLOOR ? h->stats.live_bytes
                                                         : TRIGGER_FLOOR;
@@ -134,7 +135,7 @@ void collector_check_trigger(struct heap *h)
 {
     struct collector *gc = h->gc;
     uint64_t since = collector_bytes_allocated(h) - gc->alloc_at_last;
-    if (since >= allocation_budget(h))
+    if (since >= collector_allocation_budget(h))
         collector_request(h);
 }
 
@@ -280,7 +281,7 @@ static void run_cycle(struct collector *gc)
     h->stats.mark_ns_last = t_sweep - t_mark;
     h->stats.sweep_ns_last = t_end - t_sweep;
     uint64_t cycle = h->stats.cycles_completed;
-    uint32_t keep = (uint32_t)(allocation_budget(h) >> h->seg_shift);
+    uint32_t keep = (uint32_t)(collector_allocation_budget(h) >> h->seg_shift);
     atomic_store(&h->control->phase, LAYOUT_PHASE_IDLE);
     pthread_mutex_unlock(&h->lock);
     uint32_t punched = seg_punch_idle(h, cycle, keep);

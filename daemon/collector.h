@@ -26,6 +26,10 @@ uint64_t collector_request(struct heap *h);
 /* With heap->lock held: bytes allocated in the heap since heapd started. */
 uint64_t collector_bytes_allocated(const struct heap *h);
 
+/* With heap->lock held: bytes the heap may allocate between two cycles,
+ * gc_overhead percent of the live bytes (at least of TRIGGER_FLOOR). */
+uint64_t collector_allocation_budget(const struct heap *h);
+
 /* With heap->lock held: start a cycle if allocation since the last one
  * exceeds gc_overhead percent of the live bytes (Note [Collection cycle]). */
 void collector_check_trigger(struct heap *h);

@@ -19,6 +19,12 @@
  * skips a large run whose mark is 0 while its owner is connected.  A
  * root-stack chunk is a segment of its own (SEGMENT_ROOTS).
  *
+ * A grant of small segments is at most an eighth of the heap's allocation
+ * budget (at least 4 segments, at most MAX_GRANT; grant_cap in
+ * daemon/session.c): blank segments in reserves are neither allocated nor
+ * free, and a client that asks for large batches (Note [Reserve sizing] in
+ * client/reserve.c) must not make a small heap grow by its reserve.
+ *
  * Quota: max_client_bytes bounds the segments a client holds at once: its
  * OWNED small segments (reserve included), its root chunks, and a large
  * run at the moment it is requested.  Returned segments and large runs in

@@ -397,6 +397,17 @@ static int handle_detach(struct conn *c, uint64_t seq,
 
 #define MAX_GRANT 64
 
+/* With h->lock held: the most small segments one grant gives.  Blank
+ * segments in clients' reserves are neither allocated (the trigger does
+ * not see them) nor free (no other client can have them), so a grant is
+ * at most an eighth of the allocation budget, and at least 4 segments
+ * (Note [Segment supply]). */
+static uint32_t grant_cap(const struct heap *h)
+{
+    uint64_t n = collector_allocation_budget(h) / 8 >> h->seg_shift;
+    return n < 4 ? 4 : n > MAX_GRANT ? MAX_GRANT : (uint32_t)n;
+}
+
 /* Grant what R asks for.  If the heap is full and FINAL is false, the
  * request waits for a collection and is tried once more after it. */
 static int grant(struct conn *c, struct heap *h, uint64_t seq,
@@ -410,6 +421,7 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
     switch (kind) {
     case HEAPD__SEGMENT_KIND__SEGMENT_SMALL:
         count = count < 1 ? 1 : count > MAX_GRANT ? MAX_GRANT : count;
+        count = count > grant_cap(h) ? grant_cap(h) : count;
         rc = seg_grant_small(h, c->id, &c->held, quota_segs(h), count, segs);
         n = rc > 0 ? rc : 0;
         rc = rc > 0 ? 0 : rc;
@@ -503,6 +515,9 @@ static int handle_segment_return(struct conn *c, const Heapd__SegmentReturn *r)
         for (size_t i = 0; i < r->n_segments; i++)
             if (seg_return(h, c->id, &c->held, r->segments[i]) < 0)
                 bad++;
+        /* full segments come back more often than grants go out: the
+         * trigger overshoots by less (Note [Collection cycle]) */
+        collector_check_trigger(h);
         pthread_mutex_unlock(&h->lock);
     }
     if (bad) {

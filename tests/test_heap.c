@@ -836,6 +836,34 @@ END_TEST
 /* References a buggy client stores behind the barrier's back: each is
  * counted, logged with what is wrong with it, and never followed; the
  * daemon keeps collecting and other data stays intact. */
+/* Note [Segment supply]: one grant is at most an eighth of the allocation
+ * budget, at least 4 segments, whatever a client asks for.  A fresh 1G
+ * heap's budget is TRIGGER_FLOOR (4 MiB): 4 segments of 128 KiB. */
+START_TEST(grants_are_capped_by_the_budget)
+{
+    start_with(NULL);
+    int fd;
+    heapd__envelope__free_unpacked(raw_mutator(&fd), NULL);
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
+    sr.kind = HEAPD__SEGMENT_KIND__SEGMENT_SMALL;
+    sr.count = 64;
+    env.seq = 3;
+    env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
+    env.segment_request = &sr;
+    harness_send_env(fd, &env);
+    Heapd__Envelope *g = harness_read_env(fd, NULL);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_int_eq(g->body_case, HEAPD__ENVELOPE__BODY_SEGMENT_GRANT);
+    ck_assert_uint_eq(g->seq, 3);
+    ck_assert_uint_eq(g->segment_grant->n_segments, 4);
+    heapd__envelope__free_unpacked(g, NULL);
+    close(fd);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 START_TEST(planted_bad_references)
 {
     heapd_client *c;
@@ -958,6 +986,7 @@ static Suite *heap_suite(void)
     tcase_add_test(t, dead_mutator_releases_stop);
     tcase_add_test(t, killed_client_loses_nothing_else);
     tcase_add_test(t, bad_requests_are_refused);
+    tcase_add_test(t, grants_are_capped_by_the_budget);
     tcase_add_test(t, planted_bad_references);
     tcase_add_test(t, corrupt_urs_head);
     tcase_add_test(t, heapctl_gc_and_stats);
