@@ -71,11 +71,12 @@ struct reserve {
 
 #define PREFAULT_QUEUE 256 /* segments queued for pre-faulting, at most */
 
-/* The prefault thread (Note [Pre-faulting] in client/reserve.c): a
- * single-producer queue, filled by the agent thread only. */
+/* The prefault thread (Note [Pre-faulting] in client/reserve.c): a ring
+ * of segment numbers that only the agent thread writes and the prefault
+ * thread claims (0: claimed or empty). */
 struct prefault {
-    uint32_t queue[PREFAULT_QUEUE];
-    _Atomic uint32_t head, tail;     /* free-running; tail - head queued */
+    _Atomic uint32_t queue[PREFAULT_QUEUE];
+    _Atomic uint32_t tail;           /* free-running count of pushes */
     _Atomic uint32_t seq;            /* futex: bumped by pushes and stop */
     _Atomic bool stop;
     pthread_t thread;

@@ -36,16 +36,24 @@
  * mutator held off its core cannot answer a stop (done at normal priority
  * by the agent thread, this made pauses ten times longer).  A low-priority
  * thread must never hold something a mutator waits for, or it passes its
- * priority on to the mutator: so it takes no lock at all.  It reads
- * segment numbers from a single-producer queue that only the agent thread
- * fills (dropping numbers when it is full: pre-faulting is only a
- * speed-up) and sleeps on a futex word.  It does not care who holds a
- * segment by the time it gets to it: MADV_POPULATE_WRITE maps pages and
- * allocates missing ones as zero, but never changes what memory holds, so
- * racing a mutator that already allocates in the segment, or one of
- * another client that was granted it since, is harmless.  The worst case,
- * a segment freed and punched meanwhile, is memory committed again until
- * the next punch, bounded by the queue.
+ * priority on to the mutator:
+ *   - it takes no lock: the agent thread alone writes segment numbers into
+ *     a ring of atomic words, and the thread claims one by exchanging it
+ *     with 0, newest first, while mutators take the oldest segment of the
+ *     ready reserve; it sleeps on a futex word that every push bumps;
+ *   - it skips a segment whose header already says a mutator formatted it
+ *     (kind != BLANK, Note [Segments]): the mutator is faulting its pages
+ *     in itself, and a page fault that finds the page locked by the
+ *     populating thread waits, uninterruptibly, for as long as that thread
+ *     is kept off a core (seen: mutators in D state in __folio_lock when
+ *     both took segments in the same order).
+ * What is left is harmless: MADV_POPULATE_WRITE maps pages and allocates
+ * missing ones as zero, but never changes what memory holds, so racing a
+ * mutator that took the segment just after the check, or a client that
+ * was granted it since, costs at most a short wait.  The worst case, a
+ * segment freed and punched meanwhile, is memory committed again until
+ * the next punch, bounded by the ring (pre-faulting is only a speed-up:
+ * an entry overwritten when the ring wraps is just not pre-faulted).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -90,25 +98,44 @@ static void return_segments(heapd_client *c, uint32_t *segs, size_t n)
 
 /* ---- pre-faulting (Note [Pre-faulting]) ---- */
 
+/* The newest queued segment not yet taken, claimed, or 0 when none is
+ * left at or above *FLOOR.  Newest first: the mutators take the oldest
+ * (Note [Pre-faulting]). */
+static uint32_t prefault_claim(struct prefault *p, uint32_t *floor)
+{
+    uint32_t t = atomic_load_explicit(&p->tail, memory_order_acquire);
+    uint32_t lo = t - *floor > PREFAULT_QUEUE ? t - PREFAULT_QUEUE : *floor;
+    for (uint32_t i = t; i != lo; i--) {
+        uint32_t s = atomic_exchange_explicit(
+            &p->queue[(i - 1) % PREFAULT_QUEUE], 0, memory_order_acquire);
+        if (s)
+            return s;
+    }
+    *floor = t; /* everything below t is claimed */
+    return 0;
+}
+
 static void *prefault_main(void *arg)
 {
     heapd_client *c = arg;
     struct prefault *p = &c->prefault;
     bool populate = true;
+    uint32_t floor = 0;
 
     /* this thread only: a thread's nice value is its own on Linux */
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PREFAULT_NICE);
     for (;;) {
         uint32_t seq = atomic_load_explicit(&p->seq, memory_order_acquire);
-        uint32_t h = atomic_load_explicit(&p->head, memory_order_relaxed);
-        if (h == atomic_load_explicit(&p->tail, memory_order_acquire)) {
+        uint32_t s = prefault_claim(p, &floor);
+        if (s == 0) {
             if (atomic_load(&p->stop))
                 break;
             futex_wait(&p->seq, seq, 0); /* any push or the stop bumps it */
             continue;
         }
-        uint32_t s = p->queue[h % PREFAULT_QUEUE];
-        atomic_store_explicit(&p->head, h + 1, memory_order_release);
+        const struct layout_segment *hd = client_seg_addr(c, s);
+        if (__atomic_load_n(&hd->kind, __ATOMIC_RELAXED) != LAYOUT_SEG_BLANK)
+            continue; /* a mutator has it already: leave it the pages */
 #ifdef MADV_POPULATE_WRITE
         /* only a speed-up: a kernel before 5.14 says EINVAL, and then we
          * just keep the queue drained */
@@ -116,13 +143,15 @@ static void *prefault_main(void *arg)
                                 MADV_POPULATE_WRITE) != 0)
             populate = false;
 #else
-        (void)s, (void)populate;
+        (void)populate;
 #endif
     }
     return NULL;
 }
 
-/* Agent thread: queue S for pre-faulting; the thread starts on first use. */
+/* Agent thread: queue S for pre-faulting; the thread starts on first use.
+ * When the queue wraps, the oldest unclaimed entry is overwritten: it is
+ * the one a mutator takes next anyway. */
 static void prefault_push(heapd_client *c, uint32_t s)
 {
     struct prefault *p = &c->prefault;
@@ -134,10 +163,8 @@ static void prefault_push(heapd_client *c, uint32_t s)
         p->started = true;
     }
     uint32_t t = atomic_load_explicit(&p->tail, memory_order_relaxed);
-    if (t - atomic_load_explicit(&p->head, memory_order_acquire) >=
-        PREFAULT_QUEUE)
-        return; /* full: the mutator takes these faults itself */
-    p->queue[t % PREFAULT_QUEUE] = s;
+    atomic_store_explicit(&p->queue[t % PREFAULT_QUEUE], s,
+                          memory_order_release);
     atomic_store_explicit(&p->tail, t + 1, memory_order_release);
 }
 

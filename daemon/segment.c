@@ -20,7 +20,7 @@
  * root-stack chunk is a segment of its own (SEGMENT_ROOTS).
  *
  * A grant of small segments is at most an eighth of the heap's allocation
- * budget (at least 4 segments, at most MAX_GRANT; grant_cap in
+ * budget (at least GRANT_MIN segments, at most MAX_GRANT; grant_cap in
  * daemon/session.c): blank segments in reserves are neither allocated nor
  * free, and a client that asks for large batches (Note [Reserve sizing] in
  * client/reserve.c) must not make a small heap grow by its reserve.

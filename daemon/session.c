@@ -397,15 +397,17 @@ static int handle_detach(struct conn *c, uint64_t seq,
 
 #define MAX_GRANT 64
 
+#define GRANT_MIN 16 /* segments: what a client may always get at once */
+
 /* With h->lock held: the most small segments one grant gives.  Blank
  * segments in clients' reserves are neither allocated (the trigger does
  * not see them) nor free (no other client can have them), so a grant is
- * at most an eighth of the allocation budget, and at least 4 segments
- * (Note [Segment supply]). */
+ * at most an eighth of the allocation budget, but at least GRANT_MIN
+ * segments (Note [Segment supply]). */
 static uint32_t grant_cap(const struct heap *h)
 {
     uint64_t n = collector_allocation_budget(h) / 8 >> h->seg_shift;
-    return n < 4 ? 4 : n > MAX_GRANT ? MAX_GRANT : (uint32_t)n;
+    return n < GRANT_MIN ? GRANT_MIN : n > MAX_GRANT ? MAX_GRANT : (uint32_t)n;
 }
 
 /* Grant what R asks for.  If the heap is full and FINAL is false, the

@@ -837,8 +837,9 @@ END_TEST
  * counted, logged with what is wrong with it, and never followed; the
  * daemon keeps collecting and other data stays intact. */
 /* Note [Segment supply]: one grant is at most an eighth of the allocation
- * budget, at least 4 segments, whatever a client asks for.  A fresh 1G
- * heap's budget is TRIGGER_FLOOR (4 MiB): 4 segments of 128 KiB. */
+ * budget, at least GRANT_MIN (16) segments, whatever a client asks for.
+ * A fresh 1G heap's budget is TRIGGER_FLOOR (4 MiB), an eighth of it is 4
+ * segments of 128 KiB: the grant is 16. */
 START_TEST(grants_are_capped_by_the_budget)
 {
     start_with(NULL);
@@ -856,7 +857,7 @@ START_TEST(grants_are_capped_by_the_budget)
     ck_assert_ptr_nonnull(g);
     ck_assert_int_eq(g->body_case, HEAPD__ENVELOPE__BODY_SEGMENT_GRANT);
     ck_assert_uint_eq(g->seq, 3);
-    ck_assert_uint_eq(g->segment_grant->n_segments, 4);
+    ck_assert_uint_eq(g->segment_grant->n_segments, 16);
     heapd__envelope__free_unpacked(g, NULL);
     close(fd);
     harness_expect_healthy(&D);
