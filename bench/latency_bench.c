@@ -63,9 +63,18 @@
  *          pause_max_ns=.. pause_total_ns=.. ttsp_max_ns=..
  *          [snapshot_pause_max_ns=.. final_sync_pause_max_ns=..]
  *
- *   latency_bench heapd|boehm [-n N] [--live L] [--socket PATH]
+ *   latency_bench heapd|boehm|malloc [-n N] [--live L] [--busy B]
+ *                 [--socket PATH]
+ *
+ * --busy B runs B threads that only spin while the program runs, to keep
+ * the other CPUs busy: `malloc --busy 1` on 2 CPUs is the floor for a
+ * program whose other CPU is taken, as heapd's is by its collector (on a
+ * virtual machine, a CPU can be held up by the host when all are busy).
+ * The RESULT line then names the implementation NAME_busy.
  */
 #include <getopt.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -187,6 +196,7 @@ static inline uint64_t tick(void)
 static size_t n_iters = 2000000, live = 50000;
 static const char *sock;
 static hist H;
+static uint64_t loop_start_ns; /* CLOCK_MONOTONIC, to line up traces */
 
 /* This thread's CPU time and context switches over the timed loop: a
  * voluntary switch is a wait (a futex in a safepoint or in libheapd, a
@@ -290,6 +300,7 @@ static void h_run(void)
 
     thread_usage(&ru0);
     uint64_t t_start = tick(), t0 = t_start;
+    loop_start_ns = t_start;
     uint64_t end = (uint64_t)live + n_iters;
     for (uint64_t k = live; k < end; k++) {
         h_step(ring, k);
@@ -359,6 +370,7 @@ static void b_run(void)
 
     thread_usage(&ru0);
     uint64_t t_start = tick(), t0 = t_start;
+    loop_start_ns = t_start;
     uint64_t end = (uint64_t)live + n_iters;
     for (uint64_t k = live; k < end; k++) {
         b_step(ring, k);
@@ -414,6 +426,7 @@ static void m_run(void)
 
     thread_usage(&ru0);
     uint64_t t_start = tick(), t0 = t_start;
+    loop_start_ns = t_start;
     uint64_t end = (uint64_t)live + n_iters;
     for (uint64_t k = live; k < end; k++) {
         m_step(ring, k);
@@ -438,12 +451,45 @@ static void m_run(void)
     free(ring);
 }
 
+/* ---- --busy: spinning threads ---- */
+
+static unsigned n_busy;
+static atomic_bool busy_stop;
+static pthread_t busy_threads[64];
+
+static void *busy_main(void *arg)
+{
+    volatile uint64_t x = 0;
+    (void)arg;
+    while (!atomic_load_explicit(&busy_stop, memory_order_relaxed))
+        for (int i = 0; i < 1000; i++)
+            x += (uint64_t)i;
+    return NULL;
+}
+
+static void busy_start(void)
+{
+    for (unsigned i = 0; i < n_busy; i++)
+        if (pthread_create(&busy_threads[i], NULL, busy_main, NULL) != 0)
+            die("--busy: cannot start thread %u", i);
+}
+
+static void busy_end(void)
+{
+    atomic_store(&busy_stop, true);
+    for (unsigned i = 0; i < n_busy; i++)
+        pthread_join(busy_threads[i], NULL);
+}
+
 /* ---- report ---- */
 
 static void report(const char *impl)
 {
-    printf("# %s: %llu iterations, live set %zu nodes, %ld CPUs online\n",
-           impl, (unsigned long long)H.n, live, sysconf(_SC_NPROCESSORS_ONLN));
+    char label[32];
+    snprintf(label, sizeof label, "%s%s", impl, n_busy ? "_busy" : "");
+    printf("# %s: %llu iterations, live set %zu nodes, %ld CPUs online, "
+           "%u spinning thread(s)\n", label, (unsigned long long)H.n, live,
+           sysconf(_SC_NPROCESSORS_ONLN), n_busy);
     printf("# iterations >= 10us: %llu, >= 100us: %llu, >= 1ms: %llu, "
            ">= 10ms: %llu\n",
            (unsigned long long)hist_at_least(&H, 10000),
@@ -457,15 +503,18 @@ static void report(const char *impl)
            H.sum / 1e6, cpu_ms, tv_ms(&ru0.ru_utime, &ru1.ru_utime),
            tv_ms(&ru0.ru_stime, &ru1.ru_stime),
            ru1.ru_nvcsw - ru0.ru_nvcsw, ru1.ru_nivcsw - ru0.ru_nivcsw);
+    printf("# the loop started at CLOCK_MONOTONIC %llu ns (perf record -k "
+           "CLOCK_MONOTONIC lines a trace up with it)\n",
+           (unsigned long long)loop_start_ns);
     printf("# longest iterations (us @ ms into the loop):");
     for (int k = 0; k < NTOP && H.top_ns[k]; k++)
         printf(" %.1f@%.1f", H.top_ns[k] / 1e3, H.top_at[k] / 1e6);
     printf("\n");
 
-    printf("RESULT latency impl=%s iters=%llu live=%zu p50_ns=%llu "
+    printf("RESULT latency impl=%s iters=%llu live=%zu busy=%u p50_ns=%llu "
            "p99_ns=%llu p999_ns=%llu p9999_ns=%llu max_ns=%llu "
            "mean_ns=%.1f total_ms=%.1f cpu_ms=%.1f vcsw=%ld ivcsw=%ld",
-           impl, (unsigned long long)H.n, live,
+           label, (unsigned long long)H.n, live, n_busy,
            (unsigned long long)hist_quantile(&H, 0.5),
            (unsigned long long)hist_quantile(&H, 0.99),
            (unsigned long long)hist_quantile(&H, 0.999),
@@ -503,10 +552,11 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: latency_bench heapd|boehm|malloc [-n N] [--live L] "
-            "[--socket PATH]\n"
+            "[--busy B] [--socket PATH]\n"
             "  -n, --count N   timed iterations (default 2000000)\n"
             "  --live L        live nodes kept in the ring (default 50000, "
             "at least 2)\n"
+            "  --busy B        B threads spin meanwhile (default 0)\n"
             "  --socket PATH   heapd's socket (default $HEAPD_SOCKET, then "
             "the system one)\n");
 }
@@ -514,11 +564,12 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     bench_prog = "latency_bench";
-    enum { OPT_LIVE = 256, OPT_SOCKET };
+    enum { OPT_LIVE = 256, OPT_SOCKET, OPT_BUSY };
     static const struct option opts[] = {
         {"count", required_argument, NULL, 'n'},
         {"live", required_argument, NULL, OPT_LIVE},
         {"socket", required_argument, NULL, OPT_SOCKET},
+        {"busy", required_argument, NULL, OPT_BUSY},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -532,6 +583,11 @@ int main(int argc, char **argv)
                 die("--live: between 2 and %u", HEAPD_MAX_NREFS);
             break;
         case OPT_SOCKET: sock = optarg; break;
+        case OPT_BUSY:
+            n_busy = (unsigned)parse_count("--busy", optarg);
+            if (n_busy > 64)
+                die("--busy: at most 64 threads");
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -542,6 +598,7 @@ int main(int argc, char **argv)
     }
     const char *impl = argv[optind];
     (void)now_ns(); /* dies here if the clock does not work */
+    busy_start();
     if (strcmp(impl, "heapd") == 0) {
         h_run();
     } else if (strcmp(impl, "boehm") == 0) {
@@ -552,6 +609,7 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    busy_end();
     report(impl);
     if (strcmp(impl, "heapd") == 0) {
         heapd_detach(hm);
