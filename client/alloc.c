@@ -85,7 +85,8 @@ static int next_segment(heapd_mutator *m, unsigned cls)
         return rc;
     uint8_t *seg = client_seg_addr(c, idx);
     struct layout_segment *hd = (struct layout_segment *)seg;
-    hd->kind = LAYOUT_SEG_SMALL;
+    /* read by the prefault thread (Note [Pre-faulting]) */
+    __atomic_store_n(&hd->kind, LAYOUT_SEG_SMALL, __ATOMIC_RELAXED);
     /* the class before any block: Note [Segments] */
     __atomic_store_n(&hd->size_class, cls, __ATOMIC_RELEASE);
     s->index = idx;
@@ -146,12 +147,14 @@ static inline void *take_block(heapd_mutator *m, struct alloc_seg *s,
 {
     while (s->cursor < s->nblocks) {
         uint32_t i = s->cursor++;
-        if (s->marks[i] != 0)
+        /* relaxed atomics: the marker and other threads' barriers read
+         * and set mark bytes of this segment's allocated blocks */
+        if (__atomic_load_n(&s->marks[i], __ATOMIC_RELAXED) != 0)
             continue;
         uint8_t *b = s->blocks + (size_t)i * s->block_size;
         uint8_t epoch = (uint8_t)atomic_load_explicit(&m->ctl->epoch,
                                                       memory_order_relaxed);
-        s->marks[i] = epoch;
+        __atomic_store_n(&s->marks[i], epoch, __ATOMIC_RELAXED);
         zero_object((uint64_t *)b, size);
         /* black, and dirty from birth while marking: no barrier needed
          * for its first writes (Note [Snapshot write barrier]) */
@@ -203,9 +206,11 @@ void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
 
 /* ---- objects ---- */
 
+/* Atomic: other processes' write barriers tag the header concurrently
+ * (Note [Dirty tags]); its size fields never change. */
 static inline uint64_t header_of(const void *obj)
 {
-    return *((const uint64_t *)obj - 1);
+    return __atomic_load_n((const uint64_t *)obj - 1, __ATOMIC_RELAXED);
 }
 
 size_t heapd_nrefs(const void *obj)

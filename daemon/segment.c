@@ -263,7 +263,8 @@ static void make_free(struct heap *h, uint32_t i)
 {
     struct seg *s = &h->segs.segs[i];
     s->owner = 0;
-    s->cls = SEG_CLASS_UNKNOWN;
+    /* workers read it without the lock (seg_class) */
+    __atomic_store_n(&s->cls, SEG_CLASS_UNKNOWN, __ATOMIC_RELAXED);
     s->run = 0;
     s->free_since = h->stats.cycles_completed;
     set_state(s, SEG_FREE);
@@ -306,8 +307,9 @@ static void unown_small(struct heap *h, uint32_t i)
     }
     /* A corrupt class leaves the segment FILLED but unknown: sweep skips
      * it (it cannot be parsed), so it leaks rather than crashes. */
-    s->cls = header_class(h, i);
-    if (s->cls == SEG_CLASS_UNKNOWN)
+    uint8_t cls = header_class(h, i);
+    __atomic_store_n(&s->cls, cls, __ATOMIC_RELEASE); /* see seg_class */
+    if (cls == SEG_CLASS_UNKNOWN)
         atomic_fetch_add_explicit(&h->stats.bad_refs, 1,
                                   memory_order_relaxed);
     s->owner = 0;
