@@ -70,6 +70,7 @@ int client_error_code(Heapd__ErrorCode code)
     case HEAPD__ERROR_CODE__ERROR_SHUTTING_DOWN: return HEAPD_ESHUTDOWN;
     case HEAPD__ERROR_CODE__ERROR_NO_MEMORY: return -ENOMEM;
     case HEAPD__ERROR_CODE__ERROR_BAD_REQUEST: return -EINVAL;
+    case HEAPD__ERROR_CODE__ERROR_TOO_MANY_CONNECTIONS: return -EAGAIN;
     default: return HEAPD_EPROTO;
     }
 }
@@ -365,9 +366,15 @@ static int handshake(heapd_client *c, int sock, const heapd_connect_opts *o,
     int fd = -1, rc;
 
     *heap_fd = -1;
-    if ((rc = send_hello(sock, o, control)) < 0)
+    /* a daemon that refuses the connection at once (too many connections,
+     * shutting down) may have sent its Error and closed before the hello
+     * went out: read it anyway, it says why */
+    int hello_rc = send_hello(sock, o, control);
+    if ((rc = read_frame(sock, &env, &fd)) < 0 && hello_rc < 0) {
+        rc = hello_rc;
         goto out;
-    if ((rc = read_frame(sock, &env, &fd)) < 0) {
+    }
+    if (rc < 0) {
         if (rc == -EAGAIN)
             rc = client_set_error(HEAPD_EPROTO, "heapd did not answer the "
                                   "hello within %d s; check that it is "
@@ -510,6 +517,8 @@ int heapd_stats(heapd_client *c, heapd_stats_t *out)
     out->clients_connected = r->clients_connected;
     out->connections_total = r->connections_total;
     out->frames_rejected = r->frames_rejected;
+    out->connections_refused = r->connections_refused;
+    out->connections_throttled = r->connections_throttled;
     out->heap_count = r->n_heaps < HEAPD_STATS_MAX_HEAPS ? r->n_heaps
                                                          : HEAPD_STATS_MAX_HEAPS;
     for (size_t i = 0; i < out->heap_count; i++) {

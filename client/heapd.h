@@ -80,6 +80,8 @@ typedef struct heapd_stats_t {
     uint32_t clients_connected;
     uint64_t connections_total;
     uint64_t frames_rejected;  /* bad frames and messages since start */
+    uint64_t connections_refused;   /* over max_connections(_per_user) */
+    uint64_t connections_throttled; /* reading paused: replies unread */
     /* the heap this client is connected to (a control client: the heap
      * named in its opts, "default" if none) */
     uint32_t mutators;

@@ -62,11 +62,15 @@ struct key {
     const char *what;       /* K_UINT: unit; K_IDS: "user" or "group" */
 };
 
-enum { DK_SOCKET, DK_LOG_LEVEL, DK_GC_THREADS, DK_COUNT };
+enum { DK_SOCKET, DK_LOG_LEVEL, DK_GC_THREADS, DK_MAX_CONNECTIONS,
+       DK_MAX_CONNECTIONS_PER_USER, DK_MAX_WRITE_QUEUE, DK_COUNT };
 static const struct key daemon_keys[DK_COUNT] = {
     { "socket", K_SOCKET, 0, 0, "" },
     { "log_level", K_LEVEL, 0, 0, "" },
     { "gc_threads", K_UINT, 1, 64, "" },
+    { "max_connections", K_UINT, 1, 65536, "" },
+    { "max_connections_per_user", K_UINT, 1, 65536, "" },
+    { "max_write_queue", K_SIZE, 64 * KIB, GIB, "" },
 };
 
 enum { HK_BASE, HK_MAX_SIZE, HK_SEGMENT_SIZE, HK_GC_OVERHEAD,
@@ -486,8 +490,14 @@ static void store(struct parse *p, int k, const char *v, const struct value *x)
             copy_str(p->c->socket, sizeof p->c->socket, v);
         else if (k == DK_LOG_LEVEL)
             p->c->log_level = (enum config_log_level)x->u;
-        else
+        else if (k == DK_GC_THREADS)
             p->c->gc_threads = (unsigned)x->u;
+        else if (k == DK_MAX_CONNECTIONS)
+            p->c->max_connections = (unsigned)x->u;
+        else if (k == DK_MAX_CONNECTIONS_PER_USER)
+            p->c->max_connections_per_user = (unsigned)x->u;
+        else
+            p->c->max_write_queue = x->u;
         return;
     }
     switch (k) {
@@ -798,6 +808,9 @@ static void init_defaults(struct config *c, const char *file)
     copy_str(c->socket, sizeof c->socket, CONFIG_DEFAULT_SOCKET);
     c->log_level = CONFIG_LOG_INFO;
     c->gc_threads = 2;
+    c->max_connections = 1024;
+    c->max_connections_per_user = 256;
+    c->max_write_queue = 4 * MIB;
 }
 
 static void check_overlaps(struct parse *p)

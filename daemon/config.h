@@ -46,6 +46,10 @@ struct config {
     char socket[108];           /* sun_path, NUL-terminated, checked length */
     enum config_log_level log_level;
     unsigned gc_threads;
+    /* Note [Connection limits] in daemon/server.c */
+    unsigned max_connections;
+    unsigned max_connections_per_user;
+    uint64_t max_write_queue;   /* bytes of replies queued per connection */
     size_t n_heaps;
     struct config_heap heaps[CONFIG_MAX_HEAPS];
 };

@@ -30,6 +30,8 @@ struct conn {
     enum conn_state state;
     frame_reader reader;
     unsigned writes_pending;    /* uv_write requests not yet completed */
+    bool throttled;             /* reading stopped: Note [Connection limits] */
+    uint64_t closing_since;     /* uv_now when it became CLOSING */
     Heapd__ClientKind kind;
     struct heap *heap;          /* mutator clients: the heap they mapped */
     struct heap *named_heap;    /* the heap Hello named (control: stats, gc) */
@@ -56,6 +58,10 @@ struct daemon {
     unsigned n_conns;
     uint64_t next_client_id;
     uint64_t connections_total;
+    uint64_t connections_refused;   /* Note [Connection limits] */
+    uint64_t connections_throttled;
+    uv_timer_t reaper;          /* closes connections stuck closing */
+    bool reaper_on;
     uint64_t frames_rejected;
     uint64_t start_ns;
     uid_t uid;

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <systemd/sd-daemon.h>
@@ -95,6 +96,24 @@ static void announce_ready(struct daemon *d)
         close(ready_fd);
         ready_fd = -1;
     }
+}
+
+/* Note [Connection limits] (daemon/server.c): one descriptor per
+ * connection, plus the heaps' memfds, the listener and libuv's own. */
+static void raise_nofile(struct daemon *d)
+{
+    struct rlimit rl;
+    rlim_t want = (rlim_t)d->cfg.max_connections + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want
+                      ? want
+                      : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < want)
+        log_warn("open files are limited to %llu, fewer than max_connections "
+                 "(%u) needs; raise LimitNOFILE (ulimit -n) or lower "
+                 "max_connections", (unsigned long long)rl.rlim_cur,
+                 d->cfg.max_connections);
 }
 
 /* ---- shutdown ---- */
@@ -220,6 +239,7 @@ int main(int argc, char **argv)
 
     d->uid = getuid();
     d->start_ns = uv_hrtime();
+    raise_nofile(d);
     if (uv_loop_init(&d->loop) < 0)
         goto out;
     loop_ready = true;

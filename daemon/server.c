@@ -11,7 +11,38 @@
  * frees it.  Bytes that arrive after that are never parsed.  One
  * connection's failure never touches another's state: the only shared
  * things are counters and a heap's client count, which the close callback
- * gives back exactly once.
+ * gives back exactly once.  A closing connection whose peer reads nothing
+ * would never finish flushing: Note [Connection limits] bounds that too.
+ *
+ * Note [Connection limits]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~
+ * One client must not be able to take the daemon from the others, so what
+ * a connection can make the daemon hold is bounded:
+ *   - reading: one READ_CHUNK buffer shared by all connections, and the
+ *     frame reader's partial frame, at most FRAME_MAX_PAYLOAD (Note
+ *     [Frames]);
+ *   - writing: replies queued for a peer that does not read them.  When a
+ *     connection has more than max_write_queue bytes queued, the daemon
+ *     stops reading its requests (the peer's own writes then block on its
+ *     full socket) and reads again once the queue is down to half; such a
+ *     pause is counted in connections_throttled.  Every message the daemon
+ *     sends answers a request, so a paused peer cannot make the queue grow
+ *     much further; at twice the limit the connection is closed at once,
+ *     unflushed;
+ *   - closing: a connection that fails flushes its queue and an Error frame
+ *     before it closes (conn_finish); one still flushing CLOSE_GRACE_MS
+ *     later belongs to a peer that reads nothing, and the reaper timer
+ *     closes it unflushed;
+ *   - fairness: a read callback takes at most READ_CHUNK bytes from one
+ *     connection and libuv turns to the others between reads, so a client
+ *     that floods gets its answers at the pace it reads them, and the
+ *     others are served meanwhile;
+ *   - connections: at most max_connections in all and
+ *     max_connections_per_user from one uid (SO_PEERCRED at accept); one
+ *     more is told why in an Error frame (ERROR_TOO_MANY_CONNECTIONS) and
+ *     closed, and counted in connections_refused.
+ * File descriptors are the last bound: heapd.service raises LimitNOFILE
+ * above max_connections.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -25,11 +56,13 @@
 
 #include <systemd/sd-daemon.h>
 
+#include "auth.h"
 #include "daemon.h"
 #include "fdpass.h"
 #include "log.h"
 
 #define READ_CHUNK 65536
+#define CLOSE_GRACE_MS 5000 /* Note [Connection limits] */
 
 struct write_req {
     uv_write_t req;
@@ -77,6 +110,7 @@ void conn_finish(struct conn *c)
     if (c->state == CONN_CLOSING)
         return;
     c->state = CONN_CLOSING;
+    c->closing_since = uv_now(&c->d->loop); /* Note [Connection limits] */
     uv_read_stop((uv_stream_t *)&c->pipe);
     uv_shutdown_t *req = malloc(sizeof *req);
     if (!req || uv_shutdown(req, (uv_stream_t *)&c->pipe, on_shutdown) < 0) {
@@ -86,6 +120,42 @@ void conn_finish(struct conn *c)
 }
 
 /* ---- writing ---- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+static int on_frame(void *arg, Heapd__Envelope *env);
+static void after_frames(struct conn *c, int rc);
+
+static size_t queued_bytes(struct conn *c)
+{
+    return uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe);
+}
+
+/* After a write was queued: pause reading, or give up on a peer that does
+ * not read (Note [Connection limits]). */
+static void check_queue(struct conn *c)
+{
+    uint64_t limit = c->d->cfg.max_write_queue;
+    size_t q = queued_bytes(c);
+    if (c->state == CONN_CLOSING || q <= limit)
+        return;
+    if (q > 2 * limit) {
+        log_warn("client %llu (%s, pid %d) does not read its replies "
+                 "(%zu bytes queued, max_write_queue %llu); closing",
+                 (unsigned long long)c->id, c->name[0] ? c->name : "?",
+                 (int)c->peer.pid, q, (unsigned long long)limit);
+        c->state = CONN_CLOSING;
+        close_now(c);
+        return;
+    }
+    if (!c->throttled) {
+        c->throttled = true;
+        c->d->connections_throttled++;
+        uv_read_stop((uv_stream_t *)&c->pipe);
+        log_debug("client %llu: %zu bytes of replies unread; reading paused",
+                  (unsigned long long)c->id, q);
+    }
+}
 
 static void on_written(uv_write_t *req, int status)
 {
@@ -100,6 +170,18 @@ static void on_written(uv_write_t *req, int status)
                   uv_strerror(status));
         c->state = CONN_CLOSING;
         close_now(c);
+        return;
+    }
+    if (c->throttled && c->state != CONN_CLOSING &&
+        queued_bytes(c) <= c->d->cfg.max_write_queue / 2) {
+        c->throttled = false;
+        /* first what the pause held back, then the socket again */
+        after_frames(c, frame_reader_resume(&c->reader, on_frame, c));
+        if (!c->throttled && c->state != CONN_CLOSING &&
+            uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) < 0) {
+            c->state = CONN_CLOSING;
+            close_now(c);
+        }
     }
 }
 
@@ -120,6 +202,7 @@ static int queue_bytes(struct conn *c, uint8_t *buf, size_t off, size_t len)
         return rc;
     }
     c->writes_pending++;
+    check_queue(c);
     return 0;
 }
 
@@ -209,13 +292,33 @@ static int on_frame(void *arg, Heapd__Envelope *env)
     struct conn *c = arg;
     if (c->state == CONN_CLOSING)
         return -ECANCELED;
-    return session_handle(c, env);
+    int rc = session_handle(c, env);
+    /* Note [Connection limits]: no more requests until the peer reads */
+    return rc < 0 ? rc : c->throttled ? FRAME_PAUSE : 0;
+}
+
+/* What frame_reader_feed or _resume said about C's input. */
+static void after_frames(struct conn *c, int rc)
+{
+    if (rc == -EMSGSIZE || rc == -EBADMSG) {
+        c->d->frames_rejected++;
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_BAD_FRAME,
+                  rc == -EMSGSIZE
+                      ? "bad frame length (0 or over %u bytes); closing"
+                      : "undecodable frame (not a heapd.Envelope with a "
+                        "body); closing",
+                  FRAME_MAX_PAYLOAD);
+    } else if (rc == -ENOMEM) {
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+                  "out of memory reading a frame");
+    }
+    /* FRAME_PAUSE: reading is stopped, on_written resumes; other negative
+     * codes: session_handle already failed the connection */
 }
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     struct conn *c = s->data;
-    int rc;
 
     if (n == 0 || c->state == CONN_CLOSING)
         return;
@@ -231,24 +334,58 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         close_now(c);
         return;
     }
-    rc = frame_reader_feed(&c->reader, (const uint8_t *)buf->base, (size_t)n,
-                           on_frame, c);
-    if (rc == -EMSGSIZE || rc == -EBADMSG) {
-        c->d->frames_rejected++;
-        conn_fail(c, HEAPD__ERROR_CODE__ERROR_BAD_FRAME,
-                  rc == -EMSGSIZE
-                      ? "bad frame length (0 or over %u bytes); closing"
-                      : "undecodable frame (not a heapd.Envelope with a "
-                        "body); closing",
-                  FRAME_MAX_PAYLOAD);
-    } else if (rc == -ENOMEM) {
-        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
-                  "out of memory reading a frame");
-    }
-    /* other negative codes: session_handle already failed the connection */
+    after_frames(c, frame_reader_feed(&c->reader, (const uint8_t *)buf->base,
+                                      (size_t)n, on_frame, c));
 }
 
 /* ---- accepting ---- */
+
+/* A new connection over max_connections or max_connections_per_user is
+ * refused (Note [Connection limits]). */
+static void check_limits(struct conn *c)
+{
+    struct daemon *d = c->d;
+    uv_os_fd_t sock;
+    unsigned same_user = 0;
+
+    if (uv_fileno((uv_handle_t *)&c->pipe, &sock) == 0)
+        auth_read_peer(sock, &c->peer); /* on failure: uid 0, pid 0 */
+    for (struct conn *o = d->conns; o; o = o->next)
+        if (o != c && o->peer.uid == c->peer.uid)
+            same_user++;
+    if (d->n_conns > d->cfg.max_connections) {
+        d->connections_refused++;
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_TOO_MANY_CONNECTIONS,
+                  "heapd already has %u connections (max_connections in "
+                  "[daemon] of %s); close some or raise it",
+                  d->n_conns - 1, d->cfg.path);
+    } else if (same_user >= d->cfg.max_connections_per_user) {
+        d->connections_refused++;
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_TOO_MANY_CONNECTIONS,
+                  "uid %u already has %u connections to heapd "
+                  "(max_connections_per_user in [daemon] of %s); close some "
+                  "or raise it", (unsigned)c->peer.uid, same_user,
+                  d->cfg.path);
+    }
+}
+
+/* Every second: close connections that have been closing for longer than
+ * CLOSE_GRACE_MS (Note [Connection limits]). */
+static void on_reaper(uv_timer_t *t)
+{
+    struct daemon *d = t->data;
+    uint64_t now = uv_now(&d->loop);
+    for (struct conn *c = d->conns; c; c = c->next)
+        if (c->state == CONN_CLOSING && c->closing_since &&
+            now - c->closing_since > CLOSE_GRACE_MS) {
+            log_info("client %llu (%s, pid %d) did not read its last "
+                     "replies in %d ms; closing", (unsigned long long)c->id,
+                     c->name[0] ? c->name : "?", (int)c->peer.pid,
+                     CLOSE_GRACE_MS);
+            c->closing_since = 0;
+            close_now(c);
+        }
+}
 
 static void on_connection(uv_stream_t *listener, int status)
 {
@@ -281,9 +418,12 @@ static void on_connection(uv_stream_t *listener, int status)
         close_now(c);
         return;
     }
-    if (d->stopping)
+    if (d->stopping) {
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_SHUTTING_DOWN,
                   "heapd is shutting down");
+        return;
+    }
+    check_limits(c);
 }
 
 /* Remove a socket file left by a heapd that died, but never one that a live
@@ -362,6 +502,11 @@ int server_listen(struct daemon *d)
     if ((rc = uv_listen((uv_stream_t *)&d->listener, 128, on_connection)) < 0)
         goto uv_fail;
     d->listening = true;
+    uv_timer_init(&d->loop, &d->reaper);
+    d->reaper.data = d;
+    uv_timer_start(&d->reaper, on_reaper, 1000, 1000);
+    uv_unref((uv_handle_t *)&d->reaper); /* connections keep the loop */
+    d->reaper_on = true;
     return 0;
 uv_fail:
     log_error("cannot listen on %s: %s; check the directory exists and is "
@@ -375,6 +520,10 @@ out:
 
 void server_stop(struct daemon *d)
 {
+    if (d->reaper_on) {
+        uv_close((uv_handle_t *)&d->reaper, NULL);
+        d->reaper_on = false;
+    }
     if (d->listening) {
         uv_close((uv_handle_t *)&d->listener, NULL);
         d->listening = false;

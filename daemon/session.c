@@ -160,6 +160,8 @@ static int handle_stats(struct conn *c, uint64_t seq)
     r.clients_connected = d->n_conns;
     r.frames_rejected = d->frames_rejected;
     r.connections_total = d->connections_total;
+    r.connections_refused = d->connections_refused;
+    r.connections_throttled = d->connections_throttled;
     for (size_t i = 0; i < d->n_heaps; i++) {
         struct heap *h = &d->heaps[i];
         heapd__heap_stats__init(&hs[i]);

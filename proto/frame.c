@@ -14,13 +14,14 @@ void frame_reader_init(frame_reader *r, size_t max_payload)
 void frame_reader_free(frame_reader *r)
 {
     free(r->buf);
-    r->buf = NULL;
-    r->len = r->cap = 0;
+    free(r->held);
+    r->buf = r->held = NULL;
+    r->len = r->cap = r->held_len = 0;
 }
 
 size_t frame_reader_pending(const frame_reader *r)
 {
-    return r->len;
+    return r->len + r->held_len;
 }
 
 static uint32_t get_be32(const uint8_t *p)
@@ -47,7 +48,8 @@ Heapd__Envelope *frame_decode(const uint8_t *payload, size_t len)
     return env;
 }
 
-/* Hand one complete payload to the handler. */
+/* Hand one complete payload to the handler.  Returns 0, FRAME_PAUSE or a
+ * negative errno. */
 static int deliver(const uint8_t *payload, size_t len, frame_handler handler,
                    void *arg)
 {
@@ -55,9 +57,31 @@ static int deliver(const uint8_t *payload, size_t len, frame_handler handler,
     if (!env)
         return -EBADMSG;
     int rc = handler(arg, env);
-    if (rc > 0)
-        return 0; /* the handler kept it */
-    heapd__envelope__free_unpacked(env, NULL);
+    if (rc < 0 || !(rc & FRAME_TAKEN))
+        heapd__envelope__free_unpacked(env, NULL);
+    return rc < 0 ? rc : rc & FRAME_PAUSE;
+}
+
+/* A handler paused: keep the N bytes after its frame (Note [Frames]). */
+static int hold(frame_reader *r, const uint8_t *data, size_t n)
+{
+    if (n > 0) {
+        if (!(r->held = malloc(n)))
+            return -ENOMEM;
+        memcpy(r->held, data, n);
+        r->held_len = n;
+    }
+    return FRAME_PAUSE;
+}
+
+int frame_reader_resume(frame_reader *r, frame_handler handler, void *arg)
+{
+    uint8_t *data = r->held;
+    size_t n = r->held_len;
+    r->held = NULL;
+    r->held_len = 0;
+    int rc = data ? frame_reader_feed(r, data, n, handler, arg) : 0;
+    free(data);
     return rc;
 }
 
@@ -117,6 +141,10 @@ int frame_reader_feed(frame_reader *r, const uint8_t *data, size_t n,
             if ((rc = deliver(r->buf + FRAME_HEADER_SIZE,
                               want - FRAME_HEADER_SIZE, handler, arg)) < 0)
                 goto out;
+            if (rc == FRAME_PAUSE) {
+                rc = hold(r, data, n);
+                goto out;
+            }
         }
     }
 
@@ -134,6 +162,10 @@ int frame_reader_feed(frame_reader *r, const uint8_t *data, size_t n,
             goto out;
         data += FRAME_HEADER_SIZE + (size_t)plen;
         n -= FRAME_HEADER_SIZE + (size_t)plen;
+        if (rc == FRAME_PAUSE) {
+            rc = hold(r, data, n);
+            goto out;
+        }
     }
 
     /* Keep the tail: at most one partial frame.  Its length (if the header

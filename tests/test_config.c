@@ -136,6 +136,9 @@ START_TEST(t_defaults)
     ck_assert_str_eq(c.socket, CONFIG_DEFAULT_SOCKET);
     ck_assert_int_eq(c.log_level, CONFIG_LOG_INFO);
     ck_assert_uint_eq(c.gc_threads, 2);
+    ck_assert_uint_eq(c.max_connections, 1024);
+    ck_assert_uint_eq(c.max_connections_per_user, 256);
+    ck_assert_uint_eq(c.max_write_queue, 4 << 20);
     ck_assert_uint_eq(c.n_heaps, 1);
     ck_assert_uint_eq(c.heaps[0].segment_size, 128 << 10);
     ck_assert_uint_eq(c.heaps[0].gc_overhead, 100);
@@ -613,7 +616,9 @@ START_TEST(t_unknown_key_daemon)
 {
     expect_errors("[daemon]\ngc_thread = 4\n" HEAP,
                   "heapd:t.conf:2: unknown key 'gc_thread' in [daemon] "
-                  "(expected one of: socket, log_level, gc_threads)\n");
+                  "(expected one of: socket, log_level, gc_threads, "
+                  "max_connections, max_connections_per_user, "
+                  "max_write_queue)\n");
 }
 END_TEST
 
@@ -675,6 +680,27 @@ START_TEST(t_gc_threads_zero_and_65)
                   "heapd:t.conf:2: gc_threads 0 is out of range (1..64)\n");
     expect_errors("[daemon]\ngc_threads = 65\n" HEAP,
                   "heapd:t.conf:2: gc_threads 65 is out of range (1..64)\n");
+}
+END_TEST
+
+/* Note [Connection limits] in daemon/server.c */
+START_TEST(t_connection_limits)
+{
+    struct config c;
+    expect_ok("[daemon]\nmax_connections = 10\nmax_connections_per_user = 3\n"
+              "max_write_queue = 64K\n" HEAP, &c);
+    ck_assert_uint_eq(c.max_connections, 10);
+    ck_assert_uint_eq(c.max_connections_per_user, 3);
+    ck_assert_uint_eq(c.max_write_queue, 64 << 10);
+    expect_errors("[daemon]\nmax_connections = 0\n" HEAP,
+                  "heapd:t.conf:2: max_connections 0 is out of range "
+                  "(1..65536)\n");
+    expect_errors("[daemon]\nmax_connections_per_user = 65537\n" HEAP,
+                  "heapd:t.conf:2: max_connections_per_user 65537 is out of "
+                  "range (1..65536)\n");
+    expect_errors("[daemon]\nmax_write_queue = 4K\n" HEAP,
+                  "heapd:t.conf:2: max_write_queue 4K is too small (at least "
+                  "64K)\n");
 }
 END_TEST
 
@@ -971,7 +997,9 @@ START_TEST(t_multiple_errors_in_line_order)
                   "heapd:t.conf:2: log_level 'loud' is not one of: error, "
                   "warn, info, debug\n"
                   "heapd:t.conf:3: unknown key 'gc_thread' in [daemon] "
-                  "(expected one of: socket, log_level, gc_threads)\n"
+                  "(expected one of: socket, log_level, gc_threads, "
+                  "max_connections, max_connections_per_user, "
+                  "max_write_queue)\n"
                   "heapd:t.conf:4: syntax error: 'oops' is neither "
                   "'[section]' nor 'key = value' (comments start with ';' "
                   "or '#')\n"
@@ -1086,6 +1114,7 @@ static Suite *config_suite(void)
     tcase_add_test(key, t_bad_number);
     tcase_add_test(key, t_number_out_of_range);
     tcase_add_test(key, t_gc_threads_zero_and_65);
+    tcase_add_test(key, t_connection_limits);
     tcase_add_test(key, t_bad_size_suffix);
     tcase_add_test(key, t_size_not_a_number);
     tcase_add_test(key, t_size_overflow);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -489,6 +490,224 @@ START_TEST(allowed_by_group)
 }
 END_TEST
 
+/* ---- resource limits (Note [Connection limits] in daemon/server.c) ---- */
+
+/* A config with DAEMON_EXTRA in [daemon]. */
+static const char *limits_config(const char *daemon_extra)
+{
+    static char buf[1024];
+    snprintf(buf, sizeof buf,
+             "[daemon]\nsocket = @SOCK@\nlog_level = debug\n%s\n"
+             "[heap default]\nbase = 0x%llx\nmax_size = 1G\n",
+             daemon_extra, (unsigned long long)HARNESS_HEAP_BASE);
+    return buf;
+}
+
+/* A raw control connection, welcomed. */
+static int raw_control(void)
+{
+    int fd = harness_raw_connect(D.sock);
+    harness_send_hello(fd, "default", PROTOCOL_VERSION,
+                       HEAPD__CLIENT_KIND__CLIENT_CONTROL);
+    Heapd__Envelope *w = harness_read_env(fd, NULL);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_int_eq(w->body_case, HEAPD__ENVELOPE__BODY_WELCOME);
+    heapd__envelope__free_unpacked(w, NULL);
+    return fd;
+}
+
+static int count_frame(void *arg, Heapd__Envelope *env)
+{
+    ck_assert_int_eq(env->body_case, HEAPD__ENVELOPE__BODY_STATS_REPLY);
+    (*(size_t *)arg)++;
+    return 0;
+}
+
+/* A client that sends stats requests as fast as the socket takes them and
+ * reads nothing: heapd stops reading it once max_write_queue bytes of
+ * replies wait, serves others meanwhile, and answers every request once
+ * the client reads. */
+START_TEST(client_that_does_not_read_is_paused)
+{
+    harness_start(&D, limits_config("max_write_queue = 64K"));
+    int fd = raw_control();
+    Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    env.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
+    env.stats_request = &sr;
+    uint8_t *req;
+    size_t len, off = 0, frames = 0, total = 0;
+    ck_assert_int_eq(frame_pack(&env, &req, &len), 0);
+    ck_assert_int_eq(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+
+    /* write until the socket stays full for 2 s: heapd stopped reading.
+     * Without the pause it would read (and queue replies) for ever: give
+     * up, failing, after 64 MiB. */
+    for (;;) {
+        ssize_t w = send(fd, req + off, len - off, MSG_NOSIGNAL);
+        if (w > 0) {
+            total += (size_t)w;
+            off += (size_t)w;
+            if (off == len) {
+                off = 0;
+                frames++;
+            }
+            ck_assert_msg(total < (64u << 20), "heapd kept reading a client "
+                          "that reads none of its %zu replies", frames);
+            continue;
+        }
+        ck_assert_msg(w < 0 && errno == EAGAIN, "send: %s", strerror(errno));
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        if (poll(&pf, 1, 2000) == 0)
+            break;
+    }
+    /* others are served meanwhile, and the pause was counted */
+    ck_assert_uint_eq(still_serving(D.sock), 2);
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_ge(st.connections_throttled, 1);
+
+    /* now read: every request is answered, and the rest of the last one
+     * goes through once heapd reads again */
+    frame_reader fr;
+    frame_reader_init(&fr, 0);
+    size_t replies = 0;
+    for (int idle = 0; replies < frames + (off > 0) && idle < 100;) {
+        struct pollfd pf = {.fd = fd,
+                            .events = POLLIN | (off > 0 ? POLLOUT : 0)};
+        if (poll(&pf, 1, 100) == 0) {
+            idle++; /* bounded: 10 s without progress */
+            continue;
+        }
+        idle = 0;
+        if (pf.revents & POLLOUT) {
+            ssize_t w = send(fd, req + off, len - off, MSG_NOSIGNAL);
+            if (w > 0 && (off += (size_t)w) == len) {
+                off = 0;
+                frames++;
+            }
+        }
+        if (pf.revents & POLLIN) {
+            uint8_t buf[65536];
+            ssize_t r = recv(fd, buf, sizeof buf, 0);
+            ck_assert_msg(r > 0, "heapd closed a paused client");
+            ck_assert_int_eq(frame_reader_feed(&fr, buf, (size_t)r,
+                                               count_frame, &replies), 0);
+        }
+    }
+    ck_assert_uint_eq(replies, frames);
+    frame_reader_free(&fr);
+    free(req);
+    close(fd);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* One connection over max_connections_per_user is refused with the reason;
+ * the others keep working, and a slot freed is usable again. */
+START_TEST(connections_per_user_are_limited)
+{
+    harness_start(&D, limits_config("max_connections_per_user = 4"));
+    int fds[4];
+    for (int i = 0; i < 4; i++)
+        fds[i] = harness_raw_connect(D.sock);
+    int extra = harness_raw_connect(D.sock);
+    expect_error_and_close(extra, HEAPD__ERROR_CODE__ERROR_TOO_MANY_CONNECTIONS,
+                           "max_connections_per_user");
+    /* libheapd reports it as EAGAIN with the daemon's words */
+    heapd_connect_opts o = {.socket_path = D.sock,
+                            .flags = HEAPD_CONNECT_CONTROL};
+    heapd_client *c = NULL;
+    ck_assert_int_eq(heapd_connect(&c, &o), -EAGAIN);
+    ck_assert_msg(strstr(heapd_last_error(), "max_connections_per_user"),
+                  "message: %s", heapd_last_error());
+    close(fds[0]);
+    /* the daemon sees the close in its own time: bounded retry */
+    int rc = -EAGAIN;
+    for (int i = 0; i < 1000 && rc == -EAGAIN; i++) {
+        rc = heapd_connect(&c, &o);
+        if (rc == -EAGAIN)
+            usleep(1000);
+    }
+    ck_assert_msg(rc == 0, "connect after a close: %s", heapd_last_error());
+    heapd_stats_t st;
+    ck_assert_int_eq(heapd_stats(c, &st), 0);
+    ck_assert_uint_ge(st.connections_refused, 2);
+    heapd_disconnect(c);
+    for (int i = 1; i < 4; i++)
+        close(fds[i]);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+START_TEST(connections_in_all_are_limited)
+{
+    harness_start(&D, limits_config("max_connections = 3"));
+    int fds[3];
+    for (int i = 0; i < 3; i++)
+        fds[i] = harness_raw_connect(D.sock);
+    int extra = harness_raw_connect(D.sock);
+    expect_error_and_close(extra, HEAPD__ERROR_CODE__ERROR_TOO_MANY_CONNECTIONS,
+                           "max_connections in [daemon]");
+    close(fds[2]);
+    uint32_t n = 0;
+    for (int i = 0; i < 1000; i++) { /* bounded: the close takes a moment */
+        heapd_connect_opts o = {.socket_path = D.sock,
+                                .flags = HEAPD_CONNECT_CONTROL};
+        heapd_client *c = NULL;
+        if (heapd_connect(&c, &o) == 0) {
+            heapd_stats_t st;
+            ck_assert_int_eq(heapd_stats(c, &st), 0);
+            n = st.clients_connected;
+            heapd_disconnect(c);
+            break;
+        }
+        usleep(1000);
+    }
+    ck_assert_uint_eq(n, 3);
+    close(fds[0]);
+    close(fds[1]);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* A client that breaks the protocol while heapd still has replies queued
+ * for it, and reads nothing: the connection cannot flush, and is closed
+ * CLOSE_GRACE_MS later instead of staying for ever. */
+START_TEST(closing_connection_that_never_reads_is_reaped)
+{
+    harness_start_logged(&D, limits_config("max_write_queue = 1G"),
+                         "heapd.log");
+    int fd = raw_control();
+    Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    env.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
+    env.stats_request = &sr;
+    uint8_t *req;
+    size_t len;
+    ck_assert_int_eq(frame_pack(&env, &req, &len), 0);
+    /* replies to 4000 requests are far more than a socket buffer holds */
+    for (int i = 0; i < 4000; i++)
+        harness_send_bytes(fd, req, len);
+    harness_send_bytes(fd, "\x00\x00\x00\x02\xff\xff", 6);
+    free(req);
+    /* bounded: the reaper looks every second, grace 5 s */
+    uint32_t n = 0;
+    for (int i = 0; i < 200; i++) {
+        n = harness_daemon_stats(&D).clients_connected;
+        if (n == 1) /* just the stats connection */
+            break;
+        usleep(100000);
+    }
+    ck_assert_uint_eq(n, 1);
+    ck_assert_msg(harness_wait_eof(fd), "the reaped connection is not closed");
+    close(fd);
+    ck_assert_msg(harness_log_contains(&D, "did not read its last replies"),
+                  "no log line for the reaped connection");
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* ---- dying clients and shutdown ---- */
 
 START_TEST(client_killed)
@@ -760,6 +979,10 @@ static Suite *daemon_suite(void)
     tcase_add_test(t, check_config_shipped);
     tcase_add_test(t, heap_map_failure_reported);
     tcase_add_test(t, heapctl_stats);
+    tcase_add_test(t, client_that_does_not_read_is_paused);
+    tcase_add_test(t, connections_per_user_are_limited);
+    tcase_add_test(t, connections_in_all_are_limited);
+    tcase_add_test(t, closing_connection_that_never_reads_is_reaped);
     suite_add_tcase(s, t);
     return s;
 }

@@ -24,6 +24,7 @@ struct collected {
     Heapd__Envelope *env[16];
     int stop_after; /* return -EINTR after this many, 0: never */
     int keep;       /* return 1 (take ownership) */
+    int pause_at;   /* or in FRAME_PAUSE at this count, 0: never */
 };
 
 static int collect(void *arg, Heapd__Envelope *env)
@@ -35,7 +36,8 @@ static int collect(void *arg, Heapd__Envelope *env)
     c->n++;
     if (c->stop_after && c->n == c->stop_after)
         return -EINTR;
-    return c->keep ? 1 : 0;
+    return (c->keep ? FRAME_TAKEN : 0) |
+           (c->pause_at && c->n == c->pause_at ? FRAME_PAUSE : 0);
 }
 
 static uint8_t *pack_hello(const char *heap, size_t *len)
@@ -62,6 +64,51 @@ static void free_collected(struct collected *c)
 }
 
 /* ---- framing ---- */
+
+/* Note [Frames]: a handler that pauses stops the reader after its frame;
+ * the rest of the read, a partial frame included, waits for resume. */
+START_TEST(frame_pause_and_resume)
+{
+    size_t len;
+    uint8_t *one = pack_hello("default", &len);
+    uint8_t buf[4096];
+    ck_assert_uint_lt(3 * len, sizeof buf);
+    memcpy(buf, one, len);
+    memcpy(buf + len, one, len);
+    memcpy(buf + 2 * len, one, len);
+    frame_reader r;
+    struct collected c = {.keep = 1, .pause_at = 1};
+    frame_reader_init(&r, 0);
+    /* two and a half frames: pause after the first */
+    ck_assert_int_eq(frame_reader_feed(&r, buf, 2 * len + len / 2, collect, &c),
+                     FRAME_PAUSE);
+    ck_assert_int_eq(c.n, 1);
+    ck_assert_uint_eq(frame_reader_pending(&r), len + len / 2);
+    /* resume: the second, then the half frame stays partial */
+    ck_assert_int_eq(frame_reader_resume(&r, collect, &c), 0);
+    ck_assert_int_eq(c.n, 2);
+    ck_assert_uint_eq(frame_reader_pending(&r), len / 2);
+    ck_assert_int_eq(frame_reader_resume(&r, collect, &c), 0); /* no-op */
+    ck_assert_int_eq(frame_reader_feed(&r, buf + 2 * len + len / 2,
+                                       len - len / 2, collect, &c), 0);
+    ck_assert_int_eq(c.n, 3);
+    ck_assert_uint_eq(frame_reader_pending(&r), 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert_str_eq(c.env[i]->hello->heap, "default");
+    /* a pause while completing a held partial frame keeps what follows */
+    struct collected d = {.pause_at = 1};
+    ck_assert_int_eq(frame_reader_feed(&r, buf, len - 1, collect, &d), 0);
+    ck_assert_int_eq(frame_reader_feed(&r, buf + len - 1, len + 1, collect,
+                                       &d), FRAME_PAUSE);
+    ck_assert_int_eq(d.n, 1);
+    ck_assert_uint_eq(frame_reader_pending(&r), len);
+    ck_assert_int_eq(frame_reader_resume(&r, collect, &d), 0);
+    ck_assert_int_eq(d.n, 2);
+    free_collected(&c);
+    free(one);
+    frame_reader_free(&r);
+}
+END_TEST
 
 START_TEST(frame_whole)
 {
@@ -491,6 +538,7 @@ static Suite *proto_suite(void)
     Suite *s = suite_create("proto");
     TCase *f = tcase_create("frame");
     tcase_add_test(f, frame_whole);
+    tcase_add_test(f, frame_pause_and_resume);
     tcase_add_test(f, frame_split_everywhere);
     tcase_add_test(f, frame_one_byte_at_a_time);
     tcase_add_test(f, frame_oversized_rejected_before_payload);
