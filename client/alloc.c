@@ -241,17 +241,24 @@ static bool check_field(const void *obj, void *const *field)
 void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
 {
     assert(check_field(obj, field));
-    barrier_write(m, obj, field); /* Note [Snapshot write barrier] */
+    /* Note [Snapshot write barrier], Note [Values in flight] */
+    bool parked = barrier_write(m, obj, field, val);
     /* release: another process that loads VAL sees the object it points
      * to initialised */
     __atomic_store_n(field, val, __ATOMIC_RELEASE);
+    if (parked)
+        barrier_unpark(m);
 }
 
 bool heapd_cas(heapd_mutator *m, void *obj, void **field, void *expected,
                void *desired)
 {
     assert(check_field(obj, field));
-    barrier_write(m, obj, field);
-    return __atomic_compare_exchange_n(field, &expected, desired, false,
-                                       __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    bool parked = barrier_write(m, obj, field, desired);
+    bool done = __atomic_compare_exchange_n(field, &expected, desired, false,
+                                            __ATOMIC_SEQ_CST,
+                                            __ATOMIC_SEQ_CST);
+    if (parked)
+        barrier_unpark(m);
+    return done;
 }

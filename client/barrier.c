@@ -208,9 +208,52 @@ void barrier_log(heapd_mutator *m, void *ref)
         urs_notify(m);
 }
 
+/* Note [Values in flight]
+ * ~~~~~~~~~~~~~~~~~~~~~~~
+ * The value a call is about to store (heapd_root_push and heapd_root_set's
+ * REF, heapd_write's VAL, heapd_cas's DESIRED, heapd_global_set's REF)
+ * often lives only in a C local: a new object, say.  Note [Client GC
+ * discipline] makes that safe until the next safepoint, and these calls
+ * store first and take their safepoint after.  But their barriers can
+ * block, waiting for room in a full URS ring or for the daemon to finish
+ * marking the stack, and a blocked mutator holds up no stop: a final sync,
+ * a sweep and a new snapshot may all pass meanwhile (Note [Straddling a
+ * cycle]).  The value is not reachable from the new cycle's roots, so it
+ * would stay unmarked and be swept, then stored.  (Found by the spin model
+ * of the stack handshake, models/stack_marking.pml.)  So:
+ *   - while such a barrier runs, the value is parked in the slot's
+ *     pending_root, which every marking of the stack, the daemon's
+ *     (mark_stack) and the mutator's own (barrier_stack_slow), treats as a
+ *     root;
+ *   - a barrier for a store into the heap or a global, after which the
+ *     value is no longer on any root, ends by marking the stack for the
+ *     current cycle if the epoch changed while it ran (catch_up), so the
+ *     parked value is in the new cycle's marking whichever side marks the
+ *     stack; a store into the stack needs no more: the stack is a root;
+ *   - the value is unparked after its store, where it is covered like any
+ *     other stored reference (reachable at the snapshot, or allocated
+ *     black).
+ * Outside marking nothing is parked: the barriers do not run.
+ */
+static void catch_up(heapd_mutator *m, uint32_t epoch_before)
+{
+    if (atomic_load(&m->ctl->epoch) != epoch_before)
+        barrier_stack_slow(m);
+}
+
 /* ---- the object barrier (Note [Snapshot write barrier]) ---- */
 
-void barrier_write_slow(heapd_mutator *m, void *obj, void **field)
+static void object_barrier(heapd_mutator *m, void *obj, void **field);
+
+void barrier_write_slow(heapd_mutator *m, void *obj, void **field, void *val)
+{
+    uint32_t epoch = atomic_load(&m->ctl->epoch);
+    barrier_park(m, val); /* Note [Values in flight] */
+    object_barrier(m, obj, field);
+    catch_up(m, epoch);
+}
+
+static void object_barrier(heapd_mutator *m, void *obj, void **field)
 {
     _Atomic uint64_t *hp = (_Atomic uint64_t *)obj - 1;
     void *_Atomic *f = (void *_Atomic *)obj;
@@ -241,6 +284,25 @@ void barrier_write_slow(heapd_mutator *m, void *obj, void **field)
         if (atomic_load(&m->ctl->epoch) == epoch)
             return;
     }
+}
+
+/* ---- global roots (Note [Global roots]) ---- */
+
+/* Before VAL replaces a global's *VALUE while marking: its old value is
+ * logged, for every cycle the wait for ring room may straddle, since
+ * another process may have just read it; VAL is parked (Note [Values in
+ * flight]): barrier_unpark after the store. */
+void barrier_global_slow(heapd_mutator *m, void *_Atomic *value, void *val)
+{
+    uint32_t epoch = atomic_load(&m->ctl->epoch);
+    barrier_park(m, val);
+    while (barrier_on(m)) {
+        uint32_t e = atomic_load(&m->ctl->epoch);
+        barrier_log(m, atomic_load(value));
+        if (atomic_load(&m->ctl->epoch) == e)
+            break;
+    }
+    catch_up(m, epoch);
 }
 
 /* ---- the root stack (Note [Stack marking handshake]) ---- */

@@ -152,8 +152,9 @@ static inline bool agent_is_closed(struct agent *a)
 /* barrier.c: Note [Snapshot write barrier], Note [Stack marking
  * handshake], Note [Update remembered set] */
 void barrier_log(heapd_mutator *m, void *ref);
-void barrier_write_slow(heapd_mutator *m, void *obj, void **field);
+void barrier_write_slow(heapd_mutator *m, void *obj, void **field, void *val);
 void barrier_stack_slow(heapd_mutator *m);
+void barrier_global_slow(heapd_mutator *m, void *_Atomic *value, void *val);
 
 static inline bool barrier_on(const heapd_mutator *m)
 {
@@ -161,19 +162,37 @@ static inline bool barrier_on(const heapd_mutator *m)
                                                  memory_order_relaxed) ==
                                 LAYOUT_PHASE_MARK, 0);
 }
-/* Before a write to FIELD of OBJ. */
-static inline void barrier_write(heapd_mutator *m, void *obj, void **field)
+/* Note [Values in flight]: VAL waits in the slot's pending root while a
+ * barrier that may block runs, until the caller has stored it. */
+static inline void barrier_park(heapd_mutator *m, void *val)
 {
-    if (barrier_on(m))
-        barrier_write_slow(m, obj, field);
+    atomic_store_explicit(&m->slot->pending_root, val, memory_order_release);
 }
-/* Before any change to M's root stack. */
-static inline void barrier_stack(heapd_mutator *m)
+static inline void barrier_unpark(heapd_mutator *m)
 {
-    if (barrier_on(m) &&
-        atomic_load_explicit(&m->slot->stack_marked, memory_order_acquire) !=
+    atomic_store_explicit(&m->slot->pending_root, NULL, memory_order_release);
+}
+/* Before VAL is written to FIELD of OBJ; true if VAL was parked (then
+ * barrier_unpark after the store). */
+static inline bool barrier_write(heapd_mutator *m, void *obj, void **field,
+                                 void *val)
+{
+    if (!barrier_on(m))
+        return false;
+    barrier_write_slow(m, obj, field, val);
+    return true;
+}
+/* Before any change to M's root stack that stores VAL (NULL: none); true
+ * if VAL was parked (then barrier_unpark after the store). */
+static inline bool barrier_stack(heapd_mutator *m, void *val)
+{
+    if (!barrier_on(m) ||
+        atomic_load_explicit(&m->slot->stack_marked, memory_order_acquire) ==
             atomic_load_explicit(&m->ctl->epoch, memory_order_relaxed))
-        barrier_stack_slow(m);
+        return false;
+    barrier_park(m, val);
+    barrier_stack_slow(m);
+    return true;
 }
 
 /* mutator.c */

@@ -96,11 +96,15 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
         return client_set_error(-EBUSY, "global '%s' is being initialised by "
                                 "heapd_global_once", name);
     /* while marking, the old value is logged first: another process may
-     * have just read it (Note [Global roots]) */
-    if (barrier_on(m))
-        barrier_log(m, atomic_load(&g->value));
+     * have just read it (Note [Global roots]); REF is parked meanwhile
+     * (Note [Values in flight]) */
+    bool parked = barrier_on(m);
+    if (parked)
+        barrier_global_slow(m, &g->value, ref);
     /* the value, then the safepoint (as heapd_root_set) */
     atomic_store_explicit(&g->value, ref, memory_order_release);
+    if (parked)
+        barrier_unpark(m);
     mutator_poll(m);
     return 0;
 }

@@ -178,6 +178,10 @@ int heapd_attach(heapd_client *c, heapd_mutator **out)
     m->next = c->mutators;
     c->mutators = m;
     pthread_mutex_unlock(&c->mutators_mu);
+    /* a safepoint before the thread can touch the heap: the slot may have
+     * been given out during a stop whose collector has already counted
+     * this slot as free (Note [Stop the world] in daemon/safepoint.c) */
+    mutator_poll(m);
     *out = m;
     return 0;
 }
@@ -250,34 +254,40 @@ static int grow_roots(heapd_mutator *m)
 
 size_t heapd_root_push(heapd_mutator *m, void *ref)
 {
-    barrier_stack(m);
+    /* REF may be reachable from nothing else: it is parked while anything
+     * here may block (Note [Values in flight]) */
+    bool parked = barrier_stack(m, ref);
     size_t i = m->depth;
     if (i == (size_t)m->nchunks << m->root_shift) {
-        /* growing asks the daemon, a safepoint: REF may be reachable from
-         * nothing else, so it waits in the slot's pending root */
-        atomic_store_explicit(&m->slot->pending_root, ref,
-                              memory_order_release);
+        /* growing asks the daemon, a safepoint */
+        if (!parked)
+            barrier_park(m, ref);
+        parked = true;
         int rc = grow_roots(m);
-        ref = atomic_exchange(&m->slot->pending_root, NULL);
         if (rc < 0) {
+            barrier_unpark(m);
             errno = client_errno(rc);
             return (size_t)-1;
         }
     }
-    /* root first, then the safepoint: REF may be reachable from nothing
-     * else (Note [Client GC discipline] in heapd.h) */
+    /* root first, then the safepoint (Note [Client GC discipline] in
+     * heapd.h) */
     __atomic_store_n(mutator_root_slot(m, i), ref, __ATOMIC_RELAXED);
     m->depth = i + 1;
     atomic_store_explicit(&m->slot->root_depth, m->depth, memory_order_release);
+    if (parked)
+        barrier_unpark(m);
     mutator_poll(m);
     return i;
 }
 
 void heapd_root_set(heapd_mutator *m, size_t slot, void *ref)
 {
-    barrier_stack(m);
+    bool parked = barrier_stack(m, ref); /* Note [Values in flight] */
     if (slot < m->depth)
         __atomic_store_n(mutator_root_slot(m, slot), ref, __ATOMIC_RELAXED);
+    if (parked)
+        barrier_unpark(m);
     mutator_poll(m);
 }
 
@@ -288,7 +298,7 @@ void *heapd_root_get(heapd_mutator *m, size_t slot)
 
 void heapd_root_pop(heapd_mutator *m, size_t n)
 {
-    barrier_stack(m);
+    barrier_stack(m, NULL);
     m->depth = n >= m->depth ? 0 : m->depth - n;
     atomic_store_explicit(&m->slot->root_depth, m->depth, memory_order_release);
     mutator_poll(m);

@@ -35,8 +35,10 @@
  * stop_request before loading status: with both sequentially consistent,
  * the mutator sees the stop and waits (the daemon may or may not have seen
  * it RUNNING; either way it cannot run).  A slot attached during a stop
- * starts RUNNING with ack 0 != g and its first heap operation polls, so it
- * too waits.  Pause work is O(mutators) (DESIGN.md §4, step 2).
+ * starts RUNNING with ack 0 != g, and heapd_attach polls before it
+ * returns, so that thread too waits before it can touch the heap (its
+ * first heap operation could be a heapd_write, which does not poll); the
+ * collector may or may not be waiting for its ack.  Pause work is O(mutators) (DESIGN.md §4, step 2).
  * A client whose connection closes has its slots set FREE by the loop thread
  * (safepoint_free_slot), which wakes the collector: a dead client never holds
  * up a stop.
