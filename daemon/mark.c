@@ -62,22 +62,36 @@ struct mark_stack {
 static const char *diagnose(const struct heap *h, uintptr_t r)
 {
     uintptr_t base = (uintptr_t)h->base;
-    struct mark_ref ref;
+    struct mark_ref ref = {0};
     if (r & 7)
         return "not 8-byte aligned";
     if (r < base || r - base >= h->cfg->max_size)
         return "outside the heap";
     uint32_t i = (uint32_t)((r - base) >> h->seg_shift);
+    uintptr_t off = (r - base) & (((uintptr_t)1 << h->seg_shift) - 1);
     switch (seg_state(&h->segs, i)) {
     case SEG_CONTROL: return "in the control area";
     case SEG_FREE: return "in a free segment";
     case SEG_ROOTS: return "in a root-stack chunk";
     case SEG_LARGE_TAIL: return "inside a large object";
+    case SEG_LARGE:
+        if (off < LAYOUT_LARGE_OBJECT + LAYOUT_WORD)
+            return "in a segment's header";
+        break;
+    case SEG_OWNED:
+    case SEG_FILLED: {
+        uint8_t cls = seg_class((struct heap *)h, i);
+        if (cls < LAYOUT_NCLASSES &&
+            off < (uintptr_t)h->segs.small_first[cls] + LAYOUT_WORD)
+            return "in a segment's header or mark bytes";
+        break;
+    }
     default: break;
     }
+    ref.mark = NULL; /* mark_resolve sets it for a block's first field */
     if (!mark_resolve(h, r, &ref))
-        return "not the first field of a block";
-    return "a free block";
+        return ref.mark ? "a free block" : "not the first field of a block";
+    return "an object freed meanwhile";
 }
 
 /* Count a reference that is not followed, and log the first few of each

@@ -911,6 +911,95 @@ END_TEST
 
 /* A client that scribbles over its own slot's URS head: the daemon reads
  * no entry the mutator cannot have written, counts it, and goes on. */
+/* The rest of issue 7's planted references: a freed block, a segment
+ * header, another heap's memory, and garbage that reaches the daemon only
+ * through an update remembered set.  Each is counted and diagnosed, never
+ * followed, and everything live stays intact. */
+#define OTHER_BASE 0x7ec000000000ull
+START_TEST(planted_bad_references_everywhere)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    char conf[1024];
+    snprintf(conf, sizeof conf,
+             "[daemon]\nsocket = @SOCK@\nlog_level = info\n"
+             "[heap default]\nbase = 0x%llx\nmax_size = 1G\n"
+             "[heap other]\nbase = 0x%llx\nmax_size = 1G\n",
+             (unsigned long long)HARNESS_HEAP_BASE,
+             (unsigned long long)OTHER_BASE);
+    harness_start_logged(&D, conf, "heapd.log");
+    harness_attach(&D, &c, &m);
+    uintptr_t base = (uintptr_t)heapd_heap_base(c);
+    const struct layout_control *ctl = heapd_heap_base(c);
+    size_t keep = heapd_root_push(m, NULL);
+
+    /* every other object of 20000 lives: the rest become free blocks in
+     * segments that stay in use */
+    uintptr_t freed = 0;
+    for (long i = 0; i < 20000; i++) {
+        void **o = heapd_alloc(m, 1, 48);
+        ck_assert_ptr_nonnull(o);
+        *(long *)heapd_bytes(o) = i;
+        if (i % 2 == 0) {
+            heapd_write(m, o, &o[0], heapd_root_get(m, keep));
+            heapd_root_set(m, keep, o);
+        } else if (i == 1001) {
+            freed = (uintptr_t)o;
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    uintptr_t kept = (uintptr_t)heapd_root_get(m, keep);
+    uintptr_t seg_size = (uintptr_t)ctl->segment_size;
+    uintptr_t header = ((kept - base) & ~(seg_size - 1)) + base + 8;
+
+    void **bad = heapd_alloc(m, 3, 0);
+    heapd_root_push(m, bad);
+    bad[0] = (void *)freed;                       /* a free block */
+    bad[1] = (void *)header;                      /* a segment header */
+    bad[2] = (void *)(OTHER_BASE + (200u << 20)); /* another heap */
+    uint64_t before = harness_stats(c).bad_refs;
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    ck_assert_uint_ge(harness_stats(c).bad_refs, before + 3);
+    ck_assert_msg(harness_log_contains(&D, ": a free block; not followed") &&
+                      harness_log_contains(&D, "in a segment's header") &&
+                      harness_log_contains(&D, "outside the heap"),
+                  "heapd's log lacks a diagnosis");
+
+    /* garbage only a URS carries: an unreachable object's fields are
+     * logged by the barrier at its first write while marking.  Marking is
+     * concurrent, so try cycle after cycle (bounded) until one write
+     * lands in a marking phase. */
+    bool logged = false;
+    for (int round = 0; round < 200 && !logged; round++) {
+        void **u = heapd_alloc(m, 2, 0);
+        ck_assert_ptr_nonnull(u);
+        u[0] = (void *)(uintptr_t)(0x10000 + 8 * round); /* no barrier */
+        ck_assert_int_eq(heapd_collect(m, 0), 0);
+        for (int spin = 0; spin < 1000000 &&
+                           atomic_load(&ctl->phase) != LAYOUT_PHASE_MARK;
+             spin++)
+            heapd_safepoint(m); /* the snapshot needs this thread's ack */
+        heapd_write(m, u, &u[1], NULL); /* logs u[0] if still marking */
+        ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+        logged = harness_log_contains(&D, "in an update remembered set");
+    }
+    ck_assert_msg(logged, "no garbage URS entry was counted in 200 cycles");
+
+    /* the live list is whole */
+    long expect = 19998, n = 0;
+    for (void **o = heapd_root_get(m, keep); o; o = o[0], n++) {
+        ck_assert_int_eq(*(long *)heapd_bytes(o), expect);
+        expect -= 2;
+    }
+    ck_assert_int_eq(n, 10000);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 START_TEST(corrupt_urs_head)
 {
     heapd_client *c;
@@ -989,6 +1078,7 @@ static Suite *heap_suite(void)
     tcase_add_test(t, bad_requests_are_refused);
     tcase_add_test(t, grants_are_capped_by_the_budget);
     tcase_add_test(t, planted_bad_references);
+    tcase_add_test(t, planted_bad_references_everywhere);
     tcase_add_test(t, corrupt_urs_head);
     tcase_add_test(t, heapctl_gc_and_stats);
     suite_add_tcase(s, t);
