@@ -550,6 +550,7 @@ int heapd_stats(heapd_client *c, heapd_stats_t *out)
         o->snapshot_pause_max_ns = h->snapshot_pause_max_ns;
         o->final_sync_pause_max_ns = h->final_sync_pause_max_ns;
         o->final_sync_retries = h->final_sync_retries;
+        o->grants_paced = h->grants_paced;
     }
     /* the daemon lists the client's own heap first */
     if (out->heap_count > 0) {
@@ -575,6 +576,7 @@ int heapd_stats(heapd_client *c, heapd_stats_t *out)
         out->snapshot_pause_max_ns = o->snapshot_pause_max_ns;
         out->final_sync_pause_max_ns = o->final_sync_pause_max_ns;
         out->final_sync_retries = o->final_sync_retries;
+        out->grants_paced = o->grants_paced;
     }
     rc = 0;
 out:

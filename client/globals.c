@@ -74,6 +74,7 @@ static void set_state(struct layout_global *g, uint32_t st)
 int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
 {
     struct layout_global *g;
+    bool parked = false;
     int rc;
 
     if ((rc = check_name(name)) < 0)
@@ -84,29 +85,41 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
         size_t slot = ref ? heapd_root_push(m, ref) : (size_t)-1;
         rc = claim(m, name, false, &g);
         if (slot != (size_t)-1) {
+            /* pop without a safepoint; a cycle may have begun during the
+             * claim, so REF stays parked until it is stored (Note [Values
+             * in flight]) and the stack barrier runs before the pop */
             ref = heapd_root_get(m, slot);
-            m->depth = slot; /* pop without a safepoint: ref is in a local */
+            barrier_park(m, ref);
+            parked = true;
+            barrier_stack(m, ref);
+            m->depth = slot;
             atomic_store_explicit(&m->slot->root_depth, m->depth,
                                   memory_order_release);
         }
         if (rc < 0)
-            return rc;
+            goto out;
     }
-    if (atomic_load(&g->state) == LAYOUT_GLOBAL_INITIALIZING)
-        return client_set_error(-EBUSY, "global '%s' is being initialised by "
-                                "heapd_global_once", name);
+    if (atomic_load(&g->state) == LAYOUT_GLOBAL_INITIALIZING) {
+        rc = client_set_error(-EBUSY, "global '%s' is being initialised by "
+                              "heapd_global_once", name);
+        goto out;
+    }
     /* while marking, the old value is logged first: another process may
      * have just read it (Note [Global roots]); REF is parked meanwhile
      * (Note [Values in flight]) */
-    bool parked = barrier_on(m);
-    if (parked)
+    if (barrier_on(m)) {
         barrier_global_slow(m, &g->value, ref);
+        parked = true;
+    }
     /* the value, then the safepoint (as heapd_root_set) */
     atomic_store_explicit(&g->value, ref, memory_order_release);
+    rc = 0;
+out:
     if (parked)
         barrier_unpark(m);
-    mutator_poll(m);
-    return 0;
+    if (rc == 0)
+        mutator_poll(m);
+    return rc;
 }
 
 void *heapd_global_get(heapd_mutator *m, const char *name)

@@ -72,7 +72,8 @@ static void print_stats_json(const heapd_stats_t *s)
                ",\"sweep_ns_last\":%" PRIu64 ",\"urs_entries\":%" PRIu64
                ",\"snapshot_pause_max_ns\":%" PRIu64
                ",\"final_sync_pause_max_ns\":%" PRIu64
-               ",\"final_sync_retries\":%" PRIu64 "}",
+               ",\"final_sync_retries\":%" PRIu64
+               ",\"grants_paced\":%" PRIu64 "}",
                h->base, h->reserved_bytes, h->committed_bytes,
                h->segment_size, h->clients, h->mutators, h->cycles_completed,
                h->bytes_allocated, h->live_bytes, h->segments_free,
@@ -80,7 +81,8 @@ static void print_stats_json(const heapd_stats_t *s)
                h->pause_max_ns, h->pause_total_ns, h->ttsp_max_ns,
                h->verify_failures, h->bad_refs, h->phase, h->mark_ns_last,
                h->sweep_ns_last, h->urs_entries, h->snapshot_pause_max_ns,
-               h->final_sync_pause_max_ns, h->final_sync_retries);
+               h->final_sync_pause_max_ns, h->final_sync_retries,
+               h->grants_paced);
     }
     printf("]}\n");
 }
@@ -132,6 +134,7 @@ static void print_stats_text(const heapd_stats_t *s)
                h->final_sync_pause_max_ns);
         printf("  final_sync_retries      %" PRIu64 "\n",
                h->final_sync_retries);
+        printf("  grants_paced            %" PRIu64 "\n", h->grants_paced);
     }
 }
 

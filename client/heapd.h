@@ -61,7 +61,8 @@ typedef struct heapd_heap_stats {
     uint32_t mutators;         /* mutators attached */
     uint64_t cycles_completed;
     uint64_t bytes_allocated;  /* by all clients since heapd started */
-    uint64_t live_bytes;       /* in marked objects after the last cycle */
+    uint64_t live_bytes;       /* in the objects the last cycle marked
+                                  (reachable at its snapshot) */
     uint64_t segments_free, segments_owned, segments_filled, segments_large;
     uint64_t pause_max_ns, pause_total_ns;
     uint64_t ttsp_max_ns;      /* longest time a mutator took to stop */
@@ -72,6 +73,8 @@ typedef struct heapd_heap_stats {
     uint64_t urs_entries;      /* update remembered set entries consumed */
     uint64_t snapshot_pause_max_ns, final_sync_pause_max_ns;
     uint64_t final_sync_retries; /* final syncs that ran out of budget */
+    uint64_t grants_paced;     /* segment grants held back until a cycle
+                                  caught up with allocation */
 } heapd_heap_stats;
 
 typedef struct heapd_stats_t {
@@ -99,6 +102,7 @@ typedef struct heapd_stats_t {
     uint64_t urs_entries;
     uint64_t snapshot_pause_max_ns, final_sync_pause_max_ns;
     uint64_t final_sync_retries;
+    uint64_t grants_paced;
     /* every heap of the daemon */
     size_t heap_count;
     heapd_heap_stats heaps[HEAPD_STATS_MAX_HEAPS];

@@ -269,6 +269,9 @@ size_t heapd_root_push(heapd_mutator *m, void *ref)
             errno = client_errno(rc);
             return (size_t)-1;
         }
+        /* a new cycle may have begun meanwhile: its stack barrier first
+         * (Note [Stack marking handshake]) */
+        barrier_stack(m, ref);
     }
     /* root first, then the safepoint (Note [Client GC discipline] in
      * heapd.h) */

@@ -131,6 +131,36 @@ uint64_t collector_allocation_budget(const struct heap *h)
     return live / 100 * h->cfg->gc_overhead;
 }
 
+/* Note [Pacing]
+ * ~~~~~~~~~~~~~
+ * A concurrent collector that mutators outrun never catches up: the heap
+ * grows by whatever they allocate while a cycle runs, the next cycle has
+ * more to mark and sweep and takes longer, and so on until max_size (seen
+ * under ThreadSanitizer: 480 MB committed for 8 MB live).  So allocation is
+ * paced by the segment supply, the one place every mutator comes to for
+ * memory: while a cycle runs, once the heap has allocated PACE_FACTOR
+ * allocation budgets since that cycle started, grants wait for the cycle to
+ * end (daemon/session.c), and the mutators that need them wait with them,
+ * in blocking regions (Note [Segment supply]).  The heap then stays within
+ * the live bytes plus PACE_FACTOR + 1 budgets, plus what reserves hold.  A
+ * grant that waited is given when the cycle ends without being paced again,
+ * so no client waits longer than one cycle.  A mutator that keeps up with
+ * the collector never waits: a budget is gc_overhead percent of the live
+ * bytes.  (Go's GC assists and OCaml's major slices pace the same way, by
+ * making the allocator pay.)
+ */
+#define PACE_FACTOR 2
+
+uint64_t collector_paced_until(const struct heap *h)
+{
+    const struct collector *gc = h->gc;
+    uint64_t running = __atomic_load_n(&gc->cycles_started, __ATOMIC_ACQUIRE);
+    if (running <= h->stats.cycles_completed)
+        return 0; /* no cycle under way */
+    uint64_t since = collector_bytes_allocated(h) - gc->alloc_at_last;
+    return since > PACE_FACTOR * collector_allocation_budget(h) ? running : 0;
+}
+
 void collector_check_trigger(struct heap *h)
 {
     struct collector *gc = h->gc;
@@ -277,7 +307,10 @@ static void run_cycle(struct collector *gc)
 
     pthread_mutex_lock(&h->lock);
     h->stats.cycles_completed++;
-    h->stats.live_bytes = atomic_load(&sj.live_bytes);
+    /* what was reachable at the snapshot; the blocks that survived also
+     * hold what mutators allocated (black) during the cycle, and a budget
+     * made of those would grow with every cycle (Note [Pacing]) */
+    h->stats.live_bytes = atomic_load(&mj.marked_bytes);
     h->stats.mark_ns_last = t_sweep - t_mark;
     h->stats.sweep_ns_last = t_end - t_sweep;
     uint64_t cycle = h->stats.cycles_completed;
@@ -288,12 +321,14 @@ static void run_cycle(struct collector *gc)
 
     log_debug("heap '%s': cycle %llu: epoch %u, %llu objects marked in %u "
               "round(s) (%llu URS entries), %llu blocks and %llu segments "
-              "freed, %llu live bytes, %u segments given back; mark %llu us, "
+              "freed, %llu bytes marked, %llu in surviving blocks, %u "
+              "segments given back; mark %llu us, "
               "sweep %llu us", h->cfg->name, (unsigned long long)cycle, epoch,
               (unsigned long long)atomic_load(&mj.marked), rounds,
               (unsigned long long)atomic_load(&mj.urs_entries),
               (unsigned long long)atomic_load(&sj.freed_blocks),
               (unsigned long long)atomic_load(&sj.freed_segments),
+              (unsigned long long)atomic_load(&mj.marked_bytes),
               (unsigned long long)atomic_load(&sj.live_bytes), punched,
               (unsigned long long)((t_sweep - t_mark) / 1000),
               (unsigned long long)((t_end - t_sweep) / 1000));
@@ -311,7 +346,9 @@ static void *collector_main(void *arg)
         if (gc->quit)
             break;
         gc->requested = false;
-        gc->cycles_started++;
+        /* atomic: collector_paced_until reads it without mu */
+        __atomic_store_n(&gc->cycles_started, gc->cycles_started + 1,
+                         __ATOMIC_RELEASE);
         pthread_mutex_unlock(&gc->mu);
         run_cycle(gc);
         pthread_mutex_lock(&gc->mu);

@@ -30,6 +30,11 @@ uint64_t collector_bytes_allocated(const struct heap *h);
  * gc_overhead percent of the live bytes (at least of TRIGGER_FLOOR). */
 uint64_t collector_allocation_budget(const struct heap *h);
 
+/* With heap->lock held: the number of the cycle under way if allocation
+ * since it started has outrun the collector and grants must wait for it
+ * (Note [Pacing]), else 0. */
+uint64_t collector_paced_until(const struct heap *h);
+
 /* With heap->lock held: start a cycle if allocation since the last one
  * exceeds gc_overhead percent of the live bytes (Note [Collection cycle]). */
 void collector_check_trigger(struct heap *h);

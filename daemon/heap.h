@@ -27,6 +27,7 @@ struct heap_stats {
     uint64_t urs_entries;
     uint64_t snapshot_pause_max_ns, final_sync_pause_max_ns;
     uint64_t final_sync_retries;
+    uint64_t grants_paced;       /* Note [Pacing] */
     _Atomic uint64_t bad_refs;   /* bumped by mark workers */
 };
 

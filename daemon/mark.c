@@ -56,6 +56,7 @@ struct mark_stack {
     uintptr_t *v;
     size_t n, cap;
     uint64_t marked;    /* objects this worker marked */
+    uint64_t scanned_bytes; /* bytes of the objects it scanned */
 };
 
 /* Why R is not a reference to an allocated object (for the log). */
@@ -263,6 +264,10 @@ static void scan(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
         count_bad(j->h);
         return;
     }
+    /* every marked object is scanned once (twice at most, when two
+     * workers race on it): what the program keeps (Note [Pacing]) */
+    s->scanned_bytes += layout_object_size(layout_header_nrefs(hdr),
+                                           layout_header_nbytes(hdr));
     /* Note [Dirty tags]: clear a tag left from an earlier cycle; a
      * barrier that tags it meanwhile wins the race */
     uint8_t tag = layout_header_tag(hdr);
@@ -353,6 +358,8 @@ void mark_worker(void *arg, unsigned worker)
         }
     } while (refill(j, &s));
     atomic_fetch_add_explicit(&j->marked, s.marked, memory_order_relaxed);
+    atomic_fetch_add_explicit(&j->marked_bytes, s.scanned_bytes,
+                              memory_order_relaxed);
     free(s.v);
 }
 
@@ -418,6 +425,8 @@ bool mark_drain(struct mark_job *j, uint64_t budget)
         }
     }
     atomic_fetch_add_explicit(&j->marked, s.marked, memory_order_relaxed);
+    atomic_fetch_add_explicit(&j->marked_bytes, s.scanned_bytes,
+                              memory_order_relaxed);
     free(s.v);
     return emptied;
 }
@@ -454,6 +463,10 @@ static void seed(struct mark_job *j, struct seeder *sd, uintptr_t obj)
             scan(j, &s, obj);
             while (s.n > 0)
                 scan(j, &s, s.v[--s.n]);
+            atomic_fetch_add_explicit(&j->marked, s.marked,
+                                      memory_order_relaxed);
+            atomic_fetch_add_explicit(&j->marked_bytes, s.scanned_bytes,
+                                      memory_order_relaxed);
             free(s.v);
             return;
         }
@@ -480,8 +493,11 @@ static void trace_stack(struct mark_job *j, struct seeder *sd,
 {
     struct heap *h = j->h;
     uint64_t per_chunk = layout_root_chunk_slots(h->cfg->segment_size);
-    uint64_t depth = atomic_load_explicit(&m->root_depth, memory_order_acquire);
+    /* the parked value before the depth: a mutator stores the slot and
+     * the depth before it unparks, so whichever it reads, the value is
+     * seen (Note [Values in flight] in client/barrier.c) */
     mark_root(j, sd, (uintptr_t)atomic_load(&m->pending_root), "a root stack");
+    uint64_t depth = atomic_load_explicit(&m->root_depth, memory_order_acquire);
     if (depth > per_chunk * LAYOUT_ROOT_CHUNKS) {
         count_bad(h);
         depth = per_chunk * LAYOUT_ROOT_CHUNKS;

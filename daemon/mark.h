@@ -37,6 +37,7 @@ struct mark_job {
     unsigned waiting;          /* workers with no work, guarded by mu */
     bool done;
     _Atomic uint64_t marked;   /* objects marked this cycle */
+    _Atomic uint64_t marked_bytes; /* and their bytes, headers included */
     _Atomic uint64_t urs_entries; /* URS entries consumed this cycle */
 };
 

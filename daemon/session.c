@@ -192,6 +192,7 @@ static int handle_stats(struct conn *c, uint64_t seq)
         hs[i].snapshot_pause_max_ns = h->stats.snapshot_pause_max_ns;
         hs[i].final_sync_pause_max_ns = h->stats.final_sync_pause_max_ns;
         hs[i].final_sync_retries = h->stats.final_sync_retries;
+        hs[i].grants_paced = h->stats.grants_paced;
         pthread_mutex_unlock((pthread_mutex_t *)&h->lock);
         hp[i] = &hs[i];
     }
@@ -285,8 +286,11 @@ struct pending {
     uint64_t bytes;
 };
 
+/* Answer request SEQ once cycle TARGET has completed (0: a new cycle,
+ * asked for now). */
 static int defer(struct conn *c, struct heap *h, uint64_t seq,
-                 enum pending_kind kind, const Heapd__SegmentRequest *r)
+                 enum pending_kind kind, const Heapd__SegmentRequest *r,
+                 uint64_t target)
 {
     struct pending *p = calloc(1, sizeof *p);
     if (!p) {
@@ -302,7 +306,7 @@ static int defer(struct conn *c, struct heap *h, uint64_t seq,
         p->count = r->count;
         p->bytes = r->bytes;
     }
-    p->target = collector_request(h);
+    p->target = target ? target : collector_request(h);
     p->next = c->d->pending;
     c->d->pending = p;
     return 0;
@@ -422,6 +426,20 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
     int rc, n = 0;
 
     pthread_mutex_lock(&h->lock);
+    /* Note [Pacing]: heap memory waits for the cycle that is behind; root
+     * chunks do not (a mutator pushing a root must not wait for memory) */
+    uint64_t paced = final || kind == HEAPD__SEGMENT_KIND__SEGMENT_ROOTS
+                         ? 0
+                         : collector_paced_until(h);
+    if (paced) {
+        h->stats.grants_paced++;
+        pthread_mutex_unlock(&h->lock);
+        Heapd__SegmentRequest r = HEAPD__SEGMENT_REQUEST__INIT;
+        r.kind = kind;
+        r.count = count;
+        r.bytes = bytes;
+        return defer(c, h, seq, PENDING_GRANT, &r, paced);
+    }
     switch (kind) {
     case HEAPD__SEGMENT_KIND__SEGMENT_SMALL:
         count = count < 1 ? 1 : count > MAX_GRANT ? MAX_GRANT : count;
@@ -468,7 +486,7 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
             r.kind = kind;
             r.count = count;
             r.bytes = bytes;
-            return defer(c, h, seq, PENDING_GRANT, &r);
+            return defer(c, h, seq, PENDING_GRANT, &r, 0);
         }
         return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "heap '%s' is full (max_size %llu bytes) even "
@@ -657,7 +675,7 @@ static int handle_collect(struct conn *c, uint64_t seq,
         return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
                            "this daemon serves no heap");
     if (r->wait)
-        return defer(c, h, seq, PENDING_COLLECT, NULL);
+        return defer(c, h, seq, PENDING_COLLECT, NULL, 0);
     collector_request(h);
     return reply_collect_done(c, h, seq);
 }

@@ -297,6 +297,60 @@ START_TEST(reserve_is_bounded_and_given_back)
 }
 END_TEST
 
+/* Note [Pacing]: a mutator that allocates garbage as fast as it can next
+ * to a large live set outruns the collector; its grants wait for the cycle
+ * under way, and the heap stays within the live bytes plus a few budgets
+ * instead of growing with every cycle. */
+START_TEST(allocation_is_paced)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_start(&D, "[daemon]\nsocket = @SOCK@\nlog_level = info\n"
+                      "[heap default]\nbase = 0x7e8000000000\n"
+                      "max_size = 4G\nverify = true\n");
+    harness_attach(&D, &c, &m);
+    size_t keep = heapd_root_push(m, NULL);
+    const long live = 600000; /* 40-byte objects: 24 MB */
+    for (long i = 0; i < live; i++) {
+        void **o = heapd_alloc(m, 1, 24);
+        ck_assert_ptr_nonnull(o);
+        *(long *)heapd_bytes(o) = i;
+        heapd_write(m, o, &o[0], heapd_root_get(m, keep));
+        heapd_root_set(m, keep, o);
+    }
+    ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    uint64_t live_bytes = harness_stats(c).live_bytes, most = 0;
+    ck_assert_uint_ge(live_bytes, (uint64_t)live * 40); /* header+ref+24 */
+    /* 3 GB of garbage: without pacing the heap would grow by what is
+     * allocated while each (verified, so slow) cycle runs */
+    for (long i = 0; i < 30000000; i++) {
+        /* not ck_assert: check records every assertion it passes, and that
+         * would make this loop slower than any collector */
+        if (!heapd_alloc(m, 0, 64))
+            ck_abort_msg("alloc %ld: %s", i, heapd_last_error());
+        if (i % 1000000 == 0) {
+            uint64_t committed = harness_stats(c).heap_committed_bytes;
+            most = committed > most ? committed : most;
+        }
+    }
+    heapd_stats_t st = harness_stats(c);
+    ck_assert_uint_ge(st.grants_paced, 1);
+    /* live + (PACE_FACTOR + 1) budgets (a budget is the live bytes at
+     * gc_overhead 100), the control area, reserves and slack */
+    ck_assert_msg(most <= 4 * live_bytes + (64u << 20),
+                  "heap committed %llu bytes for %llu live",
+                  (unsigned long long)most, (unsigned long long)live_bytes);
+    long n = 0;
+    for (void **o = heapd_root_get(m, keep); o; o = o[0], n++)
+        ck_assert_int_eq(*(long *)heapd_bytes(o), live - 1 - n);
+    ck_assert_int_eq(n, live);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* ---- several processes ---- */
 
 /* A node: 2 refs (left, right), raw bytes: value and a check of it. */
@@ -1068,6 +1122,7 @@ static Suite *heap_suite(void)
     tcase_add_test(t, every_size_class);
     tcase_add_test(t, garbage_is_reclaimed);
     tcase_add_test(t, reserve_is_bounded_and_given_back);
+    tcase_add_test(t, allocation_is_paced);
     tcase_add_test(t, processes_mutate_linked_structures);
     tcase_add_test(t, many_cycles_with_verifier);
     tcase_add_test(t, heap_full_then_recovers);
