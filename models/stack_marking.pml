@@ -46,7 +46,10 @@
  *     catch_up / store / unpark sequence as heapd_write (barrier_global_slow
  *     logs a global's old value instead of an object's fields) and are not
  *     modelled separately.  See GROW below for heapd_root_push growing
- *     its stack.
+ *     its stack.  NOT modelled: heapd_global_set's path for a new global
+ *     (push REF, claim: a blocking call, then a pop without barrier_stack,
+ *     possibly in a cycle whose stack marking has not run); see
+ *     docs/hardening-models.md.
  *
  * Heap: objects 1..3 (0 is NULL), one reference field each.  The stack
  * holds object 1, whose field holds object 2; object 3 is free.  The
