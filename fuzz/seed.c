@@ -1,0 +1,408 @@
+/* Writes the seed corpus of fuzz/corpus/frame and fuzz/corpus/session
+ * (the config seeds are plain text, kept by hand): a valid frame of every
+ * envelope arm and a few broken streams, and client sessions that reach
+ * every handler.  Run by `scripts/fuzz --seed`; its output is committed,
+ * this program's only.  The input formats are described at the top of
+ * fuzz_frame.c and fuzz_session.c.
+ *
+ * usage: fuzz_seed CORPUS_DIR   (writes CORPUS_DIR/{frame,session}/seed-*) */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frame.h"
+#include "wire.h"
+
+struct buf {
+    uint8_t b[8192];
+    size_t n;
+};
+
+static void put(struct buf *b, const void *p, size_t n)
+{
+    if (b->n + n > sizeof b->b) {
+        fprintf(stderr, "fuzz_seed: a seed outgrew its buffer\n");
+        exit(1);
+    }
+    memcpy(b->b + b->n, p, n);
+    b->n += n;
+}
+
+static void put8(struct buf *b, unsigned v)
+{
+    uint8_t c = (uint8_t)v;
+    put(b, &c, 1);
+}
+
+static void put16(struct buf *b, size_t v)
+{
+    put8(b, (unsigned)(v & 0xff));
+    put8(b, (unsigned)(v >> 8));
+}
+
+static int write_seed(const char *dir, const char *target, const char *name,
+                      const struct buf *b)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s/seed-%s", dir, target, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(b->b, 1, b->n, f) != b->n || fclose(f) != 0) {
+        fprintf(stderr, "fuzz_seed: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- one envelope of each arm ---- */
+
+static Heapd__Hello hello = HEAPD__HELLO__INIT;
+static Heapd__Welcome welcome = HEAPD__WELCOME__INIT;
+static Heapd__Error error = HEAPD__ERROR__INIT;
+static Heapd__StatsRequest stats_request = HEAPD__STATS_REQUEST__INIT;
+static Heapd__StatsReply stats_reply = HEAPD__STATS_REPLY__INIT;
+static Heapd__HeapStats heap_stats = HEAPD__HEAP_STATS__INIT;
+static Heapd__HeapStats *heap_stats_p[1] = {&heap_stats};
+static Heapd__SegmentRequest segment_request = HEAPD__SEGMENT_REQUEST__INIT;
+static Heapd__SegmentGrant segment_grant = HEAPD__SEGMENT_GRANT__INIT;
+static Heapd__SegmentReturn segment_return = HEAPD__SEGMENT_RETURN__INIT;
+static Heapd__UrsBatch urs_batch = HEAPD__URS_BATCH__INIT;
+static Heapd__CollectRequest collect_request = HEAPD__COLLECT_REQUEST__INIT;
+static Heapd__CollectDone collect_done = HEAPD__COLLECT_DONE__INIT;
+static Heapd__AttachRequest attach_request = HEAPD__ATTACH_REQUEST__INIT;
+static Heapd__AttachReply attach_reply = HEAPD__ATTACH_REPLY__INIT;
+static Heapd__DetachRequest detach_request = HEAPD__DETACH_REQUEST__INIT;
+static Heapd__DetachReply detach_reply = HEAPD__DETACH_REPLY__INIT;
+static Heapd__GlobalClaim global_claim = HEAPD__GLOBAL_CLAIM__INIT;
+static Heapd__GlobalClaimed global_claimed = HEAPD__GLOBAL_CLAIMED__INIT;
+static Heapd__GlobalsRequest globals_request = HEAPD__GLOBALS_REQUEST__INIT;
+static Heapd__GlobalsReply globals_reply = HEAPD__GLOBALS_REPLY__INIT;
+static Heapd__GlobalInfo global_info = HEAPD__GLOBAL_INFO__INIT;
+static Heapd__GlobalInfo *global_info_p[1] = {&global_info};
+static uint32_t grant_segs[2] = {128, 129};
+static uint32_t return_segs[2] = {128, 129};
+
+static void init_messages(void)
+{
+    hello.protocol_version = PROTOCOL_VERSION;
+    hello.heap = (char *)"default";
+    hello.client_name = (char *)"seed";
+    hello.pid = 1;
+    welcome.protocol_version = PROTOCOL_VERSION;
+    welcome.client_id = 1;
+    welcome.heap = (char *)"default";
+    welcome.heap_base = 0x7e8000000000ull;
+    welcome.max_size = 64u << 20;
+    welcome.segment_size = 128u << 10;
+    welcome.has_fd = 1;
+    error.code = HEAPD__ERROR_CODE__ERROR_BAD_REQUEST;
+    error.message = (char *)"seed";
+    heap_stats.name = (char *)"default";
+    stats_reply.version = (char *)"0.1.0";
+    stats_reply.n_heaps = 1;
+    stats_reply.heaps = heap_stats_p;
+    segment_request.count = 4;
+    segment_grant.n_segments = 2;
+    segment_grant.segments = grant_segs;
+    segment_return.n_segments = 2;
+    segment_return.segments = return_segs;
+    urs_batch.head = 3;
+    collect_request.wait = 1;
+    collect_done.cycle = 2;
+    attach_reply.slot = 0;
+    global_claim.name = (char *)"g";
+    global_claim.once = 1;
+    global_claimed.role = HEAPD__GLOBAL_ROLE__GLOBAL_INITIALIZE;
+    global_info.name = (char *)"g";
+    globals_reply.n_globals = 1;
+    globals_reply.globals = global_info_p;
+}
+
+struct arm {
+    const char *name;
+    Heapd__Envelope env;
+};
+
+#define ARM(field, CASE) \
+    { #field, { .body_case = HEAPD__ENVELOPE__BODY_##CASE, .field = &field } }
+
+static struct arm arms[19];
+
+static void init_arms(void)
+{
+    struct arm a[] = {
+        ARM(hello, HELLO), ARM(welcome, WELCOME), ARM(error, ERROR),
+        ARM(stats_request, STATS_REQUEST), ARM(stats_reply, STATS_REPLY),
+        ARM(segment_request, SEGMENT_REQUEST),
+        ARM(segment_grant, SEGMENT_GRANT),
+        ARM(segment_return, SEGMENT_RETURN), ARM(urs_batch, URS_BATCH),
+        ARM(collect_request, COLLECT_REQUEST),
+        ARM(collect_done, COLLECT_DONE), ARM(attach_request, ATTACH_REQUEST),
+        ARM(attach_reply, ATTACH_REPLY), ARM(detach_request, DETACH_REQUEST),
+        ARM(detach_reply, DETACH_REPLY), ARM(global_claim, GLOBAL_CLAIM),
+        ARM(global_claimed, GLOBAL_CLAIMED),
+        ARM(globals_request, GLOBALS_REQUEST),
+        ARM(globals_reply, GLOBALS_REPLY),
+    };
+    _Static_assert(sizeof a / sizeof *a == sizeof arms / sizeof *arms,
+                   "one seed per arm");
+    for (size_t i = 0; i < sizeof a / sizeof *a; i++) {
+        arms[i] = a[i];
+        arms[i].env.base = (ProtobufCMessage)PROTOBUF_C_MESSAGE_INIT(
+            &heapd__envelope__descriptor);
+        arms[i].env.seq = i + 1;
+    }
+}
+
+static Heapd__Envelope *arm(const char *name)
+{
+    for (size_t i = 0; i < sizeof arms / sizeof *arms; i++)
+        if (strcmp(arms[i].name, name) == 0)
+            return &arms[i].env;
+    fprintf(stderr, "fuzz_seed: no arm %s\n", name);
+    exit(1);
+}
+
+/* A whole frame, header included. */
+static void put_frame(struct buf *b, const Heapd__Envelope *env)
+{
+    uint8_t *f;
+    size_t n;
+    if (frame_pack(env, &f, &n) < 0) {
+        fprintf(stderr, "fuzz_seed: cannot pack %s\n", frame_body_name(env));
+        exit(1);
+    }
+    put(b, f, n);
+    free(f);
+}
+
+/* fuzz_session op 0: a frame with this envelope as its payload. */
+static void op_frame(struct buf *b, const Heapd__Envelope *env)
+{
+    uint8_t *f;
+    size_t n;
+    if (frame_pack(env, &f, &n) < 0)
+        exit(1);
+    put8(b, 0);
+    put16(b, n - FRAME_HEADER_SIZE);
+    put(b, f + FRAME_HEADER_SIZE, n - FRAME_HEADER_SIZE);
+    free(f);
+}
+
+/* fuzz_session op 2: template ARM with field bytes F. */
+static void op_template(struct buf *b, unsigned arm_no, unsigned seq,
+                        const uint8_t *f, size_t n)
+{
+    put8(b, 2);
+    put8(b, arm_no);
+    put8(b, seq);
+    put(b, f, n);
+}
+
+enum { T_STATS, T_COLLECT, T_ATTACH, T_DETACH, T_SEGREQ, T_SEGRET, T_URS,
+       T_CLAIM, T_GLOBALS, T_HELLO, T_DAEMON_ONLY };
+
+#define TEMPLATE(b, arm_no, seq, ...)                                        \
+    do {                                                                     \
+        const uint8_t f_[] = {0, ##__VA_ARGS__};                             \
+        op_template((b), (arm_no), (seq), f_ + 1, sizeof f_ - 1);            \
+    } while (0)
+
+static int frame_seeds(const char *dir)
+{
+    struct buf b;
+    int rc = 0;
+
+    /* one valid frame of every arm, fed in one piece and in chunks */
+    for (size_t i = 0; i < sizeof arms / sizeof *arms; i++) {
+        b.n = 0;
+        put8(&b, 0);
+        put8(&b, (unsigned)i);
+        put_frame(&b, &arms[i].env);
+        rc |= write_seed(dir, "frame", arms[i].name, &b);
+    }
+    /* a client's session: hello, attach, grant, return, detach */
+    b.n = 0;
+    put8(&b, 0);
+    put8(&b, 7);
+    put_frame(&b, arm("hello"));
+    put_frame(&b, arm("attach_request"));
+    put_frame(&b, arm("segment_request"));
+    put_frame(&b, arm("segment_return"));
+    put_frame(&b, arm("detach_request"));
+    rc |= write_seed(dir, "frame", "stream", &b);
+    /* a frame longer than the small max_payload of byte 0 */
+    b.n = 0;
+    put8(&b, 1);
+    put8(&b, 3);
+    put_frame(&b, arm("stats_reply"));
+    rc |= write_seed(dir, "frame", "oversized", &b);
+    /* length 0; then a truncated frame; then an undecodable payload */
+    b.n = 0;
+    put8(&b, 0);
+    put8(&b, 0);
+    put(&b, "\0\0\0\0", 4);
+    rc |= write_seed(dir, "frame", "zero-length", &b);
+    b.n = 0;
+    put8(&b, 0);
+    put8(&b, 9);
+    put_frame(&b, arm("hello"));
+    b.n -= 3;
+    rc |= write_seed(dir, "frame", "truncated", &b);
+    b.n = 0;
+    put8(&b, 0);
+    put8(&b, 1);
+    put(&b, "\0\0\0\3\xff\xff\xff", 7);
+    rc |= write_seed(dir, "frame", "undecodable", &b);
+    /* an envelope with no body arm (only seq) */
+    b.n = 0;
+    put8(&b, 0);
+    put8(&b, 1);
+    put(&b, "\0\0\0\2\x08\x05", 6);
+    rc |= write_seed(dir, "frame", "no-body", &b);
+    return rc;
+}
+
+static int session_seeds(const char *dir)
+{
+    struct buf b;
+    int rc = 0;
+
+    /* every arm as a frame after a valid mutator hello */
+    b.n = 0;
+    put8(&b, 1);
+    for (size_t i = 1; i < sizeof arms / sizeof *arms; i++)
+        if (strstr(arms[i].name, "request") || strstr(arms[i].name, "return")
+            || strstr(arms[i].name, "batch") || strstr(arms[i].name, "claim"))
+            if (strcmp(arms[i].name, "global_claimed") != 0)
+                op_frame(&b, &arms[i].env);
+    rc |= write_seed(dir, "session", "every-request", &b);
+
+    /* each arm alone after hello, as a frame (the daemon-only ones fail
+     * the connection) */
+    for (size_t i = 0; i < sizeof arms / sizeof *arms; i++) {
+        b.n = 0;
+        put8(&b, i == 0 ? 0 : 1);
+        op_frame(&b, &arms[i].env);
+        rc |= write_seed(dir, "session", arms[i].name, &b);
+    }
+
+    /* a mutator's life: attach, grants of each kind, return, globals,
+     * URS batch, detach */
+    b.n = 0;
+    put8(&b, 1);
+    TEMPLATE(&b, T_ATTACH, 1);
+    TEMPLATE(&b, T_SEGREQ, 2, 0, 8, 0, 0);
+    TEMPLATE(&b, T_SEGREQ, 3, 1, 0, 1, 20);
+    TEMPLATE(&b, T_SEGREQ, 4, 2, 0, 0, 0);
+    TEMPLATE(&b, T_SEGRET, 0, 2, 8, 9);
+    TEMPLATE(&b, T_CLAIM, 5, 1, 1, 'a');
+    TEMPLATE(&b, T_CLAIM, 6, 0, 1, 'a');
+    TEMPLATE(&b, T_GLOBALS, 7);
+    TEMPLATE(&b, T_URS, 0, 0, 1, 0);
+    TEMPLATE(&b, T_STATS, 8);
+    TEMPLATE(&b, T_DETACH, 9, 0);
+    rc |= write_seed(dir, "session", "mutator-life", &b);
+
+    /* the tiny heap runs out: a grant waits for a collection */
+    b.n = 0;
+    put8(&b, 3);
+    TEMPLATE(&b, T_ATTACH, 1);
+    for (unsigned i = 0; i < 3; i++)
+        TEMPLATE(&b, T_SEGREQ, 2 + i, 0, 4, 0, 0);
+    TEMPLATE(&b, T_SEGREQ, 6, 1, 0, 1, 20);
+    TEMPLATE(&b, T_COLLECT, 7, 1);
+    put8(&b, 4);
+    put8(&b, 4);
+    rc |= write_seed(dir, "session", "tiny-full", &b);
+
+    /* a control client: stats, collections, globals; mutator requests are
+     * refused */
+    b.n = 0;
+    put8(&b, 5);
+    TEMPLATE(&b, T_STATS, 1);
+    TEMPLATE(&b, T_COLLECT, 2, 0);
+    TEMPLATE(&b, T_COLLECT, 3, 1);
+    TEMPLATE(&b, T_GLOBALS, 4);
+    TEMPLATE(&b, T_ATTACH, 5);
+    TEMPLATE(&b, T_SEGREQ, 6, 0, 1, 0, 0);
+    TEMPLATE(&b, T_SEGRET, 0, 1, 8);
+    TEMPLATE(&b, T_URS, 0, 0, 1, 0);
+    TEMPLATE(&b, T_CLAIM, 7, 0, 1, 'b');
+    TEMPLATE(&b, T_DETACH, 8, 0);
+    rc |= write_seed(dir, "session", "control", &b);
+
+    /* refused hellos: version, heap, a second hello, no hello */
+    static const uint8_t hellos[] = {0x08 | 0x20, 0x02, 0x00, 0x05};
+    for (unsigned i = 0; i < sizeof hellos; i++) {
+        char name[32];
+        b.n = 0;
+        put8(&b, i == 2 ? 1 : 0);
+        TEMPLATE(&b, T_HELLO, 1, hellos[i]);
+        TEMPLATE(&b, T_STATS, 2);
+        snprintf(name, sizeof name, "hello-%u", i);
+        rc |= write_seed(dir, "session", name, &b);
+    }
+    b.n = 0;
+    put8(&b, 0);
+    TEMPLATE(&b, T_STATS, 1);
+    rc |= write_seed(dir, "session", "no-hello", &b);
+
+    /* the client writes its URS ring, then says so */
+    b.n = 0;
+    put8(&b, 1);
+    TEMPLATE(&b, T_ATTACH, 1);
+    put8(&b, 3);
+    put8(&b, 0);
+    put8(&b, 1);
+    put(&b, "\x00\x00\x80\x7e\x80\x7e\x00\x00", 8);
+    put8(&b, 3);
+    put8(&b, 0);
+    put8(&b, 0);
+    put(&b, "\x03\0\0\0\0\0\0\0", 8);
+    TEMPLATE(&b, T_URS, 0, 0, 3, 0);
+    rc |= write_seed(dir, "session", "urs-ring", &b);
+
+    /* framing errors on a live connection: bad length, truncated frame,
+     * undecodable payload, a frame split over two writes */
+    b.n = 0;
+    put8(&b, 1);
+    put8(&b, 1);
+    put16(&b, 4);
+    put(&b, "\xff\xff\xff\xff", 4);
+    rc |= write_seed(dir, "session", "bad-length", &b);
+    b.n = 0;
+    put8(&b, 1);
+    put8(&b, 1);
+    put16(&b, 6);
+    put(&b, "\0\0\0\x10\x08\x01", 6);
+    rc |= write_seed(dir, "session", "truncated", &b);
+    b.n = 0;
+    put8(&b, 1);
+    put8(&b, 0);
+    put16(&b, 3);
+    put(&b, "\xff\xff\xff", 3);
+    rc |= write_seed(dir, "session", "undecodable", &b);
+    b.n = 0;
+    put8(&b, 1);
+    put8(&b, 1);
+    put16(&b, 5);
+    put(&b, "\0\0\0\x02\x6a", 5);
+    put8(&b, 1);
+    put16(&b, 1);
+    put(&b, "\x00", 1);
+    rc |= write_seed(dir, "session", "split-frame", &b);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: fuzz_seed CORPUS_DIR\n");
+        return 2;
+    }
+    init_messages();
+    init_arms();
+    return frame_seeds(argv[1]) | session_seeds(argv[1]) ? 1 : 0;
+}
