@@ -10,7 +10,11 @@
  * envelopes delivered (compared by their canonical repacking), the same
  * return code, the same bytes pending.  An envelope's repacking, if it
  * decodes, must repack to the same bytes; handlers sometimes keep
- * an envelope (return 1) and sometimes stop the feed (return < 0). */
+ * an envelope (FRAME_TAKEN), sometimes pause the reader (FRAME_PAUSE, then
+ * the feed resumes it until it stops pausing, as the daemon does when the
+ * peer has read its replies: Note [Connection limits]) and sometimes stop
+ * the feed (return < 0).  Pausing must change nothing in what is
+ * delivered. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -64,11 +68,20 @@ static int on_envelope(void *arg, Heapd__Envelope *env)
     s->count++;
     if (env->seq == STOP_AT_SEQ)
         return -ECANCELED;
+    int pause = env->seq & 2 ? FRAME_PAUSE : 0;
     if (env->seq & 1 && s->n_kept < 8) {
         s->kept[s->n_kept++] = env; /* freed by the caller, later */
-        return 1;
+        return FRAME_TAKEN | pause;
     }
-    return 0;
+    return pause;
+}
+
+/* Resume a paused reader until it stops pausing; the final return. */
+static int unpause(frame_reader *r, int rc, struct seen *s)
+{
+    while (rc == FRAME_PAUSE)
+        rc = frame_reader_resume(r, on_envelope, s);
+    return rc;
 }
 
 static void release(struct seen *s)
@@ -91,7 +104,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     frame_reader r;
     struct seen whole = {0, 0xcbf29ce484222325ull, {0}, 0};
     frame_reader_init(&r, max_payload);
-    int rc_whole = frame_reader_feed(&r, data, size, on_envelope, &whole);
+    int rc_whole = unpause(&r, frame_reader_feed(&r, data, size, on_envelope,
+                                                 &whole), &whole);
     size_t pending_whole = rc_whole == 0 ? frame_reader_pending(&r) : 0;
     frame_reader_free(&r);
     release(&whole);
@@ -107,8 +121,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t n = 1 + rng % 64;
         if (n > size - off)
             n = size - off;
-        rc_chunked = frame_reader_feed(&r, data + off, n, on_envelope,
-                                       &chunked);
+        rc_chunked = unpause(&r, frame_reader_feed(&r, data + off, n,
+                                                   on_envelope, &chunked),
+                             &chunked);
         off += n;
     }
     size_t pending_chunked = rc_chunked == 0 ? frame_reader_pending(&r) : 0;

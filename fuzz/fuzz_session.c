@@ -61,6 +61,9 @@ static const char config_text[] =
     "[daemon]\n"
     "gc_threads = 1\n"
     "log_level = error\n"
+    /* the smallest: replies to a few dozen requests pause the reader
+     * (Note [Connection limits]) */
+    "max_write_queue = 64K\n"
     "[heap default]\n"
     "base = 0x7e8000000000\n"
     "max_size = 64M\n"

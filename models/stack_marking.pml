@@ -89,24 +89,19 @@
  *                          unmarked (the mutator blocked half-way through
  *                          logging it): K1 fails.
  *
- * KNOWN BUG, a failing variant (-DGROW; scripts/model-check expects it to
- * fail until the code is fixed; see docs/hardening-models.md):
- *   heapd_root_push, when the stack is full, parks REF and calls
- *   grow_roots, a request to the daemon inside a blocking region: a final
- *   sync, a sweep and a new snapshot may pass meanwhile.  Back from it,
- *   heapd_root_push stores REF, publishes the depth and unparks REF
- *   without running barrier_stack again, although the new cycle has not
- *   marked the stack.  The daemon's concurrent mark_stack (mark_roots) may
- *   then trace it at the same time, and trace_stack loads root_depth
- *   BEFORE pending_root: it reads the old depth, the mutator stores the
- *   slot, the depth and unparks, the daemon reads pending_root == NULL and
- *   sets stack_marked.  REF (allocated or read in the previous cycle) is on
- *   the stack, unmarked, and the stack counts as marked: the final sync
- *   skips it and the sweep frees a rooted object (K1; spin: ~40k states).
- *   Either fix verifies here: -DFIX_PENDING_FIRST (trace_stack loads
- *   pending_root before root_depth; the mutator stores slot, depth, then
- *   unparks, so one of the two loads sees REF) or -DFIX_GROW_BARRIER
- *   (heapd_root_push runs barrier_stack(m, ref) again after grow_roots).
+ * -DGROW adds heapd_root_push growing the stack (a request to the daemon
+ * inside a blocking region, during which a final sync, a sweep and a new
+ * snapshot may pass).  It found a bug (fixed in 338dd96): back from
+ * grow_roots, heapd_root_push stored REF, published the depth and
+ * unparked REF without running barrier_stack again, while the daemon's
+ * concurrent mark_stack loaded root_depth BEFORE pending_root: it read the
+ * old depth, the mutator stored the slot, the depth and unparked, the
+ * daemon read pending_root == NULL and set stack_marked, and the sweep
+ * freed REF on the stack (K1).  The code now has both fixes, each of which
+ * verifies alone; the mutant GROW+BUG_GROW_NO_BARRIER+BUG_DEPTH_FIRST
+ * (neither) must fail:
+ *   BUG_DEPTH_FIRST        mark_stack loads root_depth before pending_root;
+ *   BUG_GROW_NO_BARRIER    no barrier_stack after grow_roots.
  */
 
 #define NOBJ    4       /* objects 1..3; index 0 is NULL */
@@ -215,10 +210,11 @@ inline mark_stack_concurrent()
 #ifdef BUG_MARKED_EARLY
         stack_marked = epoch;
 #endif
-#ifndef FIX_PENDING_FIRST
+#ifdef BUG_DEPTH_FIRST
         d = depth;
         r = pending; mark_ref(r);
 #else
+        /* daemon/mark.c mark_stack: the parked value before the depth */
         r = pending; mark_ref(r);
         d = depth;
 #endif
@@ -556,7 +552,8 @@ inline root_push(v)
         in_heap = false;
         atomic { !stop -> in_heap = true };
         chunks++;
-#ifdef FIX_GROW_BARRIER
+#ifndef BUG_GROW_NO_BARRIER
+        /* heapd_root_push: the stack barrier again after growing */
         barrier_stack(v);
 #endif
         skip
