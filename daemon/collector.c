@@ -314,7 +314,11 @@ static void run_cycle(struct collector *gc)
     h->stats.mark_ns_last = t_sweep - t_mark;
     h->stats.sweep_ns_last = t_end - t_sweep;
     uint64_t cycle = h->stats.cycles_completed;
-    uint32_t keep = (uint32_t)(collector_allocation_budget(h) >> h->seg_shift);
+    /* as much as the heap may allocate before the next cycle ends (Note
+     * [Pacing]): punching it would only buy page faults and zeroing */
+    uint32_t keep = (uint32_t)((PACE_FACTOR + 1) *
+                                   collector_allocation_budget(h) >>
+                               h->seg_shift);
     atomic_store(&h->control->phase, LAYOUT_PHASE_IDLE);
     pthread_mutex_unlock(&h->lock);
     uint32_t punched = seg_punch_idle(h, cycle, keep);

@@ -39,9 +39,10 @@
  * The free pool is a bitmap searched from the lowest address, which keeps a
  * heap's memory packed towards its base.  Memory of segments free for two
  * completed cycles goes back to the kernel with fallocate(PUNCH_HOLE),
- * except as many of the lowest free segments as the heap will allocate
- * before its next cycle: those are granted again soon, and punching them
- * would only buy page faults and zeroing.
+ * except as many of the lowest free segments as the heap may allocate
+ * before its next cycle ends (PACE_FACTOR + 1 budgets, Note [Pacing] in
+ * daemon/collector.c): those are granted again soon, and punching them
+ * would only buy page faults and zeroing (GCBench: half its faults).
  */
 #include "segment.h"
 
