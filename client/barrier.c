@@ -24,7 +24,8 @@
  * twice is harmless.  Objects allocated during marking are black (their mark
  * is the epoch) and carry the epoch as their tag, so writes to them are
  * free.  The phase can only change while the mutator is stopped, and
- * heapd_write is not a safepoint, so one write sees one phase.  Outside
+ * heapd_write is not a safepoint, so one write sees one phase, unless its
+ * barrier blocks (Note [Straddling a cycle], Note [Values in flight]).  Outside
  * marking the barrier is one load and a predictable branch.
  *
  * Note [Dirty tags]

@@ -16,7 +16,9 @@
  *     trip), up to batch_cap: RESERVE_BATCH, or 1/64 of the heap's segments
  *     for a small heap, where a client must not sit on the room a large
  *     object or another client needs.  It never shrinks; what a client
- *     holds this way is bounded by 2 * batch_cap, counted by its quota and
+ *     holds this way is bounded by 2 * batch_cap, and the daemon grants
+ *     less when the heap's allocation budget is small (grant_cap in
+ *     daemon/session.c, Note [Segment supply]); it is counted by its quota and
  *     given back when it disconnects (Note [Segment supply]).
  *
  * Note [Pre-faulting]

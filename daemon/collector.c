@@ -11,7 +11,8 @@
  *      floor of TRIGGER_FLOOR so that a near-empty heap does not collect
  *      constantly (Go's GOGC, OCaml's space_overhead).  The loop thread
  *      checks it at every segment grant and every segment return, so it
- *      fires at most a return batch of segments late.
+ *      fires at most a return batch of segments late.  While a cycle runs,
+ *      allocation that outruns it waits for it (Note [Pacing]).
  *   2. Snapshot pause (Note [Stop the world]): next epoch, reset every
  *      slot's stack words and empty its URS ring (Note [Straddling a
  *      cycle]), flip the static flag, phase = MARK (the write barrier is on

@@ -523,6 +523,45 @@ static int count_frame(void *arg, Heapd__Envelope *env)
     return 0;
 }
 
+/* A stats request flood on FD, which reads nothing: send whole frames
+ * until the socket is full and heapd says it paused the connection
+ * (connections_throttled, a handshake rather than a timeout).  Without the
+ * pause heapd would read and queue replies for ever: give up, failing,
+ * after 64 MiB.  Returns the frame; *FRAMES counts whole ones sent, *OFF
+ * is how much of the last one went out. */
+static uint8_t *flood_until_paused(int fd, size_t *len, size_t *frames,
+                                   size_t *off)
+{
+    Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    env.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
+    env.stats_request = &sr;
+    uint8_t *req;
+    size_t total = 0;
+    ck_assert_int_eq(frame_pack(&env, &req, len), 0);
+    ck_assert_int_eq(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+    *frames = *off = 0;
+    for (;;) {
+        ssize_t w = send(fd, req + *off, *len - *off, MSG_NOSIGNAL);
+        if (w > 0) {
+            total += (size_t)w;
+            *off += (size_t)w;
+            if (*off == *len) {
+                *off = 0;
+                (*frames)++;
+            }
+            ck_assert_msg(total < (64u << 20), "heapd kept reading a client "
+                          "that reads none of its %zu replies", *frames);
+            continue;
+        }
+        ck_assert_msg(w < 0 && errno == EAGAIN, "send: %s", strerror(errno));
+        if (harness_daemon_stats(&D).connections_throttled >= 1)
+            return req;
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        poll(&pf, 1, 100); /* heapd still reading: room comes */
+    }
+}
+
 /* A client that sends stats requests as fast as the socket takes them and
  * reads nothing: heapd stops reading it once max_write_queue bytes of
  * replies wait, serves others meanwhile, and answers every request once
@@ -531,40 +570,11 @@ START_TEST(client_that_does_not_read_is_paused)
 {
     harness_start(&D, limits_config("max_write_queue = 64K"));
     int fd = raw_control();
-    Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
-    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
-    env.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
-    env.stats_request = &sr;
-    uint8_t *req;
-    size_t len, off = 0, frames = 0, total = 0;
-    ck_assert_int_eq(frame_pack(&env, &req, &len), 0);
-    ck_assert_int_eq(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+    size_t len, off, frames;
+    uint8_t *req = flood_until_paused(fd, &len, &frames, &off);
 
-    /* write until the socket stays full for 2 s: heapd stopped reading.
-     * Without the pause it would read (and queue replies) for ever: give
-     * up, failing, after 64 MiB. */
-    for (;;) {
-        ssize_t w = send(fd, req + off, len - off, MSG_NOSIGNAL);
-        if (w > 0) {
-            total += (size_t)w;
-            off += (size_t)w;
-            if (off == len) {
-                off = 0;
-                frames++;
-            }
-            ck_assert_msg(total < (64u << 20), "heapd kept reading a client "
-                          "that reads none of its %zu replies", frames);
-            continue;
-        }
-        ck_assert_msg(w < 0 && errno == EAGAIN, "send: %s", strerror(errno));
-        struct pollfd pf = {.fd = fd, .events = POLLOUT};
-        if (poll(&pf, 1, 2000) == 0)
-            break;
-    }
-    /* others are served meanwhile, and the pause was counted */
+    /* others are served meanwhile */
     ck_assert_uint_eq(still_serving(D.sock), 2);
-    heapd_stats_t st = harness_daemon_stats(&D);
-    ck_assert_uint_ge(st.connections_throttled, 1);
 
     /* now read: every request is answered, and the rest of the last one
      * goes through once heapd reads again */
@@ -603,6 +613,39 @@ START_TEST(client_that_does_not_read_is_paused)
 }
 END_TEST
 
+/* A control connection, retried while heapd refuses it for a connection
+ * limit: it sees a closed connection in its own time (bounded: 1 s). */
+static heapd_client *connect_when_below_limit(void)
+{
+    heapd_connect_opts o = {.socket_path = D.sock,
+                            .flags = HEAPD_CONNECT_CONTROL};
+    heapd_client *c = NULL;
+    int rc = -EAGAIN;
+    for (int i = 0; i < 1000 && rc == -EAGAIN; i++)
+        if ((rc = heapd_connect(&c, &o)) == -EAGAIN)
+            usleep(1000);
+    ck_assert_msg(rc == 0, "connect after a close: %s", heapd_last_error());
+    return c;
+}
+
+/* A paused client that dies is noticed (its queued replies fail) and
+ * freed, although heapd is not reading it. */
+START_TEST(paused_client_that_dies_is_freed)
+{
+    harness_start(&D, limits_config("max_write_queue = 64K"));
+    int fd = raw_control();
+    size_t len, off, frames;
+    free(flood_until_paused(fd, &len, &frames, &off));
+    close(fd);
+    uint32_t n = 0;
+    for (int i = 0; i < 300 && (n = still_serving(D.sock)) != 1; i++)
+        usleep(10000); /* bounded: 3 s */
+    ck_assert_uint_eq(n, 1);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* One connection over max_connections_per_user is refused with the reason;
  * the others keep working, and a slot freed is usable again. */
 START_TEST(connections_per_user_are_limited)
@@ -622,14 +665,7 @@ START_TEST(connections_per_user_are_limited)
     ck_assert_msg(strstr(heapd_last_error(), "max_connections_per_user"),
                   "message: %s", heapd_last_error());
     close(fds[0]);
-    /* the daemon sees the close in its own time: bounded retry */
-    int rc = -EAGAIN;
-    for (int i = 0; i < 1000 && rc == -EAGAIN; i++) {
-        rc = heapd_connect(&c, &o);
-        if (rc == -EAGAIN)
-            usleep(1000);
-    }
-    ck_assert_msg(rc == 0, "connect after a close: %s", heapd_last_error());
+    c = connect_when_below_limit();
     heapd_stats_t st;
     ck_assert_int_eq(heapd_stats(c, &st), 0);
     ck_assert_uint_ge(st.connections_refused, 2);
@@ -650,20 +686,11 @@ START_TEST(connections_in_all_are_limited)
     expect_error_and_close(extra, HEAPD__ERROR_CODE__ERROR_TOO_MANY_CONNECTIONS,
                            "max_connections in [daemon]");
     close(fds[2]);
-    uint32_t n = 0;
-    for (int i = 0; i < 1000; i++) { /* bounded: the close takes a moment */
-        heapd_connect_opts o = {.socket_path = D.sock,
-                                .flags = HEAPD_CONNECT_CONTROL};
-        heapd_client *c = NULL;
-        if (heapd_connect(&c, &o) == 0) {
-            heapd_stats_t st;
-            ck_assert_int_eq(heapd_stats(c, &st), 0);
-            n = st.clients_connected;
-            heapd_disconnect(c);
-            break;
-        }
-        usleep(1000);
-    }
+    heapd_client *c = connect_when_below_limit();
+    heapd_stats_t st;
+    ck_assert_int_eq(heapd_stats(c, &st), 0);
+    uint32_t n = st.clients_connected;
+    heapd_disconnect(c);
     ck_assert_uint_eq(n, 3);
     close(fds[0]);
     close(fds[1]);
@@ -980,6 +1007,7 @@ static Suite *daemon_suite(void)
     tcase_add_test(t, heap_map_failure_reported);
     tcase_add_test(t, heapctl_stats);
     tcase_add_test(t, client_that_does_not_read_is_paused);
+    tcase_add_test(t, paused_client_that_dies_is_freed);
     tcase_add_test(t, connections_per_user_are_limited);
     tcase_add_test(t, connections_in_all_are_limited);
     tcase_add_test(t, closing_connection_that_never_reads_is_reaped);
