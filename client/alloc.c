@@ -85,10 +85,11 @@ static int next_segment(heapd_mutator *m, unsigned cls)
         return rc;
     uint8_t *seg = client_seg_addr(c, idx);
     struct layout_segment *hd = (struct layout_segment *)seg;
-    /* read by the prefault thread (Note [Pre-faulting]) */
-    __atomic_store_n(&hd->kind, LAYOUT_SEG_SMALL, __ATOMIC_RELAXED);
-    /* the class before any block: Note [Segments] */
-    __atomic_store_n(&hd->size_class, cls, __ATOMIC_RELEASE);
+    /* the class, then the kind that makes it valid, before any block
+     * (Note [Segments]); the prefault thread reads the kind too (Note
+     * [Pre-faulting]) */
+    __atomic_store_n(&hd->size_class, cls, __ATOMIC_RELAXED);
+    __atomic_store_n(&hd->kind, LAYOUT_SEG_SMALL, __ATOMIC_RELEASE);
     s->index = idx;
     s->marks = layout_seg_marks(seg);
     s->blocks = seg + c->small_first[cls];

@@ -169,9 +169,10 @@ static bool marked_already(const heapd_mutator *m, const void *ref)
         return false; /* the control area */
     uint8_t *seg = client_seg_addr(c, i);
     const struct layout_segment *hd = (const struct layout_segment *)seg;
-    if (__atomic_load_n(&hd->kind, __ATOMIC_RELAXED) != LAYOUT_SEG_SMALL)
+    /* Note [Segments]: the kind, then the class it makes valid */
+    if (__atomic_load_n(&hd->kind, __ATOMIC_ACQUIRE) != LAYOUT_SEG_SMALL)
         return false;
-    uint32_t cls = __atomic_load_n(&hd->size_class, __ATOMIC_ACQUIRE);
+    uint32_t cls = __atomic_load_n(&hd->size_class, __ATOMIC_RELAXED);
     if (cls >= LAYOUT_NCLASSES)
         return false;
     uint32_t idx = layout_small_block((uint64_t)((uint8_t *)ref - seg),

@@ -7,9 +7,11 @@
  * which its mutators take one when their current segment of a class fills
  * up; it asks again, without waiting, when the reserve runs low, so that a
  * mutator rarely waits for the socket (client/alloc.c).  A granted segment
- * is OWNED by the client and blank: the daemon has zeroed its header and
- * mark bytes.  The mutator that takes it writes its size class into the
- * header and then allocates blocks by setting their mark bytes
+ * is OWNED by the client and blank: its header and mark bytes read as
+ * zero (the daemon zeroes them, or the segment's memory was punched and is
+ * not touched at all: Note [Segments] in proto/layout.h).  The mutator
+ * that takes it writes its size class into the header and then allocates
+ * blocks by setting their mark bytes
  * (Note [Epoch-tagged marks]).  A full segment goes back with SegmentReturn
  * and becomes FILLED: the heap's, swept like any other.  A large object gets
  * a run of whole segments (SegmentRequest LARGE, one round trip); the run is
@@ -176,12 +178,10 @@ int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
         /* the header is blank before the state says OWNED: a sweeper or
          * marker that sees OWNED must never read the class of the
          * segment's previous life (seg_class caches it) */
-        void *seg = heap_seg_addr(h, i);
+        /* a punched segment reads as zero and so is blank already: not
+         * one of its pages is touched here (Note [Segments]) */
         if (!t->segs[i].punched)
-            memset(seg, 0, hdr_bytes);
-        struct layout_segment *hd = seg;
-        hd->kind = LAYOUT_SEG_BLANK;
-        __atomic_store_n(&hd->size_class, LAYOUT_CLASS_NONE, __ATOMIC_RELEASE);
+            memset(heap_seg_addr(h, i), 0, hdr_bytes);
         take(t, i, SEG_OWNED, owner, 0);
         t->segs[i].punched = 0;
         out[n++] = i;
@@ -225,7 +225,6 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
         punch(h, start, (uint32_t)need); /* the object must read as zero */
     struct layout_segment *hd = heap_seg_addr(h, start);
     hd->kind = LAYOUT_SEG_LARGE;
-    hd->size_class = LAYOUT_CLASS_NONE;
     hd->large_bytes = need << h->seg_shift;
     /* the run's shape before its state (as for small grants) */
     for (uint32_t i = start; i < start + need; i++) {
@@ -251,7 +250,6 @@ int seg_grant_roots(struct heap *h, uint64_t owner, uint32_t *held,
         return -ENOSPC;
     struct layout_segment *hd = heap_seg_addr(h, i);
     hd->kind = LAYOUT_SEG_ROOTS;
-    hd->size_class = LAYOUT_CLASS_NONE;
     take(t, i, SEG_ROOTS, owner, 0);
     t->segs[i].punched = 0;
     t->n_roots++;
@@ -277,7 +275,10 @@ static void make_free(struct heap *h, uint32_t i)
 static uint8_t header_class(const struct heap *h, uint32_t i)
 {
     const struct layout_segment *hd = heap_seg_addr(h, i);
-    uint32_t c = __atomic_load_n(&hd->size_class, __ATOMIC_ACQUIRE);
+    /* Note [Segments]: the kind, then the class it makes valid */
+    if (__atomic_load_n(&hd->kind, __ATOMIC_ACQUIRE) != LAYOUT_SEG_SMALL)
+        return SEG_CLASS_UNKNOWN;
+    uint32_t c = __atomic_load_n(&hd->size_class, __ATOMIC_RELAXED);
     if (c < LAYOUT_NCLASSES && h->segs.small_nblocks[c] != 0)
         return (uint8_t)c;
     return SEG_CLASS_UNKNOWN;
@@ -301,8 +302,7 @@ static void unown_small(struct heap *h, uint32_t i)
     struct seg *s = &h->segs.segs[i];
     const struct layout_segment *hd = heap_seg_addr(h, i);
     h->segs.n_owned--;
-    if (__atomic_load_n(&hd->size_class, __ATOMIC_ACQUIRE) ==
-        LAYOUT_CLASS_NONE) {
+    if (__atomic_load_n(&hd->kind, __ATOMIC_ACQUIRE) == LAYOUT_SEG_BLANK) {
         make_free(h, i); /* never used */
         return;
     }
