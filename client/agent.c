@@ -189,6 +189,8 @@ static void *agent_main(void *arg)
     struct agent *a = arg;
     sigset_t pipe_only;
 
+    pthread_setname_np(pthread_self(), "heapd-agent");
+
     /* libuv writes with write(2), not send(MSG_NOSIGNAL): a daemon that
      * died would kill the application with SIGPIPE.  A library must not
      * change the process's signal dispositions, so the agent blocks it for

@@ -133,7 +133,8 @@ static void urs_wait_room(heapd_mutator *m)
             break;
         if (agent_is_closed(&m->c->agent))
             break; /* no daemon to wait for; the slot is gone anyway */
-        futex_wait(&s->urs_wake, w, 100000000u);
+        /* Note [Spinning through a pause] */
+        futex_spin_wait(&s->urs_wake, w, MUTATOR_SPIN_NS, 100000000u);
     }
     heapd_blocking_leave(m);
 }
@@ -337,7 +338,8 @@ void barrier_stack_slow(heapd_mutator *m)
             if (v == epoch || atomic_load(&m->ctl->epoch) != epoch ||
                 agent_is_closed(&m->c->agent))
                 break;
-            futex_wait(&s->stack_marked, v, 100000000u);
+            /* Note [Spinning through a pause] */
+            futex_spin_wait(&s->stack_marked, v, MUTATOR_SPIN_NS, 100000000u);
         }
         heapd_blocking_leave(m);
         if (agent_is_closed(&m->c->agent))

@@ -53,6 +53,9 @@ struct agent {
 #define RESERVE_START 16   /* the first batch (Note [Reserve sizing]) */
 #define RESERVE_BATCH 64   /* asked for at once, at most (MAX_GRANT) */
 #define RESERVE_MAX (2 * RESERVE_BATCH) /* blank segments kept at most */
+/* a mutator's short waits spin this long before they sleep (Note
+ * [Spinning through a pause] in client/mutator.c) */
+#define MUTATOR_SPIN_NS 300000u
 #define RETURN_BATCH 16    /* full segments sent back in one message */
 
 /* Blank segments granted to this client, shared by its mutators
@@ -62,7 +65,7 @@ struct reserve {
     uint32_t segs[RESERVE_MAX];      /* a ring: first in, first out */
     unsigned head, n;
     bool refilling;                  /* an async request is out */
-    pthread_cond_t refilled;         /* signalled when its answer is in */
+    _Atomic uint32_t refills;        /* futex: bumped when its answer is in */
     uint32_t full[RETURN_BATCH];     /* full segments not yet sent back */
     unsigned nfull;
     unsigned batch, max, low;        /* Note [Reserve sizing] */

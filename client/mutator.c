@@ -16,20 +16,19 @@
  * The daemon's pauses are tens of microseconds (they only flip words), but
  * a mutator that sleeps on the futex for one must then be woken and
  * scheduled again, and on a busy machine the scheduler can take
- * milliseconds to give it a core back, longer than the pause itself.  So a
- * stopped mutator first spins on the stop word, with a pause instruction,
- * for up to STOP_SPIN_NS, keeping its core, and only then sleeps.  The
- * daemon needs no core from the mutator: with mutators <= cores its
- * collector thread has one.
+ * milliseconds to give it a core back, longer than the pause itself; on a
+ * virtual machine the core it slept on may have halted, and the host takes
+ * its time to run it again.  So a stopped mutator first spins on the stop
+ * word, with a pause instruction, for up to MUTATOR_SPIN_NS, keeping its
+ * core, and only then sleeps (futex_spin_wait).  The daemon needs no core
+ * from the mutator: with mutators <= cores its collector thread has one.
+ * The other waits of a mutator on the daemon that are usually short do the
+ * same: room in its URS ring (the mark workers poll the rings every few
+ * hundred objects, Note [Polling the rings]), a refill already on its way
+ * (Note [Reserve sizing]), and its root stack being marked by the daemon
+ * (Note [Stack marking handshake]).
  */
-#define STOP_SPIN_NS 300000u
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 void mutator_stop_slow(heapd_mutator *m)
 {
@@ -43,15 +42,8 @@ void mutator_stop_slow(heapd_mutator *m)
     atomic_store(&m->slot->status, LAYOUT_STATUS(gen, LAYOUT_MUT_RUNNING));
     futex_wake_all(&m->slot->status);
     /* Note [Spinning through a pause] */
-    uint64_t start = now_ns();
-    for (unsigned i = 1; atomic_load(&m->ctl->stop_request) == gen; i++) {
-        __builtin_ia32_pause();
-        if ((i & 63) == 0 && now_ns() - start > STOP_SPIN_NS) {
-            while (atomic_load(&m->ctl->stop_request) == gen)
-                futex_wait(&m->ctl->stop_request, gen, 0);
-            break;
-        }
-    }
+    while (atomic_load(&m->ctl->stop_request) == gen)
+        futex_spin_wait(&m->ctl->stop_request, gen, MUTATOR_SPIN_NS, 0);
 }
 
 void heapd_safepoint(heapd_mutator *m)

@@ -33,10 +33,27 @@
  * use, usually well before a mutator takes them: the ready reserve is
  * first in, first out and holds a batch of runway (Note [Reserve sizing]).
  *
- * The thread runs at the lowest priority (nice 19): when the cores are
- * busy it would take them from the mutators and the collector, and a
- * mutator held off its core cannot answer a stop (done at normal priority
- * by the agent thread, this made pauses ten times longer).  A low-priority
+ * The thread runs in the idle scheduling class (SCHED_IDLE; nice 19 where
+ * that is refused): when the cores are busy it would take them from the
+ * mutators and the collector, and a mutator held off its core cannot answer
+ * a stop (done at normal priority by the agent thread, this made pauses ten
+ * times longer).  Not merely nice 19: a thread of any nice value that has
+ * just been given a core keeps it for its minimum slice, so a mutator woken
+ * meanwhile (a grant arrived, its ring has room) waits for the next
+ * scheduler tick, 4 ms at HZ=250, while this thread faults pages in
+ * (measured: 4-5 ms iterations in latency_bench, the woken mutator queued
+ * behind this thread in MADV_POPULATE_WRITE).  Only an idle-class thread
+ * is preempted at once by any waking normal one.  And since the kernel
+ * still lends an idle-class thread a busy core now and then, until the
+ * next tick, the thread yields after every segment (one madvise, some
+ * tens of microseconds).  While the heap is marking it leaves the
+ * segments it claims alone: the daemon's mark workers are in the idle
+ * class too (Note [Worker priority] in daemon/workers.c) and would share
+ * the spare core with it half and half, and a cycle that marks at half
+ * speed makes allocation wait on pacing (measured in latency_bench: grants
+ * paced and 10-20 ms iterations, none once this thread stood aside); the
+ * mutator faults those pages in itself, a few microseconds each.  A
+ * low-priority
  * thread must never hold something a mutator waits for, or it passes its
  * priority on to the mutator:
  *   - it takes no lock: the agent thread alone writes segment numbers into
@@ -58,6 +75,8 @@
  * an entry overwritten when the ring wraps is just not pre-faulted).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -68,13 +87,13 @@
 #include "client_internal.h"
 #include "futex.h"
 
-#define PREFAULT_NICE 19 /* Note [Pre-faulting] */
+#define PREFAULT_NICE 19 /* without SCHED_IDLE: Note [Pre-faulting] */
 
 void reserve_init(heapd_client *c)
 {
     struct reserve *r = &c->reserve;
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->refilled, NULL);
+    atomic_init(&r->refills, 0);
     /* Note [Reserve sizing] */
     uint32_t nseg = c->ctl->segment_count;
     r->batch_cap = nseg / 64 < 1              ? 1
@@ -124,8 +143,11 @@ static void *prefault_main(void *arg)
     bool populate = true;
     uint32_t floor = 0;
 
+    pthread_setname_np(pthread_self(), "heapd-prefault");
     /* this thread only: a thread's nice value is its own on Linux */
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PREFAULT_NICE);
+    struct sched_param none = {0};
+    if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &none) != 0)
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PREFAULT_NICE);
     for (;;) {
         uint32_t seq = atomic_load_explicit(&p->seq, memory_order_acquire);
         uint32_t s = prefault_claim(p, &floor);
@@ -135,6 +157,9 @@ static void *prefault_main(void *arg)
             futex_wait(&p->seq, seq, 0); /* any push or the stop bumps it */
             continue;
         }
+        if (atomic_load_explicit(&c->ctl->phase, memory_order_relaxed) ==
+            LAYOUT_PHASE_MARK)
+            continue; /* the marker needs the spare core: Note [Pre-faulting] */
         const struct layout_segment *hd = client_seg_addr(c, s);
         if (__atomic_load_n(&hd->kind, __ATOMIC_RELAXED) != LAYOUT_SEG_BLANK)
             continue; /* a mutator has it already: leave it the pages */
@@ -144,6 +169,7 @@ static void *prefault_main(void *arg)
         if (populate && madvise(client_seg_addr(c, s), c->segment_size,
                                 MADV_POPULATE_WRITE) != 0)
             populate = false;
+        sched_yield(); /* Note [Pre-faulting]: a segment at a time */
 #else
         (void)populate;
 #endif
@@ -238,8 +264,9 @@ static void on_refill(void *arg, int status, Heapd__Envelope *rep)
             }
         }
     }
-    pthread_cond_broadcast(&r->refilled);
+    atomic_fetch_add(&r->refills, 1);
     pthread_mutex_unlock(&r->mu);
+    futex_wake_all(&r->refills);
     prefault_kick(c);
     return_segments(c, extra, nextra);
 }
@@ -336,8 +363,13 @@ int reserve_take(heapd_mutator *m, uint32_t *out)
             pthread_mutex_unlock(&r->mu);
             heapd_blocking_enter(m);
             pthread_mutex_lock(&r->mu);
-            while (r->n == 0 && r->refilling)
-                pthread_cond_wait(&r->refilled, &r->mu);
+            while (r->n == 0 && r->refilling) {
+                uint32_t gen = atomic_load(&r->refills);
+                pthread_mutex_unlock(&r->mu);
+                /* Note [Spinning through a pause] */
+                futex_spin_wait(&r->refills, gen, MUTATOR_SPIN_NS, 0);
+                pthread_mutex_lock(&r->mu);
+            }
             pthread_mutex_unlock(&r->mu);
             heapd_blocking_leave(m);
             pthread_mutex_lock(&r->mu);

@@ -41,6 +41,7 @@
 #include "futex.h"
 #include "heap.h"
 #include "log.h"
+#include "workers.h"
 
 #define PACKET_REFS 256
 #define URS_POLL_EVERY 512 /* objects scanned between ring polls */
@@ -342,6 +343,11 @@ void mark_worker(void *arg, unsigned worker)
             if (++since_poll == URS_POLL_EVERY) {
                 since_poll = 0;
                 poll_urs(j);
+                workers_checkpoint(); /* Note [Worker priority] */
+                /* the running total pacing reads (Note [Pacing]) */
+                atomic_fetch_add_explicit(&j->marked_bytes, s.scanned_bytes,
+                                          memory_order_relaxed);
+                s.scanned_bytes = 0;
             }
             if (s.n > 0 && queued < PREFETCH_RING) {
                 if (s.n > 2 * PACKET_REFS)

@@ -286,6 +286,13 @@ struct pending {
     uint64_t bytes;
 };
 
+/* A request waiting for a cycle makes the collector's workers urgent
+ * (Note [Worker priority] in daemon/workers.c). */
+static void pending_changed(struct daemon *d)
+{
+    workers_set_urgent(&d->workers, d->pending != NULL);
+}
+
 /* Answer request SEQ once cycle TARGET has completed (0: a new cycle,
  * asked for now). */
 static int defer(struct conn *c, struct heap *h, uint64_t seq,
@@ -309,6 +316,7 @@ static int defer(struct conn *c, struct heap *h, uint64_t seq,
     p->target = target ? target : collector_request(h);
     p->next = c->d->pending;
     c->d->pending = p;
+    pending_changed(c->d);
     return 0;
 }
 
@@ -433,6 +441,14 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
                          : collector_paced_until(h);
     if (paced) {
         h->stats.grants_paced++;
+        log_debug("heap '%s': grant paced: %llu bytes allocated since the "
+                  "cycle started, %llu live at the last one, %llu marked "
+                  "so far", h->cfg->name,
+                  (unsigned long long)collector_allocated_this_cycle(h),
+                  (unsigned long long)h->stats.live_bytes,
+                  (unsigned long long)(h->marking ? atomic_load(
+                                                        &h->marking->marked_bytes)
+                                                  : 0));
         pthread_mutex_unlock(&h->lock);
         Heapd__SegmentRequest r = HEAPD__SEGMENT_REQUEST__INIT;
         r.kind = kind;
@@ -709,6 +725,7 @@ void session_cycle_done(struct heap *h, void *daemon)
             grant(p->c, h, p->seq, p->seg_kind, p->count, p->bytes, true);
         free(p);
     }
+    pending_changed(d);
 }
 
 void session_closed(struct conn *c)
@@ -725,6 +742,7 @@ void session_closed(struct conn *c)
             pp = &p->next;
         }
     }
+    pending_changed(d);
     if (!h)
         return;
     pthread_mutex_lock(&h->lock);

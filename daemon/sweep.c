@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "heap.h"
+#include "workers.h"
 
 #define SWEEP_BATCH 16
 
@@ -117,6 +118,7 @@ void sweep_worker(void *arg, unsigned worker)
         uint32_t start = atomic_fetch_add(&j->next, SWEEP_BATCH);
         if (start >= count)
             break;
+        workers_checkpoint(); /* Note [Worker priority] */
         uint32_t end = start + SWEEP_BATCH < count ? start + SWEEP_BATCH
                                                    : count;
         for (uint32_t i = start; i < end; i++) {

@@ -4,6 +4,8 @@
 #define HEAPD_DAEMON_WORKERS_H
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -12,6 +14,7 @@ typedef void (*workers_fn)(void *arg, unsigned worker);
 struct workers {
     unsigned n;
     pthread_t *threads;
+    pid_t *tids;                /* their thread ids, 0 until they run (mu) */
     pthread_mutex_t job_lock;   /* one job at a time */
     pthread_mutex_t mu;
     pthread_cond_t start_cv, done_cv;
@@ -21,6 +24,8 @@ struct workers {
     void *arg;
     unsigned active;            /* workers taking part in the current job */
     bool quit;
+    bool idle_ok;               /* the idle class can be left again */
+    _Atomic bool urgent;        /* somebody waits for a cycle */
 };
 
 int workers_init(struct workers *w, unsigned n);
@@ -30,5 +35,12 @@ void workers_run(struct workers *w, workers_fn fn, void *arg);
 void workers_run_n(struct workers *w, workers_fn fn, void *arg,
                    unsigned active);
 void workers_destroy(struct workers *w);
+
+/* Note [Worker priority]: whether a request waits for a cycle (any thread;
+ * moves the workers between the idle and the normal class), and a worker's
+ * checkpoint, where an idle-class worker yields now and then (a no-op on
+ * any other thread). */
+void workers_set_urgent(struct workers *w, bool urgent);
+void workers_checkpoint(void);
 
 #endif

@@ -25,6 +25,31 @@ static inline int futex_wait(_Atomic uint32_t *word, uint32_t val,
     return -errno;
 }
 
+static inline uint64_t futex_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Wait while *WORD == VAL, as futex_wait, but spin first (with a pause
+ * instruction) for up to SPIN_NS, keeping the core: for a wait that is
+ * usually short, sleeping costs more than the wait (Note [Spinning through
+ * a pause] in client/mutator.c). */
+static inline int futex_spin_wait(_Atomic uint32_t *word, uint32_t val,
+                                  uint64_t spin_ns, uint64_t timeout_ns)
+{
+    uint64_t t0 = futex_now_ns();
+    for (unsigned i = 1; __atomic_load_n((uint32_t *)word, __ATOMIC_SEQ_CST) ==
+                         val;
+         i++) {
+        __builtin_ia32_pause();
+        if ((i & 63) == 0 && futex_now_ns() - t0 > spin_ns)
+            return futex_wait(word, val, timeout_ns);
+    }
+    return 0;
+}
+
 static inline void futex_wake_all(_Atomic uint32_t *word)
 {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);

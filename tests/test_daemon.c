@@ -2,10 +2,13 @@
  * processes, real shared memory.  Every bad input is followed by a check
  * that the daemon still serves another client. */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -764,6 +767,118 @@ START_TEST(client_killed)
 }
 END_TEST
 
+/* ---- the collector's scheduling (Note [Worker priority]) ---- */
+
+/* Of PID's threads whose name starts with PREFIX: how many, and how many
+ * have scheduling policy POLICY (field 41 of /proc/PID/task/TID/stat). */
+static void thread_policies(pid_t pid, const char *prefix, int policy,
+                            int *n, int *with)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(dir);
+    ck_assert_msg(d != NULL, "%s: %s", dir, strerror(errno));
+    *n = *with = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char path[sizeof dir + sizeof e->d_name + 8], buf[1024];
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "%s/%s/comm", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue; /* the thread has gone */
+        bool named = fgets(buf, sizeof buf, f) &&
+                     strncmp(buf, prefix, strlen(prefix)) == 0;
+        fclose(f);
+        snprintf(path, sizeof path, "%s/%s/stat", dir, e->d_name);
+        if (!named || !(f = fopen(path, "r")))
+            continue;
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[len] = 0;
+        /* fields from the third on follow the ')' that ends the name */
+        char *p = strrchr(buf, ')'), *save = NULL;
+        int field = 2, pol = -1;
+        for (char *tok = p ? strtok_r(p + 1, " ", &save) : NULL; tok;
+             tok = strtok_r(NULL, " ", &save))
+            if (++field == 41)
+                pol = atoi(tok);
+        (*n)++;
+        if (pol == policy)
+            (*with)++;
+    }
+    closedir(d);
+}
+
+/* Wait (bounded) until every one of the daemon's collector worker threads
+ * has POLICY. */
+static void wait_worker_policy(int policy, const char *when)
+{
+    int n = 0, with = 0;
+    for (int ms = 0; ms < HARNESS_WAIT_MS; ms++) {
+        thread_policies(D.pid, "heapd-gc-", policy, &n, &with);
+        if (n > 0 && with == n)
+            return;
+        usleep(1000);
+    }
+    ck_abort_msg("%s: %d of %d collector workers have scheduling policy %d",
+                 when, with, n, policy);
+}
+
+static void *leave_idle_class(void *ok)
+{
+    struct sched_param none = {0};
+    *(bool *)ok = sched_setscheduler(0, SCHED_IDLE, &none) == 0 &&
+                  sched_setscheduler(0, SCHED_OTHER, &none) == 0;
+    return NULL;
+}
+
+/* The workers idle in the idle class, and move to the normal class while a
+ * request waits for their cycle.  (Where this user may not leave the idle
+ * class the daemon keeps them normal throughout, and so does the test.) */
+START_TEST(collector_workers_idle_unless_a_cycle_is_awaited)
+{
+    pthread_t t;
+    bool can_leave = false;
+    ck_assert_int_eq(pthread_create(&t, NULL, leave_idle_class, &can_leave), 0);
+    pthread_join(t, NULL);
+    int at_rest = can_leave ? SCHED_IDLE : SCHED_OTHER;
+
+    start_default();
+    wait_worker_policy(at_rest, "at rest");
+    /* a mutator that never reaches a safepoint holds the next cycle at its
+     * stop, so a collect asked for meanwhile waits */
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t stuck = fork();
+    ck_assert_int_ge(stuck, 0);
+    if (stuck == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        harness_attach(&D, &c, &m);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    close(ready[1]);
+    char r;
+    ck_assert_int_eq(read(ready[0], &r, 1), 1);
+    pid_t waiter = fork();
+    ck_assert_int_ge(waiter, 0);
+    if (waiter == 0) {
+        heapd_client *cc = connect_ok(D.sock, HEAPD_CONNECT_CONTROL);
+        _exit(heapd_request_collect(cc, HEAPD_COLLECT_WAIT) == 0 ? 0 : 1);
+    }
+    wait_worker_policy(SCHED_OTHER, "while a collect waits");
+    kill(stuck, SIGKILL);
+    harness_wait_pid(stuck, HARNESS_WAIT_MS);
+    harness_wait_ok(waiter, "the collect");
+    wait_worker_policy(at_rest, "once nothing waits");
+    harness_stop_clean(&D);
+}
+END_TEST
+
 START_TEST(shutdown_tells_clients)
 {
     start_default();
@@ -998,6 +1113,7 @@ static Suite *daemon_suite(void)
     tcase_add_test(t, denied_user);
     tcase_add_test(t, allowed_by_group);
     tcase_add_test(t, client_killed);
+    tcase_add_test(t, collector_workers_idle_unless_a_cycle_is_awaited);
     tcase_add_test(t, shutdown_tells_clients);
     tcase_add_test(t, daemon_killed_under_client);
     tcase_add_test(t, second_daemon_same_socket);
