@@ -101,9 +101,9 @@
  * instead (Yuasa's, as GHC uses for arrays): every write while marking
  * logs the value it overwrites.  That keeps the snapshot too (each field's
  * snapshot value is logged by the write that first replaces it); such an
- * object is never tagged dirty.
+ * object is never tagged dirty.  (BARRIER_WIDE is in client_internal.h,
+ * for the inline part of the barrier.)
  */
-#define BARRIER_WIDE 64
 
 /* ---- the update remembered set ---- */
 
