@@ -78,18 +78,23 @@ static int next_segment(heapd_mutator *m, unsigned cls)
     heapd_client *c = m->c;
     struct alloc_seg *s = &m->cur[cls];
     uint32_t idx;
+    bool formatted;
     int rc;
 
     release_current(m, cls);
-    if ((rc = reserve_take(m, &idx)) < 0)
+    if ((rc = reserve_take(m, cls, &idx, &formatted)) < 0)
         return rc;
     uint8_t *seg = client_seg_addr(c, idx);
     struct layout_segment *hd = (struct layout_segment *)seg;
-    /* the class, then the kind that makes it valid, before any block
-     * (Note [Segments]); the prefault thread reads the kind too (Note
-     * [Pre-faulting]) */
-    __atomic_store_n(&hd->size_class, cls, __ATOMIC_RELAXED);
-    __atomic_store_n(&hd->kind, LAYOUT_SEG_SMALL, __ATOMIC_RELEASE);
+    /* a partly free segment is formatted for CLS already, its live blocks
+     * marked (Note [Reusing partly free segments] in daemon/segment.c);
+     * a blank one gets the class, then the kind that makes it valid,
+     * before any block (Note [Segments]); the prefault thread reads the
+     * kind too (Note [Pre-faulting]) */
+    if (!formatted) {
+        __atomic_store_n(&hd->size_class, cls, __ATOMIC_RELAXED);
+        __atomic_store_n(&hd->kind, LAYOUT_SEG_SMALL, __ATOMIC_RELEASE);
+    }
     s->index = idx;
     s->marks = layout_seg_marks(seg);
     s->blocks = seg + c->small_first[cls];

@@ -70,6 +70,13 @@ struct reserve {
     unsigned nfull;
     unsigned batch, max, low;        /* Note [Reserve sizing] */
     unsigned batch_cap;
+    /* partly free segments, formatted, and the size classes to ask them
+     * for (Note [Reusing partly free segments] in daemon/segment.c) */
+    struct {
+        uint32_t seg, cls;
+    } reuse[RESERVE_MAX];
+    unsigned nreuse;
+    uint64_t classes[(LAYOUT_NCLASSES + 63) / 64];
 };
 
 #define PREFAULT_QUEUE 256 /* segments queued for pre-faulting, at most */
@@ -238,7 +245,10 @@ void reserve_init(heapd_client *c);
 /* Stop the prefault thread (heapd_disconnect, after the agent). */
 void reserve_stop(heapd_client *c);
 /* A blank segment for M, waiting for the daemon if need be. */
-int reserve_take(heapd_mutator *m, uint32_t *out);
+/* A segment for class CLS: partly free and already formatted for CLS
+ * (*FORMATTED set), or blank. */
+int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
+                 bool *formatted);
 /* Queue full segments to go back, sent RETURN_BATCH at a time or now. */
 void reserve_give_back(heapd_client *c, const uint32_t *segs, size_t n,
                        bool flush);

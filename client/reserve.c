@@ -256,7 +256,19 @@ static void on_refill(void *arg, int status, Heapd__Envelope *rep)
             uint32_t s = g->segments[i];
             if (s == 0 || s >= limit)
                 continue; /* never from a sane daemon; not ours to use */
-            if (r->n < r->max) {
+            /* partly free and formatted, or blank (Note [Reusing partly
+             * free segments] in daemon/segment.c); the header is not
+             * read here: a blank segment's first page may not exist yet */
+            uint32_t f = i < g->n_formatted ? g->formatted[i] : 0;
+            if (f != 0) {
+                uint32_t cls = f - 1;
+                if (cls < LAYOUT_NCLASSES && r->nreuse < RESERVE_MAX) {
+                    r->reuse[r->nreuse].seg = s;
+                    r->reuse[r->nreuse++].cls = cls;
+                } else if (nextra < RESERVE_MAX) {
+                    extra[nextra++] = s;
+                }
+            } else if (r->n < r->max) {
                 put_locked(r, s);
                 prefault_push(c, s);
             } else if (nextra < RESERVE_MAX) {
@@ -277,10 +289,20 @@ static void refill_async_locked(heapd_client *c)
     Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
     Heapd__Envelope req = HEAPD__ENVELOPE__INIT;
 
+    uint32_t classes[LAYOUT_NCLASSES];
+    size_t nclasses = 0;
+
     if (c->reserve.refilling)
         return;
+    /* the classes taken since the last refill */
+    for (uint32_t k = 0; k < LAYOUT_NCLASSES; k++)
+        if (c->reserve.classes[k >> 6] >> (k & 63) & 1)
+            classes[nclasses++] = k;
+    memset(c->reserve.classes, 0, sizeof c->reserve.classes);
     sr.kind = HEAPD__SEGMENT_KIND__SEGMENT_SMALL;
     sr.count = c->reserve.batch;
+    sr.n_classes = nclasses;
+    sr.classes = classes;
     req.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
     req.segment_request = &sr;
     if (agent_call_async(&c->agent, &req, on_refill, c) == 0)
@@ -301,11 +323,13 @@ static void grow_batch_locked(struct reserve *r)
 int reserve_drain(heapd_client *c)
 {
     struct reserve *r = &c->reserve;
-    uint32_t segs[RESERVE_MAX];
+    uint32_t segs[2 * RESERVE_MAX];
     size_t n = 0;
     pthread_mutex_lock(&r->mu);
     while (take_locked(r, &segs[n]))
         n++;
+    while (r->nreuse > 0)
+        segs[n++] = r->reuse[--r->nreuse].seg;
     pthread_mutex_unlock(&r->mu);
     return_segments(c, segs, n);
     return (int)n;
@@ -349,7 +373,22 @@ void reserve_flush_returns(heapd_client *c)
 /* A blank segment for M: from the reserve, or from the daemon.  When the
  * reserve is empty but a refill is already on its way, waiting for it (in
  * a blocking region) is shorter than a round trip of our own. */
-int reserve_take(heapd_mutator *m, uint32_t *out)
+/* With reserve.mu held: a partly free segment of class CLS, or false. */
+static bool take_reusable_locked(struct reserve *r, unsigned cls,
+                                 uint32_t *out)
+{
+    for (unsigned k = 0; k < r->nreuse; k++) {
+        if (r->reuse[k].cls != cls)
+            continue;
+        *out = r->reuse[k].seg;
+        r->reuse[k] = r->reuse[--r->nreuse];
+        return true;
+    }
+    return false;
+}
+
+int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
+                 bool *formatted)
 {
     heapd_client *c = m->c;
     struct reserve *r = &c->reserve;
@@ -357,6 +396,13 @@ int reserve_take(heapd_mutator *m, uint32_t *out)
     int n;
 
     pthread_mutex_lock(&r->mu);
+    /* the next refills ask for partly free segments of this class too */
+    r->classes[cls >> 6] |= 1ull << (cls & 63);
+    *formatted = take_reusable_locked(r, cls, out);
+    if (*formatted) {
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
     if (r->n == 0) {
         grow_batch_locked(r);
         if (r->refilling) {

@@ -40,7 +40,9 @@ struct segtab {
                                walks stop here, so their cost follows the
                                memory used, not max_size */
     uint64_t *free_bits;    /* bit i set: segment i is SEG_FREE */
-    uint32_t n_free, n_owned, n_filled, n_large, n_roots;
+    uint64_t *reuse_bits;   /* bit i set: FILLED and partly free (Note
+                               [Reusing partly free segments]) */
+    uint32_t n_free, n_owned, n_filled, n_large, n_roots, n_reusable;
     uint32_t small_max;     /* largest small object size */
     uint32_t small_nblocks[256];  /* per class; 0 = class not usable */
     uint32_t small_first[256];
@@ -55,11 +57,20 @@ static inline uint8_t seg_state(const struct segtab *t, uint32_t i)
     return __atomic_load_n(&t->segs[i].state, __ATOMIC_ACQUIRE);
 }
 
-/* Grant up to COUNT blank small segments to OWNER, whose *HELD segments
- * count toward QUOTA_SEGS.  Returns the number granted (>= 1), -EDQUOT when
- * the client's quota is reached or -ENOSPC when the heap is full. */
+/* Grant up to COUNT small segments to OWNER, whose *HELD segments count
+ * toward QUOTA_SEGS: partly free ones of the size classes set in CLASSES
+ * (a bitmap of LAYOUT_NCLASSES bits; NULL: none) first, blank ones for the
+ * rest; OUT_FORMATTED[k] is 0 for a blank OUT[k], else 1 + its class.
+ * Returns the number granted (>= 1), -EDQUOT
+ * when the client's quota is reached or -ENOSPC when the heap is full. */
 int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
-                    uint32_t quota_segs, uint32_t count, uint32_t *out);
+                    uint32_t quota_segs, uint32_t count,
+                    const uint64_t *classes, uint32_t *out,
+                    uint32_t *out_formatted);
+/* The sweep left FILLED segment I with NFREE free blocks of NBLOCKS: make
+ * it reusable if that is enough (takes the heap lock). */
+void seg_swept_filled(struct heap *h, uint32_t i, uint32_t nfree,
+                      uint32_t nblocks);
 /* Grant a run of segments for one large object of BYTES (header
  * included).  Returns 0 with *first and *run set, -EDQUOT, -ENOSPC, or
  * -EFBIG when it can never fit. */

@@ -274,6 +274,18 @@ static uint32_t quota_segs(const struct heap *h)
 
 enum pending_kind { PENDING_COLLECT, PENDING_GRANT };
 
+/* A SegmentRequest's size classes as a bitmap; numbers that are no class
+ * are ignored (they are only a preference). */
+#define CLASS_WORDS ((LAYOUT_NCLASSES + 63) / 64)
+static void class_bitmap(const Heapd__SegmentRequest *r,
+                         uint64_t out[CLASS_WORDS])
+{
+    memset(out, 0, CLASS_WORDS * sizeof out[0]);
+    for (size_t i = 0; r && i < r->n_classes; i++)
+        if (r->classes[i] < LAYOUT_NCLASSES)
+            out[r->classes[i] >> 6] |= 1ull << (r->classes[i] & 63);
+}
+
 struct pending {
     struct pending *next;
     enum pending_kind kind;
@@ -284,6 +296,7 @@ struct pending {
     Heapd__SegmentKind seg_kind;
     uint32_t count;
     uint64_t bytes;
+    uint64_t classes[CLASS_WORDS];
 };
 
 /* A request waiting for a cycle makes the collector's workers urgent
@@ -297,7 +310,7 @@ static void pending_changed(struct daemon *d)
  * asked for now). */
 static int defer(struct conn *c, struct heap *h, uint64_t seq,
                  enum pending_kind kind, const Heapd__SegmentRequest *r,
-                 uint64_t target)
+                 const uint64_t classes[CLASS_WORDS], uint64_t target)
 {
     struct pending *p = calloc(1, sizeof *p);
     if (!p) {
@@ -313,6 +326,8 @@ static int defer(struct conn *c, struct heap *h, uint64_t seq,
         p->count = r->count;
         p->bytes = r->bytes;
     }
+    if (classes)
+        memcpy(p->classes, classes, sizeof p->classes);
     p->target = target ? target : collector_request(h);
     p->next = c->d->pending;
     c->d->pending = p;
@@ -428,9 +443,10 @@ static uint32_t grant_cap(const struct heap *h)
  * request waits for a collection and is tried once more after it. */
 static int grant(struct conn *c, struct heap *h, uint64_t seq,
                  Heapd__SegmentKind kind, uint32_t count, uint64_t bytes,
-                 bool final)
+                 const uint64_t classes[CLASS_WORDS], bool final)
 {
-    uint32_t segs[MAX_GRANT], run = 0;
+    uint32_t segs[MAX_GRANT], formatted[MAX_GRANT], run = 0;
+    bool any_formatted = false;
     int rc, n = 0;
 
     pthread_mutex_lock(&h->lock);
@@ -454,14 +470,17 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
         r.kind = kind;
         r.count = count;
         r.bytes = bytes;
-        return defer(c, h, seq, PENDING_GRANT, &r, paced);
+        return defer(c, h, seq, PENDING_GRANT, &r, classes, paced);
     }
     switch (kind) {
     case HEAPD__SEGMENT_KIND__SEGMENT_SMALL:
         count = count < 1 ? 1 : count > MAX_GRANT ? MAX_GRANT : count;
         count = count > grant_cap(h) ? grant_cap(h) : count;
-        rc = seg_grant_small(h, c->id, &c->held, quota_segs(h), count, segs);
+        rc = seg_grant_small(h, c->id, &c->held, quota_segs(h), count,
+                             classes, segs, formatted);
         n = rc > 0 ? rc : 0;
+        for (int k = 0; k < n; k++)
+            any_formatted |= formatted[k] != 0;
         rc = rc > 0 ? 0 : rc;
         break;
     case HEAPD__SEGMENT_KIND__SEGMENT_LARGE:
@@ -492,6 +511,8 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
         g.n_segments = (size_t)n;
         g.segments = segs;
         g.run = run;
+        g.n_formatted = any_formatted ? (size_t)n : 0;
+        g.formatted = formatted;
         env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_GRANT;
         env.segment_grant = &g;
         return reply(c, &env, seq);
@@ -502,7 +523,7 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
             r.kind = kind;
             r.count = count;
             r.bytes = bytes;
-            return defer(c, h, seq, PENDING_GRANT, &r, 0);
+            return defer(c, h, seq, PENDING_GRANT, &r, classes, 0);
         }
         return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "heap '%s' is full (max_size %llu bytes) even "
@@ -538,7 +559,9 @@ static int handle_segment_request(struct conn *c, uint64_t seq,
     struct heap *h = mutator_heap(c, seq, "segment_request");
     if (!h)
         return 0;
-    return grant(c, h, seq, r->kind, r->count, r->bytes, false);
+    uint64_t classes[CLASS_WORDS];
+    class_bitmap(r, classes);
+    return grant(c, h, seq, r->kind, r->count, r->bytes, classes, false);
 }
 
 static int handle_segment_return(struct conn *c, const Heapd__SegmentReturn *r)
@@ -691,7 +714,7 @@ static int handle_collect(struct conn *c, uint64_t seq,
         return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
                            "this daemon serves no heap");
     if (r->wait)
-        return defer(c, h, seq, PENDING_COLLECT, NULL, 0);
+        return defer(c, h, seq, PENDING_COLLECT, NULL, NULL, 0);
     collector_request(h);
     return reply_collect_done(c, h, seq);
 }
@@ -722,7 +745,8 @@ void session_cycle_done(struct heap *h, void *daemon)
         if (p->kind == PENDING_COLLECT)
             reply_collect_done(p->c, h, p->seq);
         else
-            grant(p->c, h, p->seq, p->seg_kind, p->count, p->bytes, true);
+            grant(p->c, h, p->seq, p->seg_kind, p->count, p->bytes,
+                  p->classes, true);
         free(p);
     }
     pending_changed(d);

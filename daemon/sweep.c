@@ -10,7 +10,9 @@
  *   - a block with any other non-zero mark is dead: when the heap poisons
  *     (verify = true, or a build with assertions) its bytes become
  *     SWEEP_POISON, and then its mark becomes 0 (a release store);
- *   - a FILLED segment left with no live block goes back to the free pool;
+ *   - a FILLED segment left with no live block goes back to the free pool,
+ *     one left with enough free blocks becomes reusable (Note [Reusing
+ *     partly free segments] in daemon/segment.c);
  *   - a dead large run goes back at once, its memory punched.
  * OWNED segments are swept too, while their owners allocate into them: an
  * owner writes only marks that are 0 (setting the epoch) and the sweeper
@@ -83,6 +85,10 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
     if (nlive == 0 && state == SEG_FILLED) {
         release(h, i, SEG_FILLED);
         atomic_fetch_add_explicit(&j->freed_segments, 1, memory_order_relaxed);
+    } else if (state == SEG_FILLED) {
+        /* every block not live is free now: Note [Reusing partly free
+         * segments] */
+        seg_swept_filled(h, i, n - nlive, n);
     }
 }
 

@@ -129,6 +129,91 @@ START_TEST(deep_root_stack)
 }
 END_TEST
 
+/* ---- partly free segments (Note [Reusing partly free segments]) ---- */
+
+/* A list of N cells (1 reference, 8 bytes) in root slot R; from the head,
+ * the cells hold V, V + 1, ... */
+static void make_list(heapd_mutator *m, size_t r, long n, long v)
+{
+    heapd_root_set(m, r, NULL);
+    for (long i = n - 1; i >= 0; i--) {
+        void **cell = heapd_alloc(m, 1, sizeof(long));
+        if (!cell)
+            ck_abort_msg("heapd_alloc: %s", heapd_last_error());
+        heapd_write(m, cell, &cell[0], heapd_root_get(m, r));
+        long x = v + i;
+        memcpy(heapd_bytes(cell), &x, sizeof x);
+        heapd_root_set(m, r, cell);
+    }
+}
+
+/* Keep every STEP-th cell of the list in slot R, from the head. */
+static void thin_list(heapd_mutator *m, size_t r, int step)
+{
+    for (void **c = heapd_root_get(m, r); c; c = c[0]) {
+        void **next = c[0];
+        for (int k = 1; k < step && next; k++)
+            next = next[0];
+        heapd_write(m, c, &c[0], next);
+    }
+}
+
+/* The list in slot R holds N cells: V, V + STEP, ... */
+static void check_list(heapd_mutator *m, size_t r, long n, long v, long step)
+{
+    long i = 0;
+    for (void **c = heapd_root_get(m, r); c; c = c[0], i++) {
+        long x;
+        memcpy(&x, heapd_bytes(c), sizeof x);
+        if (x != v + i * step)
+            ck_abort_msg("cell %ld holds %ld, expected %ld", i, x,
+                         v + i * step);
+    }
+    if (i != n)
+        ck_abort_msg("the list has %ld cells, expected %ld", i, n);
+}
+
+/* Three quarters of a big list die; a new list of the same class then goes
+ * mostly into the free blocks the dead left in their segments, not into
+ * fresh ones, and both lists stay intact (the verifier is on). */
+START_TEST(partly_free_segments_are_reused)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start_with(NULL);
+    harness_attach(&D, &c, &m);
+    enum { N = 400000, M = 300000 };
+    uint32_t nb, first;
+    unsigned cls = layout_size_class(
+        (uint32_t)layout_object_size(1, sizeof(long)));
+    layout_small_geometry(128 << 10, cls, &nb, &first);
+    size_t old = heapd_root_push(m, NULL), young = heapd_root_push(m, NULL);
+
+    make_list(m, old, N, 0);
+    thin_list(m, old, 4);
+    collect(m); /* the three quarters die, their blocks are swept */
+    heapd_stats_t st0 = harness_stats(c);
+    make_list(m, young, M, 10000000);
+    collect(m);
+    heapd_stats_t st1 = harness_stats(c);
+    check_list(m, old, N / 4, 0, 4);
+    check_list(m, young, M, 10000000, 1);
+
+    uint64_t used0 = st0.segments_owned + st0.segments_filled;
+    uint64_t used1 = st1.segments_owned + st1.segments_filled;
+    uint64_t fresh = (M + nb - 1) / nb; /* what M cells fill from blank */
+    ck_assert_msg(used1 < used0 + fresh / 2,
+                  "segments in use went from %llu to %llu for %d cells that "
+                  "fill %llu blank segments: the free blocks were not reused",
+                  (unsigned long long)used0, (unsigned long long)used1, M,
+                  (unsigned long long)fresh);
+    ck_assert_uint_eq(harness_stats(c).verify_failures, 0);
+    heapd_root_pop(m, 2);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* Every size class and several large sizes: right sizes, zeroed, distinct,
  * contents intact across cycles, and large runs freed once dropped. */
 START_TEST(every_size_class)
@@ -1117,6 +1202,7 @@ static Suite *heap_suite(void)
     tcase_add_test(t, objects_and_accessors);
     tcase_add_test(t, deep_root_stack);
     tcase_add_test(t, every_size_class);
+    tcase_add_test(t, partly_free_segments_are_reused);
     tcase_add_test(t, garbage_is_reclaimed);
     tcase_add_test(t, reserve_is_bounded_and_given_back);
     tcase_add_test(t, allocation_is_paced);
