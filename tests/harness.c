@@ -369,6 +369,34 @@ void harness_attach(const struct daemon_proc *d, heapd_client **c,
     ck_assert_msg(rc == 0, "attach: %s", heapd_last_error());
 }
 
+pid_t harness_fork_mutator(const struct daemon_proc *d,
+                           void (*body)(heapd_mutator *m, void *arg),
+                           void *arg)
+{
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        close(ready[0]);
+        harness_attach(d, &c, &m);
+        if (body)
+            body(m, arg);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    close(ready[1]); /* a kid that dies early gives EOF, not a hang */
+    char r;
+    ck_assert_msg(read(ready[0], &r, 1) == 1,
+                  "the forked mutator died before it was ready");
+    close(ready[0]);
+    return kid;
+}
+
 heapd_client *harness_control(const struct daemon_proc *d)
 {
     heapd_connect_opts o = {.socket_path = d->sock,

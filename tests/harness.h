@@ -101,5 +101,12 @@ heapd_stats_t harness_daemon_stats(const struct daemon_proc *d);
 void harness_expect_healthy(const struct daemon_proc *d);
 /* PID exits 0 within the bound, or the test fails naming WHO. */
 void harness_wait_ok(pid_t pid, const char *who);
+/* Fork a process that attaches a mutator, runs BODY(m, ARG) (if not NULL)
+ * and then stays attached without ever reaching a safepoint until it is
+ * killed; returns its pid once BODY is done (a kid that dies early fails
+ * the test). */
+pid_t harness_fork_mutator(const struct daemon_proc *d,
+                           void (*body)(heapd_mutator *m, void *arg),
+                           void *arg);
 
 #endif

@@ -848,22 +848,7 @@ START_TEST(collector_workers_idle_unless_a_cycle_is_awaited)
     wait_worker_policy(at_rest, "at rest");
     /* a mutator that never reaches a safepoint holds the next cycle at its
      * stop, so a collect asked for meanwhile waits */
-    int ready[2];
-    ck_assert_int_eq(pipe(ready), 0);
-    pid_t stuck = fork();
-    ck_assert_int_ge(stuck, 0);
-    if (stuck == 0) {
-        heapd_client *c;
-        heapd_mutator *m;
-        harness_attach(&D, &c, &m);
-        if (write(ready[1], "r", 1) != 1)
-            _exit(1);
-        for (;;)
-            pause();
-    }
-    close(ready[1]);
-    char r;
-    ck_assert_int_eq(read(ready[0], &r, 1), 1);
+    pid_t stuck = harness_fork_mutator(&D, NULL, NULL);
     pid_t waiter = fork();
     ck_assert_int_ge(waiter, 0);
     if (waiter == 0) {

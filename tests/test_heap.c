@@ -755,6 +755,15 @@ START_TEST(dead_mutator_releases_stop)
 }
 END_TEST
 
+/* Lots of memory, all of it rooted: small objects and a large one. */
+static void hold_lots(heapd_mutator *m, void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 50000; i++)
+        heapd_root_push(m, heapd_alloc(m, 1, 100));
+    heapd_alloc(m, 0, 3 << 20);
+}
+
 /* A client killed with lots of memory: every segment comes back. */
 START_TEST(killed_client_loses_nothing_else)
 {
@@ -769,25 +778,7 @@ START_TEST(killed_client_loses_nothing_else)
     /* from here this thread waits on pipes: it must not hold up the
      * kid's collections (Note [Client GC discipline]) */
     heapd_blocking_enter(m);
-    int ready[2];
-    ck_assert_int_eq(pipe(ready), 0);
-    pid_t kid = fork();
-    ck_assert_int_ge(kid, 0);
-    if (kid == 0) {
-        heapd_client *kc;
-        heapd_mutator *km;
-        harness_attach(&D, &kc, &km);
-        for (int i = 0; i < 50000; i++)
-            heapd_root_push(km, heapd_alloc(km, 1, 100));
-        heapd_alloc(km, 0, 3 << 20);
-        if (write(ready[1], "r", 1) != 1)
-            _exit(1);
-        pause();
-        _exit(0);
-    }
-    close(ready[1]); /* a kid that dies early gives EOF, not a hang */
-    char r;
-    ck_assert_int_eq(read(ready[0], &r, 1), 1);
+    pid_t kid = harness_fork_mutator(&D, hold_lots, NULL);
     kill(kid, SIGKILL);
     harness_wait_pid(kid, HARNESS_WAIT_MS);
     /* the daemon notices the close: wait (bounded) for its mutator to go */
