@@ -964,7 +964,8 @@ END_TEST
  * counted, logged with what is wrong with it, and never followed; the
  * daemon keeps collecting and other data stays intact. */
 /* Note [Segment supply]: one grant is at most an eighth of the allocation
- * budget, at least GRANT_MIN (16) segments, whatever a client asks for.
+ * budget, at least GRANT_MIN (16) segments, whatever a client asks for;
+ * size classes that are none are ignored.
  * A fresh 1G heap's budget is TRIGGER_FLOOR (4 MiB), an eighth of it is 4
  * segments of 128 KiB: the grant is 16. */
 START_TEST(grants_are_capped_by_the_budget)
@@ -985,6 +986,22 @@ START_TEST(grants_are_capped_by_the_budget)
     ck_assert_int_eq(g->body_case, HEAPD__ENVELOPE__BODY_SEGMENT_GRANT);
     ck_assert_uint_eq(g->seq, 3);
     ck_assert_uint_eq(g->segment_grant->n_segments, 16);
+    heapd__envelope__free_unpacked(g, NULL);
+
+    /* size classes that are none (Note [Reusing partly free segments]):
+     * only a preference, ignored; the grant is of blank segments */
+    uint32_t not_classes[3] = {LAYOUT_NCLASSES, 9999, UINT32_MAX};
+    sr.count = 4;
+    sr.n_classes = 3;
+    sr.classes = not_classes;
+    env.seq = 4;
+    harness_send_env(fd, &env);
+    g = harness_read_env(fd, NULL);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_int_eq(g->body_case, HEAPD__ENVELOPE__BODY_SEGMENT_GRANT);
+    ck_assert_uint_eq(g->seq, 4);
+    ck_assert_uint_ge(g->segment_grant->n_segments, 1);
+    ck_assert_uint_eq(g->segment_grant->n_formatted, 0);
     heapd__envelope__free_unpacked(g, NULL);
     close(fd);
     harness_expect_healthy(&D);
