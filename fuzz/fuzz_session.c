@@ -271,7 +271,7 @@ static void send_template(struct client *cl, struct input *in)
     Heapd__GlobalClaim claim = HEAPD__GLOBAL_CLAIM__INIT;
     Heapd__GlobalsRequest globals = HEAPD__GLOBALS_REQUEST__INIT;
     Heapd__Hello hello = HEAPD__HELLO__INIT;
-    uint32_t segs[16];
+    uint32_t segs[16], classes[4];
     char name[80];
     const uint8_t *bytes;
     size_t len;
@@ -301,6 +301,14 @@ static void send_template(struct client *cl, struct input *in)
         segreq.kind = (Heapd__SegmentKind)(take(in, 1) % 4);
         segreq.count = (uint32_t)take(in, 1);
         segreq.bytes = take(in, 1) << take(in, 1) % 40;
+        /* size classes, real ones and not (Note [Reusing partly free
+         * segments]): a byte each, 0xff standing for UINT32_MAX */
+        segreq.n_classes = take(in, 1) % 4;
+        for (size_t i = 0; i < segreq.n_classes; i++) {
+            uint32_t b = (uint32_t)take(in, 1);
+            classes[i] = b == 0xff ? UINT32_MAX : b;
+        }
+        segreq.classes = classes;
         env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
         env.segment_request = &segreq;
         break;

@@ -293,9 +293,9 @@ static int session_seeds(const char *dir)
     b.n = 0;
     put8(&b, 1);
     TEMPLATE(&b, T_ATTACH, 1);
-    TEMPLATE(&b, T_SEGREQ, 2, 0, 8, 0, 0);
-    TEMPLATE(&b, T_SEGREQ, 3, 1, 0, 1, 20);
-    TEMPLATE(&b, T_SEGREQ, 4, 2, 0, 0, 0);
+    TEMPLATE(&b, T_SEGREQ, 2, 0, 8, 0, 0, 0);
+    TEMPLATE(&b, T_SEGREQ, 3, 1, 0, 1, 20, 0);
+    TEMPLATE(&b, T_SEGREQ, 4, 2, 0, 0, 0, 0);
     TEMPLATE(&b, T_SEGRET, 0, 2, 8, 9);
     TEMPLATE(&b, T_CLAIM, 5, 1, 1, 'a');
     TEMPLATE(&b, T_CLAIM, 6, 0, 1, 'a');
@@ -310,8 +310,8 @@ static int session_seeds(const char *dir)
     put8(&b, 3);
     TEMPLATE(&b, T_ATTACH, 1);
     for (unsigned i = 0; i < 3; i++)
-        TEMPLATE(&b, T_SEGREQ, 2 + i, 0, 4, 0, 0);
-    TEMPLATE(&b, T_SEGREQ, 6, 1, 0, 1, 20);
+        TEMPLATE(&b, T_SEGREQ, 2 + i, 0, 4, 0, 0, 0);
+    TEMPLATE(&b, T_SEGREQ, 6, 1, 0, 1, 20, 0);
     TEMPLATE(&b, T_COLLECT, 7, 1);
     put8(&b, 4);
     put8(&b, 4);
@@ -326,7 +326,7 @@ static int session_seeds(const char *dir)
     TEMPLATE(&b, T_COLLECT, 3, 1);
     TEMPLATE(&b, T_GLOBALS, 4);
     TEMPLATE(&b, T_ATTACH, 5);
-    TEMPLATE(&b, T_SEGREQ, 6, 0, 1, 0, 0);
+    TEMPLATE(&b, T_SEGREQ, 6, 0, 1, 0, 0, 3, 2, 200, 0xff);
     TEMPLATE(&b, T_SEGRET, 0, 1, 8);
     TEMPLATE(&b, T_URS, 0, 0, 1, 0);
     TEMPLATE(&b, T_CLAIM, 7, 0, 1, 'b');
