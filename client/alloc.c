@@ -10,9 +10,11 @@
  * hole.  It sets the block's mark to the current epoch (allocate black,
  * Note [Epoch-tagged marks]), zeroes the object, writes its header and
  * returns.  No lock, no system call, no message.  Only when the segment is
- * exhausted does the mutator hand it back and take a blank one from the
- * client's reserve, writing its class into the header before the first
- * block is used (Note [Segments]).  Full segments go back RETURN_BATCH at a
+ * exhausted does the mutator hand it back and take another from the
+ * client's reserve: a partly free one of its class, already formatted
+ * (Note [Reusing partly free segments] in daemon/segment.c), or a blank
+ * one, writing its class into the header before the first block is used
+ * (Note [Segments]).  Full segments go back RETURN_BATCH at a
  * time in one SegmentReturn, without waiting, and always before a request
  * that waits, so that the daemon's count of what the client holds is never
  * staler than one batch.  Whether sent yet or not, a full segment is swept

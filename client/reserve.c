@@ -1,4 +1,6 @@
-/* libheapd: the client's reserve of blank segments, shared by its mutators
+/* libheapd: the client's reserve of blank segments (and of partly free
+ * ones, Note [Reusing partly free segments] in daemon/segment.c), shared
+ * by its mutators
  * (Note [Segment supply] in daemon/segment.c), the queue of full segments
  * going back, and the thread that pre-faults granted segments.
  *
@@ -370,9 +372,6 @@ void reserve_flush_returns(heapd_client *c)
     reserve_give_back(c, NULL, 0, true);
 }
 
-/* A blank segment for M: from the reserve, or from the daemon.  When the
- * reserve is empty but a refill is already on its way, waiting for it (in
- * a blocking region) is shorter than a round trip of our own. */
 /* With reserve.mu held: a partly free segment of class CLS, or false. */
 static bool take_reusable_locked(struct reserve *r, unsigned cls,
                                  uint32_t *out)
@@ -387,6 +386,10 @@ static bool take_reusable_locked(struct reserve *r, unsigned cls,
     return false;
 }
 
+/* A segment of class CLS for M: a partly free one of that class, else a
+ * blank one from the reserve, else from the daemon.  When the reserve is
+ * empty but a refill is already on its way, waiting for it (in a blocking
+ * region) is shorter than a round trip of our own. */
 int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
                  bool *formatted)
 {

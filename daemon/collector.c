@@ -178,7 +178,7 @@ uint64_t collector_paced_until(const struct heap *h)
     uint64_t running = __atomic_load_n(&gc->cycles_started, __ATOMIC_ACQUIRE);
     if (running <= h->stats.cycles_completed)
         return 0; /* no cycle under way */
-    uint64_t since = collector_bytes_allocated(h) - gc->alloc_at_last;
+    uint64_t since = collector_allocated_this_cycle(h);
     uint64_t marked = h->marking ? atomic_load(&h->marking->marked_bytes)
                                  : gc->marked_last;
     uint64_t live = marked > h->stats.live_bytes ? marked
@@ -188,9 +188,7 @@ uint64_t collector_paced_until(const struct heap *h)
 
 void collector_check_trigger(struct heap *h)
 {
-    struct collector *gc = h->gc;
-    uint64_t since = collector_bytes_allocated(h) - gc->alloc_at_last;
-    if (since >= collector_allocation_budget(h))
+    if (collector_allocated_this_cycle(h) >= collector_allocation_budget(h))
         collector_request(h);
 }
 

@@ -9,9 +9,10 @@
  * mutator rarely waits for the socket (client/alloc.c).  A granted segment
  * is OWNED by the client and blank: its header and mark bytes read as
  * zero (the daemon zeroes them, or the segment's memory was punched and is
- * not touched at all: Note [Segments] in proto/layout.h).  The mutator
- * that takes it writes its size class into the header and then allocates
- * blocks by setting their mark bytes
+ * not touched at all: Note [Segments] in proto/layout.h) -- or partly free
+ * and formatted (Note [Reusing partly free segments] below).  The mutator
+ * that takes a blank one writes its size class into the header, and
+ * allocates blocks by setting their mark bytes
  * (Note [Epoch-tagged marks]).  A full segment goes back with SegmentReturn
  * and becomes FILLED: the heap's, swept like any other.  A large object gets
  * a run of whole segments (SegmentRequest LARGE, one round trip); the run is

@@ -9,8 +9,9 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "futex.h"
 
 /* Note [Worker priority]
  * ~~~~~~~~~~~~~~~~~~~~~~
@@ -79,9 +80,7 @@ void workers_checkpoint(void)
     if (!w || !w->idle_ok ||
         atomic_load_explicit(&w->urgent, memory_order_relaxed))
         return;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    uint64_t now = futex_now_ns();
     if (now - my_last_yield >= WORKER_YIELD_NS) {
         sched_yield();
         my_last_yield = now;
