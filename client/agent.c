@@ -85,8 +85,14 @@ static int on_frame(void *arg, Heapd__Envelope *env)
     bool taken = false;
 
     if (env->seq == 0) {
-        /* Not a reply: for now the daemon only sends connection-level
-         * errors on its own, and closes after them. */
+        /* Not a reply: remark requests (Note [Remark requests] in
+         * client/remark.c), and connection-level errors, after which the
+         * daemon closes. */
+        if (env->body_case == HEAPD__ENVELOPE__BODY_REMARK_REQUEST &&
+            a->on_remark) {
+            a->on_remark(a->remark_arg, env->remark_request);
+            return 0;
+        }
         if (env->body_case == HEAPD__ENVELOPE__BODY_ERROR) {
             close_connection(a, client_error_code(env->error->code),
                              env->error->message);

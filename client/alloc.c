@@ -103,6 +103,7 @@ static int next_segment(heapd_mutator *m, unsigned cls)
     s->nblocks = c->small_nblocks[cls];
     s->block_size = layout_class_size[cls];
     s->cursor = 0;
+    remark_recheck(m); /* Note [Remark requests] in client/remark.c */
     return 0;
 }
 

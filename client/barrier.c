@@ -126,7 +126,7 @@ static void urs_wait_room(heapd_mutator *m)
     struct layout_mutator *s = m->slot;
     if (m->urs_notified != m->urs_head)
         urs_notify(m);
-    heapd_blocking_enter(m);
+    mutator_block(m); /* may be logging a remark: no remark service here */
     for (;;) {
         uint32_t w = atomic_load(&s->urs_wake);
         if (m->urs_head - atomic_load(&s->urs_tail) < LAYOUT_URS_SIZE)
@@ -332,7 +332,7 @@ void barrier_stack_slow(heapd_mutator *m)
             return;
         }
         /* the daemon is marking it: wait for its word, or a new cycle */
-        heapd_blocking_enter(m);
+        mutator_block(m);
         for (;;) {
             uint32_t v = atomic_load(&s->stack_marked);
             if (v == epoch || atomic_load(&m->ctl->epoch) != epoch ||

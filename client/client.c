@@ -447,6 +447,10 @@ int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
         goto fail;
     if ((rc = handshake(c, sock, opts, control, &c->heap_fd)) < 0)
         goto fail;
+    if (c->base && remark_client_init(c) < 0) {
+        rc = client_set_error(-ENOMEM, "out of memory");
+        goto fail;
+    }
     setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     rc = agent_start(&c->agent, sock);
     sock = -1; /* taken over */
@@ -455,11 +459,19 @@ int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
                          strerror(-rc));
         goto fail;
     }
+    if (c->base) {
+        /* before any segment is ours, so before any remark request */
+        pthread_mutex_lock(&c->agent.mu);
+        c->agent.remark_arg = c;
+        c->agent.on_remark = remark_request;
+        pthread_mutex_unlock(&c->agent.mu);
+    }
     *out = c;
     return 0;
 fail:
     if (sock >= 0)
         close(sock);
+    remark_client_free(c);
     if (c->base)
         unmap_shared(c->base);
     if (c->heap_fd >= 0)
@@ -468,14 +480,45 @@ fail:
     return rc;
 }
 
+/* A graceful disconnect (Note [Client lifecycle] in daemon/session.c):
+ * detach the mutators the application left attached (their threads are
+ * done with them), give every segment back -- which answers every remark
+ * request (Note [Remark requests] in client/remark.c) -- and say Goodbye,
+ * waiting for the daemon's answer, so that when this returns the daemon
+ * has taken back everything this client held. */
+static void say_goodbye(heapd_client *c)
+{
+    Heapd__Goodbye gb = HEAPD__GOODBYE__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+
+    for (;;) {
+        pthread_mutex_lock(&c->mutators_mu);
+        heapd_mutator *m = c->mutators;
+        pthread_mutex_unlock(&c->mutators_mu);
+        if (!m)
+            break;
+        heapd_detach(m);
+    }
+    reserve_drain(c);
+    reserve_flush_returns(c);
+    remark_service(c, NULL); /* nothing is ours: all answered released */
+    req.body_case = HEAPD__ENVELOPE__BODY_GOODBYE;
+    req.goodbye = &gb;
+    if (agent_call(&c->agent, &req, &rep) == 0)
+        heapd__envelope__free_unpacked(rep, NULL);
+}
+
 void heapd_disconnect(heapd_client *c)
 {
     if (!c)
         return;
+    if (c->base && !agent_is_closed(&c->agent))
+        say_goodbye(c);
     agent_stop(&c->agent);
     if (c->base)
         reserve_stop(c);
     mutator_free_all(c); /* the daemon frees their slots */
+    remark_client_free(c);
     if (c->base)
         unmap_shared(c->base);
     if (c->heap_fd >= 0)
@@ -551,6 +594,12 @@ int heapd_stats(heapd_client *c, heapd_stats_t *out)
         o->final_sync_pause_max_ns = h->final_sync_pause_max_ns;
         o->final_sync_retries = h->final_sync_retries;
         o->grants_paced = h->grants_paced;
+        o->remark_requests = h->remark_requests;
+        o->remark_global = h->remark_global;
+        o->mark_overflows = h->mark_overflows;
+        o->clients_crashed = h->clients_crashed;
+        o->segments_orphaned = h->segments_orphaned;
+        o->segments_adopted = h->segments_adopted;
     }
     /* the daemon lists the client's own heap first */
     if (out->heap_count > 0) {
@@ -577,6 +626,12 @@ int heapd_stats(heapd_client *c, heapd_stats_t *out)
         out->final_sync_pause_max_ns = o->final_sync_pause_max_ns;
         out->final_sync_retries = o->final_sync_retries;
         out->grants_paced = o->grants_paced;
+        out->remark_requests = o->remark_requests;
+        out->remark_global = o->remark_global;
+        out->mark_overflows = o->mark_overflows;
+        out->clients_crashed = o->clients_crashed;
+        out->segments_orphaned = o->segments_orphaned;
+        out->segments_adopted = o->segments_adopted;
     }
     rc = 0;
 out:

@@ -45,6 +45,9 @@ struct agent {
     struct agent_call *calls;
     uint64_t next_seq;
     bool stop;                       /* heapd_disconnect asked to stop */
+    /* RemarkRequest, on the agent thread (client/remark.c) */
+    void (*on_remark)(void *arg, const Heapd__RemarkRequest *r);
+    void *remark_arg;
     bool closed;                     /* the connection is gone */
     int close_code;                  /* why, as a heapd error code */
     char close_msg[256];
@@ -93,6 +96,18 @@ struct prefault {
     bool started, failed;            /* agent thread, then reserve_stop */
 };
 
+/* Note [Remark requests] in client/remark.c: the segments the daemon asked
+ * this client to rescan, and the small segments it holds. */
+struct client_remark {
+    pthread_mutex_t mu;              /* guards queued, n, lo, hi */
+    uint64_t *queued;                /* bit i: segment i asked for */
+    size_t n;                        /* bits set in queued */
+    uint32_t lo, hi;                 /* queued bits lie in [lo, hi) */
+    _Atomic uint64_t *owned;         /* bit i: small segment i granted to
+                                        this client and not returned */
+    uint32_t nsegs;                  /* segments in the heap */
+};
+
 struct heapd_client {
     struct agent agent;
     uint64_t client_id;
@@ -111,6 +126,7 @@ struct heapd_client {
     uint32_t first_segment;          /* past the control area */
     struct reserve reserve;
     struct prefault prefault;
+    struct client_remark remark;
     pthread_mutex_t mutators_mu;
     struct heapd_mutator *mutators;  /* attached, for heapd_disconnect */
 };
@@ -137,6 +153,12 @@ struct heapd_mutator {
     unsigned nchunks;
     unsigned root_shift;
     size_t depth;
+    /* Note [Remark requests]: set when the daemon asks this client to
+     * rescan; the mutator looks at its next safepoint */
+    _Atomic uint32_t remark_pending;
+    /* held by the agent while it takes segments from this mutator, which
+     * is blocked; heapd_blocking_leave takes it to run again */
+    pthread_mutex_t hold;
     uint64_t urs_head;               /* entries written to the URS ring */
     uint64_t urs_notified;           /* head sent in the last UrsBatch */
     struct alloc_seg cur[LAYOUT_NCLASSES];
@@ -222,13 +244,23 @@ static inline bool barrier_stack(heapd_mutator *m, void *val)
 
 /* mutator.c */
 void mutator_stop_slow(heapd_mutator *m);
-/* The safepoint poll (Note [Stop the world] in daemon/safepoint.c). */
+void mutator_safepoint_slow(heapd_mutator *m);
+/* The safepoint poll (Note [Stop the world] in daemon/safepoint.c), which
+ * also services remark requests (Note [Remark requests]). */
 static inline void mutator_poll(heapd_mutator *m)
 {
-    if (__builtin_expect(atomic_load_explicit(&m->ctl->stop_request,
-                                              memory_order_relaxed) != 0, 0))
-        mutator_stop_slow(m);
+    if (__builtin_expect(
+            (atomic_load_explicit(&m->ctl->stop_request,
+                                  memory_order_relaxed) |
+             atomic_load_explicit(&m->remark_pending,
+                                  memory_order_relaxed)) != 0,
+            0))
+        mutator_safepoint_slow(m);
 }
+/* Enter and leave a blocking region without servicing remark requests
+ * (inside the library, where the caller may be servicing one). */
+void mutator_block(heapd_mutator *m);
+void mutator_unblock(heapd_mutator *m);
 /* A call to the daemon from a mutator thread: inside a blocking region,
  * so that the mutator never holds up a stop while it waits. */
 int mutator_call(heapd_mutator *m, Heapd__Envelope *req,
@@ -237,6 +269,24 @@ int mutator_call(heapd_mutator *m, Heapd__Envelope *req,
 int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
                              uint32_t count, uint64_t bytes, uint32_t *out,
                              uint32_t max, uint32_t *run);
+
+/* remark.c: Note [Remark requests] */
+int remark_client_init(heapd_client *c);
+void remark_client_free(heapd_client *c);
+/* Small segments granted (OWN) or returned (!OWN). */
+void remark_owned(heapd_client *c, const uint32_t *segs, size_t n, bool own);
+/* Segments SEGS were just returned: answer their requests, if any. */
+void remark_returned(heapd_client *c, const uint32_t *segs, size_t n);
+/* Agent thread: the daemon asks (an agent on_remark callback). */
+void remark_request(void *arg, const Heapd__RemarkRequest *r);
+/* At a safepoint of M (running), or in the agent (M NULL). */
+void remark_service(heapd_client *c, heapd_mutator *m);
+/* M took a new current segment: look again at the next safepoint. */
+static inline void remark_recheck(heapd_mutator *m)
+{
+    if (__atomic_load_n(&m->c->remark.n, __ATOMIC_RELAXED) != 0)
+        atomic_store_explicit(&m->remark_pending, 1, memory_order_relaxed);
+}
 
 /* alloc.c */
 void alloc_client_init(heapd_client *c);
@@ -256,6 +306,10 @@ void reserve_give_back(heapd_client *c, const uint32_t *segs, size_t n,
 void reserve_flush_returns(heapd_client *c);
 /* Give the reserve back to the daemon; returns how many segments. */
 int reserve_drain(heapd_client *c);
+/* Take segment S out of the reserve if it waits there (1; the caller
+ * returns it), or say it waits in the queue of full segments (2; flush
+ * it), or is not there (0). */
+int reserve_take_back(heapd_client *c, uint32_t s);
 /* Give back the mutator's current segments (detach). */
 void alloc_release_all(heapd_mutator *m);
 

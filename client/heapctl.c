@@ -73,7 +73,11 @@ static void print_stats_json(const heapd_stats_t *s)
                ",\"snapshot_pause_max_ns\":%" PRIu64
                ",\"final_sync_pause_max_ns\":%" PRIu64
                ",\"final_sync_retries\":%" PRIu64
-               ",\"grants_paced\":%" PRIu64 "}",
+               ",\"grants_paced\":%" PRIu64 ",\"remark_requests\":%" PRIu64
+               ",\"remark_global\":%" PRIu64 ",\"mark_overflows\":%" PRIu64
+               ",\"clients_crashed\":%" PRIu64
+               ",\"segments_orphaned\":%" PRIu64
+               ",\"segments_adopted\":%" PRIu64 "}",
                h->base, h->reserved_bytes, h->committed_bytes,
                h->segment_size, h->clients, h->mutators, h->cycles_completed,
                h->bytes_allocated, h->live_bytes, h->segments_free,
@@ -82,7 +86,9 @@ static void print_stats_json(const heapd_stats_t *s)
                h->verify_failures, h->bad_refs, h->phase, h->mark_ns_last,
                h->sweep_ns_last, h->urs_entries, h->snapshot_pause_max_ns,
                h->final_sync_pause_max_ns, h->final_sync_retries,
-               h->grants_paced);
+               h->grants_paced, h->remark_requests, h->remark_global,
+               h->mark_overflows, h->clients_crashed, h->segments_orphaned,
+               h->segments_adopted);
     }
     printf("]}\n");
 }
@@ -135,6 +141,13 @@ static void print_stats_text(const heapd_stats_t *s)
         printf("  final_sync_retries      %" PRIu64 "\n",
                h->final_sync_retries);
         printf("  grants_paced            %" PRIu64 "\n", h->grants_paced);
+        printf("  remark_requests         %" PRIu64 "\n", h->remark_requests);
+        printf("  remark_global           %" PRIu64 "\n", h->remark_global);
+        printf("  mark_overflows          %" PRIu64 "\n", h->mark_overflows);
+        printf("  clients_crashed         %" PRIu64 "\n", h->clients_crashed);
+        printf("  segments_orphaned       %" PRIu64 "\n",
+               h->segments_orphaned);
+        printf("  segments_adopted        %" PRIu64 "\n", h->segments_adopted);
     }
 }
 

@@ -75,6 +75,14 @@ typedef struct heapd_heap_stats {
     uint64_t final_sync_retries; /* final syncs that ran out of budget */
     uint64_t grants_paced;     /* segment grants held back until a cycle
                                   caught up with allocation */
+    uint64_t remark_requests;  /* segments sent to their owners to rescan
+                                  after a mark stack overflowed */
+    uint64_t remark_global;    /* segments the daemon rescanned itself */
+    uint64_t mark_overflows;   /* mark stacks (or the pool) that overflowed */
+    uint64_t clients_crashed;  /* mutator clients gone without goodbye */
+    uint64_t segments_orphaned; /* segments left with objects by clients
+                                   that went away */
+    uint64_t segments_adopted; /* of those, freed by a sweep or reused */
 } heapd_heap_stats;
 
 typedef struct heapd_stats_t {
@@ -103,6 +111,8 @@ typedef struct heapd_stats_t {
     uint64_t snapshot_pause_max_ns, final_sync_pause_max_ns;
     uint64_t final_sync_retries;
     uint64_t grants_paced;
+    uint64_t remark_requests, remark_global, mark_overflows;
+    uint64_t clients_crashed, segments_orphaned, segments_adopted;
     /* every heap of the daemon */
     size_t heap_count;
     heapd_heap_stats heaps[HEAPD_STATS_MAX_HEAPS];

@@ -46,12 +46,20 @@ void mutator_stop_slow(heapd_mutator *m)
         futex_spin_wait(&m->ctl->stop_request, gen, MUTATOR_SPIN_NS, 0);
 }
 
+void mutator_safepoint_slow(heapd_mutator *m)
+{
+    mutator_stop_slow(m);
+    /* Note [Remark requests] in client/remark.c */
+    if (atomic_load_explicit(&m->remark_pending, memory_order_acquire))
+        remark_service(m->c, m);
+}
+
 void heapd_safepoint(heapd_mutator *m)
 {
     mutator_poll(m);
 }
 
-void heapd_blocking_enter(heapd_mutator *m)
+void mutator_block(heapd_mutator *m)
 {
     uint32_t st = atomic_load(&m->slot->status);
     atomic_store(&m->slot->status,
@@ -59,12 +67,25 @@ void heapd_blocking_enter(heapd_mutator *m)
     futex_wake_all(&m->slot->status);
 }
 
+/* A blocked mutator may hold up a remark (the daemon waits for it while a
+ * cycle marks): the requests it has are answered first, and those that
+ * come while it is blocked are the agent's (Note [Remark requests]). */
+void heapd_blocking_enter(heapd_mutator *m)
+{
+    if (atomic_load_explicit(&m->remark_pending, memory_order_acquire))
+        remark_service(m->c, m);
+    mutator_block(m);
+}
+
 void heapd_blocking_leave(heapd_mutator *m)
 {
+    /* not while the agent takes segments from this blocked mutator */
+    pthread_mutex_lock(&m->hold);
     uint32_t st = atomic_load(&m->slot->status);
     /* seq_cst store then seq_cst load: see the Note's "why this is safe" */
     atomic_store(&m->slot->status,
                  LAYOUT_STATUS(LAYOUT_STATUS_GEN(st), LAYOUT_MUT_RUNNING));
+    pthread_mutex_unlock(&m->hold);
     mutator_stop_slow(m);
 }
 
@@ -100,6 +121,10 @@ int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
     if (rc < 0)
         return rc;
     const Heapd__SegmentGrant *g = rep->segment_grant;
+    /* Note [Remark requests]: small segments are the client's now */
+    if (rep->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT &&
+        g->kind == HEAPD__SEGMENT_KIND__SEGMENT_SMALL)
+        remark_owned(m->c, g->segments, g->n_segments, true);
     uint32_t limit = m->c->size >> m->c->seg_shift;
     rc = 0;
     if (rep->body_case != HEAPD__ENVELOPE__BODY_SEGMENT_GRANT ||
@@ -157,6 +182,7 @@ int heapd_attach(heapd_client *c, heapd_mutator **out)
     }
     m->c = c;
     m->ctl = c->ctl;
+    pthread_mutex_init(&m->hold, NULL);
     m->slot_index = rep->attach_reply->slot;
     m->slot = &c->ctl->mutators[m->slot_index];
     m->root_shift = (unsigned)__builtin_ctzll(
@@ -208,6 +234,7 @@ void heapd_detach(heapd_mutator *m)
     if (agent_call(&m->c->agent, &req, &rep) == 0)
         heapd__envelope__free_unpacked(rep, NULL);
     forget(m);
+    pthread_mutex_destroy(&m->hold);
     free(m);
 }
 

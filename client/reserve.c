@@ -117,6 +117,10 @@ static void return_segments(heapd_client *c, uint32_t *segs, size_t n)
     msg.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_RETURN;
     msg.segment_return = &sr;
     agent_send(&c->agent, &msg); /* a closed connection gives all back */
+    /* queued first, then no longer ours: a remark answer that says so
+     * follows the return (Note [Remark requests] in client/remark.c) */
+    remark_owned(c, segs, n, false);
+    remark_returned(c, segs, n);
 }
 
 /* ---- pre-faulting (Note [Pre-faulting]) ---- */
@@ -254,6 +258,8 @@ static void on_refill(void *arg, int status, Heapd__Envelope *rep)
     if (status == 0 && rep &&
         rep->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT) {
         const Heapd__SegmentGrant *g = rep->segment_grant;
+        /* Note [Remark requests] in client/remark.c */
+        remark_owned(c, g->segments, g->n_segments, true);
         for (size_t i = 0; i < g->n_segments; i++) {
             uint32_t s = g->segments[i];
             if (s == 0 || s >= limit)
@@ -335,6 +341,34 @@ int reserve_drain(heapd_client *c)
     pthread_mutex_unlock(&r->mu);
     return_segments(c, segs, n);
     return (int)n;
+}
+
+int reserve_take_back(heapd_client *c, uint32_t s)
+{
+    struct reserve *r = &c->reserve;
+    int where = 0;
+    pthread_mutex_lock(&r->mu);
+    for (unsigned k = 0; k < r->nreuse && !where; k++) {
+        if (r->reuse[k].seg == s) {
+            r->reuse[k] = r->reuse[--r->nreuse];
+            where = 1;
+        }
+    }
+    for (unsigned k = 0; k < r->n && !where; k++) {
+        if (r->segs[(r->head + k) % RESERVE_MAX] == s) {
+            /* blank segments hold no marked block; take it out anyway */
+            for (unsigned x = k; x + 1 < r->n; x++)
+                r->segs[(r->head + x) % RESERVE_MAX] =
+                    r->segs[(r->head + x + 1) % RESERVE_MAX];
+            r->n--;
+            where = 1;
+        }
+    }
+    for (unsigned k = 0; k < r->nfull && !where; k++)
+        if (r->full[k] == s)
+            where = 2;
+    pthread_mutex_unlock(&r->mu);
+    return where;
 }
 
 /* Queue full segments to go back; send the batch when it is full or FLUSH

@@ -21,12 +21,16 @@
  *      handshake (Note [Stack marking handshake]), then the workers
  *      (Note [Parallel marking]) while URS batches stream in
  *      (Note [Update remembered set]).  New objects are black.
- *   4. Final sync: stop again; read every live mutator's URS ring, mark
- *      any stack still unmarked, and drain the mark queue with a budget of
- *      FINAL_SYNC_BUDGET objects.  If the budget runs out, release the
- *      mutators and go back to 3 (the barrier stays on).  Marking ends
- *      only with the queue empty and every ring and stack consumed; then
- *      phase = SWEEP (barrier off, allocation still black) and release.
+ *   4. Final sync, once the workers have run dry and no remark is left at
+ *      a client (Note [Remark] in daemon/remark.c): stop again; read
+ *      every live mutator's URS ring, mark any stack still unmarked, and
+ *      drain the mark queue with a budget of FINAL_SYNC_BUDGET objects.
+ *      If the budget runs out, or the drain overflowed a stack (Note
+ *      [Bounded mark stacks] in mark.c), release the mutators and go back
+ *      to 3 (the barrier stays on).  Marking ends only with the queue
+ *      empty, every ring and stack consumed and no remark outstanding;
+ *      then phase = SWEEP (barrier off, allocation still black) and
+ *      release.
  *   5. Concurrent sweep of every segment (Note [Sweeping]).
  *   6. Stats, give idle memory back, phase = IDLE, tell the loop thread
  *      (pending CollectDone replies and grants wait for it).
@@ -48,6 +52,7 @@
  */
 #include "collector.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -59,6 +64,7 @@
 #include "heap.h"
 #include "log.h"
 #include "mark.h"
+#include "remark.h"
 #include "safepoint.h"
 #include "sweep.h"
 #include "verify.h"
@@ -259,11 +265,18 @@ static bool final_sync(struct collector *gc, struct mark_job *mj)
     pthread_mutex_unlock(&h->lock);
     done = mark_drain(mj, FINAL_SYNC_BUDGET);
     pthread_mutex_lock(&h->lock);
-    done = done && mark_pool_empty(mj);
+    pthread_mutex_lock(&mj->mu);
+    /* Note [Remark]: no flagged segment may be left */
+    done = done && mj->pool == NULL && remark_none_locked(mj);
+    pthread_mutex_unlock(&mj->mu);
     if (done) {
+        assert(remark_check_clear(h));
         if (h->verify)
             failures = verify_reachable(h, mj->epoch);
         h->stats.verify_failures += failures;
+        h->stats.remark_requests += mj->remark_sent;
+        h->stats.remark_global += mj->remark_daemon;
+        h->stats.mark_overflows += atomic_load(&mj->overflows);
         h->marking = NULL;
         gc->marked_last = atomic_load(&mj->marked_bytes);
         h->stats.urs_entries += atomic_load(&mj->urs_entries);
@@ -318,9 +331,13 @@ static void run_cycle(struct collector *gc)
     mark_roots(&mj);
     pthread_mutex_unlock(&h->lock);
     do {
-        mark_round_reset(&mj);
-        workers_run_n(gc->workers, mark_worker, &mj, nworkers);
-        rounds++;
+        /* remark work that clients still do is waited for here, with
+         * the mutators running (Note [Remark]) */
+        do {
+            mark_round_reset(&mj);
+            workers_run_n(gc->workers, mark_worker, &mj, nworkers);
+            rounds++;
+        } while (remark_wait(&mj));
     } while (!final_sync(gc, &mj));
 
     /* Step 5: concurrent sweep */

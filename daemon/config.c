@@ -82,7 +82,7 @@ static const struct key heap_keys[HK_COUNT] = {
     { "segment_size", K_SEGMENT, LAYOUT_MIN_SEGMENT_SIZE,
       LAYOUT_MAX_SEGMENT_SIZE, "" },
     { "gc_overhead", K_UINT, 1, 10000, " percent" },
-    { "mark_stack_limit", K_SIZE, 64 * KIB, GIB, "" },
+    { "mark_stack_limit", K_SIZE, 4 * KIB, GIB, "" },
     { "allow_users", K_IDS, 0, 0, "user" },
     { "allow_groups", K_IDS, 0, 0, "group" },
     { "max_client_bytes", K_SIZE, 0, UINT64_MAX, "" },

@@ -37,6 +37,8 @@ struct conn {
     struct heap *named_heap;    /* the heap Hello named (control: stats, gc) */
     uint32_t held;              /* segments held (Note [Segment supply]) */
     uint64_t slots[2];          /* bit i: mutator slot i is this client's */
+    bool gone;                  /* said Goodbye: holds nothing any more
+                                   (Note [Client lifecycle]) */
     struct auth_peer peer;
     char name[64];              /* client_name from Hello, for logs */
 };

@@ -74,6 +74,7 @@ int heap_open(struct heap *h, const struct config_heap *cfg)
     h->poison = true;
 #endif
     pthread_mutex_init(&h->lock, NULL);
+    pthread_mutex_init(&h->adoption, NULL);
     layout_init_control(h->control, cfg->name, cfg->base, cfg->max_size,
                         cfg->segment_size);
     if ((rc = seg_init(h)) < 0) {

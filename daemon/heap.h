@@ -28,6 +28,10 @@ struct heap_stats {
     uint64_t snapshot_pause_max_ns, final_sync_pause_max_ns;
     uint64_t final_sync_retries;
     uint64_t grants_paced;       /* Note [Pacing] */
+    uint64_t remark_requests;    /* Note [Remark] in daemon/remark.c */
+    uint64_t remark_global;
+    uint64_t mark_overflows;
+    uint64_t clients_crashed;    /* Note [Client lifecycle] */
     _Atomic uint64_t bad_refs;   /* bumped by mark workers */
 };
 
@@ -44,10 +48,16 @@ struct heap {
     bool verify;                     /* run the verifier after each cycle */
     uint8_t static_flag;             /* Note [Global roots]; heap->lock */
     pthread_mutex_t lock;            /* table, slots, stats */
+    pthread_mutex_t adoption;        /* Note [Remark] in daemon/remark.c:
+                                        no FILLED segment is granted while
+                                        the daemon rescans one; taken
+                                        after lock, never before it */
     struct segtab segs;
     struct heap_stats stats;
     struct collector *gc;
     struct mark_job *marking;        /* the cycle's job while phase is MARK */
+    void *remark_sender;             /* daemon/remark.c: wakes the loop
+                                        thread to send remark requests */
     _Atomic uint32_t bad_logged;     /* bad references logged this cycle */
 };
 

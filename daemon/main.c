@@ -30,6 +30,7 @@
 #include "daemon.h"
 #include "heapd_build.h"
 #include "log.h"
+#include "remark.h"
 
 #define SHUTDOWN_GRACE_MS 2000
 
@@ -259,6 +260,10 @@ int main(int argc, char **argv)
                       d->cfg.heaps[i].name);
             goto out;
         }
+        if (remark_start(&d->heaps[i], d) < 0) {
+            log_error("heap '%s': out of memory", d->cfg.heaps[i].name);
+            goto out;
+        }
     }
     uv_signal_init(&d->loop, &d->sig_term);
     uv_signal_init(&d->loop, &d->sig_int);
@@ -275,8 +280,10 @@ int main(int argc, char **argv)
 out:
     /* collectors first: no client is connected any more, so a cycle under
      * way finishes (Note [Stop the world]) */
-    for (size_t i = 0; i < d->n_heaps; i++)
+    for (size_t i = 0; i < d->n_heaps; i++) {
         collector_stop(&d->heaps[i]);
+        remark_stop(&d->heaps[i]);
+    }
     if (workers_ready)
         workers_destroy(&d->workers);
     if (loop_ready) {

@@ -31,7 +31,32 @@
  * empty waits.  Marking ends when every worker waits and the pool is
  * empty: since a worker only waits with an empty stack, no marked object
  * is left unscanned.  The roots are marked first, by one thread under the
- * heap lock (mark_roots), and seeded into the pool.
+ * heap lock (mark_roots), and seeded into the pool.  A worker that runs
+ * dry also takes remark work (Note [Remark] in daemon/remark.c) before it
+ * waits, and marking ends only when that is gone too.
+ *
+ * Note [Bounded mark stacks]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * (DESIGN.md §5; seed remarking-parallel-domains.txt.)  A wide or bushy
+ * graph can put millions of marked-but-unscanned objects on a stack, and
+ * the daemon must not grow with what clients build.  So each marking
+ * thread's stack holds at most mark_stack_limit bytes of entries
+ * (stack_cap), and so does the shared pool (pool_cap): marking holds at
+ * most (gc_threads + 2) * mark_stack_limit, plus, for the moment a stack
+ * overflows, as much again to sort it.  When a stack is full the worker
+ * groups its entries by segment and drops those of the segments with the
+ * most entries until at least half the stack is free (as OCaml's
+ * mark_stack_prune drops the pools with the most entries), and flags those
+ * segments for remark.  A packet the pool has no room for (a root or URS
+ * seeding, a final sync giving back its rest) is dropped the same way.
+ * Nothing is lost: a dropped object is marked, so remarking its segment --
+ * scanning every block whose mark is the epoch -- scans it; and until
+ * every flagged segment is remarked marking does not end.  A worker that
+ * cannot get memory for a stack behaves as if the stack were full, so no
+ * allocation failure loses work either.  Remarks rescan objects that were
+ * allocated black too, and their bytes do not count in marked_bytes:
+ * after overflows the live estimate (Note [Pacing]) is low by the objects
+ * dropped.
  */
 #include "mark.h"
 
@@ -41,6 +66,7 @@
 #include "futex.h"
 #include "heap.h"
 #include "log.h"
+#include "remark.h"
 #include "workers.h"
 
 #define PACKET_REFS 256
@@ -55,7 +81,7 @@ struct mark_packet {
 
 struct mark_stack {
     uintptr_t *v;
-    size_t n, cap;
+    size_t n, cap;              /* cap <= the job's stack_cap */
     uint64_t marked;    /* objects this worker marked */
     uint64_t scanned_bytes; /* bytes of the objects it scanned */
 };
@@ -172,8 +198,15 @@ void mark_job_init(struct mark_job *j, struct heap *h, uint8_t epoch,
     j->h = h;
     j->epoch = epoch;
     j->nworkers = nworkers;
+    /* Note [Bounded mark stacks]; at least two packets, so that a stack
+     * can always take one from the pool and still donate */
+    j->stack_cap = h->cfg->mark_stack_limit / sizeof(uintptr_t);
+    if (j->stack_cap < 2 * PACKET_REFS)
+        j->stack_cap = 2 * PACKET_REFS;
+    j->pool_cap = j->stack_cap;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
+    pthread_cond_init(&j->remark_cv, NULL);
 }
 
 void mark_job_destroy(struct mark_job *j)
@@ -185,38 +218,148 @@ void mark_job_destroy(struct mark_job *j)
     }
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
+    pthread_cond_destroy(&j->remark_cv);
 }
 
-/* Give the newest PACKET_REFS entries of S to the pool.  On allocation
- * failure the work simply stays local. */
+/* ---- Note [Bounded mark stacks] ---- */
+
+static uint32_t seg_of(const struct mark_job *j, uintptr_t obj)
+{
+    return (uint32_t)((obj - (uintptr_t)j->h->base) >> j->h->seg_shift);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static bool in_sorted(const uint64_t *v, size_t n, uint64_t key)
+{
+    return bsearch(&key, v, n, sizeof *v, cmp_u64) != NULL;
+}
+
+/* Drop entries of V[0..*N) grouped by segment, the segments with the most
+ * entries first, until at least WANT are gone; flag those segments for
+ * remark.  Without memory to sort, drop the oldest WANT entries and flag
+ * each one's segment. */
+static void drop_grouped(struct mark_job *j, uintptr_t *v, size_t *n,
+                         size_t want)
+{
+    size_t m = *n, u = 0, chosen = 0, dropped = 0;
+    uint64_t *k = malloc(m * sizeof *k);
+
+    atomic_fetch_add_explicit(&j->overflows, 1, memory_order_relaxed);
+    if (!k) {
+        uint32_t seg;
+        for (size_t x = 0; x < want && x < m; x++) {
+            seg = seg_of(j, v[x]);
+            remark_flag(j, &seg, 1);
+        }
+        size_t drop = want < m ? want : m;
+        memmove(v, v + drop, (m - drop) * sizeof *v);
+        *n = m - drop;
+        return;
+    }
+    for (size_t x = 0; x < m; x++)
+        k[x] = seg_of(j, v[x]);
+    qsort(k, m, sizeof *k, cmp_u64);
+    /* (count << 32 | segment) per segment, most entries first */
+    for (size_t x = 0; x < m;) {
+        size_t y = x;
+        while (y < m && k[y] == k[x])
+            y++;
+        k[u++] = (uint64_t)(y - x) << 32 | k[x];
+        x = y;
+    }
+    qsort(k, u, sizeof *k, cmp_u64);
+    for (size_t a = 0, b = u - 1; a < b; a++, b--) {
+        uint64_t t = k[a];
+        k[a] = k[b];
+        k[b] = t;
+    }
+    while (chosen < u && dropped < want)
+        dropped += k[chosen++] >> 32;
+    uint32_t segs[64];
+    size_t ns = 0;
+    for (size_t x = 0; x < chosen; x++) {
+        k[x] &= 0xffffffffu;
+        segs[ns++] = (uint32_t)k[x];
+        if (ns == 64) {
+            remark_flag(j, segs, ns);
+            ns = 0;
+        }
+    }
+    remark_flag(j, segs, ns);
+    qsort(k, chosen, sizeof *k, cmp_u64);
+    size_t keep = 0;
+    for (size_t x = 0; x < m; x++)
+        if (!in_sorted(k, chosen, seg_of(j, v[x])))
+            v[keep++] = v[x];
+    *n = keep;
+    free(k);
+}
+
+/* Put packet P in the pool if it has room, else drop its entries by
+ * segment (Note [Bounded mark stacks]).  Takes P. */
+static void pool_put(struct mark_job *j, struct mark_packet *p)
+{
+    pthread_mutex_lock(&j->mu);
+    if (j->pool_n + p->n <= j->pool_cap) {
+        p->next = j->pool;
+        j->pool = p;
+        j->pool_n += p->n;
+        if (j->waiting > 0)
+            pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        return;
+    }
+    pthread_mutex_unlock(&j->mu);
+    size_t n = p->n;
+    drop_grouped(j, p->refs, &n, n);
+    free(p);
+}
+
+/* Give the newest PACKET_REFS entries of S to the pool, if it has room.
+ * On allocation failure the work simply stays local. */
 static void donate(struct mark_job *j, struct mark_stack *s)
 {
+    pthread_mutex_lock(&j->mu);
+    bool room = j->pool_n + PACKET_REFS <= j->pool_cap;
+    pthread_mutex_unlock(&j->mu);
+    if (!room)
+        return;
     struct mark_packet *p = malloc(sizeof *p);
     if (!p)
         return;
     p->n = PACKET_REFS;
     s->n -= PACKET_REFS;
     memcpy(p->refs, s->v + s->n, sizeof p->refs);
-    pthread_mutex_lock(&j->mu);
-    p->next = j->pool;
-    j->pool = p;
-    if (j->waiting > 0)
-        pthread_cond_signal(&j->cv);
-    pthread_mutex_unlock(&j->mu);
+    pool_put(j, p);
 }
 
-static bool push(struct mark_stack *s, uintptr_t obj)
+/* Push OBJ, a marked object, on S; a full stack drops half its entries
+ * by segment first (Note [Bounded mark stacks]). */
+static void push(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
 {
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 4096;
-        uintptr_t *v = realloc(s->v, cap * sizeof *v);
-        if (!v)
-            return false;
-        s->v = v;
-        s->cap = cap;
+        if (cap > j->stack_cap)
+            cap = j->stack_cap;
+        uintptr_t *v = cap > s->cap ? realloc(s->v, cap * sizeof *v) : NULL;
+        if (v) {
+            s->v = v;
+            s->cap = cap;
+        } else if (s->cap == 0) {
+            uint32_t seg = seg_of(j, obj); /* no stack at all */
+            atomic_fetch_add_explicit(&j->overflows, 1, memory_order_relaxed);
+            remark_flag(j, &seg, 1);
+            return;
+        } else {
+            drop_grouped(j, s->v, &s->n, s->n / 2 ? s->n / 2 : 1);
+        }
     }
     s->v[s->n++] = obj;
-    return true;
 }
 
 /* Mark R if it is unmarked; true if this call marked it.  A plain store,
@@ -256,19 +399,27 @@ static uint64_t block_size_of(const struct heap *h, uintptr_t obj)
     }
 }
 
-/* Scan one marked object's reference fields. */
-static void scan(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
+/* Scan one marked object's reference fields.  REMARK: a block found by
+ * a remark rather than a reference (Note [Remark] in daemon/remark.c): its
+ * bytes are not counted, and a header that does not fit its block is not
+ * a bad reference -- a client that died while it allocated the block
+ * (mark set, header not yet written) leaves one -- only a block whose
+ * fields are not read. */
+static void scan_block(struct mark_job *j, struct mark_stack *s,
+                       uintptr_t obj, uint64_t block_size, bool remark)
 {
-    struct mark_ref ref = {.obj = obj, .block_size = block_size_of(j->h, obj)};
+    struct mark_ref ref = {.obj = obj, .block_size = block_size};
     uint64_t hdr = mark_checked_header(&ref);
     if (hdr == 0) {
-        count_bad(j->h);
+        if (!remark)
+            count_bad(j->h);
         return;
     }
     /* every marked object is scanned once (twice at most, when two
      * workers race on it): what the program keeps (Note [Pacing]) */
-    s->scanned_bytes += layout_object_size(layout_header_nrefs(hdr),
-                                           layout_header_nbytes(hdr));
+    if (!remark)
+        s->scanned_bytes += layout_object_size(layout_header_nrefs(hdr),
+                                               layout_header_nbytes(hdr));
     /* Note [Dirty tags]: clear a tag left from an earlier cycle; a
      * barrier that tags it meanwhile wins the race */
     uint8_t tag = layout_header_tag(hdr);
@@ -283,30 +434,85 @@ static void scan(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
         struct mark_ref child;
         if (v && mark_one(j, v, &child, "a reference field")) {
             s->marked++;
-            if (!push(s, v))
-                scan(j, s, v); /* out of memory: recurse instead */
+            push(j, s, v);
         }
     }
 }
 
+static void scan(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
+{
+    scan_block(j, s, obj, block_size_of(j->h, obj), false);
+}
+
+/* Remark segment I (Note [Remark] in daemon/remark.c): scan every block
+ * whose mark is the epoch.  The caller holds the adoption lock and has
+ * seen I FILLED or the head of a large run, so nobody allocates in it. */
+static void rescan(struct mark_job *j, struct mark_stack *s, uint32_t i)
+{
+    struct heap *h = j->h;
+    const struct segtab *t = &h->segs;
+    uint8_t *seg = heap_seg_addr(h, i);
+    uint8_t *marks = layout_seg_marks(seg);
+
+    if (seg_state(t, i) == SEG_LARGE) {
+        if (__atomic_load_n(marks, __ATOMIC_ACQUIRE) == j->epoch)
+            scan_block(j, s, (uintptr_t)seg + LAYOUT_LARGE_OBJECT +
+                                 LAYOUT_WORD,
+                       ((uint64_t)t->segs[i].run << h->seg_shift) -
+                           LAYOUT_LARGE_OBJECT,
+                       true);
+        return;
+    }
+    uint8_t cls = seg_class(h, i);
+    if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
+        return; /* no block can be marked in it */
+    uint32_t n = t->small_nblocks[cls], bs = layout_class_size[cls];
+    uintptr_t first = (uintptr_t)seg + t->small_first[cls] + LAYOUT_WORD;
+    for (uint32_t b = 0; b < n; b++)
+        if (__atomic_load_n(&marks[b], __ATOMIC_ACQUIRE) == j->epoch)
+            scan_block(j, s, first + (uintptr_t)b * bs, bs, true);
+}
+
 static uint64_t poll_urs(struct mark_job *j);
 
-/* Take a packet into S, or wait; false when marking is over. */
+/* With j->mu held: take a packet off the pool, or NULL. */
+static struct mark_packet *pool_take_locked(struct mark_job *j)
+{
+    struct mark_packet *p = j->pool;
+    if (p) {
+        j->pool = p->next;
+        j->pool_n -= p->n;
+    }
+    return p;
+}
+
+/* Take a packet into S, or remark work (Note [Remark] in
+ * daemon/remark.c), or wait; false when marking is over. */
 static bool refill(struct mark_job *j, struct mark_stack *s)
 {
     bool got = false;
+    uint32_t seg;
     /* before looking for shared work, take what mutators have logged */
     poll_urs(j);
     pthread_mutex_lock(&j->mu);
     for (;;) {
-        if (j->pool) {
-            struct mark_packet *p = j->pool;
-            j->pool = p->next;
+        struct mark_packet *p = pool_take_locked(j);
+        if (p) {
             pthread_mutex_unlock(&j->mu);
             for (uint32_t k = 0; k < p->n; k++)
-                if (!push(s, p->refs[k]))
-                    scan(j, s, p->refs[k]);
+                push(j, s, p->refs[k]);
             free(p);
+            return true;
+        }
+        if (remark_pop_locked(j, &seg)) {
+            pthread_mutex_unlock(&j->mu);
+            if (remark_lock_unowned(j->h, seg)) {
+                rescan(j, s, seg);
+                remark_unlock_unowned(j->h);
+                remark_finish(j, seg);
+            } else {
+                remark_forward(j, seg);
+            }
             return true;
         }
         if (j->done)
@@ -395,36 +601,28 @@ bool mark_drain(struct mark_job *j, uint64_t budget)
 
     for (;;) {
         pthread_mutex_lock(&j->mu);
-        struct mark_packet *p = j->pool;
-        if (p)
-            j->pool = p->next;
+        struct mark_packet *p = pool_take_locked(j);
         pthread_mutex_unlock(&j->mu);
         if (!p)
             break;
         for (uint32_t k = 0; k < p->n; k++)
-            if (!push(&s, p->refs[k]))
-                scan(j, &s, p->refs[k]);
+            push(j, &s, p->refs[k]);
         free(p);
         while (s.n > 0 && scanned < budget) {
             scan(j, &s, s.v[--s.n]);
             scanned++;
         }
         if (s.n > 0) { /* budget spent: give the rest back */
-            while (s.n >= PACKET_REFS)
-                donate(j, &s);
             while (s.n > 0) {
                 struct mark_packet *q = malloc(sizeof *q);
-                if (!q) { /* cannot park it: finish it now */
-                    scan(j, &s, s.v[--s.n]);
-                    continue;
+                if (!q) { /* cannot park it: drop it for remark */
+                    drop_grouped(j, s.v, &s.n, s.n);
+                    break;
                 }
                 q->n = 0;
                 while (s.n > 0 && q->n < PACKET_REFS)
                     q->refs[q->n++] = s.v[--s.n];
-                pthread_mutex_lock(&j->mu);
-                q->next = j->pool;
-                j->pool = q;
-                pthread_mutex_unlock(&j->mu);
+                pool_put(j, q);
             }
             emptied = false;
             break;
@@ -448,12 +646,7 @@ static void seed_flush(struct mark_job *j, struct seeder *sd)
 {
     if (!sd->cur)
         return;
-    pthread_mutex_lock(&j->mu);
-    sd->cur->next = j->pool;
-    j->pool = sd->cur;
-    if (j->waiting > 0)
-        pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
+    pool_put(j, sd->cur);
     sd->cur = NULL;
 }
 
@@ -464,16 +657,10 @@ static void seed(struct mark_job *j, struct seeder *sd, uintptr_t obj)
     if (!sd->cur) {
         struct mark_packet *p = malloc(sizeof *p);
         if (!p) {
-            /* no memory for a packet: trace this root right here */
-            struct mark_stack s = {0};
-            scan(j, &s, obj);
-            while (s.n > 0)
-                scan(j, &s, s.v[--s.n]);
-            atomic_fetch_add_explicit(&j->marked, s.marked,
-                                      memory_order_relaxed);
-            atomic_fetch_add_explicit(&j->marked_bytes, s.scanned_bytes,
-                                      memory_order_relaxed);
-            free(s.v);
+            /* no memory for a packet: remark its segment instead (Note
+             * [Bounded mark stacks]) */
+            size_t one = 1;
+            drop_grouped(j, &obj, &one, 1);
             return;
         }
         p->n = 0;

@@ -33,9 +33,21 @@ struct mark_job {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct mark_packet *pool;  /* shared work, guarded by mu */
+    size_t pool_n;             /* entries in the pool, guarded by mu */
+    size_t stack_cap;          /* Note [Bounded mark stacks]: entries a */
+    size_t pool_cap;           /* stack, and the pool, may hold */
     unsigned nworkers;
     unsigned waiting;          /* workers with no work, guarded by mu */
     bool done;
+    /* Note [Remark] in daemon/remark.c, guarded by mu */
+    uint32_t remark_global;    /* the global remark stack (a segment, 0:
+                                  empty), linked through seg.remark_next */
+    uint32_t remark_outbox;    /* OWNED segments for the loop thread to
+                                  send to their owners */
+    uint64_t remark_outstanding; /* flagged and not yet rescanned */
+    pthread_cond_t remark_cv;  /* the collector waits for remark work */
+    uint64_t remark_sent, remark_daemon; /* for the heap's stats */
+    _Atomic uint64_t overflows;  /* stacks or pool that overflowed */
     _Atomic uint64_t marked;   /* objects marked this cycle */
     _Atomic uint64_t marked_bytes; /* and their bytes, headers included */
     _Atomic uint64_t urs_entries; /* URS entries consumed this cycle */

@@ -37,7 +37,13 @@
  * When a client's connection closes for any reason (seg_orphan), its
  * formatted segments become FILLED (the blocks it allocated stay until a
  * sweep finds them dead), its blank ones and its root chunks FREE, and its
- * large runs ownerless: nothing is lost and nothing leaks.
+ * large runs ownerless: nothing is lost and nothing leaks.  The FILLED
+ * ones and the large runs are orphans (stats segments_orphaned) until the
+ * sweep frees them or a grant gives them, partly free, to another client
+ * (segments_adopted); no other state holds an orphan, so once every
+ * orphan's objects are dead the two counters meet.  Adopting a FILLED
+ * segment takes the adoption lock, which the daemon holds while it
+ * rescans an ownerless segment (Note [Remark] in daemon/remark.c).
  *
  * Note [Reusing partly free segments]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -222,18 +228,31 @@ void seg_swept_filled(struct heap *h, uint32_t i, uint32_t nfree,
     pthread_mutex_unlock(&h->lock);
 }
 
-/* Grant reusable segments of CLASSES to OWNER, at most MAX. */
+/* An orphan is taken back into use (Note [Segment supply]). */
+static void adopt(struct segtab *t, struct seg *s)
+{
+    if (s->orphan) {
+        s->orphan = 0;
+        t->adopted++;
+    }
+}
+
+/* Grant reusable segments of CLASSES to OWNER, at most MAX.  Under the
+ * adoption lock: no FILLED segment becomes OWNED while the daemon rescans
+ * it (Note [Remark] in daemon/remark.c). */
 static uint32_t grant_reusable(struct heap *h, uint64_t owner,
                                const uint64_t *classes, uint32_t max,
                                uint32_t *out, uint32_t *out_formatted)
 {
     struct segtab *t = &h->segs;
     uint32_t n = 0, i = t->first;
+    pthread_mutex_lock(&h->adoption);
     while (n < max && t->n_reusable > 0 &&
            (i = find_bit(t, t->reuse_bits, i)) != 0) {
         struct seg *s = &t->segs[i];
         uint8_t cls = __atomic_load_n(&s->cls, __ATOMIC_RELAXED);
         if (cls < LAYOUT_NCLASSES && (classes[cls >> 6] >> (cls & 63) & 1)) {
+            adopt(t, s);
             unfile_reusable(t, i);
             t->n_filled--;
             t->n_owned++;
@@ -244,6 +263,7 @@ static uint32_t grant_reusable(struct heap *h, uint64_t owner,
         }
         i++;
     }
+    pthread_mutex_unlock(&h->adoption);
     return n;
 }
 
@@ -354,6 +374,7 @@ int seg_grant_roots(struct heap *h, uint64_t owner, uint32_t *held,
 static void make_free(struct heap *h, uint32_t i)
 {
     struct seg *s = &h->segs.segs[i];
+    adopt(&h->segs, s);
     unfile_reusable(&h->segs, i);
     s->owner = 0;
     /* workers read it without the lock (seg_class) */
@@ -412,6 +433,14 @@ static void unown_small(struct heap *h, uint32_t i)
     h->segs.n_filled++;
 }
 
+static void orphan(struct segtab *t, struct seg *s)
+{
+    if (!s->orphan) {
+        s->orphan = 1;
+        t->orphaned++;
+    }
+}
+
 /* Segment I leaves its owner: an owned small segment or a root chunk.
  * Returns false (and changes nothing) for any other state. */
 static bool unown(struct heap *h, uint32_t i)
@@ -444,8 +473,15 @@ void seg_orphan(struct heap *h, uint64_t owner)
     struct segtab *t = &h->segs;
     for (uint32_t i = t->first; i < t->high; i++) {
         struct seg *s = &t->segs[i];
-        if (s->owner != owner || unown(h, i))
+        if (s->owner != owner)
             continue;
+        if (unown(h, i)) {
+            if (s->state == SEG_FILLED)
+                orphan(t, s);
+            continue;
+        }
+        if (s->state == SEG_LARGE)
+            orphan(t, s);
         if (s->state == SEG_LARGE || s->state == SEG_LARGE_TAIL)
             s->owner = 0;
     }

@@ -26,10 +26,15 @@ struct seg {
     uint8_t state;      /* enum seg_state; read atomically by markers */
     uint8_t cls;        /* small: size class, or SEG_CLASS_UNKNOWN */
     uint8_t punched;    /* memory given back; reads as zero */
-    uint8_t pad;
+    uint8_t orphan;     /* left with objects by a client that went away,
+                           not yet adopted (stats segments_orphaned) */
     uint32_t run;       /* large: segments in the run; tail: head index */
     uint64_t owner;     /* client id, 0 for none */
     uint64_t free_since;/* cycles_completed when it became free */
+    /* Note [Remark] in daemon/remark.c; guarded by the marking job's mu */
+    uint8_t remark;     /* enum remark_state, | REMARK_AGAIN */
+    uint32_t remark_next;  /* the list it is on (0: end) */
+    uint64_t remark_to; /* SENT: the client asked to rescan it */
 };
 
 struct segtab {
@@ -43,6 +48,7 @@ struct segtab {
     uint64_t *reuse_bits;   /* bit i set: FILLED and partly free (Note
                                [Reusing partly free segments]) */
     uint32_t n_free, n_owned, n_filled, n_large, n_roots, n_reusable;
+    uint64_t orphaned, adopted;   /* stats segments_orphaned/_adopted */
     uint32_t small_max;     /* largest small object size */
     uint32_t small_nblocks[256];  /* per class; 0 = class not usable */
     uint32_t small_first[256];
@@ -86,7 +92,9 @@ int seg_grant_roots(struct heap *h, uint64_t owner, uint32_t *held,
 int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i);
 
 /* OWNER is gone: its small segments become FILLED (or FREE if never
- * formatted), its root chunks FREE, its large runs ownerless. */
+ * formatted), its root chunks FREE, its large runs ownerless: all of
+ * them counted as orphaned until a sweep frees them or a grant adopts
+ * them. */
 void seg_orphan(struct heap *h, uint64_t owner);
 
 /* The size class of small segment I, or SEG_CLASS_UNKNOWN.  For an owned

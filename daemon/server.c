@@ -26,9 +26,10 @@
  *     stops reading its requests (the peer's own writes then block on its
  *     full socket) and reads again once the queue is down to half; such a
  *     pause is counted in connections_throttled.  Every message the daemon
- *     sends answers a request, so a paused peer cannot make the queue grow
- *     much further; at twice the limit the connection is closed at once,
- *     unflushed;
+ *     sends answers a request, but for remark requests, at most one per
+ *     segment the client holds at a time (Note [Remark]), so a paused peer
+ *     cannot make the queue grow much further; at twice the limit the
+ *     connection is closed at once, unflushed;
  *   - closing: a connection that fails flushes its queue and an Error frame
  *     before it closes (conn_finish); one still flushing CLOSE_GRACE_MS
  *     later belongs to a peer that reads nothing, and the reaper timer

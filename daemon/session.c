@@ -30,6 +30,7 @@
 #include "mark.h"
 #include "heapd_build.h"
 #include "log.h"
+#include "remark.h"
 #include "safepoint.h"
 #include "wire.h"
 
@@ -193,6 +194,12 @@ static int handle_stats(struct conn *c, uint64_t seq)
         hs[i].final_sync_pause_max_ns = h->stats.final_sync_pause_max_ns;
         hs[i].final_sync_retries = h->stats.final_sync_retries;
         hs[i].grants_paced = h->stats.grants_paced;
+        hs[i].remark_requests = h->stats.remark_requests;
+        hs[i].remark_global = h->stats.remark_global;
+        hs[i].mark_overflows = h->stats.mark_overflows;
+        hs[i].clients_crashed = h->stats.clients_crashed;
+        hs[i].segments_orphaned = h->segs.orphaned;
+        hs[i].segments_adopted = h->segs.adopted;
         pthread_mutex_unlock((pthread_mutex_t *)&h->lock);
         hp[i] = &hs[i];
     }
@@ -752,6 +759,58 @@ void session_cycle_done(struct heap *h, void *daemon)
     pending_changed(d);
 }
 
+/* Note [Client lifecycle]
+ * ~~~~~~~~~~~~~~~~~~~~~~~
+ * (DESIGN.md §6; seed remarking-parallel-domains.txt.)  A mutator client
+ * leaves in one of two ways, and the daemon ends up in the same state:
+ *   - Gracefully (heapd_disconnect): the client detaches its mutators
+ *     (each detach consumes the slot's URS ring and frees its root
+ *     chunks), returns its reserve and the segments its mutators held --
+ *     which also answers every remark request it had (Note [Remark
+ *     requests] in client/remark.c) -- and sends Goodbye, then closes.
+ *   - By dying (SIGKILL at any instant) or by a broken connection: only
+ *     the socket's close tells the daemon; the client counts in
+ *     clients_crashed.
+ * Either way, in one step under heap->lock (client_leaves), the daemon
+ * frees the client's slots -- reading what is left in their URS rings from
+ * shared memory, so that nothing a mutator logged is lost, and releasing
+ * its stack words: a dead mutator holds up no stop (Note [Stop the
+ * world]) -- orphans its segments (Note [Segment supply]), moves the
+ * remark work it was asked for to the global stack and stops sending it
+ * requests (Note [Remark]), and releases the global roots it was
+ * initialising (Note [Global roots]).  Goodbye takes that step at once,
+ * so a client that said it is leaving is never asked to rescan again,
+ * and one that said nothing takes it when its socket closes.  Nothing it
+ * held is lost or kept: its orphaned segments are swept by the next cycle
+ * and freed, or reused by other clients when partly live
+ * (segments_orphaned, segments_adopted).
+ */
+static void client_leaves(struct conn *c, struct heap *h)
+{
+    pthread_mutex_lock(&h->lock);
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (c->slots[i / 64] >> (i % 64) & 1)
+            free_slot(c, h, i);
+    seg_orphan(h, c->id);
+    remark_client_gone(h, c->id);
+    globals_release_owner(h, c->id);
+    c->held = 0;
+    pthread_mutex_unlock(&h->lock);
+}
+
+static int handle_goodbye(struct conn *c, uint64_t seq)
+{
+    Heapd__Goodbye gb = HEAPD__GOODBYE__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    if (c->heap) {
+        client_leaves(c, c->heap);
+        c->gone = true;
+    }
+    env.body_case = HEAPD__ENVELOPE__BODY_GOODBYE;
+    env.goodbye = &gb;
+    return reply(c, &env, seq);
+}
+
 void session_closed(struct conn *c)
 {
     struct daemon *d = c->d;
@@ -767,16 +826,15 @@ void session_closed(struct conn *c)
         }
     }
     pending_changed(d);
-    if (!h)
+    if (!h || c->gone)
         return;
+    client_leaves(c, h);
     pthread_mutex_lock(&h->lock);
-    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
-        if (c->slots[i / 64] >> (i % 64) & 1)
-            free_slot(c, h, i);
-    seg_orphan(h, c->id);
-    globals_release_owner(h, c->id);
-    c->held = 0;
+    h->stats.clients_crashed++;
     pthread_mutex_unlock(&h->lock);
+    log_info("client %llu (%s, pid %d) went away without saying goodbye; "
+             "its segments are orphaned", (unsigned long long)c->id,
+             c->name, (int)c->peer.pid);
 }
 
 int session_handle(struct conn *c, Heapd__Envelope *env)
@@ -788,6 +846,12 @@ int session_handle(struct conn *c, Heapd__Envelope *env)
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_UNEXPECTED,
                   "expected hello as the first message, got %s",
                   frame_body_name(env));
+        return -EPROTO;
+    }
+    if (c->gone) { /* Note [Client lifecycle]: it holds nothing any more */
+        c->d->frames_rejected++;
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_UNEXPECTED,
+                  "%s after goodbye", frame_body_name(env));
         return -EPROTO;
     }
     switch (env->body_case) {
@@ -809,6 +873,11 @@ int session_handle(struct conn *c, Heapd__Envelope *env)
         return handle_global_claim(c, env->seq, env->global_claim);
     case HEAPD__ENVELOPE__BODY_GLOBALS_REQUEST:
         return handle_globals_request(c, env->seq);
+    case HEAPD__ENVELOPE__BODY_REMARK_DONE:
+        remark_done(c, env->remark_done);
+        return 0;
+    case HEAPD__ENVELOPE__BODY_GOODBYE:
+        return handle_goodbye(c, env->seq);
     default:
         c->d->frames_rejected++;
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_UNEXPECTED,

@@ -4,7 +4,9 @@
 
 /* Bumped on any incompatible change to heapd.proto or to the meaning of a
  * message.  Hello and Welcome carry it; see daemon/session.c. */
-#define PROTOCOL_VERSION 1u
+/* 2: the daemon sends RemarkRequest on its own, and a mutator client must
+ * answer it (Note [Remark requests] in client/remark.c); Goodbye. */
+#define PROTOCOL_VERSION 2u
 
 #define DEFAULT_HEAP_NAME "default"
 

@@ -730,9 +730,9 @@ END_TEST
 
 START_TEST(t_mark_stack_range)
 {
-    expect_errors(HEAP "mark_stack_limit = 32K\n",
-                  "heapd:t.conf:4: mark_stack_limit 32K is too small (at "
-                  "least 64K)\n");
+    expect_errors(HEAP "mark_stack_limit = 2K\n",
+                  "heapd:t.conf:4: mark_stack_limit 2K is too small (at "
+                  "least 4K)\n");
     expect_errors(HEAP "mark_stack_limit = 2G\n",
                   "heapd:t.conf:4: mark_stack_limit 2G is too large (at most "
                   "1G)\n");

@@ -353,7 +353,7 @@ START_TEST(version_mismatch)
 {
     start_default();
     int fd = harness_raw_connect(D.sock);
-    harness_send_hello(fd, "default", PROTOCOL_VERSION + 98,
+    harness_send_hello(fd, "default", 99,
                        HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
     expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_VERSION,
                            "protocol version 99 is not supported");
