@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "collector.h"
+#include "remark.h"
 #include "daemon.h"
 #include "fdpass.h"
 #include "fuzz.h"
@@ -107,6 +108,7 @@ static void setup(void)
         d->n_heaps++;
         FUZZ_CHECK(collector_start(&d->heaps[i], &d->workers, &d->loop,
                                    session_cycle_done, d) == 0);
+        FUZZ_CHECK(remark_start(&d->heaps[i], d) == 0);
     }
     signal(SIGPIPE, SIG_IGN);
     FUZZ_CHECK(server_listen(d) == 0);
@@ -130,7 +132,8 @@ static int on_reply(void *arg, Heapd__Envelope *env)
                env->body_case != HEAPD__ENVELOPE__BODY_STATS_REQUEST &&
                env->body_case != HEAPD__ENVELOPE__BODY_ATTACH_REQUEST &&
                env->body_case != HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST &&
-               env->body_case != HEAPD__ENVELOPE__BODY_GLOBAL_CLAIM);
+               env->body_case != HEAPD__ENVELOPE__BODY_GLOBAL_CLAIM &&
+               env->body_case != HEAPD__ENVELOPE__BODY_REMARK_DONE);
     return 0;
 }
 
@@ -271,6 +274,8 @@ static void send_template(struct client *cl, struct input *in)
     Heapd__GlobalClaim claim = HEAPD__GLOBAL_CLAIM__INIT;
     Heapd__GlobalsRequest globals = HEAPD__GLOBALS_REQUEST__INIT;
     Heapd__Hello hello = HEAPD__HELLO__INIT;
+    Heapd__RemarkDone rdone = HEAPD__REMARK_DONE__INIT;
+    Heapd__Goodbye bye = HEAPD__GOODBYE__INIT;
     uint32_t segs[16], classes[4];
     char name[80];
     const uint8_t *bytes;
@@ -278,7 +283,7 @@ static void send_template(struct client *cl, struct input *in)
 
     unsigned arm = (unsigned)take(in, 1);
     env.seq = take(in, 1);
-    switch (arm % 11) {
+    switch (arm % 13) {
     case 0:
         env.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
         env.stats_request = &stats;
@@ -349,6 +354,23 @@ static void send_template(struct client *cl, struct input *in)
         env.hello = &hello;
         break;
     }
+    case 10:
+        /* answers to remark requests never made, or made: segments the
+         * client may or may not own (Note [Remark]) */
+        rdone.n_rescanned = take(in, 1) % 8;
+        rdone.n_released = take(in, 1) % 8;
+        for (size_t i = 0; i < rdone.n_rescanned + rdone.n_released; i++)
+            segs[i] = 120 + (uint32_t)take(in, 1) % 400;
+        rdone.rescanned = segs;
+        rdone.released = segs + rdone.n_rescanned;
+        env.body_case = HEAPD__ENVELOPE__BODY_REMARK_DONE;
+        env.remark_done = &rdone;
+        break;
+    case 11:
+        /* and anything after it is refused (Note [Client lifecycle]) */
+        env.body_case = HEAPD__ENVELOPE__BODY_GOODBYE;
+        env.goodbye = &bye;
+        break;
     default: {
         /* a message only the daemon sends */
         static Heapd__CollectDone done = HEAPD__COLLECT_DONE__INIT;

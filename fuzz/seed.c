@@ -80,6 +80,9 @@ static Heapd__GlobalsRequest globals_request = HEAPD__GLOBALS_REQUEST__INIT;
 static Heapd__GlobalsReply globals_reply = HEAPD__GLOBALS_REPLY__INIT;
 static Heapd__GlobalInfo global_info = HEAPD__GLOBAL_INFO__INIT;
 static Heapd__GlobalInfo *global_info_p[1] = {&global_info};
+static Heapd__RemarkRequest remark_request = HEAPD__REMARK_REQUEST__INIT;
+static Heapd__RemarkDone remark_done = HEAPD__REMARK_DONE__INIT;
+static Heapd__Goodbye goodbye = HEAPD__GOODBYE__INIT;
 static uint32_t grant_segs[2] = {128, 129};
 static uint32_t return_segs[2] = {128, 129};
 
@@ -117,6 +120,12 @@ static void init_messages(void)
     global_info.name = (char *)"g";
     globals_reply.n_globals = 1;
     globals_reply.globals = global_info_p;
+    remark_request.n_segments = 2;
+    remark_request.segments = grant_segs;
+    remark_done.n_rescanned = 1;
+    remark_done.rescanned = grant_segs;
+    remark_done.n_released = 1;
+    remark_done.released = grant_segs + 1;
 }
 
 struct arm {
@@ -127,7 +136,7 @@ struct arm {
 #define ARM(field, CASE) \
     { #field, { .body_case = HEAPD__ENVELOPE__BODY_##CASE, .field = &field } }
 
-static struct arm arms[19];
+static struct arm arms[22];
 
 static void init_arms(void)
 {
@@ -144,6 +153,8 @@ static void init_arms(void)
         ARM(global_claimed, GLOBAL_CLAIMED),
         ARM(globals_request, GLOBALS_REQUEST),
         ARM(globals_reply, GLOBALS_REPLY),
+        ARM(remark_request, REMARK_REQUEST), ARM(remark_done, REMARK_DONE),
+        ARM(goodbye, GOODBYE),
     };
     _Static_assert(sizeof a / sizeof *a == sizeof arms / sizeof *arms,
                    "one seed per arm");
@@ -201,7 +212,8 @@ static void op_template(struct buf *b, unsigned arm_no, unsigned seq,
 }
 
 enum { T_STATS, T_COLLECT, T_ATTACH, T_DETACH, T_SEGREQ, T_SEGRET, T_URS,
-       T_CLAIM, T_GLOBALS, T_HELLO, T_DAEMON_ONLY };
+       T_CLAIM, T_GLOBALS, T_HELLO, T_REMARK_DONE, T_GOODBYE,
+       T_DAEMON_ONLY };
 
 #define TEMPLATE(b, arm_no, seq, ...)                                        \
     do {                                                                     \
@@ -304,6 +316,19 @@ static int session_seeds(const char *dir)
     TEMPLATE(&b, T_STATS, 8);
     TEMPLATE(&b, T_DETACH, 9, 0);
     rc |= write_seed(dir, "session", "mutator-life", &b);
+
+    /* remark answers for segments it owns, does not own, never was
+     * asked about; then goodbye, and a request after it */
+    b.n = 0;
+    put8(&b, 1);
+    TEMPLATE(&b, T_ATTACH, 1);
+    TEMPLATE(&b, T_SEGREQ, 2, 0, 8, 0, 0, 0);
+    TEMPLATE(&b, T_REMARK_DONE, 0, 2, 1, 8, 9, 200);
+    TEMPLATE(&b, T_COLLECT, 3, 0);
+    TEMPLATE(&b, T_REMARK_DONE, 0, 0, 2, 8, 255);
+    TEMPLATE(&b, T_GOODBYE, 4);
+    TEMPLATE(&b, T_STATS, 5);
+    rc |= write_seed(dir, "session", "remark-goodbye", &b);
 
     /* the tiny heap runs out: a grant waits for a collection */
     b.n = 0;
