@@ -281,6 +281,7 @@ out:
     /* collectors first: no client is connected any more, so a cycle under
      * way finishes (Note [Stop the world]) */
     for (size_t i = 0; i < d->n_heaps; i++) {
+        remark_drain(&d->heaps[i]); /* what a worker forwarded last */
         collector_stop(&d->heaps[i]);
         remark_stop(&d->heaps[i]);
     }

@@ -327,6 +327,13 @@ int remark_start(struct heap *h, struct daemon *d)
     return 0;
 }
 
+void remark_drain(struct heap *h)
+{
+    struct remark_sender *rs = h->remark_sender;
+    if (rs)
+        route(rs->d, h);
+}
+
 static void free_sender(uv_handle_t *hd)
 {
     free(hd->data);

@@ -28,6 +28,10 @@ enum remark_state {
 
 /* Loop thread: the handle that wakes it to send requests. */
 int remark_start(struct heap *h, struct daemon *d);
+/* The loop has stopped with no client left: route what waits to be sent
+ * (to the global stack now: nobody owns anything), so that a cycle under
+ * way can finish (call before collector_stop). */
+void remark_drain(struct heap *h);
 void remark_stop(struct heap *h);
 
 /* Any marking thread: flag segments SEGS[0..N) for remark. */
