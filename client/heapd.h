@@ -123,7 +123,12 @@ typedef struct heapd_stats_t {
  * is NULL and heapd_last_error() says why. */
 HEAPD_API int heapd_connect(heapd_client **out, const heapd_connect_opts *opts);
 
-/* Close the connection and unmap the heap.  NULL is ignored. */
+/* Leave gracefully: detach the mutators still attached (their threads
+ * must be done with them), give every segment back, tell the daemon
+ * goodbye and wait for its answer, then close the connection and unmap
+ * the heap.  Objects stay as long as they are reachable.  A process that
+ * dies instead loses nothing either: the daemon cleans up after it (and
+ * counts it in clients_crashed).  NULL is ignored. */
 HEAPD_API void heapd_disconnect(heapd_client *c);
 
 /* Ask the daemon for its statistics (a round trip on the socket). */
