@@ -175,14 +175,7 @@ static void rescan(heapd_mutator *m, const struct alloc_seg *cur)
         size_t nrefs = layout_header_nrefs(hdr);
         if (layout_object_size(nrefs, 0) > cur->block_size)
             continue; /* not ours to trust: the daemon validates anyway */
-        /* what the marker does to every object it scans: clear a dirty
-         * tag left from an earlier cycle (Note [Dirty tags], Note [Epoch
-         * reuse]); a barrier that tags it meanwhile wins */
-        uint8_t tag = layout_header_tag(hdr);
-        if (tag != 0 && tag != epoch)
-            __atomic_compare_exchange_n(hp, &hdr, layout_header_with_tag(hdr, 0),
-                                        false, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED);
+        layout_clear_stale_tag(hp, hdr, epoch); /* as the marker does */
         for (size_t f = 0; f < nrefs; f++)
             barrier_log(m, __atomic_load_n(&obj[f], __ATOMIC_RELAXED));
     }

@@ -420,13 +420,7 @@ static void scan_block(struct mark_job *j, struct mark_stack *s,
     if (!remark)
         s->scanned_bytes += layout_object_size(layout_header_nrefs(hdr),
                                                layout_header_nbytes(hdr));
-    /* Note [Dirty tags]: clear a tag left from an earlier cycle; a
-     * barrier that tags it meanwhile wins the race */
-    uint8_t tag = layout_header_tag(hdr);
-    if (tag != 0 && tag != j->epoch)
-        __atomic_compare_exchange_n((uint64_t *)(obj - LAYOUT_WORD), &hdr,
-                                    layout_header_with_tag(hdr, 0), false,
-                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    layout_clear_stale_tag((uint64_t *)(obj - LAYOUT_WORD), hdr, j->epoch);
     void *const *f = (void *const *)obj;
     size_t n = layout_header_nrefs(hdr);
     for (size_t k = 0; k < n; k++) {

@@ -134,6 +134,18 @@ static inline uint64_t layout_header_with_tag(uint64_t h, uint8_t tag)
     return (h & ~((uint64_t)0xff << LAYOUT_TAG_SHIFT)) |
            (uint64_t)tag << LAYOUT_TAG_SHIFT;
 }
+/* What scanning an object does to its header at HP, read as H, in the
+ * cycle of EPOCH: clear a dirty tag left from an earlier cycle (Note
+ * [Dirty tags], Note [Epoch reuse]); a barrier that tags it meanwhile wins
+ * the race.  The marker does it, and so does a client's remark. */
+static inline void layout_clear_stale_tag(uint64_t *hp, uint64_t h,
+                                          uint8_t epoch)
+{
+    uint8_t tag = layout_header_tag(h);
+    if (tag != 0 && tag != epoch)
+        __atomic_compare_exchange_n(hp, &h, layout_header_with_tag(h, 0),
+                                    false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
 
 /* Bytes an object occupies, header included (8-byte multiple). */
 static inline uint64_t layout_object_size(uint64_t nrefs, uint64_t nbytes)

@@ -215,6 +215,18 @@ static void **build_fan(heapd_mutator *m, size_t slot, size_t n,
     return fan;
 }
 
+/* Start the daemon, attach a mutator, and root a fan of N children. */
+static void **start_with_fan(heapd_client **c, heapd_mutator **m, size_t n,
+                             uint64_t magic)
+{
+    start_with(NULL);
+    harness_attach(&D, c, m);
+    size_t slot = heapd_root_push(*m, NULL);
+    void **fan = build_fan(*m, slot, n, magic);
+    ck_assert_ptr_nonnull(fan);
+    return fan;
+}
+
 /* A role's connection and mutator, or exit 10. */
 static void role_attach(heapd_client **c, heapd_mutator **m)
 {
@@ -296,17 +308,14 @@ static void *blocked_owner_main(void *arg)
 START_TEST(mark_stack_overflow_remarks)
 {
     enum { CYCLES = 12 };
-    start_with(NULL);
     heapd_client *c;
     heapd_mutator *m;
-    harness_attach(&D, &c, &m);
-    size_t slot = heapd_root_push(m, NULL);
-    void **fan = build_fan(m, slot, FAN, 0xa11);
-    ck_assert_ptr_nonnull(fan);
+    void **fan = start_with_fan(&c, &m, FAN, 0xa11);
 
     /* an orphan: a client that built its fan, published it, and left */
     heapd_blocking_enter(m);
-    harness_wait_ok(spawn_role("orphan", (int[3]){-1, -1, -1}, "-"), "the orphan's client");
+    harness_wait_ok(spawn_role("orphan", (int[3]){-1, -1, -1}, "-"),
+                    "the orphan's client");
     /* an owner that stops answering once it holds a remark request, and
      * is killed while marking waits for it */
     int ready[2], in[2];
@@ -449,13 +458,9 @@ static uint64_t segments_in_use(const heapd_stats_t *st)
 START_TEST(crash_matrix)
 {
     enum crash_at at = (enum crash_at)_i;
-    start_with(NULL);
     heapd_client *c;
     heapd_mutator *m;
-    harness_attach(&D, &c, &m);
-    size_t slot = heapd_root_push(m, NULL);
-    void **fan = build_fan(m, slot, 3000, 0x5u);
-    ck_assert_ptr_nonnull(fan);
+    void **fan = start_with_fan(&c, &m, 3000, 0x5u);
     /* from here this mutator waits: it holds up no stop, and its
      * segments flagged for remark are the agent's (Note [Remark
      * requests]) */
@@ -722,13 +727,9 @@ static Heapd__Envelope *ask(int fd, uint64_t seq, Heapd__Envelope *env)
  * not crashed. */
 START_TEST(bad_remark_answers_and_goodbye)
 {
-    start_with(NULL);
     heapd_client *c;
     heapd_mutator *m;
-    harness_attach(&D, &c, &m);
-    size_t slot = heapd_root_push(m, NULL);
-    void **fan = build_fan(m, slot, FAN, 0xbad);
-    ck_assert_ptr_nonnull(fan);
+    void **fan = start_with_fan(&c, &m, FAN, 0xbad);
     heapd_blocking_enter(m);
     heapd_stats_t before = harness_stats(c);
 
