@@ -73,6 +73,8 @@ static void close_connection(struct agent *a, int code, const char *msg)
     code = a->close_code;
     pthread_mutex_unlock(&a->mu);
     run_failed_async(async, code);
+    if (a->on_closed)
+        a->on_closed(a->hook_arg);
     uv_read_stop((uv_stream_t *)&a->pipe);
     if (!uv_is_closing((uv_handle_t *)&a->pipe))
         uv_close((uv_handle_t *)&a->pipe, NULL);
@@ -90,7 +92,7 @@ static int on_frame(void *arg, Heapd__Envelope *env)
          * daemon closes. */
         if (env->body_case == HEAPD__ENVELOPE__BODY_REMARK_REQUEST &&
             a->on_remark) {
-            a->on_remark(a->remark_arg, env->remark_request);
+            a->on_remark(a->hook_arg, env->remark_request);
             return 0;
         }
         if (env->body_case == HEAPD__ENVELOPE__BODY_ERROR) {
@@ -102,6 +104,10 @@ static int on_frame(void *arg, Heapd__Envelope *env)
                          "message; closing the connection");
         return -EPROTO;
     }
+    /* small segments are the client's from the moment their grant is
+     * read, before any later frame: Note [Remark requests] */
+    if (env->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT && a->on_grant)
+        a->on_grant(a->hook_arg, env->segment_grant);
     pthread_mutex_lock(&a->mu);
     struct agent_call **p = &a->calls;
     for (k = *p; k && k->seq != env->seq; k = *p)

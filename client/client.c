@@ -462,8 +462,10 @@ int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
     if (c->base) {
         /* before any segment is ours, so before any remark request */
         pthread_mutex_lock(&c->agent.mu);
-        c->agent.remark_arg = c;
+        c->agent.hook_arg = c;
         c->agent.on_remark = remark_request;
+        c->agent.on_grant = remark_granted;
+        c->agent.on_closed = remark_closed;
         pthread_mutex_unlock(&c->agent.mu);
     }
     *out = c;

@@ -45,9 +45,13 @@ struct agent {
     struct agent_call *calls;
     uint64_t next_seq;
     bool stop;                       /* heapd_disconnect asked to stop */
-    /* RemarkRequest, on the agent thread (client/remark.c) */
+    /* Note [Remark requests] (client/remark.c), on the agent thread: a
+     * RemarkRequest; a segment grant, before its caller sees it; the
+     * connection's end */
     void (*on_remark)(void *arg, const Heapd__RemarkRequest *r);
-    void *remark_arg;
+    void (*on_grant)(void *arg, const Heapd__SegmentGrant *g);
+    void (*on_closed)(void *arg);
+    void *hook_arg;
     bool closed;                     /* the connection is gone */
     int close_code;                  /* why, as a heapd error code */
     char close_msg[256];
@@ -279,6 +283,10 @@ void remark_owned(heapd_client *c, const uint32_t *segs, size_t n, bool own);
 void remark_returned(heapd_client *c, const uint32_t *segs, size_t n);
 /* Agent thread: the daemon asks (an agent on_remark callback). */
 void remark_request(void *arg, const Heapd__RemarkRequest *r);
+/* Agent thread: a grant arrived (on_grant); the connection ended
+ * (on_closed). */
+void remark_granted(void *arg, const Heapd__SegmentGrant *g);
+void remark_closed(void *arg);
 /* At a safepoint of M (running), or in the agent (M NULL). */
 void remark_service(heapd_client *c, heapd_mutator *m);
 /* M took a new current segment: look again at the next safepoint. */

@@ -121,10 +121,6 @@ int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
     if (rc < 0)
         return rc;
     const Heapd__SegmentGrant *g = rep->segment_grant;
-    /* Note [Remark requests]: small segments are the client's now */
-    if (rep->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT &&
-        g->kind == HEAPD__SEGMENT_KIND__SEGMENT_SMALL)
-        remark_owned(m->c, g->segments, g->n_segments, true);
     uint32_t limit = m->c->size >> m->c->seg_shift;
     rc = 0;
     if (rep->body_case != HEAPD__ENVELOPE__BODY_SEGMENT_GRANT ||

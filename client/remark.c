@@ -32,6 +32,10 @@
  *   - otherwise a running mutator holds it, perhaps between the reserve
  *     and its current slot: it stays queued, and the mutator that installs
  *     a segment looks again at its next safepoint (remark_recheck).
+ * A segment is the client's (`owned`) from the moment the agent reads its
+ * grant, before it reads any later frame (remark_granted): a request can
+ * only follow the grant it is about, so "not owned" always means
+ * returned, never "granted, but the grant not yet handed to its caller".
  * Every path that returns a segment (return_segments) also answers a
  * request queued for it.  So every request is answered once, by a thread
  * that may, and a client that returns everything -- heapd_disconnect --
@@ -296,8 +300,33 @@ void remark_service(heapd_client *c, heapd_mutator *m)
         return;
     if (m)
         atomic_store(&m->remark_pending, 0); /* a request after this sets it */
+    if (m && agent_is_closed(&c->agent)) {
+        /* the daemon has orphaned this client's segments, and may give
+         * them to others: allocate in none of them again (remark_closed) */
+        memset(m->cur, 0, sizeof m->cur);
+        return;
+    }
     while (service_pass(c, m))
         ;
+}
+
+void remark_granted(void *arg, const Heapd__SegmentGrant *g)
+{
+    if (g->kind == HEAPD__SEGMENT_KIND__SEGMENT_SMALL)
+        remark_owned(arg, g->segments, g->n_segments, true);
+}
+
+/* The connection is gone, so the daemon has orphaned everything this
+ * client held (Note [Client lifecycle] in daemon/session.c): every mutator
+ * drops its current segments at its next safepoint, and the reserve
+ * gives out nothing (reserve_take), so allocation fails from then on. */
+void remark_closed(void *arg)
+{
+    heapd_client *c = arg;
+    pthread_mutex_lock(&c->mutators_mu);
+    for (heapd_mutator *m = c->mutators; m; m = m->next)
+        atomic_store(&m->remark_pending, 1);
+    pthread_mutex_unlock(&c->mutators_mu);
 }
 
 void remark_request(void *arg, const Heapd__RemarkRequest *rq)

@@ -258,8 +258,6 @@ static void on_refill(void *arg, int status, Heapd__Envelope *rep)
     if (status == 0 && rep &&
         rep->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT) {
         const Heapd__SegmentGrant *g = rep->segment_grant;
-        /* Note [Remark requests] in client/remark.c */
-        remark_owned(c, g->segments, g->n_segments, true);
         for (size_t i = 0; i < g->n_segments; i++) {
             uint32_t s = g->segments[i];
             if (s == 0 || s >= limit)
@@ -432,6 +430,9 @@ int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
     uint32_t got[RESERVE_BATCH];
     int n;
 
+    if (agent_is_closed(&c->agent)) /* orphaned: Note [Remark requests] */
+        return client_set_error(HEAPD_ECLOSED, "the connection to heapd is "
+                                "closed; reconnect");
     pthread_mutex_lock(&r->mu);
     /* the next refills ask for partly free segments of this class too */
     r->classes[cls >> 6] |= 1ull << (cls & 63);

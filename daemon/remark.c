@@ -264,13 +264,15 @@ static void route(struct daemon *d, struct heap *h)
         if (n == cap) {
             size_t nc = cap ? 2 * cap : 64;
             uint32_t *b = realloc(batch, nc * sizeof *b);
-            if (!b) { /* cannot send it now: the daemon does it later */
+            if (!b) { /* no memory now: the rest waits for another turn */
                 s->remark = REMARK_OUTBOX;
                 s->remark_next = next;
                 j->remark_outbox = i;
                 j->remark_sent += n;
                 pthread_mutex_unlock(&j->mu);
                 pthread_mutex_unlock(&h->lock);
+                uv_async_send(&((struct remark_sender *)h->remark_sender)
+                                   ->async);
                 goto send;
             }
             batch = b;

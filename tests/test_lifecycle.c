@@ -793,6 +793,31 @@ START_TEST(bad_remark_answers_and_goodbye)
 }
 END_TEST
 
+/* A client whose connection is gone (here: the daemon was killed) stops
+ * allocating at its next safepoint: the daemon orphans what it held and
+ * may give it to others (Note [Remark requests]). */
+START_TEST(closed_connection_stops_allocation)
+{
+    start_with(NULL);
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    for (int i = 0; i < 1000; i++)
+        ck_assert_ptr_nonnull(heapd_alloc(m, 1, 24)); /* a current segment */
+    kill(D.pid, SIGKILL);
+    harness_wait_pid(D.pid, HARNESS_WAIT_MS);
+    heapd_stats_t st;
+    ck_assert_int_eq(heapd_stats(c, &st), HEAPD_ECLOSED); /* noticed */
+    errno = 0;
+    ck_assert_ptr_null(heapd_alloc(m, 1, 24));
+    ck_assert_int_ne(errno, 0);
+    ck_assert_ptr_null(heapd_alloc(m, 0, 1 << 20));
+    heapd_detach(m);
+    heapd_disconnect(c);
+    unlink(D.sock);
+}
+END_TEST
+
 static Suite *lifecycle_suite(void)
 {
     Suite *s = suite_create("lifecycle");
@@ -800,6 +825,7 @@ static Suite *lifecycle_suite(void)
     tcase_set_timeout(t, 300);
     tcase_add_test(t, mark_stack_overflow_remarks);
     tcase_add_test(t, bad_remark_answers_and_goodbye);
+    tcase_add_test(t, closed_connection_stops_allocation);
     tcase_add_loop_test(t, crash_matrix, 0, AT_COUNT);
     suite_add_tcase(s, t);
     t = tcase_create("spawn-burn");
