@@ -237,6 +237,18 @@ static void adopt(struct segtab *t, struct seg *s)
     }
 }
 
+/* Zero the first N bytes (rounded up to words) of a free segment: its
+ * header and mark bytes.  With atomic stores: a sweeper that saw the
+ * segment OWNED in a previous life -- a crashed client's blank segment is
+ * freed at once, even while a sweep runs -- may still read its kind and
+ * marks; it finds a blank segment and leaves it. */
+static void zero_header(void *seg, size_t n)
+{
+    uint64_t *w = seg;
+    for (size_t k = 0; k < (n + 7) / 8; k++)
+        __atomic_store_n(&w[k], 0, __ATOMIC_RELAXED);
+}
+
 /* Grant reusable segments of CLASSES to OWNER, at most MAX.  Under the
  * adoption lock: no FILLED segment becomes OWNED while the daemon rescans
  * it (Note [Remark] in daemon/remark.c). */
@@ -293,7 +305,7 @@ int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
         /* a punched segment reads as zero and so is blank already: not
          * one of its pages is touched here (Note [Segments]) */
         if (!t->segs[i].punched)
-            memset(heap_seg_addr(h, i), 0, hdr_bytes);
+            zero_header(heap_seg_addr(h, i), hdr_bytes);
         take(t, i, SEG_OWNED, owner, 0);
         t->segs[i].punched = 0;
         out_formatted[n] = 0;
@@ -337,7 +349,10 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
     if (!all_punched)
         punch(h, start, (uint32_t)need); /* the object must read as zero */
     struct layout_segment *hd = heap_seg_addr(h, start);
-    hd->kind = LAYOUT_SEG_LARGE;
+    /* atomic: a sweeper that saw one of these segments OWNED before a
+     * crashed client's blank segments were freed may still read the kind
+     * (header_class); it finds no small class and leaves it */
+    __atomic_store_n(&hd->kind, LAYOUT_SEG_LARGE, __ATOMIC_RELEASE);
     hd->large_bytes = need << h->seg_shift;
     /* the run's shape before its state (as for small grants) */
     for (uint32_t i = start; i < start + need; i++) {
@@ -362,7 +377,7 @@ int seg_grant_roots(struct heap *h, uint64_t owner, uint32_t *held,
     if ((i = find_free(t, t->first)) == 0)
         return -ENOSPC;
     struct layout_segment *hd = heap_seg_addr(h, i);
-    hd->kind = LAYOUT_SEG_ROOTS;
+    __atomic_store_n(&hd->kind, LAYOUT_SEG_ROOTS, __ATOMIC_RELEASE); /* as above */
     take(t, i, SEG_ROOTS, owner, 0);
     t->segs[i].punched = 0;
     t->n_roots++;
