@@ -234,6 +234,11 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static int cmp_u64_desc(const void *a, const void *b)
+{
+    return cmp_u64(b, a);
+}
+
 static bool in_sorted(const uint64_t *v, size_t n, uint64_t key)
 {
     return bsearch(&key, v, n, sizeof *v, cmp_u64) != NULL;
@@ -247,6 +252,8 @@ static void drop_grouped(struct mark_job *j, uintptr_t *v, size_t *n,
                          size_t want)
 {
     size_t m = *n, u = 0, chosen = 0, dropped = 0;
+    if (m == 0)
+        return;
     uint64_t *k = malloc(m * sizeof *k);
 
     atomic_fetch_add_explicit(&j->overflows, 1, memory_order_relaxed);
@@ -272,12 +279,7 @@ static void drop_grouped(struct mark_job *j, uintptr_t *v, size_t *n,
         k[u++] = (uint64_t)(y - x) << 32 | k[x];
         x = y;
     }
-    qsort(k, u, sizeof *k, cmp_u64);
-    for (size_t a = 0, b = u - 1; a < b; a++, b--) {
-        uint64_t t = k[a];
-        k[a] = k[b];
-        k[b] = t;
-    }
+    qsort(k, u, sizeof *k, cmp_u64_desc);
     while (chosen < u && dropped < want)
         dropped += k[chosen++] >> 32;
     uint32_t segs[64];
@@ -311,6 +313,8 @@ static void pool_put(struct mark_job *j, struct mark_packet *p)
         j->pool_n += p->n;
         if (j->waiting > 0)
             pthread_cond_broadcast(&j->cv);
+        /* a collector waiting for remarks has marking to do (remark_wait) */
+        pthread_cond_broadcast(&j->remark_cv);
         pthread_mutex_unlock(&j->mu);
         return;
     }

@@ -778,44 +778,19 @@ void session_cycle_done(struct heap *h, void *daemon)
  * world]) -- orphans its segments (Note [Segment supply]), moves the
  * remark work it was asked for to the global stack and stops sending it
  * requests (Note [Remark]), and releases the global roots it was
- * initialising (Note [Global roots]).  Goodbye takes that step at once,
+ * initialising (Note [Global roots]); its requests still waiting for a
+ * cycle (a paced grant, say) are dropped, for a grant to a client that is
+ * gone would be a segment nobody orphans.  Goodbye takes that step at once,
  * so a client that said it is leaving is never asked to rescan again,
  * and one that said nothing takes it when its socket closes.  Nothing it
  * held is lost or kept: its orphaned segments are swept by the next cycle
  * and freed, or reused by other clients when partly live
  * (segments_orphaned, segments_adopted).
  */
-static void client_leaves(struct conn *c, struct heap *h)
-{
-    pthread_mutex_lock(&h->lock);
-    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
-        if (c->slots[i / 64] >> (i % 64) & 1)
-            free_slot(c, h, i);
-    seg_orphan(h, c->id);
-    remark_client_gone(h, c->id);
-    globals_release_owner(h, c->id);
-    c->held = 0;
-    pthread_mutex_unlock(&h->lock);
-}
-
-static int handle_goodbye(struct conn *c, uint64_t seq)
-{
-    Heapd__Goodbye gb = HEAPD__GOODBYE__INIT;
-    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
-    if (c->heap) {
-        client_leaves(c, c->heap);
-        c->gone = true;
-    }
-    env.body_case = HEAPD__ENVELOPE__BODY_GOODBYE;
-    env.goodbye = &gb;
-    return reply(c, &env, seq);
-}
-
-void session_closed(struct conn *c)
+/* Requests of C waiting for a cycle: never answered now. */
+static void drop_pending(struct conn *c)
 {
     struct daemon *d = c->d;
-    struct heap *h = c->heap;
-
     for (struct pending **pp = &d->pending; *pp;) {
         struct pending *p = *pp;
         if (p->c == c) {
@@ -826,12 +801,47 @@ void session_closed(struct conn *c)
         }
     }
     pending_changed(d);
+}
+
+/* The one step of Note [Client lifecycle].  CRASHED: without Goodbye. */
+static void client_leaves(struct conn *c, struct heap *h, bool crashed)
+{
+    /* a grant waiting for a cycle would give a client that is gone
+     * segments nobody orphans */
+    drop_pending(c);
+    pthread_mutex_lock(&h->lock);
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (c->slots[i / 64] >> (i % 64) & 1)
+            free_slot(c, h, i);
+    seg_orphan(h, c->id);
+    remark_client_gone(h, c->id);
+    globals_release_owner(h, c->id);
+    c->held = 0;
+    h->stats.clients_crashed += crashed;
+    pthread_mutex_unlock(&h->lock);
+}
+
+static int handle_goodbye(struct conn *c, uint64_t seq)
+{
+    Heapd__Goodbye gb = HEAPD__GOODBYE__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    if (c->heap) {
+        client_leaves(c, c->heap, false);
+        c->gone = true;
+    }
+    env.body_case = HEAPD__ENVELOPE__BODY_GOODBYE;
+    env.goodbye = &gb;
+    return reply(c, &env, seq);
+}
+
+void session_closed(struct conn *c)
+{
+    struct heap *h = c->heap;
+
+    drop_pending(c);
     if (!h || c->gone)
         return;
-    client_leaves(c, h);
-    pthread_mutex_lock(&h->lock);
-    h->stats.clients_crashed++;
-    pthread_mutex_unlock(&h->lock);
+    client_leaves(c, h, true);
     log_info("client %llu (%s, pid %d) went away without saying goodbye; "
              "its segments are orphaned", (unsigned long long)c->id,
              c->name, (int)c->peer.pid);
