@@ -217,7 +217,7 @@ static uint8_t snapshot(struct collector *gc, struct mark_job *mj)
     uint64_t t0 = now_ns(), ttsp, failures = 0;
     uint8_t epoch;
 
-    safepoint_stop(h, &ttsp);
+    safepoint_stop(h, SAFEPOINT_SNAPSHOT, &ttsp);
     pthread_mutex_lock(&h->lock);
     /* the previous cycle's sweep is complete and mutators are stopped:
      * the moment to check what sweeping promised (Note [Heap verifier]) */
@@ -253,7 +253,7 @@ static bool final_sync(struct collector *gc, struct mark_job *mj)
     uint64_t t0 = now_ns(), ttsp, failures = 0;
     bool done;
 
-    safepoint_stop(h, &ttsp);
+    safepoint_stop(h, SAFEPOINT_FINAL_SYNC, &ttsp);
     pthread_mutex_lock(&h->lock);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         struct layout_mutator *m = &h->control->mutators[i];

@@ -35,6 +35,15 @@ struct heap_stats {
     _Atomic uint64_t bad_refs;   /* bumped by mark workers */
 };
 
+/* Who holds a mutator slot, in the daemon's memory: what the daemon says
+ * about a slot never rests on words a client can write. */
+struct heap_slot_owner {
+    uint64_t client_id;              /* 0: free */
+    int pid;
+    unsigned uid;
+    char name[64];                   /* client_name from Hello */
+};
+
 struct heap {
     const struct config_heap *cfg;
     int fd;                          /* sealed memfd, -1 when closed */
@@ -53,6 +62,7 @@ struct heap {
                                         the daemon rescans one; taken
                                         after lock, never before it */
     struct segtab segs;
+    struct heap_slot_owner owners[LAYOUT_MAX_MUTATORS]; /* heap->lock */
     struct heap_stats stats;
     struct collector *gc;
     struct mark_job *marking;        /* the cycle's job while phase is MARK */

@@ -6,11 +6,13 @@
  * Stops are futex handshakes on the shared control area, never socket round
  * trips.  The words (Note [Mutator slots] in proto/layout.h):
  *   control->stop_request   0, or the generation g of the stop under way;
- *   slot->status            state (FREE, RUNNING, BLOCKED) | last acked g.
+ *   slot->status            state (FREE, RUNNING, BLOCKED, WAITING) | last
+ *                           acked g.
  * Daemon (one collector thread per heap):
  *   1. g = next generation (never 0); store stop_request = g (seq_cst).
- *   2. For every slot, load status (seq_cst) until it is FREE, BLOCKED, or
- *      RUNNING with ack == g, spinning a little and then sleeping on the
+ *   2. For every slot, load status (seq_cst) until it is FREE, BLOCKED,
+ *      RUNNING with ack == g, or (a final sync only) WAITING (Note
+ *      [Waiting in a barrier]), spinning a little and then sleeping on the
  *      futex `status` meanwhile (Note [Waiting for acks]).
  *      Every write of `status` is followed by a wake, and the futex compares
  *      the value it sleeps on, so no change is missed; the sleep is bounded
@@ -38,7 +40,7 @@
  * starts RUNNING with ack 0 != g, and heapd_attach polls before it
  * returns, so that thread too waits before it can touch the heap (its
  * first heap operation could be a heapd_write, which does not poll); the
- * collector may or may not be waiting for its ack.  Pause work is O(mutators) (DESIGN.md §4, step 2).
+ * collector may or may not be waiting for its ack.  Pause work is O(mutators).
  * A client whose connection closes has its slots set FREE by the loop thread
  * (safepoint_free_slot), which wakes the collector: a dead client never holds
  * up a stop.
@@ -46,6 +48,8 @@
 #include "safepoint.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "futex.h"
 #include "heap.h"
@@ -73,13 +77,65 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static bool slot_stopped(uint32_t st, uint32_t gen)
+/* Note [Waiting in a barrier]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A write barrier may have to wait: for room in a full URS ring, or for
+ * the daemon to finish marking the mutator's stack.  The mutator then
+ * stores status WAITING (client/barrier.c): it touches nothing while it
+ * waits, and on leaving it stores RUNNING and takes any stop under way,
+ * exactly as a blocking region ends.  The two stops treat it differently:
+ *   - a final sync counts it as stopped, as if BLOCKED: the sync reads the
+ *     ring and marks the stack itself, which is what the barrier waits
+ *     for, so waiting for the mutator could deadlock;
+ *   - a snapshot waits for it as for a running mutator: it must leave the
+ *     barrier and reach its next safepoint first.
+ * So no snapshot is ever taken while a mutator is inside heapd_write,
+ * heapd_cas or heapd_global_set, and a mutator's epoch can change only at
+ * its safepoints: the rule of Note [Client GC discipline] in heapd.h
+ * (what was reachable from the roots at the last safepoint stays valid
+ * until the next) covers every C local, the ones a barrier call does not
+ * take included.  A barrier never waits for a snapshot: after a final
+ * sync marking is over and a waiting barrier ends (barrier_on is false),
+ * so the snapshot that follows waits at most for a mutator to be
+ * scheduled.  Before this state, a barrier that waited BLOCKED let a whole
+ * cycle pass, and a reference the caller had read into a local since its
+ * last safepoint could be swept under it.
+ */
+static bool slot_stopped(uint32_t st, uint32_t gen, enum safepoint_kind kind)
 {
-    uint32_t state = LAYOUT_STATUS_STATE(st);
-    return state != LAYOUT_MUT_RUNNING || LAYOUT_STATUS_GEN(st) == gen;
+    switch (LAYOUT_STATUS_STATE(st)) {
+    case LAYOUT_MUT_RUNNING:
+        return LAYOUT_STATUS_GEN(st) == gen;
+    case LAYOUT_MUT_WAITING:
+        return kind == SAFEPOINT_FINAL_SYNC;
+    default:
+        return true;
+    }
 }
 
-uint32_t safepoint_stop(struct heap *h, uint64_t *ttsp_max_ns)
+/* Log the mutator in SLOT that has held up a stop for WAITED ns: who it
+ * is, from the daemon's own record, and what its program must do. */
+static void report_slow(struct heap *h, unsigned slot, uint32_t st,
+                        uint64_t waited)
+{
+    struct heap_slot_owner o;
+    pthread_mutex_lock(&h->lock);
+    o = h->owners[slot];
+    pthread_mutex_unlock(&h->lock);
+    log_warn("heap '%s': mutator slot %u of client %llu (%s, pid %d, uid %u) "
+             "has not reached a safepoint for %llu ms%s; every process "
+             "of the heap waits for it.  A thread that waits (I/O, a lock, "
+             "sleep) must call heapd_blocking_enter first, and a long loop "
+             "must call heapd_safepoint now and then",
+             h->cfg->name, slot, (unsigned long long)o.client_id,
+             o.name[0] ? o.name : "?", o.pid, o.uid,
+             (unsigned long long)(waited / 1000000u),
+             LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_WAITING
+                 ? " (it waits inside a write barrier)" : "");
+}
+
+uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
+                        uint64_t *ttsp_max_ns)
 {
     struct layout_control *ctl = h->control;
     static const uint64_t report_ns = 1000000000u; /* log slow mutators */
@@ -94,7 +150,7 @@ uint32_t safepoint_stop(struct heap *h, uint64_t *ttsp_max_ns)
         uint64_t next_report = t0 + report_ns;
         for (unsigned spin = 0;; spin++) {
             uint32_t st = atomic_load(&m->status);
-            if (slot_stopped(st, gen))
+            if (slot_stopped(st, gen, kind))
                 break;
             /* Note [Waiting for acks] */
             if ((spin & 63) != 63 || now_ns() - t0 < ACK_SPIN_NS) {
@@ -104,12 +160,7 @@ uint32_t safepoint_stop(struct heap *h, uint64_t *ttsp_max_ns)
             futex_wait(&m->status, st, 100000000u);
             uint64_t t = now_ns();
             if (t >= next_report) {
-                log_warn("heap '%s': mutator slot %u (client %llu) has not "
-                         "reached a safepoint for %llu ms; a thread that "
-                         "waits must call heapd_blocking_enter first",
-                         h->cfg->name, i,
-                         (unsigned long long)m->client_id,
-                         (unsigned long long)((t - t0) / 1000000u));
+                report_slow(h, i, st, t - t0);
                 next_report = t + report_ns;
             }
         }
@@ -127,9 +178,20 @@ void safepoint_release(struct heap *h)
     futex_wake_all(&h->control->stop_request);
 }
 
+void safepoint_own_slot(struct heap *h, unsigned slot, uint64_t client_id,
+                        int pid, unsigned uid, const char *name)
+{
+    struct heap_slot_owner *o = &h->owners[slot];
+    o->client_id = client_id;
+    o->pid = pid;
+    o->uid = uid;
+    snprintf(o->name, sizeof o->name, "%s", name);
+}
+
 void safepoint_free_slot(struct heap *h, unsigned slot)
 {
     struct layout_mutator *m = &h->control->mutators[slot];
+    memset(&h->owners[slot], 0, sizeof h->owners[slot]);
     atomic_store(&m->status, LAYOUT_STATUS(0, LAYOUT_MUT_FREE));
     futex_wake_all(&m->status);
 }

@@ -358,6 +358,8 @@ static int handle_attach(struct conn *c, uint64_t seq)
             continue;
         slot = i;
         m->client_id = c->id;
+        safepoint_own_slot(h, (unsigned)i, c->id, (int)c->peer.pid,
+                           (unsigned)c->peer.uid, c->name);
         m->slot_epoch++;
         atomic_store(&m->alloc_bytes, 0);
         atomic_store(&m->root_depth, 0);

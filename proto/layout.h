@@ -96,7 +96,7 @@
 #include <stdint.h>
 
 #define LAYOUT_MAGIC 0x0031504145484448ULL /* bytes "HDHEAP1\0" in memory */
-#define LAYOUT_VERSION 6u /* 6: a blank segment header is all zeros (Note [Segments]) */
+#define LAYOUT_VERSION 7u /* 7: a mutator state WAITING (Note [Waiting in a barrier]) */
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
@@ -264,6 +264,9 @@ enum layout_mut_state {
     LAYOUT_MUT_FREE = 0,     /* no mutator */
     LAYOUT_MUT_RUNNING = 1,  /* may touch the heap; must poll safepoints */
     LAYOUT_MUT_BLOCKED = 2,  /* in a blocking region: never touches the heap */
+    LAYOUT_MUT_WAITING = 3,  /* waiting inside a write barrier: touches
+                                nothing until it leaves, holds up a
+                                snapshot (Note [Waiting in a barrier]) */
 };
 #define LAYOUT_STATUS(gen, state) ((uint32_t)(gen) << 2 | (uint32_t)(state))
 #define LAYOUT_STATUS_STATE(s) ((s) & 3u)
