@@ -217,11 +217,54 @@ static void *agent_main(void *arg)
 
 /* ---- application side ---- */
 
+/* Note [Clients and fork]
+ * ~~~~~~~~~~~~~~~~~~~~~~~
+ * A child of fork() inherits a copy of its parent's clients: the socket,
+ * the mapping, the mutexes (perhaps held by the agent thread at the fork),
+ * but not the agent thread, which alone reads the daemon's replies.  A
+ * call in the child would wait for ever on a reply nobody reads, or on a
+ * mutex nobody unlocks, and what it wrote on the socket would mix with
+ * the parent's frames.  So a pthread_atfork child handler bumps
+ * fork_generation, every agent remembers the generation it started in,
+ * and every call through the agent first checks it and fails with
+ * HEAPD_EFORKED, before it takes a lock.  heapd_disconnect in the child
+ * only closes and frees what the child's copy holds.  A child that wants
+ * the heap connects for itself.
+ */
+static unsigned fork_generation;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void)
+{
+    fork_generation++;
+}
+
+static void fork_watch(void)
+{
+    pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+bool agent_forked(const struct agent *a)
+{
+    return a->fork_generation != __atomic_load_n(&fork_generation,
+                                                 __ATOMIC_RELAXED);
+}
+
+static int forked_error(void)
+{
+    return client_set_error(HEAPD_EFORKED, "this heapd client was connected "
+                            "by the parent process (pid %d is a child of "
+                            "fork()): call heapd_connect in the child",
+                            (int)getpid());
+}
+
 int agent_start(struct agent *a, int sock)
 {
     int rc;
 
     memset(a, 0, sizeof *a);
+    pthread_once(&fork_once, fork_watch);
+    a->fork_generation = __atomic_load_n(&fork_generation, __ATOMIC_RELAXED);
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     frame_reader_init(&a->reader, FRAME_MAX_PAYLOAD);
@@ -254,6 +297,22 @@ fail_sock:
 out:
     frame_reader_free(&a->reader);
     return rc;
+}
+
+/* Note [Clients and fork]: in the child, the lists and buffers may be
+ * half-changed by an agent thread that is not there, so they are left
+ * alone (memory only); the descriptors are the child's own and closed. */
+void agent_forget(struct agent *a)
+{
+    uv_os_fd_t fd;
+    if (!a->thread_started)
+        return;
+    if (uv_fileno((const uv_handle_t *)&a->pipe, &fd) == 0)
+        close(fd);
+    int backend = uv_backend_fd(&a->loop);
+    if (backend >= 0)
+        close(backend);
+    a->thread_started = false;
 }
 
 void agent_stop(struct agent *a)
@@ -321,6 +380,8 @@ static int enqueue_locked(struct agent *a, Heapd__Envelope *msg,
 
 int agent_send(struct agent *a, Heapd__Envelope *msg)
 {
+    if (agent_forked(a))
+        return forked_error();
     pthread_mutex_lock(&a->mu);
     int rc = enqueue_locked(a, msg, NULL);
     pthread_mutex_unlock(&a->mu);
@@ -330,6 +391,8 @@ int agent_send(struct agent *a, Heapd__Envelope *msg)
 int agent_call_async(struct agent *a, Heapd__Envelope *req,
                      agent_reply_fn fn, void *arg)
 {
+    if (agent_forked(a))
+        return forked_error();
     struct agent_call *k = calloc(1, sizeof *k);
     if (!k)
         return client_set_error(-ENOMEM, "out of memory");
@@ -349,6 +412,8 @@ int agent_call(struct agent *a, Heapd__Envelope *req, Heapd__Envelope **reply)
     int rc;
 
     *reply = NULL;
+    if (agent_forked(a))
+        return forked_error();
     pthread_mutex_lock(&a->mu);
     if ((rc = enqueue_locked(a, req, &call)) < 0)
         goto out_locked;

@@ -197,6 +197,12 @@ alloc_slow(heapd_mutator *m, unsigned cls, uint64_t size, size_t nrefs,
 
 void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
 {
+    /* Note [Clients and fork] in client/agent.c: the parent's current
+     * segments are the parent's */
+    if (__builtin_expect(agent_forked(&m->c->agent), 0)) {
+        errno = client_errno(HEAPD_EFORKED);
+        return NULL;
+    }
     mutator_poll(m);
     if (__builtin_expect(nrefs > LAYOUT_FIELD_MAX || nbytes > LAYOUT_FIELD_MAX,
                          0)) {
@@ -224,17 +230,26 @@ static inline uint64_t header_of(const void *obj)
 
 size_t heapd_nrefs(const void *obj)
 {
+    if (__builtin_expect(atomic_load_explicit(&checked_any,
+                                              memory_order_relaxed), 0))
+        checked_accessor(obj, "heapd_nrefs");
     return layout_header_nrefs(header_of(obj));
 }
 
 size_t heapd_nbytes(const void *obj)
 {
+    if (__builtin_expect(atomic_load_explicit(&checked_any,
+                                              memory_order_relaxed), 0))
+        checked_accessor(obj, "heapd_nbytes");
     return layout_header_nbytes(header_of(obj));
 }
 
 void *heapd_bytes(void *obj)
 {
-    return (void **)obj + heapd_nrefs(obj);
+    if (__builtin_expect(atomic_load_explicit(&checked_any,
+                                              memory_order_relaxed), 0))
+        checked_accessor(obj, "heapd_bytes");
+    return (void **)obj + layout_header_nrefs(header_of(obj));
 }
 
 #ifndef NDEBUG
@@ -249,25 +264,26 @@ static bool check_field(const void *obj, void *const *field)
 
 void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
 {
+    if (CHECKED(m->c)) { /* Note [Checked mode] */
+        checked_field(m->c, obj, field, "heapd_write");
+        checked_object(m->c, val, true, "heapd_write", "VAL");
+    }
     assert(check_field(obj, field));
-    /* Note [Snapshot write barrier], Note [Values in flight] */
-    bool parked = barrier_write(m, obj, field, val);
+    barrier_write(m, obj, field); /* Note [Snapshot write barrier] */
     /* release: another process that loads VAL sees the object it points
      * to initialised */
     __atomic_store_n(field, val, __ATOMIC_RELEASE);
-    if (parked)
-        barrier_unpark(m);
 }
 
 bool heapd_cas(heapd_mutator *m, void *obj, void **field, void *expected,
                void *desired)
 {
+    if (CHECKED(m->c)) { /* Note [Checked mode] */
+        checked_field(m->c, obj, field, "heapd_cas");
+        checked_object(m->c, desired, true, "heapd_cas", "DESIRED");
+    }
     assert(check_field(obj, field));
-    bool parked = barrier_write(m, obj, field, desired);
-    bool done = __atomic_compare_exchange_n(field, &expected, desired, false,
-                                            __ATOMIC_SEQ_CST,
-                                            __ATOMIC_SEQ_CST);
-    if (parked)
-        barrier_unpark(m);
-    return done;
+    barrier_write(m, obj, field);
+    return __atomic_compare_exchange_n(field, &expected, desired, false,
+                                       __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }

@@ -3,7 +3,8 @@
  *
  * Note [Snapshot write barrier]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * (DESIGN.md §4; seed dirty-flags-nonmoving.txt.)  While the heap's phase
+ * (After GHC's Note [Update remembered set] and the dirty flags of its
+ * non-moving collector.)  While the heap's phase
  * is MARK the collector traces the object graph as it was at the snapshot,
  * concurrently with mutators.  Every reference a field held at the snapshot
  * must reach the marker, so before the first write to an object after the
@@ -24,9 +25,9 @@
  * twice is harmless.  Objects allocated during marking are black (their mark
  * is the epoch) and carry the epoch as their tag, so writes to them are
  * free.  The phase can only change while the mutator is stopped, and
- * heapd_write is not a safepoint, so one write sees one phase, unless its
- * barrier blocks (Note [Straddling a cycle], Note [Values in flight]).  Outside
- * marking the barrier is one load and a predictable branch.
+ * heapd_write is not a safepoint, so one write sees one cycle, even when its
+ * barrier waits (Note [Straddling a cycle]).  Outside marking the barrier
+ * is one load and a predictable branch.
  *
  * Note [Dirty tags]
  * ~~~~~~~~~~~~~~~~~
@@ -57,7 +58,8 @@
  *
  * Note [Stack marking handshake]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * (Seed stack-dirtiness-concurrent-marking.txt.)  A root stack alive at the
+ * (After GHC's stack dirtiness under concurrent marking.)  A root stack
+ * alive at the
  * snapshot must be marked after the snapshot and before it is mutated.
  * The snapshot pause resets both words of every slot; then whoever wants to
  * mark a stack first checks stack_marked == epoch (done), and otherwise
@@ -74,17 +76,18 @@
  *
  * Note [Straddling a cycle]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~
- * Logging can block (a full URS ring), and a blocked mutator holds up no
- * stop: a final sync, a sweep and the next snapshot may all pass while it
- * waits.  So the object barrier and the stack handshake are loops that
- * re-read the epoch after logging and start over if it changed: a tag or a
- * stack word set for the old cycle says nothing about the new one.  A
- * mutator waiting for the daemon to mark its stack also stops waiting when
- * the epoch changes (the snapshot resets the word it waits on).  Entries
- * logged after a final sync are useless and would leak stale references
- * into the next cycle: barrier_log drops them once marking is over, and the
- * snapshot pause empties every ring (Note [Collection cycle]).
+ * Logging can wait (a full URS ring), and so can the stack handshake (the
+ * daemon is marking the stack).  Such a wait is WAITING, not BLOCKED
+ * (Note [Waiting in a barrier] in daemon/safepoint.c): a final sync may
+ * pass it, a snapshot may not, so a barrier sees one epoch from start to
+ * end, and the tag or stack word it sets is for the cycle it began in.
+ * What a final sync passing it changes is that marking may be over when
+ * the wait ends: entries logged then are useless and would leak stale
+ * references into the next cycle, so barrier_log drops them once marking
+ * is over, the waits end as soon as it is, and the snapshot pause empties
+ * every ring anyway (Note [Collection cycle]).
  */
+#include <assert.h>
 #include <errno.h>
 #include <string.h>
 
@@ -126,17 +129,21 @@ static void urs_wait_room(heapd_mutator *m)
     struct layout_mutator *s = m->slot;
     if (m->urs_notified != m->urs_head)
         urs_notify(m);
-    mutator_block(m); /* may be logging a remark: no remark service here */
+    /* Note [Waiting in a barrier]; it may be logging a remark: no remark
+     * service here */
+    mutator_wait_begin(m);
     for (;;) {
         uint32_t w = atomic_load(&s->urs_wake);
         if (m->urs_head - atomic_load(&s->urs_tail) < LAYOUT_URS_SIZE)
             break;
+        if (!barrier_on(m))
+            break; /* a final sync passed: nothing to log any more */
         if (agent_is_closed(&m->c->agent))
             break; /* no daemon to wait for; the slot is gone anyway */
         /* Note [Spinning through a pause] */
         futex_spin_wait(&s->urs_wake, w, MUTATOR_SPIN_NS, 100000000u);
     }
-    heapd_blocking_leave(m);
+    mutator_resume(m);
 }
 
 /* Note [Filtering the barrier]
@@ -195,13 +202,12 @@ void barrier_log(heapd_mutator *m, void *ref)
     if (m->urs_head - atomic_load_explicit(&s->urs_tail, memory_order_acquire)
         >= LAYOUT_URS_SIZE) {
         urs_wait_room(m);
-        if (m->urs_head - atomic_load(&s->urs_tail) >= LAYOUT_URS_SIZE)
-            return; /* connection gone */
-        /* marking may have ended while this mutator was blocked: an entry
-         * now would only leak into the next cycle (Note [Straddling a
-         * cycle]) */
+        /* marking may have ended while this mutator waited: an entry now
+         * would only leak into the next cycle (Note [Straddling a cycle]) */
         if (!barrier_on(m))
             return;
+        if (m->urs_head - atomic_load(&s->urs_tail) >= LAYOUT_URS_SIZE)
+            return; /* connection gone */
     }
     atomic_store_explicit(&s->urs[m->urs_head % LAYOUT_URS_SIZE], ref,
                           memory_order_relaxed);
@@ -213,50 +219,29 @@ void barrier_log(heapd_mutator *m, void *ref)
 
 /* Note [Values in flight]
  * ~~~~~~~~~~~~~~~~~~~~~~~
- * The value a call is about to store (heapd_root_push and heapd_root_set's
- * REF, heapd_write's VAL, heapd_cas's DESIRED, heapd_global_set's REF)
- * often lives only in a C local: a new object, say.  Note [Client GC
- * discipline] makes that safe until the next safepoint, and these calls
- * store first and take their safepoint after.  But their barriers can
- * block, waiting for room in a full URS ring or for the daemon to finish
- * marking the stack, and a blocked mutator holds up no stop: a final sync,
- * a sweep and a new snapshot may all pass meanwhile (Note [Straddling a
- * cycle]).  The value is not reachable from the new cycle's roots, so it
- * would stay unmarked and be swept, then stored.  (Found by the spin model
- * of the stack handshake, models/stack_marking.pml.)  So:
- *   - while such a barrier runs, the value is parked in the slot's
- *     pending_root, which every marking of the stack, the daemon's
- *     (mark_stack) and the mutator's own (barrier_stack_slow), treats as a
- *     root;
- *   - a barrier for a store into the heap or a global, after which the
- *     value is no longer on any root, ends by marking the stack for the
- *     current cycle if the epoch changed while it ran (catch_up), so the
- *     parked value is in the new cycle's marking whichever side marks the
- *     stack; a store into the stack needs no more: the stack is a root;
- *   - the value is unparked after its store, where it is covered like any
- *     other stored reference (reachable at the snapshot, or allocated
- *     black).
- * Outside marking nothing is parked: the barriers do not run.
+ * A value handed to a call that is a safepoint and stores it
+ * (heapd_root_push and heapd_root_set's REF, heapd_global_set's REF) often
+ * lives only in a C local: a new object, say.  The call takes its
+ * safepoint on entry (Note [Client GC discipline] in heapd.h), and a
+ * snapshot taken there does not see the local; heapd_root_push may also
+ * block to grow the stack, and heapd_global_set to claim a name, and a
+ * whole cycle may pass meanwhile.  So, from before the safepoint until the
+ * value is stored, it is parked in the slot's pending_root, which every
+ * marking of the stack, the daemon's (mark_stack) and the mutator's own
+ * (barrier_stack_slow), treats as a root; and after any wait the call runs
+ * the stack barrier again (mutator_enter), so that the parked value is in
+ * the marking of a cycle that began meanwhile whichever side marks the
+ * stack.  Unparked after its store, the value is covered like any stored
+ * reference: reachable at the snapshot, or allocated black.  (The hole
+ * this closes was found by the spin model of the stack handshake,
+ * models/stack_marking.pml.)  The write barriers need none of this: they
+ * are not safepoints, and no snapshot passes them (Note [Straddling a
+ * cycle]).
  */
-static void catch_up(heapd_mutator *m, uint32_t epoch_before)
-{
-    if (atomic_load(&m->ctl->epoch) != epoch_before)
-        barrier_stack_slow(m);
-}
 
 /* ---- the object barrier (Note [Snapshot write barrier]) ---- */
 
-static void object_barrier(heapd_mutator *m, void *obj, void **field);
-
-void barrier_write_slow(heapd_mutator *m, void *obj, void **field, void *val)
-{
-    uint32_t epoch = atomic_load(&m->ctl->epoch);
-    barrier_park(m, val); /* Note [Values in flight] */
-    object_barrier(m, obj, field);
-    catch_up(m, epoch);
-}
-
-static void object_barrier(heapd_mutator *m, void *obj, void **field)
+void barrier_write_slow(heapd_mutator *m, void *obj, void **field)
 {
     _Atomic uint64_t *hp = (_Atomic uint64_t *)obj - 1;
     void *_Atomic *f = (void *_Atomic *)obj;
@@ -267,45 +252,31 @@ static void object_barrier(heapd_mutator *m, void *obj, void **field)
         barrier_log(m, __atomic_load_n(field, __ATOMIC_RELAXED));
         return;
     }
-
-    /* Note [Straddling a cycle]: logging may block, and a whole cycle may
-     * end and another begin meanwhile; then log again for the new one */
-    while (barrier_on(m)) {
-        uint8_t epoch = (uint8_t)atomic_load(&m->ctl->epoch);
-        uint64_t h = atomic_load_explicit(hp, memory_order_acquire);
-        if (layout_header_tag(h) == epoch)
-            return;
-        size_t n = layout_header_nrefs(h);
-        for (size_t k = 0; k < n; k++)
-            barrier_log(m, atomic_load_explicit(&f[k], memory_order_relaxed));
-        /* tag only after logging; a racing writer's tag is as good */
-        while (layout_header_tag(h) != epoch &&
-               !atomic_compare_exchange_weak_explicit(
-                   hp, &h, layout_header_with_tag(h, epoch),
-                   memory_order_release, memory_order_relaxed))
-            ;
-        if (atomic_load(&m->ctl->epoch) == epoch)
-            return;
-    }
+    uint8_t epoch = (uint8_t)atomic_load(&m->ctl->epoch);
+    uint64_t h = atomic_load_explicit(hp, memory_order_acquire);
+    if (layout_header_tag(h) == epoch)
+        return;
+    size_t n = layout_header_nrefs(h);
+    for (size_t k = 0; k < n; k++)
+        barrier_log(m, atomic_load_explicit(&f[k], memory_order_relaxed));
+    /* tag only after logging; a racing writer's tag is as good.  Logging
+     * may have waited, but not across a snapshot (Note [Straddling a
+     * cycle]): the tag is this cycle's. */
+    assert(atomic_load(&m->ctl->epoch) == epoch);
+    while (layout_header_tag(h) != epoch &&
+           !atomic_compare_exchange_weak_explicit(
+               hp, &h, layout_header_with_tag(h, epoch),
+               memory_order_release, memory_order_relaxed))
+        ;
 }
 
 /* ---- global roots (Note [Global roots]) ---- */
 
-/* Before VAL replaces a global's *VALUE while marking: its old value is
- * logged, for every cycle the wait for ring room may straddle, since
- * another process may have just read it; VAL is parked (Note [Values in
- * flight]): barrier_unpark after the store. */
-void barrier_global_slow(heapd_mutator *m, void *_Atomic *value, void *val)
+/* Before a store replaces a global's *VALUE while marking: its old value
+ * is logged, since another process may have just read it. */
+void barrier_global_slow(heapd_mutator *m, void *_Atomic *value)
 {
-    uint32_t epoch = atomic_load(&m->ctl->epoch);
-    barrier_park(m, val);
-    while (barrier_on(m)) {
-        uint32_t e = atomic_load(&m->ctl->epoch);
-        barrier_log(m, atomic_load(value));
-        if (atomic_load(&m->ctl->epoch) == e)
-            break;
-    }
-    catch_up(m, epoch);
+    barrier_log(m, atomic_load(value));
 }
 
 /* ---- the root stack (Note [Stack marking handshake]) ---- */
@@ -313,36 +284,31 @@ void barrier_global_slow(heapd_mutator *m, void *_Atomic *value, void *val)
 void barrier_stack_slow(heapd_mutator *m)
 {
     struct layout_mutator *s = m->slot;
+    uint32_t epoch = atomic_load(&m->ctl->epoch);
+    uint32_t old = atomic_load(&s->stack_marking);
 
-    /* Note [Straddling a cycle], as for objects */
-    while (barrier_on(m)) {
-        uint32_t epoch = atomic_load(&m->ctl->epoch);
-        uint32_t old = atomic_load(&s->stack_marking);
-        if (atomic_load(&s->stack_marked) == epoch)
-            return;
-        if (old != epoch &&
-            atomic_compare_exchange_strong(&s->stack_marking, &old, epoch)) {
-            for (size_t i = 0; i < m->depth; i++)
-                barrier_log(m, mutator_root_slot(m, i)[0]);
-            barrier_log(m, atomic_load(&s->pending_root));
-            if (atomic_load(&m->ctl->epoch) != epoch)
-                continue; /* a new cycle began while we logged */
-            atomic_store(&s->stack_marked, epoch);
-            futex_wake_all(&s->stack_marked);
-            return;
-        }
-        /* the daemon is marking it: wait for its word, or a new cycle */
-        mutator_block(m);
-        for (;;) {
-            uint32_t v = atomic_load(&s->stack_marked);
-            if (v == epoch || atomic_load(&m->ctl->epoch) != epoch ||
-                agent_is_closed(&m->c->agent))
-                break;
-            /* Note [Spinning through a pause] */
-            futex_spin_wait(&s->stack_marked, v, MUTATOR_SPIN_NS, 100000000u);
-        }
-        heapd_blocking_leave(m);
-        if (agent_is_closed(&m->c->agent))
-            return;
+    if (!barrier_on(m) || atomic_load(&s->stack_marked) == epoch)
+        return;
+    if (old != epoch &&
+        atomic_compare_exchange_strong(&s->stack_marking, &old, epoch)) {
+        for (size_t i = 0; i < m->depth; i++)
+            barrier_log(m, mutator_root_slot(m, i)[0]);
+        barrier_log(m, atomic_load(&s->pending_root));
+        /* Note [Straddling a cycle]: still this cycle */
+        assert(atomic_load(&m->ctl->epoch) == epoch);
+        atomic_store(&s->stack_marked, epoch);
+        futex_wake_all(&s->stack_marked);
+        return;
     }
+    /* the daemon is marking it: wait for its word, or for marking to end
+     * (a final sync marks the stack itself) */
+    mutator_wait_begin(m);
+    for (;;) {
+        uint32_t v = atomic_load(&s->stack_marked);
+        if (v == epoch || !barrier_on(m) || agent_is_closed(&m->c->agent))
+            break;
+        /* Note [Spinning through a pause] */
+        futex_spin_wait(&s->stack_marked, v, MUTATOR_SPIN_NS, 100000000u);
+    }
+    mutator_resume(m);
 }

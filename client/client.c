@@ -54,8 +54,10 @@ const char *heapd_strerror(int err)
     case HEAPD_ECLOSED: return "the connection to heapd is closed";
     case HEAPD_ESHUTDOWN: return "heapd is shutting down";
     case HEAPD_ESOCKPATH: return "the socket path is too long";
+    case HEAPD_EFORKED: return "the client was connected by the parent "
+                               "process: connect again after fork()";
     default:
-        if (err < 0 && err > -4096)
+        if (err < 0 && err > HEAPD_ENODAEMON)
             return strerror(-err);
         return "unknown heapd error";
     }
@@ -77,9 +79,17 @@ int client_error_code(Heapd__ErrorCode code)
 
 int client_errno(int rc)
 {
-    if (rc > -4096)
+    if (rc > HEAPD_ENODAEMON) /* a negated errno value */
         return -rc;
-    return rc == HEAPD_ECLOSED || rc == HEAPD_ESHUTDOWN ? EPIPE : EPROTO;
+    switch (rc) {
+    case HEAPD_ECLOSED:
+    case HEAPD_ESHUTDOWN:
+        return EPIPE;
+    case HEAPD_EFORKED:
+        return EBADF;
+    default:
+        return EPROTO;
+    }
 }
 
 /* ---- the handshake, on a blocking socket ---- */
@@ -424,6 +434,18 @@ out:
     return rc;
 }
 
+/* What a client holds besides its agent and its mutators. */
+static void client_free(heapd_client *c)
+{
+    remark_client_free(c);
+    checked_forget(c);
+    if (c->base)
+        unmap_shared(c->base);
+    if (c->heap_fd >= 0)
+        close(c->heap_fd);
+    free(c);
+}
+
 int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
 {
     bool control = opts && (opts->flags & HEAPD_CONNECT_CONTROL);
@@ -436,9 +458,10 @@ int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
     if (!out)
         return client_set_error(-EINVAL, "heapd_connect: out is NULL");
     *out = NULL;
-    if (opts && (opts->flags & ~HEAPD_CONNECT_CONTROL))
+    const unsigned known = HEAPD_CONNECT_CONTROL | HEAPD_CONNECT_CHECKED;
+    if (opts && (opts->flags & ~known))
         return client_set_error(-EINVAL, "heapd_connect: unknown flags 0x%x",
-                                opts->flags & ~HEAPD_CONNECT_CONTROL);
+                                opts->flags & ~known);
     c = calloc(1, sizeof *c);
     if (!c)
         return client_set_error(-ENOMEM, "out of memory");
@@ -467,18 +490,15 @@ int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
         c->agent.on_grant = remark_granted;
         c->agent.on_closed = remark_closed;
         pthread_mutex_unlock(&c->agent.mu);
+        if (checked_wanted(opts))
+            checked_register(c);
     }
     *out = c;
     return 0;
 fail:
     if (sock >= 0)
         close(sock);
-    remark_client_free(c);
-    if (c->base)
-        unmap_shared(c->base);
-    if (c->heap_fd >= 0)
-        close(c->heap_fd);
-    free(c);
+    client_free(c);
     return rc;
 }
 
@@ -514,18 +534,19 @@ void heapd_disconnect(heapd_client *c)
 {
     if (!c)
         return;
-    if (c->base && !agent_is_closed(&c->agent))
-        say_goodbye(c);
-    agent_stop(&c->agent);
-    if (c->base)
-        reserve_stop(c);
+    if (agent_forked(&c->agent)) {
+        /* Note [Clients and fork] in client/agent.c: the parent's client
+         * goes on; the child closes its copies and frees its memory */
+        agent_forget(&c->agent);
+    } else {
+        if (c->base && !agent_is_closed(&c->agent))
+            say_goodbye(c);
+        agent_stop(&c->agent);
+        if (c->base)
+            reserve_stop(c);
+    }
     mutator_free_all(c); /* the daemon frees their slots */
-    remark_client_free(c);
-    if (c->base)
-        unmap_shared(c->base);
-    if (c->heap_fd >= 0)
-        close(c->heap_fd);
-    free(c);
+    client_free(c);
 }
 
 void *heapd_heap_base(const heapd_client *c)

@@ -52,6 +52,7 @@ struct agent {
     void (*on_grant)(void *arg, const Heapd__SegmentGrant *g);
     void (*on_closed)(void *arg);
     void *hook_arg;
+    unsigned fork_generation;        /* Note [Clients and fork] */
     bool closed;                     /* the connection is gone */
     int close_code;                  /* why, as a heapd error code */
     char close_msg[256];
@@ -133,6 +134,7 @@ struct heapd_client {
     struct client_remark remark;
     pthread_mutex_t mutators_mu;
     struct heapd_mutator *mutators;  /* attached, for heapd_disconnect */
+    bool checked;                    /* Note [Checked mode] */
 };
 
 /* A mutator's current segment of one size class. */
@@ -188,9 +190,9 @@ static inline bool agent_is_closed(struct agent *a)
 /* barrier.c: Note [Snapshot write barrier], Note [Stack marking
  * handshake], Note [Update remembered set] */
 void barrier_log(heapd_mutator *m, void *ref);
-void barrier_write_slow(heapd_mutator *m, void *obj, void **field, void *val);
+void barrier_write_slow(heapd_mutator *m, void *obj, void **field);
 void barrier_stack_slow(heapd_mutator *m);
-void barrier_global_slow(heapd_mutator *m, void *_Atomic *value, void *val);
+void barrier_global_slow(heapd_mutator *m, void *_Atomic *value);
 
 static inline bool barrier_on(const heapd_mutator *m)
 {
@@ -198,8 +200,8 @@ static inline bool barrier_on(const heapd_mutator *m)
                                                  memory_order_relaxed) ==
                                 LAYOUT_PHASE_MARK, 0);
 }
-/* Note [Values in flight]: VAL waits in the slot's pending root while a
- * barrier that may block runs, until the caller has stored it. */
+/* Note [Values in flight]: VAL waits in the slot's pending root, a root of
+ * the stack, while a safepoint call that is to store it runs. */
 static inline void barrier_park(heapd_mutator *m, void *val)
 {
     atomic_store_explicit(&m->slot->pending_root, val, memory_order_release);
@@ -210,61 +212,86 @@ static inline void barrier_unpark(heapd_mutator *m)
 }
 /* Note [Wide objects] in barrier.c */
 #define BARRIER_WIDE 64
-/* Before VAL is written to FIELD of OBJ; true if VAL was parked (then
- * barrier_unpark after the store).  An object already tagged dirty in this
+/* Before a store to FIELD of OBJ.  An object already tagged dirty in this
  * cycle -- by an earlier write, or from birth if it was allocated while
- * marking -- needs nothing: its fields were logged, nothing here can block,
- * so VAL need not be parked either (Note [Values in flight]), and no new
- * cycle can begin before the store, which comes before the next safepoint
- * (Note [Snapshot write barrier]).  Most writes while marking take this
- * path: in GCBench, without it, the barrier was most of what each cycle
- * cost the mutator. */
-static inline bool barrier_write(heapd_mutator *m, void *obj, void **field,
-                                 void *val)
+ * marking -- needs nothing: its fields were logged, and no new cycle can
+ * begin before the store (Note [Waiting in a barrier] in
+ * daemon/safepoint.c).  Most writes while marking take this path: in
+ * GCBench, without it, the barrier was most of what each cycle cost the
+ * mutator.  The value stored needs no barrier of its own: it was
+ * reachable at the caller's last safepoint or allocated since, so it is
+ * marked or black (Note [Client GC discipline] in heapd.h). */
+static inline void barrier_write(heapd_mutator *m, void *obj, void **field)
 {
     if (!barrier_on(m))
-        return false;
+        return;
     uint64_t h = __atomic_load_n((const uint64_t *)obj - 1, __ATOMIC_ACQUIRE);
     if (layout_header_tag(h) ==
             (uint8_t)atomic_load_explicit(&m->ctl->epoch,
                                           memory_order_relaxed) &&
         layout_header_nrefs(h) <= BARRIER_WIDE)
-        return false;
-    barrier_write_slow(m, obj, field, val);
-    return true;
+        return;
+    barrier_write_slow(m, obj, field);
 }
-/* Before any change to M's root stack that stores VAL (NULL: none); true
- * if VAL was parked (then barrier_unpark after the store). */
-static inline bool barrier_stack(heapd_mutator *m, void *val)
+/* M's root stack must be marked for this cycle before it changes (Note
+ * [Stack marking handshake]). */
+static inline bool barrier_stack_due(const heapd_mutator *m)
 {
-    if (!barrier_on(m) ||
-        atomic_load_explicit(&m->slot->stack_marked, memory_order_acquire) ==
-            atomic_load_explicit(&m->ctl->epoch, memory_order_relaxed))
-        return false;
-    barrier_park(m, val);
-    barrier_stack_slow(m);
-    return true;
+    return barrier_on(m) &&
+           atomic_load_explicit(&m->slot->stack_marked,
+                                memory_order_acquire) !=
+               atomic_load_explicit(&m->ctl->epoch, memory_order_relaxed);
 }
 
 /* mutator.c */
 void mutator_stop_slow(heapd_mutator *m);
 void mutator_safepoint_slow(heapd_mutator *m);
+static inline bool mutator_poll_due(const heapd_mutator *m)
+{
+    return __builtin_expect(
+        (atomic_load_explicit(&m->ctl->stop_request, memory_order_relaxed) |
+         atomic_load_explicit(&m->remark_pending, memory_order_relaxed)) != 0,
+        0);
+}
 /* The safepoint poll (Note [Stop the world] in daemon/safepoint.c), which
  * also services remark requests (Note [Remark requests]). */
 static inline void mutator_poll(heapd_mutator *m)
 {
-    if (__builtin_expect(
-            (atomic_load_explicit(&m->ctl->stop_request,
-                                  memory_order_relaxed) |
-             atomic_load_explicit(&m->remark_pending,
-                                  memory_order_relaxed)) != 0,
-            0))
+    if (mutator_poll_due(m))
         mutator_safepoint_slow(m);
 }
-/* Enter and leave a blocking region without servicing remark requests
- * (inside the library, where the caller may be servicing one). */
+/* The entry of a safepoint call that is to store VAL (NULL: none): the
+ * safepoint, then the stack barrier, VAL parked through whatever of them
+ * runs (Note [Client GC discipline] in heapd.h, Note [Values in flight]).
+ * *PARKED says whether VAL is parked: barrier_unpark once it is stored.
+ * Run it again after any wait of the call (PARKED already true). */
+static inline void mutator_enter(heapd_mutator *m, void *val, bool *parked)
+{
+    if (mutator_poll_due(m)) {
+        if (val && !*parked) {
+            barrier_park(m, val);
+            *parked = true;
+        }
+        mutator_safepoint_slow(m);
+    }
+    if (barrier_stack_due(m)) {
+        if (val && !*parked) {
+            barrier_park(m, val);
+            *parked = true;
+        }
+        barrier_stack_slow(m);
+    }
+}
+/* Enter a blocking region without servicing remark requests (inside the
+ * library, where the caller may be servicing one); heapd_blocking_leave
+ * ends it. */
 void mutator_block(heapd_mutator *m);
-void mutator_unblock(heapd_mutator *m);
+/* Wait inside a barrier: Note [Waiting in a barrier] in
+ * daemon/safepoint.c; mutator_resume ends the wait. */
+void mutator_wait_begin(heapd_mutator *m);
+/* Running again after a blocking region or a wait: takes any stop under
+ * way (heapd_blocking_leave). */
+void mutator_resume(heapd_mutator *m);
 /* A call to the daemon from a mutator thread: inside a blocking region,
  * so that the mutator never holds up a stop while it waits. */
 int mutator_call(heapd_mutator *m, Heapd__Envelope *req,
@@ -295,6 +322,22 @@ static inline void remark_recheck(heapd_mutator *m)
     if (__atomic_load_n(&m->c->remark.n, __ATOMIC_RELAXED) != 0)
         atomic_store_explicit(&m->remark_pending, 1, memory_order_relaxed);
 }
+
+/* checked.c: Note [Checked mode] */
+extern _Atomic bool checked_any;
+bool checked_wanted(const heapd_connect_opts *o);
+void checked_register(heapd_client *c);
+void checked_forget(heapd_client *c);
+/* Abort with a message naming CALL unless REF (NULL if NULL_OK) is a live
+ * object of C's heap; WHAT names the argument. */
+void checked_object(const heapd_client *c, const void *ref, bool null_ok,
+                    const char *call, const char *what);
+/* The same for OBJ, and FIELD must be one of its reference fields. */
+void checked_field(const heapd_client *c, const void *obj, void *const *field,
+                   const char *call);
+/* For the accessors, which have no client: OBJ in a checked heap. */
+void checked_accessor(const void *obj, const char *call);
+#define CHECKED(c) __builtin_expect((c)->checked, 0)
 
 /* alloc.c */
 void alloc_client_init(heapd_client *c);
@@ -337,6 +380,11 @@ void mutator_free_all(heapd_client *c);
  * Error envelope. */
 typedef void (*agent_reply_fn)(void *arg, int status, Heapd__Envelope *reply);
 
+/* This process is a child of the one that started A (Note [Clients and
+ * fork] in client/agent.c). */
+bool agent_forked(const struct agent *a);
+/* The child's heapd_disconnect: close A's descriptors, free its memory. */
+void agent_forget(struct agent *a);
 /* Start the agent on a connected socket (taken over, even on failure). */
 int agent_start(struct agent *a, int sock);
 /* Stop the agent, close the socket, join the thread. */

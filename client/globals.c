@@ -79,25 +79,21 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
 
     if ((rc = check_name(name)) < 0)
         return rc;
+    if (CHECKED(m->c)) /* Note [Checked mode] */
+        checked_object(m->c, ref, true, "heapd_global_set", "REF");
+    /* the safepoint first, REF parked through it and through the claim,
+     * which waits for the daemon (Note [Values in flight]) */
+    mutator_enter(m, ref, &parked);
     g = lookup(m, name);
     if (!g || atomic_load(&g->state) == LAYOUT_GLOBAL_RELEASED) {
-        /* the claim is a safepoint: keep REF alive through it */
-        size_t slot = ref ? heapd_root_push(m, ref) : (size_t)-1;
-        rc = claim(m, name, false, &g);
-        if (slot != (size_t)-1) {
-            /* pop without a safepoint; a cycle may have begun during the
-             * claim, so REF stays parked until it is stored (Note [Values
-             * in flight]) and the stack barrier runs before the pop */
-            ref = heapd_root_get(m, slot);
+        if (ref && !parked) {
             barrier_park(m, ref);
             parked = true;
-            barrier_stack(m, ref);
-            m->depth = slot;
-            atomic_store_explicit(&m->slot->root_depth, m->depth,
-                                  memory_order_release);
         }
+        rc = claim(m, name, false, &g);
         if (rc < 0)
             goto out;
+        mutator_enter(m, ref, &parked);
     }
     if (atomic_load(&g->state) == LAYOUT_GLOBAL_INITIALIZING) {
         rc = client_set_error(-EBUSY, "global '%s' is being initialised by "
@@ -105,20 +101,14 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
         goto out;
     }
     /* while marking, the old value is logged first: another process may
-     * have just read it (Note [Global roots]); REF is parked meanwhile
-     * (Note [Values in flight]) */
-    if (barrier_on(m)) {
-        barrier_global_slow(m, &g->value, ref);
-        parked = true;
-    }
-    /* the value, then the safepoint (as heapd_root_set) */
+     * have just read it (Note [Global roots]) */
+    if (barrier_on(m))
+        barrier_global_slow(m, &g->value);
     atomic_store_explicit(&g->value, ref, memory_order_release);
     rc = 0;
 out:
     if (parked)
         barrier_unpark(m);
-    if (rc == 0)
-        mutator_poll(m);
     return rc;
 }
 
@@ -151,6 +141,7 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
         errno = rc < 0 ? -rc : EINVAL;
         return NULL;
     }
+    mutator_poll(m); /* Note [Client GC discipline]: on entry */
     for (;;) {
         struct layout_global *g = lookup(m, name);
         uint32_t st = g ? atomic_load(&g->state) : LAYOUT_GLOBAL_EMPTY;
@@ -189,9 +180,10 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
             errno = saved ? saved : EAGAIN;
             return NULL;
         }
+        /* RESULT is valid until the next safepoint, and a global is a
+         * root: no barrier (Note [Client GC discipline]) */
         atomic_store_explicit(&g->value, result, memory_order_release);
         set_state(g, LAYOUT_GLOBAL_SET);
-        mutator_poll(m);
         return result;
     }
 }

@@ -1,6 +1,6 @@
 /* libheapd: connect a process to a heapd shared garbage-collected heap.
  *
- * The names and signatures here are a contract (DESIGN.md §8).  Functions
+ * The names and signatures here are a contract.  Functions
  * that return int return 0 on success or a negative error code: either a
  * negated errno value or one of the HEAPD_E* codes below.  heapd_strerror()
  * names any of them; heapd_last_error() gives the full message of the
@@ -30,13 +30,16 @@ enum {
     HEAPD_ECLOSED = -1007,    /* the connection to the daemon is gone */
     HEAPD_ESHUTDOWN = -1008,  /* the daemon is shutting down */
     HEAPD_ESOCKPATH = -1009,  /* the socket path is too long */
+    HEAPD_EFORKED = -1010,    /* the client was connected by the parent
+                                 process: connect again after fork() */
 };
 
 typedef struct heapd_client heapd_client;
 typedef struct heapd_mutator heapd_mutator;
 
 /* Options for heapd_connect.  Zero-initialise and set what you need; a NULL
- * opts means all defaults. */
+ * opts means all defaults.  Each process connects for itself: a client
+ * does not survive fork(). */
 typedef struct heapd_connect_opts {
     const char *socket_path;  /* NULL: $HEAPD_SOCKET, then the default */
     const char *heap;         /* NULL: "default" */
@@ -47,6 +50,14 @@ typedef struct heapd_connect_opts {
 /* A control connection: stats and commands only; the heap is not mapped.
  * heapctl uses it. */
 #define HEAPD_CONNECT_CONTROL 0x1u
+/* Checked mode, a debugging aid (also HEAPD_CHECK=1 in the environment):
+ * every call that takes an object (heapd_write, heapd_cas, heapd_root_push,
+ * heapd_root_set, heapd_global_set, heapd_nrefs, heapd_nbytes,
+ * heapd_bytes) first checks that it is a live allocated object of the
+ * heap, and aborts with a message naming the call when it is not: the
+ * usual cause is a reference kept in a C local across a safepoint (Note
+ * [Client GC discipline]).  It costs a few loads per call. */
+#define HEAPD_CONNECT_CHECKED 0x2u
 
 #define HEAPD_STATS_MAX_HEAPS 16
 
@@ -143,21 +154,53 @@ HEAPD_API size_t heapd_heap_size(const heapd_client *c);
  *
  * Note [Client GC discipline]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * The collector is precise and finds live objects only from the roots: each
- * mutator's root stack (heapd_root_*) and, later, named globals.  A C local
- * variable is NOT a root.  A collection can happen at any safepoint of any
- * mutator of any process, and a mutator reaches a safepoint in heapd_alloc,
- * heapd_root_push/set/pop, heapd_safepoint, heapd_collect and
- * heapd_blocking_leave.  So an object that is reachable only from C locals
- * may be freed at the mutator's next safepoint: push it on the root stack
- * (or link it from a rooted object) before that.  Between safepoints the
- * world cannot stop under a mutator, so plain loads of reference fields and
- * of root slots are safe.  Objects never move.
+ * The collector is precise and finds live objects only from the roots:
+ * each mutator's root stack (heapd_root_*) and the named globals
+ * (heapd_global_*).  A C local variable is NOT a root.  The one rule:
  *
- * A mutator is one thread's handle; it must only be used by the thread that
- * attached it.  A thread about to wait for a long time (I/O, a lock, sleep)
- * calls heapd_blocking_enter first so that it never holds up a collection,
- * and must not touch the heap until heapd_blocking_leave.
+ *     Everything reachable from the roots at a mutator's last safepoint,
+ *     and everything it allocated since, stays valid until its next
+ *     safepoint.
+ *
+ * The safepoints are heapd_alloc, heapd_root_push, heapd_root_set,
+ * heapd_root_pop, heapd_global_set, heapd_global_once (and whatever its
+ * INIT calls), heapd_safepoint, heapd_collect, heapd_attach, and a
+ * blocking region (from heapd_blocking_enter to the end of
+ * heapd_blocking_leave).  Each takes its safepoint on entry, before it
+ * changes the root stack or a global, so a value that only a root held
+ * stays valid until the NEXT safepoint: pop it, then store it into the
+ * heap, and it is still there.  The reference a call is handed (the REF of
+ * heapd_root_push/set and heapd_global_set) is kept alive by the call
+ * itself until it is stored.  So:
+ *   - a reference read from the heap, a root or a global into a C local,
+ *     or returned by heapd_alloc, may be used until the next safepoint;
+ *     to keep it longer, push it on the root stack or store it into an
+ *     object that is reachable from a root, before that safepoint;
+ *   - heapd_write, heapd_cas, heapd_global_get, heapd_root_get and the
+ *     accessors are not safepoints: a collection never begins inside
+ *     them, even when a write barrier has to wait for the daemon (it
+ *     waits without letting a new cycle start), so they do not end the
+ *     life of any local;
+ *   - every other process's safepoints do not matter: only your own end
+ *     what your locals may hold.
+ * Objects never move.  A reference kept in a C local across a safepoint
+ * may point at a freed block, which is reused later; HEAPD_CHECK=1 in the
+ * environment (or HEAPD_CONNECT_CHECKED) makes the library check every
+ * object handed to it and abort with the name of the call (see below).
+ *
+ * A collection needs every mutator of every process of the heap to reach
+ * a safepoint within a short while: a thread that is about to wait (I/O,
+ * a lock, sleep) calls heapd_blocking_enter first and must not touch the
+ * heap until heapd_blocking_leave, and a long loop that only reads the
+ * heap calls heapd_safepoint every so often (each few hundred
+ * microseconds of work).  Otherwise every other process waits for it;
+ * the daemon's log names the process (pid, client name) that holds the
+ * heap up.
+ *
+ * A mutator is one thread's handle; it must only be used by the thread
+ * that attached it.  A client does not survive fork(): a child process
+ * calls heapd_connect for itself (calls on an inherited client fail with
+ * HEAPD_EFORKED; heapd_disconnect in the child only frees its memory).
  */
 
 /* Limits of one object (see HEAPD_ALLOC errors). */
@@ -166,7 +209,8 @@ HEAPD_API size_t heapd_heap_size(const heapd_client *c);
 
 /* Attach the calling thread to the heap as a mutator.  Returns 0, or
  * -EINVAL for a control client, -EAGAIN when the heap's mutator slots are
- * all taken, or a connection error. */
+ * all taken, HEAPD_EFORKED in a child of the process that connected C, or
+ * a connection error. */
 HEAPD_API int heapd_attach(heapd_client *c, heapd_mutator **out);
 /* Detach: gives the mutator's segments back; its roots stop being roots. */
 HEAPD_API void heapd_detach(heapd_mutator *m);
@@ -192,7 +236,11 @@ HEAPD_API void *heapd_bytes(void *obj);
 
 /* The root stack: slots hold references the collector starts from.
  * heapd_root_push returns the new slot's index, or (size_t)-1 with errno
- * ENOMEM when the stack cannot grow (HEAPD_MAX_ROOTS or the heap is full). */
+ * ENOMEM when the stack cannot grow (64 root segments of segment_size / 16
+ * slots each are in use, or the heap is full).  heapd_root_set of a slot
+ * at or past the depth does nothing; heapd_root_pop of more slots than
+ * there are empties the stack.  Each is a safepoint taken before the
+ * stack changes (Note [Client GC discipline]). */
 HEAPD_API size_t heapd_root_push(heapd_mutator *m, void *ref);
 HEAPD_API void heapd_root_set(heapd_mutator *m, size_t slot, void *ref);
 HEAPD_API void *heapd_root_get(heapd_mutator *m, size_t slot);

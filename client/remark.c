@@ -196,8 +196,9 @@ static void take_from_blocked(heapd_client *c, struct answers *a)
     for (heapd_mutator *m = c->mutators; m; m = m->next) {
         size_t nback = 0;
         pthread_mutex_lock(&m->hold);
-        if (LAYOUT_STATUS_STATE(atomic_load(&m->slot->status)) ==
-            LAYOUT_MUT_BLOCKED) {
+        uint32_t state = LAYOUT_STATUS_STATE(atomic_load(&m->slot->status));
+        /* a mutator waiting in a barrier touches no segment either */
+        if (state == LAYOUT_MUT_BLOCKED || state == LAYOUT_MUT_WAITING) {
             pthread_mutex_lock(&r->mu);
             for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
                 if (m->cur[k].index && is_queued(r, m->cur[k].index)) {
