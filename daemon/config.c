@@ -10,9 +10,10 @@
  * a whole: "cannot open", a read error, and "no [heap NAME] section".  Each
  * message says what is wrong and what to write instead.
  *
- * Parsing never stops at the first error: all errors are collected, sorted
- * by line (ties keep the order they were found in), printed, and then the
- * loader returns -EINVAL.  Section-level checks run when a section ends, and
+ * Parsing never stops at the first error (only at a line too long, Note
+ * [Config input is bounded]): all errors are collected, sorted by line
+ * (ties keep the order they were found in), printed, and then the loader
+ * returns -EINVAL.  Section-level checks run when a section ends, and
  * heap overlaps at the end of the file; sorting keeps the report in file
  * order.  To avoid cascades, a rejected value is left out of the cross-key
  * checks, and keys in an unknown section are ignored (its header is the
@@ -29,11 +30,24 @@
  * and its "first bad line" return value is only a safety net.  config_load
  * and config_load_string share all of this and differ only in where the
  * bytes come from.
+ *
+ * Note [Config input is bounded]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * Reading a config must end after a bounded number of bytes, so config_load
+ * accepts only a regular file (opened O_NONBLOCK, so that a FIFO without a
+ * writer cannot block the open), and a line without a '\n' within
+ * LINE_MAX_BYTES ends the parse at once: that line is the last error
+ * reported, and the section and whole-file checks are skipped because the
+ * rest of the file was never read (they would only report keys and heaps
+ * that may well be there).  A text config has no such line; skipping to the
+ * next '\n' instead made `heapd --check-config -c /dev/zero` read forever
+ * at 100% CPU without a word.
  */
 #include "config.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <inttypes.h>
 #include <pwd.h>
@@ -41,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <ini.h>
 
@@ -126,6 +141,7 @@ struct parse {
     unsigned n_errors;
     int read_errno;                 /* reading IN failed */
     bool nomem;
+    bool stopped;                   /* a line too long ended the parse */
     struct diag *diags;
     size_t n_diags, cap_diags;
     char buf[LINE_MAX_BYTES + 1];
@@ -750,31 +766,37 @@ static int src_getc(struct parse *p)
     return ch;
 }
 
-/* ini_reader: hand inih one whole line (or a blank one), counting lines. */
+/* ini_reader: hand inih one whole line (or a blank one), counting lines;
+ * NULL (the end) after a line too long.  See Note [Config input is
+ * bounded]. */
 static char *read_line(char *str, int num, void *stream)
 {
     struct parse *p = stream;
     const char *out = "";
     size_t len = 0;
-    bool nul = false, too_long = false;
-    int ch = src_getc(p);
+    bool nul = false;
+    int ch;
 
-    if (ch == EOF || num < 2)
+    if (p->stopped || num < 2 || (ch = src_getc(p)) == EOF)
         return NULL;
     p->line++;
     for (; ch != EOF && ch != '\n'; ch = src_getc(p)) {
+        if (len == LINE_MAX_BYTES) {
+            report(p, "line is longer than %d bytes; shorten it (heapd "
+                   "stopped reading the file here; is it a text file?)",
+                   LINE_MAX_BYTES);
+            p->stopped = true;
+            return NULL;
+        }
         nul |= ch == '\0';
-        if (len < LINE_MAX_BYTES)
-            p->buf[len++] = (char)ch;
-        else
-            too_long = true;
+        p->buf[len++] = (char)ch;
     }
     p->buf[len] = '\0';
-    if (!too_long && !nul)
+    if (!nul)
         out = classify(p, p->buf);
     len = strlen(out);
-    if (too_long || len + 2 > (size_t)num) {
-        report(p, "line is longer than %d bytes; shorten it", LINE_MAX_BYTES);
+    if (len + 2 > (size_t)num) {    /* cannot happen: num is ini_max_line */
+        report(p, "line is longer than %d bytes; shorten it", num - 2);
         out = "";
         len = 0;
     } else if (nul) {
@@ -847,7 +869,8 @@ static int parse(struct config *c, const char *file, FILE *in,
     p->sec = SEC_NONE;
     set_ini_knobs();
     rc = ini_parse_stream(read_line, p, handler, p);
-    finish_section(p);
+    if (!p->stopped)    /* See Note [Config input is bounded] */
+        finish_section(p);
     if (rc > 0)     /* safety net: read_line should have caught it */
         report_at(p, rc, "syntax error; expected '[section]' or 'key = "
                   "value'");
@@ -855,7 +878,7 @@ static int parse(struct config *c, const char *file, FILE *in,
         p->nomem = true;
     if (p->read_errno)
         report_at(p, 0, "cannot read: %s", strerror(p->read_errno));
-    if (!p->heap_headers)
+    if (!p->heap_headers && !p->stopped)
         report_at(p, 0, "no [heap NAME] section; declare at least one "
                   "heap with base and max_size");
     check_overlaps(p);
@@ -866,24 +889,50 @@ out:
     return rc;
 }
 
+/* What a non-regular file is, for the message. */
+static const char *file_kind(mode_t mode)
+{
+    switch (mode & S_IFMT) {
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFIFO: return "a FIFO or pipe";
+    case S_IFSOCK: return "a socket";
+    default: return "an unknown kind of file";
+    }
+}
+
 int config_load(struct config *out, const char *file, FILE *err)
 {
     struct stat st;
-    FILE *f;
-    int rc;
+    FILE *f = NULL;
+    int fd, rc;
 
     if (!out || !file)
         return -EINVAL;
     init_defaults(out, file);
-    f = fopen(file, "re");
-    if (!f) {
+    /* O_NONBLOCK: a FIFO must not block the open (Note [Config input is
+     * bounded]); it changes nothing for a regular file. */
+    fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0 || fstat(fd, &st) < 0) {
         rc = -errno;
         goto fail;
     }
-    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) {
         rc = -EISDIR;
         goto fail;
     }
+    if (!S_ISREG(st.st_mode)) {
+        rc = -EINVAL;
+        if (err)
+            fprintf(err, "heapd:%s:0: not a regular file (%s); pass -c PATH "
+                    "of a config file\n", file, file_kind(st.st_mode));
+        goto out;
+    }
+    if (!(f = fdopen(fd, "r"))) {
+        rc = -errno;
+        goto fail;
+    }
+    fd = -1;    /* owned by f */
     rc = parse(out, file, f, NULL, err);
     goto out;
 fail:
@@ -893,6 +942,8 @@ fail:
 out:
     if (f)
         fclose(f);
+    if (fd >= 0)
+        close(fd);
     return rc;
 }
 

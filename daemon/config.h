@@ -55,7 +55,8 @@ struct config {
 };
 
 /* Read and validate FILE into *out.  On failure returns a negative errno
- * (-ENOENT, -EACCES for an unreadable file; -EINVAL for any content error)
+ * (-ENOENT, -EACCES for an unreadable file, -EISDIR for a directory;
+ * -EINVAL for any other file that is not a regular one, or a content error)
  * after writing every error found, one per line, as
  * "heapd:FILE:LINE: message\n" to ERR (which may be NULL to stay quiet).
  * *out is fully initialised with defaults before parsing. */

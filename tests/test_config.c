@@ -16,6 +16,10 @@
 #define HEAP "[heap h]\nbase = 0x7e8000000000\nmax_size = 4G\n"
 /* [daemon] then a valid heap: 4 lines. */
 #define DAEMON_HEAP "[daemon]\n" HEAP
+/* The error of a line too long, which ends the parse. */
+#define LONG_LINE_ERROR(file, line)                                       \
+    "heapd:" file ":" #line ": line is longer than 4096 bytes; shorten it " \
+    "(heapd stopped reading the file here; is it a text file?)\n"
 
 /* Load TEXT as "t.conf"; returns everything written to ERR (malloc'd). */
 static char *load(const char *text, int *rc, struct config *c)
@@ -373,6 +377,63 @@ START_TEST(t_file_is_directory)
 }
 END_TEST
 
+/* Not a regular file: an error at once, without reading (Note [Config
+ * input is bounded]); /dev/zero used to be read forever. */
+START_TEST(t_file_dev_zero)
+{
+    struct config c;
+    int rc;
+    char *out = load_file("/dev/zero", &rc, &c);
+
+    ck_assert_int_eq(rc, -EINVAL);
+    ck_assert_str_eq(out, "heapd:/dev/zero:0: not a regular file (a "
+                     "character device); pass -c PATH of a config file\n");
+    free(out);
+}
+END_TEST
+
+/* A FIFO nobody writes to: a blocking open would never return (the test
+ * would end at its timeout). */
+START_TEST(t_file_fifo)
+{
+    char dir[] = "/tmp/test_config_XXXXXX", path[64], expected[160];
+    struct config c;
+    int rc;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    char *out = load_file(path, &rc, &c);
+    unlink(path);
+    rmdir(dir);
+    ck_assert_int_eq(rc, -EINVAL);
+    snprintf(expected, sizeof expected, "heapd:%s:0: not a regular file (a "
+             "FIFO or pipe); pass -c PATH of a config file\n", path);
+    ck_assert_str_eq(out, expected);
+    free(out);
+}
+END_TEST
+
+/* A regular file of zero bytes with no '\n': the first 4097 bytes are
+ * read, then it is an error. */
+START_TEST(t_file_without_newline)
+{
+    size_t n = 1 << 20;
+    char *zeros = calloc(1, n), *path = write_temp(zeros, n), expected[200];
+    struct config c;
+    int rc;
+    char *out = load_file(path, &rc, &c);
+
+    ck_assert_int_eq(rc, -EINVAL);
+    snprintf(expected, sizeof expected, LONG_LINE_ERROR("%s", 1), path);
+    ck_assert_str_eq(out, expected);
+    unlink(path);
+    free(path);
+    free(zeros);
+    free(out);
+}
+END_TEST
+
 START_TEST(t_file_same_as_string)
 {
     static const char text[] = "[daemon]\ngc_threads = 0\nbogus\n"
@@ -480,18 +541,39 @@ START_TEST(t_hash_is_not_inline_comment)
 }
 END_TEST
 
+/* A line too long ends the parse (Note [Config input is bounded]): errors
+ * before it are reported, nothing after it is read, and the cut-off heap
+ * section is not reported as missing keys. */
 START_TEST(t_long_line)
 {
     size_t n = 5000;
     char *text = malloc(n + 200);
 
-    strcpy(text, "[daemon]\nsocket = /");
-    memset(text + strlen(text), 'x', n);
-    strcpy(text + 19 + n, "\ngc_threads = 0\n" HEAP);
+    strcpy(text, "[daemon]\ngc_threads = 0\n[heap h]\nsocket = /");
+    size_t len = strlen(text);
+
+    memset(text + len, 'x', n);
+    strcpy(text + len + n, "\ngc_threads = 0\n" HEAP);
     expect_errors(text,
-                  "heapd:t.conf:2: line is longer than 4096 bytes; shorten "
-                  "it\n"
-                  "heapd:t.conf:3: gc_threads 0 is out of range (1..64)\n");
+                  "heapd:t.conf:2: gc_threads 0 is out of range (1..64)\n"
+                  LONG_LINE_ERROR("t.conf", 4));
+    free(text);
+}
+END_TEST
+
+/* 4096 bytes before the '\n' are accepted, 4097 are not. */
+START_TEST(t_long_line_limit)
+{
+    char *text = malloc(4200);
+    struct config c;
+
+    strcpy(text, "[daemon]\n;");
+    memset(text + 10, 'x', 4095);
+    strcpy(text + 4105, "\n" HEAP);
+    expect_ok(text, &c);
+    ck_assert_uint_eq(c.n_heaps, 1);
+    text[4105] = 'x';   /* the comment line is now 4097 bytes */
+    expect_errors(text, LONG_LINE_ERROR("t.conf", 2));
     free(text);
 }
 END_TEST
@@ -1077,6 +1159,9 @@ static Suite *config_suite(void)
 
     tcase_add_test(file, t_file_not_found);
     tcase_add_test(file, t_file_is_directory);
+    tcase_add_test(file, t_file_dev_zero);
+    tcase_add_test(file, t_file_fifo);
+    tcase_add_test(file, t_file_without_newline);
     tcase_add_test(file, t_file_same_as_string);
     tcase_add_test(file, t_nul_byte_in_file);
     tcase_add_test(file, t_no_heap_section);
@@ -1091,6 +1176,7 @@ static Suite *config_suite(void)
     tcase_add_test(syn, t_no_multiline_continuation);
     tcase_add_test(syn, t_hash_is_not_inline_comment);
     tcase_add_test(syn, t_long_line);
+    tcase_add_test(syn, t_long_line_limit);
     tcase_add_test(syn, t_unterminated_section);
     tcase_add_test(syn, t_section_trailing_text);
     tcase_add_test(syn, t_key_before_section);
