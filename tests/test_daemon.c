@@ -1072,6 +1072,109 @@ START_TEST(heapctl_stats)
 }
 END_TEST
 
+/* Note [Counter table]: the daemon sends one entry per line of the table,
+ * heapd_stats copies every one (heaps[0]'s to the top level too), counters
+ * never go down, and heapctl prints every name. */
+static const struct {
+    const char *name;
+    heapd_counter_kind kind;
+} table_lines[] = {
+#define TABLE_LINE_(name, type, kind, unit, source, help) \
+    {#name, HEAPD_KIND_##kind},
+    HEAPD_HEAP_COUNTERS(TABLE_LINE_)
+#undef TABLE_LINE_
+};
+
+static void table_values(const heapd_heap_stats *h, uint64_t *v)
+{
+#define TABLE_VALUE_(name, type, kind, unit, source, help) \
+    v[HEAPD_HEAP_COUNTER_##name] = h->name;
+    HEAPD_HEAP_COUNTERS(TABLE_VALUE_)
+#undef TABLE_VALUE_
+}
+
+static void table_top_values(const heapd_stats_t *st, uint64_t *v)
+{
+#define TABLE_TOP_(name, type, kind, unit, source, help) \
+    v[HEAPD_HEAP_COUNTER_##name] = st->name;
+    HEAPD_HEAP_COUNTERS(TABLE_TOP_)
+#undef TABLE_TOP_
+}
+
+START_TEST(every_counter_reaches_the_client)
+{
+    uint64_t before[HEAPD_HEAP_COUNTERS_N], after[HEAPD_HEAP_COUNTERS_N];
+    uint64_t top[HEAPD_HEAP_COUNTERS_N];
+    char cmd[512], out[16384], key[80];
+    start_default();
+
+    /* the wire: exactly one entry per line */
+    int fd = harness_raw_connect(D.sock);
+    harness_send_hello(fd, "default", PROTOCOL_VERSION,
+                       HEAPD__CLIENT_KIND__CLIENT_CONTROL);
+    Heapd__Envelope *w = harness_read_env(fd, NULL);
+    ck_assert_int_eq(w->body_case, HEAPD__ENVELOPE__BODY_WELCOME);
+    heapd__envelope__free_unpacked(w, NULL);
+    Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    env.seq = 1;
+    env.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
+    env.stats_request = &sr;
+    harness_send_env(fd, &env);
+    Heapd__Envelope *rep = harness_read_env(fd, NULL);
+    ck_assert_int_eq(rep->body_case, HEAPD__ENVELOPE__BODY_STATS_REPLY);
+    ck_assert_uint_eq(rep->stats_reply->n_heaps, 1);
+    ck_assert_uint_eq(rep->stats_reply->heaps[0]->n_counters,
+                      HEAPD_HEAP_COUNTERS_N);
+    heapd__envelope__free_unpacked(rep, NULL);
+    close(fd);
+
+    /* the copies, and a cycle later no counter has gone down */
+    heapd_client *c = connect_ok(D.sock, HEAPD_CONNECT_CONTROL);
+    heapd_stats_t st;
+    ck_assert_int_eq(heapd_stats(c, &st), 0);
+    table_values(&st.heaps[0], before);
+    table_top_values(&st, top);
+    for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++)
+        ck_assert_msg(top[k] == before[k], "%s: %llu at top level, %llu in "
+                      "heaps[0]", table_lines[k].name,
+                      (unsigned long long)top[k],
+                      (unsigned long long)before[k]);
+    ck_assert_int_eq(heapd_request_collect(c, HEAPD_COLLECT_WAIT), 0);
+    ck_assert_int_eq(heapd_stats(c, &st), 0);
+    table_values(&st.heaps[0], after);
+    ck_assert_uint_gt(after[HEAPD_HEAP_COUNTER_cycles_completed],
+                      before[HEAPD_HEAP_COUNTER_cycles_completed]);
+    for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++)
+        if (table_lines[k].kind == HEAPD_KIND_COUNTER)
+            ck_assert_msg(after[k] >= before[k], "counter %s went down: "
+                          "%llu, then %llu", table_lines[k].name,
+                          (unsigned long long)before[k],
+                          (unsigned long long)after[k]);
+    heapd_disconnect(c);
+
+    /* heapctl: every name, in JSON and in text */
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' stats --json 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    int rc = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "output: %s", out);
+    for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++) {
+        snprintf(key, sizeof key, "\"%s\":", table_lines[k].name);
+        ck_assert_msg(strstr(out, key), "no %s in: %s", key, out);
+    }
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' stats 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    rc = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "output: %s", out);
+    for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++) {
+        snprintf(key, sizeof key, "\n  %s ", table_lines[k].name);
+        ck_assert_msg(strstr(out, key), "no '%s' line in: %s",
+                      table_lines[k].name, out);
+    }
+    harness_stop_clean(&D);
+}
+END_TEST
+
 static Suite *daemon_suite(void)
 {
     Suite *s = suite_create("daemon");
@@ -1107,6 +1210,7 @@ static Suite *daemon_suite(void)
     tcase_add_test(t, check_config_shipped);
     tcase_add_test(t, heap_map_failure_reported);
     tcase_add_test(t, heapctl_stats);
+    tcase_add_test(t, every_counter_reaches_the_client);
     tcase_add_test(t, client_that_does_not_read_is_paused);
     tcase_add_test(t, paused_client_that_dies_is_freed);
     tcase_add_test(t, connections_per_user_are_limited);
