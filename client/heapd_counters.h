@@ -67,7 +67,8 @@
     X(mark_overflows, uint64_t, COUNTER, COUNT, LOCKED, "mark stacks (or the pool) that overflowed") \
     X(clients_crashed, uint64_t, COUNTER, COUNT, LOCKED, "mutator clients gone without goodbye") \
     X(segments_orphaned, uint64_t, COUNTER, COUNT, DERIVED, "segments left with objects by clients gone") \
-    X(segments_adopted, uint64_t, COUNTER, COUNT, DERIVED, "orphaned segments freed by a sweep or reused")
+    X(segments_adopted, uint64_t, COUNTER, COUNT, DERIVED, "orphaned segments freed by a sweep or reused") \
+    /* the end: a new line goes above this one, ending in a backslash */
 
 /* The columns KIND and UNIT, for printers: HEAPD_KIND_##kind,
  * HEAPD_UNIT_##unit. */
