@@ -596,65 +596,23 @@ int heapd_stats(heapd_client *c, heapd_stats_t *out)
         o->committed_bytes = h->committed_bytes;
         o->segment_size = h->segment_size;
         o->clients = h->clients;
-        o->mutators = h->mutators;
-        o->cycles_completed = h->cycles_completed;
-        o->bytes_allocated = h->bytes_allocated;
-        o->live_bytes = h->live_bytes;
-        o->segments_free = h->segments_free;
-        o->segments_owned = h->segments_owned;
-        o->segments_filled = h->segments_filled;
-        o->segments_large = h->segments_large;
-        o->pause_max_ns = h->pause_max_ns;
-        o->pause_total_ns = h->pause_total_ns;
-        o->ttsp_max_ns = h->ttsp_max_ns;
-        o->verify_failures = h->verify_failures;
-        o->bad_refs = h->bad_refs;
         o->phase = h->phase;
-        o->mark_ns_last = h->mark_ns_last;
-        o->sweep_ns_last = h->sweep_ns_last;
-        o->urs_entries = h->urs_entries;
-        o->snapshot_pause_max_ns = h->snapshot_pause_max_ns;
-        o->final_sync_pause_max_ns = h->final_sync_pause_max_ns;
-        o->final_sync_retries = h->final_sync_retries;
-        o->grants_paced = h->grants_paced;
-        o->remark_requests = h->remark_requests;
-        o->remark_global = h->remark_global;
-        o->mark_overflows = h->mark_overflows;
-        o->clients_crashed = h->clients_crashed;
-        o->segments_orphaned = h->segments_orphaned;
-        o->segments_adopted = h->segments_adopted;
+        /* See Note [Counter table]: as many as both sides know, the
+         * others 0 (the memset) */
+#define COPY_FROM_WIRE_(name, type, kind, unit, source, help) \
+    if ((size_t)HEAPD_HEAP_COUNTER_##name < h->n_counters) \
+        o->name = (type)h->counters[HEAPD_HEAP_COUNTER_##name];
+        HEAPD_HEAP_COUNTERS(COPY_FROM_WIRE_)
+#undef COPY_FROM_WIRE_
     }
     /* the daemon lists the client's own heap first */
     if (out->heap_count > 0) {
         const heapd_heap_stats *o = &out->heaps[0];
-        out->mutators = o->mutators;
-        out->cycles_completed = o->cycles_completed;
-        out->bytes_allocated = o->bytes_allocated;
-        out->live_bytes = o->live_bytes;
         out->heap_committed_bytes = o->committed_bytes;
-        out->segments_free = o->segments_free;
-        out->segments_owned = o->segments_owned;
-        out->segments_filled = o->segments_filled;
-        out->segments_large = o->segments_large;
-        out->pause_max_ns = o->pause_max_ns;
-        out->pause_total_ns = o->pause_total_ns;
-        out->ttsp_max_ns = o->ttsp_max_ns;
-        out->verify_failures = o->verify_failures;
-        out->bad_refs = o->bad_refs;
         out->phase = o->phase;
-        out->mark_ns_last = o->mark_ns_last;
-        out->sweep_ns_last = o->sweep_ns_last;
-        out->urs_entries = o->urs_entries;
-        out->snapshot_pause_max_ns = o->snapshot_pause_max_ns;
-        out->final_sync_pause_max_ns = o->final_sync_pause_max_ns;
-        out->final_sync_retries = o->final_sync_retries;
-        out->grants_paced = o->grants_paced;
-        out->remark_requests = o->remark_requests;
-        out->remark_global = o->remark_global;
-        out->mark_overflows = o->mark_overflows;
-        out->clients_crashed = o->clients_crashed;
-        out->segments_orphaned = o->segments_orphaned;
-        out->segments_adopted = o->segments_adopted;
+#define COPY_TOP_(name, type, kind, unit, source, help) out->name = o->name;
+        HEAPD_HEAP_COUNTERS(COPY_TOP_)
+#undef COPY_TOP_
     }
     rc = 0;
 out:

@@ -43,6 +43,33 @@ static void print_json_string(const char *s)
     putchar('"');
 }
 
+/* The lines of HEAPD_HEAP_COUNTERS (see Note [Counter table]), for the
+ * printers. */
+static const struct counter_line {
+    const char *name, *help;
+    heapd_counter_unit unit;
+} counter_lines[HEAPD_HEAP_COUNTERS_N] = {
+#define COUNTER_LINE_(name, type, kind, unit, source, help) \
+    {#name, help, HEAPD_UNIT_##unit},
+    HEAPD_HEAP_COUNTERS(COUNTER_LINE_)
+#undef COUNTER_LINE_
+};
+
+/* V[i] = the value of line i in H. */
+static void counter_values(const heapd_heap_stats *h,
+                           uint64_t v[HEAPD_HEAP_COUNTERS_N])
+{
+#define COUNTER_VALUE_(name, type, kind, unit, source, help) \
+    v[HEAPD_HEAP_COUNTER_##name] = h->name;
+    HEAPD_HEAP_COUNTERS(COUNTER_VALUE_)
+#undef COUNTER_VALUE_
+}
+
+static const char *phase_name(uint32_t phase)
+{
+    return phase == 1 ? "mark" : phase == 2 ? "sweep" : "idle";
+}
+
 static void print_stats_json(const heapd_stats_t *s)
 {
     printf("{\"version\":");
@@ -56,41 +83,47 @@ static void print_stats_json(const heapd_stats_t *s)
            s->connections_throttled);
     for (size_t i = 0; i < s->heap_count; i++) {
         const heapd_heap_stats *h = &s->heaps[i];
+        uint64_t v[HEAPD_HEAP_COUNTERS_N];
         printf("%s{\"name\":", i ? "," : "");
         print_json_string(h->name);
         printf(",\"base\":\"0x%" PRIx64 "\",\"reserved_bytes\":%" PRIu64
                ",\"committed_bytes\":%" PRIu64 ",\"segment_size\":%" PRIu64
-               ",\"clients\":%" PRIu32 ",\"mutators\":%" PRIu32
-               ",\"cycles_completed\":%" PRIu64
-               ",\"bytes_allocated\":%" PRIu64 ",\"live_bytes\":%" PRIu64
-               ",\"segments_free\":%" PRIu64 ",\"segments_owned\":%" PRIu64
-               ",\"segments_filled\":%" PRIu64
-               ",\"segments_large\":%" PRIu64 ",\"pause_max_ns\":%" PRIu64
-               ",\"pause_total_ns\":%" PRIu64 ",\"ttsp_max_ns\":%" PRIu64
-               ",\"verify_failures\":%" PRIu64 ",\"bad_refs\":%" PRIu64
-               ",\"phase\":%" PRIu32 ",\"mark_ns_last\":%" PRIu64
-               ",\"sweep_ns_last\":%" PRIu64 ",\"urs_entries\":%" PRIu64
-               ",\"snapshot_pause_max_ns\":%" PRIu64
-               ",\"final_sync_pause_max_ns\":%" PRIu64
-               ",\"final_sync_retries\":%" PRIu64
-               ",\"grants_paced\":%" PRIu64 ",\"remark_requests\":%" PRIu64
-               ",\"remark_global\":%" PRIu64 ",\"mark_overflows\":%" PRIu64
-               ",\"clients_crashed\":%" PRIu64
-               ",\"segments_orphaned\":%" PRIu64
-               ",\"segments_adopted\":%" PRIu64 "}",
+               ",\"phase\":%" PRIu32 ",\"clients\":%" PRIu32,
                h->base, h->reserved_bytes, h->committed_bytes,
-               h->segment_size, h->clients, h->mutators, h->cycles_completed,
-               h->bytes_allocated, h->live_bytes, h->segments_free,
-               h->segments_owned, h->segments_filled, h->segments_large,
-               h->pause_max_ns, h->pause_total_ns, h->ttsp_max_ns,
-               h->verify_failures, h->bad_refs, h->phase, h->mark_ns_last,
-               h->sweep_ns_last, h->urs_entries, h->snapshot_pause_max_ns,
-               h->final_sync_pause_max_ns, h->final_sync_retries,
-               h->grants_paced, h->remark_requests, h->remark_global,
-               h->mark_overflows, h->clients_crashed, h->segments_orphaned,
-               h->segments_adopted);
+               h->segment_size, h->phase, h->clients);
+        counter_values(h, v);
+        for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++)
+            printf(",\"%s\":%" PRIu64, counter_lines[k].name, v[k]);
+        printf("}");
     }
     printf("]}\n");
+}
+
+/* V in UNIT for a reader, "" when the number says it already. */
+static const char *readable(uint64_t v, heapd_counter_unit unit, char *buf,
+                            size_t n)
+{
+    static const char *const ns[] = {"us", "ms", "s"};
+    static const char *const bytes[] = {"KiB", "MiB", "GiB", "TiB"};
+    double x = (double)v;
+    int k = -1;
+
+    if (unit == HEAPD_UNIT_NS) {
+        while (k < 1 && x >= 1000) {
+            x /= 1000;
+            k++;
+        }
+        if (k >= 0)
+            snprintf(buf, n, " (%.3g %s)", x, ns[k]);
+    } else if (unit == HEAPD_UNIT_BYTES) {
+        while (k < 3 && x >= 1024) {
+            x /= 1024;
+            k++;
+        }
+        if (k >= 0)
+            snprintf(buf, n, " (%.3g %s)", x, bytes[k]);
+    }
+    return k >= 0 ? buf : "";
 }
 
 static void print_stats_text(const heapd_stats_t *s)
@@ -115,39 +148,18 @@ static void print_stats_text(const heapd_stats_t *s)
     }
     for (size_t i = 0; i < s->heap_count; i++) {
         const heapd_heap_stats *h = &s->heaps[i];
+        uint64_t v[HEAPD_HEAP_COUNTERS_N];
         printf("\nheap %s:\n", h->name);
-        printf("  mutators          %" PRIu32 "\n", h->mutators);
-        printf("  cycles_completed  %" PRIu64 "\n", h->cycles_completed);
-        printf("  bytes_allocated   %" PRIu64 "\n", h->bytes_allocated);
-        printf("  live_bytes        %" PRIu64 "\n", h->live_bytes);
-        printf("  segments          %" PRIu64 " free, %" PRIu64 " owned, %"
-               PRIu64 " filled, %" PRIu64 " large\n", h->segments_free,
-               h->segments_owned, h->segments_filled, h->segments_large);
-        printf("  pause_max_ns      %" PRIu64 "\n", h->pause_max_ns);
-        printf("  pause_total_ns    %" PRIu64 "\n", h->pause_total_ns);
-        printf("  ttsp_max_ns       %" PRIu64 "\n", h->ttsp_max_ns);
-        printf("  verify_failures   %" PRIu64 "\n", h->verify_failures);
-        printf("  bad_refs          %" PRIu64 "\n", h->bad_refs);
-        printf("  phase             %s\n", h->phase == 1   ? "mark"
-                                           : h->phase == 2 ? "sweep"
-                                                           : "idle");
-        printf("  mark_ns_last      %" PRIu64 "\n", h->mark_ns_last);
-        printf("  sweep_ns_last     %" PRIu64 "\n", h->sweep_ns_last);
-        printf("  urs_entries       %" PRIu64 "\n", h->urs_entries);
-        printf("  snapshot_pause_max_ns   %" PRIu64 "\n",
-               h->snapshot_pause_max_ns);
-        printf("  final_sync_pause_max_ns %" PRIu64 "\n",
-               h->final_sync_pause_max_ns);
-        printf("  final_sync_retries      %" PRIu64 "\n",
-               h->final_sync_retries);
-        printf("  grants_paced            %" PRIu64 "\n", h->grants_paced);
-        printf("  remark_requests         %" PRIu64 "\n", h->remark_requests);
-        printf("  remark_global           %" PRIu64 "\n", h->remark_global);
-        printf("  mark_overflows          %" PRIu64 "\n", h->mark_overflows);
-        printf("  clients_crashed         %" PRIu64 "\n", h->clients_crashed);
-        printf("  segments_orphaned       %" PRIu64 "\n",
-               h->segments_orphaned);
-        printf("  segments_adopted        %" PRIu64 "\n", h->segments_adopted);
+        printf("  %-17s %s\n", "phase", phase_name(h->phase));
+        counter_values(h, v);
+        for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++) {
+            const struct counter_line *l = &counter_lines[k];
+            char r[32];
+            int n = printf("  %-17s %" PRIu64 "%s", l->name, v[k],
+                           readable(v[k], l->unit, r, sizeof r));
+            /* the help in one column after the longest values */
+            printf("%*s  %s\n", n < 48 ? 48 - n : 0, "", l->help);
+        }
     }
 }
 

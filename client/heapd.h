@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "heapd_counters.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -61,7 +63,12 @@ typedef struct heapd_connect_opts {
 
 #define HEAPD_STATS_MAX_HEAPS 16
 
-/* Statistics of one heap. */
+/* A counter's field, from its line in HEAPD_HEAP_COUNTERS. */
+#define HEAPD_COUNTER_FIELD_(name, type, kind, unit, source, help) type name;
+
+/* Statistics of one heap: its memory, then the counters of
+ * HEAPD_HEAP_COUNTERS in client/heapd_counters.h, where each one says what
+ * it counts (see Note [Counter table]). */
 typedef struct heapd_heap_stats {
     char name[64];
     uint64_t base;
@@ -69,31 +76,8 @@ typedef struct heapd_heap_stats {
     uint64_t committed_bytes;  /* memory backing it now */
     uint64_t segment_size;
     uint32_t clients;          /* mutator clients connected to it */
-    uint32_t mutators;         /* mutators attached */
-    uint64_t cycles_completed;
-    uint64_t bytes_allocated;  /* by all clients since heapd started */
-    uint64_t live_bytes;       /* in the objects the last cycle marked
-                                  (reachable at its snapshot) */
-    uint64_t segments_free, segments_owned, segments_filled, segments_large;
-    uint64_t pause_max_ns, pause_total_ns;
-    uint64_t ttsp_max_ns;      /* longest time a mutator took to stop */
-    uint64_t verify_failures;  /* heap verifier findings (verify = true) */
-    uint64_t bad_refs;         /* invalid references met and not followed */
     uint32_t phase;            /* 0 idle, 1 mark, 2 sweep */
-    uint64_t mark_ns_last, sweep_ns_last;  /* the last cycle's phases */
-    uint64_t urs_entries;      /* update remembered set entries consumed */
-    uint64_t snapshot_pause_max_ns, final_sync_pause_max_ns;
-    uint64_t final_sync_retries; /* final syncs that ran out of budget */
-    uint64_t grants_paced;     /* segment grants held back until a cycle
-                                  caught up with allocation */
-    uint64_t remark_requests;  /* segments sent to their owners to rescan
-                                  after a mark stack overflowed */
-    uint64_t remark_global;    /* segments the daemon rescanned itself */
-    uint64_t mark_overflows;   /* mark stacks (or the pool) that overflowed */
-    uint64_t clients_crashed;  /* mutator clients gone without goodbye */
-    uint64_t segments_orphaned; /* segments left with objects by clients
-                                   that went away */
-    uint64_t segments_adopted; /* of those, freed by a sweep or reused */
+    HEAPD_HEAP_COUNTERS(HEAPD_COUNTER_FIELD_)
 } heapd_heap_stats;
 
 typedef struct heapd_stats_t {
@@ -105,29 +89,17 @@ typedef struct heapd_stats_t {
     uint64_t connections_refused;   /* over max_connections(_per_user) */
     uint64_t connections_throttled; /* reading paused: replies unread */
     /* the heap this client is connected to (a control client: the heap
-     * named in its opts, "default" if none) */
-    uint32_t mutators;
-    uint64_t cycles_completed;
-    uint64_t bytes_allocated;
-    uint64_t live_bytes;
+     * named in its opts, "default" if none): heaps[0]'s committed_bytes,
+     * phase and counters */
     uint64_t heap_committed_bytes;
-    uint64_t segments_free, segments_owned, segments_filled, segments_large;
-    uint64_t pause_max_ns, pause_total_ns;
-    uint64_t ttsp_max_ns;
-    uint64_t verify_failures;
-    uint64_t bad_refs;
     uint32_t phase;
-    uint64_t mark_ns_last, sweep_ns_last;
-    uint64_t urs_entries;
-    uint64_t snapshot_pause_max_ns, final_sync_pause_max_ns;
-    uint64_t final_sync_retries;
-    uint64_t grants_paced;
-    uint64_t remark_requests, remark_global, mark_overflows;
-    uint64_t clients_crashed, segments_orphaned, segments_adopted;
+    HEAPD_HEAP_COUNTERS(HEAPD_COUNTER_FIELD_)
     /* every heap of the daemon */
     size_t heap_count;
     heapd_heap_stats heaps[HEAPD_STATS_MAX_HEAPS];
 } heapd_stats_t;
+
+#undef HEAPD_COUNTER_FIELD_
 
 /* Connect to heapd, authenticate, and (unless HEAPD_CONNECT_CONTROL) map the
  * heap at its fixed address.  On success *out is a client; on failure *out

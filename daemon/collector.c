@@ -201,6 +201,7 @@ void collector_check_trigger(struct heap *h)
 static void record_pause(struct heap *h, uint64_t pause, uint64_t ttsp,
                          uint64_t *kind_max)
 {
+    h->stats.pause_count++;
     h->stats.pause_total_ns += pause;
     if (pause > h->stats.pause_max_ns)
         h->stats.pause_max_ns = pause;

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* the counter table is public: see Note [Counter table] */
+#include "../client/heapd_counters.h"
 #include "config.h"
 #include "layout.h"
 #include "segment.h"
@@ -15,25 +17,27 @@
 struct collector;
 struct mark_job;
 
-/* Counters of a heap, under heap->lock unless said otherwise. */
+/* The field a line of HEAPD_HEAP_COUNTERS gives the daemon, by its source
+ * (see Note [Counter table] in client/heapd_counters.h): LOCKED ones are
+ * written under heap->lock, ATOMIC ones bumped without it, DERIVED ones
+ * are computed by the stats reply (daemon/session.c). */
+#define HEAP_STATS_FIELD_LOCKED(name) uint64_t name;
+#define HEAP_STATS_FIELD_ATOMIC(name) _Atomic uint64_t name;
+#define HEAP_STATS_FIELD_DERIVED(name)
+#define HEAP_STATS_FIELD_(name, type, kind, unit, source, help) \
+    HEAP_STATS_FIELD_##source(name)
+
+/* Counters of a heap: the table's, and the daemon's own bookkeeping. */
 struct heap_stats {
-    uint64_t cycles_completed;
-    uint64_t live_bytes;         /* after the last cycle */
-    uint64_t pause_max_ns, pause_total_ns;
-    uint64_t ttsp_max_ns;
-    uint64_t verify_failures;
-    uint64_t alloc_retired;      /* bytes allocated by slots now freed */
-    uint64_t mark_ns_last, sweep_ns_last;
-    uint64_t urs_entries;
-    uint64_t snapshot_pause_max_ns, final_sync_pause_max_ns;
-    uint64_t final_sync_retries;
-    uint64_t grants_paced;       /* Note [Pacing] */
-    uint64_t remark_requests;    /* Note [Remark] in daemon/remark.c */
-    uint64_t remark_global;
-    uint64_t mark_overflows;
-    uint64_t clients_crashed;    /* Note [Client lifecycle] */
-    _Atomic uint64_t bad_refs;   /* bumped by mark workers */
+    HEAPD_HEAP_COUNTERS(HEAP_STATS_FIELD_)
+    uint64_t alloc_retired;      /* bytes allocated by slots now freed;
+                                    heap->lock */
 };
+
+#undef HEAP_STATS_FIELD_
+#undef HEAP_STATS_FIELD_DERIVED
+#undef HEAP_STATS_FIELD_ATOMIC
+#undef HEAP_STATS_FIELD_LOCKED
 
 /* Who holds a mutator slot, in the daemon's memory: what the daemon says
  * about a slot never rests on words a client can write. */

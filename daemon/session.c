@@ -148,12 +148,67 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
     return 0;
 }
 
+/* The DERIVED counters of Note [Counter table] (client/heapd_counters.h),
+ * one function each (a DERIVED line without one does not compile), called
+ * under heap->lock. */
+static uint64_t stat_mutators(const struct heap *h)
+{
+    return h->mutators;
+}
+static uint64_t stat_bytes_allocated(const struct heap *h)
+{
+    return collector_bytes_allocated(h);
+}
+static uint64_t stat_segments_free(const struct heap *h)
+{
+    return h->segs.n_free;
+}
+static uint64_t stat_segments_owned(const struct heap *h)
+{
+    return h->segs.n_owned + h->segs.n_roots;
+}
+static uint64_t stat_segments_filled(const struct heap *h)
+{
+    return h->segs.n_filled;
+}
+static uint64_t stat_segments_large(const struct heap *h)
+{
+    return h->segs.n_large;
+}
+static uint64_t stat_segments_orphaned(const struct heap *h)
+{
+    return h->segs.orphaned;
+}
+static uint64_t stat_segments_adopted(const struct heap *h)
+{
+    return h->segs.adopted;
+}
+
+#define STAT_LOCKED(h, name) ((h)->stats.name)
+#define STAT_ATOMIC(h, name) atomic_load(&(h)->stats.name)
+#define STAT_DERIVED(h, name) stat_##name(h)
+#define STAT_READ_(name, type, kind, unit, source, help) \
+    out[HEAPD_HEAP_COUNTER_##name] = STAT_##source(h, name);
+
+/* OUT[i] = line i of the table; under heap->lock. */
+static void heap_counters(const struct heap *h,
+                          uint64_t out[HEAPD_HEAP_COUNTERS_N])
+{
+    HEAPD_HEAP_COUNTERS(STAT_READ_)
+}
+
+#undef STAT_READ_
+#undef STAT_DERIVED
+#undef STAT_ATOMIC
+#undef STAT_LOCKED
+
 static int handle_stats(struct conn *c, uint64_t seq)
 {
     struct daemon *d = c->d;
     Heapd__StatsReply r = HEAPD__STATS_REPLY__INIT;
     Heapd__HeapStats hs[CONFIG_MAX_HEAPS];
     Heapd__HeapStats *hp[CONFIG_MAX_HEAPS];
+    uint64_t counters[CONFIG_MAX_HEAPS][HEAPD_HEAP_COUNTERS_N];
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
 
     r.version = (char *)HEAPD_VERSION;
@@ -173,33 +228,10 @@ static int handle_stats(struct conn *c, uint64_t seq)
         hs[i].clients = h->clients;
         hs[i].segment_size = h->cfg->segment_size;
         pthread_mutex_lock((pthread_mutex_t *)&h->lock);
-        hs[i].mutators = h->mutators;
-        hs[i].cycles_completed = h->stats.cycles_completed;
-        hs[i].bytes_allocated = collector_bytes_allocated(h);
-        hs[i].live_bytes = h->stats.live_bytes;
-        hs[i].segments_free = h->segs.n_free;
-        hs[i].segments_owned = h->segs.n_owned + h->segs.n_roots;
-        hs[i].segments_filled = h->segs.n_filled;
-        hs[i].segments_large = h->segs.n_large;
-        hs[i].pause_max_ns = h->stats.pause_max_ns;
-        hs[i].pause_total_ns = h->stats.pause_total_ns;
-        hs[i].ttsp_max_ns = h->stats.ttsp_max_ns;
-        hs[i].verify_failures = h->stats.verify_failures;
-        hs[i].bad_refs = atomic_load(&h->stats.bad_refs);
         hs[i].phase = atomic_load(&h->control->phase);
-        hs[i].mark_ns_last = h->stats.mark_ns_last;
-        hs[i].sweep_ns_last = h->stats.sweep_ns_last;
-        hs[i].urs_entries = h->stats.urs_entries;
-        hs[i].snapshot_pause_max_ns = h->stats.snapshot_pause_max_ns;
-        hs[i].final_sync_pause_max_ns = h->stats.final_sync_pause_max_ns;
-        hs[i].final_sync_retries = h->stats.final_sync_retries;
-        hs[i].grants_paced = h->stats.grants_paced;
-        hs[i].remark_requests = h->stats.remark_requests;
-        hs[i].remark_global = h->stats.remark_global;
-        hs[i].mark_overflows = h->stats.mark_overflows;
-        hs[i].clients_crashed = h->stats.clients_crashed;
-        hs[i].segments_orphaned = h->segs.orphaned;
-        hs[i].segments_adopted = h->segs.adopted;
+        heap_counters(h, counters[i]);
+        hs[i].n_counters = HEAPD_HEAP_COUNTERS_N;
+        hs[i].counters = counters[i];
         pthread_mutex_unlock((pthread_mutex_t *)&h->lock);
         hp[i] = &hs[i];
     }

@@ -5,8 +5,10 @@
 /* Bumped on any incompatible change to heapd.proto or to the meaning of a
  * message.  Hello and Welcome carry it; see daemon/session.c. */
 /* 2: the daemon sends RemarkRequest on its own, and a mutator client must
- * answer it (Note [Remark requests] in client/remark.c); Goodbye. */
-#define PROTOCOL_VERSION 2u
+ * answer it (Note [Remark requests] in client/remark.c); Goodbye.
+ * 3: a heap's counters travel as HeapStats.counters, in the order of the
+ * table (Note [Counter table] in client/heapd_counters.h). */
+#define PROTOCOL_VERSION 3u
 
 #define DEFAULT_HEAP_NAME "default"
 

@@ -1072,6 +1072,218 @@ START_TEST(heapctl_stats)
 }
 END_TEST
 
+/* Note [Counter table]: the daemon sends one entry per line of the table,
+ * heapd_stats copies every one (heaps[0]'s to the top level too), counters
+ * never go down, and heapctl prints every name. */
+static const struct {
+    const char *name;
+    heapd_counter_kind kind;
+} table_lines[] = {
+#define TABLE_LINE_(name, type, kind, unit, source, help) \
+    {#name, HEAPD_KIND_##kind},
+    HEAPD_HEAP_COUNTERS(TABLE_LINE_)
+#undef TABLE_LINE_
+};
+
+static void table_values(const heapd_heap_stats *h, uint64_t *v)
+{
+#define TABLE_VALUE_(name, type, kind, unit, source, help) \
+    v[HEAPD_HEAP_COUNTER_##name] = h->name;
+    HEAPD_HEAP_COUNTERS(TABLE_VALUE_)
+#undef TABLE_VALUE_
+}
+
+static void table_top_values(const heapd_stats_t *st, uint64_t *v)
+{
+#define TABLE_TOP_(name, type, kind, unit, source, help) \
+    v[HEAPD_HEAP_COUNTER_##name] = st->name;
+    HEAPD_HEAP_COUNTERS(TABLE_TOP_)
+#undef TABLE_TOP_
+}
+
+START_TEST(every_counter_reaches_the_client)
+{
+    uint64_t before[HEAPD_HEAP_COUNTERS_N], after[HEAPD_HEAP_COUNTERS_N];
+    uint64_t top[HEAPD_HEAP_COUNTERS_N];
+    char cmd[512], out[16384], key[80];
+    start_default();
+
+    /* the wire: exactly one entry per line */
+    int fd = harness_raw_connect(D.sock);
+    harness_send_hello(fd, "default", PROTOCOL_VERSION,
+                       HEAPD__CLIENT_KIND__CLIENT_CONTROL);
+    Heapd__Envelope *w = harness_read_env(fd, NULL);
+    ck_assert_int_eq(w->body_case, HEAPD__ENVELOPE__BODY_WELCOME);
+    heapd__envelope__free_unpacked(w, NULL);
+    Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    env.seq = 1;
+    env.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
+    env.stats_request = &sr;
+    harness_send_env(fd, &env);
+    Heapd__Envelope *rep = harness_read_env(fd, NULL);
+    ck_assert_int_eq(rep->body_case, HEAPD__ENVELOPE__BODY_STATS_REPLY);
+    ck_assert_uint_eq(rep->stats_reply->n_heaps, 1);
+    ck_assert_uint_eq(rep->stats_reply->heaps[0]->n_counters,
+                      HEAPD_HEAP_COUNTERS_N);
+    heapd__envelope__free_unpacked(rep, NULL);
+    close(fd);
+
+    /* the copies, and a cycle later no counter has gone down */
+    heapd_client *c = connect_ok(D.sock, HEAPD_CONNECT_CONTROL);
+    heapd_stats_t st;
+    ck_assert_int_eq(heapd_stats(c, &st), 0);
+    table_values(&st.heaps[0], before);
+    table_top_values(&st, top);
+    for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++)
+        ck_assert_msg(top[k] == before[k], "%s: %llu at top level, %llu in "
+                      "heaps[0]", table_lines[k].name,
+                      (unsigned long long)top[k],
+                      (unsigned long long)before[k]);
+    ck_assert_int_eq(heapd_request_collect(c, HEAPD_COLLECT_WAIT), 0);
+    ck_assert_int_eq(heapd_stats(c, &st), 0);
+    table_values(&st.heaps[0], after);
+    ck_assert_uint_gt(after[HEAPD_HEAP_COUNTER_cycles_completed],
+                      before[HEAPD_HEAP_COUNTER_cycles_completed]);
+    for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++)
+        if (table_lines[k].kind == HEAPD_KIND_COUNTER)
+            ck_assert_msg(after[k] >= before[k], "counter %s went down: "
+                          "%llu, then %llu", table_lines[k].name,
+                          (unsigned long long)before[k],
+                          (unsigned long long)after[k]);
+    heapd_disconnect(c);
+
+    /* heapctl: every name, in JSON and in text */
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' stats --json 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    int rc = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "output: %s", out);
+    for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++) {
+        snprintf(key, sizeof key, "\"%s\":", table_lines[k].name);
+        ck_assert_msg(strstr(out, key), "no %s in: %s", key, out);
+    }
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' stats 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    rc = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "output: %s", out);
+    for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++) {
+        snprintf(key, sizeof key, "\n  %s ", table_lines[k].name);
+        ck_assert_msg(strstr(out, key), "no '%s' line in: %s",
+                      table_lines[k].name, out);
+    }
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* A daemon of the same protocol version with another table (Note
+ * [Counter table]: append-only): heapd_stats reads as many entries as
+ * both know and takes the others as 0.  The daemon here is this thread,
+ * answering one control client: heap 0 with more entries than the table,
+ * heap 1 with fewer. */
+#define SHORT_COUNTERS 3
+struct table_peer {
+    int listen_fd;
+    const char *failed;    /* what went wrong, NULL if nothing */
+};
+
+static void *table_peer_serve(void *arg)
+{
+    struct table_peer *p = arg;
+    uint64_t long_v[HEAPD_HEAP_COUNTERS_N + 2], short_v[SHORT_COUNTERS];
+    Heapd__Envelope *in = NULL;
+    int fd = accept(p->listen_fd, NULL, NULL);
+
+    p->failed = "accept";
+    if (fd < 0)
+        return NULL;
+    p->failed = "no hello";
+    if (!(in = harness_read_env(fd, NULL)) ||
+        in->body_case != HEAPD__ENVELOPE__BODY_HELLO)
+        goto out;
+    heapd__envelope__free_unpacked(in, NULL);
+    Heapd__Welcome w = HEAPD__WELCOME__INIT;
+    Heapd__Envelope e = HEAPD__ENVELOPE__INIT;
+    w.protocol_version = PROTOCOL_VERSION;
+    w.heap = (char *)"default";
+    e.body_case = HEAPD__ENVELOPE__BODY_WELCOME;
+    e.welcome = &w;
+    harness_send_env(fd, &e);
+    p->failed = "no stats request";
+    if (!(in = harness_read_env(fd, NULL)) ||
+        in->body_case != HEAPD__ENVELOPE__BODY_STATS_REQUEST)
+        goto out;
+    for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N + 2; k++)
+        long_v[k] = 1000 + k;
+    for (size_t k = 0; k < SHORT_COUNTERS; k++)
+        short_v[k] = 2000 + k;
+    Heapd__HeapStats h0 = HEAPD__HEAP_STATS__INIT, h1 = HEAPD__HEAP_STATS__INIT;
+    Heapd__HeapStats *hs[2] = {&h0, &h1};
+    Heapd__StatsReply r = HEAPD__STATS_REPLY__INIT;
+    h0.name = (char *)"long";
+    h0.n_counters = HEAPD_HEAP_COUNTERS_N + 2;
+    h0.counters = long_v;
+    h1.name = (char *)"short";
+    h1.n_counters = SHORT_COUNTERS;
+    h1.counters = short_v;
+    r.version = (char *)"peer";
+    r.n_heaps = 2;
+    r.heaps = hs;
+    e.seq = in->seq;
+    e.body_case = HEAPD__ENVELOPE__BODY_STATS_REPLY;
+    e.stats_reply = &r;
+    harness_send_env(fd, &e);
+    heapd__envelope__free_unpacked(in, NULL);
+    p->failed = "the client sent more than a stats request";
+    if ((in = harness_read_env(fd, NULL)) != NULL)
+        goto out;
+    p->failed = NULL;
+out:
+    if (in)
+        heapd__envelope__free_unpacked(in, NULL);
+    close(fd);
+    return NULL;
+}
+
+START_TEST(counter_tables_of_another_length)
+{
+    struct table_peer p = {.failed = NULL};
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    uint64_t v[HEAPD_HEAP_COUNTERS_N];
+    char dir[64];
+    pthread_t t;
+
+    harness_tmpdir(dir, sizeof dir);
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/peer.sock", dir);
+    p.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(p.listen_fd, 0);
+    ck_assert_int_eq(bind(p.listen_fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(p.listen_fd, 1), 0);
+    ck_assert_int_eq(pthread_create(&t, NULL, table_peer_serve, &p), 0);
+
+    heapd_client *c = connect_ok(sa.sun_path, HEAPD_CONNECT_CONTROL);
+    heapd_stats_t st;
+    int rc = heapd_stats(c, &st);
+    ck_assert_msg(rc == 0, "stats: %s", heapd_last_error());
+    heapd_disconnect(c);
+    pthread_join(t, NULL);
+    ck_assert_msg(p.failed == NULL, "the peer: %s", p.failed);
+
+    ck_assert_uint_eq(st.heap_count, 2);
+    table_values(&st.heaps[0], v);
+    for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++)
+        ck_assert_msg(v[k] == 1000 + k, "long %s: %llu",
+                      table_lines[k].name, (unsigned long long)v[k]);
+    table_values(&st.heaps[1], v);
+    for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++)
+        ck_assert_msg(v[k] == (k < SHORT_COUNTERS ? 2000 + k : 0),
+                      "short %s: %llu", table_lines[k].name,
+                      (unsigned long long)v[k]);
+    close(p.listen_fd);
+    unlink(sa.sun_path);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *daemon_suite(void)
 {
     Suite *s = suite_create("daemon");
@@ -1107,6 +1319,8 @@ static Suite *daemon_suite(void)
     tcase_add_test(t, check_config_shipped);
     tcase_add_test(t, heap_map_failure_reported);
     tcase_add_test(t, heapctl_stats);
+    tcase_add_test(t, every_counter_reaches_the_client);
+    tcase_add_test(t, counter_tables_of_another_length);
     tcase_add_test(t, client_that_does_not_read_is_paused);
     tcase_add_test(t, paused_client_that_dies_is_freed);
     tcase_add_test(t, connections_per_user_are_limited);

@@ -1,0 +1,94 @@
+/* libheapd: the table of a heap's statistics.  Included by heapd.h; the
+ * daemon includes it too (daemon/heap.h).
+ *
+ * Note [Counter table]
+ * ~~~~~~~~~~~~~~~~~~~~
+ * HEAPD_HEAP_COUNTERS is the one list of the statistics heapd keeps per
+ * heap: one line per counter, X(name, type, kind, unit, source, help).
+ * Every other place expands it:
+ *   - heapd_heap_stats's fields, and heapd_stats_t's copy of the client's
+ *     own heap (client/heapd.h): NAME of C TYPE (uint32_t or uint64_t);
+ *   - the daemon's struct heap_stats (daemon/heap.h), by SOURCE: LOCKED, a
+ *     uint64_t field written under heap->lock (the collector adds to it);
+ *     ATOMIC, an _Atomic one bumped without the lock; DERIVED, worked out
+ *     from other daemon state when asked (a stat_NAME function in
+ *     daemon/session.c);
+ *   - HeapStats.counters on the wire (proto/heapd.proto): entry i is line
+ *     i of the table, as a uint64;
+ *   - the copies in the daemon's stats reply and in heapd_stats;
+ *   - heapctl stats, text (NAME, the value, HELP) and JSON (NAME: value).
+ * KIND is COUNTER (only grows while the daemon runs) or GAUGE (a value
+ * now, of the last cycle, or a maximum); UNIT is COUNT, BYTES or NS.
+ * HELP is one short phrase, for heapctl and for metrics help text.
+ *
+ * The rules: the order is the wire order.  Within one PROTOCOL_VERSION
+ * (proto/wire.h) the table is append-only: a new counter goes at the end,
+ * and since a reader copies min(entries sent, lines it knows) and takes
+ * the missing ones as 0, an older daemon or client still reads the rest
+ * right.  Removing, reordering or retyping a line changes what entry i
+ * means: bump PROTOCOL_VERSION.  NAME is API (a field name, a JSON key):
+ * never rename one.
+ *
+ * Why one table: adding grants_paced by hand took nine edits in six files
+ * (the daemon's struct, the .proto, the daemon's copy, two structs in
+ * heapd.h, two copies in client.c, two printers in heapctl), each one a
+ * chance to leave a copy out; now it is a line here and the code that
+ * counts.
+ */
+#ifndef HEAPD_COUNTERS_H
+#define HEAPD_COUNTERS_H
+
+#include <stdint.h>
+
+/* X(name, type, kind, unit, source, help): see Note [Counter table]. */
+#define HEAPD_HEAP_COUNTERS(X) \
+    X(mutators, uint32_t, GAUGE, COUNT, DERIVED, "mutator threads attached") \
+    X(cycles_completed, uint64_t, COUNTER, COUNT, LOCKED, "collection cycles completed") \
+    X(bytes_allocated, uint64_t, COUNTER, BYTES, DERIVED, "allocated by all clients since heapd started") \
+    X(live_bytes, uint64_t, GAUGE, BYTES, LOCKED, "in objects the last cycle marked") \
+    X(segments_free, uint64_t, GAUGE, COUNT, DERIVED, "segments free") \
+    X(segments_owned, uint64_t, GAUGE, COUNT, DERIVED, "segments in clients' reserves and root stacks") \
+    X(segments_filled, uint64_t, GAUGE, COUNT, DERIVED, "small segments given back, kept until swept") \
+    X(segments_large, uint64_t, GAUGE, COUNT, DERIVED, "segments in large objects") \
+    X(pause_max_ns, uint64_t, GAUGE, NS, LOCKED, "longest pause (mutators stopped)") \
+    X(pause_total_ns, uint64_t, COUNTER, NS, LOCKED, "all pauses together") \
+    X(ttsp_max_ns, uint64_t, GAUGE, NS, LOCKED, "longest time a mutator took to stop") \
+    X(verify_failures, uint64_t, COUNTER, COUNT, LOCKED, "heap verifier findings (verify = true)") \
+    X(bad_refs, uint64_t, COUNTER, COUNT, ATOMIC, "invalid references met and not followed") \
+    X(mark_ns_last, uint64_t, GAUGE, NS, LOCKED, "the last cycle's concurrent mark") \
+    X(sweep_ns_last, uint64_t, GAUGE, NS, LOCKED, "the last cycle's concurrent sweep") \
+    X(urs_entries, uint64_t, COUNTER, COUNT, LOCKED, "update remembered set entries consumed") \
+    X(snapshot_pause_max_ns, uint64_t, GAUGE, NS, LOCKED, "longest snapshot pause") \
+    X(final_sync_pause_max_ns, uint64_t, GAUGE, NS, LOCKED, "longest final sync pause") \
+    X(final_sync_retries, uint64_t, COUNTER, COUNT, LOCKED, "final syncs that ran out of budget") \
+    X(grants_paced, uint64_t, COUNTER, COUNT, LOCKED, "grants held until a cycle caught up") \
+    X(remark_requests, uint64_t, COUNTER, COUNT, LOCKED, "segments sent to their owners to rescan") \
+    X(remark_global, uint64_t, COUNTER, COUNT, LOCKED, "segments the daemon rescanned itself") \
+    X(mark_overflows, uint64_t, COUNTER, COUNT, LOCKED, "mark stacks (or the pool) that overflowed") \
+    X(clients_crashed, uint64_t, COUNTER, COUNT, LOCKED, "mutator clients gone without goodbye") \
+    X(segments_orphaned, uint64_t, COUNTER, COUNT, DERIVED, "segments left with objects by clients gone") \
+    X(segments_adopted, uint64_t, COUNTER, COUNT, DERIVED, "orphaned segments freed by a sweep or reused") \
+    X(pause_count, uint64_t, COUNTER, COUNT, LOCKED, "pauses; pause_total_ns / pause_count is the mean") \
+    /* the end: a new line goes above this one, ending in a backslash */
+
+/* The columns KIND and UNIT, for printers: HEAPD_KIND_##kind,
+ * HEAPD_UNIT_##unit. */
+typedef enum heapd_counter_kind {
+    HEAPD_KIND_COUNTER,  /* only grows while the daemon runs */
+    HEAPD_KIND_GAUGE,    /* a value now, of the last cycle, or a maximum */
+} heapd_counter_kind;
+
+typedef enum heapd_counter_unit {
+    HEAPD_UNIT_COUNT,
+    HEAPD_UNIT_BYTES,
+    HEAPD_UNIT_NS,
+} heapd_counter_unit;
+
+/* HEAPD_HEAP_COUNTER_<name>: a counter's line in the table, its index on
+ * the wire; HEAPD_HEAP_COUNTERS_N: how many lines. */
+#define HEAPD_COUNTER_INDEX_(name, type, kind, unit, source, help) \
+    HEAPD_HEAP_COUNTER_##name,
+enum { HEAPD_HEAP_COUNTERS(HEAPD_COUNTER_INDEX_) HEAPD_HEAP_COUNTERS_N };
+#undef HEAPD_COUNTER_INDEX_
+
+#endif
