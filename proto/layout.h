@@ -8,8 +8,8 @@
  * the same fixed address `base` in the daemon and in every client, with
  * MAP_FIXED_NOREPLACE so that it never silently replaces another mapping.
  * Because the address is the same everywhere, a reference stored in the heap
- * is a plain C pointer that means the same object in every process
- * (DESIGN.md §3).  Consequences every module relies on:
+ * is a plain C pointer that means the same object in every process.
+ * Consequences every module relies on:
  *
  *   - base is a multiple of segment_size, and segment k starts at
  *     base + k * segment_size, so a segment's header is found by masking a
@@ -39,7 +39,7 @@
  * object's first field (just past the header), so the header of object p is
  * at p - 8.  The header packs nbytes in bits 0..27, nrefs in bits 28..55 and
  * leaves bits 56..63 for the collector's per-object tag (the dirty epoch of
- * the write barrier, issue 5).  Blocks are 8-byte aligned and their size is
+ * the write barrier, Note [Dirty tags] in client/barrier.c).  Blocks are 8-byte aligned and their size is
  * the object's size rounded up to its size class.  The collector is precise:
  * it reads only the nrefs reference fields, never the raw bytes.
  *
@@ -71,7 +71,7 @@
  *
  * Note [Epoch-tagged marks]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~
- * (DESIGN.md §4.)  Each block has one mark byte.  0 means the block is free;
+ * Each block has one mark byte.  0 means the block is free;
  * any other value is the epoch in which the block was last marked or
  * allocated.  The control area's epoch rotates through 1..255, never 0, and
  * changes only while every mutator is stopped.  So:
@@ -156,7 +156,7 @@ static inline uint64_t layout_object_size(uint64_t nrefs, uint64_t nbytes)
 /* ---- size classes ----
  * 16..128 bytes in steps of 8 (every object size is a multiple of 8, so
  * these waste nothing), then 8 classes per doubling up to 16 KiB: a block
- * wastes at most 1/8 of its size (DESIGN.md §3 asks for <= ~12 %). */
+ * wastes at most 1/8 of its size. */
 #define LAYOUT_NCLASSES 71
 #define LAYOUT_MIN_BLOCK 16u
 #define LAYOUT_MAX_SMALL 16384u
@@ -303,9 +303,10 @@ struct layout_mutator {
  *
  * Note [Global roots]
  * ~~~~~~~~~~~~~~~~~~~
- * (Seed static-objects-nonmoving.txt.)  A heap has a table of named global
- * roots in its control area.  Only the daemon creates entries (on a
- * GlobalClaim, so that two processes can never create the same name twice);
+ * (After GHC's Note [Static objects under the nonmoving collector].)  A
+ * heap has a table of named global roots in its control area.  Only the
+ * daemon creates entries (on a GlobalClaim, so that two processes can
+ * never create the same name twice);
  * after that a mutator reads and writes `value` directly.  An entry is:
  *   EMPTY         unused;
  *   SET           value is NULL or a reference, a root of every cycle;
