@@ -9,7 +9,8 @@
  * while nothing else is queued on the uv stream: otherwise the kernel would
  * see our bytes before earlier queued ones and the frames would interleave.
  * The daemon guarantees it by sending Welcome as the very first bytes on a
- * connection, in reply to Hello, when its write queue is empty (asserted).
+ * connection, in reply to Hello, and conn_send_with_fd (daemon/server.c)
+ * refuses with -EBUSY if anything is queued on the connection.
  * If the kernel takes only part of the frame (it never does for a fresh
  * socket, but the code does not assume it), the fd has gone with the first
  * byte and the remainder is queued on the uv stream as ordinary bytes.
