@@ -565,6 +565,49 @@ static uint8_t *flood_until_paused(int fd, size_t *len, size_t *frames,
     }
 }
 
+/* The paused client reading its replies, and sending the rest of its last
+ * request as heapd reads again. */
+struct paused_reader {
+    int fd;
+    const uint8_t *req;
+    size_t len, off, frames, replies;
+    frame_reader fr;
+};
+
+/* Read and send what the socket allows now; true once every request went
+ * out whole and has its reply. */
+static bool all_answered(void *arg, char *seen, size_t seen_len)
+{
+    struct paused_reader *pr = arg;
+    for (;;) {
+        struct pollfd pf = {.fd = pr->fd,
+                            .events = POLLIN | (pr->off > 0 ? POLLOUT : 0)};
+        if (poll(&pf, 1, 0) <= 0)
+            break;
+        ck_assert_msg(pf.revents & (POLLIN | POLLOUT),
+                      "heapd closed a paused client (poll events 0x%x)",
+                      pf.revents);
+        if (pf.revents & POLLOUT) {
+            ssize_t w = send(pr->fd, pr->req + pr->off, pr->len - pr->off,
+                             MSG_NOSIGNAL);
+            if (w > 0 && (pr->off += (size_t)w) == pr->len) {
+                pr->off = 0;
+                pr->frames++;
+            }
+        }
+        if (pf.revents & POLLIN) {
+            uint8_t buf[65536];
+            ssize_t r = recv(pr->fd, buf, sizeof buf, 0);
+            ck_assert_msg(r > 0, "heapd closed a paused client");
+            ck_assert_int_eq(frame_reader_feed(&pr->fr, buf, (size_t)r,
+                                               count_frame, &pr->replies), 0);
+        }
+    }
+    snprintf(seen, seen_len, "%zu replies to %zu requests%s", pr->replies,
+             pr->frames, pr->off ? " and a part-sent one" : "");
+    return pr->off == 0 && pr->replies >= pr->frames;
+}
+
 /* A client that sends stats requests as fast as the socket takes them and
  * reads nothing: heapd stops reading it once max_write_queue bytes of
  * replies wait, serves others meanwhile, and answers every request once
@@ -581,34 +624,13 @@ START_TEST(client_that_does_not_read_is_paused)
 
     /* now read: every request is answered, and the rest of the last one
      * goes through once heapd reads again */
-    frame_reader fr;
-    frame_reader_init(&fr, 0);
-    size_t replies = 0;
-    for (int idle = 0; replies < frames + (off > 0) && idle < 100;) {
-        struct pollfd pf = {.fd = fd,
-                            .events = POLLIN | (off > 0 ? POLLOUT : 0)};
-        if (poll(&pf, 1, 100) == 0) {
-            idle++; /* bounded: 10 s without progress */
-            continue;
-        }
-        idle = 0;
-        if (pf.revents & POLLOUT) {
-            ssize_t w = send(fd, req + off, len - off, MSG_NOSIGNAL);
-            if (w > 0 && (off += (size_t)w) == len) {
-                off = 0;
-                frames++;
-            }
-        }
-        if (pf.revents & POLLIN) {
-            uint8_t buf[65536];
-            ssize_t r = recv(fd, buf, sizeof buf, 0);
-            ck_assert_msg(r > 0, "heapd closed a paused client");
-            ck_assert_int_eq(frame_reader_feed(&fr, buf, (size_t)r,
-                                               count_frame, &replies), 0);
-        }
-    }
-    ck_assert_uint_eq(replies, frames);
-    frame_reader_free(&fr);
+    struct paused_reader pr = {.fd = fd, .req = req, .len = len, .off = off,
+                               .frames = frames};
+    frame_reader_init(&pr.fr, 0);
+    harness_wait_until(all_answered, &pr, "heapd to answer every request "
+                       "of the paused client once it reads");
+    ck_assert_uint_eq(pr.replies, pr.frames);
+    frame_reader_free(&pr.fr);
     free(req);
     close(fd);
     harness_expect_healthy(&D);
@@ -616,19 +638,31 @@ START_TEST(client_that_does_not_read_is_paused)
 }
 END_TEST
 
-/* A control connection, retried while heapd refuses it for a connection
- * limit: it sees a closed connection in its own time (bounded: 1 s). */
-static heapd_client *connect_when_below_limit(void)
+struct limited_connect {
+    heapd_client *c;
+    int rc;
+};
+
+static bool connect_admitted(void *arg, char *seen, size_t seen_len)
 {
+    struct limited_connect *lc = arg;
     heapd_connect_opts o = {.socket_path = D.sock,
                             .flags = HEAPD_CONNECT_CONTROL};
-    heapd_client *c = NULL;
-    int rc = -EAGAIN;
-    for (int i = 0; i < 1000 && rc == -EAGAIN; i++)
-        if ((rc = heapd_connect(&c, &o)) == -EAGAIN)
-            usleep(1000);
-    ck_assert_msg(rc == 0, "connect after a close: %s", heapd_last_error());
-    return c;
+    lc->rc = heapd_connect(&lc->c, &o);
+    snprintf(seen, seen_len, "%s", heapd_last_error());
+    return lc->rc != -EAGAIN;
+}
+
+/* A control connection, retried while heapd refuses it for a connection
+ * limit: it sees a closed connection in its own time (a bounded wait). */
+static heapd_client *connect_when_below_limit(void)
+{
+    struct limited_connect lc = {NULL, -EAGAIN};
+    harness_wait_until(connect_admitted, &lc,
+                       "heapd to admit a connection once one closed");
+    ck_assert_msg(lc.rc == 0, "connect after a close: %s",
+                  heapd_last_error());
+    return lc.c;
 }
 
 /* A paused client that dies is noticed (its queued replies fail) and
@@ -640,10 +674,8 @@ START_TEST(paused_client_that_dies_is_freed)
     size_t len, off, frames;
     free(flood_until_paused(fd, &len, &frames, &off));
     close(fd);
-    uint32_t n = 0;
-    for (int i = 0; i < 300 && (n = still_serving(D.sock)) != 1; i++)
-        usleep(10000); /* bounded: 3 s */
-    ck_assert_uint_eq(n, 1);
+    /* the wait's own control connection is the one left */
+    harness_wait_stat(&D, NULL, clients_connected, ==, 1);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
 }
@@ -721,15 +753,9 @@ START_TEST(closing_connection_that_never_reads_is_reaped)
         harness_send_bytes(fd, req, len);
     harness_send_bytes(fd, "\x00\x00\x00\x02\xff\xff", 6);
     free(req);
-    /* bounded: the reaper looks every second, grace 5 s */
-    uint32_t n = 0;
-    for (int i = 0; i < 200; i++) {
-        n = harness_daemon_stats(&D).clients_connected;
-        if (n == 1) /* just the stats connection */
-            break;
-        usleep(100000);
-    }
-    ck_assert_uint_eq(n, 1);
+    /* the reaper looks every second, grace 5 s; the wait's own control
+     * connection is the one left */
+    harness_wait_stat(&D, NULL, clients_connected, ==, 1);
     ck_assert_msg(harness_wait_eof(fd), "the reaped connection is not closed");
     close(fd);
     ck_assert_msg(harness_log_contains(&D, "did not read its last replies"),
@@ -758,11 +784,9 @@ START_TEST(client_killed)
     ck_assert_uint_eq(still_serving(D.sock), 2);
     kill(pid, SIGKILL);
     harness_wait_pid(pid, HARNESS_WAIT_MS);
-    /* the daemon notices the close; poll stats until it has (bounded) */
-    uint32_t n = 0;
-    for (int i = 0; i < 10000 && (n = still_serving(D.sock)) != 1; i++)
-        ;
-    ck_assert_uint_eq(n, 1);
+    /* the daemon notices the close in its own time; the wait's own
+     * control connection is the one left */
+    harness_wait_stat(&D, NULL, clients_connected, ==, 1);
     harness_stop_clean(&D);
 }
 END_TEST
@@ -810,19 +834,22 @@ static void thread_policies(pid_t pid, const char *prefix, int policy,
     closedir(d);
 }
 
+static bool workers_have_policy(void *arg, char *seen, size_t seen_len)
+{
+    int policy = *(int *)arg, n, with;
+    thread_policies(D.pid, "heapd-gc-", policy, &n, &with);
+    snprintf(seen, seen_len, "%d of %d collector workers have it", with, n);
+    return n > 0 && with == n;
+}
+
 /* Wait (bounded) until every one of the daemon's collector worker threads
  * has POLICY. */
 static void wait_worker_policy(int policy, const char *when)
 {
-    int n = 0, with = 0;
-    for (int ms = 0; ms < HARNESS_WAIT_MS; ms++) {
-        thread_policies(D.pid, "heapd-gc-", policy, &n, &with);
-        if (n > 0 && with == n)
-            return;
-        usleep(1000);
-    }
-    ck_abort_msg("%s: %d of %d collector workers have scheduling policy %d",
-                 when, with, n, policy);
+    char what[128];
+    snprintf(what, sizeof what, "scheduling policy %d on every collector "
+             "worker %s", policy, when);
+    harness_wait_until(workers_have_policy, &policy, what);
 }
 
 static void *leave_idle_class(void *ok)
@@ -902,7 +929,6 @@ END_TEST
 START_TEST(second_daemon_same_socket)
 {
     start_default();
-    struct daemon_proc d2 = D;
     char out[4096];
     char cmd[512];
     snprintf(cmd, sizeof cmd, "'%s' -c '%s' --foreground 2>&1",
@@ -913,11 +939,16 @@ START_TEST(second_daemon_same_socket)
      * is mapped per process, so it is the socket */
     ck_assert_msg(strstr(out, "another heapd is already listening on"),
                   "output: %s", out);
-    (void)d2;
     ck_assert_uint_eq(still_serving(D.sock), 1);
     harness_stop_clean(&D);
 }
 END_TEST
+
+static bool file_gone(void *path, char *seen, size_t seen_len)
+{
+    snprintf(seen, seen_len, "%s exists", (const char *)path);
+    return access(path, F_OK) != 0;
+}
 
 START_TEST(daemonize_mode)
 {
@@ -951,9 +982,8 @@ START_TEST(daemonize_mode)
     ck_assert_int_eq(kill(child, SIGTERM), 0);
     ck_assert(harness_wait_notify(&d, "STOPPING=1", NULL, 0));
     /* not our child: wait for the socket file to go */
-    for (int i = 0; i < 100000 && access(d.sock, F_OK) == 0; i++)
-        usleep(100);
-    ck_assert_int_ne(access(d.sock, F_OK), 0);
+    harness_wait_until(file_gone, d.sock, "the daemonized heapd to remove "
+                       "its socket file at SIGTERM");
     close(d.notify_fd);
     unlink(d.notify_path);
     unlink(d.conf);
