@@ -101,50 +101,63 @@ START_TEST(connect_and_stats)
 END_TEST
 
 /* Two client processes map the heap at the same address and see each
- * other's bytes.  Handshakes over pipes; no sleeps. */
+ * other's bytes: A allocates an object and roots it, B writes into it, A
+ * reads B's bytes back.  Handshakes over pipes; no sleeps. */
 START_TEST(two_processes_share_bytes)
 {
     start_default();
-    int to_b[2], from_b[2], from_a[2];
-    ck_assert_int_eq(pipe(to_b), 0);
-    ck_assert_int_eq(pipe(from_b), 0);
+    int to_a[2], from_a[2];
+    ck_assert_int_eq(pipe(to_a), 0);
     ck_assert_int_eq(pipe(from_a), 0);
-    /* segment 1 is the first past the control area; nothing allocates yet */
-    uintptr_t where = HARNESS_HEAP_BASE + 128 * 1024;
 
     pid_t a = fork();
+    ck_assert_int_ge(a, 0);
     if (a == 0) {
-        heapd_client *c = connect_ok(D.sock, 0);
-        uintptr_t base = (uintptr_t)heapd_heap_base(c);
-        snprintf((char *)where, 64, "hello from %d", (int)getpid());
-        ck_assert_int_eq(write(from_a[1], &base, sizeof base), sizeof base);
+        heapd_client *c;
+        heapd_mutator *m;
+        harness_attach(&D, &c, &m);
+        char *o = heapd_alloc(m, 0, 128);
+        ck_assert_ptr_nonnull(o);
+        heapd_root_push(m, o); /* alive while B looks at it */
+        snprintf(heapd_bytes(o), 64, "hello from %d", (int)getpid());
+        uintptr_t where[2] = {(uintptr_t)heapd_heap_base(c), (uintptr_t)o};
+        /* waiting on a pipe: hold up no collection meanwhile */
+        heapd_blocking_enter(m);
+        ck_assert_int_eq(write(from_a[1], where, sizeof where), sizeof where);
         char go;
-        ck_assert_int_eq(read(to_b[0], &go, 1), 1); /* B has read it */
-        /* B's reply, written into the same page */
-        ck_assert_str_eq((char *)where + 64, "ack from B");
+        ck_assert_int_eq(read(to_a[0], &go, 1), 1); /* B has written */
+        heapd_blocking_leave(m);
+        /* B's reply, written into the same object */
+        ck_assert_str_eq((char *)heapd_bytes(o) + 64, "ack from B");
+        heapd_detach(m);
         heapd_disconnect(c);
         _exit(0);
     }
     pid_t b = fork();
+    ck_assert_int_ge(b, 0);
     if (b == 0) {
-        uintptr_t abase;
-        ck_assert_int_eq(read(from_a[0], &abase, sizeof abase), sizeof abase);
-        heapd_client *c = connect_ok(D.sock, 0);
-        ck_assert_uint_eq((uintptr_t)heapd_heap_base(c), abase);
+        uintptr_t where[2];
+        ck_assert_int_eq(read(from_a[0], where, sizeof where), sizeof where);
+        heapd_client *c;
+        heapd_mutator *m;
+        harness_attach(&D, &c, &m);
+        ck_assert_uint_eq((uintptr_t)heapd_heap_base(c), where[0]);
+        void *o = (void *)where[1];
+        ck_assert_uint_eq(heapd_nbytes(o), 128);
         char expect[64];
         snprintf(expect, sizeof expect, "hello from %d", (int)a);
-        ck_assert_str_eq((char *)where, expect);
-        strcpy((char *)where + 64, "ack from B");
-        ck_assert_int_eq(write(to_b[1], "g", 1), 1);
+        ck_assert_str_eq(heapd_bytes(o), expect);
+        strcpy((char *)heapd_bytes(o) + 64, "ack from B");
+        heapd_detach(m);
         heapd_disconnect(c);
+        ck_assert_int_eq(write(to_a[1], "g", 1), 1);
         _exit(0);
     }
-    int sa = harness_wait_pid(a, HARNESS_WAIT_MS);
-    int sb = harness_wait_pid(b, HARNESS_WAIT_MS);
-    ck_assert_msg(WIFEXITED(sa) && WEXITSTATUS(sa) == 0, "client A failed");
-    ck_assert_msg(WIFEXITED(sb) && WEXITSTATUS(sb) == 0, "client B failed");
-    /* and the daemon's mapping holds the same bytes */
+    harness_wait_ok(a, "client A");
+    harness_wait_ok(b, "client B");
+    /* both left; the daemon still serves */
     ck_assert_uint_eq(still_serving(D.sock), 1);
+    harness_expect_healthy(&D);
     harness_stop_clean(&D);
 }
 END_TEST
