@@ -1075,43 +1075,72 @@ START_TEST(heap_map_failure_reported)
 }
 END_TEST
 
-START_TEST(heapctl_stats)
+/* Run heapctl ARGS against a daemon with one mutator client connected,
+ * with the socket in --socket or (SOCK_IN_ENV) in $HEAPD_SOCKET; it must
+ * exit WANT_STATUS.  OUT gets its output. */
+static void heapctl_with_a_client(bool sock_in_env, const char *args,
+                                  int want_status, char *out, size_t outlen)
 {
-    char cmd[512], out[8192];
+    char cmd[512];
     start_default();
     heapd_client *c = connect_ok(D.sock, 0);
-    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' stats 2>&1",
-             harness_bin("HEAPCTL_BIN"), D.sock);
-    int st = harness_run(cmd, out, sizeof out);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "output: %s", out);
+    if (sock_in_env)
+        snprintf(cmd, sizeof cmd, "HEAPD_SOCKET='%s' '%s' %s 2>&1", D.sock,
+                 harness_bin("HEAPCTL_BIN"), args);
+    else
+        snprintf(cmd, sizeof cmd, "'%s' --socket '%s' %s 2>&1",
+                 harness_bin("HEAPCTL_BIN"), D.sock, args);
+    int st = harness_run(cmd, out, outlen);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == want_status,
+                  "status 0x%x, output: %s", st, out);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+
+START_TEST(heapctl_stats_table)
+{
+    char out[8192];
+    heapctl_with_a_client(false, "stats", 0, out, sizeof out);
     ck_assert_msg(strstr(out, "heapd 0.1.0, up ") &&
                       strstr(out, "clients connected: 2") &&
                       strstr(out, "default          0x7e8000000000"),
                   "output: %s", out);
-    /* JSON, with the socket from $HEAPD_SOCKET */
-    snprintf(cmd, sizeof cmd, "HEAPD_SOCKET='%s' '%s' stats --json 2>&1",
-             D.sock, harness_bin("HEAPCTL_BIN"));
-    st = harness_run(cmd, out, sizeof out);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "output: %s", out);
+}
+END_TEST
+
+/* JSON, with the socket from $HEAPD_SOCKET */
+START_TEST(heapctl_stats_json)
+{
+    char out[8192];
+    heapctl_with_a_client(true, "stats --json", 0, out, sizeof out);
     ck_assert_msg(strstr(out, "{\"version\":\"0.1.0\",\"uptime_ns\":") &&
                       strstr(out, "\"heaps\":[{\"name\":\"default\","
                                   "\"base\":\"0x7e8000000000\","
                                   "\"reserved_bytes\":1073741824,") &&
                       strstr(out, "\"clients\":1,\"mutators\":0,"),
                   "output: %s", out);
-    heapd_disconnect(c);
-    /* errors: a bad command, and no daemon */
-    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' frobnicate 2>&1",
-             harness_bin("HEAPCTL_BIN"), D.sock);
-    st = harness_run(cmd, out, sizeof out);
-    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+}
+END_TEST
+
+START_TEST(heapctl_unknown_command)
+{
+    char out[8192];
+    heapctl_with_a_client(false, "frobnicate", 2, out, sizeof out);
     ck_assert_msg(strstr(out, "unknown command 'frobnicate'"), "%s", out);
-    harness_stop_clean(&D);
-    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' stats 2>&1",
-             harness_bin("HEAPCTL_BIN"), D.sock);
-    st = harness_run(cmd, out, sizeof out);
-    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+}
+END_TEST
+
+START_TEST(heapctl_without_daemon)
+{
+    char dir[64], cmd[512], out[4096];
+    harness_tmpdir(dir, sizeof dir);
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s/s' stats 2>&1",
+             harness_bin("HEAPCTL_BIN"), dir);
+    int st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status 0x%x: %s",
+                  st, out);
     ck_assert_msg(strstr(out, "heapctl: no heapd is listening on"), "%s", out);
+    rmdir(dir);
 }
 END_TEST
 
@@ -1149,7 +1178,10 @@ static Suite *daemon_suite(void)
     tcase_add_test(t, bad_config_exits_nonzero);
     tcase_add_test(t, check_config_shipped);
     tcase_add_test(t, heap_map_failure_reported);
-    tcase_add_test(t, heapctl_stats);
+    tcase_add_test(t, heapctl_stats_table);
+    tcase_add_test(t, heapctl_stats_json);
+    tcase_add_test(t, heapctl_unknown_command);
+    tcase_add_test(t, heapctl_without_daemon);
     tcase_add_test(t, client_that_does_not_read_is_paused);
     tcase_add_test(t, paused_client_that_dies_is_freed);
     tcase_add_test(t, connections_per_user_are_limited);
