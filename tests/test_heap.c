@@ -365,15 +365,8 @@ START_TEST(reserve_is_bounded_and_given_back)
     ck_assert_int_eq(count, n / 5000);
     heapd_detach(m);
     heapd_disconnect(c);
-    /* the daemon takes the close in its own time: bounded wait */
-    heapd_stats_t st;
-    for (int i = 0; i < 2000; i++) {
-        st = harness_daemon_stats(&D);
-        if (st.segments_owned == base.segments_owned)
-            break;
-        usleep(1000);
-    }
-    ck_assert_uint_eq(st.segments_owned, base.segments_owned);
+    /* the daemon takes the close in its own time */
+    harness_wait_stat(&D, NULL, segments_owned, ==, base.segments_owned);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
 }
@@ -781,19 +774,12 @@ START_TEST(killed_client_loses_nothing_else)
     pid_t kid = harness_fork_mutator(&D, hold_lots, NULL);
     kill(kid, SIGKILL);
     harness_wait_pid(kid, HARNESS_WAIT_MS);
-    /* the daemon notices the close: wait (bounded) for its mutator to go */
-    heapd_stats_t st;
-    for (int i = 0; i < 100000; i++) {
-        st = harness_stats(c);
-        if (st.mutators == 1)
-            break;
-        usleep(100);
-    }
-    ck_assert_uint_eq(st.mutators, 1);
+    /* the daemon notices the close: wait for its mutator to go */
+    harness_wait_stat(&D, c, mutators, ==, 1);
     heapd_blocking_leave(m);
     collect(m);
     collect(m);
-    st = harness_stats(c);
+    heapd_stats_t st = harness_stats(c);
     ck_assert_uint_eq(st.segments_large, 0);
     ck_assert_uint_le(st.segments_owned + st.segments_filled,
                       before.segments_owned + before.segments_filled + 1);
@@ -1053,8 +1039,6 @@ START_TEST(planted_bad_references)
 }
 END_TEST
 
-/* A client that scribbles over its own slot's URS head: the daemon reads
- * no entry the mutator cannot have written, counts it, and goes on. */
 /* The rest of issue 7's planted references: a freed block, a segment
  * header, another heap's memory, and garbage that reaches the daemon only
  * through an update remembered set.  Each is counted and diagnosed, never
@@ -1144,6 +1128,8 @@ START_TEST(planted_bad_references_everywhere)
 }
 END_TEST
 
+/* A client that scribbles over its own slot's URS head: the daemon reads
+ * no entry the mutator cannot have written, counts it, and goes on. */
 START_TEST(corrupt_urs_head)
 {
     heapd_client *c;
