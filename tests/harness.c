@@ -27,6 +27,38 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int harness_wait_ms(void)
+{
+    /* check's own timeouts scale by the same factor; read each time (no
+     * state shared by the threads that wait) */
+    const char *m = getenv("CK_TIMEOUT_MULTIPLIER");
+    char *end;
+    double k = m ? strtod(m, &end) : 1;
+    if (!m || end == m || *end != '\0' || k < 1 || k > 100)
+        k = 1;
+    return (int)(60000 * k);
+}
+
+void harness_wait_until(bool (*pred)(void *arg, char *seen, size_t seen_len),
+                        void *arg, const char *what)
+{
+    int64_t start = now_ms();
+    long nap_us = 1000;
+    char seen[512] = "";
+    for (;;) {
+        seen[0] = '\0';
+        if (pred(arg, seen, sizeof seen))
+            return;
+        if (now_ms() - start >= HARNESS_WAIT_MS)
+            break;
+        struct timespec ts = {0, nap_us * 1000};
+        nanosleep(&ts, NULL);
+        nap_us = nap_us * 2 > 10000 ? 10000 : nap_us * 2;
+    }
+    ck_abort_msg("waited %d ms for %s%s%s", HARNESS_WAIT_MS, what,
+                 seen[0] ? "; last seen: " : "", seen);
+}
+
 const char *harness_bin(const char *envname)
 {
     const char *p = getenv(envname);
@@ -420,6 +452,56 @@ heapd_stats_t harness_daemon_stats(const struct daemon_proc *d)
     heapd_stats_t st = harness_stats(c);
     heapd_disconnect(c);
     return st;
+}
+
+struct stat_wait {
+    heapd_client *c;
+    size_t offset, size;
+    const char *name, *op;
+    uint64_t value;
+};
+
+static bool stat_holds(void *arg, char *seen, size_t seen_len)
+{
+    struct stat_wait *w = arg;
+    heapd_stats_t st = harness_stats(w->c);
+    const char *p = (const char *)&st + w->offset;
+    uint64_t v;
+    if (w->size == sizeof(uint32_t)) {
+        uint32_t v32;
+        memcpy(&v32, p, sizeof v32);
+        v = v32;
+    } else {
+        memcpy(&v, p, sizeof v);
+    }
+    snprintf(seen, seen_len, "%s = %llu", w->name, (unsigned long long)v);
+    if (strcmp(w->op, "==") == 0)
+        return v == w->value;
+    if (strcmp(w->op, "!=") == 0)
+        return v != w->value;
+    if (strcmp(w->op, ">=") == 0)
+        return v >= w->value;
+    return v <= w->value;
+}
+
+void harness_wait_stat_field(const struct daemon_proc *d, heapd_client *c,
+                             size_t offset, size_t size, const char *name,
+                             const char *op, uint64_t value)
+{
+    ck_assert_msg(size == sizeof(uint32_t) || size == sizeof(uint64_t),
+                  "harness_wait_stat: %s is not a counter", name);
+    ck_assert_msg(strcmp(op, "==") == 0 || strcmp(op, "!=") == 0 ||
+                      strcmp(op, ">=") == 0 || strcmp(op, "<=") == 0,
+                  "harness_wait_stat: unknown comparison %s", op);
+    struct stat_wait w = {.c = c ? c : harness_control(d), .offset = offset,
+                          .size = size, .name = name, .op = op,
+                          .value = value};
+    char what[128];
+    snprintf(what, sizeof what, "heapd's %s %s %llu", name, op,
+             (unsigned long long)value);
+    harness_wait_until(stat_holds, &w, what);
+    if (!c)
+        heapd_disconnect(w.c);
 }
 
 void harness_expect_healthy(const struct daemon_proc *d)

@@ -6,9 +6,17 @@
  * Tests never sleep and hope.  A started daemon is waited for through the
  * systemd notification protocol: the harness binds a datagram socket, passes
  * it as NOTIFY_SOCKET, and waits (bounded) for READY=1, as systemd would.
- * Child processes report to the test over pipes.  Every wait has a generous
- * bound (HARNESS_WAIT_MS) and fails the test with what it was waiting for;
- * none of these bounds is a performance assertion.
+ * Child processes report to the test over pipes.  A condition the test
+ * cannot be told about (a counter in heapd's stats, a file that goes away,
+ * a thread's scheduling class) is polled with harness_wait_until or
+ * harness_wait_stat, never slept for.  Every wait has one generous bound,
+ * HARNESS_WAIT_MS (60 s, times $CK_TIMEOUT_MULTIPLIER, the variable that
+ * scales check's own test timeouts), and fails the test naming what it
+ * waited for and the last value it saw.  None of these bounds is a
+ * performance assertion: they only turn a hang into a message, so they are
+ * far above what any condition needs: the slowest by design, a connection
+ * reaped after CLOSE_GRACE_MS (daemon/server.c), takes up to 6 s, its 5 s
+ * grace and a 1 s reaper tick.
  */
 #ifndef HEAPD_TESTS_HARNESS_H
 #define HEAPD_TESTS_HARNESS_H
@@ -21,10 +29,12 @@
 #include "heapd.h"
 #include "heapd.pb-c.h"
 
-#define HARNESS_WAIT_MS 30000
+/* The bound of every wait, in ms (Note [Test handshakes]). */
+int harness_wait_ms(void);
+#define HARNESS_WAIT_MS harness_wait_ms()
 
-/* A base every test heap may use; it maps in plain, ASan and TSan builds
- * (DESIGN.md §3). */
+/* A base every test heap may use: it is outside the ranges ASan's and
+ * TSan's shadow memory take, so it maps in plain, ASan and TSan builds. */
 #define HARNESS_HEAP_BASE 0x7e8000000000ULL
 
 struct daemon_proc {
@@ -64,6 +74,15 @@ int harness_stop(struct daemon_proc *d);
  * (after SIGKILL). */
 int harness_wait_pid(pid_t pid, int ms);
 
+/* Wait until PRED(ARG, SEEN, SEEN_LEN) returns true, polling it (every
+ * millisecond at first, backing off to every 10 ms); fail the test if it
+ * has not within HARNESS_WAIT_MS, naming WHAT ("the killed client's
+ * connection is closed") and what PRED last wrote into SEEN (empty if it
+ * writes nothing).  PRED may do work (read a pipe, retry a connect) and
+ * may fail the test itself. */
+void harness_wait_until(bool (*pred)(void *arg, char *seen, size_t seen_len),
+                        void *arg, const char *what);
+
 /* Make a private directory under /tmp (short, for sun_path). */
 void harness_tmpdir(char *out, size_t n);
 
@@ -97,6 +116,18 @@ heapd_client *harness_control(const struct daemon_proc *d);
 heapd_stats_t harness_stats(heapd_client *c);
 /* Stats through a fresh control connection. */
 heapd_stats_t harness_daemon_stats(const struct daemon_proc *d);
+/* Wait (harness_wait_until) until heapd_stats field FIELD (an integer
+ * member of heapd_stats_t) compares OP (==, !=, >= or <=) to VALUE,
+ * reading stats on control client C, or on a control connection of its
+ * own to D if C is NULL (a connection of the wait's own counts in
+ * clients_connected).  The failure names the field and its last value. */
+#define harness_wait_stat(d, c, field, op, value)                            \
+    harness_wait_stat_field((d), (c), offsetof(heapd_stats_t, field),        \
+                            sizeof(((heapd_stats_t *)0)->field), #field, #op, \
+                            (uint64_t)(value))
+void harness_wait_stat_field(const struct daemon_proc *d, heapd_client *c,
+                             size_t offset, size_t size, const char *name,
+                             const char *op, uint64_t value);
 /* No verifier failure and no bad reference so far. */
 void harness_expect_healthy(const struct daemon_proc *d);
 /* PID exits 0 within the bound, or the test fails naming WHO. */

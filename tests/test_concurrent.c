@@ -1,5 +1,5 @@
-/* Collection while mutators run (acceptance of the concurrent collector,
- * issue 5), against a real heapd with the verifier on.  The tests only use
+/* Collection while mutators run (acceptance of the concurrent collector),
+ * against a real heapd with the verifier on.  The tests only use
  * the API contract (Note [Client GC discipline] in heapd.h), so they hold
  * for the stop-the-world collector as much as for the concurrent one:
  *
@@ -685,25 +685,36 @@ static void wait_kids(struct kid *kids, int n)
     }
 }
 
+struct ready_wait {
+    int fd, n, got;
+    struct kid *kids;
+    int nkids;
+    const char *what;
+};
+
+static bool all_ready(void *arg, char *seen, size_t seen_len)
+{
+    struct ready_wait *w = arg;
+    check_kids_running(w->kids, w->nkids);
+    while (w->got < w->n && readable(w->fd, 0)) {
+        char buf[16];
+        size_t want = (size_t)(w->n - w->got);
+        ssize_t r = read(w->fd, buf, want < sizeof buf ? want : sizeof buf);
+        ck_assert_msg(r > 0, "ready pipe: %s", r ? strerror(errno) : "EOF");
+        w->got += (int)r;
+    }
+    snprintf(seen, seen_len, "%d of %d %s ready", w->got, w->n, w->what);
+    return w->got == w->n;
+}
+
 /* Read N ready bytes (bounded), failing at once if a kid dies first. */
 static void wait_ready(int fd, int n, struct kid *kids, int nkids,
                        const char *what)
 {
-    int got = 0;
-    for (int waited = 0; got < n; waited += 100) {
-        check_kids_running(kids, nkids);
-        ck_assert_msg(waited < HARNESS_WAIT_MS * 4,
-                      "only %d of %d %s ready within %d ms", got, n, what,
-                      HARNESS_WAIT_MS * 4);
-        if (readable(fd, 100)) {
-            char buf[16];
-            ssize_t r = read(fd, buf, (size_t)(n - got) < sizeof buf
-                                          ? (size_t)(n - got) : sizeof buf);
-            ck_assert_msg(r > 0, "ready pipe: %s", r ? strerror(errno)
-                                                     : "EOF");
-            got += (int)r;
-        }
-    }
+    char desc[128];
+    struct ready_wait w = {fd, n, 0, kids, nkids, what};
+    snprintf(desc, sizeof desc, "%d %s to be ready", n, what);
+    harness_wait_until(all_ready, &w, desc);
 }
 
 /* Run collections from control client C until CYCLES more completed,

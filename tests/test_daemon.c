@@ -101,50 +101,63 @@ START_TEST(connect_and_stats)
 END_TEST
 
 /* Two client processes map the heap at the same address and see each
- * other's bytes.  Handshakes over pipes; no sleeps. */
+ * other's bytes: A allocates an object and roots it, B writes into it, A
+ * reads B's bytes back.  Handshakes over pipes; no sleeps. */
 START_TEST(two_processes_share_bytes)
 {
     start_default();
-    int to_b[2], from_b[2], from_a[2];
-    ck_assert_int_eq(pipe(to_b), 0);
-    ck_assert_int_eq(pipe(from_b), 0);
+    int to_a[2], from_a[2];
+    ck_assert_int_eq(pipe(to_a), 0);
     ck_assert_int_eq(pipe(from_a), 0);
-    /* segment 1 is the first past the control area; nothing allocates yet */
-    uintptr_t where = HARNESS_HEAP_BASE + 128 * 1024;
 
     pid_t a = fork();
+    ck_assert_int_ge(a, 0);
     if (a == 0) {
-        heapd_client *c = connect_ok(D.sock, 0);
-        uintptr_t base = (uintptr_t)heapd_heap_base(c);
-        snprintf((char *)where, 64, "hello from %d", (int)getpid());
-        ck_assert_int_eq(write(from_a[1], &base, sizeof base), sizeof base);
+        heapd_client *c;
+        heapd_mutator *m;
+        harness_attach(&D, &c, &m);
+        char *o = heapd_alloc(m, 0, 128);
+        ck_assert_ptr_nonnull(o);
+        heapd_root_push(m, o); /* alive while B looks at it */
+        snprintf(heapd_bytes(o), 64, "hello from %d", (int)getpid());
+        uintptr_t where[2] = {(uintptr_t)heapd_heap_base(c), (uintptr_t)o};
+        /* waiting on a pipe: hold up no collection meanwhile */
+        heapd_blocking_enter(m);
+        ck_assert_int_eq(write(from_a[1], where, sizeof where), sizeof where);
         char go;
-        ck_assert_int_eq(read(to_b[0], &go, 1), 1); /* B has read it */
-        /* B's reply, written into the same page */
-        ck_assert_str_eq((char *)where + 64, "ack from B");
+        ck_assert_int_eq(read(to_a[0], &go, 1), 1); /* B has written */
+        heapd_blocking_leave(m);
+        /* B's reply, written into the same object */
+        ck_assert_str_eq((char *)heapd_bytes(o) + 64, "ack from B");
+        heapd_detach(m);
         heapd_disconnect(c);
         _exit(0);
     }
     pid_t b = fork();
+    ck_assert_int_ge(b, 0);
     if (b == 0) {
-        uintptr_t abase;
-        ck_assert_int_eq(read(from_a[0], &abase, sizeof abase), sizeof abase);
-        heapd_client *c = connect_ok(D.sock, 0);
-        ck_assert_uint_eq((uintptr_t)heapd_heap_base(c), abase);
+        uintptr_t where[2];
+        ck_assert_int_eq(read(from_a[0], where, sizeof where), sizeof where);
+        heapd_client *c;
+        heapd_mutator *m;
+        harness_attach(&D, &c, &m);
+        ck_assert_uint_eq((uintptr_t)heapd_heap_base(c), where[0]);
+        void *o = (void *)where[1];
+        ck_assert_uint_eq(heapd_nbytes(o), 128);
         char expect[64];
         snprintf(expect, sizeof expect, "hello from %d", (int)a);
-        ck_assert_str_eq((char *)where, expect);
-        strcpy((char *)where + 64, "ack from B");
-        ck_assert_int_eq(write(to_b[1], "g", 1), 1);
+        ck_assert_str_eq(heapd_bytes(o), expect);
+        strcpy((char *)heapd_bytes(o) + 64, "ack from B");
+        heapd_detach(m);
         heapd_disconnect(c);
+        ck_assert_int_eq(write(to_a[1], "g", 1), 1);
         _exit(0);
     }
-    int sa = harness_wait_pid(a, HARNESS_WAIT_MS);
-    int sb = harness_wait_pid(b, HARNESS_WAIT_MS);
-    ck_assert_msg(WIFEXITED(sa) && WEXITSTATUS(sa) == 0, "client A failed");
-    ck_assert_msg(WIFEXITED(sb) && WEXITSTATUS(sb) == 0, "client B failed");
-    /* and the daemon's mapping holds the same bytes */
+    harness_wait_ok(a, "client A");
+    harness_wait_ok(b, "client B");
+    /* both left; the daemon still serves */
     ck_assert_uint_eq(still_serving(D.sock), 1);
+    harness_expect_healthy(&D);
     harness_stop_clean(&D);
 }
 END_TEST
@@ -565,6 +578,49 @@ static uint8_t *flood_until_paused(int fd, size_t *len, size_t *frames,
     }
 }
 
+/* The paused client reading its replies, and sending the rest of its last
+ * request as heapd reads again. */
+struct paused_reader {
+    int fd;
+    const uint8_t *req;
+    size_t len, off, frames, replies;
+    frame_reader fr;
+};
+
+/* Read and send what the socket allows now; true once every request went
+ * out whole and has its reply. */
+static bool all_answered(void *arg, char *seen, size_t seen_len)
+{
+    struct paused_reader *pr = arg;
+    for (;;) {
+        struct pollfd pf = {.fd = pr->fd,
+                            .events = POLLIN | (pr->off > 0 ? POLLOUT : 0)};
+        if (poll(&pf, 1, 0) <= 0)
+            break;
+        ck_assert_msg(pf.revents & (POLLIN | POLLOUT),
+                      "heapd closed a paused client (poll events 0x%x)",
+                      pf.revents);
+        if (pf.revents & POLLOUT) {
+            ssize_t w = send(pr->fd, pr->req + pr->off, pr->len - pr->off,
+                             MSG_NOSIGNAL);
+            if (w > 0 && (pr->off += (size_t)w) == pr->len) {
+                pr->off = 0;
+                pr->frames++;
+            }
+        }
+        if (pf.revents & POLLIN) {
+            uint8_t buf[65536];
+            ssize_t r = recv(pr->fd, buf, sizeof buf, 0);
+            ck_assert_msg(r > 0, "heapd closed a paused client");
+            ck_assert_int_eq(frame_reader_feed(&pr->fr, buf, (size_t)r,
+                                               count_frame, &pr->replies), 0);
+        }
+    }
+    snprintf(seen, seen_len, "%zu replies to %zu requests%s", pr->replies,
+             pr->frames, pr->off ? " and a part-sent one" : "");
+    return pr->off == 0 && pr->replies >= pr->frames;
+}
+
 /* A client that sends stats requests as fast as the socket takes them and
  * reads nothing: heapd stops reading it once max_write_queue bytes of
  * replies wait, serves others meanwhile, and answers every request once
@@ -581,34 +637,13 @@ START_TEST(client_that_does_not_read_is_paused)
 
     /* now read: every request is answered, and the rest of the last one
      * goes through once heapd reads again */
-    frame_reader fr;
-    frame_reader_init(&fr, 0);
-    size_t replies = 0;
-    for (int idle = 0; replies < frames + (off > 0) && idle < 100;) {
-        struct pollfd pf = {.fd = fd,
-                            .events = POLLIN | (off > 0 ? POLLOUT : 0)};
-        if (poll(&pf, 1, 100) == 0) {
-            idle++; /* bounded: 10 s without progress */
-            continue;
-        }
-        idle = 0;
-        if (pf.revents & POLLOUT) {
-            ssize_t w = send(fd, req + off, len - off, MSG_NOSIGNAL);
-            if (w > 0 && (off += (size_t)w) == len) {
-                off = 0;
-                frames++;
-            }
-        }
-        if (pf.revents & POLLIN) {
-            uint8_t buf[65536];
-            ssize_t r = recv(fd, buf, sizeof buf, 0);
-            ck_assert_msg(r > 0, "heapd closed a paused client");
-            ck_assert_int_eq(frame_reader_feed(&fr, buf, (size_t)r,
-                                               count_frame, &replies), 0);
-        }
-    }
-    ck_assert_uint_eq(replies, frames);
-    frame_reader_free(&fr);
+    struct paused_reader pr = {.fd = fd, .req = req, .len = len, .off = off,
+                               .frames = frames};
+    frame_reader_init(&pr.fr, 0);
+    harness_wait_until(all_answered, &pr, "heapd to answer every request "
+                       "of the paused client once it reads");
+    ck_assert_uint_eq(pr.replies, pr.frames);
+    frame_reader_free(&pr.fr);
     free(req);
     close(fd);
     harness_expect_healthy(&D);
@@ -616,19 +651,31 @@ START_TEST(client_that_does_not_read_is_paused)
 }
 END_TEST
 
-/* A control connection, retried while heapd refuses it for a connection
- * limit: it sees a closed connection in its own time (bounded: 1 s). */
-static heapd_client *connect_when_below_limit(void)
+struct limited_connect {
+    heapd_client *c;
+    int rc;
+};
+
+static bool connect_admitted(void *arg, char *seen, size_t seen_len)
 {
+    struct limited_connect *lc = arg;
     heapd_connect_opts o = {.socket_path = D.sock,
                             .flags = HEAPD_CONNECT_CONTROL};
-    heapd_client *c = NULL;
-    int rc = -EAGAIN;
-    for (int i = 0; i < 1000 && rc == -EAGAIN; i++)
-        if ((rc = heapd_connect(&c, &o)) == -EAGAIN)
-            usleep(1000);
-    ck_assert_msg(rc == 0, "connect after a close: %s", heapd_last_error());
-    return c;
+    lc->rc = heapd_connect(&lc->c, &o);
+    snprintf(seen, seen_len, "%s", heapd_last_error());
+    return lc->rc != -EAGAIN;
+}
+
+/* A control connection, retried while heapd refuses it for a connection
+ * limit: it sees a closed connection in its own time (a bounded wait). */
+static heapd_client *connect_when_below_limit(void)
+{
+    struct limited_connect lc = {NULL, -EAGAIN};
+    harness_wait_until(connect_admitted, &lc,
+                       "heapd to admit a connection once one closed");
+    ck_assert_msg(lc.rc == 0, "connect after a close: %s",
+                  heapd_last_error());
+    return lc.c;
 }
 
 /* A paused client that dies is noticed (its queued replies fail) and
@@ -640,10 +687,8 @@ START_TEST(paused_client_that_dies_is_freed)
     size_t len, off, frames;
     free(flood_until_paused(fd, &len, &frames, &off));
     close(fd);
-    uint32_t n = 0;
-    for (int i = 0; i < 300 && (n = still_serving(D.sock)) != 1; i++)
-        usleep(10000); /* bounded: 3 s */
-    ck_assert_uint_eq(n, 1);
+    /* the wait's own control connection is the one left */
+    harness_wait_stat(&D, NULL, clients_connected, ==, 1);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
 }
@@ -721,15 +766,9 @@ START_TEST(closing_connection_that_never_reads_is_reaped)
         harness_send_bytes(fd, req, len);
     harness_send_bytes(fd, "\x00\x00\x00\x02\xff\xff", 6);
     free(req);
-    /* bounded: the reaper looks every second, grace 5 s */
-    uint32_t n = 0;
-    for (int i = 0; i < 200; i++) {
-        n = harness_daemon_stats(&D).clients_connected;
-        if (n == 1) /* just the stats connection */
-            break;
-        usleep(100000);
-    }
-    ck_assert_uint_eq(n, 1);
+    /* the reaper looks every second, grace 5 s; the wait's own control
+     * connection is the one left */
+    harness_wait_stat(&D, NULL, clients_connected, ==, 1);
     ck_assert_msg(harness_wait_eof(fd), "the reaped connection is not closed");
     close(fd);
     ck_assert_msg(harness_log_contains(&D, "did not read its last replies"),
@@ -758,11 +797,9 @@ START_TEST(client_killed)
     ck_assert_uint_eq(still_serving(D.sock), 2);
     kill(pid, SIGKILL);
     harness_wait_pid(pid, HARNESS_WAIT_MS);
-    /* the daemon notices the close; poll stats until it has (bounded) */
-    uint32_t n = 0;
-    for (int i = 0; i < 10000 && (n = still_serving(D.sock)) != 1; i++)
-        ;
-    ck_assert_uint_eq(n, 1);
+    /* the daemon notices the close in its own time; the wait's own
+     * control connection is the one left */
+    harness_wait_stat(&D, NULL, clients_connected, ==, 1);
     harness_stop_clean(&D);
 }
 END_TEST
@@ -810,19 +847,22 @@ static void thread_policies(pid_t pid, const char *prefix, int policy,
     closedir(d);
 }
 
+static bool workers_have_policy(void *arg, char *seen, size_t seen_len)
+{
+    int policy = *(int *)arg, n, with;
+    thread_policies(D.pid, "heapd-gc-", policy, &n, &with);
+    snprintf(seen, seen_len, "%d of %d collector workers have it", with, n);
+    return n > 0 && with == n;
+}
+
 /* Wait (bounded) until every one of the daemon's collector worker threads
  * has POLICY. */
 static void wait_worker_policy(int policy, const char *when)
 {
-    int n = 0, with = 0;
-    for (int ms = 0; ms < HARNESS_WAIT_MS; ms++) {
-        thread_policies(D.pid, "heapd-gc-", policy, &n, &with);
-        if (n > 0 && with == n)
-            return;
-        usleep(1000);
-    }
-    ck_abort_msg("%s: %d of %d collector workers have scheduling policy %d",
-                 when, with, n, policy);
+    char what[128];
+    snprintf(what, sizeof what, "scheduling policy %d on every collector "
+             "worker %s", policy, when);
+    harness_wait_until(workers_have_policy, &policy, what);
 }
 
 static void *leave_idle_class(void *ok)
@@ -902,7 +942,6 @@ END_TEST
 START_TEST(second_daemon_same_socket)
 {
     start_default();
-    struct daemon_proc d2 = D;
     char out[4096];
     char cmd[512];
     snprintf(cmd, sizeof cmd, "'%s' -c '%s' --foreground 2>&1",
@@ -913,11 +952,16 @@ START_TEST(second_daemon_same_socket)
      * is mapped per process, so it is the socket */
     ck_assert_msg(strstr(out, "another heapd is already listening on"),
                   "output: %s", out);
-    (void)d2;
     ck_assert_uint_eq(still_serving(D.sock), 1);
     harness_stop_clean(&D);
 }
 END_TEST
+
+static bool file_gone(void *path, char *seen, size_t seen_len)
+{
+    snprintf(seen, seen_len, "%s exists", (const char *)path);
+    return access(path, F_OK) != 0;
+}
 
 START_TEST(daemonize_mode)
 {
@@ -951,9 +995,8 @@ START_TEST(daemonize_mode)
     ck_assert_int_eq(kill(child, SIGTERM), 0);
     ck_assert(harness_wait_notify(&d, "STOPPING=1", NULL, 0));
     /* not our child: wait for the socket file to go */
-    for (int i = 0; i < 100000 && access(d.sock, F_OK) == 0; i++)
-        usleep(100);
-    ck_assert_int_ne(access(d.sock, F_OK), 0);
+    harness_wait_until(file_gone, d.sock, "the daemonized heapd to remove "
+                       "its socket file at SIGTERM");
     close(d.notify_fd);
     unlink(d.notify_path);
     unlink(d.conf);
@@ -1032,43 +1075,72 @@ START_TEST(heap_map_failure_reported)
 }
 END_TEST
 
-START_TEST(heapctl_stats)
+/* Run heapctl ARGS against a daemon with one mutator client connected,
+ * with the socket in --socket or (SOCK_IN_ENV) in $HEAPD_SOCKET; it must
+ * exit WANT_STATUS.  OUT gets its output. */
+static void heapctl_with_a_client(bool sock_in_env, const char *args,
+                                  int want_status, char *out, size_t outlen)
 {
-    char cmd[512], out[8192];
+    char cmd[512];
     start_default();
     heapd_client *c = connect_ok(D.sock, 0);
-    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' stats 2>&1",
-             harness_bin("HEAPCTL_BIN"), D.sock);
-    int st = harness_run(cmd, out, sizeof out);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "output: %s", out);
+    if (sock_in_env)
+        snprintf(cmd, sizeof cmd, "HEAPD_SOCKET='%s' '%s' %s 2>&1", D.sock,
+                 harness_bin("HEAPCTL_BIN"), args);
+    else
+        snprintf(cmd, sizeof cmd, "'%s' --socket '%s' %s 2>&1",
+                 harness_bin("HEAPCTL_BIN"), D.sock, args);
+    int st = harness_run(cmd, out, outlen);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == want_status,
+                  "status 0x%x, output: %s", st, out);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+
+START_TEST(heapctl_stats_table)
+{
+    char out[8192];
+    heapctl_with_a_client(false, "stats", 0, out, sizeof out);
     ck_assert_msg(strstr(out, "heapd 0.1.0, up ") &&
                       strstr(out, "clients connected: 2") &&
                       strstr(out, "default          0x7e8000000000"),
                   "output: %s", out);
-    /* JSON, with the socket from $HEAPD_SOCKET */
-    snprintf(cmd, sizeof cmd, "HEAPD_SOCKET='%s' '%s' stats --json 2>&1",
-             D.sock, harness_bin("HEAPCTL_BIN"));
-    st = harness_run(cmd, out, sizeof out);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "output: %s", out);
+}
+END_TEST
+
+/* JSON, with the socket from $HEAPD_SOCKET */
+START_TEST(heapctl_stats_json)
+{
+    char out[8192];
+    heapctl_with_a_client(true, "stats --json", 0, out, sizeof out);
     ck_assert_msg(strstr(out, "{\"version\":\"0.1.0\",\"uptime_ns\":") &&
                       strstr(out, "\"heaps\":[{\"name\":\"default\","
                                   "\"base\":\"0x7e8000000000\","
                                   "\"reserved_bytes\":1073741824,") &&
                       strstr(out, "\"clients\":1,\"mutators\":0,"),
                   "output: %s", out);
-    heapd_disconnect(c);
-    /* errors: a bad command, and no daemon */
-    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' frobnicate 2>&1",
-             harness_bin("HEAPCTL_BIN"), D.sock);
-    st = harness_run(cmd, out, sizeof out);
-    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+}
+END_TEST
+
+START_TEST(heapctl_unknown_command)
+{
+    char out[8192];
+    heapctl_with_a_client(false, "frobnicate", 2, out, sizeof out);
     ck_assert_msg(strstr(out, "unknown command 'frobnicate'"), "%s", out);
-    harness_stop_clean(&D);
-    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' stats 2>&1",
-             harness_bin("HEAPCTL_BIN"), D.sock);
-    st = harness_run(cmd, out, sizeof out);
-    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+}
+END_TEST
+
+START_TEST(heapctl_without_daemon)
+{
+    char dir[64], cmd[512], out[4096];
+    harness_tmpdir(dir, sizeof dir);
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s/s' stats 2>&1",
+             harness_bin("HEAPCTL_BIN"), dir);
+    int st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status 0x%x: %s",
+                  st, out);
     ck_assert_msg(strstr(out, "heapctl: no heapd is listening on"), "%s", out);
+    rmdir(dir);
 }
 END_TEST
 
@@ -1318,7 +1390,10 @@ static Suite *daemon_suite(void)
     tcase_add_test(t, bad_config_exits_nonzero);
     tcase_add_test(t, check_config_shipped);
     tcase_add_test(t, heap_map_failure_reported);
-    tcase_add_test(t, heapctl_stats);
+    tcase_add_test(t, heapctl_stats_table);
+    tcase_add_test(t, heapctl_stats_json);
+    tcase_add_test(t, heapctl_unknown_command);
+    tcase_add_test(t, heapctl_without_daemon);
     tcase_add_test(t, every_counter_reaches_the_client);
     tcase_add_test(t, counter_tables_of_another_length);
     tcase_add_test(t, client_that_does_not_read_is_paused);

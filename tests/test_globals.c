@@ -319,8 +319,9 @@ static int writer(int stop_fd)
     return 0;
 }
 
-/* Read whatever "g" holds and check the whole list, between safepoints. */
-static int reader(int stop_fd)
+/* Read whatever "g" holds and check the whole list, between safepoints;
+ * a byte on SEEN_FD once it has checked one. */
+static int reader(int stop_fd, int seen_fd)
 {
     heapd_client *c;
     heapd_mutator *m;
@@ -337,31 +338,44 @@ static int reader(int stop_fd)
                     return 4;
             if (len != 100)
                 return 5;
-            seen++;
+            if (seen++ == 0 && write(seen_fd, "s", 1) != 1)
+                return 7;
         }
         heapd_safepoint(m);
     }
     heapd_detach(m);
     heapd_disconnect(c);
-    return seen > 0 ? 0 : 6;
+    return 0; /* it checked at least one list: the test waited for that */
 }
 
 START_TEST(globals_alive_across_cycles_under_overwrites)
 {
-    int stop[2];
+    int stop[2], seen[2];
     start();
     ck_assert_int_eq(pipe(stop), 0);
+    ck_assert_int_eq(pipe(seen), 0);
     pid_t w = fork();
+    ck_assert_int_ge(w, 0);
     if (w == 0) {
         close(stop[1]); /* EOF on stop[0] is the signal to stop */
         _exit(writer(stop[0]));
     }
     pid_t r = fork();
+    ck_assert_int_ge(r, 0);
     if (r == 0) {
         close(stop[1]);
-        _exit(reader(stop[0]));
+        _exit(reader(stop[0], seen[1]));
     }
     close(stop[0]);
+    close(seen[1]);
+    /* the cycles run while the reader reads (and it has something to
+     * check, however late it started) */
+    char x;
+    struct pollfd p = {.fd = seen[0], .events = POLLIN};
+    ck_assert_msg(poll(&p, 1, HARNESS_WAIT_MS) == 1 &&
+                      read(seen[0], &x, 1) == 1,
+                  "the reader checked no list under \"g\" within %d ms",
+                  HARNESS_WAIT_MS);
     heapd_connect_opts o = {.socket_path = D.sock,
                             .flags = HEAPD_CONNECT_CONTROL};
     heapd_client *cc;

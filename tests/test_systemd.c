@@ -85,6 +85,29 @@ START_TEST(unit_hardening_present)
 }
 END_TEST
 
+static bool file_exists(void *path, char *seen, size_t seen_len)
+{
+    snprintf(seen, seen_len, "no %s", (const char *)path);
+    return access(path, F_OK) == 0;
+}
+
+struct activated_connect {
+    const char *sock;
+    heapd_client *c;
+    int rc;
+    char error[256];
+};
+
+static bool connect_not_refused(void *arg, char *seen, size_t seen_len)
+{
+    struct activated_connect *ac = arg;
+    heapd_connect_opts o = {.socket_path = ac->sock};
+    ac->rc = heapd_connect(&ac->c, &o);
+    snprintf(ac->error, sizeof ac->error, "%s", heapd_last_error());
+    snprintf(seen, seen_len, "%s", ac->error);
+    return ac->rc != HEAPD_ENODAEMON;
+}
+
 /* systemd-socket-activate binds the socket and execs heapd on the first
  * connection with LISTEN_FDS=1; heapd must serve on that fd. */
 START_TEST(socket_activation)
@@ -111,26 +134,17 @@ START_TEST(socket_activation)
               (char *)NULL);
         _exit(127);
     }
-    /* bounded wait for the listening socket to appear */
-    int i;
-    for (i = 0; i < 300000 && access(sock, F_OK) != 0; i++)
-        usleep(100);
-    ck_assert_msg(access(sock, F_OK) == 0,
-                  "systemd-socket-activate did not bind %s", sock);
+    harness_wait_until(file_exists, sock,
+                       "systemd-socket-activate to bind the socket");
 
     /* the file appears at bind(), a moment before listen(): retry a
-     * refused connect, bounded */
-    heapd_connect_opts o = {.socket_path = sock};
-    heapd_client *c = NULL;
-    int rc;
-    for (i = 0; i < 100000; i++) {
-        rc = heapd_connect(&c, &o);
-        if (rc != HEAPD_ENODAEMON)
-            break;
-        usleep(100);
-    }
-    ck_assert_msg(rc == 0, "connect via activated socket: %s",
-                  heapd_last_error());
+     * refused connect */
+    struct activated_connect ac = {.sock = sock};
+    harness_wait_until(connect_not_refused, &ac,
+                       "systemd-socket-activate to listen on the socket");
+    heapd_client *c = ac.c;
+    ck_assert_msg(ac.rc == 0, "connect via activated socket: %s",
+                  ac.error);
     ck_assert_ptr_eq(heapd_heap_base(c), (void *)HARNESS_HEAP_BASE);
     heapd_stats_t st;
     ck_assert_int_eq(heapd_stats(c, &st), 0);
