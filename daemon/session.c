@@ -32,6 +32,7 @@
 #include "log.h"
 #include "remark.h"
 #include "safepoint.h"
+#include "validate.h"
 #include "wire.h"
 
 struct heap *daemon_find_heap(struct daemon *d, const char *name)
@@ -679,9 +680,9 @@ static int handle_globals_request(struct conn *c, uint64_t seq)
         info[n].name = names[n];
         info[n].state = st;
         info[n].target = (uint64_t)(uintptr_t)atomic_load(&g->value);
-        struct mark_ref ref;
-        if (info[n].target && mark_resolve(h, info[n].target, &ref)) {
-            uint64_t hdr = mark_checked_header(&ref);
+        struct valid_ref ref;
+        if (info[n].target && validate_ref(h, info[n].target, &ref)) {
+            uint64_t hdr = validate_header(&ref);
             info[n].target_bytes = layout_object_size(
                 layout_header_nrefs(hdr), layout_header_nbytes(hdr));
         }
