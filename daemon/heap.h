@@ -14,6 +14,7 @@
 
 struct collector;
 struct mark_job;
+struct handoff;
 
 /* Counters of a heap, under heap->lock unless said otherwise. */
 struct heap_stats {
@@ -56,8 +57,9 @@ struct heap {
     struct heap_stats stats;
     struct collector *gc;
     struct mark_job *marking;        /* the cycle's job while phase is MARK */
-    void *remark_sender;             /* daemon/remark.c: wakes the loop
-                                        thread to send remark requests */
+    struct handoff *handoff;         /* daemon/handoff.c: the loop
+                                        thread's end of the collector
+                                        (Note [Collector handoff]) */
     _Atomic uint32_t bad_logged;     /* bad references logged this cycle */
 };
 

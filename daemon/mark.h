@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "notify.h"
+
 struct heap;
 
 struct mark_packet;
@@ -29,6 +31,8 @@ struct mark_job {
                                   empty), linked through seg.remark_next */
     uint32_t remark_outbox;    /* OWNED segments for the loop thread to
                                   send to their owners */
+    struct notify outbox_notify; /* wakes the loop thread to take the
+                                  outbox (Note [Collector handoff]) */
     uint64_t remark_outstanding; /* flagged and not yet rescanned */
     pthread_cond_t remark_cv;  /* the collector waits for remark work */
     uint64_t remark_sent, remark_daemon; /* for the heap's stats */
