@@ -23,8 +23,8 @@
  * root-stack chunk is a segment of its own (SEGMENT_ROOTS).
  *
  * A grant of small segments is at most an eighth of the heap's allocation
- * budget (at least GRANT_MIN segments, at most MAX_GRANT; grant_cap in
- * daemon/session.c): blank segments in reserves are neither allocated nor
+ * budget (at least GRANT_MIN segments, at most GRANT_MAX; grant_cap in
+ * daemon/grant.c): blank segments in reserves are neither allocated nor
  * free, and a client that asks for large batches (Note [Reserve sizing] in
  * client/reserve.c) must not make a small heap grow by its reserve.
  *
