@@ -57,6 +57,37 @@ void grant_free_slot(struct heap *h, uint64_t client, uint32_t *held,
     h->mutators--;
 }
 
+/* Note [Checking mutator slots]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A slot is attached (status not FREE) exactly between grant_slot and
+ * grant_free_slot, both under heap->lock, and heap->mutators counts the
+ * attached ones; an attached slot names its client (client ids start at
+ * 1).  Debug builds check it at every release of heap->lock after a slot
+ * changed: LAYOUT_MAX_MUTATORS status loads, cheap enough to need no
+ * sampling.
+ */
+bool grant_check_slots(const struct heap *h)
+{
+    unsigned attached = 0;
+    bool ok = true;
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+        const struct layout_mutator *m = &h->control->mutators[i];
+        if (LAYOUT_STATUS_STATE(atomic_load(&m->status)) == LAYOUT_MUT_FREE)
+            continue;
+        attached++;
+        if (m->client_id == 0) {
+            log_error("mutator slots: slot %u is attached to no client", i);
+            ok = false;
+        }
+    }
+    if (attached != h->mutators) {
+        log_error("mutator slots: heap->mutators is %u, but %u slots are "
+                  "attached", h->mutators, attached);
+        ok = false;
+    }
+    return ok;
+}
+
 /* ---- segments ---- */
 
 #define GRANT_MIN 16 /* segments: what a client may always get at once */

@@ -28,6 +28,11 @@ int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2]);
 void grant_free_slot(struct heap *h, uint64_t client, uint32_t *held,
                      uint64_t slots[2], unsigned slot);
 
+/* Note [Checking mutator slots] in grant.c: with heap->lock held, true
+ * iff heap->mutators is the number of attached slots and every attached
+ * slot names a client; logs what disagrees. */
+bool grant_check_slots(const struct heap *h);
+
 /* ---- segments (Note [Segment supply] in segment.c) ---- */
 
 #define GRANT_MAX 64 /* segments one grant may give */

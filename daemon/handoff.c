@@ -245,6 +245,7 @@ void remark_done(struct conn *c, const Heapd__RemarkDone *r)
                 mark_urs(h, h->marking, i);
     remark_answered(h, c->id, &c->held, r->rescanned, r->n_rescanned,
                     r->released, r->n_released, &bad, &unowned);
+    segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
     if (bad || unowned) {
         c->d->frames_rejected += bad + unowned;

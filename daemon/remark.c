@@ -59,6 +59,7 @@
 #include <time.h>
 
 #include "heap.h"
+#include "log.h"
 #include "mark.h"
 
 #define REMARK_WAIT_MS 50 /* the collector re-checks its condition */
@@ -71,6 +72,86 @@ static struct seg *seg_at(struct mark_job *j, uint32_t i)
 static bool valid_seg(const struct heap *h, uint32_t i)
 {
     return i >= h->segs.first && i < h->segs.count;
+}
+
+/* Note [Checking remark states]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * Debug builds check, where j->mu is released after a remark state
+ * changed, what Note [Remark] states: remark_outstanding is the number of
+ * segments whose state is not NONE; the global stack holds exactly the
+ * GLOBAL segments and the outbox exactly the OUTBOX ones; AGAIN is set
+ * only on a RESCANNING or SENT segment; a SENT one names the client it
+ * went to.  The walk is O(segments in use) and j->mu is taken for every
+ * segment flagged or rescanned, so it is sampled like the segment table's
+ * check (seg_check_due, Note [Checking the segment table] in segment.c).
+ */
+bool remark_check(const struct mark_job *j)
+{
+    const struct segtab *t = &j->h->segs;
+    uint64_t outstanding = 0, n_global = 0, n_outbox = 0;
+    bool ok = true;
+
+#define REMARK_BAD(...)                                                     \
+    do {                                                                    \
+        log_error("remark states: " __VA_ARGS__);                           \
+        ok = false;                                                         \
+    } while (0)
+    uint32_t high = __atomic_load_n(&t->high, __ATOMIC_ACQUIRE);
+    for (uint32_t i = t->first; i < high; i++) {
+        const struct seg *s = &t->segs[i];
+        uint8_t st = REMARK_STATE(s->remark);
+        if (st == REMARK_NONE) {
+            if (s->remark != REMARK_NONE)
+                REMARK_BAD("segment %u is AGAIN but not flagged", i);
+            continue;
+        }
+        outstanding++;
+        n_global += st == REMARK_GLOBAL;
+        n_outbox += st == REMARK_OUTBOX;
+        if (st > REMARK_SENT)
+            REMARK_BAD("segment %u has remark state %u", i, st);
+        if ((s->remark & REMARK_AGAIN) && st != REMARK_RESCANNING &&
+            st != REMARK_SENT)
+            REMARK_BAD("segment %u is AGAIN in state %u", i, st);
+        if (st == REMARK_SENT && s->remark_to == 0)
+            REMARK_BAD("segment %u is SENT to nobody", i);
+    }
+    if (outstanding != j->remark_outstanding)
+        REMARK_BAD("remark_outstanding %llu, but %llu segments are flagged",
+                   (unsigned long long)j->remark_outstanding,
+                   (unsigned long long)outstanding);
+    const uint32_t lists[2] = {j->remark_global, j->remark_outbox};
+    const uint8_t want[2] = {REMARK_GLOBAL, REMARK_OUTBOX};
+    const uint64_t counted[2] = {n_global, n_outbox};
+    for (int l = 0; l < 2; l++) {
+        uint64_t len = 0;
+        for (uint32_t i = lists[l]; i != 0 && ok; i = t->segs[i].remark_next) {
+            if (i < t->first || i >= high ||
+                t->segs[i].remark != want[l] || ++len > counted[l])
+                REMARK_BAD("the %s list reaches segment %u (remark %u) "
+                           "after %llu entries", l ? "outbox" : "global",
+                           i, i < t->count ? t->segs[i].remark : 0,
+                           (unsigned long long)len);
+        }
+        if (ok && len != counted[l])
+            REMARK_BAD("the %s list has %llu entries, but %llu segments "
+                       "are in its state", l ? "outbox" : "global",
+                       (unsigned long long)len,
+                       (unsigned long long)counted[l]);
+    }
+#undef REMARK_BAD
+    return ok;
+}
+
+/* With j->mu held, about to release it: Note [Checking remark states]. */
+static void check_locked(const struct mark_job *j)
+{
+#ifndef NDEBUG
+    if (seg_check_due())
+        assert(remark_check(j));
+#else
+    (void)j;
+#endif
 }
 
 /* With j->mu held: the global stack and the collector have news. */
@@ -126,6 +207,7 @@ void remark_flag(struct mark_job *j, const uint32_t *segs, size_t n)
         }
     }
     wake_locked(j);
+    check_locked(j);
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -160,6 +242,7 @@ void remark_finish(struct mark_job *j, uint32_t seg)
     pthread_mutex_lock(&j->mu);
     j->remark_daemon++;
     finish_locked(j, seg);
+    check_locked(j);
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -170,6 +253,7 @@ void remark_forward(struct mark_job *j, uint32_t seg)
     s->remark = REMARK_OUTBOX; /* a flag meanwhile: its rescan is to come */
     s->remark_next = j->remark_outbox;
     j->remark_outbox = seg;
+    check_locked(j);
     pthread_mutex_unlock(&j->mu);
     notify_send(&j->outbox_notify);
 }
@@ -260,6 +344,7 @@ bool remark_outbox_take(struct heap *h, remark_reach_fn reach, void *arg,
     j->remark_sent += out->n;
     wake_locked(j);
 out:
+    check_locked(j);
     pthread_mutex_unlock(&j->mu);
     return all;
 }
@@ -276,6 +361,7 @@ void remark_client_gone(struct heap *h, uint64_t id)
             push_global_locked(j, i); /* AGAIN or not: rescanned anew */
     }
     wake_locked(j);
+    check_locked(j);
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -332,6 +418,7 @@ void remark_answered(struct heap *h, uint64_t client, uint32_t *held,
         push_global_locked(j, i);
     }
     wake_locked(j);
+    check_locked(j);
     pthread_mutex_unlock(&j->mu);
 }
 

@@ -88,6 +88,11 @@ void remark_answered(struct heap *h, uint64_t client, uint32_t *held,
                      const uint32_t *released, size_t nl, size_t *bad,
                      size_t *taken_back);
 
+/* Note [Checking remark states] in remark.c: with j->mu held, true iff
+ * remark_outstanding and the two lists agree with the segments' remark
+ * states; logs what disagrees. */
+bool remark_check(const struct mark_job *j);
+
 #ifndef NDEBUG
 /* assert() helper, with heap->lock held at the end of marking: no
  * segment is left flagged. */

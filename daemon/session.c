@@ -18,6 +18,7 @@
  * the daemon sends but never receives (Welcome, StatsReply, ...), is
  * ERROR_UNEXPECTED.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -308,6 +309,7 @@ static int handle_attach(struct conn *c, uint64_t seq)
         return 0;
     pthread_mutex_lock(&h->lock);
     slot = grant_slot(h, c->id, c->slots);
+    assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
     pthread_mutex_unlock(&h->lock);
     if (slot < 0)
         return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
@@ -338,6 +340,8 @@ static int handle_detach(struct conn *c, uint64_t seq,
     }
     pthread_mutex_lock(&h->lock);
     grant_free_slot(h, c->id, &c->held, c->slots, r->slot);
+    assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
+    segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
 
     Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
@@ -370,6 +374,7 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
     pthread_mutex_lock(&h->lock);
     int rc = grant_segments(h, c->id, &c->held, r, final, &g, &wait_cycle);
     uint32_t held = c->held;
+    segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
     if (rc == -EAGAIN) /* Note [Pacing] */
         return defer(c, h, seq, PENDING_GRANT, r, wait_cycle);
@@ -451,6 +456,7 @@ static int handle_segment_return(struct conn *c, const Heapd__SegmentReturn *r)
         /* full segments come back more often than grants go out: the
          * trigger overshoots by less (Note [Collection cycle]) */
         collector_check_trigger(h);
+        segtab_assert(&h->segs); /* Note [Checking the segment table] */
         pthread_mutex_unlock(&h->lock);
     }
     if (bad) {
@@ -651,6 +657,8 @@ static void client_leaves(struct conn *c, struct heap *h, bool crashed)
     globals_release_owner(h, c->id);
     c->held = 0;
     h->stats.clients_crashed += crashed;
+    assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
+    segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
 }
 
