@@ -148,8 +148,8 @@ uint64_t collector_allocation_budget(const struct heap *h)
  * paced by the segment supply, the one place every mutator comes to for
  * memory: while a cycle runs, once the heap has allocated PACE_FACTOR
  * allocation budgets since that cycle started, grants wait for the cycle to
- * end (daemon/session.c), and the mutators that need them wait with them,
- * in blocking regions (Note [Segment supply]).  The heap then stays within
+ * end (grant_segments in daemon/grant.c), and the mutators that need them
+ * wait with them, in blocking regions (Note [Segment supply]).  The heap then stays within
  * the live bytes plus PACE_FACTOR + 1 budgets, plus what reserves hold.  A
  * grant that waited is given when the cycle ends without being paced again,
  * so no client waits longer than one cycle.  A mutator that keeps up with
