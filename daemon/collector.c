@@ -87,15 +87,9 @@ struct collector {
     uint64_t alloc_at_last;      /* heap->lock: allocation at last start */
     uint64_t marked_last;        /* heap->lock: bytes the cycle marked, once
                                   * its marking is over (Note [Pacing]) */
-    uv_async_t done;
-    collector_done_fn on_done;
-    void *arg;
+    struct notify cycle_done;    /* Note [Collector handoff] */
+    struct notify outbox;
 };
-
-static void free_on_close(uv_handle_t *hd)
-{
-    free(hd->data);
-}
 
 static uint64_t now_ns(void)
 {
@@ -154,8 +148,8 @@ uint64_t collector_allocation_budget(const struct heap *h)
  * paced by the segment supply, the one place every mutator comes to for
  * memory: while a cycle runs, once the heap has allocated PACE_FACTOR
  * allocation budgets since that cycle started, grants wait for the cycle to
- * end (daemon/session.c), and the mutators that need them wait with them,
- * in blocking regions (Note [Segment supply]).  The heap then stays within
+ * end (grant_segments in daemon/grant.c), and the mutators that need them
+ * wait with them, in blocking regions (Note [Segment supply]).  The heap then stays within
  * the live bytes plus PACE_FACTOR + 1 budgets, plus what reserves hold.  A
  * grant that waited is given when the cycle ends without being paced again,
  * so no client waits longer than one cycle.  A mutator that keeps up with
@@ -239,6 +233,7 @@ static uint8_t snapshot(struct collector *gc, struct mark_job *mj)
     atomic_store(&h->bad_logged, 0);
     gc->alloc_at_last = collector_bytes_allocated(h);
     mark_job_init(mj, h, epoch, gc->workers->n);
+    mj->outbox_notify = gc->outbox;
     h->marking = mj;
     atomic_store(&h->control->phase, LAYOUT_PHASE_MARK); /* barrier on */
     record_pause(h, now_ns() - t0, ttsp, &h->stats.snapshot_pause_max_ns);
@@ -379,7 +374,7 @@ static void run_cycle(struct collector *gc)
               (unsigned long long)((t_sweep - t_mark) / 1000),
               (unsigned long long)((t_end - t_sweep) / 1000));
     mark_job_destroy(&mj);
-    uv_async_send(&gc->done);
+    notify_send(&gc->cycle_done);
 }
 
 static void *collector_main(void *arg)
@@ -404,14 +399,8 @@ static void *collector_main(void *arg)
     return NULL;
 }
 
-static void on_done_async(uv_async_t *a)
-{
-    struct collector *gc = a->data;
-    gc->on_done(gc->h, gc->arg);
-}
-
-int collector_start(struct heap *h, struct workers *w, uv_loop_t *loop,
-                    collector_done_fn on_done, void *arg)
+int collector_launch(struct heap *h, struct workers *w,
+                     struct notify cycle_done, struct notify outbox)
 {
     struct collector *gc = calloc(1, sizeof *gc);
     sigset_t all, old;
@@ -421,30 +410,24 @@ int collector_start(struct heap *h, struct workers *w, uv_loop_t *loop,
         return -ENOMEM;
     gc->h = h;
     gc->workers = w;
-    gc->on_done = on_done;
-    gc->arg = arg;
+    gc->cycle_done = cycle_done;
+    gc->outbox = outbox;
     pthread_mutex_init(&gc->mu, NULL);
     pthread_cond_init(&gc->cv, NULL);
-    if ((rc = uv_async_init(loop, &gc->done, on_done_async)) < 0) {
-        free(gc);
-        return rc;
-    }
-    gc->done.data = gc;
-    uv_unref((uv_handle_t *)&gc->done); /* connections keep the loop alive */
     h->gc = gc;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     rc = pthread_create(&gc->thread, NULL, collector_main, gc);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
-        uv_close((uv_handle_t *)&gc->done, free_on_close);
         h->gc = NULL;
+        free(gc);
         return -rc;
     }
     return 0;
 }
 
-void collector_stop(struct heap *h)
+void collector_join(struct heap *h)
 {
     struct collector *gc = h->gc;
     if (!gc)
@@ -455,5 +438,7 @@ void collector_stop(struct heap *h)
     pthread_mutex_unlock(&gc->mu);
     pthread_join(gc->thread, NULL);
     h->gc = NULL;
-    uv_close((uv_handle_t *)&gc->done, free_on_close);
+    pthread_mutex_destroy(&gc->mu);
+    pthread_cond_destroy(&gc->cv);
+    free(gc);
 }

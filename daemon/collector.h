@@ -4,20 +4,20 @@
 #define HEAPD_DAEMON_COLLECTOR_H
 
 #include <stdint.h>
-#include <uv.h>
+
+#include "notify.h"
 
 struct heap;
 struct workers;
 
-typedef void (*collector_done_fn)(struct heap *h, void *arg);
-
-/* Start the heap's collector thread.  ON_DONE runs on LOOP's thread after
- * cycles complete (coalesced). */
-int collector_start(struct heap *h, struct workers *w, uv_loop_t *loop,
-                    collector_done_fn on_done, void *arg);
-/* Finish any cycle under way, stop the thread, close the loop handle.
- * Call with no client connected (their slots free). */
-void collector_stop(struct heap *h);
+/* Start the heap's collector thread.  CYCLE_DONE is sent after cycles
+ * complete; OUTBOX becomes every marking job's outbox_notify (Note
+ * [Collector handoff] in handoff.c). */
+int collector_launch(struct heap *h, struct workers *w,
+                     struct notify cycle_done, struct notify outbox);
+/* Finish any cycle under way and stop the thread.  Call with no client
+ * connected (their slots free). */
+void collector_join(struct heap *h);
 
 /* Ask for a cycle (any thread).  Returns the number of the cycle that
  * will satisfy the request: the next one to start. */

@@ -97,4 +97,19 @@ void session_closed(struct conn *c);
 /* Loop thread, after a heap's collector completed cycles. */
 void session_cycle_done(struct heap *h, void *daemon);
 
+/* handoff.c: the loop thread's end of the collector (Note [Collector
+ * handoff]).  Start heap H's collector thread; ON_DONE(H, ARG) runs on
+ * LOOP's thread after cycles complete (coalesced). */
+typedef void (*collector_done_fn)(struct heap *h, void *arg);
+int collector_start(struct heap *h, struct workers *w, uv_loop_t *loop,
+                    collector_done_fn on_done, void *arg);
+/* Send heap H's remark outbox to the clients of D from now on. */
+int remark_start(struct heap *h, struct daemon *d);
+/* The loop has stopped with no client left: route what waits in the
+ * outbox (to the global stack: nobody owns anything), finish any cycle
+ * under way, stop the collector thread and close the loop handles. */
+void handoff_stop(struct heap *h);
+/* Client C answered a RemarkRequest. */
+void remark_done(struct conn *c, const Heapd__RemarkDone *r);
+
 #endif

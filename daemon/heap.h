@@ -16,6 +16,7 @@
 
 struct collector;
 struct mark_job;
+struct handoff;
 
 /* The field a line of HEAPD_HEAP_COUNTERS gives the daemon, by its source
  * (see Note [Counter table] in client/heapd_counters.h): LOCKED ones are
@@ -70,8 +71,9 @@ struct heap {
     struct heap_stats stats;
     struct collector *gc;
     struct mark_job *marking;        /* the cycle's job while phase is MARK */
-    void *remark_sender;             /* daemon/remark.c: wakes the loop
-                                        thread to send remark requests */
+    struct handoff *handoff;         /* daemon/handoff.c: the loop
+                                        thread's end of the collector
+                                        (Note [Collector handoff]) */
     _Atomic uint32_t bad_logged;     /* bad references logged this cycle */
 };
 

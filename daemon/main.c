@@ -26,11 +26,9 @@
 
 #include <systemd/sd-daemon.h>
 
-#include "collector.h"
 #include "daemon.h"
 #include "heapd_build.h"
 #include "log.h"
-#include "remark.h"
 
 #define SHUTDOWN_GRACE_MS 2000
 
@@ -280,11 +278,8 @@ int main(int argc, char **argv)
 out:
     /* collectors first: no client is connected any more, so a cycle under
      * way finishes (Note [Stop the world]) */
-    for (size_t i = 0; i < d->n_heaps; i++) {
-        remark_drain(&d->heaps[i]); /* what a worker forwarded last */
-        collector_stop(&d->heaps[i]);
-        remark_stop(&d->heaps[i]);
-    }
+    for (size_t i = 0; i < d->n_heaps; i++)
+        handoff_stop(&d->heaps[i]);
     if (workers_ready)
         workers_destroy(&d->workers);
     if (loop_ready) {

@@ -1,24 +1,5 @@
 /* Marking.
  *
- * Note [Validating references]
- * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * The daemon shares its heap with processes it does not trust to be bug
- * free, so every reference it reads (a root slot, a reference field) is
- * checked before it is followed (DESIGN.md §4):
- *   - 8-byte aligned and inside [base, base + max_size);
- *   - in a segment the daemon's own table says holds objects (OWNED or
- *     FILLED small segments whose class the daemon knows, or the first
- *     segment of a large run) -- never a header, a root chunk, the control
- *     area or a free segment;
- *   - exactly the first-field address of a block of that segment;
- *   - whose mark byte is non-zero (the block is allocated).
- * The geometry comes from the daemon's table and layout_small_geometry,
- * never from the segment header, so nothing a client writes can make a
- * marker read outside the heap.  A bad reference is counted (stats
- * `bad_refs`) and not followed; marking goes on.  An object whose header
- * claims more reference fields or bytes than its block holds is counted
- * the same way and its fields are not traced.
- *
  * Note [Parallel marking]
  * ~~~~~~~~~~~~~~~~~~~~~~~
  * gc_threads workers trace at once.  Each has a private stack of objects
@@ -67,6 +48,7 @@
 #include "heap.h"
 #include "log.h"
 #include "remark.h"
+#include "validate.h"
 #include "workers.h"
 
 #define PACKET_REFS 256
@@ -86,107 +68,22 @@ struct mark_stack {
     uint64_t scanned_bytes; /* bytes of the objects it scanned */
 };
 
-/* Why R is not a reference to an allocated object (for the log). */
-static const char *diagnose(const struct heap *h, uintptr_t r)
-{
-    uintptr_t base = (uintptr_t)h->base;
-    struct mark_ref ref = {0};
-    if (r & 7)
-        return "not 8-byte aligned";
-    if (r < base || r - base >= h->cfg->max_size)
-        return "outside the heap";
-    uint32_t i = (uint32_t)((r - base) >> h->seg_shift);
-    uintptr_t off = (r - base) & (((uintptr_t)1 << h->seg_shift) - 1);
-    switch (seg_state(&h->segs, i)) {
-    case SEG_CONTROL: return "in the control area";
-    case SEG_FREE: return "in a free segment";
-    case SEG_ROOTS: return "in a root-stack chunk";
-    case SEG_LARGE_TAIL: return "inside a large object";
-    case SEG_LARGE:
-        if (off < LAYOUT_LARGE_OBJECT + LAYOUT_WORD)
-            return "in a segment's header";
-        break;
-    case SEG_OWNED:
-    case SEG_FILLED: {
-        uint8_t cls = seg_class((struct heap *)h, i);
-        if (cls < LAYOUT_NCLASSES &&
-            off < (uintptr_t)h->segs.small_first[cls] + LAYOUT_WORD)
-            return "in a segment's header or mark bytes";
-        break;
-    }
-    default: break;
-    }
-    ref.mark = NULL; /* mark_resolve sets it for a block's first field */
-    if (!mark_resolve(h, r, &ref))
-        return ref.mark ? "a free block" : "not the first field of a block";
-    return "an object freed meanwhile";
-}
-
 /* Count a reference that is not followed, and log the first few of each
- * cycle with what is wrong with it (Note [Validating references]). */
+ * cycle with what is wrong with it (Note [Validating references] in
+ * validate.c). */
 static void report_bad(struct heap *h, uintptr_t r, const char *where)
 {
     atomic_fetch_add_explicit(&h->stats.bad_refs, 1, memory_order_relaxed);
     if (atomic_fetch_add_explicit(&h->bad_logged, 1, memory_order_relaxed) <
         BAD_LOG_PER_CYCLE)
         log_warn("heap '%s': bad reference 0x%lx in %s: %s; not followed",
-                 h->cfg->name, (unsigned long)r, where, diagnose(h, r));
+                 h->cfg->name, (unsigned long)r, where, validate_diagnose(h, r));
 }
 
 static void count_bad(const struct heap *h)
 {
     atomic_fetch_add_explicit(&((struct heap *)h)->stats.bad_refs, 1,
                               memory_order_relaxed);
-}
-
-bool mark_resolve(const struct heap *h, uintptr_t r, struct mark_ref *out)
-{
-    const struct segtab *t = &h->segs;
-    uintptr_t base = (uintptr_t)h->base;
-    uint32_t i, idx;
-    uintptr_t seg, off;
-
-    if ((r & 7) || r < base || r - base >= h->cfg->max_size)
-        return false;
-    i = (uint32_t)((r - base) >> h->seg_shift);
-    seg = base + ((uintptr_t)i << h->seg_shift);
-    off = r - seg;
-    switch (seg_state(t, i)) {
-    case SEG_OWNED:
-    case SEG_FILLED: {
-        uint8_t cls = seg_class((struct heap *)h, i);
-        if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
-            return false;
-        idx = layout_small_block(off, t->small_first[cls],
-                                 t->small_nblocks[cls], layout_class_size[cls],
-                                 t->small_magic[cls]);
-        if (idx == UINT32_MAX)
-            return false;
-        out->block_size = layout_class_size[cls];
-        break;
-    }
-    case SEG_LARGE:
-        if (off != LAYOUT_LARGE_OBJECT + LAYOUT_WORD)
-            return false;
-        idx = 0;
-        out->block_size = ((uint64_t)t->segs[i].run << h->seg_shift) -
-                          LAYOUT_LARGE_OBJECT;
-        break;
-    default:
-        return false;
-    }
-    out->obj = r;
-    out->mark = layout_seg_marks((void *)seg) + idx;
-    return __atomic_load_n(out->mark, __ATOMIC_RELAXED) != 0;
-}
-
-uint64_t mark_checked_header(const struct mark_ref *ref)
-{
-    uint64_t hdr = __atomic_load_n((uint64_t *)(ref->obj - LAYOUT_WORD),
-                                   __ATOMIC_RELAXED);
-    uint64_t size = layout_object_size(layout_header_nrefs(hdr),
-                                       layout_header_nbytes(hdr));
-    return size <= ref->block_size ? hdr : 0;
 }
 
 /* ---- the work pool ---- */
@@ -371,10 +268,10 @@ static void push(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
  * push it and scan it twice, which marks nothing wrongly and costs less
  * than a locked instruction per object.  WHERE names R's origin for the
  * log. */
-static bool mark_one(struct mark_job *j, uintptr_t r, struct mark_ref *ref,
+static bool mark_one(struct mark_job *j, uintptr_t r, struct valid_ref *ref,
                      const char *where)
 {
-    if (!mark_resolve(j->h, r, ref)) {
+    if (!validate_ref(j->h, r, ref)) {
         report_bad(j->h, r, where);
         return false;
     }
@@ -412,8 +309,8 @@ static uint64_t block_size_of(const struct heap *h, uintptr_t obj)
 static void scan_block(struct mark_job *j, struct mark_stack *s,
                        uintptr_t obj, uint64_t block_size, bool remark)
 {
-    struct mark_ref ref = {.obj = obj, .block_size = block_size};
-    uint64_t hdr = mark_checked_header(&ref);
+    struct valid_ref ref = {.obj = obj, .block_size = block_size};
+    uint64_t hdr = validate_header(&ref);
     if (hdr == 0) {
         if (!remark)
             count_bad(j->h);
@@ -429,7 +326,7 @@ static void scan_block(struct mark_job *j, struct mark_stack *s,
     size_t n = layout_header_nrefs(hdr);
     for (size_t k = 0; k < n; k++) {
         uintptr_t v = (uintptr_t)__atomic_load_n(&f[k], __ATOMIC_RELAXED);
-        struct mark_ref child;
+        struct valid_ref child;
         if (v && mark_one(j, v, &child, "a reference field")) {
             s->marked++;
             push(j, s, v);
@@ -671,7 +568,7 @@ static void seed(struct mark_job *j, struct seeder *sd, uintptr_t obj)
 static void mark_root(struct mark_job *j, struct seeder *sd, uintptr_t v,
                       const char *where)
 {
-    struct mark_ref ref;
+    struct valid_ref ref;
     if (v && mark_one(j, v, &ref, where)) {
         atomic_fetch_add_explicit(&j->marked, 1, memory_order_relaxed);
         seed(j, sd, v);

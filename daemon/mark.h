@@ -1,5 +1,5 @@
-/* Marking: validating references and tracing the object graph in parallel.
- * See Note [Validating references] and Note [Parallel marking] in mark.c. */
+/* Marking: tracing the object graph in parallel.  See Note [Parallel
+ * marking] in mark.c (references are checked by validate.h). */
 #ifndef HEAPD_DAEMON_MARK_H
 #define HEAPD_DAEMON_MARK_H
 
@@ -8,22 +8,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "notify.h"
+
 struct heap;
-
-/* A validated reference: the object, its mark byte, its block. */
-struct mark_ref {
-    uintptr_t obj;        /* address of the first field */
-    uint8_t *mark;
-    uint64_t block_size;  /* bytes the object may occupy, header included */
-};
-
-/* Note [Validating references]: fill *out and return true iff R is the
- * first-field address of an allocated block (mark byte != 0). */
-bool mark_resolve(const struct heap *h, uintptr_t r, struct mark_ref *out);
-
-/* The object's header, or 0 if its sizes do not fit its block (a corrupt
- * header: counted as a bad reference, its fields not traced). */
-uint64_t mark_checked_header(const struct mark_ref *ref);
 
 struct mark_packet;
 
@@ -44,6 +31,8 @@ struct mark_job {
                                   empty), linked through seg.remark_next */
     uint32_t remark_outbox;    /* OWNED segments for the loop thread to
                                   send to their owners */
+    struct notify outbox_notify; /* wakes the loop thread to take the
+                                  outbox (Note [Collector handoff]) */
     uint64_t remark_outstanding; /* flagged and not yet rescanned */
     pthread_cond_t remark_cv;  /* the collector waits for remark work */
     uint64_t remark_sent, remark_daemon; /* for the heap's stats */

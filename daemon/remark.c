@@ -2,9 +2,8 @@
  *
  * Note [Remark]
  * ~~~~~~~~~~~~~
- * (DESIGN.md §5; seed remarking-parallel-domains.txt, OCaml's remark
- * stacks, global remark stack, adoption lock and num_domains_to_remark.)
- * A marker whose stack overflows drops entries grouped by segment and
+ * (After OCaml 5's remark stacks, global remark stack, adoption lock and
+ * num_domains_to_remark.)  A marker whose stack overflows drops entries grouped by segment and
  * flags those segments (Note [Bounded mark stacks] in mark.c).  Remarking
  * a segment means scanning every block whose mark is the epoch and marking
  * its fields.  Who may do that depends on who may allocate in the segment:
@@ -24,7 +23,8 @@
  *     lock: no grant adopts a FILLED segment while the lock is held
  *     (grant_reusable in segment.c takes it), and only a grant could give
  *     it an owner.  An OWNED one it forwards: to the outbox, which the
- *     loop thread sends to the owner in a RemarkRequest (SENT).
+ *     loop thread sends to the owner in a RemarkRequest (SENT; Note
+ *     [Collector handoff] in handoff.c).
  *   - The owner's client rescans it at a mutator's safepoint, logging the
  *     fields into that mutator's URS ring, or gives it back if no running
  *     mutator of its holds it (Note [Remark requests] in client/remark.c),
@@ -33,7 +33,7 @@
  *     the message was sent), then: a RESCANNED segment the client still
  *     owns is done; anything else -- returned meanwhile, or released --
  *     goes back to the global stack, where it is rescanned by the daemon
- *     or forwarded to whoever owns it now (the PR's forwarding).
+ *     or forwarded to whoever owns it now.
  *   - A segment flagged again while it is being rescanned or while its
  *     owner has it (RESCANNING, SENT) is marked AGAIN and goes back to the
  *     global stack when that finishes: the rescan in progress may already
@@ -41,9 +41,9 @@
  *   - A client that goes away (its socket closes, for any reason) or says
  *     Goodbye has, under heap->lock and in one step, its segments orphaned
  *     (FILLED) and everything SENT to it moved to the global stack
- *     (remark_client_gone from session.c): from then on no request can
- *     reach it, and none it had is lost -- the PR's "cease servicing
- *     exactly when all its pools are orphaned".  A client whose
+ *     (remark_client_gone, from client_leaves in session.c): from then on
+ *     no request can reach it, and none it had is lost: it ceases being
+ *     asked exactly when all its segments are orphaned.  A client whose
  *     connection is closing but not closed yet still owns its segments;
  *     what is routed to it stays SENT, unsent, until its close moves it.
  * The flags live in the daemon's segment table (struct seg), not in the
@@ -55,22 +55,14 @@
 #include "remark.h"
 
 #include <assert.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <time.h>
 
-#include "daemon.h"
 #include "heap.h"
 #include "log.h"
 #include "mark.h"
 
 #define REMARK_WAIT_MS 50 /* the collector re-checks its condition */
-
-struct remark_sender {
-    uv_async_t async;
-    struct daemon *d;
-    struct heap *h;
-};
 
 static struct seg *seg_at(struct mark_job *j, uint32_t i)
 {
@@ -80,6 +72,86 @@ static struct seg *seg_at(struct mark_job *j, uint32_t i)
 static bool valid_seg(const struct heap *h, uint32_t i)
 {
     return i >= h->segs.first && i < h->segs.count;
+}
+
+/* Note [Checking remark states]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * Debug builds check, where j->mu is released after a remark state
+ * changed, what Note [Remark] states: remark_outstanding is the number of
+ * segments whose state is not NONE; the global stack holds exactly the
+ * GLOBAL segments and the outbox exactly the OUTBOX ones; AGAIN is set
+ * only on a RESCANNING or SENT segment; a SENT one names the client it
+ * went to.  The walk is O(segments in use) and j->mu is taken for every
+ * segment flagged or rescanned, so it is sampled like the segment table's
+ * check (seg_check_due, Note [Checking the segment table] in segment.c).
+ */
+bool remark_check(const struct mark_job *j)
+{
+    const struct segtab *t = &j->h->segs;
+    uint64_t outstanding = 0, n_global = 0, n_outbox = 0;
+    bool ok = true;
+
+#define REMARK_BAD(...)                                                     \
+    do {                                                                    \
+        log_error("remark states: " __VA_ARGS__);                           \
+        ok = false;                                                         \
+    } while (0)
+    uint32_t high = __atomic_load_n(&t->high, __ATOMIC_ACQUIRE);
+    for (uint32_t i = t->first; i < high; i++) {
+        const struct seg *s = &t->segs[i];
+        uint8_t st = REMARK_STATE(s->remark);
+        if (st == REMARK_NONE) {
+            if (s->remark != REMARK_NONE)
+                REMARK_BAD("segment %u is AGAIN but not flagged", i);
+            continue;
+        }
+        outstanding++;
+        n_global += st == REMARK_GLOBAL;
+        n_outbox += st == REMARK_OUTBOX;
+        if (st > REMARK_SENT)
+            REMARK_BAD("segment %u has remark state %u", i, st);
+        if ((s->remark & REMARK_AGAIN) && st != REMARK_RESCANNING &&
+            st != REMARK_SENT)
+            REMARK_BAD("segment %u is AGAIN in state %u", i, st);
+        if (st == REMARK_SENT && s->remark_to == 0)
+            REMARK_BAD("segment %u is SENT to nobody", i);
+    }
+    if (outstanding != j->remark_outstanding)
+        REMARK_BAD("remark_outstanding %llu, but %llu segments are flagged",
+                   (unsigned long long)j->remark_outstanding,
+                   (unsigned long long)outstanding);
+    const uint32_t lists[2] = {j->remark_global, j->remark_outbox};
+    const uint8_t want[2] = {REMARK_GLOBAL, REMARK_OUTBOX};
+    const uint64_t counted[2] = {n_global, n_outbox};
+    for (int l = 0; l < 2; l++) {
+        uint64_t len = 0;
+        for (uint32_t i = lists[l]; i != 0 && ok; i = t->segs[i].remark_next) {
+            if (i < t->first || i >= high ||
+                t->segs[i].remark != want[l] || ++len > counted[l])
+                REMARK_BAD("the %s list reaches segment %u (remark %u) "
+                           "after %llu entries", l ? "outbox" : "global",
+                           i, i < t->count ? t->segs[i].remark : 0,
+                           (unsigned long long)len);
+        }
+        if (ok && len != counted[l])
+            REMARK_BAD("the %s list has %llu entries, but %llu segments "
+                       "are in its state", l ? "outbox" : "global",
+                       (unsigned long long)len,
+                       (unsigned long long)counted[l]);
+    }
+#undef REMARK_BAD
+    return ok;
+}
+
+/* With j->mu held, about to release it: Note [Checking remark states]. */
+static void check_locked(const struct mark_job *j)
+{
+#ifndef NDEBUG
+    if (seg_check_due())
+        assert(remark_check(j));
+#else
+    (void)j;
+#endif
 }
 
 /* With j->mu held: the global stack and the collector have news. */
@@ -135,6 +207,7 @@ void remark_flag(struct mark_job *j, const uint32_t *segs, size_t n)
         }
     }
     wake_locked(j);
+    check_locked(j);
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -169,20 +242,20 @@ void remark_finish(struct mark_job *j, uint32_t seg)
     pthread_mutex_lock(&j->mu);
     j->remark_daemon++;
     finish_locked(j, seg);
+    check_locked(j);
     pthread_mutex_unlock(&j->mu);
 }
 
 void remark_forward(struct mark_job *j, uint32_t seg)
 {
-    struct remark_sender *rs = j->h->remark_sender;
     pthread_mutex_lock(&j->mu);
     struct seg *s = seg_at(j, seg);
     s->remark = REMARK_OUTBOX; /* a flag meanwhile: its rescan is to come */
     s->remark_next = j->remark_outbox;
     j->remark_outbox = seg;
+    check_locked(j);
     pthread_mutex_unlock(&j->mu);
-    if (rs)
-        uv_async_send(&rs->async);
+    notify_send(&j->outbox_notify);
 }
 
 bool remark_none_locked(const struct mark_job *j)
@@ -209,145 +282,71 @@ bool remark_wait(struct mark_job *j)
     return work;
 }
 
-/* ---- the loop thread ---- */
+/* ---- the outbox, taken by the loop thread ---- */
 
-static struct conn *find_conn(struct daemon *d, const struct heap *h,
-                              uint64_t id)
+static bool asks_grow(struct remark_asks *a)
 {
-    for (struct conn *c = d->conns; c; c = c->next)
-        if (c->heap == h && c->id == id)
-            return c;
-    return NULL;
+    size_t nc = a->cap ? 2 * a->cap : 64;
+    uint32_t *seg = realloc(a->seg, nc * sizeof *seg);
+    if (!seg)
+        return false;
+    a->seg = seg;
+    uint64_t *client = realloc(a->client, nc * sizeof *client);
+    if (!client)
+        return false;
+    a->client = client;
+    a->cap = nc;
+    return true;
 }
 
-static void send_request(struct conn *c, uint32_t *segs, size_t n)
+void remark_asks_free(struct remark_asks *a)
 {
-    Heapd__RemarkRequest rr = HEAPD__REMARK_REQUEST__INIT;
-    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
-    rr.n_segments = n;
-    rr.segments = segs;
-    env.body_case = HEAPD__ENVELOPE__BODY_REMARK_REQUEST;
-    env.remark_request = &rr;
-    if (conn_send(c, &env) < 0)
-        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
-                  "cannot send a remark request; closing");
+    free(a->seg);
+    free(a->client);
+    *a = (struct remark_asks){0};
 }
 
-/* Send the outbox: each segment to the client that owns it now, or back
- * to the global stack if nobody does. */
-static void route(struct daemon *d, struct heap *h)
+bool remark_outbox_take(struct heap *h, remark_reach_fn reach, void *arg,
+                        struct remark_asks *out)
 {
-    uint32_t *batch = NULL;
-    size_t n = 0, cap = 0;
-
-    pthread_mutex_lock(&h->lock);
+    bool all = true;
     struct mark_job *j = h->marking;
-    if (!j) {
-        pthread_mutex_unlock(&h->lock);
-        return;
-    }
+    if (!j)
+        return true;
     pthread_mutex_lock(&j->mu);
     for (uint32_t i = j->remark_outbox, next; i != 0; i = next) {
         struct seg *s = seg_at(j, i);
         next = s->remark_next;
-        struct conn *c = seg_state(&h->segs, i) == SEG_OWNED
-                             ? find_conn(d, h, s->owner)
-                             : NULL;
-        if (!c) {
+        enum remark_reach r = seg_state(&h->segs, i) == SEG_OWNED
+                                  ? reach(arg, s->owner)
+                                  : REMARK_PEER_GONE;
+        if (r == REMARK_PEER_GONE) {
             push_global_locked(j, i); /* returned or orphaned meanwhile */
             continue;
         }
         s->remark = REMARK_SENT;
         s->remark_to = s->owner;
-        if (c->state != CONN_READY)
+        if (r != REMARK_PEER_READY)
             continue; /* closing: its close moves it (Note [Remark]) */
-        if (n == cap) {
-            size_t nc = cap ? 2 * cap : 64;
-            uint32_t *b = realloc(batch, nc * sizeof *b);
-            if (!b) { /* no memory now: the rest waits for another turn */
-                s->remark = REMARK_OUTBOX;
-                s->remark_next = next;
-                j->remark_outbox = i;
-                j->remark_sent += n;
-                pthread_mutex_unlock(&j->mu);
-                pthread_mutex_unlock(&h->lock);
-                uv_async_send(&((struct remark_sender *)h->remark_sender)
-                                   ->async);
-                goto send;
-            }
-            batch = b;
-            cap = nc;
+        if (out->n == out->cap && !asks_grow(out)) {
+            /* no memory now: the rest waits for another turn */
+            s->remark = REMARK_OUTBOX;
+            s->remark_next = next;
+            j->remark_outbox = i;
+            j->remark_sent += out->n;
+            all = false;
+            goto out;
         }
-        batch[n++] = i;
+        out->seg[out->n] = i;
+        out->client[out->n++] = s->owner;
     }
     j->remark_outbox = 0;
-    j->remark_sent += n;
+    j->remark_sent += out->n;
     wake_locked(j);
+out:
+    check_locked(j);
     pthread_mutex_unlock(&j->mu);
-    pthread_mutex_unlock(&h->lock);
-send:
-    /* one request per owner: the batch grouped by remark_to */
-    for (size_t a = 0; a < n;) {
-        uint64_t to = h->segs.segs[batch[a]].remark_to;
-        size_t m = 0;
-        for (size_t b = a; b < n; b++) {
-            if (h->segs.segs[batch[b]].remark_to == to) {
-                uint32_t x = batch[b];
-                batch[b] = batch[a + m];
-                batch[a + m++] = x;
-            }
-        }
-        struct conn *c = find_conn(d, h, to);
-        if (c)
-            send_request(c, batch + a, m);
-        a += m;
-    }
-    free(batch);
-}
-
-static void on_route(uv_async_t *a)
-{
-    struct remark_sender *rs = a->data;
-    route(rs->d, rs->h);
-}
-
-int remark_start(struct heap *h, struct daemon *d)
-{
-    struct remark_sender *rs = calloc(1, sizeof *rs);
-    int rc;
-    if (!rs)
-        return -ENOMEM;
-    rs->d = d;
-    rs->h = h;
-    if ((rc = uv_async_init(&d->loop, &rs->async, on_route)) < 0) {
-        free(rs);
-        return rc;
-    }
-    rs->async.data = rs;
-    uv_unref((uv_handle_t *)&rs->async); /* connections keep the loop up */
-    h->remark_sender = rs;
-    return 0;
-}
-
-void remark_drain(struct heap *h)
-{
-    struct remark_sender *rs = h->remark_sender;
-    if (rs)
-        route(rs->d, h);
-}
-
-static void free_sender(uv_handle_t *hd)
-{
-    free(hd->data);
-}
-
-void remark_stop(struct heap *h)
-{
-    struct remark_sender *rs = h->remark_sender;
-    if (!rs)
-        return;
-    h->remark_sender = NULL;
-    uv_close((uv_handle_t *)&rs->async, free_sender);
+    return all;
 }
 
 void remark_client_gone(struct heap *h, uint64_t id)
@@ -362,78 +361,65 @@ void remark_client_gone(struct heap *h, uint64_t id)
             push_global_locked(j, i); /* AGAIN or not: rescanned anew */
     }
     wake_locked(j);
+    check_locked(j);
     pthread_mutex_unlock(&j->mu);
 }
 
-/* With heap->lock and j->mu held: is I a segment C was asked to rescan? */
-static bool sent_to(struct mark_job *j, uint32_t i, const struct conn *c)
+/* With heap->lock and j->mu held: is I a segment CLIENT was asked to
+ * rescan? */
+static bool sent_to(struct mark_job *j, uint32_t i, uint64_t client)
 {
     if (!valid_seg(j->h, i))
         return false;
     const struct seg *s = seg_at(j, i);
-    return REMARK_STATE(s->remark) == REMARK_SENT && s->remark_to == c->id;
+    return REMARK_STATE(s->remark) == REMARK_SENT && s->remark_to == client;
 }
 
-static bool owned_by(const struct heap *h, uint32_t i, const struct conn *c)
+static bool owned_by(const struct heap *h, uint32_t i, uint64_t client)
 {
     const struct seg *s = &h->segs.segs[i];
-    return seg_state(&h->segs, i) == SEG_OWNED && s->owner == c->id;
+    return seg_state(&h->segs, i) == SEG_OWNED && s->owner == client;
 }
 
-void remark_done(struct conn *c, const Heapd__RemarkDone *r)
+void remark_answered(struct heap *h, uint64_t client, uint32_t *held,
+                     const uint32_t *rescanned, size_t nr,
+                     const uint32_t *released, size_t nl, size_t *bad,
+                     size_t *taken_back)
 {
-    struct heap *h = c->heap;
-    size_t bad = 0, unowned = 0;
-
-    if (!h) {
-        c->d->frames_rejected++;
+    struct mark_job *j = h->marking;
+    *bad = 0;
+    *taken_back = 0;
+    if (!j) {
+        *bad = nr + nl;
         return;
     }
-    pthread_mutex_lock(&h->lock);
-    struct mark_job *j = h->marking;
-    if (!j) {
-        bad = r->n_rescanned + r->n_released;
-        goto out;
-    }
-    /* the fields were logged before the message was sent */
-    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
-        if (c->slots[i / 64] >> (i % 64) & 1)
-            mark_urs(h, j, i);
     pthread_mutex_lock(&j->mu);
-    for (size_t k = 0; k < r->n_rescanned; k++) {
-        uint32_t i = r->rescanned[k];
-        if (!sent_to(j, i, c))
-            bad++;
-        else if (owned_by(h, i, c))
+    for (size_t k = 0; k < nr; k++) {
+        uint32_t i = rescanned[k];
+        if (!sent_to(j, i, client))
+            (*bad)++;
+        else if (owned_by(h, i, client))
             finish_locked(j, i);
         else
             push_global_locked(j, i); /* returned meanwhile */
     }
-    for (size_t k = 0; k < r->n_released; k++) {
-        uint32_t i = r->released[k];
-        if (!sent_to(j, i, c)) {
-            bad++;
+    for (size_t k = 0; k < nl; k++) {
+        uint32_t i = released[k];
+        if (!sent_to(j, i, client)) {
+            (*bad)++;
             continue;
         }
-        if (owned_by(h, i, c)) {
+        if (owned_by(h, i, client)) {
             /* it says it holds it no more, yet never returned it: take
              * it back, so that the daemon can rescan it */
-            unowned++;
-            seg_return(h, c->id, &c->held, i);
+            (*taken_back)++;
+            seg_return(h, client, held, i);
         }
         push_global_locked(j, i);
     }
     wake_locked(j);
+    check_locked(j);
     pthread_mutex_unlock(&j->mu);
-out:
-    pthread_mutex_unlock(&h->lock);
-    if (bad || unowned) {
-        c->d->frames_rejected += bad + unowned;
-        log_info("client %llu (%s): remark answer names %zu segment(s) it "
-                 "was not asked to rescan and %zu it released without "
-                 "returning them; ignored / taken back",
-                 (unsigned long long)c->id, c->name, bad, unowned);
-    }
 }
 
 #ifndef NDEBUG

@@ -113,6 +113,17 @@ void seg_release(struct heap *h, uint32_t i);
  * system calls. */
 uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep);
 
+/* Note [Checking the segment table] in segment.c: true iff T's counters
+ * and bitmaps agree with a recount of its states; logs what disagrees.
+ * With heap->lock held (or T not shared). */
+bool segtab_check(const struct segtab *t);
+/* assert(segtab_check()) at a release of heap->lock, every
+ * SEGTAB_CHECK_EVERY-th call (every call with HEAPD_CHECK_ALL set).  A
+ * no-op with NDEBUG. */
+void segtab_assert(const struct segtab *t);
+/* Is it time for a sampled check (Note [Checking the segment table])? */
+bool seg_check_due(void);
+
 /* Is I a root chunk owned by OWNER? */
 bool seg_is_roots_of(const struct heap *h, uint32_t i, uint64_t owner);
 

@@ -18,6 +18,7 @@
  * the daemon sends but never receives (Welcome, StatsReply, ...), is
  * ERROR_UNEXPECTED.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,11 +28,13 @@
 #include "collector.h"
 #include "daemon.h"
 #include "globals.h"
+#include "grant.h"
 #include "mark.h"
 #include "heapd_build.h"
 #include "log.h"
 #include "remark.h"
 #include "safepoint.h"
+#include "validate.h"
 #include "wire.h"
 
 struct heap *daemon_find_heap(struct daemon *d, const char *name)
@@ -302,76 +305,30 @@ static struct heap *mutator_heap(struct conn *c, uint64_t seq,
     return NULL;
 }
 
-static uint32_t quota_segs(const struct heap *h)
-{
-    uint64_t q = h->cfg->max_client_bytes ? h->cfg->max_client_bytes
-                                          : h->cfg->max_size;
-    return (uint32_t)(q >> h->seg_shift);
-}
-
-/* ---- requests that wait for a cycle ---- */
-
-enum pending_kind { PENDING_COLLECT, PENDING_GRANT };
+/* ---- requests that wait for a cycle (grant.h) ---- */
 
 /* A SegmentRequest's size classes as a bitmap; numbers that are no class
  * are ignored (they are only a preference). */
-#define CLASS_WORDS ((LAYOUT_NCLASSES + 63) / 64)
 static void class_bitmap(const Heapd__SegmentRequest *r,
-                         uint64_t out[CLASS_WORDS])
+                         uint64_t out[GRANT_CLASS_WORDS])
 {
-    memset(out, 0, CLASS_WORDS * sizeof out[0]);
+    memset(out, 0, GRANT_CLASS_WORDS * sizeof out[0]);
     for (size_t i = 0; r && i < r->n_classes; i++)
         if (r->classes[i] < LAYOUT_NCLASSES)
             out[r->classes[i] >> 6] |= 1ull << (r->classes[i] & 63);
 }
 
-struct pending {
-    struct pending *next;
-    enum pending_kind kind;
-    struct conn *c;
-    struct heap *h;
-    uint64_t seq;
-    uint64_t target;            /* cycles_completed that satisfies it */
-    Heapd__SegmentKind seg_kind;
-    uint32_t count;
-    uint64_t bytes;
-    uint64_t classes[CLASS_WORDS];
-};
-
-/* A request waiting for a cycle makes the collector's workers urgent
- * (Note [Worker priority] in daemon/workers.c). */
-static void pending_changed(struct daemon *d)
-{
-    workers_set_urgent(&d->workers, d->pending != NULL);
-}
-
 /* Answer request SEQ once cycle TARGET has completed (0: a new cycle,
  * asked for now). */
 static int defer(struct conn *c, struct heap *h, uint64_t seq,
-                 enum pending_kind kind, const Heapd__SegmentRequest *r,
-                 const uint64_t classes[CLASS_WORDS], uint64_t target)
+                 enum pending_kind kind, const struct grant_req *r,
+                 uint64_t target)
 {
-    struct pending *p = calloc(1, sizeof *p);
-    if (!p) {
+    int rc = grant_defer(&c->d->pending, &c->d->workers, c, h, seq, kind, r,
+                         target);
+    if (rc < 0)
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL, "out of memory");
-        return -ENOMEM;
-    }
-    p->kind = kind;
-    p->c = c;
-    p->h = h;
-    p->seq = seq;
-    if (r) {
-        p->seg_kind = r->kind;
-        p->count = r->count;
-        p->bytes = r->bytes;
-    }
-    if (classes)
-        memcpy(p->classes, classes, sizeof p->classes);
-    p->target = target ? target : collector_request(h);
-    p->next = c->d->pending;
-    c->d->pending = p;
-    pending_changed(c->d);
-    return 0;
+    return rc;
 }
 
 /* ---- mutator slots (Note [Mutator slots]) ---- */
@@ -379,31 +336,16 @@ static int defer(struct conn *c, struct heap *h, uint64_t seq,
 static int handle_attach(struct conn *c, uint64_t seq)
 {
     struct heap *h = mutator_heap(c, seq, "attach");
-    int slot = -1;
+    int slot;
 
     if (!h)
         return 0;
     pthread_mutex_lock(&h->lock);
-    for (int i = 0; i < LAYOUT_MAX_MUTATORS && slot < 0; i++) {
-        struct layout_mutator *m = &h->control->mutators[i];
-        if (LAYOUT_STATUS_STATE(atomic_load(&m->status)) != LAYOUT_MUT_FREE)
-            continue;
-        slot = i;
-        m->client_id = c->id;
-        safepoint_own_slot(h, (unsigned)i, c->id, (int)c->peer.pid,
+    slot = grant_slot(h, c->id, c->slots);
+    if (slot >= 0)
+        safepoint_own_slot(h, (unsigned)slot, c->id, (int)c->peer.pid,
                            (unsigned)c->peer.uid, c->name);
-        m->slot_epoch++;
-        atomic_store(&m->alloc_bytes, 0);
-        atomic_store(&m->root_depth, 0);
-        atomic_store(&m->pending_root, NULL);
-        memset(m->root_chunks, 0, sizeof m->root_chunks);
-        /* the URS ring starts empty: the tail catches up with the head */
-        atomic_store(&m->urs_tail, atomic_load(&m->urs_head));
-        /* ack 0 is never a stop generation: see Note [Stop the world] */
-        atomic_store(&m->status, LAYOUT_STATUS(0, LAYOUT_MUT_RUNNING));
-        c->slots[i / 64] |= 1ull << (i % 64);
-        h->mutators++;
-    }
+    assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
     pthread_mutex_unlock(&h->lock);
     if (slot < 0)
         return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
@@ -417,26 +359,6 @@ static int handle_attach(struct conn *c, uint64_t seq)
     env.body_case = HEAPD__ENVELOPE__BODY_ATTACH_REPLY;
     env.attach_reply = &r;
     return reply(c, &env, seq);
-}
-
-/* With h->lock held: give slot SLOT of C back.  What its mutator logged
- * and never sent is read from its ring first: nothing a mutator logged is
- * lost, even when it died (Note [Update remembered set]). */
-static void free_slot(struct conn *c, struct heap *h, unsigned slot)
-{
-    struct layout_mutator *m = &h->control->mutators[slot];
-    mark_urs(h, h->marking, slot);
-    for (unsigned k = 0; k < LAYOUT_ROOT_CHUNKS; k++)
-        if (seg_is_roots_of(h, m->root_chunks[k], c->id))
-            seg_return(h, c->id, &c->held, m->root_chunks[k]);
-    memset(m->root_chunks, 0, sizeof m->root_chunks);
-    atomic_store(&m->root_depth, 0);
-    atomic_store(&m->pending_root, NULL);
-    collector_retire_slot(h, slot);
-    m->client_id = 0;
-    safepoint_free_slot(h, slot);
-    c->slots[slot / 64] &= ~(1ull << (slot % 64));
-    h->mutators--;
 }
 
 static int handle_detach(struct conn *c, uint64_t seq,
@@ -453,7 +375,9 @@ static int handle_detach(struct conn *c, uint64_t seq,
                            r->slot);
     }
     pthread_mutex_lock(&h->lock);
-    free_slot(c, h, r->slot);
+    grant_free_slot(h, c->id, &c->held, c->slots, r->slot);
+    assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
+    segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
 
     Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
@@ -465,106 +389,51 @@ static int handle_detach(struct conn *c, uint64_t seq,
 
 /* ---- segments (Note [Segment supply]) ---- */
 
-#define MAX_GRANT 64
-
-#define GRANT_MIN 16 /* segments: what a client may always get at once */
-
-/* With h->lock held: the most small segments one grant gives.  Blank
- * segments in clients' reserves are neither allocated (the trigger does
- * not see them) nor free (no other client can have them), so a grant is
- * at most an eighth of the allocation budget, but at least GRANT_MIN
- * segments (Note [Segment supply]). */
-static uint32_t grant_cap(const struct heap *h)
+static enum grant_kind grant_kind_of(Heapd__SegmentKind kind)
 {
-    uint64_t n = collector_allocation_budget(h) / 8 >> h->seg_shift;
-    return n < GRANT_MIN ? GRANT_MIN : n > MAX_GRANT ? MAX_GRANT : (uint32_t)n;
+    switch (kind) {
+    case HEAPD__SEGMENT_KIND__SEGMENT_SMALL: return GRANT_SMALL;
+    case HEAPD__SEGMENT_KIND__SEGMENT_LARGE: return GRANT_LARGE;
+    case HEAPD__SEGMENT_KIND__SEGMENT_ROOTS: return GRANT_ROOTS;
+    default: return GRANT_INVALID;
+    }
 }
 
 /* Grant what R asks for.  If the heap is full and FINAL is false, the
  * request waits for a collection and is tried once more after it. */
 static int grant(struct conn *c, struct heap *h, uint64_t seq,
-                 Heapd__SegmentKind kind, uint32_t count, uint64_t bytes,
-                 const uint64_t classes[CLASS_WORDS], bool final)
+                 const struct grant_req *r, bool final)
 {
-    uint32_t segs[MAX_GRANT], formatted[MAX_GRANT], run = 0;
-    bool any_formatted = false;
-    int rc, n = 0;
+    struct grant g;
+    uint64_t wait_cycle = 0;
 
     pthread_mutex_lock(&h->lock);
-    /* Note [Pacing]: heap memory waits for the cycle that is behind; root
-     * chunks do not (a mutator pushing a root must not wait for memory) */
-    uint64_t paced = final || kind == HEAPD__SEGMENT_KIND__SEGMENT_ROOTS
-                         ? 0
-                         : collector_paced_until(h);
-    if (paced) {
-        h->stats.grants_paced++;
-        log_debug("heap '%s': grant paced: %llu bytes allocated since the "
-                  "cycle started, %llu live at the last one, %llu marked "
-                  "so far", h->cfg->name,
-                  (unsigned long long)collector_allocated_this_cycle(h),
-                  (unsigned long long)h->stats.live_bytes,
-                  (unsigned long long)(h->marking ? atomic_load(
-                                                        &h->marking->marked_bytes)
-                                                  : 0));
-        pthread_mutex_unlock(&h->lock);
-        Heapd__SegmentRequest r = HEAPD__SEGMENT_REQUEST__INIT;
-        r.kind = kind;
-        r.count = count;
-        r.bytes = bytes;
-        return defer(c, h, seq, PENDING_GRANT, &r, classes, paced);
-    }
-    switch (kind) {
-    case HEAPD__SEGMENT_KIND__SEGMENT_SMALL:
-        count = count < 1 ? 1 : count > MAX_GRANT ? MAX_GRANT : count;
-        count = count > grant_cap(h) ? grant_cap(h) : count;
-        rc = seg_grant_small(h, c->id, &c->held, quota_segs(h), count,
-                             classes, segs, formatted);
-        n = rc > 0 ? rc : 0;
-        for (int k = 0; k < n; k++)
-            any_formatted |= formatted[k] != 0;
-        rc = rc > 0 ? 0 : rc;
-        break;
-    case HEAPD__SEGMENT_KIND__SEGMENT_LARGE:
-        rc = bytes == 0 || bytes > h->cfg->max_size
-                 ? -EFBIG
-                 : seg_grant_large(h, c->id, &c->held, quota_segs(h), bytes,
-                                   &segs[0], &run);
-        n = rc == 0;
-        break;
-    case HEAPD__SEGMENT_KIND__SEGMENT_ROOTS:
-        rc = seg_grant_roots(h, c->id, &c->held, quota_segs(h), &segs[0]);
-        n = rc == 0;
-        break;
-    default:
-        rc = -EPROTO;
-        break;
-    }
-    if (rc == 0)
-        collector_check_trigger(h);
+    int rc = grant_segments(h, c->id, &c->held, r, final, &g, &wait_cycle);
     uint32_t held = c->held;
+    segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
+    if (rc == -EAGAIN) /* Note [Pacing] */
+        return defer(c, h, seq, PENDING_GRANT, r, wait_cycle);
 
     switch (rc) {
     case 0: {
-        Heapd__SegmentGrant g = HEAPD__SEGMENT_GRANT__INIT;
+        Heapd__SegmentGrant sg = HEAPD__SEGMENT_GRANT__INIT;
         Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
-        g.kind = kind;
-        g.n_segments = (size_t)n;
-        g.segments = segs;
-        g.run = run;
-        g.n_formatted = any_formatted ? (size_t)n : 0;
-        g.formatted = formatted;
+        sg.kind = (Heapd__SegmentKind)r->asked_kind;
+        sg.n_segments = (size_t)g.n;
+        sg.segments = g.segs;
+        sg.run = g.run;
+        sg.n_formatted = g.any_formatted ? (size_t)g.n : 0;
+        sg.formatted = g.formatted;
         env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_GRANT;
-        env.segment_grant = &g;
+        env.segment_grant = &sg;
         return reply(c, &env, seq);
     }
     case -ENOSPC:
         if (!final) {
-            Heapd__SegmentRequest r = HEAPD__SEGMENT_REQUEST__INIT;
-            r.kind = kind;
-            r.count = count;
-            r.bytes = bytes;
-            return defer(c, h, seq, PENDING_GRANT, &r, classes, 0);
+            struct grant_req again = *r;
+            again.count = g.count;
+            return defer(c, h, seq, PENDING_GRANT, &again, 0);
         }
         return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "heap '%s' is full (max_size %llu bytes) even "
@@ -585,12 +454,12 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
         return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "an object of %llu bytes can never fit in heap "
                            "'%s' (max_size %llu bytes)",
-                           (unsigned long long)bytes, h->cfg->name,
+                           (unsigned long long)r->bytes, h->cfg->name,
                            (unsigned long long)h->cfg->max_size);
     default:
         c->d->frames_rejected++;
         return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
-                           "unknown segment kind %d", (int)kind);
+                           "unknown segment kind %d", r->asked_kind);
     }
 }
 
@@ -600,9 +469,12 @@ static int handle_segment_request(struct conn *c, uint64_t seq,
     struct heap *h = mutator_heap(c, seq, "segment_request");
     if (!h)
         return 0;
-    uint64_t classes[CLASS_WORDS];
-    class_bitmap(r, classes);
-    return grant(c, h, seq, r->kind, r->count, r->bytes, classes, false);
+    struct grant_req gr = {.kind = grant_kind_of(r->kind),
+                           .asked_kind = (int)r->kind,
+                           .count = r->count,
+                           .bytes = r->bytes};
+    class_bitmap(r, gr.classes);
+    return grant(c, h, seq, &gr, false);
 }
 
 static int handle_segment_return(struct conn *c, const Heapd__SegmentReturn *r)
@@ -620,6 +492,7 @@ static int handle_segment_return(struct conn *c, const Heapd__SegmentReturn *r)
         /* full segments come back more often than grants go out: the
          * trigger overshoots by less (Note [Collection cycle]) */
         collector_check_trigger(h);
+        segtab_assert(&h->segs); /* Note [Checking the segment table] */
         pthread_mutex_unlock(&h->lock);
     }
     if (bad) {
@@ -713,9 +586,9 @@ static int handle_globals_request(struct conn *c, uint64_t seq)
         info[n].name = names[n];
         info[n].state = st;
         info[n].target = (uint64_t)(uintptr_t)atomic_load(&g->value);
-        struct mark_ref ref;
-        if (info[n].target && mark_resolve(h, info[n].target, &ref)) {
-            uint64_t hdr = mark_checked_header(&ref);
+        struct valid_ref ref;
+        if (info[n].target && validate_ref(h, info[n].target, &ref)) {
+            uint64_t hdr = validate_header(&ref);
             info[n].target_bytes = layout_object_size(
                 layout_header_nrefs(hdr), layout_header_nbytes(hdr));
         }
@@ -755,7 +628,7 @@ static int handle_collect(struct conn *c, uint64_t seq,
         return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
                            "this daemon serves no heap");
     if (r->wait)
-        return defer(c, h, seq, PENDING_COLLECT, NULL, NULL, 0);
+        return defer(c, h, seq, PENDING_COLLECT, NULL, 0);
     collector_request(h);
     return reply_collect_done(c, h, seq);
 }
@@ -763,34 +636,18 @@ static int handle_collect(struct conn *c, uint64_t seq,
 void session_cycle_done(struct heap *h, void *daemon)
 {
     struct daemon *d = daemon;
-    uint64_t cycles;
-    struct pending *ready = NULL;
-
-    pthread_mutex_lock(&h->lock);
-    cycles = h->stats.cycles_completed;
-    pthread_mutex_unlock(&h->lock);
     /* take the satisfied ones out first: answering may defer anew */
-    for (struct pending **pp = &d->pending; *pp;) {
-        struct pending *p = *pp;
-        if (p->h == h && cycles >= p->target) {
-            *pp = p->next;
-            p->next = ready;
-            ready = p;
-        } else {
-            pp = &p->next;
-        }
-    }
+    struct pending *ready = grant_take_ready(&d->pending, h);
     while (ready) {
         struct pending *p = ready;
         ready = p->next;
         if (p->kind == PENDING_COLLECT)
             reply_collect_done(p->c, h, p->seq);
         else
-            grant(p->c, h, p->seq, p->seg_kind, p->count, p->bytes,
-                  p->classes, true);
+            grant(p->c, h, p->seq, &p->req, true);
         free(p);
     }
-    pending_changed(d);
+    grant_queue_changed(&d->pending, &d->workers);
 }
 
 /* Note [Client lifecycle]
@@ -821,37 +678,23 @@ void session_cycle_done(struct heap *h, void *daemon)
  * and freed, or reused by other clients when partly live
  * (segments_orphaned, segments_adopted).
  */
-/* Requests of C waiting for a cycle: never answered now. */
-static void drop_pending(struct conn *c)
-{
-    struct daemon *d = c->d;
-    for (struct pending **pp = &d->pending; *pp;) {
-        struct pending *p = *pp;
-        if (p->c == c) {
-            *pp = p->next;
-            free(p);
-        } else {
-            pp = &p->next;
-        }
-    }
-    pending_changed(d);
-}
-
 /* The one step of Note [Client lifecycle].  CRASHED: without Goodbye. */
 static void client_leaves(struct conn *c, struct heap *h, bool crashed)
 {
     /* a grant waiting for a cycle would give a client that is gone
      * segments nobody orphans */
-    drop_pending(c);
+    grant_drop(&c->d->pending, &c->d->workers, c);
     pthread_mutex_lock(&h->lock);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
         if (c->slots[i / 64] >> (i % 64) & 1)
-            free_slot(c, h, i);
+            grant_free_slot(h, c->id, &c->held, c->slots, i);
     seg_orphan(h, c->id);
     remark_client_gone(h, c->id);
     globals_release_owner(h, c->id);
     c->held = 0;
     h->stats.clients_crashed += crashed;
+    assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
+    segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
 }
 
@@ -872,7 +715,7 @@ void session_closed(struct conn *c)
 {
     struct heap *h = c->heap;
 
-    drop_pending(c);
+    grant_drop(&c->d->pending, &c->d->workers, c);
     if (!h || c->gone)
         return;
     client_leaves(c, h, true);

@@ -49,6 +49,7 @@ static void release(struct heap *h, uint32_t i, uint8_t expect)
     pthread_mutex_lock(&h->lock);
     if (h->segs.segs[i].state == expect)
         seg_release(h, i);
+    segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
 }
 

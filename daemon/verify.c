@@ -33,8 +33,8 @@
 
 #include "heap.h"
 #include "log.h"
-#include "mark.h"
 #include "sweep.h"
+#include "validate.h"
 
 #define MAX_LOGGED 20
 #define NO_ROOT UINT32_MAX /* a failure found by scanning segment `root` */
@@ -123,8 +123,8 @@ static void fail(struct verifier *v, uintptr_t obj, uintptr_t parent,
 static void visit(struct verifier *v, uintptr_t obj, uintptr_t parent,
                   uint32_t slot, uint32_t root)
 {
-    struct mark_ref ref;
-    if (!mark_resolve(v->h, obj, &ref)) {
+    struct valid_ref ref;
+    if (!validate_ref(v->h, obj, &ref)) {
         fail(v, obj, parent, slot, root,
              "reachable reference is not an allocated object");
         return;
@@ -144,7 +144,7 @@ static void visit(struct verifier *v, uintptr_t obj, uintptr_t parent,
     uint8_t tag = layout_header_tag(hdr);
     if (hdr == 0xdbdbdbdbdbdbdbdbull)
         fail(v, obj, parent, slot, root, "reachable object is poisoned");
-    else if (mark_checked_header(&ref) == 0)
+    else if (validate_header(&ref) == 0)
         fail(v, obj, parent, slot, root, "object header exceeds its block");
     else if (tag != 0 && tag != v->epoch)
         /* Note [Dirty tags]: marking scanned it, so no stale tag is left */
@@ -167,10 +167,10 @@ static void trace(struct verifier *v)
 {
     while (v->sn > 0 && !v->oom) {
         uintptr_t obj = v->stack[--v->sn];
-        struct mark_ref ref;
-        if (!mark_resolve(v->h, obj, &ref))
+        struct valid_ref ref;
+        if (!validate_ref(v->h, obj, &ref))
             continue;
-        uint64_t hdr = mark_checked_header(&ref);
+        uint64_t hdr = validate_header(&ref);
         if (hdr == 0)
             continue;
         struct visit *self = find(v, obj);

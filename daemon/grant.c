@@ -1,0 +1,235 @@
+/* Mutator slots, segment grants and the requests that wait for a cycle:
+ * the loop thread's policy beside the segment table (segment.c).  See
+ * grant.h. */
+#include "grant.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collector.h"
+#include "heap.h"
+#include "log.h"
+#include "mark.h"
+#include "safepoint.h"
+#include "workers.h"
+
+/* ---- mutator slots ---- */
+
+int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2])
+{
+    for (int i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+        struct layout_mutator *m = &h->control->mutators[i];
+        if (LAYOUT_STATUS_STATE(atomic_load(&m->status)) != LAYOUT_MUT_FREE)
+            continue;
+        m->client_id = client;
+        m->slot_epoch++;
+        atomic_store(&m->alloc_bytes, 0);
+        atomic_store(&m->root_depth, 0);
+        atomic_store(&m->pending_root, NULL);
+        memset(m->root_chunks, 0, sizeof m->root_chunks);
+        /* the URS ring starts empty: the tail catches up with the head */
+        atomic_store(&m->urs_tail, atomic_load(&m->urs_head));
+        /* ack 0 is never a stop generation: see Note [Stop the world] */
+        atomic_store(&m->status, LAYOUT_STATUS(0, LAYOUT_MUT_RUNNING));
+        slots[i / 64] |= 1ull << (i % 64);
+        h->mutators++;
+        return i;
+    }
+    return -ENOSPC;
+}
+
+void grant_free_slot(struct heap *h, uint64_t client, uint32_t *held,
+                     uint64_t slots[2], unsigned slot)
+{
+    struct layout_mutator *m = &h->control->mutators[slot];
+    mark_urs(h, h->marking, slot);
+    for (unsigned k = 0; k < LAYOUT_ROOT_CHUNKS; k++)
+        if (seg_is_roots_of(h, m->root_chunks[k], client))
+            seg_return(h, client, held, m->root_chunks[k]);
+    memset(m->root_chunks, 0, sizeof m->root_chunks);
+    atomic_store(&m->root_depth, 0);
+    atomic_store(&m->pending_root, NULL);
+    collector_retire_slot(h, slot);
+    m->client_id = 0;
+    safepoint_free_slot(h, slot);
+    slots[slot / 64] &= ~(1ull << (slot % 64));
+    h->mutators--;
+}
+
+/* Note [Checking mutator slots]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A slot is attached (status not FREE) exactly between grant_slot and
+ * grant_free_slot, both under heap->lock, and heap->mutators counts the
+ * attached ones; an attached slot names its client (client ids start at
+ * 1).  Debug builds check it at every release of heap->lock after a slot
+ * changed: LAYOUT_MAX_MUTATORS status loads, cheap enough to need no
+ * sampling.
+ */
+bool grant_check_slots(const struct heap *h)
+{
+    unsigned attached = 0;
+    bool ok = true;
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+        const struct layout_mutator *m = &h->control->mutators[i];
+        if (LAYOUT_STATUS_STATE(atomic_load(&m->status)) == LAYOUT_MUT_FREE)
+            continue;
+        attached++;
+        if (m->client_id == 0) {
+            log_error("mutator slots: slot %u is attached to no client", i);
+            ok = false;
+        }
+    }
+    if (attached != h->mutators) {
+        log_error("mutator slots: heap->mutators is %u, but %u slots are "
+                  "attached", h->mutators, attached);
+        ok = false;
+    }
+    return ok;
+}
+
+/* ---- segments ---- */
+
+#define GRANT_MIN 16 /* segments: what a client may always get at once */
+
+static uint32_t quota_segs(const struct heap *h)
+{
+    uint64_t q = h->cfg->max_client_bytes ? h->cfg->max_client_bytes
+                                          : h->cfg->max_size;
+    return (uint32_t)(q >> h->seg_shift);
+}
+
+/* With h->lock held: the most small segments one grant gives.  Blank
+ * segments in clients' reserves are neither allocated (the trigger does
+ * not see them) nor free (no other client can have them), so a grant is
+ * at most an eighth of the allocation budget, but at least GRANT_MIN
+ * segments (Note [Segment supply]). */
+static uint32_t grant_cap(const struct heap *h)
+{
+    uint64_t n = collector_allocation_budget(h) / 8 >> h->seg_shift;
+    return n < GRANT_MIN ? GRANT_MIN : n > GRANT_MAX ? GRANT_MAX : (uint32_t)n;
+}
+
+int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
+                   const struct grant_req *r, bool final, struct grant *out,
+                   uint64_t *wait_cycle)
+{
+    uint32_t count = r->count;
+    int rc;
+
+    out->n = 0;
+    out->count = count;
+    out->run = 0;
+    out->any_formatted = false;
+    /* Note [Pacing]: heap memory waits for the cycle that is behind; root
+     * chunks do not (a mutator pushing a root must not wait for memory) */
+    uint64_t paced =
+        final || r->kind == GRANT_ROOTS ? 0 : collector_paced_until(h);
+    if (paced) {
+        h->stats.grants_paced++;
+        log_debug("heap '%s': grant paced: %llu bytes allocated since the "
+                  "cycle started, %llu live at the last one, %llu marked "
+                  "so far", h->cfg->name,
+                  (unsigned long long)collector_allocated_this_cycle(h),
+                  (unsigned long long)h->stats.live_bytes,
+                  (unsigned long long)(h->marking ? atomic_load(
+                                                        &h->marking->marked_bytes)
+                                                  : 0));
+        *wait_cycle = paced;
+        return -EAGAIN;
+    }
+    switch (r->kind) {
+    case GRANT_SMALL:
+        count = count < 1 ? 1 : count > GRANT_MAX ? GRANT_MAX : count;
+        count = count > grant_cap(h) ? grant_cap(h) : count;
+        out->count = count;
+        rc = seg_grant_small(h, client, held, quota_segs(h), count,
+                             r->classes, out->segs, out->formatted);
+        out->n = rc > 0 ? rc : 0;
+        for (int k = 0; k < out->n; k++)
+            out->any_formatted |= out->formatted[k] != 0;
+        rc = rc > 0 ? 0 : rc;
+        break;
+    case GRANT_LARGE:
+        rc = r->bytes == 0 || r->bytes > h->cfg->max_size
+                 ? -EFBIG
+                 : seg_grant_large(h, client, held, quota_segs(h), r->bytes,
+                                   &out->segs[0], &out->run);
+        out->n = rc == 0;
+        break;
+    case GRANT_ROOTS:
+        rc = seg_grant_roots(h, client, held, quota_segs(h), &out->segs[0]);
+        out->n = rc == 0;
+        break;
+    default:
+        rc = -EPROTO;
+        break;
+    }
+    if (rc == 0)
+        collector_check_trigger(h);
+    return rc;
+}
+
+/* ---- requests that wait for a cycle ---- */
+
+void grant_queue_changed(struct pending **q, struct workers *w)
+{
+    /* a request waiting for a cycle makes the collector's workers urgent
+     * (Note [Worker priority] in daemon/workers.c) */
+    workers_set_urgent(w, *q != NULL);
+}
+
+int grant_defer(struct pending **q, struct workers *w, struct conn *c,
+                struct heap *h, uint64_t seq, enum pending_kind kind,
+                const struct grant_req *r, uint64_t target)
+{
+    struct pending *p = calloc(1, sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    p->kind = kind;
+    p->c = c;
+    p->h = h;
+    p->seq = seq;
+    if (r)
+        p->req = *r;
+    p->target = target ? target : collector_request(h);
+    p->next = *q;
+    *q = p;
+    grant_queue_changed(q, w);
+    return 0;
+}
+
+struct pending *grant_take_ready(struct pending **q, struct heap *h)
+{
+    struct pending *ready = NULL;
+    uint64_t cycles;
+
+    pthread_mutex_lock(&h->lock);
+    cycles = h->stats.cycles_completed;
+    pthread_mutex_unlock(&h->lock);
+    for (struct pending **pp = q; *pp;) {
+        struct pending *p = *pp;
+        if (p->h == h && cycles >= p->target) {
+            *pp = p->next;
+            p->next = ready;
+            ready = p;
+        } else {
+            pp = &p->next;
+        }
+    }
+    return ready;
+}
+
+void grant_drop(struct pending **q, struct workers *w, const struct conn *c)
+{
+    for (struct pending **pp = q; *pp;) {
+        struct pending *p = *pp;
+        if (p->c == c) {
+            *pp = p->next;
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+    grant_queue_changed(q, w);
+}

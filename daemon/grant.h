@@ -1,0 +1,99 @@
+/* What the daemon gives clients beside the segment table: mutator slots,
+ * segment grants under the quota and the grant cap, and the queue of
+ * requests that wait for a cycle (Note [Pacing] in collector.c).  Every
+ * function here runs on the loop thread.  Nothing here sends a message:
+ * session.c turns the results into replies. */
+#ifndef HEAPD_DAEMON_GRANT_H
+#define HEAPD_DAEMON_GRANT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "layout.h"
+
+struct heap;
+struct conn;
+struct workers;
+
+/* ---- mutator slots (Note [Mutator slots] in proto/layout.h) ---- */
+
+/* With heap->lock held: give client CLIENT a free slot, marking it in
+ * SLOTS (bit i: slot i is the client's).  Returns the slot, or -ENOSPC
+ * when all LAYOUT_MAX_MUTATORS are attached. */
+int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2]);
+/* With heap->lock held: give slot SLOT of CLIENT (holding *HELD segments)
+ * back.  What its mutator logged and never sent is read from its ring
+ * first: nothing a mutator logged is lost, even when it died (Note
+ * [Update remembered set]). */
+void grant_free_slot(struct heap *h, uint64_t client, uint32_t *held,
+                     uint64_t slots[2], unsigned slot);
+
+/* Note [Checking mutator slots] in grant.c: with heap->lock held, true
+ * iff heap->mutators is the number of attached slots and every attached
+ * slot names a client; logs what disagrees. */
+bool grant_check_slots(const struct heap *h);
+
+/* ---- segments (Note [Segment supply] in segment.c) ---- */
+
+#define GRANT_MAX 64 /* segments one grant may give */
+#define GRANT_CLASS_WORDS ((LAYOUT_NCLASSES + 63) / 64)
+
+enum grant_kind { GRANT_SMALL, GRANT_LARGE, GRANT_ROOTS, GRANT_INVALID };
+
+struct grant_req {
+    enum grant_kind kind;
+    int asked_kind;         /* the kind as the client named it (messages) */
+    uint32_t count;         /* SMALL: segments wanted */
+    uint64_t bytes;         /* LARGE: the object's bytes, header included */
+    uint64_t classes[GRANT_CLASS_WORDS]; /* SMALL: classes it allocates */
+};
+
+struct grant {
+    int n;                  /* segments granted */
+    uint32_t count;         /* SMALL: the count asked for, capped */
+    uint32_t run;           /* LARGE: segments in the run */
+    bool any_formatted;
+    uint32_t segs[GRANT_MAX];
+    uint32_t formatted[GRANT_MAX]; /* 0: blank, else 1 + its class */
+};
+
+/* With heap->lock held: grant R to CLIENT, holding *HELD segments.
+ * Returns 0 with *OUT filled; -EAGAIN with *WAIT_CYCLE set when the
+ * grant is paced (Note [Pacing]: it waits for that cycle; never when
+ * FINAL, nor for root chunks); -ENOSPC, -EDQUOT, -EFBIG as seg_grant_*;
+ * -EPROTO for GRANT_INVALID. */
+int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
+                   const struct grant_req *r, bool final, struct grant *out,
+                   uint64_t *wait_cycle);
+
+/* ---- requests that wait for a cycle ---- */
+
+enum pending_kind { PENDING_COLLECT, PENDING_GRANT };
+
+struct pending {
+    struct pending *next;
+    enum pending_kind kind;
+    struct conn *c;             /* never dereferenced here */
+    struct heap *h;
+    uint64_t seq;
+    uint64_t target;            /* cycles_completed that satisfies it */
+    struct grant_req req;       /* PENDING_GRANT */
+};
+
+/* Queue request SEQ of C on *Q, to be answered once heap H has completed
+ * cycle TARGET (0: a new cycle, asked for now).  R: a grant to retry.
+ * Returns 0 or -ENOMEM.  W's workers are urgent while *Q is not empty
+ * (Note [Worker priority] in workers.c). */
+int grant_defer(struct pending **q, struct workers *w, struct conn *c,
+                struct heap *h, uint64_t seq, enum pending_kind kind,
+                const struct grant_req *r, uint64_t target);
+/* Take the requests on *Q that heap H's completed cycles satisfy, in a
+ * list the caller answers and frees. */
+struct pending *grant_take_ready(struct pending **q, struct heap *h);
+/* Drop the requests of C: never answered now. */
+void grant_drop(struct pending **q, struct workers *w, const struct conn *c);
+/* *Q changed outside the functions above (after answering what
+ * grant_take_ready gave). */
+void grant_queue_changed(struct pending **q, struct workers *w);
+
+#endif

@@ -1,0 +1,154 @@
+/* The daemon's executable invariants catch what they claim to: each
+ * checker accepts a consistent table built by hand and rejects it once
+ * one counter or link is broken (Note [Checking the segment table], Note
+ * [Checking remark states] in daemon/). */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "heap.h"
+#include "mark.h"
+#include "remark.h"
+#include "segment.h"
+#include "check_main.h"
+
+enum { NSEGS = 130, FIRST = 1 };
+
+static struct heap H;
+static struct mark_job J;
+
+/* A table of NSEGS segments: 2..4 OWNED, 5 FILLED and reusable, 6 a large
+ * run of 3 (6 head, 7-8 tail), 9 ROOTS, 10 FILLED orphan, the rest FREE;
+ * high = 11. */
+static void setup(void)
+{
+    struct segtab *t = &H.segs;
+    memset(&H, 0, sizeof H);
+    t->count = NSEGS;
+    t->first = FIRST;
+    t->high = 11;
+    t->segs = calloc(NSEGS, sizeof *t->segs);
+    t->free_bits = calloc((NSEGS + 63) / 64, sizeof(uint64_t));
+    t->reuse_bits = calloc((NSEGS + 63) / 64, sizeof(uint64_t));
+    ck_assert(t->segs && t->free_bits && t->reuse_bits);
+    for (uint32_t i = FIRST; i < NSEGS; i++) {
+        uint8_t st = SEG_FREE;
+        if (i >= 2 && i <= 4)
+            st = SEG_OWNED;
+        else if (i == 5 || i == 10)
+            st = SEG_FILLED;
+        else if (i == 6)
+            st = SEG_LARGE;
+        else if (i == 7 || i == 8)
+            st = SEG_LARGE_TAIL;
+        else if (i == 9)
+            st = SEG_ROOTS;
+        t->segs[i].state = st;
+        if (st == SEG_FREE) {
+            t->free_bits[i / 64] |= 1ull << (i % 64);
+            t->n_free++;
+        }
+    }
+    t->segs[6].run = 3;
+    t->segs[7].run = t->segs[8].run = 6;
+    t->reuse_bits[0] |= 1ull << 5;
+    t->segs[10].orphan = 1;
+    t->n_owned = 3;
+    t->n_filled = 2;
+    t->n_large = 1;
+    t->n_roots = 1;
+    t->n_reusable = 1;
+    t->orphaned = 3;
+    t->adopted = 2;
+
+    memset(&J, 0, sizeof J);
+    J.h = &H;
+    /* 3 on the global stack, 4 in the outbox, 2 SENT and flagged again */
+    t->segs[3].remark = REMARK_GLOBAL;
+    J.remark_global = 3;
+    t->segs[4].remark = REMARK_OUTBOX;
+    J.remark_outbox = 4;
+    t->segs[2].remark = REMARK_SENT | REMARK_AGAIN;
+    t->segs[2].remark_to = 7;
+    J.remark_outstanding = 3;
+}
+
+static void teardown(void)
+{
+    free(H.segs.segs);
+    free(H.segs.free_bits);
+    free(H.segs.reuse_bits);
+}
+
+START_TEST(consistent_tables_pass)
+{
+    ck_assert(segtab_check(&H.segs));
+    ck_assert(remark_check(&J));
+}
+END_TEST
+
+START_TEST(segtab_counters_are_recounted)
+{
+    H.segs.n_owned++;
+    ck_assert(!segtab_check(&H.segs));
+    H.segs.n_owned--;
+    H.segs.n_free--; /* the bitmap says one more */
+    ck_assert(!segtab_check(&H.segs));
+    H.segs.n_free++;
+    H.segs.adopted++; /* one orphan more than the counters say */
+    ck_assert(!segtab_check(&H.segs));
+    H.segs.adopted--;
+    ck_assert(segtab_check(&H.segs));
+}
+END_TEST
+
+START_TEST(segtab_bitmaps_match_states)
+{
+    H.segs.segs[5].state = SEG_OWNED; /* reusable, but not FILLED */
+    H.segs.n_owned++;
+    H.segs.n_filled--;
+    ck_assert(!segtab_check(&H.segs));
+}
+END_TEST
+
+START_TEST(segtab_large_tails_name_their_head)
+{
+    H.segs.segs[8].run = 5; /* a FILLED segment, not the head */
+    ck_assert(!segtab_check(&H.segs));
+}
+END_TEST
+
+START_TEST(remark_outstanding_is_recounted)
+{
+    J.remark_outstanding = 2; /* one flagged segment forgotten */
+    ck_assert(!remark_check(&J));
+}
+END_TEST
+
+START_TEST(remark_lists_match_states)
+{
+    H.segs.segs[3].remark = REMARK_RESCANNING; /* still on the stack */
+    ck_assert(!remark_check(&J));
+    H.segs.segs[3].remark = REMARK_GLOBAL;
+    H.segs.segs[3].remark_next = 3; /* a cycle in the list */
+    ck_assert(!remark_check(&J));
+    H.segs.segs[3].remark_next = 0;
+    H.segs.segs[4].remark = REMARK_OUTBOX | REMARK_AGAIN;
+    ck_assert(!remark_check(&J));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("invariants");
+    TCase *t = tcase_create("checkers");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, consistent_tables_pass);
+    tcase_add_test(t, segtab_counters_are_recounted);
+    tcase_add_test(t, segtab_bitmaps_match_states);
+    tcase_add_test(t, segtab_large_tails_name_their_head);
+    tcase_add_test(t, remark_outstanding_is_recounted);
+    tcase_add_test(t, remark_lists_match_states);
+    suite_add_tcase(s, t);
+    return check_main(s);
+}
