@@ -86,8 +86,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "agent.h"
+#include "client.h"
+#include "error.h"
 #include "futex.h"
+#include "heapd.h"
+#include "layout.h"
+#include "mutator.h"
+#include "remark.h"
+#include "reserve.h"
 
 #define PREFAULT_NICE 19 /* without SCHED_IDLE: Note [Pre-faulting] */
 
