@@ -1,5 +1,5 @@
 /* libheapd's background agent: owns the socket after the handshake.
- * See Note [Client agent] in client_internal.h. */
+ * See Note [Client agent] in client/agent.h. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -7,7 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "agent.h"
+#include "errors.h"
+#include "frame.h"
+#include "heapd.h"
 
 struct agent_frame {
     struct agent_frame *next;

@@ -34,7 +34,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client_internal.h"
+#include "agent.h"
+#include "alloc.h"
+#include "barrier.h"
+#include "checked.h"
+#include "client.h"
+#include "errors.h"
+#include "heapd.h"
+#include "layout.h"
+#include "mutator.h"
+#include "remark.h"
+#include "reserve.h"
 
 void alloc_client_init(heapd_client *c)
 {

@@ -91,8 +91,13 @@
 #include <errno.h>
 #include <string.h>
 
-#include "client_internal.h"
+#include "agent.h"
+#include "barrier.h"
+#include "client.h"
 #include "futex.h"
+#include "heapd.h"
+#include "layout.h"
+#include "mutator.h"
 
 /* Note [Wide objects]
  * ~~~~~~~~~~~~~~~~~~~
@@ -104,7 +109,7 @@
  * instead (Yuasa's, as GHC uses for arrays): every write while marking
  * logs the value it overwrites.  That keeps the snapshot too (each field's
  * snapshot value is logged by the write that first replaces it); such an
- * object is never tagged dirty.  (BARRIER_WIDE is in client_internal.h,
+ * object is never tagged dirty.  (BARRIER_WIDE is in client/barrier.h,
  * for the inline part of the barrier.)
  */
 

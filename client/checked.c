@@ -29,7 +29,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client_internal.h"
+#include "checked.h"
+#include "client.h"
+#include "heapd.h"
+#include "layout.h"
 
 #define CHECKED_MAX 8 /* checked clients per process */
 

@@ -1,8 +1,8 @@
-/* libheapd: connecting, the handshake, mapping the heap, errors, stats.
+/* libheapd: connecting, the handshake, mapping the heap, stats (errors:
+ * client/errors.c).
  * See Note [Handshake] in daemon/session.c for the daemon's side. */
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,84 +13,24 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "agent.h"
+#include "alloc.h"
+#include "checked.h"
+#include "client.h"
+#include "errors.h"
 #include "fdpass.h"
+#include "frame.h"
+#include "heapd.h"
 #include "heapd_build.h"
+#include "layout.h"
+#include "mutator.h"
+#include "remark.h"
+#include "reserve.h"
 #include "wire.h"
 
 /* How long connect waits for the daemon's Welcome before giving up: a bound
  * on a wedged daemon, not a performance expectation. */
 #define HANDSHAKE_TIMEOUT_S 30
-
-
-/* ---- errors ---- */
-
-static __thread char last_error[512];
-
-int client_set_error(int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
-const char *heapd_last_error(void)
-{
-    return last_error;
-}
-
-const char *heapd_strerror(int err)
-{
-    switch (err) {
-    case 0: return "success";
-    case HEAPD_ENODAEMON: return "no heapd is listening on the socket";
-    case HEAPD_EDENIED: return "not allowed to use this heap";
-    case HEAPD_EVERSION: return "libheapd and heapd versions differ";
-    case HEAPD_EADDRTAKEN: return "the heap's address range is already in use";
-    case HEAPD_ENOHEAP: return "the daemon serves no heap of that name";
-    case HEAPD_EPROTO: return "protocol error talking to heapd";
-    case HEAPD_ECLOSED: return "the connection to heapd is closed";
-    case HEAPD_ESHUTDOWN: return "heapd is shutting down";
-    case HEAPD_ESOCKPATH: return "the socket path is too long";
-    case HEAPD_EFORKED: return "the client was connected by the parent "
-                               "process: connect again after fork()";
-    default:
-        if (err < 0 && err > HEAPD_ENODAEMON)
-            return strerror(-err);
-        return "unknown heapd error";
-    }
-}
-
-int client_error_code(Heapd__ErrorCode code)
-{
-    switch (code) {
-    case HEAPD__ERROR_CODE__ERROR_VERSION: return HEAPD_EVERSION;
-    case HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP: return HEAPD_ENOHEAP;
-    case HEAPD__ERROR_CODE__ERROR_DENIED: return HEAPD_EDENIED;
-    case HEAPD__ERROR_CODE__ERROR_SHUTTING_DOWN: return HEAPD_ESHUTDOWN;
-    case HEAPD__ERROR_CODE__ERROR_NO_MEMORY: return -ENOMEM;
-    case HEAPD__ERROR_CODE__ERROR_BAD_REQUEST: return -EINVAL;
-    case HEAPD__ERROR_CODE__ERROR_TOO_MANY_CONNECTIONS: return -EAGAIN;
-    default: return HEAPD_EPROTO;
-    }
-}
-
-int client_errno(int rc)
-{
-    if (rc > HEAPD_ENODAEMON) /* a negated errno value */
-        return -rc;
-    switch (rc) {
-    case HEAPD_ECLOSED:
-    case HEAPD_ESHUTDOWN:
-        return EPIPE;
-    case HEAPD_EFORKED:
-        return EBADF;
-    default:
-        return EPROTO;
-    }
-}
 
 /* ---- the handshake, on a blocking socket ---- */
 
@@ -454,7 +394,7 @@ int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
     struct timeval tv = {0};
     int sock = -1, rc;
 
-    last_error[0] = '\0';
+    client_clear_error();
     if (!out)
         return client_set_error(-EINVAL, "heapd_connect: out is NULL");
     *out = NULL;

@@ -6,8 +6,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "agent.h"
+#include "barrier.h"
+#include "checked.h"
+#include "client.h"
+#include "errors.h"
 #include "futex.h"
+#include "heapd.h"
+#include "layout.h"
+#include "mutator.h"
 
 /* The blackhole's raw bytes: what a debugger or heapctl sees while a
  * global is being initialised. */

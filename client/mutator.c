@@ -6,8 +6,19 @@
 #include <string.h>
 #include <time.h>
 
-#include "client_internal.h"
+#include "agent.h"
+#include "alloc.h"
+#include "barrier.h"
+#include "checked.h"
+#include "client.h"
+#include "errors.h"
+#include "frame.h"
 #include "futex.h"
+#include "heapd.h"
+#include "layout.h"
+#include "mutator.h"
+#include "remark.h"
+#include "reserve.h"
 
 /* ---- safepoints ---- */
 

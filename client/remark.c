@@ -46,7 +46,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client_internal.h"
+#include "agent.h"
+#include "barrier.h"
+#include "client.h"
+#include "heapd.h"
+#include "layout.h"
+#include "mutator.h"
+#include "remark.h"
+#include "reserve.h"
 
 #define DONE_BATCH 256 /* segments answered in one RemarkDone, at most */
 
@@ -309,6 +316,12 @@ void remark_service(heapd_client *c, heapd_mutator *m)
     }
     while (service_pass(c, m))
         ;
+}
+
+void remark_recheck(heapd_mutator *m)
+{
+    if (__atomic_load_n(&m->c->remark.n, __ATOMIC_RELAXED) != 0)
+        atomic_store_explicit(&m->remark_pending, 1, memory_order_relaxed);
 }
 
 void remark_granted(void *arg, const Heapd__SegmentGrant *g)

@@ -22,6 +22,8 @@
  *     less when the heap's allocation budget is small (grant_cap in
  *     daemon/session.c, Note [Segment supply]); it is counted by its quota and
  *     given back when it disconnects (Note [Segment supply]).
+ * Debug builds check these bounds, and more, whenever reserve.mu is let
+ * go (reserve_is_valid).
  *
  * Note [Pre-faulting]
  * ~~~~~~~~~~~~~~~~~~~
@@ -76,9 +78,11 @@
  * the next punch, bounded by the ring (pre-faulting is only a speed-up:
  * an entry overwritten when the ring wraps is just not pre-faulted).
  */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -86,8 +90,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "agent.h"
+#include "client.h"
+#include "errors.h"
 #include "futex.h"
+#include "heapd.h"
+#include "layout.h"
+#include "mutator.h"
+#include "remark.h"
+#include "reserve.h"
 
 #define PREFAULT_NICE 19 /* without SCHED_IDLE: Note [Pre-faulting] */
 
@@ -224,6 +235,119 @@ void reserve_stop(heapd_client *c)
     p->started = false;
 }
 
+/* ---- the reserve's invariant ---- */
+
+#ifndef NDEBUG
+/* Print what is wrong with the reserve and return false. */
+#define RESERVE_BROKEN(...)                                             \
+    (fprintf(stderr, "libheapd: the segment reserve is inconsistent (a " \
+                     "libheapd bug, or heapd granted a segment twice): " \
+                     __VA_ARGS__),                                      \
+     fputc('\n', stderr), false)
+
+/* The array a segment number of the reserve was found in. */
+static const char *const reserve_where[] = {"", "ready ring", "reuse list",
+                                            "queue of full segments"};
+
+/* With reserve.mu held: R as every function of this file leaves it when it
+ * lets go of the lock.
+ *   - Note [Reserve sizing]: the batch is at least 1 and at most batch_cap,
+ *     itself at most RESERVE_BATCH; it started at RESERVE_START (or
+ *     batch_cap, if smaller) and only doubled, up to batch_cap; a refill is
+ *     asked for below one batch (low) and the ring holds at most two (max),
+ *     never more than it has room for.
+ *   - a full batch of full segments is sent back before the lock is let
+ *     go (reserve_give_back), so fewer than RETURN_BATCH wait.
+ *   - partly free segments fit their list and name a size class; so do
+ *     the classes the next refill asks for.
+ *   - every segment number held is nonzero (segment 0 is the control area;
+ *     on_refill and mutator_request_segments drop 0) and held once: the
+ *     daemon grants only segments nobody holds, and a full segment is
+ *     still this client's until its SegmentReturn is sent, after it has
+ *     left the queue (Note [Segment supply] in daemon/segment.c; only
+ *     returned segments become reusable, Note [Reusing partly free
+ *     segments]). */
+static bool reserve_is_valid(const struct reserve *r)
+{
+    if (r->batch_cap < 1 || r->batch_cap > RESERVE_BATCH)
+        return RESERVE_BROKEN("batch_cap %u is outside [1, %u]", r->batch_cap,
+                              RESERVE_BATCH);
+    if (r->batch < 1 || r->batch > r->batch_cap)
+        return RESERVE_BROKEN("batch %u is outside [1, batch_cap %u]",
+                              r->batch, r->batch_cap);
+    unsigned doubled = r->batch / RESERVE_START;
+    if (r->batch != r->batch_cap &&
+        (r->batch % RESERVE_START != 0 || (doubled & (doubled - 1)) != 0))
+        return RESERVE_BROKEN("batch %u is below batch_cap %u but not "
+                              "RESERVE_START %u doubled", r->batch,
+                              r->batch_cap, RESERVE_START);
+    if (r->low != r->batch || r->max != 2 * r->batch)
+        return RESERVE_BROKEN("low %u and max %u are not one and two "
+                              "batches of %u", r->low, r->max, r->batch);
+    if (r->max > RESERVE_MAX)
+        return RESERVE_BROKEN("max %u is above RESERVE_MAX %u", r->max,
+                              RESERVE_MAX);
+    if (r->head >= RESERVE_MAX || r->n > r->max)
+        return RESERVE_BROKEN("the ring's head %u or count %u is out of "
+                              "bounds (RESERVE_MAX %u, max %u)", r->head,
+                              r->n, RESERVE_MAX, r->max);
+    if (r->nfull >= RETURN_BATCH)
+        return RESERVE_BROKEN("%u full segments wait; a batch of %u should "
+                              "have gone back", r->nfull, RETURN_BATCH);
+    if (r->nreuse > RESERVE_MAX)
+        return RESERVE_BROKEN("%u partly free segments; room for %u",
+                              r->nreuse, RESERVE_MAX);
+    for (unsigned k = 0; k < r->nreuse; k++)
+        if (r->reuse[k].cls >= LAYOUT_NCLASSES)
+            return RESERVE_BROKEN("partly free segment %u has class %u; "
+                                  "there are %u", r->reuse[k].seg,
+                                  r->reuse[k].cls, LAYOUT_NCLASSES);
+    for (unsigned k = LAYOUT_NCLASSES; k < 64 * (sizeof r->classes /
+                                                 sizeof r->classes[0]); k++)
+        if (r->classes[k >> 6] >> (k & 63) & 1)
+            return RESERVE_BROKEN("class %u, beyond the last, is asked for",
+                                  k);
+
+    /* every segment number once: an open-addressed set, less than a third
+     * full, of the numbers seen so far and where (0: an empty cell) */
+    enum { SET = 1024 };
+    _Static_assert(SET >= 3 * (2 * RESERVE_MAX + RETURN_BATCH),
+                   "the set has room for every segment held");
+    uint32_t seen[SET] = {0};
+    uint8_t where[SET];
+    for (unsigned w = 1; w <= 3; w++) {
+        unsigned count = w == 1 ? r->n : w == 2 ? r->nreuse : r->nfull;
+        for (unsigned k = 0; k < count; k++) {
+            uint32_t s = w == 1   ? r->segs[(r->head + k) % RESERVE_MAX]
+                         : w == 2 ? r->reuse[k].seg
+                                  : r->full[k];
+            if (s == 0)
+                return RESERVE_BROKEN("entry %u of the %s is segment 0", k,
+                                      reserve_where[w]);
+            unsigned i = (s * 2654435761u) >> 22; /* the top 10 bits */
+            while (seen[i] != 0 && seen[i] != s)
+                i = (i + 1) % SET;
+            if (seen[i] == s)
+                return RESERVE_BROKEN("segment %u is in the %s and in the %s",
+                                      s, reserve_where[where[i]],
+                                      reserve_where[w]);
+            seen[i] = s;
+            where[i] = (uint8_t)w;
+        }
+    }
+    return true;
+}
+#undef RESERVE_BROKEN
+#endif
+
+/* Let go of reserve.mu, R checked first in a debug build (Note [Reserve
+ * sizing], reserve_is_valid). */
+static void unlock_reserve(struct reserve *r)
+{
+    assert(reserve_is_valid(r));
+    pthread_mutex_unlock(&r->mu);
+}
+
 /* ---- refills ---- */
 
 /* With reserve.mu held: add S to the ready reserve, which is first in,
@@ -283,7 +407,7 @@ static void on_refill(void *arg, int status, Heapd__Envelope *rep)
         }
     }
     atomic_fetch_add(&r->refills, 1);
-    pthread_mutex_unlock(&r->mu);
+    unlock_reserve(r);
     futex_wake_all(&r->refills);
     prefault_kick(c);
     return_segments(c, extra, nextra);
@@ -336,7 +460,7 @@ int reserve_drain(heapd_client *c)
         n++;
     while (r->nreuse > 0)
         segs[n++] = r->reuse[--r->nreuse].seg;
-    pthread_mutex_unlock(&r->mu);
+    unlock_reserve(r);
     return_segments(c, segs, n);
     return (int)n;
 }
@@ -365,7 +489,7 @@ int reserve_take_back(heapd_client *c, uint32_t s)
     for (unsigned k = 0; k < r->nfull && !where; k++)
         if (r->full[k] == s)
             where = 2;
-    pthread_mutex_unlock(&r->mu);
+    unlock_reserve(r);
     return where;
 }
 
@@ -383,7 +507,7 @@ void reserve_give_back(heapd_client *c, const uint32_t *segs, size_t n,
             memcpy(batch, r->full, sizeof batch);
             nb = RETURN_BATCH;
             r->nfull = 0;
-            pthread_mutex_unlock(&r->mu);
+            unlock_reserve(r);
             return_segments(c, batch, nb);
             pthread_mutex_lock(&r->mu);
         }
@@ -395,7 +519,7 @@ void reserve_give_back(heapd_client *c, const uint32_t *segs, size_t n,
         memcpy(batch, r->full, nb * sizeof batch[0]);
         r->nfull = 0;
     }
-    pthread_mutex_unlock(&r->mu);
+    unlock_reserve(r);
     return_segments(c, batch, nb);
 }
 
@@ -438,23 +562,23 @@ int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
     r->classes[cls >> 6] |= 1ull << (cls & 63);
     *formatted = take_reusable_locked(r, cls, out);
     if (*formatted) {
-        pthread_mutex_unlock(&r->mu);
+        unlock_reserve(r);
         return 0;
     }
     if (r->n == 0) {
         grow_batch_locked(r);
         if (r->refilling) {
-            pthread_mutex_unlock(&r->mu);
+            unlock_reserve(r);
             heapd_blocking_enter(m);
             pthread_mutex_lock(&r->mu);
             while (r->n == 0 && r->refilling) {
                 uint32_t gen = atomic_load(&r->refills);
-                pthread_mutex_unlock(&r->mu);
+                unlock_reserve(r);
                 /* Note [Spinning through a pause] */
                 futex_spin_wait(&r->refills, gen, MUTATOR_SPIN_NS, 0);
                 pthread_mutex_lock(&r->mu);
             }
-            pthread_mutex_unlock(&r->mu);
+            unlock_reserve(r);
             heapd_blocking_leave(m);
             pthread_mutex_lock(&r->mu);
         }
@@ -462,10 +586,10 @@ int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
     if (take_locked(r, out)) {
         if (r->n < r->low)
             refill_async_locked(c);
-        pthread_mutex_unlock(&r->mu);
+        unlock_reserve(r);
         return 0;
     }
-    pthread_mutex_unlock(&r->mu);
+    unlock_reserve(r);
 
     n = mutator_request_segments(m, HEAPD__SEGMENT_KIND__SEGMENT_SMALL,
                                  r->batch, 0, got, RESERVE_BATCH, NULL);
@@ -476,7 +600,7 @@ int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
     int k = 1;
     while (k < n && r->n < r->max)
         put_locked(r, got[k++]);
-    pthread_mutex_unlock(&r->mu);
+    unlock_reserve(r);
     return_segments(c, got + k, (size_t)(n - k));
     return 0;
 }

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client_internal.h"
+#include "mutator.h"
 #include "harness.h"
 #include "heapd.h"
 #include "layout.h"

@@ -1,0 +1,90 @@
+/* libheapd's agent: the background thread that owns the socket after the
+ * handshake (client/agent.c). */
+#ifndef HEAPD_CLIENT_AGENT_H
+#define HEAPD_CLIENT_AGENT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "frame.h"
+
+struct agent_frame;
+struct agent_call;
+
+/* Note [Client agent]
+ * ~~~~~~~~~~~~~~~~~~~
+ * After the handshake, the socket belongs to one background thread, the
+ * agent, which runs its own libuv loop: it writes the frames the
+ * application's threads queue and reads every frame the daemon sends.  An
+ * application thread never touches the socket.  To send, it packs a frame,
+ * appends it to `out` under `mu` and wakes the agent with uv_async_send; to
+ * make a call it also registers an agent_call under `mu` with a fresh seq,
+ * and sleeps on `cv` until the agent has stored the reply whose Envelope.seq
+ * matches, or the connection is gone.  When the connection ends (EOF, an
+ * error frame, a bad frame, heapd_disconnect), `closed` is set under `mu`,
+ * every waiting call is failed with `close_code`, and later calls fail at
+ * once: nobody ever waits on a dead connection.  Replies are matched by seq
+ * rather than by order so that later messages the daemon sends on its own
+ * (remark requests, stop notices) can interleave with replies.
+ * The agent thread does not survive fork(): a child must connect anew.
+ */
+struct agent {
+    pthread_t thread;
+    bool thread_started;
+    uv_loop_t loop;
+    uv_pipe_t pipe;
+    uv_async_t wake;
+    frame_reader reader;
+
+    pthread_mutex_t mu;              /* guards everything below */
+    pthread_cond_t cv;
+    struct agent_frame *out_head, *out_tail;
+    struct agent_call *calls;
+    uint64_t next_seq;
+    bool stop;                       /* heapd_disconnect asked to stop */
+    /* Note [Remark requests] (client/remark.c), on the agent thread: a
+     * RemarkRequest; a segment grant, before its caller sees it; the
+     * connection's end */
+    void (*on_remark)(void *arg, const Heapd__RemarkRequest *r);
+    void (*on_grant)(void *arg, const Heapd__SegmentGrant *g);
+    void (*on_closed)(void *arg);
+    void *hook_arg;
+    unsigned fork_generation;        /* Note [Clients and fork] */
+    bool closed;                     /* the connection is gone */
+    int close_code;                  /* why, as a heapd error code */
+    char close_msg[256];
+};
+
+static inline bool agent_is_closed(struct agent *a)
+{
+    return __atomic_load_n(&a->closed, __ATOMIC_ACQUIRE);
+}
+
+/* A reply to an async call, on the agent thread: STATUS is 0 with REPLY
+ * (freed after the call) or a heapd error code with REPLY NULL or the
+ * Error envelope. */
+typedef void (*agent_reply_fn)(void *arg, int status, Heapd__Envelope *reply);
+
+/* This process is a child of the one that started A (Note [Clients and
+ * fork] in client/agent.c). */
+bool agent_forked(const struct agent *a);
+/* The child's heapd_disconnect: close A's descriptors, free its memory. */
+void agent_forget(struct agent *a);
+/* Start the agent on a connected socket (taken over, even on failure). */
+int agent_start(struct agent *a, int sock);
+/* Stop the agent, close the socket, join the thread. */
+void agent_stop(struct agent *a);
+/* Send REQ and wait for the reply with the same seq.  On success *reply is
+ * the reply (free with heapd__envelope__free_unpacked).  An Error reply is
+ * turned into its code, with its message as the thread's last error. */
+int agent_call(struct agent *a, Heapd__Envelope *req,
+               Heapd__Envelope **reply);
+/* Send REQ; FN runs on the agent thread with the reply. */
+int agent_call_async(struct agent *a, Heapd__Envelope *req,
+                     agent_reply_fn fn, void *arg);
+/* Send MSG, which has no reply. */
+int agent_send(struct agent *a, Heapd__Envelope *msg);
+
+#endif

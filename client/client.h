@@ -1,0 +1,47 @@
+/* libheapd: a client, one connection to heapd and, for a mutator client,
+ * its mapping of the heap (client/client.c). */
+#ifndef HEAPD_CLIENT_CLIENT_H
+#define HEAPD_CLIENT_CLIENT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent.h"
+#include "heapd.h"
+#include "layout.h"
+#include "remark.h"
+#include "reserve.h"
+
+struct heapd_client {
+    struct agent agent;
+    uint64_t client_id;
+    char heap_name[64];
+    void *base;                      /* mapping, NULL for control clients */
+    size_t size;
+    int heap_fd;
+    /* mutator clients: the heap's geometry and shared state */
+    struct layout_control *ctl;
+    uint64_t segment_size;
+    unsigned seg_shift;
+    uint32_t small_max;
+    uint32_t small_nblocks[LAYOUT_NCLASSES];
+    uint32_t small_first[LAYOUT_NCLASSES];
+    uint64_t small_magic[LAYOUT_NCLASSES]; /* layout_block_magic */
+    uint32_t first_segment;          /* past the control area */
+    struct reserve reserve;
+    struct prefault prefault;
+    struct client_remark remark;
+    pthread_mutex_t mutators_mu;
+    struct heapd_mutator *mutators;  /* attached, for heapd_disconnect */
+    bool checked;                    /* Note [Checked mode] */
+};
+
+/* The address of segment I of the heap. */
+static inline void *client_seg_addr(const heapd_client *c, uint32_t i)
+{
+    return (char *)c->base + ((uint64_t)i << c->seg_shift);
+}
+
+#endif

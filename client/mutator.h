@@ -1,0 +1,98 @@
+/* libheapd's mutators: attached threads, their safepoints, blocking
+ * regions and root stacks (client/mutator.c).  The entry of a safepoint
+ * call, mutator_enter, also runs the stack barrier, so it is in
+ * client/barrier.h. */
+#ifndef HEAPD_CLIENT_MUTATOR_H
+#define HEAPD_CLIENT_MUTATOR_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frame.h"
+#include "heapd.h"
+#include "layout.h"
+
+/* a mutator's short waits spin this long before they sleep (Note
+ * [Spinning through a pause] in client/mutator.c) */
+#define MUTATOR_SPIN_NS 300000u
+
+/* A mutator's current segment of one size class. */
+struct alloc_seg {
+    uint8_t *marks;
+    uint8_t *blocks;
+    uint32_t cursor;      /* next block to look at */
+    uint32_t nblocks;
+    uint32_t block_size;
+    uint32_t index;       /* segment index, 0 = none */
+};
+
+struct heapd_mutator {
+    heapd_client *c;
+    struct layout_control *ctl;
+    struct layout_mutator *slot;
+    unsigned slot_index;
+    struct heapd_mutator *next;      /* c->mutators */
+    uint64_t alloc_bytes;            /* mirrored into slot->alloc_bytes */
+    /* root stack: chunk k holds slots [k << root_shift, (k+1) << ...) */
+    void **chunks[LAYOUT_ROOT_CHUNKS];
+    unsigned nchunks;
+    unsigned root_shift;
+    size_t depth;
+    /* Note [Remark requests]: set when the daemon asks this client to
+     * rescan; the mutator looks at its next safepoint */
+    _Atomic uint32_t remark_pending;
+    /* held by the agent while it takes segments from this mutator, which
+     * is blocked; heapd_blocking_leave takes it to run again */
+    pthread_mutex_t hold;
+    uint64_t urs_head;               /* entries written to the URS ring */
+    uint64_t urs_notified;           /* head sent in the last UrsBatch */
+    struct alloc_seg cur[LAYOUT_NCLASSES];
+};
+
+static inline void **mutator_root_slot(heapd_mutator *m, size_t i)
+{
+    return &m->chunks[i >> m->root_shift]
+                     [i & (((size_t)1 << m->root_shift) - 1)];
+}
+
+void mutator_stop_slow(heapd_mutator *m);
+void mutator_safepoint_slow(heapd_mutator *m);
+static inline bool mutator_poll_due(const heapd_mutator *m)
+{
+    return __builtin_expect(
+        (atomic_load_explicit(&m->ctl->stop_request, memory_order_relaxed) |
+         atomic_load_explicit(&m->remark_pending, memory_order_relaxed)) != 0,
+        0);
+}
+/* The safepoint poll (Note [Stop the world] in daemon/safepoint.c), which
+ * also services remark requests (Note [Remark requests]). */
+static inline void mutator_poll(heapd_mutator *m)
+{
+    if (mutator_poll_due(m))
+        mutator_safepoint_slow(m);
+}
+/* Enter a blocking region without servicing remark requests (inside the
+ * library, where the caller may be servicing one); heapd_blocking_leave
+ * ends it. */
+void mutator_block(heapd_mutator *m);
+/* Wait inside a barrier: Note [Waiting in a barrier] in
+ * daemon/safepoint.c; mutator_resume ends the wait. */
+void mutator_wait_begin(heapd_mutator *m);
+/* Running again after a blocking region or a wait: takes any stop under
+ * way (heapd_blocking_leave). */
+void mutator_resume(heapd_mutator *m);
+/* A call to the daemon from a mutator thread: inside a blocking region,
+ * so that the mutator never holds up a stop while it waits. */
+int mutator_call(heapd_mutator *m, Heapd__Envelope *req,
+                 Heapd__Envelope **reply);
+/* Ask for a segment of KIND (and BYTES for large): a blocking call. */
+int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
+                             uint32_t count, uint64_t bytes, uint32_t *out,
+                             uint32_t max, uint32_t *run);
+/* heapd_disconnect: free mutators the application did not detach. */
+void mutator_free_all(heapd_client *c);
+
+#endif
