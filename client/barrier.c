@@ -3,15 +3,14 @@
  *
  * Note [Snapshot write barrier]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * (After GHC's Note [Update remembered set] and the dirty flags of its
- * non-moving collector.)  While the heap's phase
- * is MARK the collector traces the object graph as it was at the snapshot,
+ * (After GHC's Note [Dirty flags in the non-moving collector].)  While
+ * the heap's phase is MARK the collector traces the object graph as it was at the snapshot,
  * concurrently with mutators.  Every reference a field held at the snapshot
  * must reach the marker, so before the first write to an object after the
  * snapshot the mutator logs ALL of the object's reference fields to its
  * update remembered set (URS), then sets the object's dirty tag to the
  * epoch; writes to a dirty object are plain stores.  The invariant the
- * optimisation rests on, as in the seed:
+ * optimisation rests on, as in GHC's:
  *
  *     dirty (tag == epoch)  ==>  all of its fields were logged
  *                                   (or seen marked: Note [Filtering the
@@ -58,8 +57,8 @@
  *
  * Note [Stack marking handshake]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * (After GHC's stack dirtiness under concurrent marking.)  A root stack
- * alive at the
+ * (After GHC's Note [StgStack dirtiness flags and concurrent marking].)
+ * A root stack alive at the
  * snapshot must be marked after the snapshot and before it is mutated.
  * The snapshot pause resets both words of every slot; then whoever wants to
  * mark a stack first checks stack_marked == epoch (done), and otherwise
@@ -159,7 +158,8 @@ static void urs_wait_room(heapd_mutator *m)
  * block allocated black carries the epoch from birth (Note [Epoch-tagged
  * marks]).  So barrier_log leaves out references it can see are marked, as
  * GHC's nonmoving write barrier does (needs_upd_rem_set_mark in
- * rts/sm/NonMovingMark.c; seed dirty-flags-nonmoving.txt): fewer entries,
+ * rts/sm/NonMovingMark.c; Note [Dirty flags in the non-moving
+ * collector]): fewer entries,
  * fewer full rings, fewer waits for the daemon.  The object barrier's
  * invariant then reads: dirty ==> every field's snapshot value was logged
  * or marked.  The check trusts nothing it reads: a reference outside the

@@ -3,9 +3,9 @@
  *
  * Note [Remark requests]
  * ~~~~~~~~~~~~~~~~~~~~~~
- * (The owner's side of Note [Remark] in daemon/remark.c; seed
- * remarking-parallel-domains.txt.)  The daemon sends RemarkRequest for
- * small segments this client owns after its mark stack dropped objects in
+ * (The owner's side of Note [Remark] in daemon/remark.c, after OCaml's
+ * "Fixing remarking to be safe with parallel domains".)  The daemon sends
+ * RemarkRequest for small segments this client owns after its mark stack dropped objects in
  * them.  Only a thread that knows no block of the segment is half
  * allocated may rescan it, and only a mutator has a URS ring to log the
  * fields into.  The agent thread queues the request (`queued`, a bitmap)

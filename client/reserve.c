@@ -20,7 +20,7 @@
  *     object or another client needs.  It never shrinks; what a client
  *     holds this way is bounded by 2 * batch_cap, and the daemon grants
  *     less when the heap's allocation budget is small (grant_cap in
- *     daemon/session.c, Note [Segment supply]); it is counted by its quota and
+ *     daemon/grant.c, Note [Segment supply]); it is counted by its quota and
  *     given back when it disconnects (Note [Segment supply]).
  * Debug builds check these bounds, and more, whenever reserve.mu is let
  * go (reserve_is_valid).

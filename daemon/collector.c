@@ -2,7 +2,7 @@
  *
  * Note [Collection cycle]
  * ~~~~~~~~~~~~~~~~~~~~~~~
- * (DESIGN.md §4.)  One collector thread per heap runs cycles; the workers
+ * One collector thread per heap runs cycles; the workers
  * (gc_threads, shared by all heaps) do the parallel parts.  Mutators stop
  * only twice per cycle, briefly:
  *   1. Trigger: a request (heapd_collect, heapctl gc, a grant that found the
@@ -149,8 +149,8 @@ uint64_t collector_allocation_budget(const struct heap *h)
  * memory: while a cycle runs, once the heap has allocated PACE_FACTOR
  * allocation budgets since that cycle started, grants wait for the cycle to
  * end (grant_segments in daemon/grant.c), and the mutators that need them
- * wait with them, in blocking regions (Note [Segment supply]).  The heap then stays within
- * the live bytes plus PACE_FACTOR + 1 budgets, plus what reserves hold.  A
+ * wait with them, in blocking regions (Note [Segment supply]).  The heap
+ * then stays within the live bytes plus PACE_FACTOR + 1 budgets, plus what reserves hold.  A
  * grant that waited is given when the cycle ends without being paced again,
  * so no client waits longer than one cycle.  A mutator that keeps up with
  * the collector never waits: a budget is gc_overhead percent of the live

@@ -30,11 +30,12 @@ uint64_t collector_bytes_allocated(const struct heap *h);
  * gc_overhead percent of the live bytes (at least of TRIGGER_FLOOR). */
 uint64_t collector_allocation_budget(const struct heap *h);
 
+/* With heap->lock held: bytes allocated since the running (or last) cycle
+ * started. */
+uint64_t collector_allocated_this_cycle(const struct heap *h);
 /* With heap->lock held: the number of the cycle under way if allocation
  * since it started has outrun the collector and grants must wait for it
  * (Note [Pacing]), else 0. */
-/* Bytes allocated since the running (or last) cycle started. */
-uint64_t collector_allocated_this_cycle(const struct heap *h);
 uint64_t collector_paced_until(const struct heap *h);
 
 /* With heap->lock held: start a cycle if allocation since the last one

@@ -18,9 +18,9 @@
  *
  * Note [Bounded mark stacks]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~
- * (DESIGN.md §5; seed remarking-parallel-domains.txt.)  A wide or bushy
- * graph can put millions of marked-but-unscanned objects on a stack, and
- * the daemon must not grow with what clients build.  So each marking
+ * (After OCaml's "Fixing remarking to be safe with parallel domains".)
+ * A wide or bushy graph can put millions of marked-but-unscanned objects
+ * on a stack, and the daemon must not grow with what clients build.  So each marking
  * thread's stack holds at most mark_stack_limit bytes of entries
  * (stack_cap), and so does the shared pool (pool_cap): marking holds at
  * most (gc_threads + 2) * mark_stack_limit, plus, for the moment a stack

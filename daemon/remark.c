@@ -2,10 +2,11 @@
  *
  * Note [Remark]
  * ~~~~~~~~~~~~~
- * (After OCaml 5's remark stacks, global remark stack, adoption lock and
- * num_domains_to_remark.)  A marker whose stack overflows drops entries grouped by segment and
- * flags those segments (Note [Bounded mark stacks] in mark.c).  Remarking
- * a segment means scanning every block whose mark is the epoch and marking
+ * (After OCaml's "Fixing remarking to be safe with parallel domains": its
+ * remark stacks, global remark stack, adoption lock and
+ * num_domains_to_remark.)  A marker whose stack overflows drops entries
+ * grouped by segment and flags those segments (Note [Bounded mark stacks]
+ * in mark.c).  Remarking a segment means scanning every block whose mark is the epoch and marking
  * its fields.  Who may do that depends on who may allocate in the segment:
  * an owner sets a block's mark before it zeroes the block and writes its
  * header (Note [Allocation fast path]), so while a segment is OWNED only

@@ -652,8 +652,9 @@ void session_cycle_done(struct heap *h, void *daemon)
 
 /* Note [Client lifecycle]
  * ~~~~~~~~~~~~~~~~~~~~~~~
- * (DESIGN.md §6; seed remarking-parallel-domains.txt.)  A mutator client
- * leaves in one of two ways, and the daemon ends up in the same state:
+ * (After OCaml's "Fixing remarking to be safe with parallel domains".)
+ * A mutator client leaves in one of two ways, and the daemon ends up in
+ * the same state:
  *   - Gracefully (heapd_disconnect): the client detaches its mutators
  *     (each detach consumes the slot's URS ring and frees its root
  *     chunks), returns its reserve and the segments its mutators held --
