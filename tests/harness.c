@@ -284,6 +284,21 @@ void harness_send_env(int fd, const Heapd__Envelope *env)
     free(buf);
 }
 
+int harness_raw_welcomed(const char *sock, Heapd__ClientKind kind)
+{
+    int fd = harness_raw_connect(sock), hfd = -1;
+    harness_send_hello(fd, "default", PROTOCOL_VERSION, kind);
+    Heapd__Envelope *w = harness_read_env(fd, &hfd);
+    ck_assert_msg(w && w->body_case == HEAPD__ENVELOPE__BODY_WELCOME,
+                  "heapd did not welcome a raw %s client",
+                  kind == HEAPD__CLIENT_KIND__CLIENT_MUTATOR ? "mutator"
+                                                             : "control");
+    if (hfd >= 0)
+        close(hfd);
+    heapd__envelope__free_unpacked(w, NULL);
+    return fd;
+}
+
 void harness_send_hello(int fd, const char *heap, uint32_t version,
                         Heapd__ClientKind kind)
 {

@@ -93,6 +93,10 @@ void harness_send_env(int fd, const Heapd__Envelope *env);
 /* Send a Hello for heap NAME (kind mutator) with the given version. */
 void harness_send_hello(int fd, const char *heap, uint32_t version,
                         Heapd__ClientKind kind);
+/* Connect to SOCK, say Hello for heap "default" as KIND with this
+ * build's protocol version, and check the answer is a Welcome; returns
+ * the socket.  A mutator's heap fd is closed. */
+int harness_raw_welcomed(const char *sock, Heapd__ClientKind kind);
 /* Read one envelope (bounded); NULL at EOF.  *fd_out gets a passed fd or
  * -1 (may be NULL). */
 Heapd__Envelope *harness_read_env(int fd, int *fd_out);

@@ -264,12 +264,7 @@ END_TEST
 START_TEST(bad_frame_after_welcome)
 {
     start_default();
-    int fd = harness_raw_connect(D.sock);
-    harness_send_hello(fd, "default", PROTOCOL_VERSION,
-                       HEAPD__CLIENT_KIND__CLIENT_CONTROL);
-    Heapd__Envelope *w = harness_read_env(fd, NULL);
-    ck_assert_int_eq(w->body_case, HEAPD__ENVELOPE__BODY_WELCOME);
-    heapd__envelope__free_unpacked(w, NULL);
+    int fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_CONTROL);
     harness_send_bytes(fd, "\x00\x00\x00\x02\xff\xff", 6);
     expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_BAD_FRAME,
                            "undecodable");
@@ -315,12 +310,7 @@ END_TEST
 START_TEST(second_hello)
 {
     start_default();
-    int fd = harness_raw_connect(D.sock);
-    harness_send_hello(fd, "default", PROTOCOL_VERSION,
-                       HEAPD__CLIENT_KIND__CLIENT_CONTROL);
-    Heapd__Envelope *w = harness_read_env(fd, NULL);
-    ck_assert_int_eq(w->body_case, HEAPD__ENVELOPE__BODY_WELCOME);
-    heapd__envelope__free_unpacked(w, NULL);
+    int fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_CONTROL);
     harness_send_hello(fd, "default", PROTOCOL_VERSION,
                        HEAPD__CLIENT_KIND__CLIENT_CONTROL);
     expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_UNEXPECTED,
@@ -1181,12 +1171,7 @@ START_TEST(every_counter_reaches_the_client)
     start_default();
 
     /* the wire: exactly one entry per line */
-    int fd = harness_raw_connect(D.sock);
-    harness_send_hello(fd, "default", PROTOCOL_VERSION,
-                       HEAPD__CLIENT_KIND__CLIENT_CONTROL);
-    Heapd__Envelope *w = harness_read_env(fd, NULL);
-    ck_assert_int_eq(w->body_case, HEAPD__ENVELOPE__BODY_WELCOME);
-    heapd__envelope__free_unpacked(w, NULL);
+    int fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_CONTROL);
     Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     env.seq = 1;

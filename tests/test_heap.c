@@ -182,7 +182,6 @@ static void mark_segments(void **head, uintptr_t base, uintptr_t seg_size,
         segs[((uintptr_t)c - base) / seg_size] = 1;
 }
 
-static Heapd__Envelope *raw_mutator(int *fd);
 
 /* Three quarters of a big list die; a refill that names their class is
  * granted the segments they left partly free, not blank ones, and a new
@@ -222,7 +221,7 @@ START_TEST(partly_free_segments_are_reused)
     unsigned cls = layout_size_class(
         (uint32_t)layout_object_size(1, sizeof(long)));
     int fd;
-    heapd__envelope__free_unpacked(raw_mutator(&fd), NULL);
+    fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
     Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     uint32_t classes[1] = {cls};
@@ -875,19 +874,6 @@ END_TEST
 
 /* ---- bad requests: answered or counted, never fatal ---- */
 
-static Heapd__Envelope *raw_mutator(int *fd)
-{
-    *fd = harness_raw_connect(D.sock);
-    harness_send_hello(*fd, "default", PROTOCOL_VERSION,
-                       HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
-    int hfd;
-    Heapd__Envelope *w = harness_read_env(*fd, &hfd);
-    ck_assert_ptr_nonnull(w);
-    ck_assert_int_eq(w->body_case, HEAPD__ENVELOPE__BODY_WELCOME);
-    close(hfd);
-    return w;
-}
-
 static void expect_reply_error(int fd, uint64_t seq, Heapd__ErrorCode code,
                                const char *substr)
 {
@@ -949,7 +935,7 @@ START_TEST(detach_of_a_slot_not_ours_is_refused)
     size_t keep;
     start_bystander(&c, &m, &keep);
     int fd;
-    heapd__envelope__free_unpacked(raw_mutator(&fd), NULL);
+    fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     Heapd__DetachRequest dr = HEAPD__DETACH_REQUEST__INIT;
     dr.slot = 0; /* the bystander's */
@@ -975,7 +961,7 @@ START_TEST(bad_segment_requests_are_refused)
     size_t keep;
     start_bystander(&c, &m, &keep);
     int fd;
-    heapd__envelope__free_unpacked(raw_mutator(&fd), NULL);
+    fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     /* a segment kind that does not exist */
     Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
@@ -1007,7 +993,7 @@ START_TEST(returning_segments_not_ours_is_ignored)
     size_t keep;
     start_bystander(&c, &m, &keep);
     int fd;
-    heapd__envelope__free_unpacked(raw_mutator(&fd), NULL);
+    fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
     uint64_t rejected = rejected_after(fd, 1);
     heapd_stats_t st0 = harness_stats(c);
     uint32_t segs[3] = {0, 5, 999999};
@@ -1036,7 +1022,7 @@ START_TEST(urs_batch_for_another_slot_is_ignored)
     size_t keep;
     start_bystander(&c, &m, &keep);
     int fd;
-    heapd__envelope__free_unpacked(raw_mutator(&fd), NULL);
+    fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
     uint64_t rejected = rejected_after(fd, 1);
     Heapd__UrsBatch ub = HEAPD__URS_BATCH__INIT;
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
@@ -1060,7 +1046,7 @@ START_TEST(bad_global_names_are_refused)
     size_t keep;
     start_bystander(&c, &m, &keep);
     int fd;
-    heapd__envelope__free_unpacked(raw_mutator(&fd), NULL);
+    fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
     uint64_t rejected = rejected_after(fd, 1);
     char longname[100];
     memset(longname, 'n', sizeof longname - 1);
@@ -1091,10 +1077,7 @@ START_TEST(attach_on_a_control_connection_is_refused)
     heapd_mutator *m;
     size_t keep;
     start_bystander(&c, &m, &keep);
-    int fd = harness_raw_connect(D.sock);
-    harness_send_hello(fd, "default", PROTOCOL_VERSION,
-                       HEAPD__CLIENT_KIND__CLIENT_CONTROL);
-    heapd__envelope__free_unpacked(harness_read_env(fd, NULL), NULL);
+    int fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_CONTROL);
     Heapd__AttachRequest ar = HEAPD__ATTACH_REQUEST__INIT;
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     env.seq = 8;
@@ -1121,7 +1104,7 @@ START_TEST(grants_are_capped_by_the_budget)
 {
     start_with(NULL);
     int fd;
-    heapd__envelope__free_unpacked(raw_mutator(&fd), NULL);
+    fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
     sr.kind = HEAPD__SEGMENT_KIND__SEGMENT_SMALL;

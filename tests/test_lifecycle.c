@@ -726,18 +726,6 @@ END_TEST
 
 /* ---- bad input ---- */
 
-static int raw_mutator(void)
-{
-    int fd = harness_raw_connect(D.sock), hfd;
-    harness_send_hello(fd, "default", PROTOCOL_VERSION,
-                       HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
-    Heapd__Envelope *w = harness_read_env(fd, &hfd);
-    ck_assert_ptr_nonnull(w);
-    ck_assert_int_eq(w->body_case, HEAPD__ENVELOPE__BODY_WELCOME);
-    close(hfd);
-    heapd__envelope__free_unpacked(w, NULL);
-    return fd;
-}
 
 static void send_remark_done(int fd, uint32_t *rescanned, size_t nr,
                              uint32_t *released, size_t nl)
@@ -773,7 +761,7 @@ START_TEST(unasked_remark_answers_are_ignored)
     heapd_blocking_enter(m);
     heapd_stats_t before = harness_stats(c);
 
-    int fd = raw_mutator();
+    int fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
     uint32_t junk[] = {0, 1, 200, 0x7fffffff, UINT32_MAX};
     send_remark_done(fd, junk, 5, junk + 2, 3);
     /* and while cycles overflow and remark */
@@ -792,10 +780,7 @@ START_TEST(unasked_remark_answers_are_ignored)
     close(fd);
 
     /* a control client has no heap to answer for */
-    int cfd = harness_raw_connect(D.sock);
-    harness_send_hello(cfd, "default", PROTOCOL_VERSION,
-                       HEAPD__CLIENT_KIND__CLIENT_CONTROL);
-    heapd__envelope__free_unpacked(harness_read_env(cfd, NULL), NULL);
+    int cfd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_CONTROL);
     send_remark_done(cfd, junk, 2, NULL, 0);
     r = ask(cfd, 4, &env);
     ck_assert_int_eq(r->body_case, HEAPD__ENVELOPE__BODY_STATS_REPLY);
@@ -823,7 +808,7 @@ START_TEST(goodbye_is_answered_and_final)
     heapd_blocking_enter(m);
     heapd_stats_t before = harness_stats(c);
 
-    int fd = raw_mutator();
+    int fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
     Heapd__Goodbye gb = HEAPD__GOODBYE__INIT;
     Heapd__Envelope bye = HEAPD__ENVELOPE__INIT;
     bye.body_case = HEAPD__ENVELOPE__BODY_GOODBYE;
