@@ -147,7 +147,7 @@ static void urs_wait_room(heapd_mutator *m)
         /* Note [Spinning through a pause] */
         futex_spin_wait(&s->urs_wake, w, MUTATOR_SPIN_NS, 100000000u);
     }
-    mutator_resume(m);
+    mutator_wait_end(m);
 }
 
 /* Note [Filtering the barrier]
@@ -315,5 +315,5 @@ void barrier_stack_slow(heapd_mutator *m)
         /* Note [Spinning through a pause] */
         futex_spin_wait(&s->stack_marked, v, MUTATOR_SPIN_NS, 100000000u);
     }
-    mutator_resume(m);
+    mutator_wait_end(m);
 }

@@ -41,9 +41,10 @@
  */
 
 
-void mutator_stop_slow(heapd_mutator *m)
+/* Acknowledge stop GEN (loaded once by the caller) and wait for its
+ * release. */
+static void take_stop(heapd_mutator *m, uint32_t gen)
 {
-    uint32_t gen = atomic_load(&m->ctl->stop_request);
     uint32_t st = atomic_load(&m->slot->status);
 
     if (gen == 0 || LAYOUT_STATUS_GEN(st) == gen)
@@ -55,6 +56,11 @@ void mutator_stop_slow(heapd_mutator *m)
     /* Note [Spinning through a pause] */
     while (atomic_load(&m->ctl->stop_request) == gen)
         futex_spin_wait(&m->ctl->stop_request, gen, MUTATOR_SPIN_NS, 0);
+}
+
+void mutator_stop_slow(heapd_mutator *m)
+{
+    take_stop(m, atomic_load(&m->ctl->stop_request));
 }
 
 void mutator_safepoint_slow(heapd_mutator *m)
@@ -88,16 +94,29 @@ void mutator_wait_begin(heapd_mutator *m)
     set_state(m, LAYOUT_MUT_WAITING);
 }
 
-void mutator_resume(heapd_mutator *m)
+/* RUNNING again; returns the stop under way then (seq_cst store then
+ * seq_cst load: see the Note's "why this is safe"). */
+static uint32_t run_again(heapd_mutator *m)
 {
     /* not while the agent takes segments from this blocked mutator */
     pthread_mutex_lock(&m->hold);
     uint32_t st = atomic_load(&m->slot->status);
-    /* seq_cst store then seq_cst load: see the Note's "why this is safe" */
     atomic_store(&m->slot->status,
                  LAYOUT_STATUS(LAYOUT_STATUS_GEN(st), LAYOUT_MUT_RUNNING));
     pthread_mutex_unlock(&m->hold);
-    mutator_stop_slow(m);
+    return atomic_load(&m->ctl->stop_request);
+}
+
+/* Note [Waiting in a barrier]: the stop under way may be a final sync that
+ * counted this mutator as stopped while it waited, so it must not run on
+ * before that stop's release; but a snapshot it must not take: it is
+ * inside a barrier, not at a safepoint, and the snapshot waits for its
+ * next one. */
+void mutator_wait_end(heapd_mutator *m)
+{
+    uint32_t gen = run_again(m);
+    if (gen != 0 && !layout_stop_is_snapshot(gen))
+        take_stop(m, gen);
 }
 
 /* A blocked mutator may hold up a remark (the daemon waits for it while a
@@ -115,7 +134,7 @@ void heapd_blocking_enter(heapd_mutator *m)
 void heapd_blocking_leave(heapd_mutator *m)
 {
     if (m)
-        mutator_resume(m);
+        take_stop(m, run_again(m));
 }
 
 int mutator_call(heapd_mutator *m, Heapd__Envelope *req,

@@ -79,11 +79,10 @@ static inline void mutator_poll(heapd_mutator *m)
  * ends it. */
 void mutator_block(heapd_mutator *m);
 /* Wait inside a barrier: Note [Waiting in a barrier] in
- * daemon/safepoint.c; mutator_resume ends the wait. */
+ * daemon/safepoint.c; mutator_wait_end ends the wait, taking a final sync
+ * under way but never a snapshot. */
 void mutator_wait_begin(heapd_mutator *m);
-/* Running again after a blocking region or a wait: takes any stop under
- * way (heapd_blocking_leave). */
-void mutator_resume(heapd_mutator *m);
+void mutator_wait_end(heapd_mutator *m);
 /* A call to the daemon from a mutator thread: inside a blocking region,
  * so that the mutator never holds up a stop while it waits. */
 int mutator_call(heapd_mutator *m, Heapd__Envelope *req,

@@ -9,7 +9,8 @@
  *   slot->status            state (FREE, RUNNING, BLOCKED, WAITING) | last
  *                           acked g.
  * Daemon (one collector thread per heap):
- *   1. g = next generation (never 0); store stop_request = g (seq_cst).
+ *   1. g = next generation (never 0; odd for a snapshot, even for a final
+ *      sync); store stop_request = g (seq_cst).
  *   2. For every slot, load status (seq_cst) until it is FREE, BLOCKED,
  *      RUNNING with ack == g, or (a final sync only) WAITING (Note
  *      [Waiting in a barrier]), spinning a little and then sleeping on the
@@ -82,13 +83,21 @@ static uint64_t now_ns(void)
  * A write barrier may have to wait: for room in a full URS ring, or for
  * the daemon to finish marking the mutator's stack.  The mutator then
  * stores status WAITING (client/barrier.c): it touches nothing while it
- * waits, and on leaving it stores RUNNING and takes any stop under way,
- * exactly as a blocking region ends.  The two stops treat it differently:
+ * waits.  The two stops treat it differently, and tell which they are by
+ * the parity of their generation (layout_stop_is_snapshot), so that one
+ * load of stop_request gives both:
  *   - a final sync counts it as stopped, as if BLOCKED: the sync reads the
  *     ring and marks the stack itself, which is what the barrier waits
  *     for, so waiting for the mutator could deadlock;
  *   - a snapshot waits for it as for a running mutator: it must leave the
  *     barrier and reach its next safepoint first.
+ * Leaving the wait, the mutator stores RUNNING, then loads stop_request
+ * once: a final sync under way counted it as stopped, so it acknowledges
+ * that generation and waits for the release, as a blocking region ends;
+ * a snapshot it leaves alone, to be taken at its next safepoint.  (Taking
+ * any stop there, as heapd_blocking_leave does, let a snapshot raised
+ * right after a final sync's release be acknowledged from inside the
+ * barrier: the spin model models/stop.pml found it, BUG_RESUME_TAKES_ANY_STOP.)
  * So no snapshot is ever taken while a mutator is inside heapd_write,
  * heapd_cas or heapd_global_set, and a mutator's epoch can change only at
  * its safepoints: the rule of Note [Client GC discipline] in heapd.h
@@ -139,8 +148,13 @@ uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
 {
     struct layout_control *ctl = h->control;
     static const uint64_t report_ns = 1000000000u; /* log slow mutators */
-    uint32_t gen = (h->stop_gen % LAYOUT_GEN_MASK) + 1;
+    uint32_t gen = h->stop_gen;
     uint64_t t0, max = 0;
+
+    /* the next generation of this kind's parity (never 0) */
+    do
+        gen = gen % LAYOUT_GEN_MASK + 1;
+    while (layout_stop_is_snapshot(gen) != (kind == SAFEPOINT_SNAPSHOT));
 
     h->stop_gen = gen;
     atomic_store(&ctl->stop_request, gen);

@@ -272,6 +272,13 @@ enum layout_mut_state {
 #define LAYOUT_STATUS_STATE(s) ((s) & 3u)
 #define LAYOUT_STATUS_GEN(s) ((s) >> 2)
 #define LAYOUT_GEN_MASK 0x3fffffffu
+/* A stop's kind is the parity of its generation, so that a mutator reads
+ * both in one load of stop_request: odd for a snapshot, even for a final
+ * sync (Note [Waiting in a barrier] in daemon/safepoint.c). */
+static inline bool layout_stop_is_snapshot(uint32_t gen)
+{
+    return (gen & 1u) != 0;
+}
 
 #define LAYOUT_URS_SIZE 8192 /* entries in a mutator's URS ring (64 KiB) */
 
