@@ -1,5 +1,5 @@
 /* models/remark.pml: remarking segments after a mark-stack overflow, with
- * owners, orphans and the adoption lock (issue 6).
+ * owners, orphans and the adoption lock (Note [Remark]).
  *
  * It follows the code: Note [Remark] in daemon/remark.c (the per-segment
  * state machine: remark_flag, remark_pop_locked, remark_lock_unowned,

@@ -1,107 +1,120 @@
 /* models/stack_marking.pml: the root-stack marking handshake between a
- * mutator and the daemon's concurrent mark and final sync, with values in
- * flight parked in the slot's pending root.
+ * mutator and the daemon's concurrent mark and final sync, the entry
+ * safepoints of the root and global calls with their value parked, and
+ * write barriers that wait WAITING.
  *
- * Models Note [Stack marking handshake], Note [Straddling a cycle] and
- * Note [Values in flight] (client/barrier.c: barrier_stack_slow,
- * barrier_write_slow, object_barrier, catch_up, barrier_log, urs_wait_room;
- * client/client_internal.h: barrier_stack, barrier_write, barrier_park,
- * barrier_unpark; client/mutator.c: heapd_root_push, heapd_root_pop;
- * client/alloc.c: heapd_write), the daemon's mark_stack / trace_stack /
- * mark_roots / mark_urs (daemon/mark.c) and Note [Collection cycle]
- * (daemon/collector.c: snapshot resets the stack words and empties the
- * rings; concurrent mark; final sync reads the ring, marks the stack if
- * still unmarked and drains with a budget, going back to concurrent
- * marking when it runs out; then sweep), Note [Update remembered set],
- * Note [Filtering the barrier], Note [Snapshot write barrier] (the dirty
- * tag loop) and Note [Epoch-tagged marks] (allocation is black).  The
- * handshake comes from the seed stack-dirtiness-concurrent-marking.txt.
+ * Models Note [Stack marking handshake], Note [Straddling a cycle], Note
+ * [Values in flight] and Note [Update remembered set] (client/barrier.c:
+ * barrier_stack_slow, barrier_write_slow, barrier_global_slow,
+ * barrier_log, urs_wait_room), Note [Waiting in a barrier]
+ * (daemon/safepoint.c: a final sync counts a WAITING mutator as stopped, a
+ * snapshot waits for it), Note [Client GC discipline] (client/heapd.h:
+ * every safepoint call takes its safepoint on entry, before it changes the
+ * stack; client/client_internal.h: mutator_enter, barrier_park,
+ * barrier_unpark; client/mutator.c: heapd_root_push/set/pop;
+ * client/globals.c: heapd_global_set; client/alloc.c: heapd_write), the
+ * daemon's mark_stack / trace_stack / mark_roots / mark_urs
+ * (daemon/mark.c) and Note [Collection cycle] (daemon/collector.c: the
+ * snapshot resets the stack words and empties the rings; concurrent mark;
+ * the final sync reads the ring, marks the stack if still unmarked and
+ * drains with a budget, going back to concurrent marking when it runs
+ * out; then the sweep), Note [Filtering the barrier], Note [Snapshot write
+ * barrier] (the dirty tag) and Note [Epoch-tagged marks] (allocation is
+ * black).
  *
  * Abstractions (each keeps the interleavings that matter here):
  *   - The stop protocol is models/stop.pml; here a stop is: the daemon
- *     raises `stop` and waits until the mutator is not in_heap; the
- *     mutator leaves the heap at a safepoint or a blocking region and comes
- *     back only while no stop is raised.  A dead client's slot counts as
- *     stopped once the loop thread has freed it.
+ *     raises `stop` (SNAP or SYNC) and waits until the mutator is not
+ *     in_heap, and for a snapshot not `waiting` either; the mutator leaves
+ *     the heap at a safepoint, a blocking region or a barrier wait and
+ *     comes back only while no stop is raised (from a barrier wait: while
+ *     no final sync is raised; a snapshot raised meanwhile waits for its
+ *     next safepoint, as models/stop.pml checks).  A dead client's slot
+ *     counts as stopped once the loop thread has freed it.
  *   - Work the daemon does with the world stopped (the snapshot, the final
  *     sync with its drain and the end-of-marking check) is one atomic step:
- *     nothing a stopped or blocked mutator can do touches it.  The sweep is
- *     one atomic step too (it only frees unmarked blocks); the concurrent
- *     mark_roots keeps one step per load (its CAS, the depth, the pending
- *     root, each root slot), in the code's order, and each scan of an
- *     object (one field) is one step.
+ *     nothing a stopped, blocked or waiting mutator can do touches it.  The
+ *     sweep is one atomic step too (it only frees unmarked blocks); the
+ *     concurrent mark_roots keeps one step per load (the global, its CAS,
+ *     the pending root, the depth, each root slot), in the code's order,
+ *     and each scan of an object (one field) is one step.
  *   - The mutator's read of the epoch, stack_marking and stack_marked and
  *     its CAS are one atomic step: the daemon's CAS in between makes the
  *     mutator's fail, as does a daemon that already won.
  *   - One mutator slot (a second slot only adds interleavings of the
  *     daemon's mark_stack with itself); the mutator can be killed at any
- *     step, blocked or not.  The loop thread consumes the ring (UrsBatch,
+ *     step, waiting or not.  The loop thread consumes the ring (UrsBatch,
  *     Note [Polling the rings]) and frees a dead slot.
  *   - Sequentially consistent memory: the stack words, epoch, phase,
  *     pending root and root depth are seq_cst or release/acquire in the
  *     code.
  *   - The URS ring holds CAP (1) entries, so logging can find it full and
- *     block across a final sync or a whole cycle.
- *   - heapd_cas and heapd_global_set run the same park / barrier /
- *     catch_up / store / unpark sequence as heapd_write (barrier_global_slow
- *     logs a global's old value instead of an object's fields) and are not
- *     modelled separately.  See GROW below for heapd_root_push growing
- *     its stack.  NOT modelled: heapd_global_set's path for a new global
- *     (push REF, claim: a blocking call, then a pop without barrier_stack,
- *     possibly in a cycle whose stack marking has not run); see
- *     docs/hardening-models.md.
+ *     wait across a final sync.
+ *   - heapd_cas runs heapd_write's barrier and is not modelled separately.
+ *     One global root exists before the cycles (mark_roots marks it before
+ *     the stacks); NOT modelled: heapd_global_set's claim of a new global
+ *     (a blocking call with REF parked, then mutator_enter again: the same
+ *     shape as growing the stack, GROW below).
  *
- * Heap: objects 1..3 (0 is NULL), one reference field each.  The stack
- * holds object 1, whose field holds object 2; object 3 is free.  The
- * mutator does up to NOPS of: allocate and heapd_root_push it; allocate
- * and heapd_write it into root 0's field; heapd_write the top root into
- * root 0's field; heapd_root_set root 0 to the top root;
- * heapd_root_pop; read the top root's field and
+ * Heap: objects 1..3 (0 is NULL), one reference field each, one global
+ * (NULL at first).  The stack holds object 1, whose field holds object 2;
+ * object 3 is free.  The mutator does up to NOPS of: allocate and
+ * heapd_root_push it; allocate and heapd_write it into root 0's field;
+ * heapd_root_set root 0 to the top root; heapd_root_pop the top root and
+ * heapd_write it into root 0's field (Note [Client GC discipline]: a
+ * popped value stays valid until the next safepoint); heapd_global_set
+ * the global to the top root; read the top root's field and
  * heapd_root_push it.  CYCLES collection cycles run.
  *
  * Properties:
  *   (K1) when marking ends (end of the final sync, sweep about to start),
- *        every object reachable from the stack or the parked value of a
- *        live slot (through fields) is marked with the epoch;
+ *        every object reachable from the global, or from the stack or the
+ *        parked value of a live slot (through fields), is marked with the
+ *        epoch;
  *   (K2) the mutator never stores or reads a freed object (asserted at
  *        every use of a reference it holds);
  *   (K3) no invalid end state: the daemon never waits for the mutator
- *        (alive, blocked or dead) to finish marking its stack, and a
- *        mutator waiting for the daemon is released.
- *
- * History: the first version of this model (commit 327d97d) found that
- * heapd_root_push/set and heapd_write stored a value held only in a C local
- * after a barrier that can block while a whole cycle passes (fixed in
- * cfe3c2c, Note [Values in flight]; -DBUG_NO_PARK below).  Its unanalysed
- * one-cycle violation was a modelling error: the daemon was an active
- * proctype and ran its snapshot and mark_roots before init had put object
- * 1 on the stack; init now starts every process atomically.
+ *        (alive, waiting or dead) to finish marking its stack, and a
+ *        mutator waiting for the daemon or for marking to end is released;
+ *   (K4) a barrier sees one epoch from start to end: the code's
+ *        assertions in barrier_write_slow and barrier_stack_slow; -DNDEBUG
+ *        leaves them out, as a release build does.
  *
  * Mutants (spin -D...), each must produce an error:
- *   BUG_NO_PARK            the code before cfe3c2c: nothing is parked and
- *                          there is no catch_up: K1 fails (the value
- *                          stored after a barrier that straddled a cycle);
+ *   BUG_NO_PARK            mutator_enter parks nothing: K1 fails (a value
+ *                          held only in a C local across the entry
+ *                          safepoint of heapd_root_push/set);
  *   BUG_NO_WAIT            a mutator that loses the CAS to the daemon goes
  *                          on without waiting for stack_marked: K1 fails;
  *   BUG_MARKED_EARLY       the daemon sets stack_marked before tracing
  *                          (Note: "only then sets stack_marked"): K1 fails;
  *   BUG_SYNC_SKIPS_STACKS  the final sync does not mark a stack still
- *                          unmarked (the mutator blocked half-way through
- *                          logging it): K1 fails.
+ *                          unmarked (the mutator waiting half-way through
+ *                          logging it): K1 fails;
+ *   BUG_POP_THEN_POLL      heapd_root_pop in the old order: the stack
+ *                          barrier, the pop, then the poll: K1 fails (pop
+ *                          object 3, a snapshot at the poll, heapd_write
+ *                          of 3 into object 1 logs only the old value 2,
+ *                          and the sweep frees 3, reachable from root 0);
+ *   BUG_BARRIER_BLOCKED    the barriers wait BLOCKED, as before Note
+ *                          [Waiting in a barrier]: K4 fails, and with
+ *                          NDEBUG K1 (a new object, a C local, stored by a
+ *                          heapd_write whose barrier waited while a final
+ *                          sync, a sweep and the next snapshot passed);
+ *   BUG_RESUME_TAKES_ANY_STOP  leaving a barrier wait takes any stop,
+ *                          a snapshot too (mutator_resume as the code has
+ *                          it: see models/stop.pml): K4 fails, and with
+ *                          NDEBUG K1, as with BUG_BARRIER_BLOCKED.
  *
  * -DGROW adds heapd_root_push growing the stack (a request to the daemon
  * inside a blocking region, during which a final sync, a sweep and a new
- * snapshot may pass).  It found a bug (fixed in 338dd96): back from
- * grow_roots, heapd_root_push stored REF, published the depth and
- * unparked REF without running barrier_stack again, while the daemon's
- * concurrent mark_stack loaded root_depth BEFORE pending_root: it read the
- * old depth, the mutator stored the slot, the depth and unparked, the
- * daemon read pending_root == NULL and set stack_marked, and the sweep
- * freed REF on the stack (K1).  The code now has both fixes, each of which
- * verifies alone; the mutant GROW+BUG_GROW_NO_BARRIER+BUG_DEPTH_FIRST
- * (neither) must fail:
+ * snapshot may pass; REF stays parked).  Either of two things keeps REF:
+ * mutator_enter running again after grow_roots (the stack barrier of a
+ * cycle begun meanwhile logs the parked REF), and mark_stack loading
+ * pending_root before root_depth (a daemon that reads the old depth sees
+ * REF parked).  Each verifies alone; the mutant without both must fail:
  *   BUG_DEPTH_FIRST        mark_stack loads root_depth before pending_root;
- *   BUG_GROW_NO_BARRIER    no barrier_stack after grow_roots.
+ *   BUG_GROW_NO_BARRIER    no mutator_enter after grow_roots.
  */
 
 #define NOBJ    4       /* objects 1..3; index 0 is NULL */
@@ -120,8 +133,11 @@
 
 byte epoch = 1;             /* control->epoch: cycle 0 is complete */
 byte phase = IDLE;          /* control->phase */
-bool stop;                  /* a stop is raised (models/stop.pml) */
+#define SNAP    1       /* SAFEPOINT_SNAPSHOT */
+#define SYNC    2       /* SAFEPOINT_FINAL_SYNC */
+byte stop;                  /* the stop raised, 0, SNAP or SYNC (models/stop.pml) */
 bool in_heap;               /* the mutator runs between safepoints */
+bool waiting;               /* the mutator waits inside a write barrier */
 bool lock;                  /* h->lock: held by mark_roots; the loop thread
                              * takes it to consume a ring or free a slot */
 
@@ -131,6 +147,7 @@ byte stack_marked;
 byte depth;                 /* root_depth */
 byte stk[DEPTH];            /* root slots */
 byte pending;               /* slot->pending_root */
+byte glob;                  /* one global root's value (Note [Global roots]) */
 byte urs[CAP];              /* the URS ring */
 byte ulen;
 #ifdef GROW
@@ -252,10 +269,10 @@ inline mark_stack_stopped()
 /* K1, with the world stopped at the end of marking */
 inline check_marked()
 {
-    reach = 0;
+    reach = 1 << glob;
     if
     :: !freed ->
-        reach = 1 << pending;
+        reach = reach | (1 << pending);
         for (k : 0 .. DEPTH - 1) {
             if
             :: k < depth -> reach = reach | (1 << stk[k])
@@ -288,9 +305,9 @@ proctype Daemon()
 
     for (c : 1 .. CYCLES) {
         /* the snapshot pause (collector.c snapshot()) */
-        stop = true;
+        stop = SNAP;
         atomic {
-            !in_heap ->
+            !in_heap && !waiting ->     /* a snapshot waits for WAITING */
             epoch++;
             stack_marking = 0;
             stack_marked = 0;
@@ -298,10 +315,12 @@ proctype Daemon()
             consume();
             grey = 0;
             phase = MARK;
-            stop = false
+            stop = 0
         };
-        /* concurrent mark: mark_roots under the heap lock */
+        /* concurrent mark: mark_roots under the heap lock, the globals
+         * first (the global existed before the cycle) */
         atomic { !lock -> lock = true };
+        r = glob; mark_ref(r); r = 0;
         mark_stack_concurrent();
         lock = false;
         do
@@ -312,9 +331,9 @@ proctype Daemon()
             :: else -> break
             od;
             /* the final sync: ring, stack, drain with a budget */
-            stop = true;
+            stop = SYNC;
             atomic {
-                !in_heap && !lock ->
+                !in_heap && !lock ->    /* a WAITING mutator counts as stopped */
                 if
                 :: !freed ->
                     consume();
@@ -340,7 +359,7 @@ proctype Daemon()
                     phase = SWEEP
                 :: else -> skip             /* marking goes on */
                 fi;
-                stop = false
+                stop = 0
             };
             if
             :: done -> break
@@ -372,7 +391,8 @@ end:
     :: atomic { !lock && ulen > 0 -> consume() }       /* UrsBatch */
     :: atomic {
             !lock && dead && !freed ->
-            consume(); depth = 0; pending = 0; freed = true; in_heap = false
+            consume(); depth = 0; pending = 0; freed = true;
+            in_heap = false; waiting = false
         }
     od
 }
@@ -382,15 +402,48 @@ end:
 /* K2 */
 inline use(r) { assert(r == 0 || alive[r]) }
 
-/* a safepoint (mutator_poll) */
-inline poll()
+/* K4: the code's assertions that a barrier sees one epoch (Note
+ * [Straddling a cycle]); -DNDEBUG drops them, as a release build does */
+#ifndef NDEBUG
+#define SAME_EPOCH(e)   assert(epoch == (e))
+#else
+#define SAME_EPOCH(e)   skip
+#endif
+
+/* A wait inside a write barrier (Note [Waiting in a barrier]):
+ * mutator_wait_begin stores WAITING; a final sync counts it as stopped, a
+ * snapshot waits for it. */
+inline wait_begin()
 {
-    in_heap = false;
-    atomic { !stop -> in_heap = true }
+#ifdef BUG_BARRIER_BLOCKED
+    in_heap = false                     /* BLOCKED: any stop passes */
+#else
+    atomic { in_heap = false; waiting = true }
+#endif
 }
 
-/* barrier_log: filtered, and a full ring waits blocked (urs_wait_room);
- * after a wait, marking may be over: then the entry is dropped */
+/* mutator_resume after a barrier wait: RUNNING again; a final sync under
+ * way (which may have counted it stopped) is waited for; a snapshot under
+ * way is left to the next safepoint, since it cannot have counted a
+ * WAITING mutator (models/stop.pml, the mutant BUG_RESUME_TAKES_ANY_STOP
+ * there; the code's mutator_resume takes any stop, which is the mutant
+ * here too). */
+inline wait_end()
+{
+#if defined(BUG_BARRIER_BLOCKED) || defined(BUG_RESUME_TAKES_ANY_STOP)
+    waiting = false;
+    atomic { !stop -> in_heap = true }
+#else
+    /* acking a final sync and waiting for its release is, for this
+     * abstraction, staying WAITING: stopped for that sync, not for a
+     * snapshot raised after it */
+    atomic { stop != SYNC -> waiting = false; in_heap = true }
+#endif
+}
+
+/* barrier_log: filtered, and a full ring waits (urs_wait_room) until the
+ * daemon moves the tail or marking ends; after a wait, marking may be
+ * over: then the entry is dropped */
 inline barrier_log(lr)
 {
     if
@@ -398,14 +451,14 @@ inline barrier_log(lr)
     :: else ->
         if
         :: ulen >= CAP ->
-            in_heap = false;                    /* blocking_enter */
-            (ulen < CAP);                       /* the daemon moves the tail */
-            atomic { !stop -> in_heap = true }  /* blocking_leave */
+            wait_begin();
+            (ulen < CAP || phase != MARK);
+            wait_end()
         :: else -> skip
         fi;
         atomic {
             if
-            :: phase == MARK -> urs[ulen] = lr; ulen++
+            :: phase == MARK && ulen < CAP -> urs[ulen] = lr; ulen++
             :: else -> skip
             fi
         }
@@ -413,95 +466,103 @@ inline barrier_log(lr)
     lr = 0
 }
 
-/* barrier_stack_slow */
+/* barrier_stack_slow: take the stack word and log the stack, or wait
+ * for the daemon to finish marking it, or for marking to end */
 inline barrier_stack_slow()
 {
-    do
-    :: atomic {
-            phase == MARK ->
+    atomic {
+        if
+        :: phase == MARK ->
             e = epoch;
             if
             :: stack_marked == e -> won = false; res = 1
             :: stack_marking != e -> stack_marking = e; won = true; res = 0
             :: else -> won = false; res = 0
             fi
-        };
-        if
-        :: res == 1 -> res = 0; break
-        :: won ->
-            k = 0;
-            do
-            :: k < depth -> lr = stk[k]; barrier_log(lr); k++
-            :: else -> break
-            od;
-            k = 0;
-            lr = pending; barrier_log(lr);
-            if
-            :: epoch != e -> skip      /* a new cycle began: start over */
-            :: else -> stack_marked = e; break
-            fi
-        :: else ->
-#ifdef BUG_NO_WAIT
-            break;
-#endif
-            /* the daemon is marking it: wait blocked for its word or a
-             * new epoch */
-            in_heap = false;
-            (stack_marked == e || epoch != e);
-            atomic { !stop -> in_heap = true }
+        :: else -> won = false; res = 1     /* !barrier_on */
         fi
-    :: else -> break        /* !barrier_on */
-    od;
-    e = 0; won = false
+    };
+    if
+    :: res == 1 -> skip
+    :: won ->
+        k = 0;
+        do
+        :: k < depth -> lr = stk[k]; barrier_log(lr); k++
+        :: else -> break
+        od;
+        k = 0;
+        lr = pending; barrier_log(lr);
+        SAME_EPOCH(e);                      /* K4 */
+        stack_marked = e
+    :: else ->
+#ifndef BUG_NO_WAIT
+        wait_begin();
+        (stack_marked == e || phase != MARK);
+        wait_end()
+#else
+        skip
+#endif
+    fi;
+    e = 0; won = false; res = 0
 }
 
-/* barrier_stack(m, v): parks V (Note [Values in flight]) */
-inline barrier_stack(v)
+/* mutator_enter(m, v, &parked): the safepoint, then the stack barrier,
+ * V parked through whatever of them runs (Note [Values in flight],
+ * Note [Client GC discipline]) */
+inline enter(v)
 {
     if
-    :: phase == MARK && stack_marked != epoch ->
+    :: atomic {
+            stop != 0 ->                    /* mutator_poll_due */
 #ifndef BUG_NO_PARK
-        pending = v;
+            if
+            :: v != 0 -> pending = v; parked = true
+            :: else -> skip
+            fi;
+#endif
+            in_heap = false                 /* ack */
+        };
+        atomic { !stop -> in_heap = true }
+    :: else -> skip
+    fi;
+    if
+    :: phase == MARK && stack_marked != epoch ->    /* barrier_stack_due */
+#ifndef BUG_NO_PARK
+        if
+        :: v != 0 -> pending = v; parked = true
+        :: else -> skip
+        fi;
 #endif
         barrier_stack_slow()
     :: else -> skip
     fi
 }
 
-/* heapd_write's barrier_write(m, obj, field, v): park V, the object
- * barrier (log the field unless tagged, for every cycle it straddles),
- * catch_up */
-inline barrier_write(obj, v)
+/* barrier_unpark, if parked */
+inline unpark()
+{
+    if
+    :: parked -> pending = 0; parked = false
+    :: else -> skip
+    fi
+}
+
+/* heapd_write's barrier_write(m, obj, field): the object barrier, no
+ * safepoint and no snapshot inside (Note [Snapshot write barrier]) */
+inline barrier_write(obj)
 {
     if
     :: phase == MARK ->
-        e0 = epoch;
-#ifndef BUG_NO_PARK
-        pending = v;
-#endif
-        do
-        :: phase == MARK ->
-            e = epoch;
-            if
-            :: tag[obj] == e -> break
-            :: else -> skip
-            fi;
+        e = epoch;
+        if
+        :: tag[obj] != e ->
             lr = field[obj];
             barrier_log(lr);
-            tag[obj] = e;
-            if
-            :: epoch == e -> break
-            :: else -> skip
-            fi
-        :: else -> break
-        od;
-#ifndef BUG_NO_PARK
-        if
-        :: epoch != e0 -> barrier_stack_slow()  /* catch_up */
+            SAME_EPOCH(e);                  /* K4 */
+            tag[obj] = e
         :: else -> skip
         fi;
-#endif
-        e0 = 0; e = 0
+        e = 0
     :: else -> skip
     fi
 }
@@ -510,7 +571,7 @@ inline barrier_write(obj, v)
  * none free: the operation is skipped */
 inline alloc()
 {
-    poll();
+    enter(0);
     atomic {
         o = 1;
         do
@@ -526,35 +587,33 @@ inline alloc()
     }
 }
 
-/* heapd_write(m, root 0, its field, v) */
+/* heapd_write(m, root 0, its field, v): v is a C local; nothing parks it */
 inline write_root0(v)
 {
     k = stk[0];                 /* heapd_root_get */
     use(k);
     use(v);
-    barrier_write(k, v);
+    barrier_write(k);
     use(v);
     field[k] = v;
-    pending = 0;                /* barrier_unpark */
-    k = 0; o = 0
+    k = 0
 }
 
 /* heapd_root_push(m, v) */
 inline root_push(v)
 {
-    barrier_stack(v);
+    enter(v);
 #ifdef GROW
     if
     :: depth == chunks ->
-        /* grow_roots: park V, then a request to the daemon (a blocking
+        /* grow_roots: V parked, then a request to the daemon (a blocking
          * region: a stop, even a whole new snapshot, may pass) */
-        pending = v;
+        pending = v; parked = true;
         in_heap = false;
         atomic { !stop -> in_heap = true };
         chunks++;
 #ifndef BUG_GROW_NO_BARRIER
-        /* heapd_root_push: the stack barrier again after growing */
-        barrier_stack(v);
+        enter(v);               /* mutator_enter again after the wait */
 #endif
         skip
     :: else -> skip
@@ -563,14 +622,36 @@ inline root_push(v)
     use(v);
     stk[depth] = v;
     depth++;
-    pending = 0;
-    poll()
+    unpark()
+}
+
+/* heapd_root_pop(m, 1) */
+inline root_pop()
+{
+#ifndef BUG_POP_THEN_POLL
+    enter(0);
+    depth--;
+    stk[depth] = 0
+#else
+    /* the old order: the stack barrier, the pop, then the poll */
+    if
+    :: phase == MARK && stack_marked != epoch -> barrier_stack_slow()
+    :: else -> skip
+    fi;
+    depth--;
+    stk[depth] = 0;
+    if
+    :: atomic { stop != 0 -> in_heap = false };
+        atomic { !stop -> in_heap = true }
+    :: else -> skip
+    fi
+#endif
 }
 
 proctype Mutator()
 {
-    byte n, e, e0, k, lr, o, res;
-    bool won;
+    byte n, e, k, lr, o, res;
+    bool won, parked;
     {
         atomic { !stop -> in_heap = true };
         for (n : 1 .. NOPS) {
@@ -585,28 +666,37 @@ proctype Mutator()
                 /* heapd_write(root 0, its field, a new object) */
                 alloc();
                 if
-                :: o != 0 -> write_root0(o)
+                :: o != 0 -> write_root0(o); o = 0
                 :: else -> skip
                 fi
             :: depth == DEPTH ->
-                /* heapd_write(root 0, its field, the top root) */
-                o = stk[depth - 1];         /* heapd_root_get */
-                write_root0(o)
-            :: depth == DEPTH ->
                 /* heapd_root_set(m, 0, the top root) */
                 o = stk[depth - 1];         /* heapd_root_get */
-                barrier_stack(o);
+                enter(o);
                 use(o);
                 stk[0] = o;
-                pending = 0;
-                o = 0;
-                poll()
+                unpark();
+                o = 0
+            :: depth == DEPTH ->
+                /* heapd_root_pop(1), then heapd_write(root 0, its field,
+                 * the popped value) */
+                o = stk[depth - 1];         /* heapd_root_get */
+                root_pop();
+                write_root0(o);
+                o = 0
             :: depth > 0 ->
-                /* heapd_root_pop(1) */
-                barrier_stack(0);
-                depth--;
-                stk[depth] = 0;
-                poll()
+                /* heapd_global_set(the global, the top root): the entry,
+                 * then barrier_global_slow logs the old value */
+                o = stk[depth - 1];
+                enter(o);
+                if
+                :: phase == MARK -> lr = glob; barrier_log(lr)
+                :: else -> skip
+                fi;
+                use(o);
+                glob = o;
+                unpark();
+                o = 0
             :: depth > 0 && depth < DEPTH && field[stk[depth - 1]] != 0 ->
                 /* heapd_read the top root's field, heapd_root_push it */
                 o = field[stk[depth - 1]];
