@@ -102,8 +102,8 @@
  *                          heapd_write whose barrier waited while a final
  *                          sync, a sweep and the next snapshot passed);
  *   BUG_RESUME_TAKES_ANY_STOP  leaving a barrier wait takes any stop,
- *                          a snapshot too (mutator_resume as the code has
- *                          it: see models/stop.pml): K4 fails, and with
+ *                          a snapshot too (as heapd_blocking_leave does:
+ *                          see models/stop.pml): K4 fails, and with
  *                          NDEBUG K1, as with BUG_BARRIER_BLOCKED.
  *
  * -DGROW adds heapd_root_push growing the stack (a request to the daemon
@@ -422,12 +422,11 @@ inline wait_begin()
 #endif
 }
 
-/* mutator_resume after a barrier wait: RUNNING again; a final sync under
- * way (which may have counted it stopped) is waited for; a snapshot under
- * way is left to the next safepoint, since it cannot have counted a
+/* mutator_wait_end after a barrier wait: RUNNING again; a final sync
+ * under way (which may have counted it stopped) is waited for; a snapshot
+ * under way is left to the next safepoint, since it cannot have counted a
  * WAITING mutator (models/stop.pml, the mutant BUG_RESUME_TAKES_ANY_STOP
- * there; the code's mutator_resume takes any stop, which is the mutant
- * here too). */
+ * there and here). */
 inline wait_end()
 {
 #if defined(BUG_BARRIER_BLOCKED) || defined(BUG_RESUME_TAKES_ANY_STOP)

@@ -46,8 +46,10 @@
  * doing its work); a snapshot under way it leaves to its next safepoint,
  * since that snapshot cannot have counted it.  For that the mutator reads
  * the stop's kind, control->stop_kind here, which the daemon stores
- * before stop_request.  mutator_resume in client/mutator.c does not do
- * this yet: it takes any stop, the mutant BUG_RESUME_TAKES_ANY_STOP.
+ * before stop_request; the code carries it in stop_request itself, as
+ * the parity of the generation (layout_stop_is_snapshot), which is the
+ * same information in one load.  mutator_wait_end in client/mutator.c;
+ * taking any stop there is the mutant BUG_RESUME_TAKES_ANY_STOP.
  *
  * Properties:
  *   (S1) while the daemon is in its stopped section (snapshot or final
@@ -82,8 +84,8 @@
  *                         S1 fails (it runs inside the final sync that
  *                         counted it stopped).
  *   BUG_RESUME_TAKES_ANY_STOP  leaving a barrier wait takes any stop under
- *                         way, a snapshot too, as mutator_resume does
- *                         today: S2 fails (the wait ends when the final
+ *                         way, a snapshot too, as heapd_blocking_leave
+ *                         does: S2 fails (the wait ends when the final
  *                         sync ends marking; the next snapshot is raised
  *                         before the mutator runs again; it acks it inside
  *                         the barrier).
