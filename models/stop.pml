@@ -8,7 +8,7 @@
  * in a barrier] (daemon/safepoint.c: safepoint_stop with SAFEPOINT_SNAPSHOT
  * or SAFEPOINT_FINAL_SYNC, slot_stopped), Note [Spinning through a pause]
  * and mutator_stop_slow / mutator_block / mutator_wait_begin /
- * mutator_resume (client/mutator.c), the barrier waits urs_wait_room and
+ * mutator_wait_end (client/mutator.c), the barrier waits urs_wait_room and
  * barrier_stack_slow (client/barrier.c, Note [Straddling a cycle]), Note
  * [Mutator slots] (proto/layout.h: status = state | acked generation), and
  * free_slot / session_closed (daemon/session.c: a closed connection's slots
@@ -216,7 +216,7 @@ inline wait_leave(i)
 {
     set_state(i, RUNNING);
 #if defined(BUG_RESUME_TAKES_ANY_STOP)
-    stop_slow(i);                       /* mutator_resume today */
+    stop_slow(i);                       /* taking any stop, as blocking_leave */
 #elif defined(BUG_RESUME_IGNORES_SYNC)
     skip;
 #else
@@ -291,7 +291,7 @@ proctype Mutator(byte i; bool attached)
                      * mutator_wait_begin */
                     set_state(i, WAITING);
                     (!marking || served);              /* the wait */
-                    wait_leave(i)                      /* mutator_resume */
+                    wait_leave(i)                      /* mutator_wait_end */
                 :: else -> skip     /* barrier off, or room in the ring */
                 fi;
                 touch(i);
