@@ -101,10 +101,11 @@ void session_cycle_done(struct heap *h, void *daemon);
  * handoff]).  Start heap H's collector thread; ON_DONE(H, ARG) runs on
  * LOOP's thread after cycles complete (coalesced). */
 typedef void (*collector_done_fn)(struct heap *h, void *arg);
-int collector_start(struct heap *h, struct workers *w, uv_loop_t *loop,
-                    collector_done_fn on_done, void *arg);
+int handoff_collector_start(struct heap *h, struct workers *w,
+                            uv_loop_t *loop, collector_done_fn on_done,
+                            void *arg);
 /* Send heap H's remark outbox to the clients of D from now on. */
-int remark_start(struct heap *h, struct daemon *d);
+int handoff_remark_start(struct heap *h, struct daemon *d);
 /* The loop has stopped with no client left: route what waits in the
  * outbox (to the global stack: nobody owns anything), finish any cycle
  * under way, stop the collector thread and close the loop handles. */

@@ -40,7 +40,7 @@
 
 struct handoff {
     struct heap *h;
-    struct daemon *d;           /* set by remark_start */
+    struct daemon *d;           /* set by handoff_remark_start */
     uv_async_t cycle;           /* the collector completed cycles */
     collector_done_fn on_done;
     void *done_arg;
@@ -84,13 +84,14 @@ static void on_cycle(uv_async_t *a)
 static void notify_outbox(void *arg)
 {
     struct handoff *hf = arg;
-    /* before remark_start nothing is sent: no client is connected yet */
+    /* before handoff_remark_start nothing is sent: no client is connected yet */
     if (atomic_load_explicit(&hf->outbox_on, memory_order_acquire))
         uv_async_send(&hf->outbox);
 }
 
-int collector_start(struct heap *h, struct workers *w, uv_loop_t *loop,
-                    collector_done_fn on_done, void *arg)
+int handoff_collector_start(struct heap *h, struct workers *w,
+                            uv_loop_t *loop, collector_done_fn on_done,
+                            void *arg)
 {
     struct handoff *hf = get_handoff(h);
     int rc;
@@ -186,7 +187,7 @@ static void on_outbox(uv_async_t *a)
     route(a->data);
 }
 
-int remark_start(struct heap *h, struct daemon *d)
+int handoff_remark_start(struct heap *h, struct daemon *d)
 {
     struct handoff *hf = get_handoff(h);
     int rc;

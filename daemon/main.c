@@ -252,13 +252,13 @@ int main(int argc, char **argv)
         if (heap_open(&d->heaps[i], &d->cfg.heaps[i]) < 0)
             goto out;
         d->n_heaps++;
-        if (collector_start(&d->heaps[i], &d->workers, &d->loop,
-                            session_cycle_done, d) < 0) {
+        if (handoff_collector_start(&d->heaps[i], &d->workers, &d->loop,
+                                    session_cycle_done, d) < 0) {
             log_error("heap '%s': cannot start its collector thread",
                       d->cfg.heaps[i].name);
             goto out;
         }
-        if (remark_start(&d->heaps[i], d) < 0) {
+        if (handoff_remark_start(&d->heaps[i], d) < 0) {
             log_error("heap '%s': out of memory", d->cfg.heaps[i].name);
             goto out;
         }

@@ -106,9 +106,10 @@ static void setup(void)
     for (size_t i = 0; i < d->cfg.n_heaps; i++) {
         FUZZ_CHECK(heap_open(&d->heaps[i], &d->cfg.heaps[i]) == 0);
         d->n_heaps++;
-        FUZZ_CHECK(collector_start(&d->heaps[i], &d->workers, &d->loop,
-                                   session_cycle_done, d) == 0);
-        FUZZ_CHECK(remark_start(&d->heaps[i], d) == 0);
+        FUZZ_CHECK(handoff_collector_start(&d->heaps[i], &d->workers,
+                                           &d->loop, session_cycle_done,
+                                           d) == 0);
+        FUZZ_CHECK(handoff_remark_start(&d->heaps[i], d) == 0);
     }
     signal(SIGPIPE, SIG_IGN);
     FUZZ_CHECK(server_listen(d) == 0);
