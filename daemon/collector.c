@@ -103,7 +103,7 @@ uint64_t collector_bytes_allocated(const struct heap *h)
     uint64_t n = h->stats.alloc_retired;
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         const struct layout_mutator *m = &h->control->mutators[i];
-        if (LAYOUT_STATUS_STATE(m->status) != LAYOUT_MUT_FREE)
+        if (heap_slot_attached(h, i))
             n += atomic_load_explicit(&m->alloc_bytes, memory_order_relaxed);
     }
     return n;
@@ -252,8 +252,8 @@ static bool final_sync(struct collector *gc, struct mark_job *mj)
     safepoint_stop(h, SAFEPOINT_FINAL_SYNC, &ttsp);
     pthread_mutex_lock(&h->lock);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
-        struct layout_mutator *m = &h->control->mutators[i];
-        if (LAYOUT_STATUS_STATE(atomic_load(&m->status)) == LAYOUT_MUT_FREE)
+        /* Note [Slots are the daemon's] in daemon/grant.c */
+        if (!heap_slot_attached(h, i))
             continue;
         mark_urs(h, mj, i);          /* every flush is in */
         mark_stack(mj, i, true);     /* a stack nobody marked yet */
@@ -301,8 +301,9 @@ static unsigned concurrent_workers(const struct heap *h, unsigned max)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long running = 0;
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
-        if (LAYOUT_STATUS_STATE(atomic_load(&h->control->mutators[i].status)) ==
-            LAYOUT_MUT_RUNNING)
+        if (heap_slot_attached(h, i) &&
+            LAYOUT_STATUS_STATE(atomic_load(&h->control->mutators[i].status)) ==
+                LAYOUT_MUT_RUNNING)
             running++;
     long n = cores - running;
     return n < 1 ? 1 : n > (long)max ? max : (unsigned)n;

@@ -16,13 +16,29 @@
 
 /* ---- mutator slots ---- */
 
+/* Note [Slots are the daemon's]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * Which mutator slots are attached, and to whom, is the daemon's own
+ * record (heap->owners: client id, pid, uid, name), set by grant_slot and
+ * cleared by grant_free_slot under heap->lock.  The shared slot's status
+ * word says only what the mutator does (RUNNING, BLOCKED, WAITING, its
+ * last ack), and any client can write it; so attach, stops, the final
+ * sync, marking, the verifier and the byte counts ask heap_slot_attached,
+ * never the status, whether a slot is in use.  A forged RUNNING on a free
+ * slot then holds up no stop, and a forged BLOCKED fills no slot: both
+ * hung or starved the heap for good before (test_isolation).  What a
+ * client writes into its own slot is its own damage: a stop counts a slot
+ * whose status reads FREE as stopped, never waits for it.
+ */
 int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2])
 {
     for (int i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         struct layout_mutator *m = &h->control->mutators[i];
-        if (LAYOUT_STATUS_STATE(atomic_load(&m->status)) != LAYOUT_MUT_FREE)
+        if (heap_slot_attached(h, (unsigned)i))
             continue;
-        m->client_id = client;
+        atomic_store_explicit(&h->owners[i].client_id, client,
+                              memory_order_release);
+        m->client_id = client; /* for a debugger; never read back */
         m->slot_epoch++;
         atomic_store(&m->alloc_bytes, 0);
         atomic_store(&m->root_depth, 0);
@@ -52,6 +68,11 @@ void grant_free_slot(struct heap *h, uint64_t client, uint32_t *held,
     atomic_store(&m->pending_root, NULL);
     collector_retire_slot(h, slot);
     m->client_id = 0;
+    struct heap_slot_owner *o = &h->owners[slot];
+    o->pid = 0;
+    o->uid = 0;
+    o->name[0] = '\0';
+    atomic_store_explicit(&o->client_id, 0, memory_order_release);
     safepoint_free_slot(h, slot);
     slots[slot / 64] &= ~(1ull << (slot % 64));
     h->mutators--;
@@ -59,27 +80,21 @@ void grant_free_slot(struct heap *h, uint64_t client, uint32_t *held,
 
 /* Note [Checking mutator slots]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * A slot is attached (status not FREE) exactly between grant_slot and
- * grant_free_slot, both under heap->lock, and heap->mutators counts the
- * attached ones; an attached slot names its client (client ids start at
- * 1).  Debug builds check it at every release of heap->lock after a slot
- * changed: LAYOUT_MAX_MUTATORS status loads, cheap enough to need no
- * sampling.
+ * A slot is attached (Note [Slots are the daemon's]) exactly between
+ * grant_slot and grant_free_slot, both under heap->lock, and
+ * heap->mutators counts the attached ones.  (Nothing a client can write is
+ * checked: a hostile client must not trip an assert.)  Debug builds check
+ * the count at every
+ * release of heap->lock after a slot changed: LAYOUT_MAX_MUTATORS loads,
+ * cheap enough to need no sampling.
  */
 bool grant_check_slots(const struct heap *h)
 {
     unsigned attached = 0;
     bool ok = true;
-    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
-        const struct layout_mutator *m = &h->control->mutators[i];
-        if (LAYOUT_STATUS_STATE(atomic_load(&m->status)) == LAYOUT_MUT_FREE)
-            continue;
-        attached++;
-        if (m->client_id == 0) {
-            log_error("mutator slots: slot %u is attached to no client", i);
-            ok = false;
-        }
-    }
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (heap_slot_attached(h, i))
+            attached++;
     if (attached != h->mutators) {
         log_error("mutator slots: heap->mutators is %u, but %u slots are "
                   "attached", h->mutators, attached);

@@ -40,11 +40,12 @@ struct heap_stats {
 #undef HEAP_STATS_FIELD_ATOMIC
 #undef HEAP_STATS_FIELD_LOCKED
 
-/* Who holds a mutator slot, in the daemon's memory: what the daemon says
- * about a slot never rests on words a client can write. */
+/* Who holds a mutator slot, in the daemon's memory (Note [Slots are the
+ * daemon's] in daemon/grant.c). */
 struct heap_slot_owner {
-    uint64_t client_id;              /* 0: free */
-    int pid;
+    _Atomic uint64_t client_id;      /* 0: free; set and cleared under
+                                        heap->lock, read without it */
+    int pid;                         /* the rest: heap->lock */
     unsigned uid;
     char name[64];                   /* client_name from Hello */
 };
@@ -67,7 +68,7 @@ struct heap {
                                         the daemon rescans one; taken
                                         after lock, never before it */
     struct segtab segs;
-    struct heap_slot_owner owners[LAYOUT_MAX_MUTATORS]; /* heap->lock */
+    struct heap_slot_owner owners[LAYOUT_MAX_MUTATORS];
     struct heap_stats stats;
     struct collector *gc;
     struct mark_job *marking;        /* the cycle's job while phase is MARK */
@@ -76,6 +77,14 @@ struct heap {
                                         (Note [Collector handoff]) */
     _Atomic uint32_t bad_logged;     /* bad references logged this cycle */
 };
+
+/* Slot I is attached, by the daemon's own record (Note [Slots are the
+ * daemon's] in daemon/grant.c), whatever its shared status word says. */
+static inline bool heap_slot_attached(const struct heap *h, unsigned i)
+{
+    return atomic_load_explicit(&h->owners[i].client_id,
+                                memory_order_acquire) != 0;
+}
 
 static inline void *heap_seg_addr(const struct heap *h, uint32_t i)
 {

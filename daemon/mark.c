@@ -612,7 +612,7 @@ void mark_stack(struct mark_job *j, unsigned slot, bool stopped)
     struct seeder sd = {0};
     uint32_t epoch = j->epoch;
 
-    if (LAYOUT_STATUS_STATE(atomic_load(&m->status)) == LAYOUT_MUT_FREE ||
+    if (!heap_slot_attached(j->h, slot) ||
         atomic_load(&m->stack_marked) == epoch)
         return;
     uint32_t old = atomic_load(&m->stack_marking);
@@ -671,8 +671,7 @@ static uint64_t poll_urs(struct mark_job *j)
     if (h->marking == j) {
         for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
             struct layout_mutator *m = &h->control->mutators[i];
-            if (LAYOUT_STATUS_STATE(atomic_load(&m->status)) !=
-                    LAYOUT_MUT_FREE &&
+            if (heap_slot_attached(h, i) &&
                 atomic_load(&m->urs_head) != atomic_load(&m->urs_tail))
                 n += mark_urs(h, j, i);
         }

@@ -11,9 +11,10 @@
  * Daemon (one collector thread per heap):
  *   1. g = next generation (never 0; odd for a snapshot, even for a final
  *      sync); store stop_request = g (seq_cst).
- *   2. For every slot, load status (seq_cst) until it is FREE, BLOCKED,
- *      RUNNING with ack == g, or (a final sync only) WAITING (Note
- *      [Waiting in a barrier]), spinning a little and then sleeping on the
+ *   2. For every slot the daemon has attached (Note [Slots are the
+ *      daemon's] in daemon/grant.c), load status (seq_cst) until the slot
+ *      is freed or its status is FREE, BLOCKED, RUNNING with ack == g, or
+ *      (a final sync only) WAITING (Note [Waiting in a barrier]), spinning a little and then sleeping on the
  *      futex `status` meanwhile (Note [Waiting for acks]).
  *      Every write of `status` is followed by a wake, and the futex compares
  *      the value it sleeps on, so no change is missed; the sleep is bounded
@@ -127,16 +128,25 @@ static bool slot_stopped(uint32_t st, uint32_t gen, enum safepoint_kind kind)
 static void report_slow(struct heap *h, unsigned slot, uint32_t st,
                         uint64_t waited)
 {
-    struct heap_slot_owner o;
+    struct heap_slot_owner *r = &h->owners[slot];
+    struct {
+        unsigned long long client_id;
+        int pid;
+        unsigned uid;
+        char name[64];
+    } o;
     pthread_mutex_lock(&h->lock);
-    o = h->owners[slot];
+    o.client_id = atomic_load(&r->client_id);
+    o.pid = r->pid;
+    o.uid = r->uid;
+    memcpy(o.name, r->name, sizeof o.name);
     pthread_mutex_unlock(&h->lock);
     log_warn("heap '%s': mutator slot %u of client %llu (%s, pid %d, uid %u) "
              "has not reached a safepoint for %llu ms%s; every process "
              "of the heap waits for it.  A thread that waits (I/O, a lock, "
              "sleep) must call heapd_blocking_enter first, and a long loop "
              "must call heapd_safepoint now and then",
-             h->cfg->name, slot, (unsigned long long)o.client_id,
+             h->cfg->name, slot, o.client_id,
              o.name[0] ? o.name : "?", o.pid, o.uid,
              (unsigned long long)(waited / 1000000u),
              LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_WAITING
@@ -164,7 +174,8 @@ uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
         uint64_t next_report = t0 + report_ns;
         for (unsigned spin = 0;; spin++) {
             uint32_t st = atomic_load(&m->status);
-            if (slot_stopped(st, gen, kind))
+            /* Note [Slots are the daemon's] in daemon/grant.c */
+            if (!heap_slot_attached(h, i) || slot_stopped(st, gen, kind))
                 break;
             /* Note [Waiting for acks] */
             if ((spin & 63) != 63 || now_ns() - t0 < ACK_SPIN_NS) {
@@ -192,11 +203,10 @@ void safepoint_release(struct heap *h)
     futex_wake_all(&h->control->stop_request);
 }
 
-void safepoint_own_slot(struct heap *h, unsigned slot, uint64_t client_id,
-                        int pid, unsigned uid, const char *name)
+void safepoint_own_slot(struct heap *h, unsigned slot, int pid, unsigned uid,
+                        const char *name)
 {
     struct heap_slot_owner *o = &h->owners[slot];
-    o->client_id = client_id;
     o->pid = pid;
     o->uid = uid;
     snprintf(o->name, sizeof o->name, "%s", name);
@@ -205,7 +215,6 @@ void safepoint_own_slot(struct heap *h, unsigned slot, uint64_t client_id,
 void safepoint_free_slot(struct heap *h, unsigned slot)
 {
     struct layout_mutator *m = &h->control->mutators[slot];
-    memset(&h->owners[slot], 0, sizeof h->owners[slot]);
     atomic_store(&m->status, LAYOUT_STATUS(0, LAYOUT_MUT_FREE));
     futex_wake_all(&m->status);
 }

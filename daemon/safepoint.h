@@ -24,10 +24,10 @@ uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
 /* Let every mutator run again. */
 void safepoint_release(struct heap *h);
 
-/* Record who attached slot SLOT (the names the stop's warnings give).
- * Called with heap->lock held. */
-void safepoint_own_slot(struct heap *h, unsigned slot, uint64_t client_id,
-                        int pid, unsigned uid, const char *name);
+/* Record who attached slot SLOT, which grant_slot gave out: the names the
+ * stop's warnings give.  Called with heap->lock held. */
+void safepoint_own_slot(struct heap *h, unsigned slot, int pid, unsigned uid,
+                        const char *name);
 
 /* Mark a slot free (detach or a dead client) and wake the collector if it
  * waits on it.  Called with heap->lock held. */

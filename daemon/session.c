@@ -343,7 +343,7 @@ static int handle_attach(struct conn *c, uint64_t seq)
     pthread_mutex_lock(&h->lock);
     slot = grant_slot(h, c->id, c->slots);
     if (slot >= 0)
-        safepoint_own_slot(h, (unsigned)slot, c->id, (int)c->peer.pid,
+        safepoint_own_slot(h, (unsigned)slot, (int)c->peer.pid,
                            (unsigned)c->peer.uid, c->name);
     assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
     pthread_mutex_unlock(&h->lock);

@@ -198,7 +198,7 @@ static void check_roots(struct verifier *v)
     }
     for (uint32_t i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         struct layout_mutator *m = &h->control->mutators[i];
-        if (LAYOUT_STATUS_STATE(m->status) == LAYOUT_MUT_FREE)
+        if (!heap_slot_attached(h, i))
             continue;
         uint64_t depth = m->root_depth, r = 0;
         if (m->pending_root)

@@ -1,0 +1,199 @@
+/* What a client can damage by writing the words of the shared control
+ * area that are not its own: nothing but the objects it can reach.  Each
+ * test is an attack a hostile client can make with plain stores into its
+ * mapping, against a real heapd with the verifier on; afterwards the heap
+ * still collects, attaches and stops, and another process's rooted list is
+ * whole. */
+#include <check.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "heapd.h"
+#include "layout.h"
+#include "check_main.h"
+
+static struct daemon_proc D;
+
+#define LIST 2000
+#define LIST_MAGIC 0x6c697374u
+
+static void start(void)
+{
+    harness_start(&D, harness_default_config("@SOCK@", "verify = true\n"));
+}
+
+/* ---- the bystander: another process's rooted, checked list ---- */
+
+struct cell {
+    void *next;
+    uint32_t magic, index;
+};
+
+static void *build_list(heapd_mutator *m, size_t slot)
+{
+    for (uint32_t i = 0; i < LIST; i++) {
+        struct cell *n = heapd_alloc(m, 1, sizeof *n - sizeof(void *));
+        if (!n)
+            return NULL;
+        n->magic = LIST_MAGIC;
+        n->index = i;
+        heapd_write(m, n, &n->next, heapd_root_get(m, slot));
+        heapd_root_set(m, slot, n);
+    }
+    return heapd_root_get(m, slot);
+}
+
+static bool list_whole(const struct cell *n)
+{
+    uint32_t want = LIST;
+    for (; n; n = n->next)
+        if (n->magic != LIST_MAGIC || n->index != --want)
+            return false;
+    return want == 0;
+}
+
+/* ---- the attacker: a process that maps the heap and writes ---- */
+
+typedef void (*attack_fn)(struct layout_control *ctl);
+
+/* Fork a client that attaches, runs ATTACK on the control area and exits
+ * without saying goodbye. */
+static void run_attacker(attack_fn attack)
+{
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        heapd_connect_opts o = {.socket_path = D.sock,
+                                .client_name = "attacker"};
+        heapd_client *c;
+        heapd_mutator *m;
+        if (heapd_connect(&c, &o) < 0 || heapd_attach(c, &m) < 0)
+            _exit(2);
+        attack(heapd_heap_base(c));
+        _exit(0);
+    }
+    harness_wait_ok(kid, "the attacker");
+}
+
+/* A collection, an attach and a graceful leave in a process of their own,
+ * which must end within the bound: the heap still works. */
+static void heap_still_works(const char *after)
+{
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        heapd_connect_opts o = {.socket_path = D.sock};
+        heapd_client *c;
+        heapd_mutator *m;
+        if (heapd_connect(&c, &o) < 0 || heapd_attach(c, &m) < 0)
+            _exit(2);
+        if (heapd_collect(m, HEAPD_COLLECT_WAIT) < 0)
+            _exit(3);
+        if (!heapd_alloc(m, 1, 8))
+            _exit(4);
+        heapd_detach(m);
+        heapd_disconnect(c);
+        _exit(0);
+    }
+    int status = harness_wait_pid(kid, HARNESS_WAIT_MS);
+    ck_assert_msg(status == 0, "after %s, a collection, an attach and a "
+                  "leave did not complete (status 0x%x): the heap hangs",
+                  after, status);
+}
+
+/* The bystander's list survives the attack, collections after it, and the
+ * daemon stops on SIGTERM. */
+static void attack_and_check(attack_fn attack, const char *what)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start();
+    harness_attach(&D, &c, &m);
+    size_t slot = heapd_root_push(m, NULL);
+    ck_assert_ptr_nonnull(build_list(m, slot));
+    heapd_blocking_enter(m); /* the collections below need no ack from us */
+    run_attacker(attack);
+    heap_still_works(what);
+    heap_still_works(what);
+    heapd_blocking_leave(m);
+    ck_assert_msg(list_whole(heapd_root_get(m, slot)),
+                  "after %s, another process's rooted list is damaged", what);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D); /* SIGTERM still stops heapd */
+}
+
+/* The slots nobody holds: the daemon writes the holder's id into a slot
+ * it gives out (for a debugger); the attacker trusts it, the daemon
+ * does not. */
+static bool slot_free(const struct layout_control *ctl, unsigned i)
+{
+    return ctl->mutators[i].client_id == 0;
+}
+
+static void forge_running(struct layout_control *ctl)
+{
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (slot_free(ctl, i))
+            atomic_store(&ctl->mutators[i].status,
+                         LAYOUT_STATUS(0, LAYOUT_MUT_RUNNING));
+}
+
+START_TEST(forged_running_on_free_slots_holds_up_nothing)
+{
+    attack_and_check(forge_running, "free slots forged RUNNING");
+}
+END_TEST
+
+static void forge_blocked(struct layout_control *ctl)
+{
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (slot_free(ctl, i))
+            atomic_store(&ctl->mutators[i].status,
+                         LAYOUT_STATUS(0, LAYOUT_MUT_BLOCKED));
+}
+
+START_TEST(forged_blocked_on_free_slots_fills_no_slot)
+{
+    attack_and_check(forge_blocked, "free slots forged BLOCKED");
+}
+END_TEST
+
+static void forge_random_status(struct layout_control *ctl)
+{
+    srand(12345);
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (slot_free(ctl, i))
+            atomic_store(&ctl->mutators[i].status, (uint32_t)rand());
+}
+
+START_TEST(random_status_words_hold_up_nothing)
+{
+    attack_and_check(forge_random_status, "random bytes in every free "
+                     "slot's status");
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("isolation");
+    TCase *t = tcase_create("slots");
+    tcase_add_test(t, forged_running_on_free_slots_holds_up_nothing);
+    tcase_add_test(t, forged_blocked_on_free_slots_fills_no_slot);
+    tcase_add_test(t, random_status_words_hold_up_nothing);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    return check_main(suite());
+}
