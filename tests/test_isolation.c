@@ -108,25 +108,61 @@ static void heap_still_works(const char *after)
                   after, status);
 }
 
-/* The bystander's list survives the attack, collections after it, and the
- * daemon stops on SIGTERM. */
-static void attack_and_check(attack_fn attack, const char *what)
+/* The bystander: a process of its own (a process with libheapd's threads
+ * must not fork children that start theirs under TSan), which builds a
+ * rooted list, says so on READY, waits in a blocking region until GO
+ * closes, and exits 0 if its list is whole. */
+static pid_t start_bystander(const int ready[2], const int go[2])
 {
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid != 0)
+        return kid;
+    int ready_w = ready[1], go_r = go[0];
+    close(ready[0]);
+    close(go[1]); /* or GO never reads EOF */
+    heapd_connect_opts o = {.socket_path = D.sock, .client_name = "bystander"};
     heapd_client *c;
     heapd_mutator *m;
-    start();
-    harness_attach(&D, &c, &m);
+    char x;
+    if (heapd_connect(&c, &o) < 0 || heapd_attach(c, &m) < 0)
+        _exit(2);
     size_t slot = heapd_root_push(m, NULL);
-    ck_assert_ptr_nonnull(build_list(m, slot));
-    heapd_blocking_enter(m); /* the collections below need no ack from us */
+    if (slot == (size_t)-1 || !build_list(m, slot))
+        _exit(3);
+    heapd_blocking_enter(m); /* the collections need no ack from it */
+    if (write(ready_w, "r", 1) != 1)
+        _exit(4);
+    while (read(go_r, &x, 1) > 0)
+        ;
+    heapd_blocking_leave(m);
+    bool whole = list_whole(heapd_root_get(m, slot));
+    heapd_detach(m);
+    heapd_disconnect(c);
+    _exit(whole ? 0 : 1);
+}
+
+/* The bystander's list survives the attack and collections after it, the
+ * heap still collects and attaches, and the daemon stops on SIGTERM. */
+static void attack_and_check(attack_fn attack, const char *what)
+{
+    int ready[2], go[2];
+    char x;
+    start();
+    ck_assert_int_eq(pipe(ready), 0);
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t by = start_bystander(ready, go);
+    close(ready[1]);
+    close(go[0]);
+    ck_assert_msg(read(ready[0], &x, 1) == 1, "the bystander did not start");
     run_attacker(attack);
     heap_still_works(what);
     heap_still_works(what);
-    heapd_blocking_leave(m);
-    ck_assert_msg(list_whole(heapd_root_get(m, slot)),
-                  "after %s, another process's rooted list is damaged", what);
-    heapd_detach(m);
-    heapd_disconnect(c);
+    close(go[1]);
+    int status = harness_wait_pid(by, HARNESS_WAIT_MS);
+    ck_assert_msg(status == 0, "after %s, another process's rooted list is "
+                  "damaged or its process failed (status 0x%x)", what, status);
+    close(ready[0]);
     harness_expect_healthy(&D);
     harness_stop_clean(&D); /* SIGTERM still stops heapd */
 }
