@@ -525,6 +525,9 @@ int heapd_stats(heapd_client *c, heapd_stats_t *out)
     out->frames_rejected = r->frames_rejected;
     out->connections_refused = r->connections_refused;
     out->connections_throttled = r->connections_throttled;
+    out->connections_timed_out = r->connections_timed_out;
+    out->requests_refused = r->requests_refused;
+    out->log_lines_suppressed = r->log_lines_suppressed;
     out->heap_count = r->n_heaps < HEAPD_STATS_MAX_HEAPS ? r->n_heaps
                                                          : HEAPD_STATS_MAX_HEAPS;
     for (size_t i = 0; i < out->heap_count; i++) {

@@ -77,10 +77,14 @@ static void print_stats_json(const heapd_stats_t *s)
     printf(",\"uptime_ns\":%" PRIu64 ",\"clients_connected\":%" PRIu32
            ",\"connections_total\":%" PRIu64 ",\"frames_rejected\":%" PRIu64
            ",\"connections_refused\":%" PRIu64
-           ",\"connections_throttled\":%" PRIu64 ",\"heaps\":[",
+           ",\"connections_throttled\":%" PRIu64
+           ",\"connections_timed_out\":%" PRIu64
+           ",\"requests_refused\":%" PRIu64
+           ",\"log_lines_suppressed\":%" PRIu64 ",\"heaps\":[",
            s->uptime_ns, s->clients_connected, s->connections_total,
            s->frames_rejected, s->connections_refused,
-           s->connections_throttled);
+           s->connections_throttled, s->connections_timed_out,
+           s->requests_refused, s->log_lines_suppressed);
     for (size_t i = 0; i < s->heap_count; i++) {
         const heapd_heap_stats *h = &s->heaps[i];
         uint64_t v[HEAPD_HEAP_COUNTERS_N];
@@ -135,8 +139,11 @@ static void print_stats_text(const heapd_stats_t *s)
     printf("clients connected: %" PRIu32 " (%" PRIu64 " since start)\n",
            s->clients_connected, s->connections_total);
     printf("frames rejected:   %" PRIu64 "\n", s->frames_rejected);
-    printf("connections refused: %" PRIu64 ", throttled: %" PRIu64 "\n",
-           s->connections_refused, s->connections_throttled);
+    printf("connections refused: %" PRIu64 ", throttled: %" PRIu64
+           ", timed out: %" PRIu64 "\n", s->connections_refused,
+           s->connections_throttled, s->connections_timed_out);
+    printf("requests refused:  %" PRIu64 "\n", s->requests_refused);
+    printf("log lines suppressed: %" PRIu64 "\n", s->log_lines_suppressed);
     printf("%-16s %-16s %14s %14s %10s %8s\n", "HEAP", "BASE", "RESERVED",
            "COMMITTED", "SEGMENT", "CLIENTS");
     for (size_t i = 0; i < s->heap_count; i++) {

@@ -88,6 +88,9 @@ typedef struct heapd_stats_t {
     uint64_t frames_rejected;  /* bad frames and messages since start */
     uint64_t connections_refused;   /* over max_connections(_per_user) */
     uint64_t connections_throttled; /* reading paused: replies unread */
+    uint64_t connections_timed_out; /* no hello within handshake_timeout */
+    uint64_t requests_refused;      /* over a per-client cap, or denied */
+    uint64_t log_lines_suppressed;  /* over client_log_rate */
     /* the heap this client is connected to (a control client: the heap
      * named in its opts, "default" if none): heaps[0]'s committed_bytes,
      * phase and counters */

@@ -52,3 +52,12 @@ bool auth_allowed(const struct config_heap *h, const struct auth_peer *p,
             return true;
     return false;
 }
+
+bool auth_listed(const struct config *cfg, const struct auth_peer *p,
+                 uid_t daemon_uid)
+{
+    for (size_t i = 0; i < cfg->n_heaps; i++)
+        if (auth_allowed(&cfg->heaps[i], p, daemon_uid))
+            return true;
+    return false;
+}

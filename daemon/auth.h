@@ -4,14 +4,18 @@
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * Identity comes from the kernel, never from the client's words: the uid,
  * gid and pid from SO_PEERCRED and the supplementary groups from
- * SO_PEERGROUPS, read when the Hello arrives (the pid in Hello is for logs
+ * SO_PEERGROUPS, read at accept (the pid in Hello is for logs
  * only).  A mutator client may map heap H iff its uid is root, is the
  * daemon's own uid, is listed in H's allow_users, or its primary or any
  * supplementary group is listed in H's allow_groups.  The memfd of H is sent
  * only after that check passes (Note [Passing the heap fd]), so a refused
- * peer never holds the heap.  A control client (heapctl) may read stats if
- * it would be allowed on at least one heap.  The socket itself is mode 0666:
- * a refused peer gets a clear ERROR_DENIED instead of EACCES from connect().
+ * peer never holds the heap.  A control client (heapctl) may do anything a
+ * control connection does if it would be allowed on at least one heap; a
+ * peer on no heap's ACL ("unlisted") may open a control connection that
+ * reads stats and nothing else, under its own connection cap (Note
+ * [Admission] in server.c).  The credentials are read at accept, so the
+ * limits apply before a byte is parsed.  The socket itself is mode 0666: a
+ * refused peer gets a clear ERROR_DENIED instead of EACCES from connect().
  */
 #ifndef HEAPD_DAEMON_AUTH_H
 #define HEAPD_DAEMON_AUTH_H
@@ -38,5 +42,8 @@ int auth_read_peer(int sock, struct auth_peer *out);
 /* Note [Connection authorisation] for one heap. */
 bool auth_allowed(const struct config_heap *h, const struct auth_peer *p,
                   uid_t daemon_uid);
+/* True if P may use at least one heap of CFG. */
+bool auth_listed(const struct config *cfg, const struct auth_peer *p,
+                 uid_t daemon_uid);
 
 #endif

@@ -68,17 +68,20 @@
 #define GIB (UINT64_C(1) << 30)
 
 enum kind { K_SOCKET, K_LEVEL, K_UINT, K_SIZE, K_SEGMENT, K_ADDR, K_IDS,
-            K_BOOL };
+            K_BOOL, K_DURATION };
 
 struct key {
     const char *name;
     enum kind kind;
-    uint64_t lo, hi;        /* K_UINT, K_SIZE, K_SEGMENT */
+    uint64_t lo, hi;        /* K_UINT, K_SIZE, K_SEGMENT, K_DURATION (ms) */
     const char *what;       /* K_UINT: unit; K_IDS: "user" or "group" */
 };
 
 enum { DK_SOCKET, DK_LOG_LEVEL, DK_GC_THREADS, DK_MAX_CONNECTIONS,
-       DK_MAX_CONNECTIONS_PER_USER, DK_MAX_WRITE_QUEUE, DK_COUNT };
+       DK_MAX_CONNECTIONS_PER_USER, DK_MAX_WRITE_QUEUE, DK_CONTROL_RESERVE,
+       DK_MAX_UNLISTED_CONNECTIONS, DK_HANDSHAKE_TIMEOUT,
+       DK_MAX_MUTATORS_PER_CLIENT, DK_MAX_REQUESTS_PER_CLIENT,
+       DK_CLIENT_LOG_RATE, DK_COUNT };
 static const struct key daemon_keys[DK_COUNT] = {
     { "socket", K_SOCKET, 0, 0, "" },
     { "log_level", K_LEVEL, 0, 0, "" },
@@ -86,6 +89,12 @@ static const struct key daemon_keys[DK_COUNT] = {
     { "max_connections", K_UINT, 1, 65536, "" },
     { "max_connections_per_user", K_UINT, 1, 65536, "" },
     { "max_write_queue", K_SIZE, 64 * KIB, GIB, "" },
+    { "control_reserve", K_UINT, 0, 65535, "" },
+    { "max_unlisted_connections", K_UINT, 0, 65536, "" },
+    { "handshake_timeout", K_DURATION, 10, 3600 * 1000, "" },
+    { "max_mutators_per_client", K_UINT, 1, LAYOUT_MAX_MUTATORS, "" },
+    { "max_requests_per_client", K_UINT, 1, 1u << 20, "" },
+    { "client_log_rate", K_UINT, 1, 100000, " lines per second" },
 };
 
 enum { HK_BASE, HK_MAX_SIZE, HK_SEGMENT_SIZE, HK_GC_OVERHEAD,
@@ -135,6 +144,7 @@ struct parse {
     unsigned heap_headers;          /* [heap ...] headers seen */
     struct config_heap scratch;
     int daemon_line[DK_COUNT];      /* line a key was set on, 0 = unset */
+    bool daemon_bad[DK_COUNT];      /* value rejected: skip cross checks */
     int key_line[HK_COUNT];         /* same, for the current heap */
     bool key_bad[HK_COUNT];         /* value rejected: skip cross checks */
     bool geom_ok[CONFIG_MAX_HEAPS]; /* geometry valid: check overlaps */
@@ -405,6 +415,33 @@ static bool get_ids(struct parse *p, const struct key *k, const char *v,
     return ok;
 }
 
+/* A duration: decimal digits and a unit, ms, s or m (a bare number is
+ * seconds), into milliseconds.  NUM_SUFFIX: an unknown unit. */
+static enum num_status parse_duration(const char *s, uint64_t *ms)
+{
+    static const struct { const char *name; uint64_t ms; } units[] = {
+        { "ms", 1 }, { "s", 1000 }, { "", 1000 }, { "m", 60000 },
+    };
+    uint64_t v = 0;
+    size_t i;
+
+    for (i = 0; s[i] >= '0' && s[i] <= '9'; i++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            return NUM_RANGE;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (i == 0)
+        return NUM_BAD;
+    for (size_t u = 0; u < sizeof units / sizeof units[0]; u++)
+        if (strcmp(s + i, units[u].name) == 0) {
+            if (v > UINT64_MAX / units[u].ms)
+                return NUM_RANGE;
+            *ms = v * units[u].ms;
+            return NUM_OK;
+        }
+    return NUM_SUFFIX;
+}
+
 /* Parse V for key K into OUT; false after reporting why it is unusable. */
 static bool parse_value(struct parse *p, const struct key *k, const char *v,
                         struct value *out)
@@ -454,6 +491,17 @@ static bool parse_value(struct parse *p, const struct key *k, const char *v,
             report(p, "%s 0x%" PRIx64 " is not below 0x%" PRIx64 " (47-bit "
                    "user address space)", key, out->u, USER_SPACE_END);
         return st == NUM_OK && out->u && out->u < USER_SPACE_END;
+    case K_DURATION:
+        st = parse_duration(v, &out->u);
+        if (st == NUM_BAD || st == NUM_SUFFIX)
+            report(p, "%s '%s' is not a duration (use a number and ms, s or "
+                   "m, e.g. 5s or 500ms)", key, CLIP(v));
+        else if (st == NUM_RANGE || out->u < k->lo || out->u > k->hi)
+            report(p, "%s %s is out of range (%" PRIu64 "ms..%" PRIu64 "s)",
+                   key, CLIP(v), k->lo, k->hi / 1000);
+        else
+            return true;
+        return false;
     case K_UINT:
         st = parse_u64(v, false, false, &out->u);
         if (st == NUM_BAD)
@@ -512,8 +560,20 @@ static void store(struct parse *p, int k, const char *v, const struct value *x)
             p->c->max_connections = (unsigned)x->u;
         else if (k == DK_MAX_CONNECTIONS_PER_USER)
             p->c->max_connections_per_user = (unsigned)x->u;
-        else
+        else if (k == DK_MAX_WRITE_QUEUE)
             p->c->max_write_queue = x->u;
+        else if (k == DK_CONTROL_RESERVE)
+            p->c->control_reserve = (unsigned)x->u;
+        else if (k == DK_MAX_UNLISTED_CONNECTIONS)
+            p->c->max_unlisted_connections = (unsigned)x->u;
+        else if (k == DK_HANDSHAKE_TIMEOUT)
+            p->c->handshake_timeout_ms = x->u;
+        else if (k == DK_MAX_MUTATORS_PER_CLIENT)
+            p->c->max_mutators_per_client = (unsigned)x->u;
+        else if (k == DK_MAX_REQUESTS_PER_CLIENT)
+            p->c->max_requests_per_client = (unsigned)x->u;
+        else
+            p->c->client_log_rate = (unsigned)x->u;
         return;
     }
     switch (k) {
@@ -571,6 +631,8 @@ static void set_key(struct parse *p, const char *name, const char *v)
         store(p, k, v, &x);
     if (heap)
         p->key_bad[k] = !ok;
+    else
+        p->daemon_bad[k] = !ok;
 }
 
 static int handler(void *user, const char *section, const char *name,
@@ -833,6 +895,34 @@ static void init_defaults(struct config *c, const char *file)
     c->max_connections = 1024;
     c->max_connections_per_user = 256;
     c->max_write_queue = 4 * MIB;
+    c->control_reserve = CONFIG_DEFAULT_CONTROL_RESERVE;
+    c->max_unlisted_connections = 16;
+    c->handshake_timeout_ms = 5000;
+    c->max_mutators_per_client = 64;
+    c->max_requests_per_client = 256;
+    c->client_log_rate = 10;
+}
+
+/* The [daemon] keys that depend on each other, once the file is read.  An
+ * unset control_reserve is the default, but never more than a quarter of
+ * max_connections; one that is set must leave room for other users. */
+static void finish_daemon(struct parse *p)
+{
+    struct config *c = p->c;
+    const int *dl = p->daemon_line;
+    const bool *bad = p->daemon_bad;
+
+    if (!dl[DK_CONTROL_RESERVE] || bad[DK_CONTROL_RESERVE]) {
+        if (c->control_reserve > c->max_connections / 4)
+            c->control_reserve = c->max_connections / 4;
+        return;
+    }
+    if (bad[DK_MAX_CONNECTIONS] || c->control_reserve < c->max_connections)
+        return;
+    report_at(p, dl[DK_CONTROL_RESERVE], "control_reserve %u leaves none of "
+              "max_connections %u to other users; lower it below "
+              "max_connections or raise max_connections",
+              c->control_reserve, c->max_connections);
 }
 
 static void check_overlaps(struct parse *p)
@@ -882,6 +972,8 @@ static int parse(struct config *c, const char *file, FILE *in,
         report_at(p, 0, "no [heap NAME] section; declare at least one "
                   "heap with base and max_size");
     check_overlaps(p);
+    if (!p->stopped)    /* See Note [Config input is bounded] */
+        finish_daemon(p);
     flush_diags(p, file);
     rc = p->nomem ? -ENOMEM : p->n_errors ? -EINVAL : 0;
 out:

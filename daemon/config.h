@@ -17,6 +17,7 @@
 #define CONFIG_HEAP_NAME_MAX 63  /* bytes, without the terminating NUL */
 #define CONFIG_MAX_IDS 64        /* entries in allow_users / allow_groups */
 #define CONFIG_DEFAULT_SOCKET "/run/heapd/heapd.sock"
+#define CONFIG_DEFAULT_CONTROL_RESERVE 16
 
 enum config_log_level {
     CONFIG_LOG_ERROR = 0,
@@ -50,6 +51,15 @@ struct config {
     unsigned max_connections;
     unsigned max_connections_per_user;
     uint64_t max_write_queue;   /* bytes of replies queued per connection */
+    /* Note [Admission] in daemon/server.c */
+    unsigned control_reserve;   /* connections only root and the daemon's
+                                   user may take; effective value */
+    unsigned max_unlisted_connections; /* from peers on no heap's ACL */
+    uint64_t handshake_timeout_ms;
+    /* Note [Per-client limits] in daemon/session.c */
+    unsigned max_mutators_per_client;
+    unsigned max_requests_per_client; /* requests waiting for a cycle */
+    unsigned client_log_rate;   /* log lines per second per connection */
     size_t n_heaps;
     struct config_heap heaps[CONFIG_MAX_HEAPS];
 };

@@ -40,7 +40,18 @@ struct conn {
     bool gone;                  /* said Goodbye: holds nothing any more
                                    (Note [Client lifecycle]) */
     struct auth_peer peer;
-    char name[64];              /* client_name from Hello, for logs */
+    char name[64];              /* client_name from Hello, escaped (Note
+                                   [Escaped log lines] in log.h) */
+    /* Note [Admission] in server.c */
+    bool privileged;            /* root or the daemon's own user */
+    bool unlisted;              /* on no heap's ACL: stats only */
+    uv_timer_t hello_timer;     /* handshake_timeout; hello_timer.data == this */
+    unsigned handles_open;      /* pipe and timer not yet closed */
+    /* Note [Per-client limits] in session.c */
+    unsigned outstanding;       /* its requests waiting for a cycle */
+    uint64_t log_tokens;        /* thousandths of a line it may log now */
+    uint64_t log_refilled;      /* uv_now of the last refill */
+    uint64_t log_suppressed;    /* lines dropped since the last one logged */
 };
 
 struct daemon {
@@ -65,6 +76,9 @@ struct daemon {
     uv_timer_t reaper;          /* closes connections stuck closing */
     bool reaper_on;
     uint64_t frames_rejected;
+    uint64_t connections_timed_out; /* no Hello in handshake_timeout */
+    uint64_t requests_refused;  /* over a per-client cap, or not allowed */
+    uint64_t log_lines_suppressed; /* over client_log_rate */
     uint64_t start_ns;
     uid_t uid;
     bool stopping;
@@ -87,6 +101,17 @@ void conn_fail(struct conn *c, Heapd__ErrorCode code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Flush pending writes, then close. */
 void conn_finish(struct conn *c);
+/* C's Hello was answered with a Welcome: no handshake timeout any more,
+ * and frames up to FRAME_MAX_PAYLOAD (Note [Admission] in server.c). */
+void conn_welcomed(struct conn *c);
+/* A log line about C, within its client_log_rate (Note [Per-client
+ * limits] in session.c); what it drops is counted and reported with the
+ * next line it logs. */
+void conn_log(struct conn *c, enum config_log_level level, const char *fmt,
+              ...) __attribute__((format(printf, 3, 4)));
+/* A frame of the size of Hello: the largest a peer may send before it
+ * (Note [Admission] in server.c). */
+#define CONN_HELLO_MAX_PAYLOAD 4096u
 
 /* session.c: the protocol, one envelope at a time.  Returns 0, or a negative
  * errno after it has called conn_fail (the connection is closing). */

@@ -39,11 +39,40 @@
  *     that floods gets its answers at the pace it reads them, and the
  *     others are served meanwhile;
  *   - connections: at most max_connections in all and
- *     max_connections_per_user from one uid (SO_PEERCRED at accept); one
- *     more is told why in an Error frame (ERROR_TOO_MANY_CONNECTIONS) and
- *     closed, and counted in connections_refused.
+ *     max_connections_per_user from one uid (SO_PEERCRED at accept), with
+ *     a share kept for the operator (Note [Admission]); one more is told
+ *     why in an Error frame (ERROR_TOO_MANY_CONNECTIONS) and closed, and
+ *     counted in connections_refused.
  * File descriptors are the last bound: heapd.service raises LimitNOFILE
  * above max_connections.
+ *
+ * Note [Admission]
+ * ~~~~~~~~~~~~~~~~
+ * Who may hold what before a handshake, so that peers that never finish
+ * one cannot take the daemon from those who do.  The credentials are read
+ * at accept (Note [Connection authorisation]; a peer whose credentials
+ * cannot be read is refused) and sort the peer into one of three classes:
+ *   - privileged: root or the daemon's own user, the operator's heapctl;
+ *   - listed: on some heap's ACL;
+ *   - unlisted: on none.  It may open a control connection that answers
+ *     StatsRequest and Goodbye and refuses everything else with
+ *     ERROR_DENIED (counted in requests_refused), and at most
+ *     max_unlisted_connections of them are open at once, not counting
+ *     those already closing (0: refused at accept).
+ * The accept rule, with N the connections including the new one and R
+ * control_reserve: a privileged peer is admitted while N <= max_connections;
+ * any other while N <= max_connections - R, and while its uid holds fewer
+ * than max_connections_per_user.  So connections that others hold, idle or
+ * not, leave R for root and the daemon's user: `heapctl stats` always gets
+ * in unless the operator's own connections fill the reserve.  Every
+ * connection must send a valid Hello within handshake_timeout (a uv timer
+ * per connection, stopped by the Welcome); one that has not is sent an
+ * Error, closed, and counted in connections_timed_out, so idle peers free
+ * what they took within that time.  Until the Welcome, a frame may be at
+ * most CONN_HELLO_MAX_PAYLOAD bytes (a Hello is well under 1 KiB): the
+ * frame reader refuses a longer length before it buffers any of it.  With
+ * the 1 MiB limit of Note [Frames] instead, 100 connections each holding
+ * a partial frame made the daemon 100 MB larger.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -64,6 +93,7 @@
 
 #define READ_CHUNK 65536
 #define CLOSE_GRACE_MS 5000 /* Note [Connection limits] */
+#define LOG_TOKEN 1000      /* one log line, in conn.log_tokens */
 
 struct write_req {
     uv_write_t req;
@@ -71,6 +101,16 @@ struct write_req {
 };
 
 /* ---- closing ---- */
+
+/* The pipe and the hello timer are closed: C can go. */
+static void on_handle_closed(uv_handle_t *h)
+{
+    struct conn *c = h->data;
+    if (--c->handles_open == 0) {
+        frame_reader_free(&c->reader);
+        free(c);
+    }
+}
 
 static void on_closed(uv_handle_t *h)
 {
@@ -87,14 +127,21 @@ static void on_closed(uv_handle_t *h)
     d->n_conns--;
     if (c->heap)
         c->heap->clients--;
-    log_info("client %llu (%s, pid %d) disconnected",
-              (unsigned long long)c->id, c->name, (int)c->peer.pid);
-    frame_reader_free(&c->reader);
-    free(c);
+    if (c->log_suppressed)
+        log_info("client %llu (%s, pid %d) disconnected; %llu more log "
+                 "line(s) about it were suppressed (client_log_rate)",
+                 (unsigned long long)c->id, c->name, (int)c->peer.pid,
+                 (unsigned long long)c->log_suppressed);
+    else
+        log_info("client %llu (%s, pid %d) disconnected",
+                 (unsigned long long)c->id, c->name, (int)c->peer.pid);
+    on_handle_closed(h);
 }
 
 static void close_now(struct conn *c)
 {
+    if (!uv_is_closing((uv_handle_t *)&c->hello_timer))
+        uv_close((uv_handle_t *)&c->hello_timer, on_handle_closed);
     if (!uv_is_closing((uv_handle_t *)&c->pipe))
         uv_close((uv_handle_t *)&c->pipe, on_closed);
 }
@@ -120,6 +167,44 @@ void conn_finish(struct conn *c)
     }
 }
 
+/* ---- logging (Note [Per-client limits] in session.c) ---- */
+
+void conn_log(struct conn *c, enum config_log_level level, const char *fmt,
+              ...)
+{
+    struct daemon *d = c->d;
+    uint64_t rate = d->cfg.client_log_rate, now = uv_now(&d->loop);
+    char msg[768];
+    va_list ap;
+
+    if (!log_enabled(level))
+        return;
+    /* a token bucket of one second's lines */
+    c->log_tokens += (now - c->log_refilled) * rate;
+    if (c->log_tokens > rate * LOG_TOKEN)
+        c->log_tokens = rate * LOG_TOKEN;
+    c->log_refilled = now;
+    if (c->log_tokens < LOG_TOKEN) {
+        c->log_suppressed++;
+        d->log_lines_suppressed++;
+        return;
+    }
+    c->log_tokens -= LOG_TOKEN;
+    if (c->log_suppressed) {
+        log_msg(level, "client %llu (%s, pid %d): %llu log line(s) about it "
+                "suppressed (client_log_rate %llu per second in [daemon] "
+                "of %s)", (unsigned long long)c->id, c->name[0] ? c->name
+                : "?", (int)c->peer.pid,
+                (unsigned long long)c->log_suppressed,
+                (unsigned long long)rate, d->cfg.path);
+        c->log_suppressed = 0;
+    }
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    log_msg(level, "%s", msg);
+}
+
 /* ---- writing ---- */
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
@@ -141,7 +226,7 @@ static void check_queue(struct conn *c)
     if (c->state == CONN_CLOSING || q <= limit)
         return;
     if (q > 2 * limit) {
-        log_warn("client %llu (%s, pid %d) does not read its replies "
+        conn_log(c, CONFIG_LOG_WARN, "client %llu (%s, pid %d) does not read its replies "
                  "(%zu bytes queued, max_write_queue %llu); closing",
                  (unsigned long long)c->id, c->name[0] ? c->name : "?",
                  (int)c->peer.pid, q, (unsigned long long)limit);
@@ -153,7 +238,8 @@ static void check_queue(struct conn *c)
         c->throttled = true;
         c->d->connections_throttled++;
         uv_read_stop((uv_stream_t *)&c->pipe);
-        log_debug("client %llu: %zu bytes of replies unread; reading paused",
+        conn_log(c, CONFIG_LOG_DEBUG,
+                 "client %llu: %zu bytes of replies unread; reading paused",
                   (unsigned long long)c->id, q);
     }
 }
@@ -167,8 +253,8 @@ static void on_written(uv_write_t *req, int status)
     free(w->buf);
     free(w);
     if (status < 0 && c->state != CONN_CLOSING) {
-        log_debug("client %llu: write failed: %s", (unsigned long long)c->id,
-                  uv_strerror(status));
+        conn_log(c, CONFIG_LOG_DEBUG, "client %llu: write failed: %s",
+                 (unsigned long long)c->id, uv_strerror(status));
         c->state = CONN_CLOSING;
         close_now(c);
         return;
@@ -271,8 +357,9 @@ void conn_fail(struct conn *c, Heapd__ErrorCode code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    log_info("client %llu (%s, pid %d): %s", (unsigned long long)c->id,
-             c->name[0] ? c->name : "?", (int)c->peer.pid, msg);
+    conn_log(c, CONFIG_LOG_INFO, "client %llu (%s, pid %d): %s",
+             (unsigned long long)c->id, c->name[0] ? c->name : "?",
+             (int)c->peer.pid, msg);
 
     conn_send_error(c, 0, code, msg); /* best effort: the peer may be gone */
     conn_finish(c);
@@ -303,12 +390,14 @@ static void after_frames(struct conn *c, int rc)
 {
     if (rc == -EMSGSIZE || rc == -EBADMSG) {
         c->d->frames_rejected++;
+        /* Note [Admission]: the limit is small until the Welcome */
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_BAD_FRAME,
                   rc == -EMSGSIZE
-                      ? "bad frame length (0 or over %u bytes); closing"
+                      ? "bad frame length (0 or over %zu bytes%s); closing"
                       : "undecodable frame (not a heapd.Envelope with a "
                         "body); closing",
-                  FRAME_MAX_PAYLOAD);
+                  c->reader.max_payload, c->state == CONN_AWAIT_HELLO
+                                             ? " before the welcome" : "");
     } else if (rc == -ENOMEM) {
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
                   "out of memory reading a frame");
@@ -341,25 +430,47 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 
 /* ---- accepting ---- */
 
-/* A new connection over max_connections or max_connections_per_user is
- * refused (Note [Connection limits]). */
-static void check_limits(struct conn *c)
+/* Note [Admission]: a new connection's class, and whether it may stay. */
+static void admit(struct conn *c)
 {
     struct daemon *d = c->d;
     uv_os_fd_t sock;
-    unsigned same_user = 0;
+    unsigned same_user = 0, unlisted = 0;
+    unsigned others_max = d->cfg.max_connections - d->cfg.control_reserve;
+    int rc;
 
-    if (uv_fileno((uv_handle_t *)&c->pipe, &sock) == 0)
-        auth_read_peer(sock, &c->peer); /* on failure: uid 0, pid 0 */
-    for (struct conn *o = d->conns; o; o = o->next)
-        if (o != c && o->peer.uid == c->peer.uid)
-            same_user++;
+    if ((rc = uv_fileno((uv_handle_t *)&c->pipe, &sock)) < 0 ||
+        (rc = auth_read_peer(sock, &c->peer)) < 0) {
+        memset(&c->peer, 0, sizeof c->peer);
+        c->peer.uid = (uid_t)-1;
+        c->peer.gid = (gid_t)-1;
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+                  "cannot read peer credentials: %s", strerror(-rc));
+        return;
+    }
+    c->privileged = c->peer.uid == 0 || c->peer.uid == d->uid;
+    c->unlisted = !c->privileged && !auth_listed(&d->cfg, &c->peer, d->uid);
+    for (struct conn *o = d->conns; o; o = o->next) {
+        if (o == c)
+            continue;
+        same_user += o->peer.uid == c->peer.uid;
+        unlisted += o->unlisted && o->state != CONN_CLOSING;
+    }
     if (d->n_conns > d->cfg.max_connections) {
         d->connections_refused++;
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_TOO_MANY_CONNECTIONS,
                   "heapd already has %u connections (max_connections in "
                   "[daemon] of %s); close some or raise it",
                   d->n_conns - 1, d->cfg.path);
+    } else if (!c->privileged && d->n_conns > others_max) {
+        d->connections_refused++;
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_TOO_MANY_CONNECTIONS,
+                  "heapd already has %u connections; the last %u of "
+                  "max_connections %u are kept for root and heapd's own "
+                  "user (control_reserve in [daemon] of %s); close some or "
+                  "raise max_connections", d->n_conns - 1,
+                  d->cfg.control_reserve, d->cfg.max_connections,
+                  d->cfg.path);
     } else if (same_user >= d->cfg.max_connections_per_user) {
         d->connections_refused++;
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_TOO_MANY_CONNECTIONS,
@@ -367,7 +478,34 @@ static void check_limits(struct conn *c)
                   "(max_connections_per_user in [daemon] of %s); close some "
                   "or raise it", (unsigned)c->peer.uid, same_user,
                   d->cfg.path);
+    } else if (c->unlisted && unlisted >= d->cfg.max_unlisted_connections) {
+        d->connections_refused++;
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_TOO_MANY_CONNECTIONS,
+                  "uid %u is on no heap's ACL and heapd already has %u "
+                  "connections from such users (max_unlisted_connections in "
+                  "[daemon] of %s); add the user to allow_users of a heap",
+                  (unsigned)c->peer.uid, unlisted, d->cfg.path);
     }
+}
+
+/* Note [Admission]: no valid Hello within handshake_timeout. */
+static void on_hello_timeout(uv_timer_t *t)
+{
+    struct conn *c = t->data;
+    if (c->state != CONN_AWAIT_HELLO)
+        return;
+    c->d->connections_timed_out++;
+    conn_fail(c, HEAPD__ERROR_CODE__ERROR_UNEXPECTED,
+              "no hello within %llu ms of connecting (handshake_timeout in "
+              "[daemon] of %s); closing",
+              (unsigned long long)c->d->cfg.handshake_timeout_ms,
+              c->d->cfg.path);
+}
+
+void conn_welcomed(struct conn *c)
+{
+    uv_timer_stop(&c->hello_timer);
+    c->reader.max_payload = FRAME_MAX_PAYLOAD; /* Note [Frames] */
 }
 
 /* Every second: close connections that have been closing for longer than
@@ -379,10 +517,10 @@ static void on_reaper(uv_timer_t *t)
     for (struct conn *c = d->conns; c; c = c->next)
         if (c->state == CONN_CLOSING && c->closing_since &&
             now - c->closing_since > CLOSE_GRACE_MS) {
-            log_info("client %llu (%s, pid %d) did not read its last "
-                     "replies in %d ms; closing", (unsigned long long)c->id,
-                     c->name[0] ? c->name : "?", (int)c->peer.pid,
-                     CLOSE_GRACE_MS);
+            conn_log(c, CONFIG_LOG_INFO, "client %llu (%s, pid %d) did not "
+                     "read its last replies in %d ms; closing",
+                     (unsigned long long)c->id, c->name[0] ? c->name : "?",
+                     (int)c->peer.pid, CLOSE_GRACE_MS);
             c->closing_since = 0;
             close_now(c);
         }
@@ -403,9 +541,15 @@ static void on_connection(uv_stream_t *listener, int status)
         return;
     }
     c->d = d;
-    frame_reader_init(&c->reader, FRAME_MAX_PAYLOAD);
+    /* Note [Admission]: small frames until the Welcome */
+    frame_reader_init(&c->reader, CONN_HELLO_MAX_PAYLOAD);
     uv_pipe_init(&d->loop, &c->pipe, 0);
     c->pipe.data = c;
+    uv_timer_init(&d->loop, &c->hello_timer);
+    c->hello_timer.data = c;
+    c->handles_open = 2;
+    c->log_tokens = (uint64_t)d->cfg.client_log_rate * LOG_TOKEN;
+    c->log_refilled = uv_now(&d->loop);
     c->id = ++d->next_client_id;
     c->next = d->conns;
     if (d->conns)
@@ -419,12 +563,14 @@ static void on_connection(uv_stream_t *listener, int status)
         close_now(c);
         return;
     }
+    uv_timer_start(&c->hello_timer, on_hello_timeout,
+                   d->cfg.handshake_timeout_ms, 0);
     if (d->stopping) {
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_SHUTTING_DOWN,
                   "heapd is shutting down");
         return;
     }
-    check_limits(c);
+    admit(c);
 }
 
 /* Remove a socket file left by a heapd that died, but never one that a live

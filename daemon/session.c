@@ -16,7 +16,33 @@
  * frame whose message says what to do, followed by closing that connection;
  * the daemon and its other clients carry on.  A second Hello, or a message
  * the daemon sends but never receives (Welcome, StatsReply, ...), is
- * ERROR_UNEXPECTED.
+ * ERROR_UNEXPECTED.  What a peer may do before its Hello, and which peers
+ * may send one at all, is Note [Admission] in server.c.
+ *
+ * Note [Per-client limits]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~
+ * After the handshake, one connection can make the daemon hold only this
+ * much, whatever it sends:
+ *   - mutator slots: at most max_mutators_per_client of the heap's
+ *     LAYOUT_MAX_MUTATORS (default 64 of 128), so one client cannot take
+ *     them all;
+ *   - requests waiting for a cycle (CollectRequest{wait}, grants held by
+ *     Note [Pacing]): at most max_requests_per_client at once, counted in
+ *     conn.outstanding from grant_defer until session_cycle_done answers
+ *     them (or the client leaves: Note [Client lifecycle]).  Without it,
+ *     10^6 waits from one raw client grew the daemon by 94 MB;
+ *   - requests answered at once (stats, attach, ...): their replies are
+ *     bounded by max_write_queue (Note [Connection limits]);
+ *   - log lines: conn_log spends one token a line from a bucket that
+ *     holds client_log_rate lines and refills at client_log_rate a
+ *     second; a line without a token is dropped and counted (the
+ *     connection's own count, and log_lines_suppressed), and the next line
+ *     logged, or the disconnect line, first says how many were dropped.
+ *     Without it, 3 s of bad UrsBatch frames wrote 228 MB of log.
+ * A request over a cap is answered with an Error naming the key (the
+ * connection stays open) and counted in requests_refused.  Every string
+ * a client supplies is escaped before it is logged (Note [Escaped log
+ * lines] in log.h).
  */
 #include <assert.h>
 #include <errno.h>
@@ -45,30 +71,20 @@ struct heap *daemon_find_heap(struct daemon *d, const char *name)
     return NULL;
 }
 
-static bool allowed_anywhere(struct daemon *d, const struct auth_peer *p)
-{
-    for (size_t i = 0; i < d->n_heaps; i++)
-        if (auth_allowed(d->heaps[i].cfg, p, d->uid))
-            return true;
-    return false;
-}
-
 static int handle_hello(struct conn *c, const Heapd__Hello *h)
 {
     struct daemon *d = c->d;
     const char *heap_name = h->heap && h->heap[0] ? h->heap : DEFAULT_HEAP_NAME;
     struct heap *heap = NULL;
+    char shown[4 * CONFIG_HEAP_NAME_MAX + 1]; /* heap_name, escaped */
     int rc;
 
-    snprintf(c->name, sizeof c->name, "%s",
-             h->client_name && h->client_name[0] ? h->client_name : "client");
-    uv_os_fd_t sock;
-    if ((rc = uv_fileno((uv_handle_t *)&c->pipe, &sock)) < 0 ||
-        (rc = auth_read_peer(sock, &c->peer)) < 0) {
-        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
-                  "cannot read peer credentials: %s", strerror(-rc));
-        return rc;
-    }
+    /* Note [Escaped log lines]; the credentials were read at accept (Note
+     * [Admission] in server.c) */
+    log_escape(c->name, sizeof c->name,
+               h->client_name && h->client_name[0] ? h->client_name
+                                                   : "client");
+    log_escape(shown, sizeof shown, heap_name);
     if (h->protocol_version != PROTOCOL_VERSION) {
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_VERSION,
                   "protocol version %u is not supported by heapd %s "
@@ -89,20 +105,14 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
         c->named_heap = daemon_find_heap(d, heap_name);
         if (!c->named_heap && d->n_heaps > 0)
             c->named_heap = &d->heaps[0];
-        if (!allowed_anywhere(d, &c->peer)) {
-            conn_fail(c, HEAPD__ERROR_CODE__ERROR_DENIED,
-                      "uid %u may not use any heap of this daemon; add it to "
-                      "allow_users or allow_groups of a heap in %s",
-                      (unsigned)c->peer.uid, d->cfg.path);
-            return -EACCES;
-        }
+        /* an unlisted peer reads stats only: session_handle */
     } else {
         heap = daemon_find_heap(d, heap_name);
         if (!heap) {
             conn_fail(c, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
                       "no heap named '%s' in %s; add a [heap %s] section "
-                      "or connect to another heap", heap_name, d->cfg.path,
-                      heap_name);
+                      "or connect to another heap", shown, d->cfg.path,
+                      shown);
             return -ENOENT;
         }
         if (!auth_allowed(heap->cfg, &c->peer, d->uid)) {
@@ -110,7 +120,7 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
                       "uid %u gid %u may not use heap '%s'; add the user to "
                       "allow_users or a group to allow_groups in [heap %s] "
                       "of %s", (unsigned)c->peer.uid, (unsigned)c->peer.gid,
-                      heap_name, heap_name, d->cfg.path);
+                      shown, shown, d->cfg.path);
             return -EACCES;
         }
     }
@@ -144,10 +154,11 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
         heap->clients++;
     }
     c->state = CONN_READY;
+    conn_welcomed(c);
     log_info("client %llu (%s, pid %d, uid %u) connected%s%s",
              (unsigned long long)c->id, c->name, (int)c->peer.pid,
-             (unsigned)c->peer.uid, heap ? " to heap " : " (control)",
-             heap ? heap->cfg->name : "");
+             (unsigned)c->peer.uid, heap ? " to heap " : " (control",
+             heap ? heap->cfg->name : c->unlisted ? ", stats only)" : ")");
     return 0;
 }
 
@@ -221,6 +232,9 @@ static int handle_stats(struct conn *c, uint64_t seq)
     r.connections_total = d->connections_total;
     r.connections_refused = d->connections_refused;
     r.connections_throttled = d->connections_throttled;
+    r.connections_timed_out = d->connections_timed_out;
+    r.requests_refused = d->requests_refused;
+    r.log_lines_suppressed = d->log_lines_suppressed;
     for (size_t i = 0; i < d->n_heaps; i++) {
         struct heap *h = &d->heaps[i];
         heapd__heap_stats__init(&hs[i]);
@@ -282,8 +296,8 @@ static int reply_error(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    log_debug("client %llu (%s): %s", (unsigned long long)c->id, c->name,
-              msg);
+    conn_log(c, CONFIG_LOG_DEBUG, "client %llu (%s): %s",
+             (unsigned long long)c->id, c->name, msg);
     int rc = conn_send_error(c, seq, code, msg);
     if (rc < 0)
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL, "cannot send an "
@@ -324,10 +338,21 @@ static int defer(struct conn *c, struct heap *h, uint64_t seq,
                  enum pending_kind kind, const struct grant_req *r,
                  uint64_t target)
 {
-    int rc = grant_defer(&c->d->pending, &c->d->workers, c, h, seq, kind, r,
+    struct daemon *d = c->d;
+    if (c->outstanding >= d->cfg.max_requests_per_client) {
+        d->requests_refused++; /* Note [Per-client limits] */
+        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+                           "this client already has %u requests waiting "
+                           "for a collection (max_requests_per_client in "
+                           "[daemon] of %s); wait for their answers, or "
+                           "raise it", c->outstanding, d->cfg.path);
+    }
+    int rc = grant_defer(&d->pending, &d->workers, c, h, seq, kind, r,
                          target);
     if (rc < 0)
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL, "out of memory");
+    else
+        c->outstanding++;
     return rc;
 }
 
@@ -340,6 +365,16 @@ static int handle_attach(struct conn *c, uint64_t seq)
 
     if (!h)
         return 0;
+    unsigned mine = (unsigned)(__builtin_popcountll(c->slots[0]) +
+                               __builtin_popcountll(c->slots[1]));
+    if (mine >= c->d->cfg.max_mutators_per_client) {
+        c->d->requests_refused++; /* Note [Per-client limits] */
+        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+                           "this client has %u mutators attached to heap "
+                           "'%s' (max_mutators_per_client in [daemon] of "
+                           "%s); detach idle threads, or raise it", mine,
+                           h->cfg->name, c->d->cfg.path);
+    }
     pthread_mutex_lock(&h->lock);
     slot = grant_slot(h, c->id, c->slots);
     if (slot >= 0)
@@ -497,7 +532,7 @@ static int handle_segment_return(struct conn *c, const Heapd__SegmentReturn *r)
     }
     if (bad) {
         c->d->frames_rejected += bad;
-        log_info("client %llu (%s): returned %zu segment(s) that are not "
+        conn_log(c, CONFIG_LOG_INFO, "client %llu (%s): returned %zu segment(s) that are not "
                  "its own; ignored", (unsigned long long)c->id, c->name, bad);
     }
     return 0;
@@ -511,8 +546,9 @@ static int handle_urs_batch(struct conn *c, const Heapd__UrsBatch *r)
     if (!h || r->slot >= LAYOUT_MAX_MUTATORS ||
         !(c->slots[r->slot / 64] >> (r->slot % 64) & 1)) {
         c->d->frames_rejected++;
-        log_info("client %llu (%s): URS batch for slot %u, which is not its "
-                 "own; ignored", (unsigned long long)c->id, c->name, r->slot);
+        conn_log(c, CONFIG_LOG_INFO, "client %llu (%s): URS batch for slot "
+                 "%u, which is not its own; ignored",
+                 (unsigned long long)c->id, c->name, r->slot);
         return 0;
     }
     /* the entries are read from the slot's ring up to its real head; the
@@ -641,6 +677,7 @@ void session_cycle_done(struct heap *h, void *daemon)
     while (ready) {
         struct pending *p = ready;
         ready = p->next;
+        p->c->outstanding--;
         if (p->kind == PENDING_COLLECT)
             reply_collect_done(p->c, h, p->seq);
         else
@@ -685,6 +722,7 @@ static void client_leaves(struct conn *c, struct heap *h, bool crashed)
     /* a grant waiting for a cycle would give a client that is gone
      * segments nobody orphans */
     grant_drop(&c->d->pending, &c->d->workers, c);
+    c->outstanding = 0;
     pthread_mutex_lock(&h->lock);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
         if (c->slots[i / 64] >> (i % 64) & 1)
@@ -717,6 +755,7 @@ void session_closed(struct conn *c)
     struct heap *h = c->heap;
 
     grant_drop(&c->d->pending, &c->d->workers, c);
+    c->outstanding = 0;
     if (!h || c->gone)
         return;
     client_leaves(c, h, true);
@@ -741,6 +780,18 @@ int session_handle(struct conn *c, Heapd__Envelope *env)
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_UNEXPECTED,
                   "%s after goodbye", frame_body_name(env));
         return -EPROTO;
+    }
+    if (c->unlisted && env->body_case != HEAPD__ENVELOPE__BODY_STATS_REQUEST &&
+        env->body_case != HEAPD__ENVELOPE__BODY_GOODBYE) {
+        /* Note [Admission] in server.c: stats only */
+        c->d->requests_refused++;
+        return reply_error(c, env->seq, HEAPD__ERROR_CODE__ERROR_DENIED,
+                           "uid %u gid %u is on no heap's ACL and may only "
+                           "read stats (%s refused); add the user to "
+                           "allow_users or a group to allow_groups of a "
+                           "heap in %s", (unsigned)c->peer.uid,
+                           (unsigned)c->peer.gid, frame_body_name(env),
+                           c->d->cfg.path);
     }
     switch (env->body_case) {
     case HEAPD__ENVELOPE__BODY_STATS_REQUEST:

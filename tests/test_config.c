@@ -143,6 +143,12 @@ START_TEST(t_defaults)
     ck_assert_uint_eq(c.max_connections, 1024);
     ck_assert_uint_eq(c.max_connections_per_user, 256);
     ck_assert_uint_eq(c.max_write_queue, 4 << 20);
+    ck_assert_uint_eq(c.control_reserve, 16);
+    ck_assert_uint_eq(c.max_unlisted_connections, 16);
+    ck_assert_uint_eq(c.handshake_timeout_ms, 5000);
+    ck_assert_uint_eq(c.max_mutators_per_client, 64);
+    ck_assert_uint_eq(c.max_requests_per_client, 256);
+    ck_assert_uint_eq(c.client_log_rate, 10);
     ck_assert_uint_eq(c.n_heaps, 1);
     ck_assert_uint_eq(c.heaps[0].segment_size, 128 << 10);
     ck_assert_uint_eq(c.heaps[0].gc_overhead, 100);
@@ -700,7 +706,10 @@ START_TEST(t_unknown_key_daemon)
                   "heapd:t.conf:2: unknown key 'gc_thread' in [daemon] "
                   "(expected one of: socket, log_level, gc_threads, "
                   "max_connections, max_connections_per_user, "
-                  "max_write_queue)\n");
+                  "max_write_queue, control_reserve, "
+                  "max_unlisted_connections, handshake_timeout, "
+                  "max_mutators_per_client, max_requests_per_client, "
+                  "client_log_rate)\n");
 }
 END_TEST
 
@@ -783,6 +792,48 @@ START_TEST(t_connection_limits)
     expect_errors("[daemon]\nmax_write_queue = 4K\n" HEAP,
                   "heapd:t.conf:2: max_write_queue 4K is too small (at least "
                   "64K)\n");
+}
+END_TEST
+
+/* Note [Admission] in daemon/server.c, Note [Per-client limits] in
+ * daemon/session.c */
+START_TEST(t_admission_and_client_limits)
+{
+    struct config c;
+    expect_ok("[daemon]\ncontrol_reserve = 4\nmax_unlisted_connections = 0\n"
+              "handshake_timeout = 250ms\nmax_mutators_per_client = 128\n"
+              "max_requests_per_client = 1\nclient_log_rate = 100\n" HEAP, &c);
+    ck_assert_uint_eq(c.control_reserve, 4);
+    ck_assert_uint_eq(c.max_unlisted_connections, 0);
+    ck_assert_uint_eq(c.handshake_timeout_ms, 250);
+    ck_assert_uint_eq(c.max_mutators_per_client, 128);
+    ck_assert_uint_eq(c.max_requests_per_client, 1);
+    ck_assert_uint_eq(c.client_log_rate, 100);
+    expect_ok("[daemon]\nhandshake_timeout = 2\n" HEAP, &c);
+    ck_assert_uint_eq(c.handshake_timeout_ms, 2000);
+    expect_ok("[daemon]\nhandshake_timeout = 1m\n" HEAP, &c);
+    ck_assert_uint_eq(c.handshake_timeout_ms, 60000);
+    /* an unset reserve is at most a quarter of max_connections */
+    expect_ok("[daemon]\nmax_connections = 3\n" HEAP, &c);
+    ck_assert_uint_eq(c.control_reserve, 0);
+    expect_ok("[daemon]\nmax_connections = 40\n" HEAP, &c);
+    ck_assert_uint_eq(c.control_reserve, 10);
+    expect_errors("[daemon]\nmax_connections = 8\ncontrol_reserve = 8\n" HEAP,
+                  "heapd:t.conf:3: control_reserve 8 leaves none of "
+                  "max_connections 8 to other users; lower it below "
+                  "max_connections or raise max_connections\n");
+    expect_errors("[daemon]\nhandshake_timeout = 5 s\n" HEAP,
+                  "heapd:t.conf:2: handshake_timeout '5 s' is not a duration "
+                  "(use a number and ms, s or m, e.g. 5s or 500ms)\n");
+    expect_errors("[daemon]\nhandshake_timeout = 5ms\n" HEAP,
+                  "heapd:t.conf:2: handshake_timeout 5ms is out of range "
+                  "(10ms..3600s)\n");
+    expect_errors("[daemon]\nmax_mutators_per_client = 129\n" HEAP,
+                  "heapd:t.conf:2: max_mutators_per_client 129 is out of "
+                  "range (1..128)\n");
+    expect_errors("[daemon]\nclient_log_rate = 0\n" HEAP,
+                  "heapd:t.conf:2: client_log_rate 0 is out of range "
+                  "(1..100000 lines per second)\n");
 }
 END_TEST
 
@@ -1081,7 +1132,10 @@ START_TEST(t_multiple_errors_in_line_order)
                   "heapd:t.conf:3: unknown key 'gc_thread' in [daemon] "
                   "(expected one of: socket, log_level, gc_threads, "
                   "max_connections, max_connections_per_user, "
-                  "max_write_queue)\n"
+                  "max_write_queue, control_reserve, "
+                  "max_unlisted_connections, handshake_timeout, "
+                  "max_mutators_per_client, max_requests_per_client, "
+                  "client_log_rate)\n"
                   "heapd:t.conf:4: syntax error: 'oops' is neither "
                   "'[section]' nor 'key = value' (comments start with ';' "
                   "or '#')\n"
@@ -1201,6 +1255,7 @@ static Suite *config_suite(void)
     tcase_add_test(key, t_number_out_of_range);
     tcase_add_test(key, t_gc_threads_zero_and_65);
     tcase_add_test(key, t_connection_limits);
+    tcase_add_test(key, t_admission_and_client_limits);
     tcase_add_test(key, t_bad_size_suffix);
     tcase_add_test(key, t_size_not_a_number);
     tcase_add_test(key, t_size_overflow);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -461,8 +462,6 @@ START_TEST(denied_user)
         ck_assert_msg(strstr(heapd_last_error(), "uid 65534 gid 65534 may not "
                                                  "use heap 'default'"),
                       "message: %s", heapd_last_error());
-        o.flags = HEAPD_CONNECT_CONTROL;
-        ck_assert_int_eq(heapd_connect(&c, &o), HEAPD_EDENIED);
         _exit(0);
     }
     int st = harness_wait_pid(pid, HARNESS_WAIT_MS);
@@ -763,6 +762,486 @@ START_TEST(closing_connection_that_never_reads_is_reaped)
     close(fd);
     ck_assert_msg(harness_log_contains(&D, "did not read its last replies"),
                   "no log line for the reaped connection");
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* ---- before the handshake (Note [Admission] in daemon/server.c) ---- */
+
+/* In a forked child: become uid and gid 65534 with no other group. */
+static void become_nobody(void)
+{
+    ck_assert_int_eq(setgid(65534), 0);
+    ck_assert_int_eq(setgroups(0, NULL), 0);
+    ck_assert_int_eq(setuid(65534), 0);
+}
+
+/* A config whose heap allows uid 65534, with DAEMON_EXTRA in [daemon]. */
+static const char *listed_config(const char *daemon_extra)
+{
+    static char buf[1024];
+    snprintf(buf, sizeof buf,
+             "[daemon]\nsocket = @SOCK@\nlog_level = debug\n%s\n"
+             "[heap default]\nbase = 0x%llx\nmax_size = 1G\n"
+             "allow_users = 65534\n",
+             daemon_extra, (unsigned long long)HARNESS_HEAP_BASE);
+    return buf;
+}
+
+static void wait_child_ok(pid_t pid, const char *who)
+{
+    int st = harness_wait_pid(pid, HARNESS_WAIT_MS);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s failed", who);
+}
+
+/* Idle connections of another user fill max_connections - control_reserve
+ * and no more: root's heapctl still gets in. */
+START_TEST(idle_connections_leave_the_reserve_to_the_operator)
+{
+    if (getuid() != 0) {
+        fprintf(stderr, "reserve: not root; cannot switch users\n");
+        return;
+    }
+    harness_start(&D, listed_config("max_connections = 8\n"
+                                    "control_reserve = 2\n"
+                                    "handshake_timeout = 10m\n"));
+    int ready[2], done[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    ck_assert_int_eq(pipe(done), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        become_nobody();
+        int fds[6];
+        for (int i = 0; i < 6; i++)
+            fds[i] = harness_raw_connect(D.sock);
+        int extra = harness_raw_connect(D.sock);
+        expect_error_and_close(extra,
+                               HEAPD__ERROR_CODE__ERROR_TOO_MANY_CONNECTIONS,
+                               "control_reserve");
+        ck_assert_int_eq(write(ready[1], "r", 1), 1);
+        char b;
+        ck_assert_int_eq(read(done[0], &b, 1), 1);
+        for (int i = 0; i < 6; i++)
+            close(fds[i]);
+        _exit(0);
+    }
+    char b;
+    ck_assert_msg(read(ready[0], &b, 1) == 1, "the idle child failed");
+    /* the operator: root's control connection, in the reserve */
+    heapd_client *c = connect_ok(D.sock, HEAPD_CONNECT_CONTROL);
+    /* the refused one may still be closing */
+    harness_wait_stat(&D, c, clients_connected, ==, 7);
+    heapd_stats_t st;
+    ck_assert_int_eq(heapd_stats(c, &st), 0);
+    ck_assert_uint_ge(st.connections_refused, 1);
+    heapd_disconnect(c);
+    ck_assert_int_eq(write(done[1], "d", 1), 1);
+    wait_child_ok(pid, "the idle child");
+    close(ready[0]);
+    close(ready[1]);
+    close(done[0]);
+    close(done[1]);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* Connections that never complete a Hello (silent, or half a frame) are
+ * told and closed after handshake_timeout, and counted; the same user's
+ * real client then gets in. */
+START_TEST(idle_connections_time_out)
+{
+    if (getuid() != 0) {
+        fprintf(stderr, "time out: not root; cannot switch users\n");
+        return;
+    }
+    harness_start(&D, listed_config("max_connections = 8\n"
+                                    "control_reserve = 2\n"
+                                    "handshake_timeout = 200ms\n"));
+    pid_t pid = fork();
+    if (pid == 0) {
+        become_nobody();
+        int fds[6];
+        for (int i = 0; i < 6; i++) {
+            fds[i] = harness_raw_connect(D.sock);
+            if (i % 2)
+                harness_send_bytes(fds[i], "\x00\x00\x00\x40\x0a", 5);
+        }
+        for (int i = 0; i < 6; i++)
+            expect_error_and_close(fds[i],
+                                   HEAPD__ERROR_CODE__ERROR_UNEXPECTED,
+                                   "handshake_timeout");
+        heapd_client *c = connect_ok(D.sock, 0);
+        heapd_mutator *m;
+        ck_assert_int_eq(heapd_attach(c, &m), 0);
+        heapd_detach(m);
+        heapd_disconnect(c);
+        _exit(0);
+    }
+    wait_child_ok(pid, "the idle child");
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_ge(st.connections_timed_out, 6);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* Before the Welcome a frame may be a few KiB: a longer length is refused
+ * at once, before any of it is buffered; after it, 1 MiB. */
+START_TEST(large_frame_before_hello_is_refused)
+{
+    start_default();
+    static uint8_t f[4 + 65536];
+    f[1] = 0x01; /* 65536 bytes announced */
+    memset(f + 4, 0xff, 65536);
+    int fd = harness_raw_connect(D.sock);
+    harness_send_bytes(fd, f, sizeof f);
+    expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_BAD_FRAME,
+                           "over 4096 bytes before the welcome");
+    /* the same frame after a Welcome is read whole (and is garbage) */
+    fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_CONTROL);
+    harness_send_bytes(fd, f, sizeof f);
+    expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_BAD_FRAME,
+                           "undecodable");
+    ck_assert_uint_eq(still_serving(D.sock), 1);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* A user on no heap's ACL reads stats, is refused anything else, never
+ * maps a heap, and holds at most max_unlisted_connections. */
+START_TEST(unlisted_user_reads_stats_only)
+{
+    if (getuid() != 0) {
+        fprintf(stderr, "unlisted: not root; cannot switch users\n");
+        return;
+    }
+    harness_start(&D, limits_config("max_unlisted_connections = 2"));
+    pid_t pid = fork();
+    if (pid == 0) {
+        become_nobody();
+        heapd_connect_opts o = {.socket_path = D.sock,
+                                .flags = HEAPD_CONNECT_CONTROL};
+        heapd_client *c1 = NULL, *c2 = NULL, *c3 = NULL;
+        ck_assert_msg(heapd_connect(&c1, &o) == 0, "stats connection: %s",
+                      heapd_last_error());
+        heapd_stats_t st;
+        ck_assert_int_eq(heapd_stats(c1, &st), 0);
+        ck_assert_int_eq(heapd_request_collect(c1, 0), HEAPD_EDENIED);
+        ck_assert_msg(strstr(heapd_last_error(), "may only read stats"),
+                      "message: %s", heapd_last_error());
+        ck_assert_int_eq(heapd_stats(c1, &st), 0); /* still open */
+        ck_assert_uint_ge(st.requests_refused, 1);
+        ck_assert_int_eq(heapd_connect(&c2, &o), 0);
+        ck_assert_int_eq(heapd_connect(&c3, &o), -EAGAIN);
+        ck_assert_msg(strstr(heapd_last_error(), "max_unlisted_connections"),
+                      "message: %s", heapd_last_error());
+        heapd_disconnect(c2);
+        heapd_disconnect(c1);
+        _exit(0);
+    }
+    wait_child_ok(pid, "the unlisted child");
+    /* a raw Attach on the stats connection is refused too */
+    pid = fork();
+    if (pid == 0) {
+        become_nobody();
+        int fd = raw_control();
+        Heapd__AttachRequest ar = HEAPD__ATTACH_REQUEST__INIT;
+        Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+        env.seq = 7;
+        env.body_case = HEAPD__ENVELOPE__BODY_ATTACH_REQUEST;
+        env.attach_request = &ar;
+        harness_send_env(fd, &env);
+        Heapd__Envelope *e = harness_read_env(fd, NULL);
+        ck_assert_ptr_nonnull(e);
+        ck_assert_int_eq(e->body_case, HEAPD__ENVELOPE__BODY_ERROR);
+        ck_assert_int_eq(e->error->code, HEAPD__ERROR_CODE__ERROR_DENIED);
+        ck_assert_uint_eq(e->seq, 7);
+        heapd__envelope__free_unpacked(e, NULL);
+        close(fd);
+        _exit(0);
+    }
+    wait_child_ok(pid, "the unlisted raw child");
+    ck_assert_uint_ge(harness_daemon_stats(&D).requests_refused, 2);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* ---- after it (Note [Per-client limits] in daemon/session.c) ---- */
+
+static void send_hello_named(int fd, const char *heap, const char *name,
+                             Heapd__ClientKind kind)
+{
+    Heapd__Hello h = HEAPD__HELLO__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    h.protocol_version = PROTOCOL_VERSION;
+    h.heap = (char *)heap;
+    h.client_name = (char *)name;
+    h.pid = getpid();
+    h.kind = kind;
+    env.body_case = HEAPD__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    harness_send_env(fd, &env);
+}
+
+/* A stats round trip on FD: everything FD sent before is handled. */
+static void stats_round_trip(int fd)
+{
+    Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    env.seq = 99;
+    env.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
+    env.stats_request = &sr;
+    harness_send_env(fd, &env);
+    for (;;) {
+        Heapd__Envelope *e = harness_read_env(fd, NULL);
+        ck_assert_msg(e != NULL, "EOF before the stats reply");
+        bool done = e->body_case == HEAPD__ENVELOPE__BODY_STATS_REPLY;
+        heapd__envelope__free_unpacked(e, NULL);
+        if (done)
+            return;
+    }
+}
+
+/* The whole of heapd's log (harness_start_logged). */
+static char *read_log(void)
+{
+    FILE *f = fopen(D.log, "r");
+    ck_assert_msg(f != NULL, "no daemon log");
+    size_t cap = 1 << 16, n = 0, r;
+    char *buf = malloc(cap);
+    while ((r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += r;
+        if (cap - n - 1 == 0)
+            buf = realloc(buf, cap *= 2);
+    }
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+static size_t count_in(const char *text, const char *what)
+{
+    size_t n = 0;
+    for (const char *p = text; (p = strstr(p, what)); p += strlen(what))
+        n++;
+    return n;
+}
+
+/* Newlines in a client's words cannot forge log lines. */
+START_TEST(client_strings_are_logged_escaped)
+{
+    harness_start_logged(&D, harness_default_config("@SOCK@", NULL),
+                         "heapd.log");
+    int fd = harness_raw_connect(D.sock);
+    send_hello_named(fd, "default", "evil\nheapd: error: forged by name",
+                     HEAPD__CLIENT_KIND__CLIENT_CONTROL);
+    Heapd__Envelope *w = harness_read_env(fd, NULL);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_int_eq(w->body_case, HEAPD__ENVELOPE__BODY_WELCOME);
+    heapd__envelope__free_unpacked(w, NULL);
+    stats_round_trip(fd); /* the connect line is written by now */
+    close(fd);
+    fd = harness_raw_connect(D.sock);
+    send_hello_named(fd, "no\nheapd: error: forged by heap", "x",
+                     HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
+    expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
+                           "no\\x0aheapd: error: forged by heap");
+    ck_assert_uint_eq(still_serving(D.sock), 1);
+    char *log = read_log();
+    ck_assert_msg(strstr(log, "evil\\x0aheapd: error: forged by name"),
+                  "the escaped client_name is not logged:\n%s", log);
+    ck_assert_msg(strstr(log, "no\\x0aheapd: error: forged by heap"),
+                  "the escaped heap name is not logged:\n%s", log);
+    ck_assert_msg(!strstr(log, "\nheapd: error: forged"),
+                  "a client forged a log line:\n%s", log);
+    free(log);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* A flood of bad UrsBatch frames: every one is counted as rejected, a
+ * bounded share is logged (client_log_rate), the rest is counted as
+ * suppressed and said so in the log. */
+START_TEST(bad_urs_batch_flood_is_rate_limited)
+{
+    enum { FLOOD = 5000 };
+    harness_start_logged(&D, limits_config("client_log_rate = 10"),
+                         "heapd.log");
+    int fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
+    Heapd__UrsBatch ub = HEAPD__URS_BATCH__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    ub.slot = 200; /* no such slot: ignored, logged */
+    env.body_case = HEAPD__ENVELOPE__BODY_URS_BATCH;
+    env.urs_batch = &ub;
+    uint8_t *one;
+    size_t len;
+    ck_assert_int_eq(frame_pack(&env, &one, &len), 0);
+    uint8_t *all = malloc(len * FLOOD);
+    for (size_t i = 0; i < FLOOD; i++)
+        memcpy(all + i * len, one, len);
+    harness_send_bytes(fd, all, len * FLOOD);
+    free(all);
+    free(one);
+    stats_round_trip(fd);
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_eq(st.frames_rejected, FLOOD);
+    close(fd);
+    harness_wait_stat(&D, NULL, clients_connected, ==, 1);
+    char *log = read_log();
+    size_t logged = count_in(log, "URS batch for slot 200");
+    ck_assert_msg(logged + st.log_lines_suppressed == FLOOD,
+                  "%zu lines logged and %llu suppressed of %d", logged,
+                  (unsigned long long)st.log_lines_suppressed, FLOOD);
+    ck_assert_msg(logged < FLOOD / 10, "%zu of %d bad frames logged",
+                  logged, FLOOD);
+    ck_assert_msg(strstr(log, "more log line(s) about it were suppressed"),
+                  "no count of the suppressed lines in the log");
+    free(log);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* The daemon's resident memory, from /proc/PID/status. */
+static uint64_t vm_rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    uint64_t kib = 0;
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %" SCNu64 " kB", &kib) == 1)
+            break;
+    fclose(f);
+    ck_assert_msg(kib > 0, "no VmRSS in %s", path);
+    return kib;
+}
+
+/* A raw mutator connection with one slot attached that never acks a stop:
+ * no cycle completes while it is open. */
+static int raw_stalling_mutator(void)
+{
+    int fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
+    Heapd__AttachRequest ar = HEAPD__ATTACH_REQUEST__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    env.seq = 1;
+    env.body_case = HEAPD__ENVELOPE__BODY_ATTACH_REQUEST;
+    env.attach_request = &ar;
+    harness_send_env(fd, &env);
+    Heapd__Envelope *e = harness_read_env(fd, NULL);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->body_case, HEAPD__ENVELOPE__BODY_ATTACH_REPLY);
+    heapd__envelope__free_unpacked(e, NULL);
+    return fd;
+}
+
+struct flood {
+    int fd;
+    uint8_t *bytes;
+    size_t len;
+};
+
+static void *send_flood(void *arg)
+{
+    struct flood *f = arg;
+    harness_send_bytes(f->fd, f->bytes, f->len);
+    return NULL;
+}
+
+/* 10^5 CollectRequest{wait} from one client while no cycle can complete:
+ * max_requests_per_client wait, every other one is refused at once with
+ * the key named, and the daemon stays small. */
+START_TEST(collect_waits_are_capped)
+{
+    enum { WAITS = 100000, CAP = 256 };
+    /* in a sanitizer build, ASan's quarantine keeps every freed reply
+     * resident (256 MB of them by default): that is ASan's memory, not
+     * heapd's, so the daemon gets a small one */
+    char asan[512];
+    const char *was = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof asan, "%s%squarantine_size_mb=1", was ? was : "",
+             was && *was ? ":" : "");
+    setenv("ASAN_OPTIONS", asan, 1);
+    start_default();
+    int fd = raw_stalling_mutator();
+    uint64_t before = vm_rss_kib(D.pid);
+    Heapd__CollectRequest cr = HEAPD__COLLECT_REQUEST__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    cr.wait = true;
+    env.seq = 2;
+    env.body_case = HEAPD__ENVELOPE__BODY_COLLECT_REQUEST;
+    env.collect_request = &cr;
+    uint8_t *one;
+    size_t len;
+    ck_assert_int_eq(frame_pack(&env, &one, &len), 0);
+    struct flood f = {.fd = fd, .len = len * WAITS};
+    f.bytes = malloc(f.len);
+    for (size_t i = 0; i < WAITS; i++)
+        memcpy(f.bytes + i * len, one, len);
+    free(one);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, send_flood, &f), 0);
+    for (size_t i = 0; i < WAITS - CAP; i++) {
+        Heapd__Envelope *e = harness_read_env(fd, NULL);
+        ck_assert_msg(e != NULL, "EOF after %zu refusals", i);
+        ck_assert_msg(e->body_case == HEAPD__ENVELOPE__BODY_ERROR,
+                      "answer %zu is %s, not an error", i,
+                      frame_body_name(e));
+        ck_assert_int_eq(e->error->code, HEAPD__ERROR_CODE__ERROR_NO_MEMORY);
+        ck_assert_msg(strstr(e->error->message, "max_requests_per_client"),
+                      "message: %s", e->error->message);
+        heapd__envelope__free_unpacked(e, NULL);
+    }
+    pthread_join(t, NULL);
+    free(f.bytes);
+    uint64_t after = vm_rss_kib(D.pid);
+    ck_assert_msg(after < before + 32 * 1024, "heapd grew from %llu KiB to "
+                  "%llu KiB", (unsigned long long)before,
+                  (unsigned long long)after);
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_ge(st.requests_refused, WAITS - CAP);
+    close(fd); /* its slot goes: the cycle completes */
+    harness_wait_stat(&D, NULL, clients_connected, ==, 1);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* One client gets max_mutators_per_client slots and no more; another
+ * client still attaches. */
+START_TEST(mutators_per_client_are_capped)
+{
+    enum { CAP = 64 };
+    start_default();
+    int fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
+    Heapd__AttachRequest ar = HEAPD__ATTACH_REQUEST__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    env.body_case = HEAPD__ENVELOPE__BODY_ATTACH_REQUEST;
+    env.attach_request = &ar;
+    for (int i = 0; i <= CAP; i++) {
+        env.seq = (uint64_t)i + 1;
+        harness_send_env(fd, &env);
+        Heapd__Envelope *e = harness_read_env(fd, NULL);
+        ck_assert_ptr_nonnull(e);
+        if (i < CAP) {
+            ck_assert_msg(e->body_case == HEAPD__ENVELOPE__BODY_ATTACH_REPLY,
+                          "attach %d: %s", i, frame_body_name(e));
+        } else {
+            ck_assert_int_eq(e->body_case, HEAPD__ENVELOPE__BODY_ERROR);
+            ck_assert_msg(strstr(e->error->message,
+                                 "max_mutators_per_client"),
+                          "message: %s", e->error->message);
+        }
+        heapd__envelope__free_unpacked(e, NULL);
+    }
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    heapd_stats_t st;
+    ck_assert_int_eq(heapd_stats(c, &st), 0);
+    ck_assert_uint_eq(st.mutators, CAP + 1);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    close(fd);
+    harness_wait_stat(&D, NULL, clients_connected, ==, 1);
     harness_stop_clean(&D);
 }
 END_TEST
@@ -1386,6 +1865,14 @@ static Suite *daemon_suite(void)
     tcase_add_test(t, connections_per_user_are_limited);
     tcase_add_test(t, connections_in_all_are_limited);
     tcase_add_test(t, closing_connection_that_never_reads_is_reaped);
+    tcase_add_test(t, idle_connections_leave_the_reserve_to_the_operator);
+    tcase_add_test(t, idle_connections_time_out);
+    tcase_add_test(t, large_frame_before_hello_is_refused);
+    tcase_add_test(t, unlisted_user_reads_stats_only);
+    tcase_add_test(t, client_strings_are_logged_escaped);
+    tcase_add_test(t, bad_urs_batch_flood_is_rate_limited);
+    tcase_add_test(t, collect_waits_are_capped);
+    tcase_add_test(t, mutators_per_client_are_capped);
     suite_add_tcase(s, t);
     return s;
 }
