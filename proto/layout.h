@@ -334,7 +334,9 @@ struct layout_mutator {
  * (INITIALIZING to SET, or RELEASED when init fails), and the record takes
  * it the next time the daemon looks.  Whatever else differs from the
  * record was written by no daemon: the daemon rewrites it from the record
- * and counts it (globals_repaired) at every snapshot and every claim.
+ * and counts it (globals_repaired) whenever it looks: at every snapshot
+ * (all entries), every claim (all entries), and every delete or departure
+ * (the entries concerned).
  *
  * Waiting is bounded.  A heapd_global_once caller that finds an entry
  * INITIALIZING sleeps on `wake` for at most 10 ms, then 20, 40, ... up to
