@@ -1,6 +1,7 @@
-/* libheapd global roots: heapd_global_set/get/once.  See Note [Global
- * roots] in proto/layout.h for the table and its states; the daemon only
- * creates entries and releases those of dead initialisers. */
+/* libheapd global roots: heapd_global_set/get/once/delete.  See Note
+ * [Global roots] in proto/layout.h for the table and its states; the
+ * daemon creates, deletes and releases entries, and answers from its own
+ * record of them. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "checked.h"
 #include "client.h"
 #include "errors.h"
+#include "frame.h"
 #include "futex.h"
 #include "heapd.h"
 #include "layout.h"
@@ -78,10 +80,19 @@ static void set_state(struct layout_global *g, uint32_t st)
     futex_wake_all(&g->wake);
 }
 
+/* True if G is still global NAME: a delete empties an entry and a later
+ * claim may give it to another name (Note [Global roots]). */
+static bool entry_is(struct layout_global *g, const char *name)
+{
+    return atomic_load_explicit(&g->state, memory_order_acquire) !=
+               LAYOUT_GLOBAL_EMPTY &&
+           strncmp(g->name, name, LAYOUT_GLOBAL_NAME) == 0;
+}
+
 int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
 {
     struct layout_global *g;
-    bool parked = false;
+    bool parked = false, asked = false;
     int rc;
 
     if ((rc = check_name(name)) < 0)
@@ -91,31 +102,88 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
     /* the safepoint first, REF parked through it and through the claim,
      * which waits for the daemon (Note [Values in flight]) */
     mutator_enter(m, ref, &parked);
-    g = lookup(m, name);
-    if (!g || atomic_load(&g->state) == LAYOUT_GLOBAL_RELEASED) {
-        if (ref && !parked) {
-            barrier_park(m, ref);
-            parked = true;
+    for (;;) {
+        g = lookup(m, name);
+        uint32_t st = g ? atomic_load(&g->state) : LAYOUT_GLOBAL_EMPTY;
+        /* INITIALIZING is asked about once: the daemon rewrites a state
+         * it never granted (Note [Global roots]) */
+        if (!g || st == LAYOUT_GLOBAL_RELEASED ||
+            (st == LAYOUT_GLOBAL_INITIALIZING && !asked)) {
+            if (ref && !parked) {
+                barrier_park(m, ref);
+                parked = true;
+            }
+            rc = claim(m, name, false, &g);
+            if (rc < 0)
+                goto out;
+            asked = true;
+            mutator_enter(m, ref, &parked);
         }
-        rc = claim(m, name, false, &g);
-        if (rc < 0)
+        if (atomic_load(&g->state) == LAYOUT_GLOBAL_INITIALIZING) {
+            rc = client_set_error(-EBUSY, "global '%s' is being initialised "
+                                  "by heapd_global_once", name);
             goto out;
-        mutator_enter(m, ref, &parked);
+        }
+        /* while marking, the old value is logged first: another process
+         * may have just read it (Note [Global roots]) */
+        if (barrier_on(m))
+            barrier_global_slow(m, &g->value);
+        /* no safepoint from this check to the store: a deleted entry is
+         * reused only after a snapshot (Note [Global roots]) */
+        if (entry_is(g, name))
+            break;
     }
-    if (atomic_load(&g->state) == LAYOUT_GLOBAL_INITIALIZING) {
-        rc = client_set_error(-EBUSY, "global '%s' is being initialised by "
-                              "heapd_global_once", name);
-        goto out;
-    }
-    /* while marking, the old value is logged first: another process may
-     * have just read it (Note [Global roots]) */
-    if (barrier_on(m))
-        barrier_global_slow(m, &g->value);
     atomic_store_explicit(&g->value, ref, memory_order_release);
     rc = 0;
 out:
     if (parked)
         barrier_unpark(m);
+    return rc;
+}
+
+int heapd_global_delete(heapd_mutator *m, const char *name)
+{
+    Heapd__GlobalDelete gd = HEAPD__GLOBAL_DELETE__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    int rc;
+
+    if (!m)
+        return client_set_error(-EINVAL, "heapd_global_delete: NULL mutator");
+    if ((rc = check_name(name)) < 0)
+        return rc;
+    /* the daemon empties the entry and keeps its old value alive for a
+     * cycle that is marking: no barrier here (Note [Global roots]) */
+    gd.name = (char *)name;
+    req.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_DELETE;
+    req.global_delete = &gd;
+    if ((rc = mutator_call(m, &req, &rep)) < 0)
+        return rc;
+    if (rep->body_case != HEAPD__ENVELOPE__BODY_GLOBAL_DELETED) {
+        rc = client_set_error(HEAPD_EPROTO, "heapd answered global_delete "
+                              "with %s", frame_body_name(rep));
+        goto out;
+    }
+    switch (rep->global_deleted->result) {
+    case HEAPD__GLOBAL_DELETE_RESULT__GLOBAL_DELETE_DONE:
+        rc = 0;
+        break;
+    case HEAPD__GLOBAL_DELETE_RESULT__GLOBAL_DELETE_NO_SUCH:
+        rc = client_set_error(-ENOENT, "no global named '%s' in this heap",
+                              name);
+        break;
+    case HEAPD__GLOBAL_DELETE_RESULT__GLOBAL_DELETE_BUSY:
+        rc = client_set_error(-EBUSY, "global '%s' is being initialised by "
+                              "heapd_global_once; delete it after that "
+                              "returns", name);
+        break;
+    default:
+        rc = client_set_error(HEAPD_EPROTO, "heapd answered global_delete "
+                              "with result %d",
+                              (int)rep->global_deleted->result);
+        break;
+    }
+out:
+    heapd__envelope__free_unpacked(rep, NULL);
     return rc;
 }
 
@@ -127,17 +195,33 @@ void *heapd_global_get(heapd_mutator *m, const char *name)
     return atomic_load_explicit(&g->value, memory_order_acquire);
 }
 
-/* Sleep, blocked, until G is no longer being initialised. */
-static void wait_initialised(heapd_mutator *m, struct layout_global *g)
+/* Note [Global roots]: a waiter asks the daemon after this long without
+ * a change, then after twice as long, up to the maximum. */
+#define ONCE_RECHECK_MIN_NS 10000000ull   /* 10 ms */
+#define ONCE_RECHECK_MAX_NS 1000000000ull /* 1 s */
+
+/* Sleep, blocked, until G is no longer being initialised (true) or for at
+ * most TIMEOUT_NS (false). */
+static bool wait_initialised(heapd_mutator *m, struct layout_global *g,
+                             uint64_t timeout_ns)
 {
+    uint64_t t0 = futex_now_ns(), waited;
+    bool changed = false;
+
     heapd_blocking_enter(m);
     for (;;) {
         uint32_t w = atomic_load(&g->wake);
-        if (atomic_load(&g->state) != LAYOUT_GLOBAL_INITIALIZING)
+        if (atomic_load(&g->state) != LAYOUT_GLOBAL_INITIALIZING) {
+            changed = true;
             break;
-        futex_wait(&g->wake, w, 0);
+        }
+        if ((waited = futex_now_ns() - t0) >= timeout_ns ||
+            agent_is_closed(&m->c->agent))
+            break;
+        futex_wait(&g->wake, w, timeout_ns - waited);
     }
     heapd_blocking_leave(m);
+    return changed;
 }
 
 void *heapd_global_once(heapd_mutator *m, const char *name,
@@ -149,26 +233,29 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
         return NULL;
     }
     mutator_poll(m); /* Note [Client GC discipline]: on entry */
+    uint64_t patience = ONCE_RECHECK_MIN_NS;
     for (;;) {
         struct layout_global *g = lookup(m, name);
         uint32_t st = g ? atomic_load(&g->state) : LAYOUT_GLOBAL_EMPTY;
         if (st == LAYOUT_GLOBAL_SET)
             return atomic_load_explicit(&g->value, memory_order_acquire);
         if (st == LAYOUT_GLOBAL_INITIALIZING) {
-            wait_initialised(m, g);
-            continue;
+            if (wait_initialised(m, g, patience))
+                continue;
+            /* no change for a while: the daemon answers from its record,
+             * and rewrites a state it never granted (Note [Global
+             * roots]) */
+            patience = patience * 2 < ONCE_RECHECK_MAX_NS
+                           ? patience * 2 : ONCE_RECHECK_MAX_NS;
         }
         rc = claim(m, name, true, &g);
         if (rc < 0) {
             errno = client_errno(rc);
             return NULL;
         }
-        if (rc == HEAPD__GLOBAL_ROLE__GLOBAL_WAIT) {
-            wait_initialised(m, g);
-            continue;
-        }
-        if (rc == HEAPD__GLOBAL_ROLE__GLOBAL_READY)
-            continue; /* set meanwhile: read it above */
+        if (rc == HEAPD__GLOBAL_ROLE__GLOBAL_WAIT ||
+            rc == HEAPD__GLOBAL_ROLE__GLOBAL_READY)
+            continue; /* read it, or wait for it, above */
 
         /* this mutator initialises: a blackhole marks the entry as ours
          * in the heap itself, then init runs (it may allocate and collect;

@@ -257,6 +257,14 @@ HEAPD_API void *heapd_global_get(heapd_mutator *m, const char *name);
 HEAPD_API void *heapd_global_once(heapd_mutator *m, const char *name,
                                   void *(*init)(heapd_mutator *, void *),
                                   void *arg);
+/* Delete global NAME: heapd_global_get returns NULL for it from here on,
+ * the name can be created again, and its entry is reused (after the next
+ * collection starts).  The object it referenced stays alive while
+ * anything else references it: processes that read the global hold the
+ * object, not the global.  Returns 0, -ENOENT (no such global), -EBUSY
+ * (heapd_global_once is initialising it), -ENAMETOOLONG, -EINVAL (empty
+ * name) or a connection error. */
+HEAPD_API int heapd_global_delete(heapd_mutator *m, const char *name);
 
 typedef struct heapd_global_info {
     char name[64];

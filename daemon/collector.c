@@ -229,7 +229,7 @@ static uint8_t snapshot(struct collector *gc, struct mark_job *mj)
         atomic_store(&h->control->mutators[i].stack_marked, 0);
         mark_urs(h, NULL, i);
     }
-    globals_bump_flag(h);
+    globals_snapshot(h); /* Note [Global roots] */
     atomic_store(&h->bad_logged, 0);
     gc->alloc_at_last = collector_bytes_allocated(h);
     mark_job_init(mj, h, epoch, gc->workers->n);

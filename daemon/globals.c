@@ -1,6 +1,7 @@
 /* Named global roots, daemon side.  See Note [Global roots] in
- * proto/layout.h: the daemon only creates entries and releases the ones a
- * dead client was initialising; clients read and write values directly. */
+ * proto/layout.h: the daemon creates, deletes and releases entries, and
+ * keeps its own record of each (h->globals); clients read and write values
+ * directly, and the initialiser ends its init in the shared table. */
 #include "globals.h"
 
 #include <errno.h>
@@ -9,6 +10,7 @@
 #include "futex.h"
 #include "heap.h"
 #include "log.h"
+#include "mark.h"
 
 static void set_state(struct layout_global *g, uint32_t st)
 {
@@ -17,61 +19,132 @@ static void set_state(struct layout_global *g, uint32_t st)
     futex_wake_all(&g->wake);
 }
 
-int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
-                  uint32_t *index, enum globals_role *role)
+static int check_name(const char *name)
 {
-    struct layout_global *tab = h->control->globals, *g = NULL, *free_g = NULL;
     size_t len = strlen(name);
-
     if (len == 0)
         return -EINVAL;
     if (len >= LAYOUT_GLOBAL_NAME)
         return -ENAMETOOLONG;
-    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
-        uint32_t st = atomic_load(&tab[i].state);
-        if (st == LAYOUT_GLOBAL_EMPTY) {
-            if (!free_g)
-                free_g = &tab[i];
-        } else if (strncmp(tab[i].name, name, LAYOUT_GLOBAL_NAME) == 0) {
-            g = &tab[i];
-            break;
-        }
+    return 0;
+}
+
+/* The record's entry named NAME, or -1. */
+static int find(const struct heap *h, const char *name)
+{
+    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++)
+        if (h->globals[i].state != LAYOUT_GLOBAL_EMPTY &&
+            strncmp(h->globals[i].name, name, LAYOUT_GLOBAL_NAME) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Bring entry I of the shared table in line with the record.  The one
+ * change a client may make to the words the daemon owns is the
+ * initialiser ending init (INITIALIZING to SET or RELEASED): the record
+ * takes it.  Anything else that differs was written by no daemon and is
+ * rewritten from the record (Note [Global roots]).  Returns true if it
+ * was. */
+static bool sync_entry(struct heap *h, unsigned i)
+{
+    struct heap_global *r = &h->globals[i];
+    struct layout_global *g = &h->control->globals[i];
+    uint32_t st = atomic_load(&g->state);
+    uint64_t owner = r->state == LAYOUT_GLOBAL_INITIALIZING ? r->owner : 0;
+    bool bad;
+
+    if (r->state == LAYOUT_GLOBAL_INITIALIZING &&
+        (st == LAYOUT_GLOBAL_SET || st == LAYOUT_GLOBAL_RELEASED)) {
+        r->state = st;
+        r->owner = owner = 0;
     }
-    if (!g) {
-        if (!free_g)
-            return -ENOSPC;
-        g = free_g;
-        memset(g->name, 0, sizeof g->name);
-        memcpy(g->name, name, len);
+    bad = st != r->state || g->owner != owner ||
+          memcmp(g->name, r->name, LAYOUT_GLOBAL_NAME) != 0;
+    if (!bad)
+        return false;
+    h->stats.globals_repaired++;
+    /* one line for the first and then for every power of two: a client
+     * that forges in a loop cannot fill the log */
+    if ((h->stats.globals_repaired & (h->stats.globals_repaired - 1)) == 0)
+        log_info("heap '%s': global entry %u ('%.63s') held a state, owner "
+                 "or name no daemon wrote (state %u, owner %llu); rewritten "
+                 "from the daemon's record (%llu repairs so far): a client "
+                 "of this heap writes into its control area",
+                 h->cfg->name, i, r->state ? r->name : "(empty)", st,
+                 (unsigned long long)g->owner,
+                 (unsigned long long)h->stats.globals_repaired);
+    memcpy(g->name, r->name, LAYOUT_GLOBAL_NAME);
+    g->owner = owner;
+    if (r->state == LAYOUT_GLOBAL_EMPTY || r->state == LAYOUT_GLOBAL_RELEASED)
         atomic_store(&g->value, NULL);
-        g->owner = 0;
+    /* a compare-and-swap: an initialiser that ends init just now wins, and
+     * the next look takes its change */
+    if (st != r->state &&
+        atomic_compare_exchange_strong(&g->state, &st, r->state)) {
+        atomic_fetch_add(&g->wake, 1);
+        futex_wake_all(&g->wake);
+    }
+    return true;
+}
+
+static void sync_all(struct heap *h)
+{
+    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++)
+        sync_entry(h, i);
+}
+
+int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
+                  uint32_t *index, enum globals_role *role)
+{
+    struct heap_global *r;
+    struct layout_global *g;
+    int rc, i;
+
+    if ((rc = check_name(name)) < 0)
+        return rc;
+    /* a caller may be here because a forged entry made it wait: every
+     * entry is right before it is answered (Note [Global roots]) */
+    sync_all(h);
+    if ((i = find(h, name)) < 0) {
+        for (unsigned k = 0; k < LAYOUT_MAX_GLOBALS && i < 0; k++)
+            if (h->globals[k].state == LAYOUT_GLOBAL_EMPTY &&
+                !h->globals[k].deleted)
+                i = (int)k;
+        if (i < 0)
+            return -ENOSPC;
+        r = &h->globals[i];
+        g = &h->control->globals[i];
+        memset(r->name, 0, sizeof r->name);
+        memcpy(r->name, name, strlen(name));
+        r->state = once ? LAYOUT_GLOBAL_INITIALIZING : LAYOUT_GLOBAL_SET;
+        r->owner = once ? client : 0;
+        memcpy(g->name, r->name, LAYOUT_GLOBAL_NAME);
+        atomic_store(&g->value, NULL);
+        g->owner = r->owner;
         g->static_flag = h->static_flag; /* created black (the Note) */
-        if (once) {
-            g->owner = client;
-            set_state(g, LAYOUT_GLOBAL_INITIALIZING);
-            *role = GLOBALS_INITIALIZE;
-        } else {
-            set_state(g, LAYOUT_GLOBAL_SET);
-            *role = GLOBALS_READY;
-        }
-        *index = (uint32_t)(g - tab);
+        set_state(g, r->state);
+        *role = once ? GLOBALS_INITIALIZE : GLOBALS_READY;
+        *index = (uint32_t)i;
         return 0;
     }
-    *index = (uint32_t)(g - tab);
-    switch (atomic_load(&g->state)) {
+    r = &h->globals[i];
+    g = &h->control->globals[i];
+    *index = (uint32_t)i;
+    switch (r->state) {
     case LAYOUT_GLOBAL_INITIALIZING:
         *role = GLOBALS_WAIT;
         break;
     case LAYOUT_GLOBAL_RELEASED:
         if (once) {
-            g->owner = client;
-            set_state(g, LAYOUT_GLOBAL_INITIALIZING);
+            r->state = LAYOUT_GLOBAL_INITIALIZING;
+            r->owner = g->owner = client;
             *role = GLOBALS_INITIALIZE;
         } else {
+            r->state = LAYOUT_GLOBAL_SET;
             atomic_store(&g->value, NULL);
-            set_state(g, LAYOUT_GLOBAL_SET);
             *role = GLOBALS_READY;
         }
+        set_state(g, r->state);
         break;
     default:
         *role = GLOBALS_READY;
@@ -80,24 +153,62 @@ int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
     return 0;
 }
 
+int globals_delete(struct heap *h, const char *name)
+{
+    struct layout_global *g;
+    int rc, i;
+
+    if ((rc = check_name(name)) < 0)
+        return rc;
+    if ((i = find(h, name)) < 0)
+        return -ENOENT;
+    sync_entry(h, (unsigned)i); /* an init that ended is taken first */
+    if (h->globals[i].state == LAYOUT_GLOBAL_INITIALIZING)
+        return -EBUSY;
+    g = &h->control->globals[i];
+    /* Between the snapshot and the collector's root marking, the value is
+     * a root of the cycle that nobody has marked: mark the roots now (a
+     * second mark_roots in the cycle takes nothing twice).  Afterwards,
+     * the value is one stored during marking, and every value it replaced
+     * was logged by its writer's barrier (Note [Global roots]). */
+    if (h->marking && g->static_flag != h->static_flag)
+        mark_roots(h->marking);
+    memset(&h->globals[i], 0, sizeof h->globals[i]);
+    h->globals[i].deleted = true;
+    set_state(g, LAYOUT_GLOBAL_EMPTY); /* lookups skip it from here on */
+    memset(g->name, 0, sizeof g->name);
+    atomic_store(&g->value, NULL);
+    g->owner = 0;
+    return 0;
+}
+
 void globals_release_owner(struct heap *h, uint64_t client)
 {
-    struct layout_global *tab = h->control->globals;
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
-        struct layout_global *g = &tab[i];
-        if (atomic_load(&g->state) != LAYOUT_GLOBAL_INITIALIZING ||
-            g->owner != client)
+        struct heap_global *r = &h->globals[i];
+        struct layout_global *g = &h->control->globals[i];
+        if (r->state != LAYOUT_GLOBAL_INITIALIZING || r->owner != client)
             continue;
-        log_info("heap '%s': client %llu died initialising global '%.63s'; "
-                 "the next caller runs init again", h->cfg->name,
-                 (unsigned long long)client, g->name);
+        sync_entry(h, i); /* it may have ended init before it left */
+        if (r->state != LAYOUT_GLOBAL_INITIALIZING)
+            continue;
+        log_info("heap '%s': client %llu left while initialising global "
+                 "'%.63s'; the next caller runs init again", h->cfg->name,
+                 (unsigned long long)client, r->name);
+        r->state = LAYOUT_GLOBAL_RELEASED;
+        r->owner = 0;
         atomic_store(&g->value, NULL); /* the blackhole is garbage now */
         g->owner = 0;
         set_state(g, LAYOUT_GLOBAL_RELEASED);
     }
 }
 
-void globals_bump_flag(struct heap *h)
+void globals_snapshot(struct heap *h)
 {
+    sync_all(h);
+    /* every mutator is stopped outside any lookup-to-store window, so no
+     * store meant for a deleted entry can land in its next tenant */
+    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++)
+        h->globals[i].deleted = false;
     h->static_flag ^= 1;
 }

@@ -1,5 +1,7 @@
 /* Named global roots, daemon side.  See Note [Global roots] in
- * proto/layout.h.  Every function is called with heap->lock held. */
+ * proto/layout.h.  Every function is called with heap->lock held; the
+ * daemon decides from its record (struct heap_global in daemon/heap.h),
+ * never from the state, owner or name words of the shared table. */
 #ifndef HEAPD_DAEMON_GLOBALS_H
 #define HEAPD_DAEMON_GLOBALS_H
 
@@ -16,15 +18,23 @@ enum globals_role {
 
 /* Find NAME or create it.  ONCE asks for the right to initialise it.
  * Returns 0 with *index and *role set, -ENAMETOOLONG, -EINVAL (empty name)
- * or -ENOSPC (the table is full). */
+ * or -ENOSPC (the table is full).  Repairs the shared table first. */
 int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
                   uint32_t *index, enum globals_role *role);
 
-/* CLIENT is gone: every entry it was initialising becomes RELEASED and its
- * waiters are woken, so one of them runs init again. */
+/* Empty global NAME so that the name can be created again and its entry
+ * reused (after the next snapshot).  Returns 0, -ENOENT (no such global),
+ * -EBUSY (being initialised), -ENAMETOOLONG or -EINVAL. */
+int globals_delete(struct heap *h, const char *name);
+
+/* CLIENT is gone: every entry the daemon granted it to initialise, and
+ * that it has not finished, becomes RELEASED and its waiters are woken,
+ * so one of them runs init again. */
 void globals_release_owner(struct heap *h, uint64_t client);
 
-/* Flip the heap's static flag at the start of a cycle (bump_static_flag). */
-void globals_bump_flag(struct heap *h);
+/* The snapshot's part, mutators stopped: rewrite every shared entry that
+ * disagrees with the record (counted in globals_repaired), let deleted
+ * entries be reused, and flip the heap's static flag (bump_static_flag). */
+void globals_snapshot(struct heap *h);
 
 #endif

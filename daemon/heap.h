@@ -50,6 +50,18 @@ struct heap_slot_owner {
     char name[64];                   /* client_name from Hello */
 };
 
+/* A global root as the daemon knows it (Note [Global roots]): what the
+ * daemon decides about an entry never rests on the state, owner or name
+ * words of the shared table, which any client can write. */
+struct heap_global {
+    char name[LAYOUT_GLOBAL_NAME];   /* "" when EMPTY */
+    uint32_t state;                  /* enum layout_global_state */
+    uint64_t owner;                  /* INITIALIZING: the client running
+                                        init, by the daemon's grant */
+    bool deleted;                    /* EMPTY since a delete after the
+                                        last snapshot: not reused yet */
+};
+
 struct heap {
     const struct config_heap *cfg;
     int fd;                          /* sealed memfd, -1 when closed */
@@ -69,6 +81,7 @@ struct heap {
                                         after lock, never before it */
     struct segtab segs;
     struct heap_slot_owner owners[LAYOUT_MAX_MUTATORS];
+    struct heap_global globals[LAYOUT_MAX_GLOBALS]; /* heap->lock */
     struct heap_stats stats;
     struct collector *gc;
     struct mark_job *marking;        /* the cycle's job while phase is MARK */

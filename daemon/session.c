@@ -599,6 +599,40 @@ static int handle_global_claim(struct conn *c, uint64_t seq,
     return reply(c, &env, seq);
 }
 
+static int handle_global_delete(struct conn *c, uint64_t seq,
+                                const Heapd__GlobalDelete *r)
+{
+    struct heap *h = mutator_heap(c, seq, "global_delete");
+    int rc;
+
+    if (!h)
+        return 0;
+    pthread_mutex_lock(&h->lock);
+    rc = globals_delete(h, r->name ? r->name : "");
+    pthread_mutex_unlock(&h->lock);
+    Heapd__GlobalDeleted gd = HEAPD__GLOBAL_DELETED__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    switch (rc) {
+    case 0:
+        gd.result = HEAPD__GLOBAL_DELETE_RESULT__GLOBAL_DELETE_DONE;
+        break;
+    case -ENOENT:
+        gd.result = HEAPD__GLOBAL_DELETE_RESULT__GLOBAL_DELETE_NO_SUCH;
+        break;
+    case -EBUSY:
+        gd.result = HEAPD__GLOBAL_DELETE_RESULT__GLOBAL_DELETE_BUSY;
+        break;
+    default:
+        c->d->frames_rejected++;
+        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                           "a global's name must be 1 to %d bytes",
+                           LAYOUT_GLOBAL_NAME - 1);
+    }
+    env.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_DELETED;
+    env.global_deleted = &gd;
+    return reply(c, &env, seq);
+}
+
 static int handle_globals_request(struct conn *c, uint64_t seq)
 {
     struct heap *h = c->heap ? c->heap : c->named_heap;
@@ -810,6 +844,8 @@ int session_handle(struct conn *c, Heapd__Envelope *env)
         return handle_urs_batch(c, env->urs_batch);
     case HEAPD__ENVELOPE__BODY_GLOBAL_CLAIM:
         return handle_global_claim(c, env->seq, env->global_claim);
+    case HEAPD__ENVELOPE__BODY_GLOBAL_DELETE:
+        return handle_global_delete(c, env->seq, env->global_delete);
     case HEAPD__ENVELOPE__BODY_GLOBALS_REQUEST:
         return handle_globals_request(c, env->seq);
     case HEAPD__ENVELOPE__BODY_REMARK_DONE:

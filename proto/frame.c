@@ -217,6 +217,8 @@ const char *frame_body_name(const Heapd__Envelope *env)
     case HEAPD__ENVELOPE__BODY_GLOBAL_CLAIMED: return "global_claimed";
     case HEAPD__ENVELOPE__BODY_GLOBALS_REQUEST: return "globals_request";
     case HEAPD__ENVELOPE__BODY_GLOBALS_REPLY: return "globals_reply";
+    case HEAPD__ENVELOPE__BODY_GLOBAL_DELETE: return "global_delete";
+    case HEAPD__ENVELOPE__BODY_GLOBAL_DELETED: return "global_deleted";
     case HEAPD__ENVELOPE__BODY_REMARK_REQUEST: return "remark_request";
     case HEAPD__ENVELOPE__BODY_REMARK_DONE: return "remark_done";
     case HEAPD__ENVELOPE__BODY_GOODBYE: return "goodbye";

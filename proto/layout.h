@@ -312,8 +312,8 @@ struct layout_mutator {
  * ~~~~~~~~~~~~~~~~~~~
  * (After GHC's Note [Static objects under the nonmoving collector].)  A
  * heap has a table of named global roots in its control area.  Only the
- * daemon creates entries (on a GlobalClaim, so that two processes can
- * never create the same name twice);
+ * daemon creates and deletes entries (on a GlobalClaim or GlobalDelete,
+ * so that two processes can never create the same name twice);
  * after that a mutator reads and writes `value` directly.  An entry is:
  *   EMPTY         unused;
  *   SET           value is NULL or a reference, a root of every cycle;
@@ -321,9 +321,53 @@ struct layout_mutator {
  *                 value is the blackhole, an object that client allocated
  *                 in the shared heap, so the entry is a root like any other
  *                 and the daemon never needs to know what init is doing;
- *   RELEASED      the initialiser died (or init failed): the next caller
+ *   RELEASED      the initialiser left (or init failed): the next caller
  *                 of heapd_global_once claims it and runs init again.
  * Every change of `state` bumps `wake`, the futex word waiters sleep on.
+ *
+ * The daemon's record.  Any client can write this table, so the daemon
+ * keeps its own copy of each entry's name, state and initialiser (struct
+ * heap_global in daemon/heap.h) and decides from it alone: which name an
+ * entry has, who may initialise it, and whose entries to release when a
+ * client leaves (the record's owner, never the `owner` word).  The only
+ * change a client makes to these words is the initialiser ending init
+ * (INITIALIZING to SET, or RELEASED when init fails), and the record takes
+ * it the next time the daemon looks.  Whatever else differs from the
+ * record was written by no daemon: the daemon rewrites it from the record
+ * and counts it (globals_repaired) whenever it looks: at every snapshot
+ * (all entries), every claim (all entries), and every delete or departure
+ * (the entries concerned).
+ *
+ * Waiting is bounded.  A heapd_global_once caller that finds an entry
+ * INITIALIZING sleeps on `wake` for at most 10 ms, then 20, 40, ... up to
+ * 1 s; each time that passes with no change it sends GlobalClaim(once),
+ * which the daemon answers from the record (repairing the entry first):
+ * WAIT while the client the daemon granted init to is still running it,
+ * READY if the entry is SET, INITIALIZE if nobody initialises it.  So a
+ * forged INITIALIZING costs a waiter one timeout; without the bound the
+ * waiter slept on a futex no one would ever wake.  heapd_global_set asks
+ * once, the same way, before it answers -EBUSY.  (A client that rewrites
+ * INITIALIZING over an init that just ended, before the daemon looked,
+ * makes waiters wait until that initialiser leaves: no longer than a slow
+ * init would.)
+ *
+ * Deleting.  heapd_global_delete asks the daemon, which refuses an
+ * INITIALIZING entry (-EBUSY) and empties any other one: state EMPTY,
+ * name, value and owner cleared, its record freed.  An emptied entry is
+ * not given to a new name before the next snapshot, and heapd_global_set
+ * checks that its entry still has its name after its last safepoint and
+ * before its store: every mutator is stopped at a safepoint during a
+ * snapshot, so a store meant for a deleted global never lands in the
+ * entry's next tenant.  While marking, the old value must not be lost:
+ * the client cannot log it, since between its check of the phase and the
+ * daemon's store lies the request's blocking region, through which a
+ * snapshot can pass.  So the daemon, holding the heap lock, looks at the
+ * entry's mark: if the cycle's root marking has not taken it yet, it
+ * runs that root marking first (mark_roots takes each root once a
+ * cycle); if it has, the value now was stored during marking, and every
+ * value it replaced was logged by its writer's barrier.  The object
+ * itself lives on while anything else references it.
+ *
  * Marking treats each SET or INITIALIZING entry's value as a root.  Its
  * per-entry mark is `static_flag`, compared with the heap's flag that flips
  * every cycle (GHC's bump_static_flag): an entry is marked this cycle iff

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,8 @@
 
 #include "harness.h"
 #include "heapd.h"
+#include "layout.h"
+#include "wire.h"
 #include "check_main.h"
 
 static struct daemon_proc D;
@@ -449,6 +452,372 @@ START_TEST(processes_share_a_structure_by_name)
 }
 END_TEST
 
+/* ---- deleting globals ---- */
+
+START_TEST(delete_then_get_and_create_again)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start();
+    harness_attach(&D, &c, &m);
+    ck_assert_int_eq(heapd_global_set(m, "d", cell(m, 7)), 0);
+    ck_assert_int_eq(heapd_global_delete(m, "d"), 0);
+    ck_assert_ptr_null(heapd_global_get(m, "d"));
+    ck_assert_int_eq(heapd_global_delete(m, "d"), -ENOENT);
+    ck_assert_int_eq(heapd_global_delete(m, "never-was"), -ENOENT);
+    ck_assert_msg(strstr(heapd_last_error(), "no global named 'never-was'"),
+                  "%s", heapd_last_error());
+    ck_assert_int_eq(heapd_global_delete(m, ""), -EINVAL);
+    /* the name can be created again, by set and by once */
+    ck_assert_int_eq(heapd_global_set(m, "d", cell(m, 8)), 0);
+    ck_assert_int_eq(cell_value(heapd_global_get(m, "d")), 8);
+    ck_assert_int_eq(heapd_global_delete(m, "d"), 0);
+    void *v = heapd_global_once(m, "d", init_fine, NULL);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_int_eq(cell_value(v), 99);
+    ck_assert_ptr_eq(heapd_global_get(m, "d"), v);
+
+    /* heapctl's view: gone */
+    heapd_client *cc = harness_control(&D);
+    heapd_global_info gi[4];
+    size_t n;
+    ck_assert_int_eq(heapd_global_delete(m, "d"), 0);
+    ck_assert_int_eq(heapd_globals(cc, gi, 4, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    heapd_disconnect(cc);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+START_TEST(delete_frees_an_entry_for_reuse)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    char name[32];
+    start();
+    harness_attach(&D, &c, &m);
+    for (int i = 0; i < 256; i++) {
+        snprintf(name, sizeof name, "g%d", i);
+        ck_assert_int_eq(heapd_global_set(m, name, cell(m, i)), 0);
+    }
+    ck_assert_int_eq(heapd_global_set(m, "fresh", NULL), -ENOMEM);
+    ck_assert_int_eq(heapd_global_delete(m, "g7"), 0);
+    /* the emptied entry is reused once a collection has started (Note
+     * [Global roots]) */
+    ck_assert_int_eq(heapd_global_set(m, "fresh", NULL), -ENOMEM);
+    ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    ck_assert_int_eq(heapd_global_set(m, "fresh", cell(m, 1000)), 0);
+    ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    ck_assert_int_eq(cell_value(heapd_global_get(m, "fresh")), 1000);
+    ck_assert_ptr_null(heapd_global_get(m, "g7"));
+    for (int i = 0; i < 256; i++) {
+        if (i == 7)
+            continue;
+        snprintf(name, sizeof name, "g%d", i);
+        ck_assert_int_eq(cell_value(heapd_global_get(m, name)), i);
+    }
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+static int delete_rc = 1;
+
+static void *init_deletes_itself(heapd_mutator *m, void *arg)
+{
+    delete_rc = heapd_global_delete(m, arg);
+    return cell(m, 3);
+}
+
+START_TEST(delete_while_initialising_is_busy)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start();
+    harness_attach(&D, &c, &m);
+    void *v = heapd_global_once(m, "busy", init_deletes_itself, "busy");
+    ck_assert_int_eq(delete_rc, -EBUSY);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_int_eq(cell_value(heapd_global_get(m, "busy")), 3);
+    /* once init has returned, it can be deleted */
+    ck_assert_int_eq(heapd_global_delete(m, "busy"), 0);
+    ck_assert_ptr_null(heapd_global_get(m, "busy"));
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+#define BIG (4u << 20) /* a large object: its bytes show in live_bytes */
+
+START_TEST(deleted_value_lives_while_referenced)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start();
+    harness_attach(&D, &c, &m);
+    long *kept = heapd_alloc(m, 0, BIG);
+    ck_assert_ptr_nonnull(kept);
+    kept[0] = 12345;
+    size_t r = heapd_root_push(m, kept);
+    ck_assert_int_eq(heapd_global_set(m, "kept", kept), 0);
+    long *dropped = heapd_alloc(m, 0, BIG);
+    ck_assert_ptr_nonnull(dropped);
+    ck_assert_int_eq(heapd_global_set(m, "dropped", dropped), 0);
+    ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_ge(st.live_bytes, 2 * BIG);
+
+    ck_assert_int_eq(heapd_global_delete(m, "kept"), 0);
+    ck_assert_int_eq(heapd_global_delete(m, "dropped"), 0);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    st = harness_daemon_stats(&D);
+    ck_assert_msg(st.live_bytes >= BIG && st.live_bytes < 2 * BIG,
+                  "live_bytes %llu: the rooted object (%u bytes) lives and "
+                  "the one only the deleted global held is collected",
+                  (unsigned long long)st.live_bytes, BIG);
+    kept = heapd_root_get(m, r);
+    ck_assert_int_eq(kept[0], 12345);
+    heapd_root_pop(m, 1);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* Publish fresh 100-cell lists under "g" and delete them, again and again:
+ * the reader may hold the list a delete takes out of "g". */
+static int deleting_writer(int stop_fd)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    for (long round = 1; !stopped(stop_fd); round++) {
+        size_t r = heapd_root_push(m, NULL);
+        for (long i = 0; i < 100; i++) {
+            void **n = cell(m, round * 1000 + i);
+            if (!n)
+                return 1;
+            heapd_write(m, n, &n[0], heapd_root_get(m, r));
+            heapd_root_set(m, r, n);
+        }
+        if (heapd_global_set(m, "g", heapd_root_get(m, r)) < 0)
+            return 2;
+        heapd_root_pop(m, 1);
+        /* the list is only in "g" now; the reader may take it */
+        heapd_safepoint(m);
+        if (heapd_global_delete(m, "g") < 0)
+            return 6;
+    }
+    heapd_detach(m);
+    heapd_disconnect(c);
+    return 0;
+}
+
+START_TEST(deletes_while_marking_lose_nothing)
+{
+    int stop[2], seen[2];
+    start();
+    ck_assert_int_eq(pipe(stop), 0);
+    ck_assert_int_eq(pipe(seen), 0);
+    pid_t w = fork();
+    ck_assert_int_ge(w, 0);
+    if (w == 0) {
+        close(stop[1]);
+        _exit(deleting_writer(stop[0]));
+    }
+    pid_t r = fork();
+    ck_assert_int_ge(r, 0);
+    if (r == 0) {
+        close(stop[1]);
+        _exit(reader(stop[0], seen[1]));
+    }
+    close(stop[0]);
+    close(seen[1]);
+    char x;
+    struct pollfd p = {.fd = seen[0], .events = POLLIN};
+    ck_assert_msg(poll(&p, 1, HARNESS_WAIT_MS) == 1 &&
+                      read(seen[0], &x, 1) == 1,
+                  "the reader checked no list under \"g\" within %d ms",
+                  HARNESS_WAIT_MS);
+    heapd_client *cc = harness_control(&D);
+    for (int i = 0; i < 120; i++)
+        ck_assert_int_eq(heapd_request_collect(cc, HEAPD_COLLECT_WAIT), 0);
+    heapd_disconnect(cc);
+    close(stop[1]);
+    harness_wait_ok(w, "deleting writer");
+    harness_wait_ok(r, "reader");
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* ---- entries a client forged (Note [Global roots]) ---- */
+
+/* The shared entry named NAME, as an attacker finds it: the control area
+ * is mapped writable at the heap's base in every attached process. */
+static struct layout_global *shared_entry(const char *name)
+{
+    struct layout_control *ctl = (struct layout_control *)HARNESS_HEAP_BASE;
+    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++)
+        if (atomic_load(&ctl->globals[i].state) != LAYOUT_GLOBAL_EMPTY &&
+            strcmp(ctl->globals[i].name, name) == 0)
+            return &ctl->globals[i];
+    return NULL;
+}
+
+/* Call heapd_global_once(NAME, init_fine) in a process of its own and
+ * exit 0 if it returned an object whose value is WANT. */
+static pid_t once_in_child(const char *name, long want)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        harness_attach(&D, &c, &m);
+        void *v = heapd_global_once(m, name, init_fine, NULL);
+        _exit(v && cell_value(v) == want ? 0 : 8);
+    }
+    return pid;
+}
+
+START_TEST(forged_initialising_does_not_hang_once)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start();
+    harness_attach(&D, &c, &m);
+    ck_assert_int_eq(heapd_global_set(m, "cfg", cell(m, 5)), 0);
+    struct layout_global *g = shared_entry("cfg");
+    ck_assert_ptr_nonnull(g);
+    /* the attacker's stores: INITIALIZING that the daemon never granted */
+    g->owner = 777;
+    atomic_store(&g->state, LAYOUT_GLOBAL_INITIALIZING);
+    harness_wait_ok(once_in_child("cfg", 5),
+                    "heapd_global_once on a forged INITIALIZING entry (it "
+                    "must return the value, not wait for ever)");
+    ck_assert_uint_eq(atomic_load(&g->state), LAYOUT_GLOBAL_SET);
+    ck_assert_uint_eq(g->owner, 0);
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_ge(st.globals_repaired, 1);
+
+    /* a whole entry forged in an empty slot: init runs */
+    struct layout_control *ctl = (struct layout_control *)HARNESS_HEAP_BASE;
+    struct layout_global *ghost = &ctl->globals[LAYOUT_MAX_GLOBALS - 1];
+    ck_assert_uint_eq(atomic_load(&ghost->state), LAYOUT_GLOBAL_EMPTY);
+    strcpy(ghost->name, "ghost");
+    atomic_store(&ghost->state, LAYOUT_GLOBAL_INITIALIZING);
+    harness_wait_ok(once_in_child("ghost", 99),
+                    "heapd_global_once on a forged entry in an empty slot "
+                    "(it must run init, not wait for ever)");
+    ck_assert_uint_eq(atomic_load(&ghost->state), LAYOUT_GLOBAL_EMPTY);
+
+    /* heapd_global_set asks before it says -EBUSY */
+    atomic_store(&g->state, LAYOUT_GLOBAL_INITIALIZING);
+    ck_assert_int_eq(heapd_global_set(m, "cfg", cell(m, 6)), 0);
+    ck_assert_int_eq(cell_value(heapd_global_get(m, "cfg")), 6);
+    st = harness_daemon_stats(&D);
+    ck_assert_uint_ge(st.globals_repaired, 3);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+static bool crashed_at_least(void *arg, char *seen, size_t len)
+{
+    const uint64_t *want = arg;
+    heapd_stats_t st = harness_daemon_stats(&D);
+    snprintf(seen, len, "clients_crashed %llu",
+             (unsigned long long)st.clients_crashed);
+    return st.clients_crashed >= *want;
+}
+
+static bool released(void *arg, char *seen, size_t len)
+{
+    heapd_client *cc = arg;
+    heapd_global_info gi[4];
+    size_t n = 0;
+    ck_assert_int_eq(heapd_globals(cc, gi, 4, &n), 0);
+    snprintf(seen, len, "%zu globals, state %d", n, n ? gi[0].state : -1);
+    return n == 1 && gi[0].state == 3;
+}
+
+START_TEST(forged_owner_releases_nobody_else)
+{
+    int hang[2];
+    char x;
+    start();
+    ck_assert_int_eq(pipe(hang), 0);
+    pid_t a = fork();
+    ck_assert_int_ge(a, 0);
+    if (a == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        harness_attach(&D, &c, &m);
+        hang_fd = hang[1];
+        heapd_global_once(m, "slow", init_hangs, NULL);
+        _exit(5); /* never returns */
+    }
+    close(hang[1]);
+    ck_assert_int_eq(read(hang[0], &x, 1), 1); /* A is inside init */
+    heapd_client *cc = harness_control(&D);
+    heapd_global_info gi[4];
+    size_t n;
+    ck_assert_int_eq(heapd_globals(cc, gi, 4, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(gi[0].state, 2);
+    uint64_t owner_a = gi[0].owner;
+
+    /* B, a mutator client, learns its id and writes it into the entry */
+    int b = harness_raw_connect(D.sock), hfd = -1;
+    harness_send_hello(b, "default", PROTOCOL_VERSION,
+                       HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
+    Heapd__Envelope *w = harness_read_env(b, &hfd);
+    ck_assert_msg(w && w->body_case == HEAPD__ENVELOPE__BODY_WELCOME,
+                  "heapd did not welcome the raw mutator client");
+    uint64_t id_b = w->welcome->client_id;
+    heapd__envelope__free_unpacked(w, NULL);
+    ck_assert_int_ge(hfd, 0);
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m); /* maps the heap in this process */
+    struct layout_global *g = shared_entry("slow");
+    ck_assert_ptr_nonnull(g);
+    g->owner = id_b;
+    uint64_t crashed = harness_daemon_stats(&D).clients_crashed + 1;
+    close(hfd);
+    close(b); /* B leaves without goodbye */
+    harness_wait_until(crashed_at_least, &crashed,
+                       "the daemon to take the forging client's leave");
+    ck_assert_int_eq(heapd_globals(cc, gi, 4, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_msg(gi[0].state == 2, "global 'slow' is in state %d after "
+                  "a client that is not its initialiser left", gi[0].state);
+    /* A is still the initialiser: its leaving releases the entry */
+    kill(a, SIGKILL);
+    harness_wait_pid(a, HARNESS_WAIT_MS);
+    harness_wait_until(released, cc,
+                       "the dead initialiser's global to be released");
+    ck_assert_uint_ne(owner_a, id_b);
+    heapd_disconnect(cc);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 START_TEST(heapctl_globals)
 {
     char cmd[512], out[4096];
@@ -485,6 +854,13 @@ static Suite *globals_suite(void)
     tcase_add_test(t, globals_alive_across_cycles_under_overwrites);
     tcase_add_test(t, processes_share_a_structure_by_name);
     tcase_add_test(t, heapctl_globals);
+    tcase_add_test(t, delete_then_get_and_create_again);
+    tcase_add_test(t, delete_frees_an_entry_for_reuse);
+    tcase_add_test(t, delete_while_initialising_is_busy);
+    tcase_add_test(t, deleted_value_lives_while_referenced);
+    tcase_add_test(t, deletes_while_marking_lose_nothing);
+    tcase_add_test(t, forged_initialising_does_not_hang_once);
+    tcase_add_test(t, forged_owner_releases_nobody_else);
     suite_add_tcase(s, t);
     return s;
 }

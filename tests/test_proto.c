@@ -262,11 +262,11 @@ START_TEST(frame_empty_envelope)
 }
 END_TEST
 
-/* An arm from a newer protocol (reserved field 39) is not understood. */
+/* An arm from a newer protocol (field 99, unused) is not understood. */
 START_TEST(frame_unknown_arm)
 {
-    uint8_t f[4 + 2] = {0, 0, 0, 2, 0xba, 0x02}; /* field 39, len-delim.. */
-    uint8_t g[4 + 3] = {0, 0, 0, 3, 0xba, 0x02, 0x00}; /* ..empty */
+    uint8_t f[4 + 2] = {0, 0, 0, 2, 0x9a, 0x06}; /* field 99, len-delim.. */
+    uint8_t g[4 + 3] = {0, 0, 0, 3, 0x9a, 0x06, 0x00}; /* ..empty */
     frame_reader r;
     struct collected c = {0};
     frame_reader_init(&r, 0);
