@@ -121,7 +121,8 @@ int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
         memcpy(g->name, r->name, LAYOUT_GLOBAL_NAME);
         atomic_store(&g->value, NULL);
         g->owner = r->owner;
-        g->static_flag = h->static_flag; /* created black (the Note) */
+        r->static_flag = h->static_flag; /* created black (the Note) */
+        g->static_flag = r->static_flag; /* for a debugger; never read */
         set_state(g, r->state);
         *role = once ? GLOBALS_INITIALIZE : GLOBALS_READY;
         *index = (uint32_t)i;
@@ -171,7 +172,7 @@ int globals_delete(struct heap *h, const char *name)
      * second mark_roots in the cycle takes nothing twice).  Afterwards,
      * the value is one stored during marking, and every value it replaced
      * was logged by its writer's barrier (Note [Global roots]). */
-    if (h->marking && g->static_flag != h->static_flag)
+    if (h->marking && h->globals[i].static_flag != h->static_flag)
         mark_roots(h->marking);
     memset(&h->globals[i], 0, sizeof h->globals[i]);
     h->globals[i].deleted = true;

@@ -60,6 +60,8 @@ struct heap_global {
                                         init, by the daemon's grant */
     bool deleted;                    /* EMPTY since a delete after the
                                         last snapshot: not reused yet */
+    uint8_t static_flag;             /* marked this cycle iff equal to the
+                                        heap's (Note [Global roots]) */
 };
 
 struct heap {

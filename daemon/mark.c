@@ -636,16 +636,20 @@ void mark_roots(struct mark_job *j)
     struct heap *h = j->h;
     struct seeder sd = {0};
 
-    /* global roots: Note [Global roots] */
+    /* global roots: Note [Global roots].  Which entries are roots, and
+     * whether one is marked this cycle, is the daemon's record (a client
+     * that forged EMPTY or the heap's flag into the shared entry would
+     * have its value skipped); only the value is read from the entry. */
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
-        struct layout_global *g = &h->control->globals[i];
-        uint32_t st = atomic_load(&g->state);
-        if (st != LAYOUT_GLOBAL_SET && st != LAYOUT_GLOBAL_INITIALIZING)
+        struct heap_global *r = &h->globals[i];
+        if (r->state != LAYOUT_GLOBAL_SET &&
+            r->state != LAYOUT_GLOBAL_INITIALIZING)
             continue;
-        if (g->static_flag == h->static_flag)
+        if (r->static_flag == h->static_flag)
             continue; /* created during this cycle: black */
-        g->static_flag = h->static_flag;
-        mark_root(j, &sd, (uintptr_t)atomic_load(&g->value), "a global root");
+        r->static_flag = h->static_flag;
+        mark_root(j, &sd, (uintptr_t)atomic_load(&h->control->globals[i].value),
+                  "a global root");
     }
     seed_flush(j, &sd);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)

@@ -188,7 +188,7 @@ static void check_roots(struct verifier *v)
     uint64_t per_chunk = layout_root_chunk_slots(h->cfg->segment_size);
     for (uint32_t i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
         struct layout_global *g = &h->control->globals[i];
-        uint32_t st = g->state;
+        uint32_t st = h->globals[i].state; /* the daemon's record */
         void *val = g->value;
         if ((st == LAYOUT_GLOBAL_SET || st == LAYOUT_GLOBAL_INITIALIZING) &&
             val) {

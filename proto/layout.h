@@ -368,13 +368,15 @@ struct layout_mutator {
  * value it replaced was logged by its writer's barrier.  The object
  * itself lives on while anything else references it.
  *
- * Marking treats each SET or INITIALIZING entry's value as a root.  Its
- * per-entry mark is `static_flag`, compared with the heap's flag that flips
- * every cycle (GHC's bump_static_flag): an entry is marked this cycle iff
- * its flag equals the heap's, so no pass ever clears the flags, and once the
- * collector marks concurrently, an entry created during marking starts with
- * the current flag (black) and a value overwritten during marking goes
- * through the write barrier, with no change to this layout.
+ * Marking treats the value of each entry that the daemon's record says is
+ * SET or INITIALIZING as a root (never the shared state, which a client
+ * can forge).  Its per-entry mark is a static flag, kept in the daemon's
+ * record (the shared `static_flag` is a copy for a debugger), compared with
+ * the heap's flag that flips every cycle (GHC's bump_static_flag): an entry
+ * is marked this cycle iff its flag equals the heap's, so no pass ever
+ * clears the flags; an entry created during marking starts with the
+ * current flag (black), and a value overwritten during marking goes
+ * through the write barrier.
  */
 #define LAYOUT_MAX_GLOBALS 256
 #define LAYOUT_GLOBAL_NAME 64 /* bytes, NUL included */

@@ -109,9 +109,10 @@ static void heap_still_works(const char *after)
 }
 
 /* The bystander: a process of its own (a process with libheapd's threads
- * must not fork children that start theirs under TSan), which builds a
- * rooted list, says so on READY, waits in a blocking region until GO
- * closes, and exits 0 if its list is whole. */
+ * must not fork children that start theirs under TSan), which builds two
+ * lists, one on its root stack and one that only the global "victim"
+ * holds, says so on READY, waits in a blocking region until GO closes,
+ * and exits 0 if both are whole. */
 static pid_t start_bystander(const int ready[2], const int go[2])
 {
     pid_t kid = fork();
@@ -130,13 +131,19 @@ static pid_t start_bystander(const int ready[2], const int go[2])
     size_t slot = heapd_root_push(m, NULL);
     if (slot == (size_t)-1 || !build_list(m, slot))
         _exit(3);
+    size_t tmp = heapd_root_push(m, NULL);
+    if (tmp == (size_t)-1 || !build_list(m, tmp) ||
+        heapd_global_set(m, "victim", heapd_root_get(m, tmp)) < 0)
+        _exit(3);
+    heapd_root_pop(m, 1);
     heapd_blocking_enter(m); /* the collections need no ack from it */
     if (write(ready_w, "r", 1) != 1)
         _exit(4);
     while (read(go_r, &x, 1) > 0)
         ;
     heapd_blocking_leave(m);
-    bool whole = list_whole(heapd_root_get(m, slot));
+    bool whole = list_whole(heapd_root_get(m, slot)) &&
+                 list_whole(heapd_global_get(m, "victim"));
     heapd_detach(m);
     heapd_disconnect(c);
     _exit(whole ? 0 : 1);
@@ -218,6 +225,22 @@ START_TEST(random_status_words_hold_up_nothing)
 }
 END_TEST
 
+/* A global's mark flag flipped in the shared entry: before the daemon
+ * kept the flag in its own record, the next cycle took the entry for
+ * marked and swept what only it held. */
+static void forge_global_flags(struct layout_control *ctl)
+{
+    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++)
+        if (atomic_load(&ctl->globals[i].state) == LAYOUT_GLOBAL_SET)
+            ctl->globals[i].static_flag ^= 1;
+}
+
+START_TEST(forged_global_mark_flags_skip_no_root)
+{
+    attack_and_check(forge_global_flags, "every global's mark flag flipped");
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("isolation");
@@ -225,6 +248,7 @@ static Suite *suite(void)
     tcase_add_test(t, forged_running_on_free_slots_holds_up_nothing);
     tcase_add_test(t, forged_blocked_on_free_slots_fills_no_slot);
     tcase_add_test(t, random_status_words_hold_up_nothing);
+    tcase_add_test(t, forged_global_mark_flags_skip_no_root);
     suite_add_tcase(s, t);
     return s;
 }
