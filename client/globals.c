@@ -86,6 +86,8 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
 
     if ((rc = check_name(name)) < 0)
         return rc;
+    if (mutator_orphaned(m)) /* Note [A dead daemon] in client/mutator.c */
+        return mutator_orphan_error(m);
     if (CHECKED(m->c)) /* Note [Checked mode] */
         checked_object(m->c, ref, true, "heapd_global_set", "REF");
     /* the safepoint first, REF parked through it and through the claim,
@@ -127,17 +129,23 @@ void *heapd_global_get(heapd_mutator *m, const char *name)
     return atomic_load_explicit(&g->value, memory_order_acquire);
 }
 
-/* Sleep, blocked, until G is no longer being initialised. */
-static void wait_initialised(heapd_mutator *m, struct layout_global *g)
+/* Sleep, blocked, until G is no longer being initialised, or the
+ * connection is gone (Note [A dead daemon] in client/mutator.c: an
+ * initialiser that dies with the daemon never changes G). */
+static int wait_initialised(heapd_mutator *m, struct layout_global *g)
 {
+    int rc = 0;
     heapd_blocking_enter(m);
     for (;;) {
         uint32_t w = atomic_load(&g->wake);
         if (atomic_load(&g->state) != LAYOUT_GLOBAL_INITIALIZING)
             break;
-        futex_wait(&g->wake, w, 0);
+        /* init runs for as long as it likes: no spinning */
+        if ((rc = agent_wait_word(&m->c->agent, &g->wake, w, 0)) < 0)
+            break;
     }
     heapd_blocking_leave(m);
+    return rc;
 }
 
 void *heapd_global_once(heapd_mutator *m, const char *name,
@@ -150,12 +158,19 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
     }
     mutator_poll(m); /* Note [Client GC discipline]: on entry */
     for (;;) {
+        if (mutator_orphaned(m)) { /* Note [A dead daemon] */
+            errno = client_errno(mutator_orphan_error(m));
+            return NULL;
+        }
         struct layout_global *g = lookup(m, name);
         uint32_t st = g ? atomic_load(&g->state) : LAYOUT_GLOBAL_EMPTY;
         if (st == LAYOUT_GLOBAL_SET)
             return atomic_load_explicit(&g->value, memory_order_acquire);
         if (st == LAYOUT_GLOBAL_INITIALIZING) {
-            wait_initialised(m, g);
+            if ((rc = wait_initialised(m, g)) < 0) {
+                errno = client_errno(rc);
+                return NULL;
+            }
             continue;
         }
         rc = claim(m, name, true, &g);
@@ -164,7 +179,10 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
             return NULL;
         }
         if (rc == HEAPD__GLOBAL_ROLE__GLOBAL_WAIT) {
-            wait_initialised(m, g);
+            if ((rc = wait_initialised(m, g)) < 0) {
+                errno = client_errno(rc);
+                return NULL;
+            }
             continue;
         }
         if (rc == HEAPD__GLOBAL_ROLE__GLOBAL_READY)
