@@ -44,9 +44,11 @@ static void fail_all_locked(struct agent *a, int code, const char *msg,
                             struct agent_call **async)
 {
     if (!a->closed) {
-        __atomic_store_n(&a->closed, true, __ATOMIC_RELEASE);
+        /* why, then closed: a thread that sees closed without the lock
+         * reads why (agent_gone_error) */
         a->close_code = code;
         snprintf(a->close_msg, sizeof a->close_msg, "%s", msg);
+        __atomic_store_n(&a->closed, true, __ATOMIC_RELEASE);
     }
     for (struct agent_call **p = &a->calls; *p;) {
         struct agent_call *k = *p;
@@ -426,7 +428,7 @@ int agent_gone_error(const struct agent *a)
 {
     if (agent_forked(a))
         return forked_error();
-    /* the message is written before `closed` is set, and never again */
+    /* written before `closed` is set, and never again (fail_all_locked) */
     return client_set_error(a->close_code, "the connection to heapd is "
                             "closed (%s): this client's heap is not "
                             "collected any more; heapd_disconnect and "
