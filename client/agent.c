@@ -10,6 +10,7 @@
 #include "agent.h"
 #include "errors.h"
 #include "frame.h"
+#include "futex.h"
 #include "heapd.h"
 
 struct agent_frame {
@@ -17,6 +18,12 @@ struct agent_frame {
     uv_write_t req;
     uint8_t *buf;
     size_t len;
+};
+
+/* A thread asleep in agent_wait_word, on its own stack. */
+struct agent_sleeper {
+    struct agent_sleeper *next;
+    _Atomic uint32_t *word;
 };
 
 struct agent_call {
@@ -37,9 +44,11 @@ static void fail_all_locked(struct agent *a, int code, const char *msg,
                             struct agent_call **async)
 {
     if (!a->closed) {
-        __atomic_store_n(&a->closed, true, __ATOMIC_RELEASE);
+        /* why, then closed: a thread that sees closed without the lock
+         * reads why (agent_gone_error) */
         a->close_code = code;
         snprintf(a->close_msg, sizeof a->close_msg, "%s", msg);
+        __atomic_store_n(&a->closed, true, __ATOMIC_RELEASE);
     }
     for (struct agent_call **p = &a->calls; *p;) {
         struct agent_call *k = *p;
@@ -74,6 +83,12 @@ static void close_connection(struct agent *a, int code, const char *msg)
     pthread_mutex_lock(&a->mu);
     fail_all_locked(a, code, msg, &async);
     code = a->close_code;
+    /* Note [A dead daemon] in client/mutator.c: every thread asleep on a
+     * word of the daemon's wakes, sees `closed` and stops waiting (a
+     * FUTEX_WAKE writes nothing; other processes' waiters on the same word
+     * wake too, look at it and sleep again) */
+    for (struct agent_sleeper *s = a->sleepers; s; s = s->next)
+        futex_wake_all(s->word);
     pthread_mutex_unlock(&a->mu);
     run_failed_async(async, code);
     if (a->on_closed)
@@ -407,6 +422,51 @@ int agent_call_async(struct agent *a, Heapd__Envelope *req,
     if (rc < 0)
         free(k);
     return rc;
+}
+
+int agent_gone_error(const struct agent *a)
+{
+    if (agent_forked(a))
+        return forked_error();
+    /* written before `closed` is set, and never again (fail_all_locked) */
+    return client_set_error(a->close_code, "the connection to heapd is "
+                            "closed (%s): this client's heap is not "
+                            "collected any more; heapd_disconnect and "
+                            "connect again", a->close_msg);
+}
+
+int agent_wait_word(struct agent *a, _Atomic uint32_t *word, uint32_t val,
+                    uint64_t spin_ns)
+{
+    struct agent_sleeper me = {.word = word};
+    bool closed;
+
+    /* Note [Clients and fork]: a child never takes the mutex */
+    if (agent_forked(a))
+        return agent_gone_error(a);
+    if (futex_spin(word, val, spin_ns))
+        return 0;
+    pthread_mutex_lock(&a->mu);
+    if (a->closed) {
+        pthread_mutex_unlock(&a->mu);
+        return agent_gone_error(a);
+    }
+    me.next = a->sleepers;
+    a->sleepers = &me;
+    pthread_mutex_unlock(&a->mu);
+    /* a close between the unlock and the sleep wakes before this thread
+     * sleeps: the bound ends that sleep (Note [A dead daemon]) */
+    futex_wait(word, val, AGENT_SLEEP_NS);
+    pthread_mutex_lock(&a->mu);
+    for (struct agent_sleeper **p = &a->sleepers; *p; p = &(*p)->next) {
+        if (*p == &me) {
+            *p = me.next;
+            break;
+        }
+    }
+    closed = a->closed;
+    pthread_mutex_unlock(&a->mu);
+    return closed ? agent_gone_error(a) : 0;
 }
 
 int agent_call(struct agent *a, Heapd__Envelope *req, Heapd__Envelope **reply)

@@ -12,6 +12,7 @@
 
 struct agent_frame;
 struct agent_call;
+struct agent_sleeper;
 
 /* Note [Client agent]
  * ~~~~~~~~~~~~~~~~~~~
@@ -52,12 +53,15 @@ struct agent {
     void (*on_closed)(void *arg);
     void *hook_arg;
     unsigned fork_generation;        /* Note [Clients and fork] */
+    /* threads asleep on a futex word through agent_wait_word, woken when
+     * the connection ends (Note [A dead daemon] in client/mutator.c) */
+    struct agent_sleeper *sleepers;
     bool closed;                     /* the connection is gone */
     int close_code;                  /* why, as a heapd error code */
     char close_msg[256];
 };
 
-static inline bool agent_is_closed(struct agent *a)
+static inline bool agent_is_closed(const struct agent *a)
 {
     return __atomic_load_n(&a->closed, __ATOMIC_ACQUIRE);
 }
@@ -86,5 +90,18 @@ int agent_call_async(struct agent *a, Heapd__Envelope *req,
                      agent_reply_fn fn, void *arg);
 /* Send MSG, which has no reply. */
 int agent_send(struct agent *a, Heapd__Envelope *msg);
+/* A wait on the daemon that the connection's end interrupts (Note [A dead
+ * daemon] in client/mutator.c): spin for up to SPIN_NS while *WORD ==
+ * VAL, then sleep on it for at most AGENT_SLEEP_NS.  Returns 0 (the word
+ * may have changed: the caller looks again), or, once the connection is
+ * closed (or in a child of fork()), the error agent_gone_error gives. */
+int agent_wait_word(struct agent *a, _Atomic uint32_t *word, uint32_t val,
+                    uint64_t spin_ns);
+/* The connection is closed or this process is a child of the one that
+ * made it: set the thread's error and return its code (the close code,
+ * HEAPD_ECLOSED when the daemon went away; HEAPD_EFORKED). */
+int agent_gone_error(const struct agent *a);
+/* The longest sleep of agent_wait_word. */
+#define AGENT_SLEEP_NS 100000000u
 
 #endif

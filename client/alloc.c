@@ -207,10 +207,11 @@ alloc_slow(heapd_mutator *m, unsigned cls, uint64_t size, size_t nrefs,
 
 void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
 {
-    /* Note [Clients and fork] in client/agent.c: the parent's current
-     * segments are the parent's */
-    if (__builtin_expect(agent_forked(&m->c->agent), 0)) {
-        errno = client_errno(HEAPD_EFORKED);
+    /* Note [A dead daemon] in client/mutator.c: the current segments of
+     * a closed connection are orphaned; Note [Clients and fork] in
+     * client/agent.c: the parent's are the parent's */
+    if (mutator_orphaned(m)) {
+        errno = client_errno(mutator_orphan_error(m));
         return NULL;
     }
     mutator_poll(m);

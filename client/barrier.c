@@ -142,10 +142,11 @@ static void urs_wait_room(heapd_mutator *m)
             break;
         if (!barrier_on(m))
             break; /* a final sync passed: nothing to log any more */
-        if (agent_is_closed(&m->c->agent))
-            break; /* no daemon to wait for; the slot is gone anyway */
-        /* Note [Spinning through a pause] */
-        futex_spin_wait(&s->urs_wake, w, MUTATOR_SPIN_NS, 100000000u);
+        /* Note [Spinning through a pause]; Note [A dead daemon] in
+         * client/mutator.c: no daemon to wait for, the slot is gone */
+        if (agent_wait_word(&m->c->agent, &s->urs_wake, w,
+                            MUTATOR_SPIN_NS) < 0)
+            break;
     }
     mutator_wait_end(m);
 }
@@ -203,6 +204,11 @@ void barrier_log(heapd_mutator *m, void *ref)
 {
     struct layout_mutator *s = m->slot;
     if (!ref || marked_already(m, ref)) /* Note [Filtering the barrier] */
+        return;
+    /* the ring is not ours any more, and nobody marks: Note [A dead
+     * daemon] in client/mutator.c (a daemon that died while marking leaves
+     * the phase MARK for good, and every write here) */
+    if (mutator_orphaned(m))
         return;
     if (m->urs_head - atomic_load_explicit(&s->urs_tail, memory_order_acquire)
         >= LAYOUT_URS_SIZE) {
@@ -294,6 +300,8 @@ void barrier_stack_slow(heapd_mutator *m)
 
     if (!barrier_on(m) || atomic_load(&s->stack_marked) == epoch)
         return;
+    if (mutator_orphaned(m))
+        return; /* Note [A dead daemon] in client/mutator.c */
     if (old != epoch &&
         atomic_compare_exchange_strong(&s->stack_marking, &old, epoch)) {
         for (size_t i = 0; i < m->depth; i++)
@@ -310,10 +318,12 @@ void barrier_stack_slow(heapd_mutator *m)
     mutator_wait_begin(m);
     for (;;) {
         uint32_t v = atomic_load(&s->stack_marked);
-        if (v == epoch || !barrier_on(m) || agent_is_closed(&m->c->agent))
+        if (v == epoch || !barrier_on(m))
             break;
-        /* Note [Spinning through a pause] */
-        futex_spin_wait(&s->stack_marked, v, MUTATOR_SPIN_NS, 100000000u);
+        /* Note [Spinning through a pause]; Note [A dead daemon] */
+        if (agent_wait_word(&m->c->agent, &s->stack_marked, v,
+                            MUTATOR_SPIN_NS) < 0)
+            break;
     }
     mutator_wait_end(m);
 }

@@ -97,6 +97,8 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
 
     if ((rc = check_name(name)) < 0)
         return rc;
+    if (mutator_orphaned(m)) /* Note [A dead daemon] in client/mutator.c */
+        return mutator_orphan_error(m);
     if (CHECKED(m->c)) /* Note [Checked mode] */
         checked_object(m->c, ref, true, "heapd_global_set", "REF");
     /* the safepoint first, REF parked through it and through the claim,
@@ -200,28 +202,31 @@ void *heapd_global_get(heapd_mutator *m, const char *name)
 #define ONCE_RECHECK_MIN_NS 10000000ull   /* 10 ms */
 #define ONCE_RECHECK_MAX_NS 1000000000ull /* 1 s */
 
-/* Sleep, blocked, until G is no longer being initialised (true) or for at
- * most TIMEOUT_NS (false). */
-static bool wait_initialised(heapd_mutator *m, struct layout_global *g,
-                             uint64_t timeout_ns)
+/* Sleep, blocked, until G is no longer being initialised (1), for about
+ * TIMEOUT_NS at most (0), or until the connection is gone (an error:
+ * Note [A dead daemon] in client/mutator.c, an initialiser that dies with
+ * the daemon never changes G). */
+static int wait_initialised(heapd_mutator *m, struct layout_global *g,
+                            uint64_t timeout_ns)
 {
-    uint64_t t0 = futex_now_ns(), waited;
-    bool changed = false;
+    uint64_t t0 = futex_now_ns();
+    int rc = 0;
 
     heapd_blocking_enter(m);
     for (;;) {
         uint32_t w = atomic_load(&g->wake);
         if (atomic_load(&g->state) != LAYOUT_GLOBAL_INITIALIZING) {
-            changed = true;
+            rc = 1;
             break;
         }
-        if ((waited = futex_now_ns() - t0) >= timeout_ns ||
-            agent_is_closed(&m->c->agent))
+        if (futex_now_ns() - t0 >= timeout_ns)
             break;
-        futex_wait(&g->wake, w, timeout_ns - waited);
+        /* init runs for as long as it likes: no spinning */
+        if ((rc = agent_wait_word(&m->c->agent, &g->wake, w, 0)) < 0)
+            break;
     }
     heapd_blocking_leave(m);
-    return changed;
+    return rc;
 }
 
 void *heapd_global_once(heapd_mutator *m, const char *name,
@@ -235,12 +240,21 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
     mutator_poll(m); /* Note [Client GC discipline]: on entry */
     uint64_t patience = ONCE_RECHECK_MIN_NS;
     for (;;) {
+        if (mutator_orphaned(m)) { /* Note [A dead daemon] */
+            errno = client_errno(mutator_orphan_error(m));
+            return NULL;
+        }
         struct layout_global *g = lookup(m, name);
         uint32_t st = g ? atomic_load(&g->state) : LAYOUT_GLOBAL_EMPTY;
         if (st == LAYOUT_GLOBAL_SET)
             return atomic_load_explicit(&g->value, memory_order_acquire);
         if (st == LAYOUT_GLOBAL_INITIALIZING) {
-            if (wait_initialised(m, g, patience))
+            rc = wait_initialised(m, g, patience);
+            if (rc < 0) {
+                errno = client_errno(rc);
+                return NULL;
+            }
+            if (rc > 0)
                 continue;
             /* no change for a while: the daemon answers from its record,
              * and rewrites a state it never granted (Note [Global

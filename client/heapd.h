@@ -176,6 +176,16 @@ HEAPD_API size_t heapd_heap_size(const heapd_client *c);
  * that attached it.  A client does not survive fork(): a child process
  * calls heapd_connect for itself (calls on an inherited client fail with
  * HEAPD_EFORKED; heapd_disconnect in the child only frees its memory).
+ *
+ * No call waits for a daemon that is gone.  When the connection ends (the
+ * daemon died or closed it), a mutator waiting in a pause, a blocking
+ * region, a write barrier or heapd_global_once is released, and from then
+ * on heapd_alloc and heapd_root_push fail with errno EPIPE, heapd_collect
+ * and heapd_global_set return HEAPD_ECLOSED, heapd_global_once returns
+ * NULL with errno EPIPE and heapd_root_get NULL; heapd_safepoint and the
+ * blocking calls return at once.  The heap stays mapped until
+ * heapd_disconnect, but nothing collects it any more: disconnect and
+ * connect again (Note [A dead daemon] in client/mutator.c).
  */
 
 /* Limits of one object (see HEAPD_ALLOC errors). */

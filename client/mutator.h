@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "client.h"
 #include "frame.h"
 #include "heapd.h"
 #include "layout.h"
@@ -56,6 +57,21 @@ static inline void **mutator_root_slot(heapd_mutator *m, size_t i)
 {
     return &m->chunks[i >> m->root_shift]
                      [i & (((size_t)1 << m->root_shift) - 1)];
+}
+
+/* M's connection is gone, or this process is a child of the one that
+ * attached M: M waits for nothing and writes nothing of the daemon's any
+ * more, and its calls fail (Note [A dead daemon] in client/mutator.c). */
+static inline bool mutator_orphaned(const heapd_mutator *m)
+{
+    const struct agent *a = &m->c->agent;
+    return __builtin_expect(agent_is_closed(a), 0) ||
+           __builtin_expect(agent_forked(a), 0);
+}
+/* The error of a call on an orphaned M, with its message set. */
+static inline int mutator_orphan_error(const heapd_mutator *m)
+{
+    return agent_gone_error(&m->c->agent);
 }
 
 void mutator_stop_slow(heapd_mutator *m);

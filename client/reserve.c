@@ -554,9 +554,9 @@ int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
     uint32_t got[RESERVE_BATCH];
     int n;
 
-    if (agent_is_closed(&c->agent)) /* orphaned: Note [Remark requests] */
-        return client_set_error(HEAPD_ECLOSED, "the connection to heapd is "
-                                "closed; reconnect");
+    /* orphaned: Note [Remark requests], Note [A dead daemon] */
+    if (mutator_orphaned(m))
+        return mutator_orphan_error(m);
     pthread_mutex_lock(&r->mu);
     /* the next refills ask for partly free segments of this class too */
     r->classes[cls >> 6] |= 1ull << (cls & 63);
@@ -574,7 +574,11 @@ int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
             while (r->n == 0 && r->refilling) {
                 uint32_t gen = atomic_load(&r->refills);
                 unlock_reserve(r);
-                /* Note [Spinning through a pause] */
+                /* Note [Spinning through a pause]; the word is this
+                 * client's own, and a refill the connection's end leaves
+                 * unanswered is failed by the agent (on_refill), which
+                 * bumps it: no wait outlives the connection (Note [A dead
+                 * daemon] in client/mutator.c) */
                 futex_spin_wait(&r->refills, gen, MUTATOR_SPIN_NS, 0);
                 pthread_mutex_lock(&r->mu);
             }

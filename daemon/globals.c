@@ -51,6 +51,7 @@ static bool sync_entry(struct heap *h, unsigned i)
     struct layout_global *g = &h->control->globals[i];
     uint32_t st = atomic_load(&g->state);
     uint64_t owner = r->state == LAYOUT_GLOBAL_INITIALIZING ? r->owner : 0;
+    char want[LAYOUT_GLOBAL_NAME] = {0}; /* an EMPTY entry shows no name */
     bool bad;
 
     if (r->state == LAYOUT_GLOBAL_INITIALIZING &&
@@ -58,8 +59,10 @@ static bool sync_entry(struct heap *h, unsigned i)
         r->state = st;
         r->owner = owner = 0;
     }
+    if (r->state != LAYOUT_GLOBAL_EMPTY)
+        memcpy(want, r->name, LAYOUT_GLOBAL_NAME);
     bad = st != r->state || g->owner != owner ||
-          memcmp(g->name, r->name, LAYOUT_GLOBAL_NAME) != 0;
+          memcmp(g->name, want, LAYOUT_GLOBAL_NAME) != 0;
     if (!bad)
         return false;
     h->stats.globals_repaired++;
@@ -73,7 +76,7 @@ static bool sync_entry(struct heap *h, unsigned i)
                  h->cfg->name, i, r->state ? r->name : "(empty)", st,
                  (unsigned long long)g->owner,
                  (unsigned long long)h->stats.globals_repaired);
-    memcpy(g->name, r->name, LAYOUT_GLOBAL_NAME);
+    memcpy(g->name, want, LAYOUT_GLOBAL_NAME);
     g->owner = owner;
     if (r->state == LAYOUT_GLOBAL_EMPTY || r->state == LAYOUT_GLOBAL_RELEASED)
         atomic_store(&g->value, NULL);
@@ -106,6 +109,14 @@ int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
      * entry is right before it is answered (Note [Global roots]) */
     sync_all(h);
     if ((i = find(h, name)) < 0) {
+        /* an entry deleted since the last snapshot is reused only for its
+         * own name: a store that raced its delete was meant for that name
+         * (a loop that deletes and sets one name again fills no table) */
+        for (unsigned k = 0; k < LAYOUT_MAX_GLOBALS && i < 0; k++)
+            if (h->globals[k].state == LAYOUT_GLOBAL_EMPTY &&
+                h->globals[k].deleted &&
+                strncmp(h->globals[k].name, name, LAYOUT_GLOBAL_NAME) == 0)
+                i = (int)k;
         for (unsigned k = 0; k < LAYOUT_MAX_GLOBALS && i < 0; k++)
             if (h->globals[k].state == LAYOUT_GLOBAL_EMPTY &&
                 !h->globals[k].deleted)
@@ -114,6 +125,7 @@ int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
             return -ENOSPC;
         r = &h->globals[i];
         g = &h->control->globals[i];
+        r->deleted = false;
         memset(r->name, 0, sizeof r->name);
         memcpy(r->name, name, strlen(name));
         r->state = once ? LAYOUT_GLOBAL_INITIALIZING : LAYOUT_GLOBAL_SET;
@@ -174,7 +186,10 @@ int globals_delete(struct heap *h, const char *name)
      * was logged by its writer's barrier (Note [Global roots]). */
     if (h->marking && h->globals[i].static_flag != h->static_flag)
         mark_roots(h->marking);
-    memset(&h->globals[i], 0, sizeof h->globals[i]);
+    /* the name stays in the record: only it may reuse the entry before
+     * the next snapshot */
+    h->globals[i].state = LAYOUT_GLOBAL_EMPTY;
+    h->globals[i].owner = 0;
     h->globals[i].deleted = true;
     set_state(g, LAYOUT_GLOBAL_EMPTY); /* lookups skip it from here on */
     memset(g->name, 0, sizeof g->name);

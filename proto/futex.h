@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <linux/futex.h>
 #include <stdint.h>
 #include <sys/syscall.h>
@@ -32,22 +33,35 @@ static inline uint64_t futex_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Wait while *WORD == VAL, as futex_wait, but spin first (with a pause
- * instruction) for up to SPIN_NS, keeping the core: for a wait that is
- * usually short, sleeping costs more than the wait (Note [Spinning through
- * a pause] in client/mutator.c). */
-static inline int futex_spin_wait(_Atomic uint32_t *word, uint32_t val,
-                                  uint64_t spin_ns, uint64_t timeout_ns)
+/* Spin (with a pause instruction) while *WORD == VAL, for up to SPIN_NS
+ * (0: one look).  True once the value differs, false if it still equals
+ * VAL when the time is up. */
+static inline bool futex_spin(_Atomic uint32_t *word, uint32_t val,
+                              uint64_t spin_ns)
 {
-    uint64_t t0 = futex_now_ns();
+    uint64_t t0 = spin_ns ? futex_now_ns() : 0;
     for (unsigned i = 1; __atomic_load_n((uint32_t *)word, __ATOMIC_SEQ_CST) ==
                          val;
          i++) {
+        if (spin_ns == 0)
+            return false;
         __builtin_ia32_pause();
         if ((i & 63) == 0 && futex_now_ns() - t0 > spin_ns)
-            return futex_wait(word, val, timeout_ns);
+            return false;
     }
-    return 0;
+    return true;
+}
+
+/* Wait while *WORD == VAL, as futex_wait, but spin first (futex_spin) for
+ * up to SPIN_NS, keeping the core: for a wait that is usually short,
+ * sleeping costs more than the wait (Note [Spinning through a pause] in
+ * client/mutator.c). */
+static inline int futex_spin_wait(_Atomic uint32_t *word, uint32_t val,
+                                  uint64_t spin_ns, uint64_t timeout_ns)
+{
+    if (futex_spin(word, val, spin_ns))
+        return 0;
+    return futex_wait(word, val, timeout_ns);
 }
 
 static inline void futex_wake_all(_Atomic uint32_t *word)
