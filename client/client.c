@@ -49,18 +49,35 @@ static int write_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
-/* Read exactly N bytes; the first read may carry an fd (kept in *fd). */
-static int read_exact(int sock, uint8_t *p, size_t n, int *fd)
+/* Descriptors that came with a frame: the heap's memfd and the daemon's
+ * page (Note [The daemon's page] in proto/layout.h). */
+struct frame_fds {
+    int fd[FDPASS_MAX];
+    unsigned n;
+};
+
+static void frame_fds_close(struct frame_fds *f)
+{
+    for (unsigned i = 0; i < f->n; i++)
+        close(f->fd[i]);
+    f->n = 0;
+}
+
+/* Read exactly N bytes; one read may carry descriptors (kept in F). */
+static int read_exact(int sock, uint8_t *p, size_t n, struct frame_fds *f)
 {
     while (n > 0) {
-        int got_fd = -1;
-        ssize_t r = fdpass_recv(sock, p, n, &got_fd);
-        if (got_fd >= 0) {
-            if (*fd >= 0) { /* a second fd: never expected */
-                close(got_fd);
+        int got[FDPASS_MAX];
+        unsigned ngot = 0;
+        ssize_t r = fdpass_recv(sock, p, n, got, &ngot);
+        if (ngot > 0) {
+            if (f->n > 0) { /* a second message of fds: never expected */
+                for (unsigned i = 0; i < ngot; i++)
+                    close(got[i]);
                 return -EBADMSG;
             }
-            *fd = got_fd;
+            memcpy(f->fd, got, ngot * sizeof got[0]);
+            f->n = ngot;
         }
         if (r < 0)
             return (int)r;
@@ -72,8 +89,8 @@ static int read_exact(int sock, uint8_t *p, size_t n, int *fd)
     return 0;
 }
 
-/* Read one frame; *fd receives an fd that came with it, or -1. */
-static int read_frame(int sock, Heapd__Envelope **env, int *fd)
+/* Read one frame; F receives the descriptors that came with it. */
+static int read_frame(int sock, Heapd__Envelope **env, struct frame_fds *f)
 {
     uint8_t hdr[FRAME_HEADER_SIZE];
     uint8_t *payload = NULL;
@@ -81,8 +98,8 @@ static int read_frame(int sock, Heapd__Envelope **env, int *fd)
     int rc;
 
     *env = NULL;
-    *fd = -1;
-    if ((rc = read_exact(sock, hdr, sizeof hdr, fd)) < 0)
+    f->n = 0;
+    if ((rc = read_exact(sock, hdr, sizeof hdr, f)) < 0)
         goto out;
     len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 |
           (uint32_t)hdr[2] << 8 | hdr[3];
@@ -95,16 +112,14 @@ static int read_frame(int sock, Heapd__Envelope **env, int *fd)
         rc = -ENOMEM;
         goto out;
     }
-    if ((rc = read_exact(sock, payload, len, fd)) < 0)
+    if ((rc = read_exact(sock, payload, len, f)) < 0)
         goto out;
     *env = frame_decode(payload, len);
     rc = *env ? 0 : -EBADMSG;
 out:
     free(payload);
-    if (rc < 0 && *fd >= 0) {
-        close(*fd);
-        *fd = -1;
-    }
+    if (rc < 0)
+        frame_fds_close(f);
     return rc;
 }
 
@@ -206,8 +221,11 @@ static void maps_lock(void) { pthread_mutex_lock(&maps_mu); }
 static void maps_unlock(void) { pthread_mutex_unlock(&maps_mu); }
 static void maps_init(void) { pthread_atfork(maps_lock, maps_unlock, maps_unlock); }
 
-/* Map FD at BASE, or share this process's existing mapping of it. */
-static int map_shared(int fd, uintptr_t base, size_t size, void **out)
+/* Map FD at BASE, with the daemon's page PAGE_FD read-only over its first
+ * page (Note [The daemon's page]), or share this process's existing
+ * mapping of it. */
+static int map_shared(int fd, int page_fd, uintptr_t base, size_t size,
+                      void **out)
 {
     struct stat st;
     struct mapping *m;
@@ -242,6 +260,13 @@ static int map_shared(int fd, uintptr_t base, size_t size, void **out)
         free(m);
         goto out;
     }
+    if (mmap(p, LAYOUT_DAEMON_BYTES, PROT_READ, MAP_SHARED | MAP_FIXED,
+             page_fd, 0) == MAP_FAILED) {
+        rc = -errno;
+        munmap(p, size);
+        free(m);
+        goto out;
+    }
     *m = (struct mapping){maps, base, size, st.st_dev, st.st_ino, 1};
     maps = m;
     *out = p;
@@ -268,7 +293,8 @@ static void unmap_shared(void *base)
 }
 
 /* Map the heap the Welcome describes.  See Note [Heap mapping]. */
-static int map_heap(heapd_client *c, const Heapd__Welcome *w, int fd)
+static int map_heap(heapd_client *c, const Heapd__Welcome *w, int fd,
+                    int page_fd)
 {
     struct stat st;
     void *p = NULL;
@@ -280,7 +306,7 @@ static int map_heap(heapd_client *c, const Heapd__Welcome *w, int fd)
         return client_set_error(HEAPD_EPROTO,
                                 "heap '%s': the daemon's geometry does not "
                                 "match its memfd; restart heapd", w->heap);
-    rc = map_shared(fd, w->heap_base, w->max_size, &p);
+    rc = map_shared(fd, page_fd, w->heap_base, w->max_size, &p);
     if (rc < 0)
         return client_set_error(
             rc == -EEXIST ? HEAPD_EADDRTAKEN : rc,
@@ -313,14 +339,15 @@ static int handshake(heapd_client *c, int sock, const heapd_connect_opts *o,
                      bool control, int *heap_fd)
 {
     Heapd__Envelope *env = NULL;
-    int fd = -1, rc;
+    struct frame_fds f = {.n = 0};
+    int rc;
 
     *heap_fd = -1;
     /* a daemon that refuses the connection at once (too many connections,
      * shutting down) may have sent its Error and closed before the hello
      * went out: read it anyway, it says why */
     int hello_rc = send_hello(sock, o, control);
-    if ((rc = read_frame(sock, &env, &fd)) < 0 && hello_rc < 0) {
+    if ((rc = read_frame(sock, &env, &f)) < 0 && hello_rc < 0) {
         rc = hello_rc;
         goto out;
     }
@@ -354,21 +381,25 @@ static int handshake(heapd_client *c, int sock, const heapd_connect_opts *o,
                               PROTOCOL_VERSION, LAYOUT_VERSION);
         goto out;
     }
-    if (control != (fd < 0) || control == w->has_fd) {
-        rc = client_set_error(HEAPD_EPROTO, "heapd's welcome %s the heap fd",
-                              fd < 0 ? "lacks" : "unexpectedly carries");
+    /* a mutator client gets the heap and the daemon's page, a control
+     * client nothing (Note [The daemon's page]) */
+    if (f.n != (control ? 0u : 2u) || control == w->has_fd) {
+        rc = client_set_error(HEAPD_EPROTO, "heapd's welcome carries %u "
+                              "descriptors, not %u", f.n, control ? 0 : 2);
         goto out;
     }
     c->client_id = w->client_id;
     snprintf(c->heap_name, sizeof c->heap_name, "%s", w->heap);
-    if (!control && (rc = map_heap(c, w, fd)) < 0)
+    if (!control && (rc = map_heap(c, w, f.fd[0], f.fd[1])) < 0)
         goto out;
-    *heap_fd = fd;
-    fd = -1;
+    if (!control) {
+        *heap_fd = f.fd[0];
+        close(f.fd[1]); /* the mapping holds the page */
+        f.n = 0;
+    }
     rc = 0;
 out:
-    if (fd >= 0)
-        close(fd);
+    frame_fds_close(&f);
     if (env)
         heapd__envelope__free_unpacked(env, NULL);
     return rc;

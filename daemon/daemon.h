@@ -92,7 +92,9 @@ void server_stop(struct daemon *d);
 /* Close every connection now, dropping unsent bytes (shutdown deadline). */
 void server_abort_all(struct daemon *d);
 int conn_send(struct conn *c, const Heapd__Envelope *env);
-int conn_send_with_fd(struct conn *c, const Heapd__Envelope *env, int fd);
+/* Send ENV with NFDS descriptors attached (Note [Passing the heap fd]). */
+int conn_send_with_fds(struct conn *c, const Heapd__Envelope *env,
+                       const int *fds, unsigned nfds);
 /* Send an Error frame answering request SEQ (0: not an answer). */
 int conn_send_error(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
                     const char *msg);

@@ -13,6 +13,48 @@
 
 #include "log.h"
 
+/* A sealed memfd of SIZE bytes named NAME, or a negative errno. */
+static int sealed_memfd(const char *name, uint64_t size)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING), rc;
+    if (fd < 0)
+        return -errno;
+    /* See Note [Heap mapping]: no client may resize the file under us. */
+    if (ftruncate(fd, (off_t)size) < 0 ||
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+/* Note [The daemon's page]: its memfd, mapped read-write over the first
+ * page of the heap mapping at BASE, and a read-only descriptor of it for
+ * clients. */
+static int open_daemon_page(struct heap *h, void *base)
+{
+    char name[80], path[64];
+    int rc;
+
+    snprintf(name, sizeof name, "heapd:%s:daemon", h->cfg->name);
+    if ((h->page_fd = sealed_memfd(name, LAYOUT_DAEMON_BYTES)) < 0)
+        return h->page_fd;
+    void *p = mmap(base, LAYOUT_DAEMON_BYTES, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_FIXED, h->page_fd, 0);
+    if (p == MAP_FAILED)
+        return -errno;
+    snprintf(path, sizeof path, "/proc/self/fd/%d", h->page_fd);
+    h->page_ro_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (h->page_ro_fd < 0) {
+        rc = -errno;
+        log_error("heap '%s': cannot open %s read-only: %s; heapd needs "
+                  "/proc mounted", h->cfg->name, path, strerror(-rc));
+        return rc;
+    }
+    return 0;
+}
+
 int heap_open(struct heap *h, const struct config_heap *cfg)
 {
     char name[80];
@@ -20,29 +62,15 @@ int heap_open(struct heap *h, const struct config_heap *cfg)
     int fd = -1, rc = 0;
 
     memset(h, 0, sizeof *h);
-    h->fd = -1;
+    h->fd = h->page_fd = h->page_ro_fd = -1;
     h->cfg = cfg;
 
     snprintf(name, sizeof name, "heapd:%s", cfg->name);
-    fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0) {
-        rc = -errno;
-        log_error("heap '%s': memfd_create: %s", cfg->name, strerror(-rc));
-        goto out;
-    }
-    if (ftruncate(fd, (off_t)cfg->max_size) < 0) {
-        rc = -errno;
-        log_error("heap '%s': cannot size the memfd to %llu bytes: %s; "
+    if ((fd = sealed_memfd(name, cfg->max_size)) < 0) {
+        rc = fd;
+        log_error("heap '%s': cannot make a sealed memfd of %llu bytes: %s; "
                   "lower max_size", cfg->name,
                   (unsigned long long)cfg->max_size, strerror(-rc));
-        goto out;
-    }
-    /* See Note [Heap mapping]: no client may resize the file under us. */
-    if (fcntl(fd, F_ADD_SEALS,
-              F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
-        rc = -errno;
-        log_error("heap '%s': cannot seal the memfd: %s", cfg->name,
-                  strerror(-rc));
         goto out;
     }
     p = mmap((void *)(uintptr_t)cfg->base, cfg->max_size,
@@ -59,6 +87,12 @@ int heap_open(struct heap *h, const struct config_heap *cfg)
                   (unsigned long long)(cfg->base + cfg->max_size),
                   rc == -EEXIST ? "the range is already in use"
                                 : strerror(-rc), cfg->name);
+        goto out;
+    }
+    if ((rc = open_daemon_page(h, p)) < 0) {
+        log_error("heap '%s': cannot set up the daemon's page: %s",
+                  cfg->name, strerror(-rc));
+        munmap(p, cfg->max_size);
         goto out;
     }
     h->fd = fd;
@@ -90,6 +124,13 @@ int heap_open(struct heap *h, const struct config_heap *cfg)
 out:
     if (fd >= 0)
         close(fd);
+    if (rc < 0) {
+        if (h->page_fd >= 0)
+            close(h->page_fd);
+        if (h->page_ro_fd >= 0)
+            close(h->page_ro_fd);
+        h->page_fd = h->page_ro_fd = -1;
+    }
     return rc;
 }
 
@@ -101,15 +142,23 @@ void heap_close(struct heap *h)
         munmap(h->base, h->cfg->max_size);
     if (h->fd >= 0)
         close(h->fd);
+    if (h->page_fd >= 0)
+        close(h->page_fd);
+    if (h->page_ro_fd >= 0)
+        close(h->page_ro_fd);
     h->base = NULL;
     h->control = NULL;
-    h->fd = -1;
+    h->fd = h->page_fd = h->page_ro_fd = -1;
+}
+
+static uint64_t fd_committed(int fd)
+{
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 ? (uint64_t)st.st_blocks * 512u : 0;
 }
 
 uint64_t heap_committed_bytes(const struct heap *h)
 {
-    struct stat st;
-    if (h->fd < 0 || fstat(h->fd, &st) < 0)
-        return 0;
-    return (uint64_t)st.st_blocks * 512u;
+    /* the daemon's page backs the heap too (Note [The daemon's page]) */
+    return fd_committed(h->fd) + fd_committed(h->page_fd);
 }

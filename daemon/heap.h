@@ -67,6 +67,10 @@ struct heap_global {
 struct heap {
     const struct config_heap *cfg;
     int fd;                          /* sealed memfd, -1 when closed */
+    int page_fd;                     /* the daemon's page (Note [The
+                                        daemon's page]), read-write */
+    int page_ro_fd;                  /* the same, opened read-only: what
+                                        clients get */
     void *base;                      /* == (void *)cfg->base when open */
     struct layout_control *control;  /* == base */
     unsigned clients;                /* mutator clients connected */

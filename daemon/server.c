@@ -303,7 +303,8 @@ int conn_send(struct conn *c, const Heapd__Envelope *env)
     return queue_bytes(c, buf, 0, len);
 }
 
-int conn_send_with_fd(struct conn *c, const Heapd__Envelope *env, int fd)
+int conn_send_with_fds(struct conn *c, const Heapd__Envelope *env,
+                       const int *fds, unsigned nfds)
 {
     uint8_t *buf = NULL;
     size_t len;
@@ -319,7 +320,7 @@ int conn_send_with_fd(struct conn *c, const Heapd__Envelope *env, int fd)
         goto out;
     if ((rc = frame_pack(env, &buf, &len)) < 0)
         goto out;
-    n = fdpass_send(sock, buf, len, fd);
+    n = fdpass_send(sock, buf, len, fds, nfds);
     if (n < 0) {
         rc = (int)n;
         goto out;

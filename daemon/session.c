@@ -138,7 +138,10 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
         w.segment_size = heap->cfg->segment_size;
         w.layout_version = LAYOUT_VERSION;
         w.has_fd = true;
-        rc = conn_send_with_fd(c, &env, heap->fd);
+        /* the heap, and the daemon's page read-only (Note [The daemon's
+         * page]) */
+        int fds[2] = {heap->fd, heap->page_ro_fd};
+        rc = conn_send_with_fds(c, &env, fds, 2);
     } else {
         w.heap = (char *)"";
         rc = conn_send(c, &env);

@@ -142,12 +142,13 @@ static int on_reply(void *arg, Heapd__Envelope *env)
 static void drain(struct client *cl)
 {
     uint8_t buf[65536];
-    int fd;
+    int fds[FDPASS_MAX];
+    unsigned nfds;
 
     while (!cl->eof) {
-        ssize_t n = fdpass_recv(cl->fd, buf, sizeof buf, &fd);
-        if (fd >= 0)
-            close(fd);
+        ssize_t n = fdpass_recv(cl->fd, buf, sizeof buf, fds, &nfds);
+        for (unsigned i = 0; i < nfds; i++)
+            close(fds[i]);
         if (n == -EAGAIN || n == -EWOULDBLOCK)
             return;
         if (n == -ECONNRESET || n == 0) {

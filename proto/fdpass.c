@@ -6,10 +6,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-ssize_t fdpass_send(int sock, const void *buf, size_t len, int fd)
+ssize_t fdpass_send(int sock, const void *buf, size_t len, const int *fds,
+                    unsigned nfds)
 {
     union {
-        char buf[CMSG_SPACE(sizeof(int))];
+        char buf[CMSG_SPACE(FDPASS_MAX * sizeof(int))];
         struct cmsghdr align;
     } ctl;
     struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
@@ -17,14 +18,16 @@ ssize_t fdpass_send(int sock, const void *buf, size_t len, int fd)
         .msg_iov = &iov,
         .msg_iovlen = 1,
         .msg_control = ctl.buf,
-        .msg_controllen = sizeof ctl.buf,
+        .msg_controllen = CMSG_SPACE(nfds * sizeof(int)),
     };
+    if (nfds == 0 || nfds > FDPASS_MAX)
+        return -EINVAL;
     memset(&ctl, 0, sizeof ctl);
     struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
 
     ssize_t n;
     do
@@ -44,7 +47,8 @@ static void close_all(struct cmsghdr *cm)
     }
 }
 
-ssize_t fdpass_recv(int sock, void *buf, size_t len, int *fd_out)
+ssize_t fdpass_recv(int sock, void *buf, size_t len, int fds[FDPASS_MAX],
+                    unsigned *nfds)
 {
     union {
         char buf[CMSG_SPACE(4 * sizeof(int))]; /* room to see extras */
@@ -58,9 +62,12 @@ ssize_t fdpass_recv(int sock, void *buf, size_t len, int *fd_out)
         .msg_controllen = sizeof ctl.buf,
     };
     ssize_t n;
-    int fd = -1, bad = 0;
+    unsigned got = 0;
+    int bad = 0;
 
-    *fd_out = -1;
+    *nfds = 0;
+    for (unsigned i = 0; i < FDPASS_MAX; i++)
+        fds[i] = -1;
     do
         n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
     while (n < 0 && errno == EINTR);
@@ -70,8 +77,11 @@ ssize_t fdpass_recv(int sock, void *buf, size_t len, int *fd_out)
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm;
          cm = CMSG_NXTHDR(&msg, cm)) {
         if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-            if (fd < 0 && cm->cmsg_len == CMSG_LEN(sizeof(int))) {
-                memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            if (got == 0 && k >= 1 && k <= FDPASS_MAX &&
+                cm->cmsg_len == CMSG_LEN(k * sizeof(int))) {
+                memcpy(fds, CMSG_DATA(cm), k * sizeof(int));
+                got = (unsigned)k;
                 continue;
             }
             close_all(cm);
@@ -81,10 +91,12 @@ ssize_t fdpass_recv(int sock, void *buf, size_t len, int *fd_out)
     if (msg.msg_flags & MSG_CTRUNC)
         bad = 1;
     if (bad) {
-        if (fd >= 0)
-            close(fd);
+        for (unsigned i = 0; i < got; i++) {
+            close(fds[i]);
+            fds[i] = -1;
+        }
         return -EBADMSG;
     }
-    *fd_out = fd;
+    *nfds = got;
     return n;
 }

@@ -32,6 +32,21 @@
  * position of a field bumps LAYOUT_VERSION.  Words shared between running
  * processes are _Atomic; the futex words are 32-bit and 4-byte aligned.
  *
+ * Note [The daemon's page]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~
+ * The words only the daemon writes -- identity, geometry, epoch, phase and
+ * the stop request, the first LAYOUT_DAEMON_BYTES of the control area --
+ * are not in the heap's memfd but in a memfd of their own, one page.  The
+ * daemon maps it read-write over the first page of its heap mapping; a
+ * client gets it only as a descriptor opened O_RDONLY (through
+ * /proc/self/fd), mapped read-only over the same page of its mapping.  A
+ * client's store there faults in the client, and mprotect(PROT_WRITE)
+ * fails with EACCES: no client can forge the epoch, the phase, a stop or
+ * the magic for the others (before, a forged stop_request froze every
+ * mutator, and an epoch of 0 or a bad magic outlived the writer).  Futex
+ * waits on a read-only mapping work: the key is the file page.  The heap
+ * memfd's first page is never used.
+ *
  * Note [Objects]
  * ~~~~~~~~~~~~~~
  * An object is a one-word header, then nrefs reference fields, then nbytes
@@ -96,11 +111,12 @@
 #include <stdint.h>
 
 #define LAYOUT_MAGIC 0x0031504145484448ULL /* bytes "HDHEAP1\0" in memory */
-#define LAYOUT_VERSION 7u /* 7: a mutator state WAITING (Note [Waiting in a barrier]) */
+#define LAYOUT_VERSION 8u /* 8: the daemon's page (Note [The daemon's page]) */
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
 #define LAYOUT_CONTROL_BYTES (16u * 1024u * 1024u) /* bytes the control area needs */
+#define LAYOUT_DAEMON_BYTES 4096u /* Note [The daemon's page] */
 
 #define LAYOUT_MAX_MUTATORS 128
 #define LAYOUT_ROOT_CHUNKS 64   /* root-stack segments per mutator */
@@ -422,12 +438,17 @@ struct layout_control {
     _Atomic uint32_t phase;              /* enum layout_phase */
     alignas(64) _Atomic uint32_t stop_request; /* futex: stop gen, 0 = none */
 
-    alignas(64) struct layout_mutator mutators[LAYOUT_MAX_MUTATORS];
+    /* the end of the daemon's page (Note [The daemon's page]) */
+    alignas(LAYOUT_DAEMON_BYTES) struct layout_mutator
+        mutators[LAYOUT_MAX_MUTATORS];
     alignas(64) struct layout_global globals[LAYOUT_MAX_GLOBALS];
 };
 
 _Static_assert(sizeof(struct layout_control) <= LAYOUT_CONTROL_BYTES,
                "control area outgrew LAYOUT_CONTROL_BYTES");
+_Static_assert(offsetof(struct layout_control, mutators) ==
+                   LAYOUT_DAEMON_BYTES,
+               "the daemon's page holds exactly the daemon's words");
 
 /* Segments the control area occupies for a given segment size. */
 static inline uint32_t layout_control_segments(uint64_t segment_size)

@@ -325,13 +325,15 @@ static bool read_bounded(int fd, uint8_t *p, size_t n, int *fd_out,
         struct pollfd pf = {.fd = fd, .events = POLLIN};
         if (poll(&pf, 1, (int)left) <= 0)
             continue;
-        int got = -1;
-        ssize_t r = fdpass_recv(fd, p, n, &got);
-        if (got >= 0) {
-            if (fd_out)
-                *fd_out = got;
+        int got[FDPASS_MAX];
+        unsigned ngot = 0;
+        ssize_t r = fdpass_recv(fd, p, n, got, &ngot);
+        /* the heap's memfd to FD_OUT; the daemon's page is not needed */
+        for (unsigned i = 0; i < ngot; i++) {
+            if (i == 0 && fd_out)
+                *fd_out = got[0];
             else
-                close(got);
+                close(got[i]);
         }
         if (r == 0 || r == -ECONNRESET)
             return false;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,8 +65,8 @@ static bool list_whole(const struct cell *n)
 typedef void (*attack_fn)(struct layout_control *ctl);
 
 /* Fork a client that attaches, runs ATTACK on the control area and exits
- * without saying goodbye. */
-static void run_attacker(attack_fn attack)
+ * without saying goodbye; returns its wait status. */
+static int attacker_status(attack_fn attack)
 {
     pid_t kid = fork();
     ck_assert_int_ge(kid, 0);
@@ -79,7 +80,13 @@ static void run_attacker(attack_fn attack)
         attack(heapd_heap_base(c));
         _exit(0);
     }
-    harness_wait_ok(kid, "the attacker");
+    return harness_wait_pid(kid, HARNESS_WAIT_MS);
+}
+
+static void run_attacker(attack_fn attack)
+{
+    int status = attacker_status(attack);
+    ck_assert_msg(status == 0, "the attacker failed (status 0x%x)", status);
 }
 
 /* A collection, an attach and a graceful leave in a process of their own,
@@ -241,6 +248,81 @@ START_TEST(forged_global_mark_flags_skip_no_root)
 }
 END_TEST
 
+/* ---- the daemon's page (Note [The daemon's page]) ---- */
+
+/* Making the daemon's page writable is refused (exits 5 or 6 if not);
+ * the fault that follows kills this process plainly (a sanitizer's own
+ * SEGV report would read as a bug of the build). */
+static void try_mprotect(struct layout_control *ctl)
+{
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigaction(SIGSEGV, &dfl, NULL);
+    if (mprotect(ctl, LAYOUT_DAEMON_BYTES, PROT_READ | PROT_WRITE) == 0)
+        _exit(5);
+    if (errno != EACCES)
+        _exit(6);
+}
+
+static void forge_stop(struct layout_control *ctl)
+{
+    try_mprotect(ctl);
+    atomic_store(&ctl->stop_request, 7); /* faults */
+}
+
+static void forge_epoch(struct layout_control *ctl)
+{
+    try_mprotect(ctl);
+    atomic_store(&ctl->epoch, 0); /* faults */
+}
+
+static void forge_magic(struct layout_control *ctl)
+{
+    try_mprotect(ctl);
+    ctl->magic = 0; /* faults */
+}
+
+/* Each store into the daemon's page kills only the process that made
+ * it: the heap collects, attaches and stops, the bystander's lists are
+ * whole, and a new client is not refused (a bad magic or epoch of 0
+ * outlived the writer before). */
+START_TEST(daemons_page_is_read_only)
+{
+    static const struct {
+        attack_fn attack;
+        const char *what;
+    } forgeries[] = {
+        {forge_stop, "a forged stop request"},
+        {forge_epoch, "an epoch of 0"},
+        {forge_magic, "a bad magic"},
+    };
+    int ready[2], go[2];
+    char x;
+    start();
+    ck_assert_int_eq(pipe(ready), 0);
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t by = start_bystander(ready, go);
+    close(ready[1]);
+    close(go[0]);
+    ck_assert_msg(read(ready[0], &x, 1) == 1, "the bystander did not start");
+    for (size_t i = 0; i < sizeof forgeries / sizeof forgeries[0]; i++) {
+        int status = attacker_status(forgeries[i].attack);
+        ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
+                      "%s: the attacker was not stopped by a fault (status "
+                      "0x%x; exit 5: mprotect made the page writable, 6: it "
+                      "failed with another error than EACCES)",
+                      forgeries[i].what, status);
+        heap_still_works(forgeries[i].what);
+    }
+    close(go[1]);
+    int status = harness_wait_pid(by, HARNESS_WAIT_MS);
+    ck_assert_msg(status == 0, "after the forgeries, another process's lists "
+                  "are damaged or its process failed (status 0x%x)", status);
+    close(ready[0]);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("isolation");
@@ -249,6 +331,7 @@ static Suite *suite(void)
     tcase_add_test(t, forged_blocked_on_free_slots_fills_no_slot);
     tcase_add_test(t, random_status_words_hold_up_nothing);
     tcase_add_test(t, forged_global_mark_flags_skip_no_root);
+    tcase_add_test(t, daemons_page_is_read_only);
     suite_add_tcase(s, t);
     return s;
 }

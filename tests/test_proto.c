@@ -424,25 +424,56 @@ END_TEST
 
 START_TEST(fdpass_memfd)
 {
-    int sv[2], fd, got;
+    int sv[2], fd, got[FDPASS_MAX];
+    unsigned n;
     char buf[8];
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     fd = memfd_create("t", MFD_CLOEXEC);
     ck_assert_int_eq(ftruncate(fd, 12345), 0);
-    ck_assert_int_eq(fdpass_send(sv[0], "abcd", 4, fd), 4);
-    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, &got), 4);
-    ck_assert_int_ge(got, 0);
-    ck_assert_int_ne(got, fd);
+    ck_assert_int_eq(fdpass_send(sv[0], "abcd", 4, &fd, 1), 4);
+    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, got, &n), 4);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_ge(got[0], 0);
+    ck_assert_int_ne(got[0], fd);
+    ck_assert_int_eq(got[1], -1);
     struct stat st;
-    ck_assert_int_eq(fstat(got, &st), 0);
+    ck_assert_int_eq(fstat(got[0], &st), 0);
     ck_assert_int_eq(st.st_size, 12345);
-    ck_assert_int_ne(fcntl(got, F_GETFD) & FD_CLOEXEC, 0);
-    close(got);
+    ck_assert_int_ne(fcntl(got[0], F_GETFD) & FD_CLOEXEC, 0);
+    close(got[0]);
     close(fd);
     /* no fd: plain bytes */
     ck_assert_int_eq(send(sv[0], "zz", 2, 0), 2);
-    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, &got), 2);
-    ck_assert_int_eq(got, -1);
+    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, got, &n), 2);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(got[0], -1);
+    close(sv[0]);
+    close(sv[1]);
+}
+END_TEST
+
+/* The heap and the daemon's page in one message, the second read-only. */
+START_TEST(fdpass_two_fds)
+{
+    int sv[2], fds[2], got[FDPASS_MAX];
+    unsigned n;
+    char buf[8];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    fds[0] = memfd_create("heap", MFD_CLOEXEC);
+    fds[1] = memfd_create("page", MFD_CLOEXEC);
+    ck_assert_int_eq(ftruncate(fds[1], 4096), 0);
+    ck_assert_int_eq(fdpass_send(sv[0], "w", 1, fds, 2), 1);
+    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, got, &n), 1);
+    ck_assert_uint_eq(n, 2);
+    struct stat a, b;
+    ck_assert_int_eq(fstat(got[1], &a), 0);
+    ck_assert_int_eq(fstat(fds[1], &b), 0);
+    ck_assert_uint_eq(a.st_ino, b.st_ino);
+    for (int i = 0; i < 2; i++) {
+        close(got[i]);
+        close(fds[i]);
+    }
+    ck_assert_int_eq(fdpass_send(sv[0], "w", 1, fds, 3), -EINVAL);
     close(sv[0]);
     close(sv[1]);
 }
@@ -451,7 +482,8 @@ END_TEST
 /* More fds than the receiver accepts: refused, and none leaks. */
 START_TEST(fdpass_too_many)
 {
-    int sv[2], got, fds[8];
+    int sv[2], got[FDPASS_MAX], fds[8];
+    unsigned n;
     char buf[8];
     union {
         char b[CMSG_SPACE(sizeof fds)];
@@ -474,8 +506,9 @@ START_TEST(fdpass_too_many)
 
     int probe = dup(0);
     close(probe); /* the lowest free fd number now */
-    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, &got), -EBADMSG);
-    ck_assert_int_eq(got, -1);
+    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, got, &n), -EBADMSG);
+    ck_assert_int_eq(got[0], -1);
+    ck_assert_uint_eq(n, 0);
     int after = dup(0);
     ck_assert_int_eq(after, probe); /* nothing received was left open */
     close(after);
@@ -487,19 +520,20 @@ END_TEST
 START_TEST(fdpass_two_messages_of_one_fd)
 {
     /* two fds in two SCM_RIGHTS blocks on the same byte range */
-    int sv[2], got;
+    int sv[2], got[FDPASS_MAX];
+    unsigned n;
     char buf[8];
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     int a = memfd_create("a", 0), b = memfd_create("b", 0);
-    ck_assert_int_eq(fdpass_send(sv[0], "1", 1, a), 1);
-    ck_assert_int_eq(fdpass_send(sv[0], "2", 1, b), 1);
+    ck_assert_int_eq(fdpass_send(sv[0], "1", 1, &a, 1), 1);
+    ck_assert_int_eq(fdpass_send(sv[0], "2", 1, &b, 1), 1);
     /* stream sockets do not merge segments carrying fds */
-    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, &got), 1);
-    ck_assert_int_ge(got, 0);
-    close(got);
-    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, &got), 1);
-    ck_assert_int_ge(got, 0);
-    close(got);
+    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, got, &n), 1);
+    ck_assert_int_ge(got[0], 0);
+    close(got[0]);
+    ck_assert_int_eq(fdpass_recv(sv[1], buf, sizeof buf, got, &n), 1);
+    ck_assert_int_ge(got[0], 0);
+    close(got[0]);
     close(a);
     close(b);
     close(sv[0]);
@@ -559,6 +593,7 @@ static Suite *proto_suite(void)
     suite_add_tcase(s, m);
     TCase *p = tcase_create("fdpass");
     tcase_add_test(p, fdpass_memfd);
+    tcase_add_test(p, fdpass_two_fds);
     tcase_add_test(p, fdpass_too_many);
     tcase_add_test(p, fdpass_two_messages_of_one_fd);
     suite_add_tcase(s, p);
