@@ -28,11 +28,9 @@
  * free, and a client that asks for large batches (Note [Reserve sizing] in
  * client/reserve.c) must not make a small heap grow by its reserve.
  *
- * Quota: max_client_bytes bounds the segments a client holds at once: its
- * OWNED small segments (reserve included), its root chunks, and a large
- * run at the moment it is requested.  Returned segments and large runs in
- * use are the heap's, not the client's: a quota caps how much of the free
- * pool one client can sit on, and max_size caps the heap.
+ * Quota: max_client_bytes bounds what a client makes the heap hold: the
+ * segments it holds and what survives of the objects it allocated (Note
+ * [Quota]); max_size caps the heap.
  *
  * When a client's connection closes for any reason (seg_orphan), its
  * formatted segments become FILLED (the blocks it allocated stay until a
@@ -44,6 +42,57 @@
  * orphan's objects are dead the two counters meet.  Adopting a FILLED
  * segment takes the adoption lock, which the daemon holds while it
  * rescans an ownerless segment (Note [Remark] in daemon/remark.c).
+ *
+ * Note [Quota]
+ * ~~~~~~~~~~~~
+ * max_client_bytes bounds the bytes a client makes the heap hold, not the
+ * bytes it allocates: a grant is refused (ENOMEM) unless
+ *     held + live + what it asks for <= max_client_bytes
+ * where held is the segments it holds now (OWNED small segments, reserve
+ * included, and root chunks: conn.held, in whole segments) and live what
+ * survived, at the last sweep, in the segments charged to it that it no
+ * longer holds (FILLED ones, its large runs).  Bounding only held (as
+ * before) let a client with a 16M quota make the heap hold 243 MB of live
+ * objects, in full segments handed back that counted for nobody, and the
+ * next client got "heap is full".  What it handed the heap since the last
+ * sweep started (fresh: a returned full segment, a large run at its grant,
+ * counted in full) is not refused, for only a cycle can tell what of it is
+ * alive: once held + live + fresh passes the quota every grant asks for a
+ * cycle, and past twice the quota a grant waits for that cycle (as a
+ * paced one does: Note [Pacing]).  A grant refused for live bytes waits
+ * for the next cycle too, which may find them dead, and ENOMEM stands
+ * only if the quota is still reached after it, with a message that says
+ * what the client holds and keeps alive (a root chunk never waits: it is
+ * refused at once).  So what a client makes the heap hold stays below
+ * twice its quota plus one grant (measured: ENOMEM at 22.5 MB live for a
+ * 16M quota), and a client whose objects die allocates on, asking for a
+ * cycle every quota's worth, and waits only if it outruns one by a quota.
+ *
+ * Each segment in the daemon's table (never its header, which any client
+ * can write) names the record it is charged to (seg.charge: 16 bits, the
+ * index of a seg_charge plus one), set when it is granted to a client and
+ * cleared when it becomes free.  The sweep adds what survives in each
+ * FILLED segment and large run into the job's tally for that record (one
+ * relaxed atomic add per segment, no lock: Note [Sweeping]); the end of
+ * the cycle, under heap->lock, makes the tally each record's live and
+ * drops the fresh bytes that sweep covered.  A record taken or reused
+ * while a sweep runs is not counted by it (its tally may be its previous
+ * client's); a segment returned while the sweep runs may count in both
+ * live and fresh until the next one.
+ *
+ * With one record per segment a segment must hold one client's objects:
+ * a partly free segment (Note [Reusing partly free segments]) is reused
+ * only by the client it is charged to, or, charged to nobody, by anyone,
+ * who is charged for it from then on.  Sharing them between live clients
+ * would let a client shed its charge onto the clients that fill its
+ * segments' holes; GCBench (one client) reuses as much as before.
+ *
+ * A client that leaves takes its record with it: what it left alive is
+ * charged to nobody (the daemon does not know whose objects keep it alive;
+ * Note [Client lifecycle] in daemon/session.c) until its segments are
+ * freed, or reused by a client that is charged for them from then on.
+ * The quota is per connection: max_size, and the limits on connections,
+ * bound what clients that come and go can leave behind.
  *
  * Note [Reusing partly free segments]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -57,12 +106,13 @@
  * a refill that names the size classes its client allocates in
  * (SegmentRequest.classes) gets reusable segments of those classes first,
  * the lowest first, and blank ones only for the rest.  Such a segment goes
- * to its new owner formatted: its header keeps its class and kind SMALL,
- * the grant names the class (SegmentGrant.formatted, so that the client
- * reads no header of a blank segment, whose first page may not exist
- * yet), the client files it under that class (client/reserve.c), and its
- * allocator takes only blocks whose mark is 0, as it does in any segment
- * (Note [Allocation fast path]).  Everything else is what already holds
+ * to its new owner (the client it is charged to, or anyone if it is
+ * charged to nobody: Note [Quota]) formatted: its header keeps its class
+ * and kind SMALL, the grant names the class (SegmentGrant.formatted, so
+ * that the client reads no header of a blank segment, whose first page
+ * may not exist yet), the client files it under that class
+ * (client/reserve.c), and its allocator takes only blocks whose mark is
+ * 0, as it does in any segment (Note [Allocation fast path]).  Everything else is what already holds
  * for an OWNED segment: the sweep and the owner never write the same mark
  * (Note [Sweeping]), a return or the owner's death makes it FILLED again,
  * and the verifier checks it like any other.  The sweep that made it reusable
@@ -140,6 +190,9 @@ void seg_destroy(struct heap *h)
     free(h->segs.segs);
     free(h->segs.free_bits);
     free(h->segs.reuse_bits);
+    free(h->segs.charges);
+    h->segs.charges = NULL;
+    h->segs.n_charges = 0;
     h->segs.segs = NULL;
     h->segs.free_bits = NULL;
     h->segs.reuse_bits = NULL;
@@ -169,7 +222,7 @@ static uint32_t find_free(const struct segtab *t, uint32_t from)
 /* Take free segment I into state ST.  Everything a reader of the table
  * needs is written before the state is published (release). */
 static void take(struct segtab *t, uint32_t i, enum seg_state st,
-                 uint64_t owner, uint32_t run)
+                 uint64_t owner, uint16_t charge, uint32_t run)
 {
     struct seg *s = &t->segs[i];
     bit_clear(t->free_bits, i);
@@ -177,6 +230,7 @@ static void take(struct segtab *t, uint32_t i, enum seg_state st,
     if (i >= t->high)
         __atomic_store_n(&t->high, i + 1, __ATOMIC_RELEASE);
     s->owner = owner;
+    __atomic_store_n(&s->charge, charge, __ATOMIC_RELAXED);
     __atomic_store_n(&s->cls, SEG_CLASS_UNKNOWN, __ATOMIC_RELAXED);
     s->run = run;
     set_state(s, st);
@@ -200,6 +254,97 @@ static void punch(struct heap *h, uint32_t first, uint32_t n)
 static uint32_t quota_left(uint32_t held, uint32_t quota)
 {
     return held >= quota ? 0 : quota - held;
+}
+
+/* ---- Note [Quota] ---- */
+
+/* The record of OWNER, plus 1; a new one if CREATE and it has none.  0:
+ * none (or no memory for one). */
+static uint16_t charge_find(struct heap *h, uint64_t owner, bool create)
+{
+    struct segtab *t = &h->segs;
+    uint32_t spare = t->n_charges;
+
+    if (owner == 0)
+        return 0;
+    for (uint32_t k = 0; k < t->n_charges; k++) {
+        if (t->charges[k].client == owner)
+            return (uint16_t)(k + 1);
+        if (t->charges[k].client == 0 && spare == t->n_charges)
+            spare = k;
+    }
+    if (!create)
+        return 0;
+    if (spare == t->n_charges) {
+        uint32_t n = t->n_charges ? 2 * t->n_charges : 16;
+        n = n > SEG_CHARGES_MAX ? SEG_CHARGES_MAX : n;
+        struct seg_charge *c =
+            n > t->n_charges ? realloc(t->charges, n * sizeof *c) : NULL;
+        if (!c) {
+            log_error("heap '%s': no room for the quota record of client "
+                      "%llu (%u records); its grants are refused until "
+                      "clients leave", h->cfg->name,
+                      (unsigned long long)owner, t->n_charges);
+            return 0;
+        }
+        memset(c + t->n_charges, 0, (n - t->n_charges) * sizeof *c);
+        t->charges = c;
+        t->n_charges = n;
+    }
+    /* counted stays false: a sweep under way may have tallied this
+     * record's previous client (Note [Quota]) */
+    t->charges[spare] = (struct seg_charge){.client = owner};
+    return (uint16_t)(spare + 1);
+}
+
+/* Segment S went to the heap with BYTES of its owner's (Note [Quota]). */
+static void charge_fresh(struct segtab *t, const struct seg *s,
+                         uint64_t bytes)
+{
+    if (s->charge != 0 && s->charge <= t->n_charges)
+        t->charges[s->charge - 1].fresh += bytes;
+}
+
+uint64_t seg_charged_bytes(const struct heap *h, uint64_t owner, bool all)
+{
+    const struct segtab *t = &h->segs;
+    for (uint32_t k = 0; owner != 0 && k < t->n_charges; k++) {
+        const struct seg_charge *c = &t->charges[k];
+        if (c->client == owner)
+            return c->live + (all ? c->fresh + c->fresh_swept : 0);
+    }
+    return 0;
+}
+
+uint32_t seg_sweep_start(struct heap *h)
+{
+    struct segtab *t = &h->segs;
+    for (uint32_t k = 0; k < t->n_charges; k++) {
+        struct seg_charge *c = &t->charges[k];
+        if (c->client == 0)
+            continue;
+        c->fresh_swept += c->fresh;
+        c->fresh = 0;
+        c->counted = true;
+    }
+    return t->n_charges;
+}
+
+void seg_sweep_charged(struct heap *h, const _Atomic uint64_t *tally,
+                       uint32_t n)
+{
+    struct segtab *t = &h->segs;
+    for (uint32_t k = 0; k < t->n_charges; k++) {
+        struct seg_charge *c = &t->charges[k];
+        if (c->client == 0)
+            continue;
+        if (tally && c->counted && k < n)
+            c->live = atomic_load_explicit(&tally[k], memory_order_relaxed);
+        else
+            c->fresh += c->fresh_swept; /* not counted: still unswept */
+        c->fresh_swept = 0;
+        c->counted = false;
+    }
 }
 
 /* FILLED segment I is no longer reusable (granted, or freed). */
@@ -255,8 +400,9 @@ static void zero_header(void *seg, size_t n)
  * adoption lock: no FILLED segment becomes OWNED while the daemon rescans
  * it (Note [Remark] in daemon/remark.c). */
 static uint32_t grant_reusable(struct heap *h, uint64_t owner,
-                               const uint64_t *classes, uint32_t max,
-                               uint32_t *out, uint32_t *out_formatted)
+                               uint16_t charge, const uint64_t *classes,
+                               uint32_t max, uint32_t *out,
+                               uint32_t *out_formatted)
 {
     struct segtab *t = &h->segs;
     uint32_t n = 0, i = t->first;
@@ -265,8 +411,12 @@ static uint32_t grant_reusable(struct heap *h, uint64_t owner,
            (i = find_bit(t, t->reuse_bits, i)) != 0) {
         struct seg *s = &t->segs[i];
         uint8_t cls = __atomic_load_n(&s->cls, __ATOMIC_RELAXED);
-        if (cls < LAYOUT_NCLASSES && (classes[cls >> 6] >> (cls & 63) & 1)) {
+        /* only the client's own, or nobody's: Note [Quota] */
+        bool ours = s->charge == 0 || s->charge == charge;
+        if (ours && cls < LAYOUT_NCLASSES &&
+            (classes[cls >> 6] >> (cls & 63) & 1)) {
             adopt(t, s);
+            __atomic_store_n(&s->charge, charge, __ATOMIC_RELAXED);
             unfile_reusable(t, i);
             t->n_filled--;
             t->n_owned++;
@@ -296,8 +446,11 @@ int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
         count = quota_left(*held, quota_segs);
     if (count == 0)
         return -EDQUOT;
-    uint32_t reused = classes ? grant_reusable(h, owner, classes, count, out,
-                                               out_formatted)
+    uint16_t charge = charge_find(h, owner, true);
+    if (charge == 0)
+        return -EDQUOT;
+    uint32_t reused = classes ? grant_reusable(h, owner, charge, classes,
+                                               count, out, out_formatted)
                               : 0;
     n = reused;
     while (n < count && (i = find_free(t, i)) != 0) {
@@ -308,7 +461,7 @@ int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
          * one of its pages is touched here (Note [Segments]) */
         if (!t->segs[i].punched)
             zero_header(heap_seg_addr(h, i), hdr_bytes);
-        take(t, i, SEG_OWNED, owner, 0);
+        take(t, i, SEG_OWNED, owner, charge, 0);
         t->segs[i].punched = 0;
         out_formatted[n] = 0;
         out[n++] = i;
@@ -334,6 +487,9 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
         return -EFBIG;
     if (need > quota_left(*held, quota_segs))
         return -EDQUOT;
+    uint16_t charge = charge_find(h, owner, true);
+    if (charge == 0)
+        return -EDQUOT;
     for (uint32_t i = t->first; i < t->count && len < need; i++) {
         if (bit_test(t->free_bits, i)) {
             if (len++ == 0)
@@ -358,11 +514,12 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
     hd->large_bytes = need << h->seg_shift;
     /* the run's shape before its state (as for small grants) */
     for (uint32_t i = start; i < start + need; i++) {
-        take(t, i, i == start ? SEG_LARGE : SEG_LARGE_TAIL, owner,
+        take(t, i, i == start ? SEG_LARGE : SEG_LARGE_TAIL, owner, charge,
              i == start ? (uint32_t)need : start);
         t->segs[i].punched = 0;
     }
     t->n_large++;
+    charge_fresh(t, &t->segs[start], need << h->seg_shift);
     *first = start;
     *run = (uint32_t)need;
     return 0;
@@ -380,7 +537,7 @@ int seg_grant_roots(struct heap *h, uint64_t owner, uint32_t *held,
         return -ENOSPC;
     struct layout_segment *hd = heap_seg_addr(h, i);
     __atomic_store_n(&hd->kind, LAYOUT_SEG_ROOTS, __ATOMIC_RELEASE); /* as above */
-    take(t, i, SEG_ROOTS, owner, 0);
+    take(t, i, SEG_ROOTS, owner, 0, 0);
     t->segs[i].punched = 0;
     t->n_roots++;
     (*held)++;
@@ -394,6 +551,7 @@ static void make_free(struct heap *h, uint32_t i)
     adopt(&h->segs, s);
     unfile_reusable(&h->segs, i);
     s->owner = 0;
+    __atomic_store_n(&s->charge, 0, __ATOMIC_RELAXED);
     /* workers read it without the lock (seg_class) */
     __atomic_store_n(&s->cls, SEG_CLASS_UNKNOWN, __ATOMIC_RELAXED);
     s->run = 0;
@@ -482,14 +640,22 @@ int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i)
         !unown(h, i))
         return -EINVAL;
     (*held)--;
+    /* full: its blocks are the heap's now, charged until a sweep counts
+     * what survives (Note [Quota]) */
+    if (t->segs[i].state == SEG_FILLED)
+        charge_fresh(t, &t->segs[i], h->cfg->segment_size);
     return 0;
 }
 
 void seg_orphan(struct heap *h, uint64_t owner)
 {
     struct segtab *t = &h->segs;
+    uint16_t charge = charge_find(h, owner, false);
     for (uint32_t i = t->first; i < t->high; i++) {
         struct seg *s = &t->segs[i];
+        /* what it left is charged to nobody: Note [Quota] */
+        if (charge != 0 && s->charge == charge)
+            __atomic_store_n(&s->charge, 0, __ATOMIC_RELAXED);
         if (s->owner != owner)
             continue;
         if (unown(h, i)) {
@@ -502,6 +668,8 @@ void seg_orphan(struct heap *h, uint64_t owner)
         if (s->state == SEG_LARGE || s->state == SEG_LARGE_TAIL)
             s->owner = 0;
     }
+    if (charge != 0)
+        memset(&t->charges[charge - 1], 0, sizeof t->charges[0]);
 }
 
 void seg_release(struct heap *h, uint32_t i)
@@ -596,7 +764,9 @@ bool seg_is_roots_of(const struct heap *h, uint32_t i, uint64_t owner)
  *     FILLED segment (Note [Reusing partly free segments]);
  *   - every orphan is FILLED or LARGE, and orphaned - adopted is their
  *     number (Note [Segment supply]);
- *   - every LARGE_TAIL names a LARGE head whose run covers it.
+ *   - every LARGE_TAIL names a LARGE head whose run covers it;
+ *   - a segment charged to a client (Note [Quota]) holds objects (is
+ *     neither FREE nor ROOTS) and names a record in use.
  * The recount walks the segments up to `high`: O(segments in use) under
  * the heap lock, at every grant and return batch and at every segment the
  * sweep frees.  Run at every such release it made the heap suite take
@@ -642,6 +812,15 @@ bool segtab_check(const struct segtab *t)
         if (bit_test(t->reuse_bits, i) && st != SEG_FILLED)
             SEGTAB_BAD("segment %u is in reuse_bits but has state %u", i,
                        st);
+        /* Note [Quota]: only segments that may hold objects are
+         * charged, and to a record in use */
+        if (s->charge != 0 &&
+            (s->charge > t->n_charges ||
+             t->charges[s->charge - 1].client == 0 || st == SEG_FREE ||
+             st == SEG_ROOTS))
+            SEGTAB_BAD("segment %u (state %u) is charged to record %u: "
+                       "not a segment for objects, or not a record in use",
+                       i, st, s->charge);
         if (s->orphan) {
             orphans++;
             if (st != SEG_FILLED && st != SEG_LARGE)
