@@ -150,10 +150,16 @@ uint8_t seg_class(struct heap *h, uint32_t i);
  * dead large run. */
 void seg_release(struct heap *h, uint32_t i);
 /* Punch the memory of segments free for at least two cycles, except the
- * KEEP lowest free ones (granted first: Note [Segment supply]).  Takes
- * heap->lock itself (not held by the caller) and drops it around the
- * system calls. */
+ * KEEP lowest free ones (granted first: Note [Segment supply]), then any
+ * stray pages (seg_punch_strays).  Takes heap->lock itself (not held by
+ * the caller) and drops it around the system calls.  Returns the
+ * segments punched. */
 uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep);
+/* Note [Free memory stays free] in segment.c: if the heap's memfd holds
+ * more than the segments the daemon counts as committed, punch every
+ * segment it believes punched that has pages again.  Locks as
+ * seg_punch_idle.  Returns the segments punched. */
+uint32_t seg_punch_strays(struct heap *h);
 
 /* Note [Checking the segment table] in segment.c: true iff T's counters
  * and bitmaps agree with a recount of its states; logs what disagrees.

@@ -701,6 +701,7 @@ static void client_leaves(struct conn *c, struct heap *h, bool crashed)
     assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
     segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
+    seg_punch_strays(h); /* Note [Free memory stays free] */
 }
 
 static int handle_goodbye(struct conn *c, uint64_t seq)

@@ -843,6 +843,71 @@ START_TEST(quota_bounds_what_a_client_keeps)
 }
 END_TEST
 
+/* Write BYTES of garbage into the heap of C from offset OFF: memory the
+ * daemon never granted (the whole heap is mapped writable). */
+static void scribble(heapd_client *c, size_t off, size_t bytes)
+{
+    ck_assert_uint_le(off + bytes, heapd_heap_size(c));
+    memset((char *)heapd_heap_base(c) + off, 0x5a, bytes);
+}
+
+/* A forked mutator's body: the same, at the upper half of the heap whose
+ * client is ARG (mapped at the same address in every process). */
+static void scribble_upper_half(heapd_mutator *m, void *arg)
+{
+    (void)m;
+    scribble(arg, heapd_heap_size(arg) / 2, 256u << 20);
+}
+
+/* Note [Free memory stays free] (daemon/segment.c): memory a client
+ * writes into segments it was never granted is given back by the next
+ * cycle, or when the client leaves; the segments are granted blank
+ * afterwards, and a bystander's data is intact. */
+START_TEST(stray_writes_into_free_segments_are_given_back)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start_with(NULL);
+    harness_attach(&D, &c, &m);
+    size_t keep = heapd_root_push(m, NULL);
+    make_list(m, keep, 20000, 7);
+    collect(m);
+    uint64_t before = harness_stats(c).heap_committed_bytes;
+    const uint64_t slack = 16u << 20; /* the free pool may grow a little */
+
+    /* this client, well past what is in use: a quarter of the heap */
+    size_t size = heapd_heap_size(c);
+    scribble(c, size / 4, 256u << 20);
+    ck_assert_uint_ge(harness_stats(c).heap_committed_bytes,
+                      before + (256u << 20));
+    collect(m); /* the end of a cycle */
+    harness_wait_stat(&D, c, heap_committed_bytes, <=, before + slack);
+
+    /* a client that writes and goes away: its leaving */
+    /* this thread waits: Note [Client GC discipline] */
+    heapd_blocking_enter(m);
+    pid_t kid = harness_fork_mutator(&D, scribble_upper_half, c);
+    ck_assert_uint_ge(harness_stats(c).heap_committed_bytes,
+                      before + (256u << 20));
+    kill(kid, SIGKILL);
+    harness_wait_pid(kid, HARNESS_WAIT_MS);
+    harness_wait_stat(&D, c, heap_committed_bytes, <=, before + slack);
+    heapd_blocking_leave(m);
+
+    /* the scribbled segments are granted as blank ones: allocation over
+     * all of them works and the verifier finds nothing wrong */
+    size_t junk = heapd_root_push(m, NULL);
+    make_list(m, junk, 200000, 0);
+    check_list(m, keep, 20000, 7, 1);
+    collect(m);
+    check_list(m, junk, 200000, 0, 1);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* ---- stopping ---- */
 
 START_TEST(blocked_mutator_does_not_hold_up_cycles)
@@ -1508,6 +1573,7 @@ static Suite *heap_suite(void)
     tcase_add_test(t, heap_full_then_recovers);
     tcase_add_test(t, client_quota);
     tcase_add_test(t, quota_bounds_what_a_client_keeps);
+    tcase_add_test(t, stray_writes_into_free_segments_are_given_back);
     tcase_add_test(t, blocked_mutator_does_not_hold_up_cycles);
     tcase_add_test(t, dead_mutator_releases_stop);
     tcase_add_test(t, killed_client_loses_nothing_else);
