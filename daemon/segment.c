@@ -64,9 +64,10 @@
  * only if the quota is still reached after it, with a message that says
  * what the client holds and keeps alive (a root chunk never waits: it is
  * refused at once).  So what a client makes the heap hold stays below
- * twice its quota plus one grant (measured: ENOMEM at 22.5 MB live for a
- * 16M quota), and a client whose objects die allocates on, asking for a
- * cycle every quota's worth, and waits only if it outruns one by a quota.
+ * twice its quota plus one grant (measured: ENOMEM at 16.9 to 22.5 MB
+ * live for a 16M quota), and a client whose objects die allocates on,
+ * asking for a cycle every quota's worth, and waits only if it outruns
+ * one by a quota.
  *
  * Each segment in the daemon's table (never its header, which any client
  * can write) names the record it is charged to (seg.charge: 16 bits, the
@@ -81,11 +82,14 @@
  * live and fresh until the next one.
  *
  * With one record per segment a segment must hold one client's objects:
- * a partly free segment (Note [Reusing partly free segments]) is reused
- * only by the client it is charged to, or, charged to nobody, by anyone,
- * who is charged for it from then on.  Sharing them between live clients
- * would let a client shed its charge onto the clients that fill its
- * segments' holes; GCBench (one client) reuses as much as before.
+ * in a heap with a quota, a partly free segment
+ * (Note [Reusing partly free segments]) is reused only by the client it
+ * is charged to, or, charged to nobody, by anyone, who is charged for it
+ * from then on (without a quota the charges are kept but never checked,
+ * and any client reuses any segment, as before).  Sharing them between
+ * live clients would let a client shed its charge onto the clients that
+ * fill its segments' holes; GCBench (one client) reuses as much as
+ * before.
  *
  * A client that leaves takes its record with it: what it left alive is
  * charged to nobody (the daemon does not know whose objects keep it alive;
@@ -106,13 +110,14 @@
  * a refill that names the size classes its client allocates in
  * (SegmentRequest.classes) gets reusable segments of those classes first,
  * the lowest first, and blank ones only for the rest.  Such a segment goes
- * to its new owner (the client it is charged to, or anyone if it is
- * charged to nobody: Note [Quota]) formatted: its header keeps its class
- * and kind SMALL, the grant names the class (SegmentGrant.formatted, so
- * that the client reads no header of a blank segment, whose first page
- * may not exist yet), the client files it under that class
- * (client/reserve.c), and its allocator takes only blocks whose mark is
- * 0, as it does in any segment (Note [Allocation fast path]).  Everything else is what already holds
+ * to its new owner (with a quota, only the client it is charged to, or
+ * anyone if it is charged to nobody: Note [Quota]) formatted: its header
+ * keeps its class and kind SMALL, the grant names the class
+ * (SegmentGrant.formatted, so that the client reads no header of a blank
+ * segment, whose first page may not exist yet), the client files it
+ * under that class (client/reserve.c), and its allocator takes only
+ * blocks whose mark is 0, as it does in any segment
+ * (Note [Allocation fast path]).  Everything else is what already holds
  * for an OWNED segment: the sweep and the owner never write the same mark
  * (Note [Sweeping]), a return or the owner's death makes it FILLED again,
  * and the verifier checks it like any other.  The sweep that made it reusable
@@ -429,8 +434,10 @@ static uint32_t grant_reusable(struct heap *h, uint64_t owner,
            (i = find_bit(t, t->reuse_bits, i)) != 0) {
         struct seg *s = &t->segs[i];
         uint8_t cls = __atomic_load_n(&s->cls, __ATOMIC_RELAXED);
-        /* only the client's own, or nobody's: Note [Quota] */
-        bool ours = s->charge == 0 || s->charge == charge;
+        /* with a quota, only the client's own, or nobody's: Note
+         * [Quota] */
+        bool ours = h->cfg->max_client_bytes == 0 || s->charge == 0 ||
+                    s->charge == charge;
         if (ours && cls < LAYOUT_NCLASSES &&
             (classes[cls >> 6] >> (cls & 63) & 1)) {
             adopt(t, s);
@@ -791,8 +798,8 @@ uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep)
  * 512 MiB written into never-granted segments stayed committed for good.
  * The daemon's bound is its own accounting: the memfd holds at most the
  * control area and the segments not punched (granted ones, FILLED ones,
- * large runs, the free pool kept committed on purpose: Note [Segment
- * supply]).  At the end of every cycle and whenever a client leaves,
+ * large runs, the free pool kept committed on purpose:
+ * Note [Segment supply]).  At the end of every cycle and whenever a client leaves,
  * seg_punch_strays compares that with the memfd's allocated blocks
  * (fstat, as heap_committed_bytes); only when the memfd holds more does it
  * walk the memfd's data extents (lseek SEEK_DATA / SEEK_HOLE) and punch
@@ -805,8 +812,8 @@ uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep)
  * header and marks (small) or punches it (large: the object must read as
  * zero), so a granted blank segment reads as blank however it was
  * scribbled on; what else is in a small segment's blocks is harmless, as
- * the allocator zeroes every object it hands out (Note [Allocation fast
- * path] in client/alloc.c).  Writes into the kept pool stay committed
+ * the allocator zeroes every object it hands out
+ * (Note [Allocation fast path] in client/alloc.c).  Writes into the kept pool stay committed
  * only as long as the pool does, and its headers are zeroed at the grant
  * as before.  A client that writes into memory the daemon accounts for
  * but has not touched (a large object's untouched pages, a reserve's
