@@ -344,6 +344,7 @@ static void run_cycle(struct collector *gc)
     t_end = now_ns();
 
     pthread_mutex_lock(&h->lock);
+    sweep_job_finish(&sj); /* Note [Quota] in daemon/segment.c */
     h->stats.cycles_completed++;
     /* what was reachable at the snapshot; the blocks that survived also
      * hold what mutators allocated (black) during the cycle, and a budget

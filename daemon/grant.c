@@ -107,11 +107,33 @@ bool grant_check_slots(const struct heap *h)
 
 #define GRANT_MIN 16 /* segments: what a client may always get at once */
 
-static uint32_t quota_segs(const struct heap *h)
+/* With h->lock held: the segments CLIENT may hold beside what survived of
+ * its objects at the last sweep (Note [Quota] in daemon/segment.c).
+ * Without max_client_bytes, max_size: max_size caps the heap. */
+static uint32_t quota_segs(const struct heap *h, uint64_t client)
 {
-    uint64_t q = h->cfg->max_client_bytes ? h->cfg->max_client_bytes
-                                          : h->cfg->max_size;
-    return (uint32_t)(q >> h->seg_shift);
+    uint64_t q = h->cfg->max_client_bytes;
+    if (q == 0)
+        return (uint32_t)(h->cfg->max_size >> h->seg_shift);
+    uint64_t live = seg_charged_bytes(h, client, false);
+    uint64_t c = (live + h->cfg->segment_size - 1) >> h->seg_shift;
+    q >>= h->seg_shift;
+    return c >= q ? 0 : (uint32_t)(q - c);
+}
+
+/* With h->lock held: the bytes CLIENT, holding HELD segments, makes the
+ * heap hold as far as the daemon knows before the next sweep: held, live
+ * and fresh (Note [Quota]), in units of max_client_bytes: 0 below it, 1
+ * past it, 2 past twice it.  Always 0 without a quota. */
+static unsigned quota_over(const struct heap *h, uint64_t client,
+                           uint32_t held)
+{
+    uint64_t q = h->cfg->max_client_bytes;
+    if (q == 0)
+        return 0;
+    uint64_t all =
+        ((uint64_t)held << h->seg_shift) + seg_charged_bytes(h, client, true);
+    return all > 2 * q ? 2 : all > q ? 1 : 0;
 }
 
 /* With h->lock held: the most small segments one grant gives.  Blank
@@ -153,12 +175,22 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
         *wait_cycle = paced;
         return -EAGAIN;
     }
+    /* Note [Quota]: what a client handed over since the last sweep counts
+     * in full until a sweep says what of it is alive: past its quota a
+     * grant asks for that cycle, past twice it waits for it */
+    unsigned over = quota_over(h, client, *held);
+    if (over == 2 && !final && r->kind != GRANT_ROOTS) {
+        *wait_cycle = 0; /* a new cycle */
+        return -EAGAIN;
+    }
+    if (over > 0)
+        collector_request(h);
     switch (r->kind) {
     case GRANT_SMALL:
         count = count < 1 ? 1 : count > GRANT_MAX ? GRANT_MAX : count;
         count = count > grant_cap(h) ? grant_cap(h) : count;
         out->count = count;
-        rc = seg_grant_small(h, client, held, quota_segs(h), count,
+        rc = seg_grant_small(h, client, held, quota_segs(h, client), count,
                              r->classes, out->segs, out->formatted);
         out->n = rc > 0 ? rc : 0;
         for (int k = 0; k < out->n; k++)
@@ -168,17 +200,24 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
     case GRANT_LARGE:
         rc = r->bytes == 0 || r->bytes > h->cfg->max_size
                  ? -EFBIG
-                 : seg_grant_large(h, client, held, quota_segs(h), r->bytes,
-                                   &out->segs[0], &out->run);
+                 : seg_grant_large(h, client, held, quota_segs(h, client),
+                                   r->bytes, &out->segs[0], &out->run);
         out->n = rc == 0;
         break;
     case GRANT_ROOTS:
-        rc = seg_grant_roots(h, client, held, quota_segs(h), &out->segs[0]);
+        rc = seg_grant_roots(h, client, held, quota_segs(h, client),
+                             &out->segs[0]);
         out->n = rc == 0;
         break;
     default:
         rc = -EPROTO;
         break;
+    }
+    if (rc == -EDQUOT && over > 0 && !final && r->kind != GRANT_ROOTS) {
+        /* refused for what it keeps alive as of the last sweep: the
+         * next one may find it dead (as a full heap waits for one) */
+        *wait_cycle = 0;
+        return -EAGAIN;
     }
     if (rc == 0)
         collector_check_trigger(h);

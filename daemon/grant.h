@@ -59,8 +59,10 @@ struct grant {
 
 /* With heap->lock held: grant R to CLIENT, holding *HELD segments.
  * Returns 0 with *OUT filled; -EAGAIN with *WAIT_CYCLE set when the
- * grant is paced (Note [Pacing]: it waits for that cycle; never when
- * FINAL, nor for root chunks); -ENOSPC, -EDQUOT, -EFBIG as seg_grant_*;
+ * grant is paced (Note [Pacing]: it waits for that cycle), or with
+ * *WAIT_CYCLE 0 (a new cycle) when CLIENT has handed the heap twice its
+ * quota since the last sweep (Note [Quota] in segment.c) -- never when
+ * FINAL, nor for root chunks; -ENOSPC, -EDQUOT, -EFBIG as seg_grant_*;
  * -EPROTO for GRANT_INVALID. */
 int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
                    const struct grant_req *r, bool final, struct grant *out,

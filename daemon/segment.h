@@ -5,6 +5,7 @@
 #ifndef HEAPD_DAEMON_SEGMENT_H
 #define HEAPD_DAEMON_SEGMENT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -31,11 +32,29 @@ struct seg {
     uint32_t run;       /* large: segments in the run; tail: head index */
     uint64_t owner;     /* client id, 0 for none */
     uint64_t free_since;/* cycles_completed when it became free */
+    uint16_t charge;    /* 1 + the index of the seg_charge its blocks'
+                           bytes count for, 0 for none (Note [Quota] in
+                           segment.c); read atomically by sweepers */
     /* Note [Remark] in daemon/remark.c; guarded by the marking job's mu */
     uint8_t remark;     /* enum remark_state, | REMARK_AGAIN */
     uint32_t remark_next;  /* the list it is on (0: end) */
     uint64_t remark_to; /* SENT: the client asked to rescan it */
 };
+
+/* What one client is charged for besides the segments it holds (Note
+ * [Quota] in segment.c).  heap->lock. */
+struct seg_charge {
+    uint64_t client;        /* 0: the record is free */
+    uint64_t live;          /* bytes that survived in its segments the
+                               heap holds, at the last sweep */
+    uint64_t fresh;         /* bytes it handed the heap since the last
+                               sweep started: returned full segments,
+                               large runs */
+    uint64_t fresh_swept;   /* the part of fresh the running sweep counts */
+    bool counted;           /* the running sweep counts for this client */
+};
+
+#define SEG_CHARGES_MAX 65535u /* seg.charge is 16 bits */
 
 struct segtab {
     struct seg *segs;
@@ -53,6 +72,8 @@ struct segtab {
     uint32_t small_nblocks[256];  /* per class; 0 = class not usable */
     uint32_t small_first[256];
     uint64_t small_magic[256];    /* layout_block_magic, per class */
+    struct seg_charge *charges;   /* Note [Quota]; grows, never shrinks */
+    uint32_t n_charges;           /* records allocated */
 };
 
 int seg_init(struct heap *h);
@@ -97,6 +118,27 @@ int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i);
  * them. */
 void seg_orphan(struct heap *h, uint64_t owner);
 
+/* ---- Note [Quota] in segment.c ---- */
+
+/* With heap->lock held: the bytes OWNER is charged for beside the segments
+ * it holds: what survived in its other segments at the last sweep, and
+ * what it has handed the heap since (ALL); or the first alone (!ALL). */
+uint64_t seg_charged_bytes(const struct heap *h, uint64_t owner, bool all);
+/* With heap->lock held, as a sweep starts: returns how many records the
+ * sweep may tally (seg.charge - 1 below it). */
+uint32_t seg_sweep_start(struct heap *h);
+/* With heap->lock held, as a sweep ends: TALLY[k] is what survived in
+ * the heap's segments charged to record k (N records; NULL: no tally was
+ * kept, every charge stays as it was). */
+void seg_sweep_charged(struct heap *h, const _Atomic uint64_t *tally,
+                       uint32_t n);
+/* The record segment I's blocks count for, plus 1 (0: none).  Any
+ * thread. */
+static inline uint16_t seg_charge_of(const struct segtab *t, uint32_t i)
+{
+    return __atomic_load_n(&t->segs[i].charge, __ATOMIC_RELAXED);
+}
+
 /* The size class of small segment I, or SEG_CLASS_UNKNOWN.  For an owned
  * segment the first call after its owner formatted it reads the class from
  * the header (range-checked) and caches it in the table: the owner writes
@@ -108,10 +150,16 @@ uint8_t seg_class(struct heap *h, uint32_t i);
  * dead large run. */
 void seg_release(struct heap *h, uint32_t i);
 /* Punch the memory of segments free for at least two cycles, except the
- * KEEP lowest free ones (granted first: Note [Segment supply]).  Takes
- * heap->lock itself (not held by the caller) and drops it around the
- * system calls. */
+ * KEEP lowest free ones (granted first: Note [Segment supply]), then any
+ * stray pages (seg_punch_strays).  Takes heap->lock itself (not held by
+ * the caller) and drops it around the system calls.  Returns the
+ * segments punched. */
 uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep);
+/* Note [Free memory stays free] in segment.c: if the heap's memfd holds
+ * more than the segments the daemon counts as committed, punch every
+ * segment it believes punched that has pages again.  Locks as
+ * seg_punch_idle.  Returns the segments punched. */
+uint32_t seg_punch_strays(struct heap *h);
 
 /* Note [Checking the segment table] in segment.c: true iff T's counters
  * and bitmaps agree with a recount of its states; logs what disagrees.

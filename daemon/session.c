@@ -448,6 +448,7 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
     pthread_mutex_lock(&h->lock);
     int rc = grant_segments(h, c->id, &c->held, r, final, &g, &wait_cycle);
     uint32_t held = c->held;
+    uint64_t charged = seg_charged_bytes(h, c->id, true); /* Note [Quota] */
     segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
     if (rc == -EAGAIN) /* Note [Pacing] */
@@ -482,10 +483,13 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
     case -EDQUOT:
         return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "this client holds %u segments (%llu bytes) of "
-                           "heap '%s' and max_client_bytes is %llu; raise "
+                           "heap '%s' and keeps %llu bytes of objects alive "
+                           "in it (as the last collection found), and "
+                           "max_client_bytes is %llu; drop references to "
+                           "what it no longer needs, or raise "
                            "max_client_bytes in [heap %s]", held,
                            (unsigned long long)held << h->seg_shift,
-                           h->cfg->name,
+                           h->cfg->name, (unsigned long long)charged,
                            (unsigned long long)h->cfg->max_client_bytes,
                            h->cfg->name);
     case -EFBIG:
@@ -772,6 +776,7 @@ static void client_leaves(struct conn *c, struct heap *h, bool crashed)
     assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
     segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
+    seg_punch_strays(h); /* Note [Free memory stays free] */
 }
 
 static int handle_goodbye(struct conn *c, uint64_t seq)

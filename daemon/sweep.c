@@ -24,11 +24,15 @@
  * by its client (Note [Segment supply]); it is kept while its owner is
  * connected and freed once the owner is gone.
  * Table changes (seg_release) happen under the heap lock, taken per freed
- * segment.
+ * segment.  What survives in a FILLED segment or a large run is added to
+ * the tally of the client the segment is charged to (Note [Quota] in
+ * daemon/segment.c): one relaxed atomic add per such segment, into an
+ * array of the job's, so that no worker takes the lock for it.
  */
 #include "sweep.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "heap.h"
@@ -42,6 +46,28 @@ void sweep_job_init(struct sweep_job *j, struct heap *h, uint8_t epoch)
     j->h = h;
     j->epoch = epoch;
     atomic_store(&j->next, h->segs.first);
+    pthread_mutex_lock(&h->lock);
+    uint32_t n = seg_sweep_start(h);
+    j->charged = n ? calloc(n, sizeof *j->charged) : NULL;
+    j->ncharged = j->charged ? n : 0;
+    pthread_mutex_unlock(&h->lock);
+}
+
+void sweep_job_finish(struct sweep_job *j)
+{
+    seg_sweep_charged(j->h, j->charged, j->ncharged);
+    free(j->charged);
+    j->charged = NULL;
+    j->ncharged = 0;
+}
+
+/* BYTES survived in segment I: Note [Quota] */
+static void tally(struct sweep_job *j, uint32_t i, uint64_t bytes)
+{
+    uint16_t c = seg_charge_of(&j->h->segs, i);
+    if (c != 0 && c <= j->ncharged && bytes != 0)
+        atomic_fetch_add_explicit(&j->charged[c - 1], bytes,
+                                  memory_order_relaxed);
 }
 
 static void release(struct heap *h, uint32_t i, uint8_t expect)
@@ -83,6 +109,8 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
         (*freed)++;
     }
     *live += (uint64_t)nlive * bs;
+    if (state == SEG_FILLED) /* an OWNED one counts whole, as held */
+        tally(j, i, (uint64_t)nlive * bs);
     if (nlive == 0 && state == SEG_FILLED) {
         release(h, i, SEG_FILLED);
         atomic_fetch_add_explicit(&j->freed_segments, 1, memory_order_relaxed);
@@ -103,10 +131,13 @@ static void sweep_large(struct sweep_job *j, uint32_t i, uint64_t *live,
 
     if (m == j->epoch) {
         *live += (uint64_t)s->run << h->seg_shift;
+        tally(j, i, (uint64_t)s->run << h->seg_shift);
         return;
     }
-    if (m == 0 && s->owner != 0)
+    if (m == 0 && s->owner != 0) {
+        tally(j, i, (uint64_t)s->run << h->seg_shift);
         return; /* granted, not yet in use */
+    }
     *mark = 0;
     (*freed)++;
     release(h, i, SEG_LARGE);

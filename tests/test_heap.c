@@ -724,11 +724,183 @@ START_TEST(client_quota)
     ck_assert_ptr_nonnull(heapd_alloc(m, 0, 512 << 10));
     harness_attach(&D, &c2, &m2);
     ck_assert_ptr_nonnull(heapd_alloc(m2, 0, 100));
-    /* small allocation never stops: full segments go back to the heap */
+    /* small allocation of objects that die never stops: full segments go
+     * back to the heap, and a cycle finds them dead (Note [Quota]); m2
+     * waits meanwhile (Note [Client GC discipline]) */
+    heapd_blocking_enter(m2);
     for (int i = 0; i < 20000; i++)
-        ck_assert_ptr_nonnull(heapd_root_get(m, heapd_root_push(m, heapd_alloc(m, 0, 100))));
+        ck_assert_ptr_nonnull(heapd_alloc(m, 0, 100));
+    heapd_blocking_leave(m2);
     heapd_detach(m2);
     heapd_disconnect(c2);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* Prepend a 1 KiB cell holding V to the list in root slot R; false (errno
+ * ENOMEM) when the heap will not give the memory. */
+static bool push_kib(heapd_mutator *m, size_t r, long v)
+{
+    void **cell = heapd_alloc(m, 1, 1024);
+    if (!cell)
+        return false;
+    heapd_write(m, cell, &cell[0], heapd_root_get(m, r));
+    memcpy(heapd_bytes(cell), &v, sizeof v);
+    heapd_root_set(m, r, cell);
+    return true;
+}
+
+/* Cells of the list in slot R, checking that they hold N - 1, ..., 0. */
+static long count_kib(heapd_mutator *m, size_t r, long n)
+{
+    long i = 0;
+    for (void **c = heapd_root_get(m, r); c; c = c[0], i++) {
+        long x;
+        memcpy(&x, heapd_bytes(c), sizeof x);
+        if (x != n - 1 - i)
+            ck_abort_msg("cell %ld holds %ld, expected %ld", i, x, n - 1 - i);
+    }
+    return i;
+}
+
+/* Note [Quota] (daemon/segment.c): max_client_bytes bounds what a client
+ * makes the heap hold -- the segments it holds and what survives of the
+ * objects it allocated -- not what it allocates.  A client that keeps
+ * everything alive and hands its full segments back gets ENOMEM near the
+ * quota, another client still allocates, and a client whose objects die
+ * allocates many times its quota. */
+START_TEST(quota_bounds_what_a_client_keeps)
+{
+    heapd_client *c, *c2;
+    heapd_mutator *m, *m2;
+    const uint64_t quota = 16u << 20;
+    start_with("max_client_bytes = 16M\n");
+    harness_attach(&D, &c, &m);
+    size_t keep = heapd_root_push(m, NULL);
+    long n = 0;
+    errno = 0;
+    while (push_kib(m, keep, n)) {
+        n++;
+        /* before, the heap (1 GiB) filled up: 243 MB for a 16M quota */
+        ck_assert_msg(n < (long)(4 * quota / 1024),
+                      "a client with max_client_bytes = 16M keeps %ld KiB "
+                      "alive", n);
+    }
+    ck_assert_int_eq(errno, ENOMEM);
+    ck_assert_msg(strstr(heapd_last_error(), "max_client_bytes") &&
+                      strstr(heapd_last_error(), "alive"),
+                  "message: %s", heapd_last_error());
+    collect(m);
+    heapd_stats_t st = harness_stats(c);
+    const struct layout_control *ctl = heapd_heap_base(c);
+    uint64_t held = st.segments_owned * ctl->segment_size;
+    fprintf(stderr, "quota_bounds_what_a_client_keeps: ENOMEM after %ld "
+            "cells: %llu bytes live, %llu in owned segments\n", n,
+            (unsigned long long)st.live_bytes, (unsigned long long)held);
+    /* held + live <= quota at every grant, and what it handed over since
+     * the last sweep below another quota (Note [Quota]), plus one grant */
+    ck_assert_uint_le(st.live_bytes + held, 3 * quota);
+    ck_assert_uint_ge(st.live_bytes + held, quota / 2);
+
+    /* another client allocates, and keeps, half as much; each mutator
+     * waits while the other one works (Note [Client GC discipline]) */
+    heapd_blocking_enter(m);
+    harness_attach(&D, &c2, &m2);
+    size_t keep2 = heapd_root_push(m2, NULL);
+    long n2 = 0;
+    while (n2 < n / 2 && push_kib(m2, keep2, n2))
+        n2++;
+    ck_assert_msg(n2 == n / 2, "the second client got ENOMEM after %ld "
+                  "cells: %s", n2, heapd_last_error());
+    heapd_blocking_enter(m2);
+    heapd_blocking_leave(m);
+    ck_assert_int_eq(count_kib(m, keep, n), n);
+
+    /* the first lets its list go: it may allocate again */
+    heapd_root_set(m, keep, NULL);
+    for (long i = 0; i < n / 2; i++)
+        ck_assert_msg(push_kib(m, keep, i), "cell %ld after the list "
+                      "died: %s", i, heapd_last_error());
+    ck_assert_int_eq(count_kib(m, keep, n / 2), n / 2);
+    heapd_detach(m);
+    heapd_disconnect(c);
+
+    /* objects that die: eight times the quota, allocated by one client */
+    heapd_blocking_leave(m2);
+    ck_assert_int_eq(count_kib(m2, keep2, n / 2), n / 2);
+    heapd_root_set(m2, keep2, NULL);
+    for (long i = 0; i < (long)(8 * quota / 1024); i++)
+        ck_assert_msg(heapd_alloc(m2, 1, 1024), "garbage cell %ld: %s", i,
+                      heapd_last_error());
+    ck_assert_uint_ge(harness_stats(c2).bytes_allocated, 8 * quota);
+    heapd_detach(m2);
+    heapd_disconnect(c2);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* Write BYTES of garbage into the heap of C from offset OFF: memory the
+ * daemon never granted (the whole heap is mapped writable). */
+static void scribble(heapd_client *c, size_t off, size_t bytes)
+{
+    ck_assert_uint_le(off + bytes, heapd_heap_size(c));
+    memset((char *)heapd_heap_base(c) + off, 0x5a, bytes);
+}
+
+/* A forked mutator's body: the same, at the upper half of the heap whose
+ * client is ARG (mapped at the same address in every process). */
+static void scribble_upper_half(heapd_mutator *m, void *arg)
+{
+    (void)m;
+    scribble(arg, heapd_heap_size(arg) / 2, 256u << 20);
+}
+
+/* Note [Free memory stays free] (daemon/segment.c): memory a client
+ * writes into segments it was never granted is given back by the next
+ * cycle, or when the client leaves; the segments are granted blank
+ * afterwards, and a bystander's data is intact. */
+START_TEST(stray_writes_into_free_segments_are_given_back)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start_with(NULL);
+    harness_attach(&D, &c, &m);
+    size_t keep = heapd_root_push(m, NULL);
+    make_list(m, keep, 20000, 7);
+    collect(m);
+    uint64_t before = harness_stats(c).heap_committed_bytes;
+    const uint64_t slack = 16u << 20; /* the free pool may grow a little */
+
+    /* this client, well past what is in use: a quarter of the heap */
+    size_t size = heapd_heap_size(c);
+    scribble(c, size / 4, 256u << 20);
+    ck_assert_uint_ge(harness_stats(c).heap_committed_bytes,
+                      before + (256u << 20));
+    collect(m); /* the end of a cycle */
+    harness_wait_stat(&D, c, heap_committed_bytes, <=, before + slack);
+
+    /* a client that writes and goes away: its leaving */
+    /* this thread waits: Note [Client GC discipline] */
+    heapd_blocking_enter(m);
+    pid_t kid = harness_fork_mutator(&D, scribble_upper_half, c);
+    ck_assert_uint_ge(harness_stats(c).heap_committed_bytes,
+                      before + (256u << 20));
+    kill(kid, SIGKILL);
+    harness_wait_pid(kid, HARNESS_WAIT_MS);
+    harness_wait_stat(&D, c, heap_committed_bytes, <=, before + slack);
+    heapd_blocking_leave(m);
+
+    /* the scribbled segments are granted as blank ones: allocation over
+     * all of them works and the verifier finds nothing wrong */
+    size_t junk = heapd_root_push(m, NULL);
+    make_list(m, junk, 200000, 0);
+    check_list(m, keep, 20000, 7, 1);
+    collect(m);
+    check_list(m, junk, 200000, 0, 1);
     heapd_detach(m);
     heapd_disconnect(c);
     harness_expect_healthy(&D);
@@ -1400,6 +1572,8 @@ static Suite *heap_suite(void)
     tcase_add_test(t, many_cycles_with_verifier);
     tcase_add_test(t, heap_full_then_recovers);
     tcase_add_test(t, client_quota);
+    tcase_add_test(t, quota_bounds_what_a_client_keeps);
+    tcase_add_test(t, stray_writes_into_free_segments_are_given_back);
     tcase_add_test(t, blocked_mutator_does_not_hold_up_cycles);
     tcase_add_test(t, dead_mutator_releases_stop);
     tcase_add_test(t, killed_client_loses_nothing_else);
