@@ -545,7 +545,10 @@ END_TEST
 
 START_TEST(layout_checks)
 {
-    struct layout_control *c = calloc(1, sizeof *c);
+    /* the control area is page-aligned (Note [The daemon's page]) */
+    struct layout_control *c = aligned_alloc(LAYOUT_DAEMON_BYTES, sizeof *c);
+    ck_assert_ptr_nonnull(c);
+    memset(c, 0, sizeof *c);
     const uint64_t base = 0x7e8000000000ULL, max = 1ULL << 30, seg = 1 << 17;
     layout_init_control(c, "default", base, max, seg);
     ck_assert_int_eq(layout_check_control(c, base, max, seg), 0);
