@@ -158,27 +158,46 @@ static pid_t start_bystander(const int ready[2], const int go[2])
 
 /* The bystander's list survives the attack and collections after it, the
  * heap still collects and attaches, and the daemon stops on SIGTERM. */
-static void attack_and_check(attack_fn attack, const char *what)
+struct bystander {
+    pid_t pid;
+    int go;    /* closing it lets the bystander check its lists */
+};
+
+/* Start heapd and the bystander, and wait until its lists are built. */
+static struct bystander bystander_begin(void)
 {
     int ready[2], go[2];
     char x;
     start();
     ck_assert_int_eq(pipe(ready), 0);
     ck_assert_int_eq(pipe(go), 0);
-    pid_t by = start_bystander(ready, go);
+    struct bystander b = {start_bystander(ready, go), go[1]};
     close(ready[1]);
     close(go[0]);
     ck_assert_msg(read(ready[0], &x, 1) == 1, "the bystander did not start");
+    close(ready[0]);
+    return b;
+}
+
+/* The bystander's lists are whole after WHAT, heapd is healthy and stops
+ * on SIGTERM. */
+static void bystander_end(struct bystander b, const char *what)
+{
+    close(b.go);
+    int status = harness_wait_pid(b.pid, HARNESS_WAIT_MS);
+    ck_assert_msg(status == 0, "after %s, another process's lists are "
+                  "damaged or its process failed (status 0x%x)", what, status);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D); /* SIGTERM still stops heapd */
+}
+
+static void attack_and_check(attack_fn attack, const char *what)
+{
+    struct bystander b = bystander_begin();
     run_attacker(attack);
     heap_still_works(what);
     heap_still_works(what);
-    close(go[1]);
-    int status = harness_wait_pid(by, HARNESS_WAIT_MS);
-    ck_assert_msg(status == 0, "after %s, another process's rooted list is "
-                  "damaged or its process failed (status 0x%x)", what, status);
-    close(ready[0]);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D); /* SIGTERM still stops heapd */
+    bystander_end(b, what);
 }
 
 /* The slots nobody holds: the daemon writes the holder's id into a slot
@@ -189,12 +208,16 @@ static bool slot_free(const struct layout_control *ctl, unsigned i)
     return ctl->mutators[i].client_id == 0;
 }
 
-static void forge_running(struct layout_control *ctl)
+static void forge_free_slots(struct layout_control *ctl, uint32_t state)
 {
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
         if (slot_free(ctl, i))
-            atomic_store(&ctl->mutators[i].status,
-                         LAYOUT_STATUS(0, LAYOUT_MUT_RUNNING));
+            atomic_store(&ctl->mutators[i].status, LAYOUT_STATUS(0, state));
+}
+
+static void forge_running(struct layout_control *ctl)
+{
+    forge_free_slots(ctl, LAYOUT_MUT_RUNNING);
 }
 
 START_TEST(forged_running_on_free_slots_holds_up_nothing)
@@ -205,10 +228,7 @@ END_TEST
 
 static void forge_blocked(struct layout_control *ctl)
 {
-    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
-        if (slot_free(ctl, i))
-            atomic_store(&ctl->mutators[i].status,
-                         LAYOUT_STATUS(0, LAYOUT_MUT_BLOCKED));
+    forge_free_slots(ctl, LAYOUT_MUT_BLOCKED);
 }
 
 START_TEST(forged_blocked_on_free_slots_fills_no_slot)
@@ -295,15 +315,7 @@ START_TEST(daemons_page_is_read_only)
         {forge_epoch, "an epoch of 0"},
         {forge_magic, "a bad magic"},
     };
-    int ready[2], go[2];
-    char x;
-    start();
-    ck_assert_int_eq(pipe(ready), 0);
-    ck_assert_int_eq(pipe(go), 0);
-    pid_t by = start_bystander(ready, go);
-    close(ready[1]);
-    close(go[0]);
-    ck_assert_msg(read(ready[0], &x, 1) == 1, "the bystander did not start");
+    struct bystander b = bystander_begin();
     for (size_t i = 0; i < sizeof forgeries / sizeof forgeries[0]; i++) {
         int status = attacker_status(forgeries[i].attack);
         ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
@@ -313,13 +325,7 @@ START_TEST(daemons_page_is_read_only)
                       forgeries[i].what, status);
         heap_still_works(forgeries[i].what);
     }
-    close(go[1]);
-    int status = harness_wait_pid(by, HARNESS_WAIT_MS);
-    ck_assert_msg(status == 0, "after the forgeries, another process's lists "
-                  "are damaged or its process failed (status 0x%x)", status);
-    close(ready[0]);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    bystander_end(b, "the forgeries");
 }
 END_TEST
 
