@@ -575,11 +575,14 @@ static void mark_root(struct mark_job *j, struct seeder *sd, uintptr_t v,
     }
 }
 
-/* Mark every root in slot M's stack. */
-static void trace_stack(struct mark_job *j, struct seeder *sd,
-                        struct layout_mutator *m)
+/* Mark every root in the stack of slot SLOT. */
+static void trace_stack(struct mark_job *j, struct seeder *sd, unsigned slot)
 {
     struct heap *h = j->h;
+    struct layout_mutator *m = &h->control->mutators[slot];
+    /* whose chunks they must be: the daemon's record, not the slot's word
+     * (Note [Slots are the daemon's] in daemon/grant.c) */
+    uint64_t owner = atomic_load(&h->owners[slot].client_id);
     uint64_t per_chunk = layout_root_chunk_slots(h->cfg->segment_size);
     /* the parked value before the depth: a mutator stores the slot and
      * the depth before it unparks, so whichever it reads, the value is
@@ -592,7 +595,7 @@ static void trace_stack(struct mark_job *j, struct seeder *sd,
     }
     for (unsigned k = 0; depth > 0 && k < LAYOUT_ROOT_CHUNKS; k++) {
         uint32_t seg = __atomic_load_n(&m->root_chunks[k], __ATOMIC_ACQUIRE);
-        if (!seg_is_roots_of(h, seg, m->client_id)) {
+        if (!seg_is_roots_of(h, seg, owner)) {
             count_bad(h); /* a chunk that is not this client's */
             break;
         }
@@ -624,7 +627,7 @@ void mark_stack(struct mark_job *j, unsigned slot, bool stopped)
     } else {
         atomic_store(&m->stack_marking, epoch);
     }
-    trace_stack(j, &sd, m);
+    trace_stack(j, &sd, slot);
     seed_flush(j, &sd);
     /* marked only once every root is: the mutator may mutate after this */
     atomic_store(&m->stack_marked, epoch);

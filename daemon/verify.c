@@ -205,7 +205,8 @@ static void check_roots(struct verifier *v)
             visit(v, (uintptr_t)m->pending_root, 0, i, UINT32_MAX - 2);
         trace(v);
         for (unsigned k = 0; r < depth && k < LAYOUT_ROOT_CHUNKS; k++) {
-            if (!seg_is_roots_of(h, m->root_chunks[k], m->client_id))
+            if (!seg_is_roots_of(h, m->root_chunks[k],
+                                 atomic_load(&h->owners[i].client_id)))
                 break; /* counted by the marker as a bad reference */
             void **slots = layout_root_chunk(heap_seg_addr(h, m->root_chunks[k]));
             for (uint64_t e = 0; e < per_chunk && r < depth; e++, r++) {

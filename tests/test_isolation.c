@@ -252,6 +252,22 @@ START_TEST(random_status_words_hold_up_nothing)
 }
 END_TEST
 
+/* Another owner's id in every attached slot: before the daemon took the
+ * owner from its own record, the marker found the bystander's root chunks
+ * "not its own", stopped at them and swept its rooted list. */
+static void forge_slot_owners(struct layout_control *ctl)
+{
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (!slot_free(ctl, i))
+            ctl->mutators[i].client_id = 12345678;
+}
+
+START_TEST(forged_slot_owner_ids_cost_no_roots)
+{
+    attack_and_check(forge_slot_owners, "every slot's owner id forged");
+}
+END_TEST
+
 /* A global's mark flag flipped in the shared entry: before the daemon
  * kept the flag in its own record, the next cycle took the entry for
  * marked and swept what only it held. */
@@ -337,6 +353,7 @@ static Suite *suite(void)
     tcase_add_test(t, forged_blocked_on_free_slots_fills_no_slot);
     tcase_add_test(t, random_status_words_hold_up_nothing);
     tcase_add_test(t, forged_global_mark_flags_skip_no_root);
+    tcase_add_test(t, forged_slot_owner_ids_cost_no_roots);
     tcase_add_test(t, daemons_page_is_read_only);
     suite_add_tcase(s, t);
     return s;
