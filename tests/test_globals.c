@@ -298,8 +298,10 @@ static bool stopped(int fd)
     return poll(&p, 1, 0) > 0;
 }
 
-/* Publish fresh 100-cell lists under "g", again and again. */
-static int writer(int stop_fd)
+/* Publish fresh 100-cell lists under "g", again and again; with DELETING
+ * also delete each one after a safepoint, so that the reader may hold the
+ * list a delete takes out of "g". */
+static int writer(int stop_fd, bool deleting)
 {
     heapd_client *c;
     heapd_mutator *m;
@@ -316,6 +318,12 @@ static int writer(int stop_fd)
         if (heapd_global_set(m, "g", heapd_root_get(m, r)) < 0)
             return 2;
         heapd_root_pop(m, 1);
+        if (!deleting)
+            continue;
+        /* the list is only in "g" now; the reader may take it */
+        heapd_safepoint(m);
+        if (heapd_global_delete(m, "g") < 0)
+            return 6;
     }
     heapd_detach(m);
     heapd_disconnect(c);
@@ -351,7 +359,9 @@ static int reader(int stop_fd, int seen_fd)
     return 0; /* it checked at least one list: the test waited for that */
 }
 
-START_TEST(globals_alive_across_cycles_under_overwrites)
+/* A writer (DELETING or not) and a reader of "g" in processes of their
+ * own, while this process runs 120 collections. */
+static void writer_and_reader_across_cycles(bool deleting)
 {
     int stop[2], seen[2];
     start();
@@ -361,7 +371,7 @@ START_TEST(globals_alive_across_cycles_under_overwrites)
     ck_assert_int_ge(w, 0);
     if (w == 0) {
         close(stop[1]); /* EOF on stop[0] is the signal to stop */
-        _exit(writer(stop[0]));
+        _exit(writer(stop[0], deleting));
     }
     pid_t r = fork();
     ck_assert_int_ge(r, 0);
@@ -379,20 +389,22 @@ START_TEST(globals_alive_across_cycles_under_overwrites)
                       read(seen[0], &x, 1) == 1,
                   "the reader checked no list under \"g\" within %d ms",
                   HARNESS_WAIT_MS);
-    heapd_connect_opts o = {.socket_path = D.sock,
-                            .flags = HEAPD_CONNECT_CONTROL};
-    heapd_client *cc;
-    ck_assert_int_eq(heapd_connect(&cc, &o), 0);
+    heapd_client *cc = harness_control(&D);
     for (int i = 0; i < 120; i++)
         ck_assert_int_eq(heapd_request_collect(cc, HEAPD_COLLECT_WAIT), 0);
     heapd_disconnect(cc);
     close(stop[1]);
-    harness_wait_ok(w, "writer");
+    harness_wait_ok(w, deleting ? "deleting writer" : "writer");
     harness_wait_ok(r, "reader");
     heapd_stats_t st = harness_daemon_stats(&D);
     ck_assert_uint_ge(st.cycles_completed, 120);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
+}
+
+START_TEST(globals_alive_across_cycles_under_overwrites)
+{
+    writer_and_reader_across_cycles(false);
 }
 END_TEST
 
@@ -593,70 +605,9 @@ START_TEST(deleted_value_lives_while_referenced)
 }
 END_TEST
 
-/* Publish fresh 100-cell lists under "g" and delete them, again and again:
- * the reader may hold the list a delete takes out of "g". */
-static int deleting_writer(int stop_fd)
-{
-    heapd_client *c;
-    heapd_mutator *m;
-    harness_attach(&D, &c, &m);
-    for (long round = 1; !stopped(stop_fd); round++) {
-        size_t r = heapd_root_push(m, NULL);
-        for (long i = 0; i < 100; i++) {
-            void **n = cell(m, round * 1000 + i);
-            if (!n)
-                return 1;
-            heapd_write(m, n, &n[0], heapd_root_get(m, r));
-            heapd_root_set(m, r, n);
-        }
-        if (heapd_global_set(m, "g", heapd_root_get(m, r)) < 0)
-            return 2;
-        heapd_root_pop(m, 1);
-        /* the list is only in "g" now; the reader may take it */
-        heapd_safepoint(m);
-        if (heapd_global_delete(m, "g") < 0)
-            return 6;
-    }
-    heapd_detach(m);
-    heapd_disconnect(c);
-    return 0;
-}
-
 START_TEST(deletes_while_marking_lose_nothing)
 {
-    int stop[2], seen[2];
-    start();
-    ck_assert_int_eq(pipe(stop), 0);
-    ck_assert_int_eq(pipe(seen), 0);
-    pid_t w = fork();
-    ck_assert_int_ge(w, 0);
-    if (w == 0) {
-        close(stop[1]);
-        _exit(deleting_writer(stop[0]));
-    }
-    pid_t r = fork();
-    ck_assert_int_ge(r, 0);
-    if (r == 0) {
-        close(stop[1]);
-        _exit(reader(stop[0], seen[1]));
-    }
-    close(stop[0]);
-    close(seen[1]);
-    char x;
-    struct pollfd p = {.fd = seen[0], .events = POLLIN};
-    ck_assert_msg(poll(&p, 1, HARNESS_WAIT_MS) == 1 &&
-                      read(seen[0], &x, 1) == 1,
-                  "the reader checked no list under \"g\" within %d ms",
-                  HARNESS_WAIT_MS);
-    heapd_client *cc = harness_control(&D);
-    for (int i = 0; i < 120; i++)
-        ck_assert_int_eq(heapd_request_collect(cc, HEAPD_COLLECT_WAIT), 0);
-    heapd_disconnect(cc);
-    close(stop[1]);
-    harness_wait_ok(w, "deleting writer");
-    harness_wait_ok(r, "reader");
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    writer_and_reader_across_cycles(true);
 }
 END_TEST
 
