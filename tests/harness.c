@@ -551,3 +551,37 @@ bool harness_log_contains(const struct daemon_proc *d, const char *text)
     buf[n] = '\0';
     return strstr(buf, text) != NULL;
 }
+
+heapd_client *harness_connect_ok(const char *sock, unsigned flags)
+{
+    heapd_connect_opts o = {.socket_path = sock, .flags = flags};
+    heapd_client *c = NULL;
+    int rc = heapd_connect(&c, &o);
+    ck_assert_msg(rc == 0, "heapd_connect: %s (%s)", heapd_strerror(rc),
+                  heapd_last_error());
+    return c;
+}
+
+uint32_t harness_still_serving(const char *sock)
+{
+    heapd_client *c = harness_connect_ok(sock, HEAPD_CONNECT_CONTROL);
+    heapd_stats_t st;
+    int rc = heapd_stats(c, &st);
+    ck_assert_msg(rc == 0, "stats: %s", heapd_last_error());
+    heapd_disconnect(c);
+    return st.clients_connected;
+}
+
+void harness_expect_error_and_close(int fd, Heapd__ErrorCode code,
+                                    const char *substr)
+{
+    Heapd__Envelope *e = harness_read_env(fd, NULL);
+    ck_assert_msg(e != NULL, "expected an error frame, got EOF");
+    ck_assert_int_eq(e->body_case, HEAPD__ENVELOPE__BODY_ERROR);
+    ck_assert_int_eq(e->error->code, code);
+    ck_assert_msg(strstr(e->error->message, substr),
+                  "error message '%s' lacks '%s'", e->error->message, substr);
+    heapd__envelope__free_unpacked(e, NULL);
+    ck_assert_msg(harness_wait_eof(fd), "heapd did not close the connection");
+    close(fd);
+}

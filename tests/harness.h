@@ -110,6 +110,15 @@ const char *harness_bin(const char *envname);
 int harness_run(const char *cmd, char *out, size_t outlen);
 
 /* ---- for suites that use libheapd against a started daemon ---- */
+/* Connect to SOCK with FLAGS (fails the test on error). */
+heapd_client *harness_connect_ok(const char *sock, unsigned flags);
+/* The daemon still works: a fresh control client gets stats; returns how
+ * many clients are connected. */
+uint32_t harness_still_serving(const char *sock);
+/* An Error reply with CODE whose message holds SUBSTR, then EOF; closes
+ * FD. */
+void harness_expect_error_and_close(int fd, Heapd__ErrorCode code,
+                                    const char *substr);
 /* SIGTERM, and heapd must exit 0. */
 void harness_stop_clean(struct daemon_proc *d);
 /* Connect and attach one mutator (fails the test on error). */
