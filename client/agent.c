@@ -243,18 +243,18 @@ static void *agent_main(void *arg)
  * call in the child would wait for ever on a reply nobody reads, or on a
  * mutex nobody unlocks, and what it wrote on the socket would mix with
  * the parent's frames.  So a pthread_atfork child handler bumps
- * fork_generation, every agent remembers the generation it started in,
+ * agent_fork_generation, every agent remembers the generation it started in,
  * and every call through the agent first checks it and fails with
  * HEAPD_EFORKED, before it takes a lock.  heapd_disconnect in the child
  * only closes and frees what the child's copy holds.  A child that wants
  * the heap connects for itself.
  */
-static unsigned fork_generation;
+unsigned agent_fork_generation;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 static void on_fork_child(void)
 {
-    fork_generation++;
+    agent_fork_generation++;
 }
 
 static void fork_watch(void)
@@ -262,11 +262,6 @@ static void fork_watch(void)
     pthread_atfork(NULL, NULL, on_fork_child);
 }
 
-bool agent_forked(const struct agent *a)
-{
-    return a->fork_generation != __atomic_load_n(&fork_generation,
-                                                 __ATOMIC_RELAXED);
-}
 
 static int forked_error(void)
 {
@@ -282,7 +277,8 @@ int agent_start(struct agent *a, int sock)
 
     memset(a, 0, sizeof *a);
     pthread_once(&fork_once, fork_watch);
-    a->fork_generation = __atomic_load_n(&fork_generation, __ATOMIC_RELAXED);
+    a->fork_generation = __atomic_load_n(&agent_fork_generation,
+                                         __ATOMIC_RELAXED);
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     frame_reader_init(&a->reader, FRAME_MAX_PAYLOAD);

@@ -71,9 +71,15 @@ static inline bool agent_is_closed(const struct agent *a)
  * Error envelope. */
 typedef void (*agent_reply_fn)(void *arg, int status, Heapd__Envelope *reply);
 
-/* This process is a child of the one that started A (Note [Clients and
- * fork] in client/agent.c). */
-bool agent_forked(const struct agent *a);
+/* Bumped in a child of fork() (Note [Clients and fork] in client/agent.c). */
+extern unsigned agent_fork_generation;
+/* This process is a child of the one that started A.  Inline: heapd_alloc's
+ * fast path asks (a load and a compare). */
+static inline bool agent_forked(const struct agent *a)
+{
+    return a->fork_generation != __atomic_load_n(&agent_fork_generation,
+                                                 __ATOMIC_RELAXED);
+}
 /* The child's heapd_disconnect: close A's descriptors, free its memory. */
 void agent_forget(struct agent *a);
 /* Start the agent on a connected socket (taken over, even on failure). */
