@@ -6,8 +6,9 @@
  * A heap is one memfd of max_size bytes, sparse (pages cost nothing until
  * touched), sealed against shrinking and growing, and mapped MAP_SHARED at
  * the same fixed address `base` in the daemon and in every client, with
- * MAP_FIXED_NOREPLACE so that it never silently replaces another mapping.
- * Because the address is the same everywhere, a reference stored in the heap
+ * MAP_FIXED_NOREPLACE so that it never silently replaces another mapping;
+ * its first page is then covered by the daemon's page, a second memfd
+ * (Note [The daemon's page]).  Because the address is the same everywhere, a reference stored in the heap
  * is a plain C pointer that means the same object in every process.
  * Consequences every module relies on:
  *
