@@ -213,7 +213,8 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
         rc = -EPROTO;
         break;
     }
-    if (rc == -EDQUOT && over > 0 && !final && r->kind != GRANT_ROOTS) {
+    if (rc == -EDQUOT && !final && r->kind != GRANT_ROOTS &&
+        seg_charged_bytes(h, client, false) > 0) {
         /* refused for what it keeps alive as of the last sweep: the
          * next one may find it dead (as a full heap waits for one) */
         *wait_cycle = 0;
