@@ -305,7 +305,8 @@ void barrier_stack_slow(heapd_mutator *m)
     if (old != epoch &&
         atomic_compare_exchange_strong(&s->stack_marking, &old, epoch)) {
         for (size_t i = 0; i < m->depth; i++)
-            barrier_log(m, mutator_root_slot(m, i)[0]);
+            barrier_log(m, atomic_load_explicit(&m->roots[i],
+                                                memory_order_relaxed));
         barrier_log(m, atomic_load(&s->pending_root));
         /* Note [Straddling a cycle]: still this cycle */
         assert(atomic_load(&m->ctl->epoch) == epoch);

@@ -100,8 +100,6 @@ static const char *why_not_live(const heapd_client *c, const void *ref,
         if ((uint8_t *)ref != seg + LAYOUT_LARGE_OBJECT + LAYOUT_WORD)
             return "it is not the start of an object (an interior pointer?)";
         mark = __atomic_load_n(layout_seg_marks(seg), __ATOMIC_RELAXED);
-    } else if (kind == LAYOUT_SEG_ROOTS) {
-        return "it points into a root stack, not an object";
     } else {
         return "its segment holds no objects (freed, or never allocated)";
     }

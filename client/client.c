@@ -49,8 +49,9 @@ static int write_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
-/* Descriptors that came with a frame: the heap's memfd and the daemon's
- * page (Note [The daemon's page] in proto/layout.h). */
+/* Descriptors that came with a frame: the heap's memfd, the daemon's
+ * page (Note [The daemon's page] in proto/layout.h) and the client's
+ * control memory (Note [Client control memory]). */
 struct frame_fds {
     int fd[FDPASS_MAX];
     unsigned n;
@@ -335,6 +336,29 @@ static int map_heap(heapd_client *c, const Heapd__Welcome *w, int fd,
     return 0;
 }
 
+/* Map this client's control memory (Note [Client control memory]): only
+ * the daemon and this process map it, anywhere. */
+static int map_control_memory(heapd_client *c, const Heapd__Welcome *w,
+                              int fd)
+{
+    struct stat st;
+    size_t len = (size_t)w->regions * LAYOUT_MUTATOR_BYTES;
+    if (w->regions == 0 || w->regions > LAYOUT_MAX_MUTATORS ||
+        fstat(fd, &st) < 0 || (uint64_t)st.st_size != len)
+        return client_set_error(HEAPD_EPROTO, "heap '%s': the daemon's "
+                                "control memory does not match its welcome; "
+                                "restart heapd", w->heap);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (p == MAP_FAILED)
+        return client_set_error(-errno, "cannot map this client's control "
+                                "memory (%zu bytes): %s", len,
+                                strerror(errno));
+    c->mem = p;
+    c->mem_regions = w->regions;
+    return 0;
+}
+
 static int handshake(heapd_client *c, int sock, const heapd_connect_opts *o,
                      bool control, int *heap_fd)
 {
@@ -381,20 +405,23 @@ static int handshake(heapd_client *c, int sock, const heapd_connect_opts *o,
                               PROTOCOL_VERSION, LAYOUT_VERSION);
         goto out;
     }
-    /* a mutator client gets the heap and the daemon's page, a control
-     * client nothing (Note [The daemon's page]) */
-    if (f.n != (control ? 0u : 2u) || control == w->has_fd) {
+    /* a mutator client gets the heap, the daemon's page and its control
+     * memory, a control client nothing (Note [The daemon's page]) */
+    if (f.n != (control ? 0u : 3u) || control == w->has_fd) {
         rc = client_set_error(HEAPD_EPROTO, "heapd's welcome carries %u "
-                              "descriptors, not %u", f.n, control ? 0 : 2);
+                              "descriptors, not %u", f.n, control ? 0 : 3);
         goto out;
     }
     c->client_id = w->client_id;
     snprintf(c->heap_name, sizeof c->heap_name, "%s", w->heap);
+    if (!control && (rc = map_control_memory(c, w, f.fd[2])) < 0)
+        goto out;
     if (!control && (rc = map_heap(c, w, f.fd[0], f.fd[1])) < 0)
         goto out;
     if (!control) {
         *heap_fd = f.fd[0];
-        close(f.fd[1]); /* the mapping holds the page */
+        close(f.fd[1]); /* the mappings hold the page and the memory */
+        close(f.fd[2]);
         f.n = 0;
     }
     rc = 0;
@@ -412,6 +439,8 @@ static void client_free(heapd_client *c)
     checked_forget(c);
     if (c->base)
         unmap_shared(c->base);
+    if (c->mem)
+        munmap(c->mem, (size_t)c->mem_regions * LAYOUT_MUTATOR_BYTES);
     if (c->heap_fd >= 0)
         close(c->heap_fd);
     free(c);

@@ -23,6 +23,10 @@ struct heapd_client {
     int heap_fd;
     /* mutator clients: the heap's geometry and shared state */
     struct layout_control *ctl;
+    uint8_t *mem;                    /* its control memory (Note [Client
+                                        control memory]), mem_regions
+                                        regions of LAYOUT_MUTATOR_BYTES */
+    unsigned mem_regions;
     uint64_t segment_size;
     unsigned seg_shift;
     uint32_t small_max;

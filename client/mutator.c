@@ -272,7 +272,8 @@ int heapd_attach(heapd_client *c, heapd_mutator **out)
     if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
         return rc == -ENOMEM ? -EAGAIN : rc; /* NO_MEMORY: no free slot */
     if (rep->body_case != HEAPD__ENVELOPE__BODY_ATTACH_REPLY ||
-        rep->attach_reply->slot >= LAYOUT_MAX_MUTATORS) {
+        rep->attach_reply->slot >= LAYOUT_MAX_MUTATORS ||
+        rep->attach_reply->region >= c->mem_regions) {
         heapd__envelope__free_unpacked(rep, NULL);
         return client_set_error(HEAPD_EPROTO, "bad answer to attach");
     }
@@ -286,10 +287,11 @@ int heapd_attach(heapd_client *c, heapd_mutator **out)
     m->ctl = c->ctl;
     pthread_mutex_init(&m->hold, NULL);
     m->slot_index = rep->attach_reply->slot;
-    m->slot = &c->ctl->mutators[m->slot_index];
-    m->root_shift = (unsigned)__builtin_ctzll(
-        layout_root_chunk_slots(c->segment_size));
-    /* the ring's counters run on from the slot's previous mutator; the
+    /* Note [Client control memory] */
+    m->slot = (struct layout_mutator *)(c->mem + (size_t)rep->attach_reply->region *
+                                                   LAYOUT_MUTATOR_BYTES);
+    m->roots = layout_mutator_roots(m->slot);
+    /* the ring's counters run on from the region's previous mutator; the
      * daemon has moved the tail up to the head */
     m->urs_head = m->urs_notified = atomic_load(&m->slot->urs_head);
     heapd__envelope__free_unpacked(rep, NULL);
@@ -352,27 +354,6 @@ void mutator_free_all(heapd_client *c)
 
 /* ---- the root stack ---- */
 
-static int grow_roots(heapd_mutator *m)
-{
-    uint32_t seg;
-    int rc;
-
-    if (m->nchunks == LAYOUT_ROOT_CHUNKS)
-        return client_set_error(-ENOMEM, "the root stack is full (%u "
-                                "chunks of %llu slots)", LAYOUT_ROOT_CHUNKS,
-                                (unsigned long long)1 << m->root_shift);
-    rc = mutator_request_segments(m, HEAPD__SEGMENT_KIND__SEGMENT_ROOTS, 1, 0,
-                                  &seg, 1, NULL);
-    if (rc < 0)
-        return rc;
-    m->chunks[m->nchunks] =
-        layout_root_chunk((char *)m->c->base + ((uint64_t)seg << m->c->seg_shift));
-    /* publish the chunk before any depth that covers it */
-    __atomic_store_n(&m->slot->root_chunks[m->nchunks], seg, __ATOMIC_RELEASE);
-    m->nchunks++;
-    return 0;
-}
-
 /* Each of these takes its safepoint on entry, REF parked through it, and
  * only then changes the stack (Note [Client GC discipline] in heapd.h). */
 size_t heapd_root_push(heapd_mutator *m, void *ref)
@@ -386,25 +367,16 @@ size_t heapd_root_push(heapd_mutator *m, void *ref)
         checked_object(m->c, ref, true, "heapd_root_push", "REF");
     mutator_enter(m, ref, &parked);
     size_t i = m->depth;
-    if (i == (size_t)m->nchunks << m->root_shift) {
-        /* growing asks the daemon, in a blocking region: REF stays parked
-         * through it, and a cycle that began meanwhile gets its stack
-         * barrier (Note [Values in flight]) */
-        if (!parked)
-            barrier_park(m, ref);
-        parked = true;
-        int rc = grow_roots(m);
-        if (rc >= 0 && mutator_orphaned(m))
-            rc = mutator_orphan_error(m); /* closed while it grew */
-        if (rc < 0) {
-            if (!mutator_orphaned(m))
-                barrier_unpark(m);
-            errno = client_errno(rc);
-            return (size_t)-1;
-        }
-        mutator_enter(m, ref, &parked);
+    if (i == LAYOUT_MAX_ROOTS) {
+        if (parked)
+            barrier_unpark(m);
+        client_set_error(-ENOMEM, "the root stack is full (%u roots): pop "
+                         "roots a caller no longer needs, or keep many "
+                         "objects under one", LAYOUT_MAX_ROOTS);
+        errno = ENOMEM;
+        return (size_t)-1;
     }
-    __atomic_store_n(mutator_root_slot(m, i), ref, __ATOMIC_RELAXED);
+    atomic_store_explicit(&m->roots[i], ref, memory_order_relaxed);
     m->depth = i + 1;
     atomic_store_explicit(&m->slot->root_depth, m->depth, memory_order_release);
     if (parked)
@@ -421,7 +393,7 @@ void heapd_root_set(heapd_mutator *m, size_t slot, void *ref)
         checked_object(m->c, ref, true, "heapd_root_set", "REF");
     mutator_enter(m, ref, &parked);
     if (slot < m->depth)
-        __atomic_store_n(mutator_root_slot(m, slot), ref, __ATOMIC_RELAXED);
+        atomic_store_explicit(&m->roots[slot], ref, memory_order_relaxed);
     if (parked)
         barrier_unpark(m);
 }
@@ -430,7 +402,7 @@ void *heapd_root_get(heapd_mutator *m, size_t slot)
 {
     if (slot >= m->depth || mutator_orphaned(m)) /* Note [A dead daemon] */
         return NULL;
-    return *mutator_root_slot(m, slot);
+    return atomic_load_explicit(&m->roots[slot], memory_order_relaxed);
 }
 
 /* The safepoint before the slots go: what they held stays valid until the

@@ -37,10 +37,9 @@ struct heapd_mutator {
     unsigned slot_index;
     struct heapd_mutator *next;      /* c->mutators */
     uint64_t alloc_bytes;            /* mirrored into slot->alloc_bytes */
-    /* root stack: chunk k holds slots [k << root_shift, (k+1) << ...) */
-    void **chunks[LAYOUT_ROOT_CHUNKS];
-    unsigned nchunks;
-    unsigned root_shift;
+    /* the root stack: LAYOUT_MAX_ROOTS references after the slot's words
+     * (Note [Client control memory] in proto/layout.h) */
+    void *_Atomic *roots;
     size_t depth;
     /* Note [Remark requests]: set when the daemon asks this client to
      * rescan; the mutator looks at its next safepoint */
@@ -53,11 +52,6 @@ struct heapd_mutator {
     struct alloc_seg cur[LAYOUT_NCLASSES];
 };
 
-static inline void **mutator_root_slot(heapd_mutator *m, size_t i)
-{
-    return &m->chunks[i >> m->root_shift]
-                     [i & (((size_t)1 << m->root_shift) - 1)];
-}
 
 /* M's connection is gone, or this process is a child of the one that
  * attached M: M waits for nothing and writes nothing of the daemon's any

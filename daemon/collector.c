@@ -102,7 +102,7 @@ uint64_t collector_bytes_allocated(const struct heap *h)
 {
     uint64_t n = h->stats.alloc_retired;
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
-        const struct layout_mutator *m = &h->control->mutators[i];
+        const struct layout_mutator *m = heap_slot(h, i);
         if (heap_slot_attached(h, i))
             n += atomic_load_explicit(&m->alloc_bytes, memory_order_relaxed);
     }
@@ -111,7 +111,7 @@ uint64_t collector_bytes_allocated(const struct heap *h)
 
 void collector_retire_slot(struct heap *h, unsigned slot)
 {
-    struct layout_mutator *m = &h->control->mutators[slot];
+    struct layout_mutator *m = heap_slot(h, slot);
     h->stats.alloc_retired += atomic_load(&m->alloc_bytes);
     atomic_store(&m->alloc_bytes, 0);
 }
@@ -225,8 +225,10 @@ static uint8_t snapshot(struct collector *gc, struct mark_job *mj)
      * Note [Straddling a cycle]: what the rings hold now was logged after
      * the last final sync and is dropped */
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
-        atomic_store(&h->control->mutators[i].stack_marking, 0);
-        atomic_store(&h->control->mutators[i].stack_marked, 0);
+        if (!heap_slot_attached(h, i))
+            continue; /* a free slot's window is zeros: keep it untouched */
+        atomic_store(&heap_slot(h, i)->stack_marking, 0);
+        atomic_store(&heap_slot(h, i)->stack_marked, 0);
         mark_urs(h, NULL, i);
     }
     globals_snapshot(h); /* Note [Global roots] */
@@ -302,7 +304,7 @@ static unsigned concurrent_workers(const struct heap *h, unsigned max)
     long running = 0;
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
         if (heap_slot_attached(h, i) &&
-            LAYOUT_STATUS_STATE(atomic_load(&h->control->mutators[i].status)) ==
+            LAYOUT_STATUS_STATE(atomic_load(&heap_slot(h, i)->status)) ==
                 LAYOUT_MUT_RUNNING)
             running++;
     long n = cores - running;

@@ -37,6 +37,8 @@ struct conn {
     struct heap *named_heap;    /* the heap Hello named (control: stats, gc) */
     uint32_t held;              /* segments held (Note [Segment supply]) */
     uint64_t slots[2];          /* bit i: mutator slot i is this client's */
+    int mem_fd;                 /* mutator clients: their control memory
+                                   (Note [Client control memory]), or -1 */
     bool gone;                  /* said Goodbye: holds nothing any more
                                    (Note [Client lifecycle]) */
     struct auth_peer peer;

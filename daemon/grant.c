@@ -12,6 +12,7 @@
 #include "log.h"
 #include "mark.h"
 #include "safepoint.h"
+#include "slotmem.h"
 #include "workers.h"
 
 /* ---- mutator slots ---- */
@@ -19,35 +20,44 @@
 /* Note [Slots are the daemon's]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * Which mutator slots are attached, and to whom, is the daemon's own
- * record (heap->owners: client id, pid, uid, name), set by grant_slot and
- * cleared by grant_free_slot under heap->lock.  The shared slot's status
- * word says only what the mutator does (RUNNING, BLOCKED, WAITING, its
- * last ack), and any client can write it; so attach, stops, the final
- * sync, marking, the verifier and the byte counts ask heap_slot_attached,
- * never the status, whether a slot is in use.  A forged RUNNING on a free
- * slot then holds up no stop, and a forged BLOCKED fills no slot: both
- * hung or starved the heap for good before (test_isolation).  What a
- * client writes into its own slot is its own damage: a stop counts a slot
- * whose status reads FREE as stopped, never waits for it.
+ * record (heap->owners: client id, region, pid, uid, name), set by
+ * grant_slot and cleared by grant_free_slot under heap->lock.  A slot's
+ * status word says only what the mutator does (RUNNING, BLOCKED, WAITING,
+ * its last ack), and its client writes it (Note [Client control memory]
+ * in proto/layout.h); so attach, stops, the final sync, marking, the
+ * verifier and the byte counts ask heap_slot_attached, never the status,
+ * whether a slot is in use.  A FREE status on an attached slot is a fault
+ * of its client, which is disconnected; meanwhile a stop counts the slot
+ * as stopped and never waits for it.  (When any client could write any
+ * slot, a forged RUNNING on a free slot hung every stop of the heap for
+ * good, and forged BLOCKED words filled every slot.)
  */
-int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2])
+int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
+               unsigned region)
 {
     for (int i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
-        struct layout_mutator *m = &h->control->mutators[i];
         if (heap_slot_attached(h, (unsigned)i))
             continue;
-        atomic_store_explicit(&h->owners[i].client_id, client,
-                              memory_order_release);
+        int rc = slotmem_map(h, (unsigned)i, fd, region);
+        if (rc < 0)
+            return rc;
+        struct layout_mutator *m = heap_slot(h, (unsigned)i);
+        h->owners[i].region = region;
+        atomic_store(&h->owners[i].fault, SLOT_FAULT_NONE);
         m->client_id = client; /* for a debugger; never read back */
         m->slot_epoch++;
         atomic_store(&m->alloc_bytes, 0);
         atomic_store(&m->root_depth, 0);
         atomic_store(&m->pending_root, NULL);
-        memset(m->root_chunks, 0, sizeof m->root_chunks);
+        atomic_store(&m->stack_marking, 0);
+        atomic_store(&m->stack_marked, 0);
         /* the URS ring starts empty: the tail catches up with the head */
         atomic_store(&m->urs_tail, atomic_load(&m->urs_head));
         /* ack 0 is never a stop generation: see Note [Stop the world] */
         atomic_store(&m->status, LAYOUT_STATUS(0, LAYOUT_MUT_RUNNING));
+        /* attached only once its window shows the client's words */
+        atomic_store_explicit(&h->owners[i].client_id, client,
+                              memory_order_release);
         slots[i / 64] |= 1ull << (i % 64);
         h->mutators++;
         return i;
@@ -55,25 +65,18 @@ int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2])
     return -ENOSPC;
 }
 
-void grant_free_slot(struct heap *h, uint64_t client, uint32_t *held,
-                     uint64_t slots[2], unsigned slot)
+void grant_free_slot(struct heap *h, uint64_t slots[2], unsigned slot, int fd)
 {
-    struct layout_mutator *m = &h->control->mutators[slot];
     mark_urs(h, h->marking, slot);
-    for (unsigned k = 0; k < LAYOUT_ROOT_CHUNKS; k++)
-        if (seg_is_roots_of(h, m->root_chunks[k], client))
-            seg_return(h, client, held, m->root_chunks[k]);
-    memset(m->root_chunks, 0, sizeof m->root_chunks);
-    atomic_store(&m->root_depth, 0);
-    atomic_store(&m->pending_root, NULL);
     collector_retire_slot(h, slot);
-    m->client_id = 0;
     struct heap_slot_owner *o = &h->owners[slot];
     o->pid = 0;
     o->uid = 0;
     o->name[0] = '\0';
     atomic_store_explicit(&o->client_id, 0, memory_order_release);
     safepoint_free_slot(h, slot);
+    slotmem_unmap(h, slot, fd, o->region);
+    atomic_store(&o->fault, SLOT_FAULT_NONE);
     slots[slot / 64] &= ~(1ull << (slot % 64));
     h->mutators--;
 }
@@ -158,10 +161,8 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
     out->count = count;
     out->run = 0;
     out->any_formatted = false;
-    /* Note [Pacing]: heap memory waits for the cycle that is behind; root
-     * chunks do not (a mutator pushing a root must not wait for memory) */
-    uint64_t paced =
-        final || r->kind == GRANT_ROOTS ? 0 : collector_paced_until(h);
+    /* Note [Pacing]: heap memory waits for the cycle that is behind */
+    uint64_t paced = final ? 0 : collector_paced_until(h);
     if (paced) {
         h->stats.grants_paced++;
         log_debug("heap '%s': grant paced: %llu bytes allocated since the "
@@ -179,7 +180,7 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
      * in full until a sweep says what of it is alive: past its quota a
      * grant asks for that cycle, past twice it waits for it */
     unsigned over = quota_over(h, client, *held);
-    if (over == 2 && !final && r->kind != GRANT_ROOTS) {
+    if (over == 2 && !final) {
         *wait_cycle = 0; /* a new cycle */
         return -EAGAIN;
     }
@@ -204,17 +205,11 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
                                    r->bytes, &out->segs[0], &out->run);
         out->n = rc == 0;
         break;
-    case GRANT_ROOTS:
-        rc = seg_grant_roots(h, client, held, quota_segs(h, client),
-                             &out->segs[0]);
-        out->n = rc == 0;
-        break;
     default:
         rc = -EPROTO;
         break;
     }
-    if (rc == -EDQUOT && !final && r->kind != GRANT_ROOTS &&
-        seg_charged_bytes(h, client, false) > 0) {
+    if (rc == -EDQUOT && !final && seg_charged_bytes(h, client, false) > 0) {
         /* refused for what it keeps alive as of the last sweep: the
          * next one may find it dead (as a full heap waits for one) */
         *wait_cycle = 0;

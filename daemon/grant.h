@@ -17,16 +17,18 @@ struct workers;
 
 /* ---- mutator slots (Note [Mutator slots] in proto/layout.h) ---- */
 
-/* With heap->lock held: give client CLIENT a free slot, marking it in
- * SLOTS (bit i: slot i is the client's).  Returns the slot, or -ENOSPC
- * when all LAYOUT_MAX_MUTATORS are attached. */
-int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2]);
-/* With heap->lock held: give slot SLOT of CLIENT (holding *HELD segments)
- * back.  What its mutator logged and never sent is read from its ring
- * first: nothing a mutator logged is lost, even when it died (Note
+/* With heap->lock held: give client CLIENT a free slot, whose words are
+ * region REGION of its control memory FD (Note [Client control memory]),
+ * marking it in SLOTS (bit i: slot i is the client's).  Returns the slot,
+ * -ENOSPC when all LAYOUT_MAX_MUTATORS are attached, or another -errno
+ * when the region cannot be mapped. */
+int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
+               unsigned region);
+/* With heap->lock held: give slot SLOT of a client whose control memory
+ * is FD back.  What its mutator logged and never sent is read from its
+ * ring first: nothing a mutator logged is lost, even when it died (Note
  * [Update remembered set]). */
-void grant_free_slot(struct heap *h, uint64_t client, uint32_t *held,
-                     uint64_t slots[2], unsigned slot);
+void grant_free_slot(struct heap *h, uint64_t slots[2], unsigned slot, int fd);
 
 /* Note [Checking mutator slots] in grant.c: with heap->lock held, true
  * iff heap->mutators is the number of attached slots and every attached
@@ -38,7 +40,7 @@ bool grant_check_slots(const struct heap *h);
 #define GRANT_MAX 64 /* segments one grant may give */
 #define GRANT_CLASS_WORDS ((LAYOUT_NCLASSES + 63) / 64)
 
-enum grant_kind { GRANT_SMALL, GRANT_LARGE, GRANT_ROOTS, GRANT_INVALID };
+enum grant_kind { GRANT_SMALL, GRANT_LARGE, GRANT_INVALID };
 
 struct grant_req {
     enum grant_kind kind;
@@ -62,7 +64,7 @@ struct grant {
  * grant is paced (Note [Pacing]: it waits for that cycle), or with
  * *WAIT_CYCLE 0 (a new cycle) when CLIENT has handed the heap twice its
  * quota since the last sweep (Note [Quota] in segment.c) -- never when
- * FINAL, nor for root chunks; -ENOSPC, -EDQUOT, -EFBIG as seg_grant_*;
+ * FINAL; -ENOSPC, -EDQUOT, -EFBIG as seg_grant_*;
  * -EPROTO for GRANT_INVALID. */
 int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
                    const struct grant_req *r, bool final, struct grant *out,

@@ -7,11 +7,14 @@
  * workers: collector.c, mark.c, remark.c, sweep.c, safepoint.c, verify.c,
  * workers.c, segment.c, validate.c) never touch a connection, a protobuf
  * message or libuv; only the loop thread does.  What the collector has to
- * tell a client leaves through two narrow channels, each a plain function
+ * tell a client leaves through three narrow channels, each a plain function
  * pointer (struct notify, notify.h) that this file turns into a
  * uv_async_t:
  *   - a cycle completed: session_cycle_done answers the requests that
  *     waited for it (Note [Pacing] in collector.c);
+ *   - a client wrote nonsense into its control memory (Note [Client
+ *     control memory] in proto/layout.h): slotmem_fault flags the slot,
+ *     and the loop thread disconnects the client;
  *   - the remark outbox (Note [Remark] in remark.c) has segments whose
  *     owners must rescan them: the loop thread takes it under heap->lock
  *     (remark_outbox_take), telling the collector which owners it can
@@ -37,6 +40,7 @@
 #include "log.h"
 #include "mark.h"
 #include "remark.h"
+#include "slotmem.h"
 
 struct handoff {
     struct heap *h;
@@ -46,6 +50,7 @@ struct handoff {
     void *done_arg;
     uv_async_t outbox;          /* the remark outbox has segments */
     _Atomic bool outbox_on;     /* outbox initialised, not yet closing */
+    uv_async_t fault;           /* a slot's client wrote nonsense */
     bool cycle_on;
     unsigned open;              /* handles not yet closed */
 };
@@ -187,6 +192,42 @@ static void on_outbox(uv_async_t *a)
     route(a->data);
 }
 
+/* ---- faults (Note [Client control memory]) ---- */
+
+static void notify_fault(void *arg)
+{
+    struct handoff *hf = arg;
+    if (atomic_load_explicit(&hf->outbox_on, memory_order_acquire))
+        uv_async_send(&hf->fault);
+}
+
+/* Disconnect every client whose slot has a fault; a slot's fault is
+ * cleared when the slot is freed, which the disconnection does. */
+static void on_fault(uv_async_t *a)
+{
+    struct handoff *hf = a->data;
+    struct heap *h = hf->h;
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+        enum slot_fault f = atomic_load(&h->owners[i].fault);
+        uint64_t id = atomic_load(&h->owners[i].client_id);
+        struct conn *c = f && id ? find_conn(hf->d, h, id) : NULL;
+        if (!c || c->state == CONN_CLOSING)
+            continue;
+        pthread_mutex_lock(&h->lock);
+        h->stats.clients_disconnected++;
+        pthread_mutex_unlock(&h->lock);
+        log_warn("heap '%s': client %llu (%s, pid %d, uid %u) wrote %s "
+                 "into mutator slot %u; disconnected.  Its program writes "
+                 "into libheapd's memory: a stray pointer, or a hostile "
+                 "client", h->cfg->name, (unsigned long long)c->id,
+                 c->name[0] ? c->name : "?", (int)c->peer.pid,
+                 (unsigned)c->peer.uid, slotmem_fault_name(f), i);
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                  "mutator slot %u holds %s: this client is disconnected",
+                  i, slotmem_fault_name(f));
+    }
+}
+
 int handoff_remark_start(struct heap *h, struct daemon *d)
 {
     struct handoff *hf = get_handoff(h);
@@ -199,6 +240,12 @@ int handoff_remark_start(struct heap *h, struct daemon *d)
     hf->outbox.data = hf;
     hf->open++;
     uv_unref((uv_handle_t *)&hf->outbox); /* connections keep the loop up */
+    if ((rc = uv_async_init(&d->loop, &hf->fault, on_fault)) < 0)
+        return rc; /* the daemon does not start */
+    hf->fault.data = hf;
+    hf->open++;
+    uv_unref((uv_handle_t *)&hf->fault);
+    h->fault_notify = (struct notify){.fn = notify_fault, .arg = hf};
     atomic_store_explicit(&hf->outbox_on, true, memory_order_release);
     return 0;
 }
@@ -223,8 +270,11 @@ void handoff_stop(struct heap *h)
     }
     if (hf->cycle_on)
         uv_close((uv_handle_t *)&hf->cycle, free_on_close);
-    if (outbox)
+    if (outbox) {
+        h->fault_notify = (struct notify){0};
         uv_close((uv_handle_t *)&hf->outbox, free_on_close);
+        uv_close((uv_handle_t *)&hf->fault, free_on_close);
+    }
 }
 
 /* ---- answers ---- */

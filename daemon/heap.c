@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "slotmem.h"
 
-/* A sealed memfd of SIZE bytes named NAME, or a negative errno. */
-static int sealed_memfd(const char *name, uint64_t size)
+int heap_sealed_memfd(const char *name, uint64_t size)
 {
     int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING), rc;
     if (fd < 0)
@@ -38,7 +38,7 @@ static int open_daemon_page(struct heap *h, void *base)
     int rc;
 
     snprintf(name, sizeof name, "heapd:%s:daemon", h->cfg->name);
-    if ((h->page_fd = sealed_memfd(name, LAYOUT_DAEMON_BYTES)) < 0)
+    if ((h->page_fd = heap_sealed_memfd(name, LAYOUT_DAEMON_BYTES)) < 0)
         return h->page_fd;
     void *p = mmap(base, LAYOUT_DAEMON_BYTES, PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_FIXED, h->page_fd, 0);
@@ -66,7 +66,7 @@ int heap_open(struct heap *h, const struct config_heap *cfg)
     h->cfg = cfg;
 
     snprintf(name, sizeof name, "heapd:%s", cfg->name);
-    if ((fd = sealed_memfd(name, cfg->max_size)) < 0) {
+    if ((fd = heap_sealed_memfd(name, cfg->max_size)) < 0) {
         rc = fd;
         log_error("heap '%s': cannot make a sealed memfd of %llu bytes: %s; "
                   "lower max_size", cfg->name,
@@ -111,9 +111,11 @@ int heap_open(struct heap *h, const struct config_heap *cfg)
     pthread_mutex_init(&h->adoption, NULL);
     layout_init_control(h->control, cfg->name, cfg->base, cfg->max_size,
                         cfg->segment_size);
-    if ((rc = seg_init(h)) < 0) {
-        log_error("heap '%s': out of memory for the segment table",
-                  cfg->name);
+    if ((rc = seg_init(h)) < 0 || (rc = slotmem_reserve(h)) < 0) {
+        log_error("heap '%s': out of memory for the segment table or the "
+                  "mutator slots' windows", cfg->name);
+        if (h->segs.segs)
+            seg_destroy(h);
         munmap(p, cfg->max_size);
         h->base = NULL;
         h->control = NULL;
@@ -136,6 +138,7 @@ out:
 
 void heap_close(struct heap *h)
 {
+    slotmem_release(h);
     if (h->segs.segs)
         seg_destroy(h);
     if (h->base)

@@ -12,6 +12,7 @@
 #include "../client/heapd_counters.h"
 #include "config.h"
 #include "layout.h"
+#include "notify.h"
 #include "segment.h"
 
 struct collector;
@@ -45,6 +46,11 @@ struct heap_stats {
 struct heap_slot_owner {
     _Atomic uint64_t client_id;      /* 0: free; set and cleared under
                                         heap->lock, read without it */
+    _Atomic uint32_t fault;          /* enum slot_fault: what the client
+                                        wrote that makes no sense (Note
+                                        [Client control memory]); 0 none */
+    unsigned region;                 /* its region of the client's control
+                                        memory */
     int pid;                         /* the rest: heap->lock */
     unsigned uid;
     char name[64];                   /* client_name from Hello */
@@ -73,6 +79,11 @@ struct heap {
                                         clients get */
     void *base;                      /* == (void *)cfg->base when open */
     struct layout_control *control;  /* == base */
+    uint8_t *windows;                /* a window of LAYOUT_MUTATOR_BYTES per
+                                        slot (Note [Client control
+                                        memory]): heap_slot */
+    struct notify fault_notify;      /* a slot's fault is set: the loop
+                                        thread disconnects its client */
     unsigned clients;                /* mutator clients connected */
     unsigned mutators;               /* attached mutator slots */
     unsigned seg_shift;              /* log2(segment_size) */
@@ -105,6 +116,15 @@ static inline bool heap_slot_attached(const struct heap *h, unsigned i)
                                 memory_order_acquire) != 0;
 }
 
+/* The words of slot I: its client's region while attached, zeros when
+ * free (Note [Client control memory] in proto/layout.h). */
+static inline struct layout_mutator *heap_slot(const struct heap *h,
+                                               unsigned i)
+{
+    return (struct layout_mutator *)(h->windows +
+                                     (size_t)i * LAYOUT_MUTATOR_BYTES);
+}
+
 static inline void *heap_seg_addr(const struct heap *h, uint32_t i)
 {
     return (char *)h->base + ((uint64_t)i << h->seg_shift);
@@ -118,6 +138,10 @@ int heap_open(struct heap *h, const struct config_heap *cfg);
 
 /* Unmap and close.  Safe on a heap that failed to open or is closed. */
 void heap_close(struct heap *h);
+
+/* A sealed memfd of SIZE bytes named NAME (Note [Heap mapping]), or a
+ * negative errno. */
+int heap_sealed_memfd(const char *name, uint64_t size);
 
 /* Bytes of the memfd backed by memory now (pages touched and not punched). */
 uint64_t heap_committed_bytes(const struct heap *h);

@@ -48,6 +48,7 @@
 #include "heap.h"
 #include "log.h"
 #include "remark.h"
+#include "slotmem.h"
 #include "validate.h"
 #include "workers.h"
 
@@ -579,39 +580,28 @@ static void mark_root(struct mark_job *j, struct seeder *sd, uintptr_t v,
 static void trace_stack(struct mark_job *j, struct seeder *sd, unsigned slot)
 {
     struct heap *h = j->h;
-    struct layout_mutator *m = &h->control->mutators[slot];
-    /* whose chunks they must be: the daemon's record, not the slot's word
-     * (Note [Slots are the daemon's] in daemon/grant.c) */
-    uint64_t owner = atomic_load(&h->owners[slot].client_id);
-    uint64_t per_chunk = layout_root_chunk_slots(h->cfg->segment_size);
+    struct layout_mutator *m = heap_slot(h, slot);
+    void *_Atomic *roots = layout_mutator_roots(m);
     /* the parked value before the depth: a mutator stores the slot and
      * the depth before it unparks, so whichever it reads, the value is
      * seen (Note [Values in flight] in client/barrier.c) */
     mark_root(j, sd, (uintptr_t)atomic_load(&m->pending_root), "a root stack");
     uint64_t depth = atomic_load_explicit(&m->root_depth, memory_order_acquire);
-    if (depth > per_chunk * LAYOUT_ROOT_CHUNKS) {
-        count_bad(h);
-        depth = per_chunk * LAYOUT_ROOT_CHUNKS;
+    if (depth > LAYOUT_MAX_ROOTS) {
+        /* Note [Client control memory]: nonsense; mark what there is */
+        slotmem_fault(h, slot, SLOT_FAULT_ROOT_DEPTH);
+        depth = LAYOUT_MAX_ROOTS;
     }
-    for (unsigned k = 0; depth > 0 && k < LAYOUT_ROOT_CHUNKS; k++) {
-        uint32_t seg = __atomic_load_n(&m->root_chunks[k], __ATOMIC_ACQUIRE);
-        if (!seg_is_roots_of(h, seg, owner)) {
-            count_bad(h); /* a chunk that is not this client's */
-            break;
-        }
-        void **slots = layout_root_chunk(heap_seg_addr(h, seg));
-        uint64_t n = depth < per_chunk ? depth : per_chunk;
-        for (uint64_t e = 0; e < n; e++)
-            mark_root(j, sd, (uintptr_t)__atomic_load_n(&slots[e],
-                                                        __ATOMIC_RELAXED),
-                      "a root stack");
-        depth -= n;
-    }
+    for (uint64_t e = 0; e < depth; e++)
+        mark_root(j, sd,
+                  (uintptr_t)atomic_load_explicit(&roots[e],
+                                                  memory_order_relaxed),
+                  "a root stack");
 }
 
 void mark_stack(struct mark_job *j, unsigned slot, bool stopped)
 {
-    struct layout_mutator *m = &j->h->control->mutators[slot];
+    struct layout_mutator *m = heap_slot(j->h, slot);
     struct seeder sd = {0};
     uint32_t epoch = j->epoch;
 
@@ -677,7 +667,7 @@ static uint64_t poll_urs(struct mark_job *j)
         return 0;
     if (h->marking == j) {
         for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
-            struct layout_mutator *m = &h->control->mutators[i];
+            struct layout_mutator *m = heap_slot(h, i);
             if (heap_slot_attached(h, i) &&
                 atomic_load(&m->urs_head) != atomic_load(&m->urs_tail))
                 n += mark_urs(h, j, i);
@@ -689,7 +679,7 @@ static uint64_t poll_urs(struct mark_job *j)
 
 uint64_t mark_urs(struct heap *h, struct mark_job *j, unsigned slot)
 {
-    struct layout_mutator *m = &h->control->mutators[slot];
+    struct layout_mutator *m = heap_slot(h, slot);
     struct seeder sd = {0};
     uint64_t tail = atomic_load(&m->urs_tail);
     uint64_t head = atomic_load_explicit(&m->urs_head, memory_order_acquire);
@@ -697,8 +687,11 @@ uint64_t mark_urs(struct heap *h, struct mark_job *j, unsigned slot)
     if (head == tail)
         return 0;
     if (head - tail > LAYOUT_URS_SIZE) {
-        count_bad(h); /* a head the mutator cannot have written */
-        tail = head < LAYOUT_URS_SIZE ? 0 : head - LAYOUT_URS_SIZE;
+        /* a head the mutator cannot have written (Note [Client control
+         * memory]): what the ring holds is still marked, for it may be
+         * all that keeps an object another client stored alive */
+        slotmem_fault(h, slot, SLOT_FAULT_URS_HEAD);
+        tail = head - LAYOUT_URS_SIZE;
     }
     for (uint64_t t = tail; j && t < head; t++)
         mark_root(j, &sd, (uintptr_t)atomic_load_explicit(

@@ -56,6 +56,7 @@
 #include "futex.h"
 #include "heap.h"
 #include "log.h"
+#include "slotmem.h"
 
 /* Note [Waiting for acks]
  * ~~~~~~~~~~~~~~~~~~~~~~~
@@ -170,12 +171,18 @@ uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
     atomic_store(&ctl->stop_request, gen);
     t0 = now_ns();
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
-        struct layout_mutator *m = &ctl->mutators[i];
+        struct layout_mutator *m = heap_slot(h, i);
         uint64_t next_report = t0 + report_ns;
         for (unsigned spin = 0;; spin++) {
             uint32_t st = atomic_load(&m->status);
             /* Note [Slots are the daemon's] in daemon/grant.c */
-            if (!heap_slot_attached(h, i) || slot_stopped(st, gen, kind))
+            if (!heap_slot_attached(h, i))
+                break;
+            if (LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_FREE) {
+                slotmem_fault(h, i, SLOT_FAULT_STATUS);
+                break;
+            }
+            if (slot_stopped(st, gen, kind))
                 break;
             /* Note [Waiting for acks] */
             if ((spin & 63) != 63 || now_ns() - t0 < ACK_SPIN_NS) {
@@ -214,7 +221,7 @@ void safepoint_own_slot(struct heap *h, unsigned slot, int pid, unsigned uid,
 
 void safepoint_free_slot(struct heap *h, unsigned slot)
 {
-    struct layout_mutator *m = &h->control->mutators[slot];
+    struct layout_mutator *m = heap_slot(h, slot);
     atomic_store(&m->status, LAYOUT_STATUS(0, LAYOUT_MUT_FREE));
     futex_wake_all(&m->status);
 }

@@ -19,8 +19,8 @@
  * zeroed (punched) before it is granted and its single mark byte is left 0
  * until the client, running again after the grant, sets it to the current
  * epoch, so a run is never freed between its grant and its first use: sweep
- * skips a large run whose mark is 0 while its owner is connected.  A
- * root-stack chunk is a segment of its own (SEGMENT_ROOTS).
+ * skips a large run whose mark is 0 while its owner is connected.  Root
+ * stacks are not in the heap (Note [Client control memory]).
  *
  * A grant of small segments is at most an eighth of the heap's allocation
  * budget (at least GRANT_MIN segments, at most GRANT_MAX; grant_cap in
@@ -34,8 +34,8 @@
  *
  * When a client's connection closes for any reason (seg_orphan), its
  * formatted segments become FILLED (the blocks it allocated stay until a
- * sweep finds them dead), its blank ones and its root chunks FREE, and its
- * large runs ownerless: nothing is lost and nothing leaks.  The FILLED
+ * sweep finds them dead), its blank ones FREE, and its large runs
+ * ownerless: nothing is lost and nothing leaks.  The FILLED
  * ones and the large runs are orphans (stats segments_orphaned) until the
  * sweep frees them or a grant gives them, partly free, to another client
  * (segments_adopted); no other state holds an orphan, so once every
@@ -49,7 +49,7 @@
  * bytes it allocates: a grant is refused (ENOMEM) unless
  *     held + live + what it asks for <= max_client_bytes
  * where held is the segments it holds now (OWNED small segments, reserve
- * included, and root chunks: conn.held, in whole segments) and live what
+ * included: conn.held, in whole segments) and live what
  * survived, at the last sweep, in the segments charged to it that it no
  * longer holds (FILLED ones, its large runs).  Bounding only held (as
  * before) let a client with a 16M quota make the heap hold 243 MB of live
@@ -62,8 +62,7 @@
  * paced one does: Note [Pacing]).  A grant refused for live bytes waits
  * for the next cycle too, which may find them dead, and ENOMEM stands
  * only if the quota is still reached after it, with a message that says
- * what the client holds and keeps alive (a root chunk never waits: it is
- * refused at once).  So what a client makes the heap hold stays below
+ * what the client holds and keeps alive.  So what a client makes the heap hold stays below
  * twice its quota plus one grant (measured: ENOMEM at 16.9 to 22.5 MB
  * live for a 16M quota), and a client whose objects die allocates on,
  * asking for a cycle every quota's worth, and waits only if it outruns
@@ -554,26 +553,6 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
     return 0;
 }
 
-int seg_grant_roots(struct heap *h, uint64_t owner, uint32_t *held,
-                    uint32_t quota_segs, uint32_t *out)
-{
-    struct segtab *t = &h->segs;
-    uint32_t i;
-
-    if (quota_left(*held, quota_segs) == 0)
-        return -EDQUOT;
-    if ((i = find_free(t, t->first)) == 0)
-        return -ENOSPC;
-    struct layout_segment *hd = heap_seg_addr(h, i);
-    __atomic_store_n(&hd->kind, LAYOUT_SEG_ROOTS, __ATOMIC_RELEASE); /* as above */
-    take(t, i, SEG_ROOTS, owner, 0, 0);
-    t->segs[i].punched = 0;
-    t->n_roots++;
-    (*held)++;
-    *out = i;
-    return 0;
-}
-
 static void make_free(struct heap *h, uint32_t i)
 {
     struct seg *s = &h->segs.segs[i];
@@ -645,21 +624,14 @@ static void orphan(struct segtab *t, struct seg *s)
     }
 }
 
-/* Segment I leaves its owner: an owned small segment or a root chunk.
- * Returns false (and changes nothing) for any other state. */
+/* Segment I leaves its owner: an owned small segment.  Returns false
+ * (and changes nothing) for any other state. */
 static bool unown(struct heap *h, uint32_t i)
 {
-    switch (h->segs.segs[i].state) {
-    case SEG_OWNED:
-        unown_small(h, i);
-        return true;
-    case SEG_ROOTS:
-        h->segs.n_roots--;
-        make_free(h, i);
-        return true;
-    default:
+    if (h->segs.segs[i].state != SEG_OWNED)
         return false;
-    }
+    unown_small(h, i);
+    return true;
 }
 
 int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i)
@@ -893,19 +865,12 @@ uint32_t seg_punch_strays(struct heap *h)
     return total;
 }
 
-bool seg_is_roots_of(const struct heap *h, uint32_t i, uint64_t owner)
-{
-    const struct segtab *t = &h->segs;
-    return i >= t->first && i < t->count && t->segs[i].state == SEG_ROOTS &&
-           t->segs[i].owner == owner;
-}
-
 /* Note [Checking the segment table]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * Debug builds (no NDEBUG) check, where heap->lock is released after the
  * table changed, that its summary agrees with its states:
- *   - n_owned, n_filled, n_large, n_roots are the numbers of OWNED,
- *     FILLED, LARGE and ROOTS segments below `high` (none above it was
+ *   - n_owned, n_filled, n_large are the numbers of OWNED, FILLED and
+ *     LARGE segments below `high` (none above it was
  *     ever taken);
  *   - n_free is the number of bits in free_bits, and every bit set is a
  *     FREE segment (seg_punch_idle takes the FREE segments it punches out
@@ -917,7 +882,7 @@ bool seg_is_roots_of(const struct heap *h, uint32_t i, uint64_t owner)
  *     number (Note [Segment supply]);
  *   - every LARGE_TAIL names a LARGE head whose run covers it;
  *   - a segment charged to a client (Note [Quota]) holds objects (is
- *     neither FREE nor ROOTS) and names a record in use.
+ *     not FREE) and names a record in use.
  * The recount walks the segments up to `high`: O(segments in use) under
  * the heap lock, at every grant and return batch and at every segment the
  * sweep frees.  Run at every such release it made the heap suite take
@@ -938,7 +903,7 @@ static uint32_t popcount_bits(const uint64_t *b, uint32_t count)
 
 bool segtab_check(const struct segtab *t)
 {
-    uint32_t n[SEG_ROOTS + 1] = {0};
+    uint32_t n[SEG_LARGE_TAIL + 1] = {0};
     uint64_t orphans = 0;
     bool ok = true;
 
@@ -953,7 +918,7 @@ bool segtab_check(const struct segtab *t)
     for (uint32_t i = t->first; i < t->high && ok; i++) {
         const struct seg *s = &t->segs[i];
         uint8_t st = s->state;
-        if (st > SEG_ROOTS || st == SEG_CONTROL) {
+        if (st > SEG_LARGE_TAIL || st == SEG_CONTROL) {
             SEGTAB_BAD("segment %u has state %u", i, st);
             break;
         }
@@ -967,8 +932,7 @@ bool segtab_check(const struct segtab *t)
          * charged, and to a record in use */
         if (s->charge != 0 &&
             (s->charge > t->n_charges ||
-             t->charges[s->charge - 1].client == 0 || st == SEG_FREE ||
-             st == SEG_ROOTS))
+             t->charges[s->charge - 1].client == 0 || st == SEG_FREE))
             SEGTAB_BAD("segment %u (state %u) is charged to record %u: "
                        "not a segment for objects, or not a record in use",
                        i, st, s->charge);
@@ -995,9 +959,6 @@ bool segtab_check(const struct segtab *t)
     if (n[SEG_LARGE] != t->n_large)
         SEGTAB_BAD("n_large %u, but %u segments are LARGE", t->n_large,
                    n[SEG_LARGE]);
-    if (n[SEG_ROOTS] != t->n_roots)
-        SEGTAB_BAD("n_roots %u, but %u segments are ROOTS", t->n_roots,
-                   n[SEG_ROOTS]);
     uint32_t nfree = popcount_bits(t->free_bits, t->count);
     if (nfree != t->n_free)
         SEGTAB_BAD("n_free %u, but free_bits has %u bits set", t->n_free,

@@ -18,7 +18,6 @@ enum seg_state {
     SEG_FILLED,         /* returned (or orphaned) small segment */
     SEG_LARGE,          /* first segment of a large object's run */
     SEG_LARGE_TAIL,     /* other segments of that run */
-    SEG_ROOTS,          /* a root-stack chunk of a client's mutator */
 };
 
 #define SEG_CLASS_UNKNOWN 0xffu /* owned but not formatted (or corrupt) */
@@ -66,7 +65,7 @@ struct segtab {
     uint64_t *free_bits;    /* bit i set: segment i is SEG_FREE */
     uint64_t *reuse_bits;   /* bit i set: FILLED and partly free (Note
                                [Reusing partly free segments]) */
-    uint32_t n_free, n_owned, n_filled, n_large, n_roots, n_reusable;
+    uint32_t n_free, n_owned, n_filled, n_large, n_reusable;
     uint64_t orphaned, adopted;   /* stats segments_orphaned/_adopted */
     uint32_t small_max;     /* largest small object size */
     uint32_t small_nblocks[256];  /* per class; 0 = class not usable */
@@ -104,16 +103,13 @@ void seg_swept_filled(struct heap *h, uint32_t i, uint32_t nfree,
 int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
                     uint32_t quota_segs, uint64_t bytes, uint32_t *first,
                     uint32_t *run);
-/* Grant one root-stack chunk. */
-int seg_grant_roots(struct heap *h, uint64_t owner, uint32_t *held,
-                    uint32_t quota_segs, uint32_t *out);
 
 /* OWNER gives segment I back.  Returns 0 or -EINVAL when I is not a small
- * segment or root chunk owned by OWNER (nothing changes). */
+ * segment owned by OWNER (nothing changes). */
 int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i);
 
 /* OWNER is gone: its small segments become FILLED (or FREE if never
- * formatted), its root chunks FREE, its large runs ownerless: all of
+ * formatted), its large runs ownerless: all of
  * them counted as orphaned until a sweep frees them or a grant adopts
  * them. */
 void seg_orphan(struct heap *h, uint64_t owner);
@@ -172,7 +168,5 @@ void segtab_assert(const struct segtab *t);
 /* Is it time for a sampled check (Note [Checking the segment table])? */
 bool seg_check_due(void);
 
-/* Is I a root chunk owned by OWNER? */
-bool seg_is_roots_of(const struct heap *h, uint32_t i, uint64_t owner);
 
 #endif

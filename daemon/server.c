@@ -108,6 +108,8 @@ static void on_handle_closed(uv_handle_t *h)
     struct conn *c = h->data;
     if (--c->handles_open == 0) {
         frame_reader_free(&c->reader);
+        if (c->mem_fd >= 0)
+            close(c->mem_fd);
         free(c);
     }
 }
@@ -542,6 +544,7 @@ static void on_connection(uv_stream_t *listener, int status)
         return;
     }
     c->d = d;
+    c->mem_fd = -1;
     /* Note [Admission]: small frames until the Welcome */
     frame_reader_init(&c->reader, CONN_HELLO_MAX_PAYLOAD);
     uv_pipe_init(&d->loop, &c->pipe, 0);

@@ -60,6 +60,7 @@
 #include "log.h"
 #include "remark.h"
 #include "safepoint.h"
+#include "slotmem.h"
 #include "validate.h"
 #include "wire.h"
 
@@ -138,10 +139,21 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
         w.segment_size = heap->cfg->segment_size;
         w.layout_version = LAYOUT_VERSION;
         w.has_fd = true;
-        /* the heap, and the daemon's page read-only (Note [The daemon's
-         * page]) */
-        int fds[2] = {heap->fd, heap->page_ro_fd};
-        rc = conn_send_with_fds(c, &env, fds, 2);
+        w.regions = d->cfg.max_mutators_per_client;
+        /* the heap, the daemon's page read-only (Note [The daemon's
+         * page]) and the client's control memory (Note [Client control
+         * memory]) */
+        c->mem_fd = slotmem_create(heap->cfg->name, c->id, w.regions);
+        if (c->mem_fd < 0) {
+            rc = c->mem_fd;
+            c->mem_fd = -1;
+            conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+                      "cannot make this client's control memory: %s",
+                      strerror(-rc));
+            return rc;
+        }
+        int fds[3] = {heap->fd, heap->page_ro_fd, c->mem_fd};
+        rc = conn_send_with_fds(c, &env, fds, 3);
     } else {
         w.heap = (char *)"";
         rc = conn_send(c, &env);
@@ -182,7 +194,7 @@ static uint64_t stat_segments_free(const struct heap *h)
 }
 static uint64_t stat_segments_owned(const struct heap *h)
 {
-    return h->segs.n_owned + h->segs.n_roots;
+    return h->segs.n_owned;
 }
 static uint64_t stat_segments_filled(const struct heap *h)
 {
@@ -378,22 +390,36 @@ static int handle_attach(struct conn *c, uint64_t seq)
                            "%s); detach idle threads, or raise it", mine,
                            h->cfg->name, c->d->cfg.path);
     }
+    /* its lowest region no slot of it uses: there is one, for it has
+     * fewer slots than regions */
+    bool used[LAYOUT_MAX_MUTATORS] = {false};
+    unsigned region = 0;
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (c->slots[i / 64] >> (i % 64) & 1)
+            used[h->owners[i].region] = true;
+    while (used[region])
+        region++;
     pthread_mutex_lock(&h->lock);
-    slot = grant_slot(h, c->id, c->slots);
+    slot = grant_slot(h, c->id, c->slots, c->mem_fd, region);
     if (slot >= 0)
         safepoint_own_slot(h, (unsigned)slot, (int)c->peer.pid,
                            (unsigned)c->peer.uid, c->name);
     assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
     pthread_mutex_unlock(&h->lock);
-    if (slot < 0)
+    if (slot == -ENOSPC)
         return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "heap '%s' has all %d mutator slots attached; "
                            "detach idle threads", h->cfg->name,
                            LAYOUT_MAX_MUTATORS);
+    if (slot < 0)
+        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+                           "cannot map a mutator slot of heap '%s': %s",
+                           h->cfg->name, strerror(-slot));
 
     Heapd__AttachReply r = HEAPD__ATTACH_REPLY__INIT;
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     r.slot = (uint32_t)slot;
+    r.region = region;
     env.body_case = HEAPD__ENVELOPE__BODY_ATTACH_REPLY;
     env.attach_reply = &r;
     return reply(c, &env, seq);
@@ -413,7 +439,7 @@ static int handle_detach(struct conn *c, uint64_t seq,
                            r->slot);
     }
     pthread_mutex_lock(&h->lock);
-    grant_free_slot(h, c->id, &c->held, c->slots, r->slot);
+    grant_free_slot(h, c->slots, r->slot, c->mem_fd);
     assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
     segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
@@ -432,7 +458,6 @@ static enum grant_kind grant_kind_of(Heapd__SegmentKind kind)
     switch (kind) {
     case HEAPD__SEGMENT_KIND__SEGMENT_SMALL: return GRANT_SMALL;
     case HEAPD__SEGMENT_KIND__SEGMENT_LARGE: return GRANT_LARGE;
-    case HEAPD__SEGMENT_KIND__SEGMENT_ROOTS: return GRANT_ROOTS;
     default: return GRANT_INVALID;
     }
 }
@@ -767,7 +792,7 @@ static void client_leaves(struct conn *c, struct heap *h, bool crashed)
     pthread_mutex_lock(&h->lock);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
         if (c->slots[i / 64] >> (i % 64) & 1)
-            grant_free_slot(h, c->id, &c->held, c->slots, i);
+            grant_free_slot(h, c->slots, i, c->mem_fd);
     seg_orphan(h, c->id);
     remark_client_gone(h, c->id);
     globals_release_owner(h, c->id);

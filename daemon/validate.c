@@ -8,7 +8,7 @@
  *   - 8-byte aligned and inside [base, base + max_size);
  *   - in a segment the daemon's own table says holds objects (OWNED or
  *     FILLED small segments whose class the daemon knows, or the first
- *     segment of a large run) -- never a header, a root chunk, the control
+ *     segment of a large run) -- never a header, the control
  *     area or a free segment;
  *   - exactly the first-field address of a block of that segment;
  *   - whose mark byte is non-zero (the block is allocated).
@@ -86,7 +86,6 @@ const char *validate_diagnose(const struct heap *h, uintptr_t r)
     switch (seg_state(&h->segs, i)) {
     case SEG_CONTROL: return "in the control area";
     case SEG_FREE: return "in a free segment";
-    case SEG_ROOTS: return "in a root-stack chunk";
     case SEG_LARGE_TAIL: return "inside a large object";
     case SEG_LARGE:
         if (off < LAYOUT_LARGE_OBJECT + LAYOUT_WORD)

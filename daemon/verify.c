@@ -185,7 +185,6 @@ static void trace(struct verifier *v)
 static void check_roots(struct verifier *v)
 {
     struct heap *h = v->h;
-    uint64_t per_chunk = layout_root_chunk_slots(h->cfg->segment_size);
     for (uint32_t i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
         struct layout_global *g = &h->control->globals[i];
         uint32_t st = h->globals[i].state; /* the daemon's record */
@@ -197,23 +196,23 @@ static void check_roots(struct verifier *v)
         }
     }
     for (uint32_t i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
-        struct layout_mutator *m = &h->control->mutators[i];
+        struct layout_mutator *m = heap_slot(h, i);
         if (!heap_slot_attached(h, i))
             continue;
-        uint64_t depth = m->root_depth, r = 0;
+        uint64_t depth = m->root_depth;
+        void *_Atomic *roots = layout_mutator_roots(m);
         if (m->pending_root)
             visit(v, (uintptr_t)m->pending_root, 0, i, UINT32_MAX - 2);
         trace(v);
-        for (unsigned k = 0; r < depth && k < LAYOUT_ROOT_CHUNKS; k++) {
-            if (!seg_is_roots_of(h, m->root_chunks[k],
-                                 atomic_load(&h->owners[i].client_id)))
-                break; /* counted by the marker as a bad reference */
-            void **slots = layout_root_chunk(heap_seg_addr(h, m->root_chunks[k]));
-            for (uint64_t e = 0; e < per_chunk && r < depth; e++, r++) {
-                if (slots[e])
-                    visit(v, (uintptr_t)slots[e], 0, i, (uint32_t)r);
-                trace(v);
-            }
+        /* a deeper stack is a fault the marker reports (Note [Client
+         * control memory]) */
+        if (depth > LAYOUT_MAX_ROOTS)
+            depth = LAYOUT_MAX_ROOTS;
+        for (uint64_t r = 0; r < depth; r++) {
+            void *p = atomic_load_explicit(&roots[r], memory_order_relaxed);
+            if (p)
+                visit(v, (uintptr_t)p, 0, i, (uint32_t)r);
+            trace(v);
         }
     }
 }

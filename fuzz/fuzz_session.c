@@ -29,7 +29,7 @@
  *   op % 5 == 2: one envelope built from the next bytes (a template per
  *                arm, so that e.g. attach-then-detach is one byte away);
  *   op % 5 == 3: u8 slot, u8 field, u64le value: the fuzzer as a client
- *                writing its mutator slot's words in the shared control
+ *                writing its mutator slot's words in its control
  *                area (URS head or ring entries), as a buggy or hostile
  *                client can; only slots this connection attached;
  *   op % 5 == 4: run the loop once more (a cycle may finish).
@@ -394,7 +394,7 @@ static void poke_slot(struct input *in)
 
     if (!c || !c->heap || !(c->slots[slot / 64] >> (slot % 64) & 1))
         return;
-    struct layout_mutator *m = &c->heap->control->mutators[slot];
+    struct layout_mutator *m = heap_slot(c->heap, slot);
     if (field % 2 == 0)
         atomic_store(&m->urs_head, atomic_load(&m->urs_tail) + value % 64 +
                                        (field & 0x80 ? value : 0));

@@ -18,8 +18,8 @@
  * The client reads the Welcome frame with recvmsg(2) and MSG_CMSG_CLOEXEC,
  * checks MSG_CTRUNC (a truncated control message means an fd was dropped,
  * or would leak), accepts exactly one SCM_RIGHTS message of at most
- * FDPASS_MAX descriptors (the heap's memfd, and the daemon's page opened
- * read-only), and closes any other fd it was handed.
+ * FDPASS_MAX descriptors (the heap's memfd, the daemon's page opened
+ * read-only, the client's control memory), and closes any other fd it was handed.
  */
 #ifndef HEAPD_PROTO_FDPASS_H
 #define HEAPD_PROTO_FDPASS_H
@@ -27,9 +27,10 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* Descriptors one message carries at most: the heap and the daemon's
- * page (Note [The daemon's page] in proto/layout.h). */
-#define FDPASS_MAX 2
+/* Descriptors one message carries at most: the heap, the daemon's page
+ * (Note [The daemon's page] in proto/layout.h) and the client's control
+ * memory (Note [Client control memory]). */
+#define FDPASS_MAX 3
 
 /* Send LEN bytes of BUF on SOCK with the NFDS (1..FDPASS_MAX) descriptors
  * FDS attached to the first byte.  Returns the number of bytes the kernel

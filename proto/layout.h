@@ -29,7 +29,9 @@
  * The control area holds the words every process shares: identity and
  * geometry (written once by the daemon before any client maps it, read-only
  * afterwards), the collector's state words (epoch, phase, the stop request),
- * and one slot per mutator (Note [Mutator slots]).  Any change of meaning or
+ * and the global roots (Note [Global roots]); the mutator slots are not
+ * here but in each client's own memory (Note [Client control memory]).
+ * Any change of meaning or
  * position of a field bumps LAYOUT_VERSION.  Words shared between running
  * processes are _Atomic; the futex words are 32-bit and 4-byte aligned.
  *
@@ -68,7 +70,6 @@
  *
  *   small segment:  header | marks[nblocks] | pad to 16 | blocks...
  *   large run:      header | marks[1] | pad | one object over the whole run
- *   root chunk:     header | reference slots...
  *
  * The kind and geometry of a small segment follow from its size class
  * alone (layout_small_geometry); the owner writes the class into the header
@@ -112,7 +113,7 @@
 #include <stdint.h>
 
 #define LAYOUT_MAGIC 0x0031504145484448ULL /* bytes "HDHEAP1\0" in memory */
-#define LAYOUT_VERSION 8u /* 8: the daemon's page (Note [The daemon's page]) */
+#define LAYOUT_VERSION 9u /* 9: client control memory (Note [Client control memory]) */
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
@@ -120,7 +121,6 @@
 #define LAYOUT_DAEMON_BYTES 4096u /* Note [The daemon's page] */
 
 #define LAYOUT_MAX_MUTATORS 128
-#define LAYOUT_ROOT_CHUNKS 64   /* root-stack segments per mutator */
 
 /* ---- objects (Note [Objects]) ---- */
 
@@ -202,7 +202,6 @@ enum layout_seg_kind {
     LAYOUT_SEG_BLANK = 0,   /* granted, not yet formatted by its owner */
     LAYOUT_SEG_SMALL = 1,
     LAYOUT_SEG_LARGE = 2,
-    LAYOUT_SEG_ROOTS = 3,
 };
 
 struct layout_segment {
@@ -247,35 +246,47 @@ static inline uint32_t layout_small_block(uint64_t off, uint32_t first,
     return (uint64_t)idx * bs == b && idx < nblocks ? idx : UINT32_MAX;
 }
 
-/* Reference slots in one root chunk: a power of two (segment_size / 16),
- * so a root index splits into chunk and slot with a shift and a mask. */
-static inline uint64_t layout_root_chunk_slots(uint64_t segment_size)
-{
-    return segment_size / 16;
-}
-static inline void **layout_root_chunk(void *seg)
-{
-    return (void **)((uint8_t *)seg + LAYOUT_SEG_MARKS);
-}
-
 /* ---- mutator slots and the stop protocol ----
  *
  * Note [Mutator slots]
  * ~~~~~~~~~~~~~~~~~~~~
- * Each attached mutator (one thread of one client) has a slot in the
- * control area.  The daemon hands a FREE slot out on attach and takes it
- * back on detach or when the client's connection closes.  In between the
- * mutator writes its slot, except for the words the daemon owns: `status`,
- * which it moves to FREE once the client is gone; `urs_tail` and
- * `urs_wake` (Note [Update remembered set]); and the stack words, which
- * either side may take (Note [Stack marking handshake]) and which the
- * snapshot resets.  The words are grouped on cache lines by writer (see
- * struct layout_mutator).  `status` is the futex word of the stop
- * protocol (Note [Stop the world], daemon/safepoint.c): its low 2 bits are
- * the mutator's state and the rest the last stop generation it
- * acknowledged, so that a state change and an acknowledgement are one
- * atomic store and one futex wake, and the daemon can never miss either.
- * Root chunks are segment indices (0 = none: segment 0 is always control).
+ * Each attached mutator (one thread of one client) has a slot: an index
+ * the daemon hands out on attach and takes back on detach or when the
+ * client's connection closes, and the slot's words, struct layout_mutator
+ * followed by the mutator's root stack (LAYOUT_MAX_ROOTS references).
+ * The words live in the client's control memory (Note [Client control
+ * memory]), not in the heap: only the client and the daemon map them.  In
+ * between attach and detach the mutator writes its slot, except for the
+ * words the daemon owns: `urs_tail` and `urs_wake` (Note [Update
+ * remembered set]); and the stack words, which either side may take (Note
+ * [Stack marking handshake]) and which the snapshot resets.  The words
+ * are grouped on cache lines by writer (see struct layout_mutator).
+ * `status` is the futex word of the stop protocol (Note [Stop the world],
+ * daemon/safepoint.c): its low 2 bits are the mutator's state and the
+ * rest the last stop generation it acknowledged, so that a state change
+ * and an acknowledgement are one atomic store and one futex wake, and the
+ * daemon can never miss either.
+ *
+ * Note [Client control memory]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A mutator client's slots are in a memfd of its own, which the daemon
+ * creates at the handshake (max_mutators_per_client regions of
+ * LAYOUT_MUTATOR_BYTES, sparse, sealed against shrinking and growing so
+ * that the daemon never faults on a page that vanished) and sends with
+ * the Welcome; the client maps it anywhere (nothing in the heap points
+ * into it).  Attach names the region of that memfd the slot uses; the
+ * daemon maps the region over the slot's window of its own (a reserved
+ * range per heap, one window per slot) and, when the slot is freed,
+ * replaces it with zero pages: a collector thread reading a slot that was
+ * just freed reads zeros, never a fault.  So no client can read or write
+ * another client's slots, root stacks or URS rings (before, a client that
+ * wrote into other slots' root depths and ring heads made four clients
+ * lose their lists).  What a client writes there is its own damage, and
+ * the daemon reads it as untrusted input: a root depth beyond
+ * LAYOUT_MAX_ROOTS, a ring head more than LAYOUT_URS_SIZE ahead of the
+ * tail or behind it, or a status of FREE on an attached slot makes the
+ * daemon disconnect the client and count it (clients_disconnected); it is
+ * never waited for because of them.
  */
 enum layout_mut_state {
     LAYOUT_MUT_FREE = 0,     /* no mutator */
@@ -304,7 +315,7 @@ struct layout_mutator {
      * that the daemon consuming a ring or marking a stack never steals the
      * line a running mutator writes on every allocation or root change. */
     _Atomic uint32_t status;        /* futex word, see the Note */
-    uint32_t slot_epoch;            /* attach count of this slot */
+    uint32_t slot_epoch;            /* attach count of this region */
     uint64_t client_id;             /* daemon: owner connection */
     /* mutator, often */
     alignas(64) _Atomic uint64_t alloc_bytes; /* bytes allocated, monotonic */
@@ -318,10 +329,22 @@ struct layout_mutator {
     /* Note [Update remembered set]: the daemon's side of the ring */
     alignas(64) _Atomic uint64_t urs_tail; /* entries consumed, ever */
     _Atomic uint32_t urs_wake;      /* futex: bumped when the tail moves */
-    /* mutator, when the stack grows */
-    alignas(64) uint32_t root_chunks[LAYOUT_ROOT_CHUNKS];
-    void *_Atomic urs[LAYOUT_URS_SIZE];
+    alignas(64) void *_Atomic urs[LAYOUT_URS_SIZE];
+    /* the root stack follows, at LAYOUT_MUTATOR_ROOTS */
 };
+
+/* A mutator's region of its client's control memory (Note [Client control
+ * memory]): the slot's words, then LAYOUT_MAX_ROOTS root references. */
+#define LAYOUT_MAX_ROOTS (1u << 19)
+#define LAYOUT_MUTATOR_ROOTS                                                 \
+    ((sizeof(struct layout_mutator) + 4095u) & ~(size_t)4095u)
+#define LAYOUT_MUTATOR_BYTES                                                 \
+    (LAYOUT_MUTATOR_ROOTS + (size_t)LAYOUT_MAX_ROOTS * sizeof(void *))
+
+static inline void *_Atomic *layout_mutator_roots(struct layout_mutator *m)
+{
+    return (void *_Atomic *)((uint8_t *)m + LAYOUT_MUTATOR_ROOTS);
+}
 
 /* ---- global roots (named static objects) ----
  *
@@ -440,14 +463,13 @@ struct layout_control {
     alignas(64) _Atomic uint32_t stop_request; /* futex: stop gen, 0 = none */
 
     /* the end of the daemon's page (Note [The daemon's page]) */
-    alignas(LAYOUT_DAEMON_BYTES) struct layout_mutator
-        mutators[LAYOUT_MAX_MUTATORS];
-    alignas(64) struct layout_global globals[LAYOUT_MAX_GLOBALS];
+    alignas(LAYOUT_DAEMON_BYTES) struct layout_global
+        globals[LAYOUT_MAX_GLOBALS];
 };
 
 _Static_assert(sizeof(struct layout_control) <= LAYOUT_CONTROL_BYTES,
                "control area outgrew LAYOUT_CONTROL_BYTES");
-_Static_assert(offsetof(struct layout_control, mutators) ==
+_Static_assert(offsetof(struct layout_control, globals) ==
                    LAYOUT_DAEMON_BYTES,
                "the daemon's page holds exactly the daemon's words");
 

@@ -7,8 +7,11 @@
 /* 2: the daemon sends RemarkRequest on its own, and a mutator client must
  * answer it (Note [Remark requests] in client/remark.c); Goodbye.
  * 3: a heap's counters travel as HeapStats.counters, in the order of the
- * table (Note [Counter table] in client/heapd_counters.h). */
-#define PROTOCOL_VERSION 3u
+ * table (Note [Counter table] in client/heapd_counters.h).
+ * 4: a mutator client's slots are in control memory of its own, sent with
+ * the Welcome (Note [Client control memory] in proto/layout.h); there are
+ * no root-chunk segments. */
+#define PROTOCOL_VERSION 4u
 
 #define DEFAULT_HEAP_NAME "default"
 

@@ -1496,34 +1496,6 @@ START_TEST(planted_garbage_in_an_update_remembered_set)
 }
 END_TEST
 
-/* A client that scribbles over its own slot's URS head: the daemon reads
- * no entry the mutator cannot have written, counts it, and goes on. */
-START_TEST(corrupt_urs_head)
-{
-    heapd_client *c;
-    heapd_mutator *m;
-    harness_start(&D, harness_default_config("@SOCK@", NULL));
-    harness_attach(&D, &c, &m);
-    size_t keep = heapd_root_push(m, NULL);
-    build_tree(m, keep, 5, 3);
-    struct layout_control *ctl = heapd_heap_base(c);
-    unsigned slot = LAYOUT_MAX_MUTATORS;
-    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
-        if (LAYOUT_STATUS_STATE(ctl->mutators[i].status) != LAYOUT_MUT_FREE)
-            slot = i; /* the only mutator of a fresh daemon */
-    ck_assert_uint_lt(slot, LAYOUT_MAX_MUTATORS);
-    atomic_store(&ctl->mutators[slot].urs_head,
-                 atomic_load(&ctl->mutators[slot].urs_tail) + 10 * LAYOUT_URS_SIZE);
-    ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
-    ck_assert_uint_ge(harness_stats(c).bad_refs, 1);
-    ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
-    ck_assert_int_eq(check_tree(heapd_root_get(m, keep), 3, 5), 63);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_stop_clean(&D);
-}
-END_TEST
-
 START_TEST(heapctl_gc_and_stats)
 {
     char cmd[512], out[8192];
@@ -1587,7 +1559,6 @@ static Suite *heap_suite(void)
     tcase_add_test(t, planted_bad_references);
     tcase_add_test(t, planted_free_block_header_and_other_heap);
     tcase_add_test(t, planted_garbage_in_an_update_remembered_set);
-    tcase_add_test(t, corrupt_urs_head);
     tcase_add_test(t, heapctl_gc_and_stats);
     suite_add_tcase(s, t);
     return s;

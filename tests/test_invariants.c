@@ -18,7 +18,7 @@ static struct heap H;
 static struct mark_job J;
 
 /* A table of NSEGS segments: 2..4 OWNED, 5 FILLED and reusable, 6 a large
- * run of 3 (6 head, 7-8 tail), 9 ROOTS, 10 FILLED orphan, the rest FREE;
+ * run of 3 (6 head, 7-8 tail), 10 FILLED orphan, the rest FREE;
  * high = 11. */
 static void setup(void)
 {
@@ -41,8 +41,6 @@ static void setup(void)
             st = SEG_LARGE;
         else if (i == 7 || i == 8)
             st = SEG_LARGE_TAIL;
-        else if (i == 9)
-            st = SEG_ROOTS;
         t->segs[i].state = st;
         if (st == SEG_FREE) {
             t->free_bits[i / 64] |= 1ull << (i % 64);
@@ -56,7 +54,6 @@ static void setup(void)
     t->n_owned = 3;
     t->n_filled = 2;
     t->n_large = 1;
-    t->n_roots = 1;
     t->n_reusable = 1;
     t->orphaned = 3;
     t->adopted = 2;

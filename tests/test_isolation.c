@@ -1,5 +1,5 @@
-/* What a client can damage by writing the words of the shared control
- * area that are not its own: nothing but the objects it can reach.  Each
+/* What a client can damage by writing the words of the control area, or
+ * of its own control memory: nothing but the objects it can reach.  Each
  * test is an attack a hostile client can make with plain stores into its
  * mapping, against a real heapd with the verifier on; afterwards the heap
  * still collects, attaches and stops, and another process's rooted list is
@@ -27,7 +27,8 @@ static struct daemon_proc D;
 
 static void start(void)
 {
-    harness_start(&D, harness_default_config("@SOCK@", "verify = true\n"));
+    harness_start_logged(&D, harness_default_config("@SOCK@", "verify = true\n"),
+                         "heapd.log");
 }
 
 /* ---- the bystander: another process's rooted, checked list ---- */
@@ -200,71 +201,108 @@ static void attack_and_check(attack_fn attack, const char *what)
     bystander_end(b, what);
 }
 
-/* The slots nobody holds: the daemon writes the holder's id into a slot
- * it gives out (for a debugger); the attacker trusts it, the daemon
- * does not. */
-static bool slot_free(const struct layout_control *ctl, unsigned i)
+/* ---- control memory (Note [Client control memory]) ---- */
+
+/* The start of this process's one mapping of its control memory (region
+ * 0: the first mutator's slot), or NULL; *N counts such mappings. */
+static uint8_t *own_control_memory(unsigned *n)
 {
-    return ctl->mutators[i].client_id == 0;
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    uint8_t *first = NULL;
+    *n = 0;
+    if (!f)
+        return NULL;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo;
+        if (strstr(line, "heapd:") && strstr(line, ":client-") &&
+            sscanf(line, "%lx-", &lo) == 1) {
+            if (!first)
+                first = (uint8_t *)lo;
+            ++*n;
+        }
+    }
+    fclose(f);
+    return first;
 }
 
-static void forge_free_slots(struct layout_control *ctl, uint32_t state)
+/* Random bytes over every byte of the control area past the daemon's
+ * page and the globals' table (where every client's slots, root chunks
+ * and rings were when any client could write them): nothing of anyone
+ * else's is there, and only the attacker's own control memory is mapped
+ * in it (exits 7 if not). */
+static void scribble_control_area(struct layout_control *ctl)
 {
-    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
-        if (slot_free(ctl, i))
-            atomic_store(&ctl->mutators[i].status, LAYOUT_STATUS(0, state));
-}
-
-static void forge_running(struct layout_control *ctl)
-{
-    forge_free_slots(ctl, LAYOUT_MUT_RUNNING);
-}
-
-START_TEST(forged_running_on_free_slots_holds_up_nothing)
-{
-    attack_and_check(forge_running, "free slots forged RUNNING");
-}
-END_TEST
-
-static void forge_blocked(struct layout_control *ctl)
-{
-    forge_free_slots(ctl, LAYOUT_MUT_BLOCKED);
-}
-
-START_TEST(forged_blocked_on_free_slots_fills_no_slot)
-{
-    attack_and_check(forge_blocked, "free slots forged BLOCKED");
-}
-END_TEST
-
-static void forge_random_status(struct layout_control *ctl)
-{
+    unsigned n;
+    if (!own_control_memory(&n) || n != 1)
+        _exit(7);
+    uint8_t *p = (uint8_t *)(ctl + 1);
+    uint8_t *end = (uint8_t *)ctl + (uint64_t)ctl->control_segments *
+                                        ctl->segment_size;
     srand(12345);
-    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
-        if (slot_free(ctl, i))
-            atomic_store(&ctl->mutators[i].status, (uint32_t)rand());
+    for (; p < end; p++)
+        *p = (uint8_t)rand();
 }
 
-START_TEST(random_status_words_hold_up_nothing)
+START_TEST(random_bytes_in_the_control_area_cost_nothing)
 {
-    attack_and_check(forge_random_status, "random bytes in every free "
-                     "slot's status");
+    attack_and_check(scribble_control_area, "random bytes over the control "
+                     "area");
 }
 END_TEST
 
-/* Another owner's id in every attached slot: before the daemon took the
- * owner from its own record, the marker found the bystander's root chunks
- * "not its own", stopped at them and swept its rooted list. */
-static void forge_slot_owners(struct layout_control *ctl)
+/* What the attacker writes into its own slot (region 0 of its control
+ * memory), in a blocking region so that no stop waits for it. */
+enum nonsense { DEEP_ROOTS, URS_AHEAD, FREE_STATUS };
+
+static void write_nonsense(heapd_mutator *m, void *arg)
 {
-    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
-        if (!slot_free(ctl, i))
-            ctl->mutators[i].client_id = 12345678;
+    unsigned n;
+    heapd_blocking_enter(m);
+    struct layout_mutator *s = (struct layout_mutator *)own_control_memory(&n);
+    if (!s || n != 1)
+        _exit(7);
+    switch (*(const enum nonsense *)arg) {
+    case DEEP_ROOTS:
+        atomic_store(&s->root_depth, (uint64_t)LAYOUT_MAX_ROOTS + 1);
+        break;
+    case URS_AHEAD:
+        atomic_store(&s->urs_head,
+                     atomic_load(&s->urs_tail) + 10 * LAYOUT_URS_SIZE);
+        break;
+    case FREE_STATUS:
+        atomic_store(&s->status, LAYOUT_STATUS(0, LAYOUT_MUT_FREE));
+        break;
+    }
 }
 
-START_TEST(forged_slot_owner_ids_cost_no_roots)
+/* Each kind of nonsense in a client's own slot gets it disconnected and
+ * counted by the next cycle, and costs the others nothing: the heap
+ * collects and attaches, the bystander's lists are whole, no bad
+ * reference was followed. */
+START_TEST(nonsense_in_own_slot_disconnects_the_client)
 {
-    attack_and_check(forge_slot_owners, "every slot's owner id forged");
+    static const struct {
+        enum nonsense what;
+        const char *name;
+    } cases[] = {
+        {DEEP_ROOTS, "a root depth past the root stack"},
+        {URS_AHEAD, "a ring head ten rings ahead"},
+        {FREE_STATUS, "a FREE status while attached"},
+    };
+    struct bystander b = bystander_begin();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pid_t kid = harness_fork_mutator(&D, write_nonsense,
+                                         (void *)&cases[i].what);
+        heap_still_works(cases[i].name); /* runs a cycle */
+        heap_still_works(cases[i].name);
+        kill(kid, SIGKILL);
+        harness_wait_pid(kid, HARNESS_WAIT_MS);
+    }
+    harness_wait_stat(&D, NULL, clients_disconnected, ==, 3);
+    ck_assert_msg(harness_log_contains(&D, "into mutator slot"),
+                  "heapd's log does not name the disconnected client");
+    bystander_end(b, "nonsense in the attackers' own slots");
 }
 END_TEST
 
@@ -349,11 +387,9 @@ static Suite *suite(void)
 {
     Suite *s = suite_create("isolation");
     TCase *t = tcase_create("slots");
-    tcase_add_test(t, forged_running_on_free_slots_holds_up_nothing);
-    tcase_add_test(t, forged_blocked_on_free_slots_fills_no_slot);
-    tcase_add_test(t, random_status_words_hold_up_nothing);
+    tcase_add_test(t, random_bytes_in_the_control_area_cost_nothing);
+    tcase_add_test(t, nonsense_in_own_slot_disconnects_the_client);
     tcase_add_test(t, forged_global_mark_flags_skip_no_root);
-    tcase_add_test(t, forged_slot_owner_ids_cost_no_roots);
     tcase_add_test(t, daemons_page_is_read_only);
     suite_add_tcase(s, t);
     return s;

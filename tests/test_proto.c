@@ -473,7 +473,7 @@ START_TEST(fdpass_two_fds)
         close(got[i]);
         close(fds[i]);
     }
-    ck_assert_int_eq(fdpass_send(sv[0], "w", 1, fds, 3), -EINVAL);
+    ck_assert_int_eq(fdpass_send(sv[0], "w", 1, fds, FDPASS_MAX + 1), -EINVAL);
     close(sv[0]);
     close(sv[1]);
 }

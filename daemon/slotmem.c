@@ -1,0 +1,97 @@
+/* Client control memory, daemon side: each mutator client's memfd of
+ * slot regions, and the windows through which the daemon sees the slots.
+ * See Note [Client control memory] in proto/layout.h. */
+#include "slotmem.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "heap.h"
+#include "log.h"
+
+#define WINDOWS_BYTES ((size_t)LAYOUT_MAX_MUTATORS * LAYOUT_MUTATOR_BYTES)
+
+/* Zero pages over [P, P + LEN): what a free slot's window reads as. */
+static int zero_window(void *p, size_t len, int flags)
+{
+    void *q = mmap(p, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | flags, -1, 0);
+    if (q == MAP_FAILED)
+        return -errno;
+    return 0;
+}
+
+int slotmem_reserve(struct heap *h)
+{
+    void *p = mmap(NULL, WINDOWS_BYTES, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return -errno;
+    h->windows = p;
+    return 0;
+}
+
+void slotmem_release(struct heap *h)
+{
+    if (h->windows)
+        munmap(h->windows, WINDOWS_BYTES);
+    h->windows = NULL;
+}
+
+int slotmem_create(const char *heap_name, uint64_t client, unsigned regions)
+{
+    char name[96];
+    snprintf(name, sizeof name, "heapd:%s:client-%llu", heap_name,
+             (unsigned long long)client);
+    return heap_sealed_memfd(name, (uint64_t)regions * LAYOUT_MUTATOR_BYTES);
+}
+
+int slotmem_map(struct heap *h, unsigned slot, int fd, unsigned region)
+{
+    void *w = heap_slot(h, slot);
+    void *p = mmap(w, LAYOUT_MUTATOR_BYTES, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_FIXED, fd,
+                   (off_t)region * (off_t)LAYOUT_MUTATOR_BYTES);
+    return p == MAP_FAILED ? -errno : 0;
+}
+
+void slotmem_unmap(struct heap *h, unsigned slot, int fd, unsigned region)
+{
+    int rc = zero_window(heap_slot(h, slot), LAYOUT_MUTATOR_BYTES, MAP_FIXED);
+    if (rc < 0) /* only ENOMEM for the VMA: the window then keeps the region */
+        log_error("heap '%s': cannot replace the window of mutator slot %u: "
+                  "%s", h->cfg->name, slot, strerror(-rc));
+    /* the root stack and ring of a detached mutator cost nothing */
+    if (fd >= 0)
+        fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  (off_t)region * (off_t)LAYOUT_MUTATOR_BYTES,
+                  (off_t)LAYOUT_MUTATOR_BYTES);
+}
+
+const char *slotmem_fault_name(enum slot_fault f)
+{
+    switch (f) {
+    case SLOT_FAULT_ROOT_DEPTH:
+        return "a root depth beyond the root stack";
+    case SLOT_FAULT_URS_HEAD:
+        return "an update remembered set head more than a ring ahead of "
+               "the daemon's tail, or behind it";
+    case SLOT_FAULT_STATUS:
+        return "a status of FREE while attached";
+    case SLOT_FAULT_NONE:
+        break;
+    }
+    return "nothing";
+}
+
+void slotmem_fault(struct heap *h, unsigned slot, enum slot_fault why)
+{
+    uint32_t none = SLOT_FAULT_NONE;
+    if (atomic_compare_exchange_strong(&h->owners[slot].fault, &none,
+                                       (uint32_t)why))
+        notify_send(&h->fault_notify);
+}

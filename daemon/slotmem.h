@@ -1,0 +1,40 @@
+/* Client control memory, daemon side (Note [Client control memory] in
+ * proto/layout.h): a memfd of mutator regions per client, mapped region
+ * by region over the windows of heap->windows as slots are attached. */
+#ifndef HEAPD_DAEMON_SLOTMEM_H
+#define HEAPD_DAEMON_SLOTMEM_H
+
+#include <stdint.h>
+
+struct heap;
+
+/* What a client wrote into its slot that makes no sense: it is
+ * disconnected (Note [Client control memory]). */
+enum slot_fault {
+    SLOT_FAULT_NONE = 0,
+    SLOT_FAULT_ROOT_DEPTH,
+    SLOT_FAULT_URS_HEAD,
+    SLOT_FAULT_STATUS,
+};
+
+/* Reserve heap->windows, zero pages for every slot; -errno. */
+int slotmem_reserve(struct heap *h);
+void slotmem_release(struct heap *h);
+
+/* A client's control memory: a sealed memfd of REGIONS mutator regions
+ * (a descriptor), or a negative errno. */
+int slotmem_create(const char *heap_name, uint64_t client, unsigned regions);
+
+/* With heap->lock held: map region REGION of FD over slot SLOT's window;
+ * -errno. */
+int slotmem_map(struct heap *h, unsigned slot, int fd, unsigned region);
+/* With heap->lock held: zero pages over slot SLOT's window again, and
+ * give the region's pages in FD back (FD may be -1). */
+void slotmem_unmap(struct heap *h, unsigned slot, int fd, unsigned region);
+
+/* Any daemon thread: slot SLOT's client wrote WHY.  The first fault of an
+ * attachment is kept and the loop thread told (heap->fault_notify). */
+void slotmem_fault(struct heap *h, unsigned slot, enum slot_fault why);
+const char *slotmem_fault_name(enum slot_fault f);
+
+#endif
