@@ -48,9 +48,10 @@ static struct layout_global *lookup(heapd_mutator *m, const char *name)
     return NULL;
 }
 
-/* Ask the daemon for NAME's entry.  Returns the role (>= 0) or an error. */
+/* Ask the daemon for NAME's entry, *INDEX.  Returns the role (>= 0) or an
+ * error. */
 static int claim(heapd_mutator *m, const char *name, bool once,
-                 struct layout_global **out)
+                 uint32_t *index)
 {
     Heapd__GlobalClaim gc = HEAPD__GLOBAL_CLAIM__INIT;
     Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
@@ -66,18 +67,36 @@ static int claim(heapd_mutator *m, const char *name, bool once,
         rep->global_claimed->index >= LAYOUT_MAX_GLOBALS) {
         rc = client_set_error(HEAPD_EPROTO, "bad answer to global_claim");
     } else {
-        *out = &m->ctl->globals[rep->global_claimed->index];
+        *index = rep->global_claimed->index;
         rc = (int)rep->global_claimed->role;
     }
     heapd__envelope__free_unpacked(rep, NULL);
     return rc;
 }
 
-static void set_state(struct layout_global *g, uint32_t st)
+/* Tell the daemon that this client's init of entry INDEX ended (OK: its
+ * value is stored; else init failed): the daemon makes the entry SET or
+ * RELEASED and wakes its waiters (Note [Global roots]).  Returns 0 or an
+ * error. */
+static int init_done(heapd_mutator *m, uint32_t index, bool ok)
 {
-    atomic_store(&g->state, st);
-    atomic_fetch_add(&g->wake, 1);
-    futex_wake_all(&g->wake);
+    Heapd__GlobalInitDone gd = HEAPD__GLOBAL_INIT_DONE__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    int rc;
+
+    gd.index = index;
+    gd.ok = ok;
+    req.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_INIT_DONE;
+    req.global_init_done = &gd;
+    if ((rc = mutator_call(m, &req, &rep)) < 0)
+        return rc;
+    rc = rep->body_case == HEAPD__ENVELOPE__BODY_GLOBAL_INIT_ACK
+             ? 0
+             : client_set_error(HEAPD_EPROTO, "heapd answered "
+                                "global_init_done with %s",
+                                frame_body_name(rep));
+    heapd__envelope__free_unpacked(rep, NULL);
+    return rc;
 }
 
 /* True if G is still global NAME: a delete empties an entry and a later
@@ -93,6 +112,7 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
 {
     struct layout_global *g;
     bool parked = false, asked = false;
+    uint32_t index;
     int rc;
 
     if ((rc = check_name(name)) < 0)
@@ -115,9 +135,10 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
                 barrier_park(m, ref);
                 parked = true;
             }
-            rc = claim(m, name, false, &g);
+            rc = claim(m, name, false, &index);
             if (rc < 0)
                 goto out;
+            g = &m->ctl->globals[index];
             asked = true;
             mutator_enter(m, ref, &parked);
         }
@@ -262,7 +283,8 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
             patience = patience * 2 < ONCE_RECHECK_MAX_NS
                            ? patience * 2 : ONCE_RECHECK_MAX_NS;
         }
-        rc = claim(m, name, true, &g);
+        uint32_t index;
+        rc = claim(m, name, true, &index);
         if (rc < 0) {
             errno = client_errno(rc);
             return NULL;
@@ -270,6 +292,7 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
         if (rc == HEAPD__GLOBAL_ROLE__GLOBAL_WAIT ||
             rc == HEAPD__GLOBAL_ROLE__GLOBAL_READY)
             continue; /* read it, or wait for it, above */
+        g = &m->ctl->globals[index];
 
         /* this mutator initialises: a blackhole marks the entry as ours
          * in the heap itself, then init runs (it may allocate and collect;
@@ -284,14 +307,28 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
         if (!result) {
             int saved = bh ? errno : ENOMEM;
             atomic_store(&g->value, NULL);
-            set_state(g, LAYOUT_GLOBAL_RELEASED); /* the next caller retries */
+            /* the daemon releases it: the next caller retries */
+            if ((rc = init_done(m, index, false)) < 0)
+                saved = client_errno(rc);
             errno = saved ? saved : EAGAIN;
             return NULL;
         }
         /* RESULT is valid until the next safepoint, and a global is a
-         * root: no barrier (Note [Client GC discipline]) */
+         * root: no barrier (Note [Client GC discipline]).  Once SET, the
+         * entry may be overwritten while the daemon's answer is on its
+         * way, a wait a cycle can pass: RESULT, which the caller gets,
+         * is parked through it (Note [Values in flight]). */
         atomic_store_explicit(&g->value, result, memory_order_release);
-        set_state(g, LAYOUT_GLOBAL_SET);
+        bool parked = true;
+        barrier_park(m, result);
+        rc = init_done(m, index, true);
+        if (rc >= 0)
+            mutator_enter(m, result, &parked);
+        barrier_unpark(m);
+        if (rc < 0) {
+            errno = client_errno(rc);
+            return NULL;
+        }
         return result;
     }
 }

@@ -1,7 +1,7 @@
 /* Named global roots, daemon side.  See Note [Global roots] in
  * proto/layout.h: the daemon creates, deletes and releases entries, and
  * keeps its own record of each (h->globals); clients read and write values
- * directly, and the initialiser ends its init in the shared table. */
+ * directly, and the initialiser ends its init with GlobalInitDone. */
 #include "globals.h"
 
 #include <errno.h>
@@ -195,6 +195,41 @@ int globals_delete(struct heap *h, const char *name)
     memset(g->name, 0, sizeof g->name);
     atomic_store(&g->value, NULL);
     g->owner = 0;
+    return 0;
+}
+
+int globals_init_done(struct heap *h, uint64_t client, uint32_t index,
+                      bool ok)
+{
+    struct heap_global *r;
+    struct layout_global *g;
+
+    /* whoever asks, the record says who initialises the entry (Note
+     * [Global roots]) */
+    if (index >= LAYOUT_MAX_GLOBALS ||
+        h->globals[index].state != LAYOUT_GLOBAL_INITIALIZING ||
+        h->globals[index].owner != client) {
+        h->stats.globals_init_refused++;
+        /* one line for the first and then for every power of two: a
+         * client that sends them in a loop cannot fill the log */
+        if ((h->stats.globals_init_refused &
+             (h->stats.globals_init_refused - 1)) == 0)
+            log_info("heap '%s': client %llu ended the init of global entry "
+                     "%u, which it is not initialising; refused (%llu so "
+                     "far): a client of this heap sends global_init_done "
+                     "for others' globals", h->cfg->name,
+                     (unsigned long long)client, index,
+                     (unsigned long long)h->stats.globals_init_refused);
+        return -EPERM;
+    }
+    r = &h->globals[index];
+    g = &h->control->globals[index];
+    r->state = ok ? LAYOUT_GLOBAL_SET : LAYOUT_GLOBAL_RELEASED;
+    r->owner = 0;
+    g->owner = 0;
+    if (!ok) /* the blackhole is garbage now */
+        atomic_store(&g->value, NULL);
+    set_state(g, r->state);
     return 0;
 }
 

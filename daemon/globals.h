@@ -27,6 +27,13 @@ int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
  * -EBUSY (being initialised), -ENAMETOOLONG or -EINVAL. */
 int globals_delete(struct heap *h, const char *name);
 
+/* CLIENT ends the init of entry INDEX: OK, it has stored the value and
+ * the entry becomes SET; else init failed and the entry becomes RELEASED,
+ * its value NULL.  Waiters are woken.  Returns 0, or -EPERM (counted in
+ * globals_init_refused) unless the record says CLIENT initialises INDEX. */
+int globals_init_done(struct heap *h, uint64_t client, uint32_t index,
+                      bool ok);
+
 /* CLIENT is gone: every entry the daemon granted it to initialise, and
  * that it has not finished, becomes RELEASED and its waiters are woken,
  * so one of them runs init again. */

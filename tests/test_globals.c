@@ -769,6 +769,168 @@ START_TEST(forged_owner_releases_nobody_else)
 }
 END_TEST
 
+/* ---- ending init is the initialiser's alone (Note [Global roots]) ---- */
+
+static int finish_fd = -1;
+
+/* Init that says so on hang_fd, then waits, blocked, until finish_fd has
+ * a byte or EOF, and returns a cell of 4242. */
+static void *init_waits(heapd_mutator *m, void *arg)
+{
+    char x;
+    (void)arg;
+    heapd_blocking_enter(m);
+    if (write(hang_fd, "h", 1) != 1 || read(finish_fd, &x, 1) < 0)
+        return NULL;
+    heapd_blocking_leave(m);
+    return cell(m, 4242);
+}
+
+/* Send REQ with SEQ on the raw connection FD and read the answer. */
+static Heapd__Envelope *raw_call(int fd, Heapd__Envelope *req, uint64_t seq)
+{
+    req->seq = seq;
+    harness_send_env(fd, req);
+    Heapd__Envelope *rep = harness_read_env(fd, NULL);
+    ck_assert_msg(rep, "heapd closed the connection instead of answering "
+                  "request %llu", (unsigned long long)seq);
+    ck_assert_uint_eq(rep->seq, seq);
+    return rep;
+}
+
+/* GlobalInitDone(INDEX, OK) from FD, which is not the initialiser: an
+ * Error that says so. */
+static void forged_init_done(int fd, uint32_t index, bool ok, uint64_t seq)
+{
+    Heapd__GlobalInitDone gd = HEAPD__GLOBAL_INIT_DONE__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT;
+    gd.index = index;
+    gd.ok = ok;
+    req.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_INIT_DONE;
+    req.global_init_done = &gd;
+    Heapd__Envelope *rep = raw_call(fd, &req, seq);
+    ck_assert_msg(rep->body_case == HEAPD__ENVELOPE__BODY_ERROR &&
+                      rep->error->code ==
+                          HEAPD__ERROR_CODE__ERROR_BAD_REQUEST &&
+                      strstr(rep->error->message, "not being initialised"),
+                  "a global_init_done(%u, %d) from a client that is not the "
+                  "initialiser was not refused", index, ok);
+    heapd__envelope__free_unpacked(rep, NULL);
+}
+
+static bool initialising(heapd_client *cc, uint64_t owner)
+{
+    heapd_global_info gi[4];
+    size_t n = 0;
+    ck_assert_int_eq(heapd_globals(cc, gi, 4, &n), 0);
+    return n == 1 && strcmp(gi[0].name, "slow") == 0 && gi[0].state == 2 &&
+           gi[0].owner == owner;
+}
+
+START_TEST(forged_init_done_is_refused)
+{
+    int hang[2], finish[2], waiting[2];
+    char x;
+    start();
+    ck_assert_int_eq(pipe(hang), 0);
+    ck_assert_int_eq(pipe(finish), 0);
+    ck_assert_int_eq(pipe(waiting), 0);
+    pid_t a = fork();
+    ck_assert_int_ge(a, 0);
+    if (a == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        close(finish[1]);
+        harness_attach(&D, &c, &m);
+        hang_fd = hang[1];
+        finish_fd = finish[0];
+        void *v = heapd_global_once(m, "slow", init_waits, NULL);
+        _exit(v && cell_value(v) == 4242 ? 0 : 9);
+    }
+    close(hang[1]);
+    close(finish[0]);
+    ck_assert_int_eq(read(hang[0], &x, 1), 1); /* A is inside init */
+    /* a waiter, which must get what A's init returns */
+    pid_t w = fork();
+    ck_assert_int_ge(w, 0);
+    if (w == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        close(finish[1]);
+        harness_attach(&D, &c, &m);
+        if (write(waiting[1], "w", 1) != 1)
+            _exit(6);
+        void *v = heapd_global_once(m, "slow", init_fine, NULL);
+        _exit(v && cell_value(v) == 4242 ? 0 : 7);
+    }
+    close(waiting[1]);
+    ck_assert_int_eq(read(waiting[0], &x, 1), 1);
+    heapd_client *cc = harness_control(&D);
+    heapd_global_info gi[4];
+    size_t n;
+    ck_assert_int_eq(heapd_globals(cc, gi, 4, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(gi[0].state, 2);
+    uint64_t owner_a = gi[0].owner;
+
+    /* B, a mutator client, finds the entry's index and ends its init,
+     * well or badly, and ends one that does not exist */
+    int b = harness_raw_connect(D.sock), hfd = -1;
+    harness_send_hello(b, "default", PROTOCOL_VERSION,
+                       HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
+    Heapd__Envelope *e = harness_read_env(b, &hfd);
+    ck_assert_msg(e && e->body_case == HEAPD__ENVELOPE__BODY_WELCOME,
+                  "heapd did not welcome the raw mutator client");
+    ck_assert_uint_ne(e->welcome->client_id, owner_a);
+    heapd__envelope__free_unpacked(e, NULL);
+    ck_assert_int_ge(hfd, 0);
+    close(hfd);
+    Heapd__GlobalClaim gc = HEAPD__GLOBAL_CLAIM__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT;
+    gc.name = (char *)"slow";
+    req.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_CLAIM;
+    req.global_claim = &gc;
+    e = raw_call(b, &req, 1);
+    ck_assert_msg(e->body_case == HEAPD__ENVELOPE__BODY_GLOBAL_CLAIMED &&
+                      e->global_claimed->role ==
+                          HEAPD__GLOBAL_ROLE__GLOBAL_WAIT,
+                  "a claim of a global being initialised was not told to "
+                  "wait");
+    uint32_t index = e->global_claimed->index;
+    heapd__envelope__free_unpacked(e, NULL);
+    forged_init_done(b, index, true, 2);
+    forged_init_done(b, index, false, 3);
+    forged_init_done(b, LAYOUT_MAX_GLOBALS, true, 4);
+    heapd_stats_t st = harness_stats(cc);
+    ck_assert_uint_eq(st.globals_init_refused, 3);
+    ck_assert_msg(initialising(cc, owner_a), "after forged ends of its "
+                  "init, global 'slow' is no longer A's to initialise");
+
+    /* B leaves without goodbye: it initialised nothing, nothing is
+     * released */
+    uint64_t crashed = st.clients_crashed + 1;
+    close(b);
+    harness_wait_until(crashed_at_least, &crashed,
+                       "the daemon to take the forging client's leave");
+    ck_assert_msg(initialising(cc, owner_a), "after a client that is not "
+                  "its initialiser left, global 'slow' is no longer A's");
+
+    /* A ends its init: the waiter and heapctl see A's value */
+    close(finish[1]);
+    harness_wait_ok(a, "the initialiser");
+    harness_wait_ok(w, "the waiter (it must get the initialiser's value)");
+    ck_assert_int_eq(heapd_globals(cc, gi, 4, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(gi[0].state, 1);
+    ck_assert_uint_eq(gi[0].owner, 0);
+    ck_assert_uint_eq(gi[0].target_bytes, 32);
+    ck_assert_uint_eq(harness_stats(cc).globals_init_refused, 3);
+    heapd_disconnect(cc);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 START_TEST(heapctl_globals)
 {
     char cmd[512], out[4096];
@@ -812,6 +974,7 @@ static Suite *globals_suite(void)
     tcase_add_test(t, deletes_while_marking_lose_nothing);
     tcase_add_test(t, forged_initialising_does_not_hang_once);
     tcase_add_test(t, forged_owner_releases_nobody_else);
+    tcase_add_test(t, forged_init_done_is_refused);
     suite_add_tcase(s, t);
     return s;
 }
