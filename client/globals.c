@@ -36,6 +36,13 @@ static int check_name(const char *name)
     return 0;
 }
 
+/* The value of entry G: the one word of a global a client writes, outside
+ * the daemon's page (Note [Global roots]). */
+static void *_Atomic *value_of(heapd_mutator *m, const struct layout_global *g)
+{
+    return &m->ctl->global_values[g - m->ctl->globals];
+}
+
 static struct layout_global *lookup(heapd_mutator *m, const char *name)
 {
     struct layout_global *tab = m->ctl->globals;
@@ -150,13 +157,13 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
         /* while marking, the old value is logged first: another process
          * may have just read it (Note [Global roots]) */
         if (barrier_on(m))
-            barrier_global_slow(m, &g->value);
+            barrier_global_slow(m, value_of(m, g));
         /* no safepoint from this check to the store: a deleted entry is
          * reused only after a snapshot (Note [Global roots]) */
         if (entry_is(g, name))
             break;
     }
-    atomic_store_explicit(&g->value, ref, memory_order_release);
+    atomic_store_explicit(value_of(m, g), ref, memory_order_release);
     rc = 0;
 out:
     if (parked)
@@ -215,7 +222,7 @@ void *heapd_global_get(heapd_mutator *m, const char *name)
     struct layout_global *g = name ? lookup(m, name) : NULL;
     if (!g || atomic_load(&g->state) != LAYOUT_GLOBAL_SET)
         return NULL;
-    return atomic_load_explicit(&g->value, memory_order_acquire);
+    return atomic_load_explicit(value_of(m, g), memory_order_acquire);
 }
 
 /* Note [Global roots]: a waiter asks the daemon after this long without
@@ -268,7 +275,7 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
         struct layout_global *g = lookup(m, name);
         uint32_t st = g ? atomic_load(&g->state) : LAYOUT_GLOBAL_EMPTY;
         if (st == LAYOUT_GLOBAL_SET)
-            return atomic_load_explicit(&g->value, memory_order_acquire);
+            return atomic_load_explicit(value_of(m, g), memory_order_acquire);
         if (st == LAYOUT_GLOBAL_INITIALIZING) {
             rc = wait_initialised(m, g, patience);
             if (rc < 0) {
@@ -301,12 +308,12 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
         if (bh) {
             memcpy(bh->magic, "BLACKHOL", 8);
             bh->pid = (int64_t)getpid();
-            atomic_store_explicit(&g->value, (void *)bh, memory_order_release);
+            atomic_store_explicit(value_of(m, g), (void *)bh, memory_order_release);
         }
         void *result = bh ? init(m, arg) : NULL;
         if (!result) {
             int saved = bh ? errno : ENOMEM;
-            atomic_store(&g->value, NULL);
+            atomic_store(value_of(m, g), NULL);
             /* the daemon releases it: the next caller retries */
             if ((rc = init_done(m, index, false)) < 0)
                 saved = client_errno(rc);
@@ -318,7 +325,7 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
          * entry may be overwritten while the daemon's answer is on its
          * way, a wait a cycle can pass: RESULT, which the caller gets,
          * is parked through it (Note [Values in flight]). */
-        atomic_store_explicit(&g->value, result, memory_order_release);
+        atomic_store_explicit(value_of(m, g), result, memory_order_release);
         bool parked = true;
         barrier_park(m, result);
         rc = init_done(m, index, true);

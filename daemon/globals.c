@@ -79,7 +79,7 @@ static bool sync_entry(struct heap *h, unsigned i)
     memcpy(g->name, want, LAYOUT_GLOBAL_NAME);
     g->owner = owner;
     if (r->state == LAYOUT_GLOBAL_EMPTY || r->state == LAYOUT_GLOBAL_RELEASED)
-        atomic_store(&g->value, NULL);
+        atomic_store(&h->control->global_values[i], NULL);
     /* a compare-and-swap: an initialiser that ends init just now wins, and
      * the next look takes its change */
     if (st != r->state &&
@@ -131,10 +131,9 @@ int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
         r->state = once ? LAYOUT_GLOBAL_INITIALIZING : LAYOUT_GLOBAL_SET;
         r->owner = once ? client : 0;
         memcpy(g->name, r->name, LAYOUT_GLOBAL_NAME);
-        atomic_store(&g->value, NULL);
+        atomic_store(&h->control->global_values[i], NULL);
         g->owner = r->owner;
         r->static_flag = h->static_flag; /* created black (the Note) */
-        g->static_flag = r->static_flag; /* for a debugger; never read */
         set_state(g, r->state);
         *role = once ? GLOBALS_INITIALIZE : GLOBALS_READY;
         *index = (uint32_t)i;
@@ -154,7 +153,7 @@ int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
             *role = GLOBALS_INITIALIZE;
         } else {
             r->state = LAYOUT_GLOBAL_SET;
-            atomic_store(&g->value, NULL);
+            atomic_store(&h->control->global_values[i], NULL);
             *role = GLOBALS_READY;
         }
         set_state(g, r->state);
@@ -193,7 +192,7 @@ int globals_delete(struct heap *h, const char *name)
     h->globals[i].deleted = true;
     set_state(g, LAYOUT_GLOBAL_EMPTY); /* lookups skip it from here on */
     memset(g->name, 0, sizeof g->name);
-    atomic_store(&g->value, NULL);
+    atomic_store(&h->control->global_values[i], NULL);
     g->owner = 0;
     return 0;
 }
@@ -228,7 +227,7 @@ int globals_init_done(struct heap *h, uint64_t client, uint32_t index,
     r->owner = 0;
     g->owner = 0;
     if (!ok) /* the blackhole is garbage now */
-        atomic_store(&g->value, NULL);
+        atomic_store(&h->control->global_values[index], NULL);
     set_state(g, r->state);
     return 0;
 }
@@ -248,7 +247,8 @@ void globals_release_owner(struct heap *h, uint64_t client)
                  (unsigned long long)client, r->name);
         r->state = LAYOUT_GLOBAL_RELEASED;
         r->owner = 0;
-        atomic_store(&g->value, NULL); /* the blackhole is garbage now */
+        /* the blackhole is garbage now */
+        atomic_store(&h->control->global_values[i], NULL);
         g->owner = 0;
         set_state(g, LAYOUT_GLOBAL_RELEASED);
     }

@@ -651,7 +651,7 @@ void mark_roots(struct mark_job *j)
         if (r->static_flag == h->static_flag)
             continue; /* created during this cycle: black */
         r->static_flag = h->static_flag;
-        mark_root(j, &sd, (uintptr_t)atomic_load(&h->control->globals[i].value),
+        mark_root(j, &sd, (uintptr_t)atomic_load(&h->control->global_values[i]),
                   "a global root");
     }
     seed_flush(j, &sd);

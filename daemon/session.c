@@ -686,7 +686,8 @@ static int handle_globals_request(struct conn *c, uint64_t seq)
         names[n][LAYOUT_GLOBAL_NAME - 1] = '\0';
         info[n].name = names[n];
         info[n].state = st;
-        info[n].target = (uint64_t)(uintptr_t)atomic_load(&g->value);
+        info[n].target =
+            (uint64_t)(uintptr_t)atomic_load(&h->control->global_values[i]);
         struct valid_ref ref;
         if (info[n].target && validate_ref(h, info[n].target, &ref)) {
             uint64_t hdr = validate_header(&ref);

@@ -36,17 +36,20 @@
  * Note [The daemon's page]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~
  * The words only the daemon writes -- identity, geometry, epoch, phase and
- * the stop request, the first LAYOUT_DAEMON_BYTES of the control area --
- * are not in the heap's memfd but in a memfd of their own, one page.  The
- * daemon maps it read-write over the first page of its heap mapping; a
- * client gets it only as a descriptor opened O_RDONLY (through
- * /proc/self/fd), mapped read-only over the same page of its mapping.  A
- * client's store there faults in the client, and mprotect(PROT_WRITE)
- * fails with EACCES: no client can forge the epoch, the phase, a stop or
- * the magic for the others (before, a forged stop_request froze every
- * mutator, and an epoch of 0 or a bad magic outlived the writer).  Futex
- * waits on a read-only mapping work: the key is the file page.  The heap
- * memfd's first page is never used.
+ * the stop request, and the global roots' names, states and owners (Note
+ * [Global roots]): the first LAYOUT_DAEMON_BYTES of the control area --
+ * are not in the heap's memfd but in a memfd of their own, of
+ * LAYOUT_DAEMON_BYTES (a multiple of the page size; heap_open refuses a
+ * machine whose pages are larger).  The daemon maps it read-write over the
+ * start of its heap mapping; a client gets it only as a descriptor opened
+ * O_RDONLY (through /proc/self/fd), mapped read-only over the same range
+ * of its mapping.  A client's store there faults in the client, and
+ * mprotect(PROT_WRITE) fails with EACCES: no client can forge the epoch,
+ * the phase, a stop, the magic or a global's state for the others (a
+ * forged stop_request froze every mutator, and an epoch of 0 or a bad
+ * magic outlived the writer).  Futex waits on a read-only mapping work:
+ * the key is the file page.  The heap memfd's first LAYOUT_DAEMON_BYTES
+ * are never used.
  *
  * Note [Objects]
  * ~~~~~~~~~~~~~~
@@ -112,12 +115,15 @@
 #include <stdint.h>
 
 #define LAYOUT_MAGIC 0x0031504145484448ULL /* bytes "HDHEAP1\0" in memory */
-#define LAYOUT_VERSION 8u /* 8: the daemon's page (Note [The daemon's page]) */
+/* 8: the daemon's page (Note [The daemon's page]).
+ * 9: the globals' names, states and owners in the daemon's page, their
+ * values in global_values[] after it (Note [Global roots]). */
+#define LAYOUT_VERSION 9u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
 #define LAYOUT_CONTROL_BYTES (16u * 1024u * 1024u) /* bytes the control area needs */
-#define LAYOUT_DAEMON_BYTES 4096u /* Note [The daemon's page] */
+#define LAYOUT_DAEMON_BYTES (32u * 1024u) /* Note [The daemon's page] */
 
 #define LAYOUT_MAX_MUTATORS 128
 #define LAYOUT_ROOT_CHUNKS 64   /* root-stack segments per mutator */
@@ -405,14 +411,13 @@ enum layout_global_state {
     LAYOUT_GLOBAL_RELEASED = 3,
 };
 
+/* The daemon's words of a global, in the daemon's page; the value is
+ * control->global_values[index], which clients write. */
 struct layout_global {
-    char name[LAYOUT_GLOBAL_NAME];   /* written by the daemon at creation */
-    _Atomic(void *) value;
+    char name[LAYOUT_GLOBAL_NAME];   /* "" when EMPTY */
     _Atomic uint32_t state;          /* enum layout_global_state */
     _Atomic uint32_t wake;           /* futex: bumped on every state change */
     uint64_t owner;                  /* INITIALIZING: the client running init */
-    uint8_t static_flag;             /* Note [Global roots] */
-    uint8_t pad[7];
 };
 
 /* Phases of a collection cycle, stored in control->phase. */
@@ -439,15 +444,19 @@ struct layout_control {
     _Atomic uint32_t phase;              /* enum layout_phase */
     alignas(64) _Atomic uint32_t stop_request; /* futex: stop gen, 0 = none */
 
-    /* the end of the daemon's page (Note [The daemon's page]) */
-    alignas(LAYOUT_DAEMON_BYTES) struct layout_mutator
-        mutators[LAYOUT_MAX_MUTATORS];
+    /* the global roots' names, states and owners (Note [Global roots]) */
     alignas(64) struct layout_global globals[LAYOUT_MAX_GLOBALS];
+
+    /* the end of the daemon's page (Note [The daemon's page]): clients
+     * write from here on */
+    alignas(LAYOUT_DAEMON_BYTES) void *_Atomic
+        global_values[LAYOUT_MAX_GLOBALS];
+    alignas(64) struct layout_mutator mutators[LAYOUT_MAX_MUTATORS];
 };
 
 _Static_assert(sizeof(struct layout_control) <= LAYOUT_CONTROL_BYTES,
                "control area outgrew LAYOUT_CONTROL_BYTES");
-_Static_assert(offsetof(struct layout_control, mutators) ==
+_Static_assert(offsetof(struct layout_control, global_values) ==
                    LAYOUT_DAEMON_BYTES,
                "the daemon's page holds exactly the daemon's words");
 

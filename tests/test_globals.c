@@ -611,79 +611,7 @@ START_TEST(deletes_while_marking_lose_nothing)
 }
 END_TEST
 
-/* ---- entries a client forged (Note [Global roots]) ---- */
-
-/* The shared entry named NAME, as an attacker finds it: the control area
- * is mapped writable at the heap's base in every attached process. */
-static struct layout_global *shared_entry(const char *name)
-{
-    struct layout_control *ctl = (struct layout_control *)HARNESS_HEAP_BASE;
-    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++)
-        if (atomic_load(&ctl->globals[i].state) != LAYOUT_GLOBAL_EMPTY &&
-            strcmp(ctl->globals[i].name, name) == 0)
-            return &ctl->globals[i];
-    return NULL;
-}
-
-/* Call heapd_global_once(NAME, init_fine) in a process of its own and
- * exit 0 if it returned an object whose value is WANT. */
-static pid_t once_in_child(const char *name, long want)
-{
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        heapd_client *c;
-        heapd_mutator *m;
-        harness_attach(&D, &c, &m);
-        void *v = heapd_global_once(m, name, init_fine, NULL);
-        _exit(v && cell_value(v) == want ? 0 : 8);
-    }
-    return pid;
-}
-
-START_TEST(forged_initialising_does_not_hang_once)
-{
-    heapd_client *c;
-    heapd_mutator *m;
-    start();
-    harness_attach(&D, &c, &m);
-    ck_assert_int_eq(heapd_global_set(m, "cfg", cell(m, 5)), 0);
-    struct layout_global *g = shared_entry("cfg");
-    ck_assert_ptr_nonnull(g);
-    /* the attacker's stores: INITIALIZING that the daemon never granted */
-    g->owner = 777;
-    atomic_store(&g->state, LAYOUT_GLOBAL_INITIALIZING);
-    harness_wait_ok(once_in_child("cfg", 5),
-                    "heapd_global_once on a forged INITIALIZING entry (it "
-                    "must return the value, not wait for ever)");
-    ck_assert_uint_eq(atomic_load(&g->state), LAYOUT_GLOBAL_SET);
-    ck_assert_uint_eq(g->owner, 0);
-    heapd_stats_t st = harness_daemon_stats(&D);
-    ck_assert_uint_ge(st.globals_repaired, 1);
-
-    /* a whole entry forged in an empty slot: init runs */
-    struct layout_control *ctl = (struct layout_control *)HARNESS_HEAP_BASE;
-    struct layout_global *ghost = &ctl->globals[LAYOUT_MAX_GLOBALS - 1];
-    ck_assert_uint_eq(atomic_load(&ghost->state), LAYOUT_GLOBAL_EMPTY);
-    strcpy(ghost->name, "ghost");
-    atomic_store(&ghost->state, LAYOUT_GLOBAL_INITIALIZING);
-    harness_wait_ok(once_in_child("ghost", 99),
-                    "heapd_global_once on a forged entry in an empty slot "
-                    "(it must run init, not wait for ever)");
-    ck_assert_uint_eq(atomic_load(&ghost->state), LAYOUT_GLOBAL_EMPTY);
-
-    /* heapd_global_set asks before it says -EBUSY */
-    atomic_store(&g->state, LAYOUT_GLOBAL_INITIALIZING);
-    ck_assert_int_eq(heapd_global_set(m, "cfg", cell(m, 6)), 0);
-    ck_assert_int_eq(cell_value(heapd_global_get(m, "cfg")), 6);
-    st = harness_daemon_stats(&D);
-    ck_assert_uint_ge(st.globals_repaired, 3);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
-}
-END_TEST
+/* ---- ending init is the initialiser's alone (Note [Global roots]) ---- */
 
 static bool crashed_at_least(void *arg, char *seen, size_t len)
 {
@@ -694,82 +622,6 @@ static bool crashed_at_least(void *arg, char *seen, size_t len)
     return st.clients_crashed >= *want;
 }
 
-static bool released(void *arg, char *seen, size_t len)
-{
-    heapd_client *cc = arg;
-    heapd_global_info gi[4];
-    size_t n = 0;
-    ck_assert_int_eq(heapd_globals(cc, gi, 4, &n), 0);
-    snprintf(seen, len, "%zu globals, state %d", n, n ? gi[0].state : -1);
-    return n == 1 && gi[0].state == 3;
-}
-
-START_TEST(forged_owner_releases_nobody_else)
-{
-    int hang[2];
-    char x;
-    start();
-    ck_assert_int_eq(pipe(hang), 0);
-    pid_t a = fork();
-    ck_assert_int_ge(a, 0);
-    if (a == 0) {
-        heapd_client *c;
-        heapd_mutator *m;
-        harness_attach(&D, &c, &m);
-        hang_fd = hang[1];
-        heapd_global_once(m, "slow", init_hangs, NULL);
-        _exit(5); /* never returns */
-    }
-    close(hang[1]);
-    ck_assert_int_eq(read(hang[0], &x, 1), 1); /* A is inside init */
-    heapd_client *cc = harness_control(&D);
-    heapd_global_info gi[4];
-    size_t n;
-    ck_assert_int_eq(heapd_globals(cc, gi, 4, &n), 0);
-    ck_assert_uint_eq(n, 1);
-    ck_assert_int_eq(gi[0].state, 2);
-    uint64_t owner_a = gi[0].owner;
-
-    /* B, a mutator client, learns its id and writes it into the entry */
-    int b = harness_raw_connect(D.sock), hfd = -1;
-    harness_send_hello(b, "default", PROTOCOL_VERSION,
-                       HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
-    Heapd__Envelope *w = harness_read_env(b, &hfd);
-    ck_assert_msg(w && w->body_case == HEAPD__ENVELOPE__BODY_WELCOME,
-                  "heapd did not welcome the raw mutator client");
-    uint64_t id_b = w->welcome->client_id;
-    heapd__envelope__free_unpacked(w, NULL);
-    ck_assert_int_ge(hfd, 0);
-    heapd_client *c;
-    heapd_mutator *m;
-    harness_attach(&D, &c, &m); /* maps the heap in this process */
-    struct layout_global *g = shared_entry("slow");
-    ck_assert_ptr_nonnull(g);
-    g->owner = id_b;
-    uint64_t crashed = harness_daemon_stats(&D).clients_crashed + 1;
-    close(hfd);
-    close(b); /* B leaves without goodbye */
-    harness_wait_until(crashed_at_least, &crashed,
-                       "the daemon to take the forging client's leave");
-    ck_assert_int_eq(heapd_globals(cc, gi, 4, &n), 0);
-    ck_assert_uint_eq(n, 1);
-    ck_assert_msg(gi[0].state == 2, "global 'slow' is in state %d after "
-                  "a client that is not its initialiser left", gi[0].state);
-    /* A is still the initialiser: its leaving releases the entry */
-    kill(a, SIGKILL);
-    harness_wait_pid(a, HARNESS_WAIT_MS);
-    harness_wait_until(released, cc,
-                       "the dead initialiser's global to be released");
-    ck_assert_uint_ne(owner_a, id_b);
-    heapd_disconnect(cc);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
-}
-END_TEST
-
-/* ---- ending init is the initialiser's alone (Note [Global roots]) ---- */
 
 static int finish_fd = -1;
 
@@ -972,8 +824,6 @@ static Suite *globals_suite(void)
     tcase_add_test(t, delete_while_initialising_is_busy);
     tcase_add_test(t, deleted_value_lives_while_referenced);
     tcase_add_test(t, deletes_while_marking_lose_nothing);
-    tcase_add_test(t, forged_initialising_does_not_hang_once);
-    tcase_add_test(t, forged_owner_releases_nobody_else);
     tcase_add_test(t, forged_init_done_is_refused);
     suite_add_tcase(s, t);
     return s;
