@@ -1,7 +1,8 @@
 /* libheapd global roots: heapd_global_set/get/once/delete.  See Note
  * [Global roots] in proto/layout.h for the table and its states; the
- * daemon creates, deletes and releases entries, and answers from its own
- * record of them. */
+ * daemon creates, deletes, releases and ends the init of entries, whose
+ * names and states this library only reads, and answers from its own
+ * record of them; only the values are written here. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -118,7 +119,7 @@ static bool entry_is(struct layout_global *g, const char *name)
 int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
 {
     struct layout_global *g;
-    bool parked = false, asked = false;
+    bool parked = false;
     uint32_t index;
     int rc;
 
@@ -133,11 +134,8 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
     mutator_enter(m, ref, &parked);
     for (;;) {
         g = lookup(m, name);
-        uint32_t st = g ? atomic_load(&g->state) : LAYOUT_GLOBAL_EMPTY;
-        /* INITIALIZING is asked about once: the daemon rewrites a state
-         * it never granted (Note [Global roots]) */
-        if (!g || st == LAYOUT_GLOBAL_RELEASED ||
-            (st == LAYOUT_GLOBAL_INITIALIZING && !asked)) {
+        /* the state is the daemon's word (Note [Global roots]) */
+        if (!g || atomic_load(&g->state) == LAYOUT_GLOBAL_RELEASED) {
             if (ref && !parked) {
                 barrier_park(m, ref);
                 parked = true;
@@ -146,7 +144,6 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
             if (rc < 0)
                 goto out;
             g = &m->ctl->globals[index];
-            asked = true;
             mutator_enter(m, ref, &parked);
         }
         if (atomic_load(&g->state) == LAYOUT_GLOBAL_INITIALIZING) {
@@ -284,9 +281,8 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
             }
             if (rc > 0)
                 continue;
-            /* no change for a while: the daemon answers from its record,
-             * and rewrites a state it never granted (Note [Global
-             * roots]) */
+            /* no change for a while: the daemon answers from its record
+             * (Note [Global roots]) */
             patience = patience * 2 < ONCE_RECHECK_MAX_NS
                            ? patience * 2 : ONCE_RECHECK_MAX_NS;
         }
@@ -308,7 +304,8 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
         if (bh) {
             memcpy(bh->magic, "BLACKHOL", 8);
             bh->pid = (int64_t)getpid();
-            atomic_store_explicit(value_of(m, g), (void *)bh, memory_order_release);
+            atomic_store_explicit(value_of(m, g), (void *)bh,
+                                  memory_order_release);
         }
         void *result = bh ? init(m, arg) : NULL;
         if (!result) {

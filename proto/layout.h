@@ -334,10 +334,9 @@ struct layout_mutator {
  * Note [Global roots]
  * ~~~~~~~~~~~~~~~~~~~
  * (After GHC's Note [Static objects under the nonmoving collector].)  A
- * heap has a table of named global roots in its control area.  Only the
- * daemon creates and deletes entries (on a GlobalClaim or GlobalDelete,
- * so that two processes can never create the same name twice);
- * after that a mutator reads and writes `value` directly.  An entry is:
+ * heap has a table of named global roots.  Only the daemon creates and
+ * deletes entries (on a GlobalClaim or GlobalDelete, so that two
+ * processes can never create the same name twice).  An entry is:
  *   EMPTY         unused;
  *   SET           value is NULL or a reference, a root of every cycle;
  *   INITIALIZING  heapd_global_once is running init in client `owner`;
@@ -348,31 +347,33 @@ struct layout_mutator {
  *                 of heapd_global_once claims it and runs init again.
  * Every change of `state` bumps `wake`, the futex word waiters sleep on.
  *
- * The daemon's record.  Any client can write this table, so the daemon
- * keeps its own copy of each entry's name, state and initialiser (struct
- * heap_global in daemon/heap.h) and decides from it alone: which name an
- * entry has, who may initialise it, and whose entries to release when a
- * client leaves (the record's owner, never the `owner` word).  The only
- * change a client makes to these words is the initialiser ending init
- * (INITIALIZING to SET, or RELEASED when init fails), and the record takes
- * it the next time the daemon looks.  Whatever else differs from the
- * record was written by no daemon: the daemon rewrites it from the record
- * and counts it (globals_repaired) whenever it looks: at every snapshot
- * (all entries), every claim (all entries), and every delete or departure
- * (the entries concerned).
+ * Who writes what.  An entry's name, state, wake and owner (struct
+ * layout_global) are in the daemon's page, read-only to every client
+ * (Note [The daemon's page]); only its value, global_values[i], is in
+ * client-writable memory, and a mutator reads and writes it directly.  The
+ * daemon keeps a record of each entry (struct heap_global in daemon/heap.h)
+ * and writes the shared words from it, under the heap lock.  Were they
+ * writable, one stored INITIALIZING made every heapd_global_once caller
+ * wait for ever, and one stored owner made another client's leave release
+ * an init still running (both observed; now the store faults in the
+ * writer, tests/test_isolation.c).
+ *
+ * Ending init is a request.  The initialiser stores its result (or NULL)
+ * into the value and sends GlobalInitDone; the daemon takes it only from
+ * the client its record names as the initialiser (anyone else gets
+ * ERROR_BAD_REQUEST, counted in globals_init_refused), makes the entry SET
+ * (RELEASED, value NULL, if init failed), bumps `wake` and wakes the
+ * waiters.  When a client leaves, the entries the record says it was
+ * initialising become RELEASED the same way.
  *
  * Waiting is bounded.  A heapd_global_once caller that finds an entry
  * INITIALIZING sleeps on `wake` for at most 10 ms, then 20, 40, ... up to
  * 1 s; each time that passes with no change it sends GlobalClaim(once),
- * which the daemon answers from the record (repairing the entry first):
- * WAIT while the client the daemon granted init to is still running it,
- * READY if the entry is SET, INITIALIZE if nobody initialises it.  So a
- * forged INITIALIZING costs a waiter one timeout; without the bound the
- * waiter slept on a futex no one would ever wake.  heapd_global_set asks
- * once, the same way, before it answers -EBUSY.  (A client that rewrites
- * INITIALIZING over an init that just ended, before the daemon looked,
- * makes waiters wait until that initialiser leaves: no longer than a slow
- * init would.)
+ * which the daemon answers from its record: WAIT while the client it
+ * granted init to is still running it, READY if the entry is SET,
+ * INITIALIZE if nobody initialises it.  So a waiter never rests on one
+ * futex wake alone.  heapd_global_set answers -EBUSY for an entry that is
+ * INITIALIZING.
  *
  * Deleting.  heapd_global_delete asks the daemon, which refuses an
  * INITIALIZING entry (-EBUSY) and empties any other one: state EMPTY,
@@ -392,14 +393,13 @@ struct layout_mutator {
  * itself lives on while anything else references it.
  *
  * Marking treats the value of each entry that the daemon's record says is
- * SET or INITIALIZING as a root (never the shared state, which a client
- * can forge).  Its per-entry mark is a static flag, kept in the daemon's
- * record (the shared `static_flag` is a copy for a debugger), compared with
- * the heap's flag that flips every cycle (GHC's bump_static_flag): an entry
- * is marked this cycle iff its flag equals the heap's, so no pass ever
- * clears the flags; an entry created during marking starts with the
- * current flag (black), and a value overwritten during marking goes
- * through the write barrier.
+ * SET or INITIALIZING as a root, and validates it like any reference it
+ * reads.  Its per-entry mark is a static flag, kept in the daemon's record
+ * alone, compared with the heap's flag that flips every cycle (GHC's
+ * bump_static_flag): an entry is marked this cycle iff its flag equals the
+ * heap's, so no pass ever clears the flags; an entry created during
+ * marking starts with the current flag (black), and a value overwritten
+ * during marking goes through the write barrier.
  */
 #define LAYOUT_MAX_GLOBALS 256
 #define LAYOUT_GLOBAL_NAME 64 /* bytes, NUL included */

@@ -10,7 +10,7 @@
  * table (Note [Counter table] in client/heapd_counters.h).
  * 4: GlobalInitDone and GlobalInitAck: a once-initialiser ends its init
  * by asking the daemon (Note [Global roots] in proto/layout.h); the
- * counter globals_init_refused. */
+ * counter globals_init_refused, and globals_repaired is no more. */
 #define PROTOCOL_VERSION 4u
 
 #define DEFAULT_HEAP_NAME "default"
