@@ -222,8 +222,8 @@ static void maps_unlock(void) { pthread_mutex_unlock(&maps_mu); }
 static void maps_init(void) { pthread_atfork(maps_lock, maps_unlock, maps_unlock); }
 
 /* Map FD at BASE, with the daemon's page PAGE_FD read-only over its first
- * page (Note [The daemon's page]), or share this process's existing
- * mapping of it. */
+ * LAYOUT_DAEMON_BYTES (Note [The daemon's page]), or share this process's
+ * existing mapping of it. */
 static int map_shared(int fd, int page_fd, uintptr_t base, size_t size,
                       void **out)
 {

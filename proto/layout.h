@@ -7,9 +7,10 @@
  * touched), sealed against shrinking and growing, and mapped MAP_SHARED at
  * the same fixed address `base` in the daemon and in every client, with
  * MAP_FIXED_NOREPLACE so that it never silently replaces another mapping;
- * its first page is then covered by the daemon's page, a second memfd
- * (Note [The daemon's page]).  Because the address is the same everywhere, a reference stored in the heap
- * is a plain C pointer that means the same object in every process.
+ * its first LAYOUT_DAEMON_BYTES are then covered by the daemon's page, a
+ * second memfd (Note [The daemon's page]).  Because the address is the
+ * same everywhere, a reference stored in the heap is a plain C pointer
+ * that means the same object in every process.
  * Consequences every module relies on:
  *
  *   - base is a multiple of segment_size, and segment k starts at
@@ -29,7 +30,8 @@
  * The control area holds the words every process shares: identity and
  * geometry (written once by the daemon before any client maps it, read-only
  * afterwards), the collector's state words (epoch, phase, the stop request),
- * and one slot per mutator (Note [Mutator slots]).  Any change of meaning or
+ * the table of global roots (Note [Global roots]), and one slot per
+ * mutator (Note [Mutator slots]).  Any change of meaning or
  * position of a field bumps LAYOUT_VERSION.  Words shared between running
  * processes are _Atomic; the futex words are 32-bit and 4-byte aligned.
  *
