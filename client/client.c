@@ -223,8 +223,8 @@ static void maps_unlock(void) { pthread_mutex_unlock(&maps_mu); }
 static void maps_init(void) { pthread_atfork(maps_lock, maps_unlock, maps_unlock); }
 
 /* Map FD at BASE, with the daemon's page PAGE_FD read-only over its first
- * page (Note [The daemon's page]), or share this process's existing
- * mapping of it. */
+ * LAYOUT_DAEMON_BYTES (Note [The daemon's page]), or share this process's
+ * existing mapping of it. */
 static int map_shared(int fd, int page_fd, uintptr_t base, size_t size,
                       void **out)
 {
@@ -307,6 +307,14 @@ static int map_heap(heapd_client *c, const Heapd__Welcome *w, int fd,
         return client_set_error(HEAPD_EPROTO,
                                 "heap '%s': the daemon's geometry does not "
                                 "match its memfd; restart heapd", w->heap);
+    /* mapped over the first LAYOUT_DAEMON_BYTES: a shorter file would
+     * fault past its end (Note [The daemon's page]) */
+    if (fstat(page_fd, &st) < 0 || st.st_size != (off_t)LAYOUT_DAEMON_BYTES)
+        return client_set_error(HEAPD_EVERSION,
+                                "heap '%s': the daemon's page is not %u "
+                                "bytes; use a libheapd built with the "
+                                "daemon's proto/", w->heap,
+                                LAYOUT_DAEMON_BYTES);
     rc = map_shared(fd, page_fd, w->heap_base, w->max_size, &p);
     if (rc < 0)
         return client_set_error(

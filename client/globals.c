@@ -1,7 +1,8 @@
 /* libheapd global roots: heapd_global_set/get/once/delete.  See Note
  * [Global roots] in proto/layout.h for the table and its states; the
- * daemon creates, deletes and releases entries, and answers from its own
- * record of them. */
+ * daemon creates, deletes, releases and ends the init of entries, whose
+ * names and states this library only reads, and answers from its own
+ * record of them; only the values are written here. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,6 +37,13 @@ static int check_name(const char *name)
     return 0;
 }
 
+/* The value of entry G: the one word of a global a client writes, outside
+ * the daemon's page (Note [Global roots]). */
+static void *_Atomic *value_of(heapd_mutator *m, const struct layout_global *g)
+{
+    return &m->ctl->global_values[g - m->ctl->globals];
+}
+
 static struct layout_global *lookup(heapd_mutator *m, const char *name)
 {
     struct layout_global *tab = m->ctl->globals;
@@ -48,9 +56,10 @@ static struct layout_global *lookup(heapd_mutator *m, const char *name)
     return NULL;
 }
 
-/* Ask the daemon for NAME's entry.  Returns the role (>= 0) or an error. */
+/* Ask the daemon for NAME's entry, *INDEX.  Returns the role (>= 0) or an
+ * error. */
 static int claim(heapd_mutator *m, const char *name, bool once,
-                 struct layout_global **out)
+                 uint32_t *index)
 {
     Heapd__GlobalClaim gc = HEAPD__GLOBAL_CLAIM__INIT;
     Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
@@ -66,18 +75,36 @@ static int claim(heapd_mutator *m, const char *name, bool once,
         rep->global_claimed->index >= LAYOUT_MAX_GLOBALS) {
         rc = client_set_error(HEAPD_EPROTO, "bad answer to global_claim");
     } else {
-        *out = &m->ctl->globals[rep->global_claimed->index];
+        *index = rep->global_claimed->index;
         rc = (int)rep->global_claimed->role;
     }
     heapd__envelope__free_unpacked(rep, NULL);
     return rc;
 }
 
-static void set_state(struct layout_global *g, uint32_t st)
+/* Tell the daemon that this client's init of entry INDEX ended (OK: its
+ * value is stored; else init failed): the daemon makes the entry SET or
+ * RELEASED and wakes its waiters (Note [Global roots]).  Returns 0 or an
+ * error. */
+static int init_done(heapd_mutator *m, uint32_t index, bool ok)
 {
-    atomic_store(&g->state, st);
-    atomic_fetch_add(&g->wake, 1);
-    futex_wake_all(&g->wake);
+    Heapd__GlobalInitDone gd = HEAPD__GLOBAL_INIT_DONE__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    int rc;
+
+    gd.index = index;
+    gd.ok = ok;
+    req.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_INIT_DONE;
+    req.global_init_done = &gd;
+    if ((rc = mutator_call(m, &req, &rep)) < 0)
+        return rc;
+    rc = rep->body_case == HEAPD__ENVELOPE__BODY_GLOBAL_INIT_ACK
+             ? 0
+             : client_set_error(HEAPD_EPROTO, "heapd answered "
+                                "global_init_done with %s",
+                                frame_body_name(rep));
+    heapd__envelope__free_unpacked(rep, NULL);
+    return rc;
 }
 
 /* True if G is still global NAME: a delete empties an entry and a later
@@ -92,7 +119,8 @@ static bool entry_is(struct layout_global *g, const char *name)
 int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
 {
     struct layout_global *g;
-    bool parked = false, asked = false;
+    bool parked = false;
+    uint32_t index;
     int rc;
 
     if ((rc = check_name(name)) < 0)
@@ -106,19 +134,16 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
     mutator_enter(m, ref, &parked);
     for (;;) {
         g = lookup(m, name);
-        uint32_t st = g ? atomic_load(&g->state) : LAYOUT_GLOBAL_EMPTY;
-        /* INITIALIZING is asked about once: the daemon rewrites a state
-         * it never granted (Note [Global roots]) */
-        if (!g || st == LAYOUT_GLOBAL_RELEASED ||
-            (st == LAYOUT_GLOBAL_INITIALIZING && !asked)) {
+        /* the state is the daemon's word (Note [Global roots]) */
+        if (!g || atomic_load(&g->state) == LAYOUT_GLOBAL_RELEASED) {
             if (ref && !parked) {
                 barrier_park(m, ref);
                 parked = true;
             }
-            rc = claim(m, name, false, &g);
+            rc = claim(m, name, false, &index);
             if (rc < 0)
                 goto out;
-            asked = true;
+            g = &m->ctl->globals[index];
             mutator_enter(m, ref, &parked);
         }
         if (atomic_load(&g->state) == LAYOUT_GLOBAL_INITIALIZING) {
@@ -129,13 +154,13 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
         /* while marking, the old value is logged first: another process
          * may have just read it (Note [Global roots]) */
         if (barrier_on(m))
-            barrier_global_slow(m, &g->value);
+            barrier_global_slow(m, value_of(m, g));
         /* no safepoint from this check to the store: a deleted entry is
          * reused only after a snapshot (Note [Global roots]) */
         if (entry_is(g, name))
             break;
     }
-    atomic_store_explicit(&g->value, ref, memory_order_release);
+    atomic_store_explicit(value_of(m, g), ref, memory_order_release);
     rc = 0;
 out:
     if (parked)
@@ -194,7 +219,7 @@ void *heapd_global_get(heapd_mutator *m, const char *name)
     struct layout_global *g = name ? lookup(m, name) : NULL;
     if (!g || atomic_load(&g->state) != LAYOUT_GLOBAL_SET)
         return NULL;
-    return atomic_load_explicit(&g->value, memory_order_acquire);
+    return atomic_load_explicit(value_of(m, g), memory_order_acquire);
 }
 
 /* Note [Global roots]: a waiter asks the daemon after this long without
@@ -247,7 +272,7 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
         struct layout_global *g = lookup(m, name);
         uint32_t st = g ? atomic_load(&g->state) : LAYOUT_GLOBAL_EMPTY;
         if (st == LAYOUT_GLOBAL_SET)
-            return atomic_load_explicit(&g->value, memory_order_acquire);
+            return atomic_load_explicit(value_of(m, g), memory_order_acquire);
         if (st == LAYOUT_GLOBAL_INITIALIZING) {
             rc = wait_initialised(m, g, patience);
             if (rc < 0) {
@@ -256,13 +281,13 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
             }
             if (rc > 0)
                 continue;
-            /* no change for a while: the daemon answers from its record,
-             * and rewrites a state it never granted (Note [Global
-             * roots]) */
+            /* no change for a while: the daemon answers from its record
+             * (Note [Global roots]) */
             patience = patience * 2 < ONCE_RECHECK_MAX_NS
                            ? patience * 2 : ONCE_RECHECK_MAX_NS;
         }
-        rc = claim(m, name, true, &g);
+        uint32_t index;
+        rc = claim(m, name, true, &index);
         if (rc < 0) {
             errno = client_errno(rc);
             return NULL;
@@ -270,6 +295,7 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
         if (rc == HEAPD__GLOBAL_ROLE__GLOBAL_WAIT ||
             rc == HEAPD__GLOBAL_ROLE__GLOBAL_READY)
             continue; /* read it, or wait for it, above */
+        g = &m->ctl->globals[index];
 
         /* this mutator initialises: a blackhole marks the entry as ours
          * in the heap itself, then init runs (it may allocate and collect;
@@ -278,20 +304,35 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
         if (bh) {
             memcpy(bh->magic, "BLACKHOL", 8);
             bh->pid = (int64_t)getpid();
-            atomic_store_explicit(&g->value, (void *)bh, memory_order_release);
+            atomic_store_explicit(value_of(m, g), (void *)bh,
+                                  memory_order_release);
         }
         void *result = bh ? init(m, arg) : NULL;
         if (!result) {
             int saved = bh ? errno : ENOMEM;
-            atomic_store(&g->value, NULL);
-            set_state(g, LAYOUT_GLOBAL_RELEASED); /* the next caller retries */
+            atomic_store(value_of(m, g), NULL);
+            /* the daemon releases it: the next caller retries */
+            if ((rc = init_done(m, index, false)) < 0)
+                saved = client_errno(rc);
             errno = saved ? saved : EAGAIN;
             return NULL;
         }
         /* RESULT is valid until the next safepoint, and a global is a
-         * root: no barrier (Note [Client GC discipline]) */
-        atomic_store_explicit(&g->value, result, memory_order_release);
-        set_state(g, LAYOUT_GLOBAL_SET);
+         * root: no barrier (Note [Client GC discipline]).  Once SET, the
+         * entry may be overwritten while the daemon's answer is on its
+         * way, a wait a cycle can pass: RESULT, which the caller gets,
+         * is parked through it (Note [Values in flight]). */
+        atomic_store_explicit(value_of(m, g), result, memory_order_release);
+        bool parked = true;
+        barrier_park(m, result);
+        rc = init_done(m, index, true);
+        if (rc >= 0)
+            mutator_enter(m, result, &parked);
+        barrier_unpark(m);
+        if (rc < 0) {
+            errno = client_errno(rc);
+            return NULL;
+        }
         return result;
     }
 }

@@ -70,7 +70,7 @@
     X(segments_orphaned, uint64_t, COUNTER, COUNT, DERIVED, "segments left with objects by clients gone") \
     X(segments_adopted, uint64_t, COUNTER, COUNT, DERIVED, "orphaned segments freed by a sweep or reused") \
     X(pause_count, uint64_t, COUNTER, COUNT, LOCKED, "pauses; pause_total_ns / pause_count is the mean") \
-    X(globals_repaired, uint64_t, COUNTER, COUNT, LOCKED, "global entries rewritten from the daemon's record") \
+    X(globals_init_refused, uint64_t, COUNTER, COUNT, LOCKED, "global_init_done requests not from the initialiser, refused") \
     /* the end: a new line goes above this one, ending in a backslash */
 
 /* The columns KIND and UNIT, for printers: HEAPD_KIND_##kind,

@@ -1,7 +1,8 @@
 /* Named global roots, daemon side.  See Note [Global roots] in
- * proto/layout.h: the daemon creates, deletes and releases entries, and
- * keeps its own record of each (h->globals); clients read and write values
- * directly, and the initialiser ends its init in the shared table. */
+ * proto/layout.h: the daemon creates, deletes and releases entries, keeps
+ * its own record of each (h->globals) and writes the shared names, states
+ * and owners (read-only to clients) from it; clients read and write values
+ * directly, and the initialiser ends its init with GlobalInitDone. */
 #include "globals.h"
 
 #include <errno.h>
@@ -39,63 +40,6 @@ static int find(const struct heap *h, const char *name)
     return -1;
 }
 
-/* Bring entry I of the shared table in line with the record.  The one
- * change a client may make to the words the daemon owns is the
- * initialiser ending init (INITIALIZING to SET or RELEASED): the record
- * takes it.  Anything else that differs was written by no daemon and is
- * rewritten from the record (Note [Global roots]).  Returns true if it
- * was. */
-static bool sync_entry(struct heap *h, unsigned i)
-{
-    struct heap_global *r = &h->globals[i];
-    struct layout_global *g = &h->control->globals[i];
-    uint32_t st = atomic_load(&g->state);
-    uint64_t owner = r->state == LAYOUT_GLOBAL_INITIALIZING ? r->owner : 0;
-    char want[LAYOUT_GLOBAL_NAME] = {0}; /* an EMPTY entry shows no name */
-    bool bad;
-
-    if (r->state == LAYOUT_GLOBAL_INITIALIZING &&
-        (st == LAYOUT_GLOBAL_SET || st == LAYOUT_GLOBAL_RELEASED)) {
-        r->state = st;
-        r->owner = owner = 0;
-    }
-    if (r->state != LAYOUT_GLOBAL_EMPTY)
-        memcpy(want, r->name, LAYOUT_GLOBAL_NAME);
-    bad = st != r->state || g->owner != owner ||
-          memcmp(g->name, want, LAYOUT_GLOBAL_NAME) != 0;
-    if (!bad)
-        return false;
-    h->stats.globals_repaired++;
-    /* one line for the first and then for every power of two: a client
-     * that forges in a loop cannot fill the log */
-    if ((h->stats.globals_repaired & (h->stats.globals_repaired - 1)) == 0)
-        log_info("heap '%s': global entry %u ('%.63s') held a state, owner "
-                 "or name no daemon wrote (state %u, owner %llu); rewritten "
-                 "from the daemon's record (%llu repairs so far): a client "
-                 "of this heap writes into its control area",
-                 h->cfg->name, i, r->state ? r->name : "(empty)", st,
-                 (unsigned long long)g->owner,
-                 (unsigned long long)h->stats.globals_repaired);
-    memcpy(g->name, want, LAYOUT_GLOBAL_NAME);
-    g->owner = owner;
-    if (r->state == LAYOUT_GLOBAL_EMPTY || r->state == LAYOUT_GLOBAL_RELEASED)
-        atomic_store(&g->value, NULL);
-    /* a compare-and-swap: an initialiser that ends init just now wins, and
-     * the next look takes its change */
-    if (st != r->state &&
-        atomic_compare_exchange_strong(&g->state, &st, r->state)) {
-        atomic_fetch_add(&g->wake, 1);
-        futex_wake_all(&g->wake);
-    }
-    return true;
-}
-
-static void sync_all(struct heap *h)
-{
-    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++)
-        sync_entry(h, i);
-}
-
 int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
                   uint32_t *index, enum globals_role *role)
 {
@@ -105,9 +49,6 @@ int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
 
     if ((rc = check_name(name)) < 0)
         return rc;
-    /* a caller may be here because a forged entry made it wait: every
-     * entry is right before it is answered (Note [Global roots]) */
-    sync_all(h);
     if ((i = find(h, name)) < 0) {
         /* an entry deleted since the last snapshot is reused only for its
          * own name: a store that raced its delete was meant for that name
@@ -131,10 +72,9 @@ int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
         r->state = once ? LAYOUT_GLOBAL_INITIALIZING : LAYOUT_GLOBAL_SET;
         r->owner = once ? client : 0;
         memcpy(g->name, r->name, LAYOUT_GLOBAL_NAME);
-        atomic_store(&g->value, NULL);
+        atomic_store(&h->control->global_values[i], NULL);
         g->owner = r->owner;
         r->static_flag = h->static_flag; /* created black (the Note) */
-        g->static_flag = r->static_flag; /* for a debugger; never read */
         set_state(g, r->state);
         *role = once ? GLOBALS_INITIALIZE : GLOBALS_READY;
         *index = (uint32_t)i;
@@ -154,7 +94,7 @@ int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
             *role = GLOBALS_INITIALIZE;
         } else {
             r->state = LAYOUT_GLOBAL_SET;
-            atomic_store(&g->value, NULL);
+            atomic_store(&h->control->global_values[i], NULL);
             *role = GLOBALS_READY;
         }
         set_state(g, r->state);
@@ -175,7 +115,6 @@ int globals_delete(struct heap *h, const char *name)
         return rc;
     if ((i = find(h, name)) < 0)
         return -ENOENT;
-    sync_entry(h, (unsigned)i); /* an init that ended is taken first */
     if (h->globals[i].state == LAYOUT_GLOBAL_INITIALIZING)
         return -EBUSY;
     g = &h->control->globals[i];
@@ -193,8 +132,43 @@ int globals_delete(struct heap *h, const char *name)
     h->globals[i].deleted = true;
     set_state(g, LAYOUT_GLOBAL_EMPTY); /* lookups skip it from here on */
     memset(g->name, 0, sizeof g->name);
-    atomic_store(&g->value, NULL);
+    atomic_store(&h->control->global_values[i], NULL);
     g->owner = 0;
+    return 0;
+}
+
+int globals_init_done(struct heap *h, uint64_t client, uint32_t index,
+                      bool ok)
+{
+    struct heap_global *r;
+    struct layout_global *g;
+
+    /* whoever asks, the record says who initialises the entry (Note
+     * [Global roots]) */
+    if (index >= LAYOUT_MAX_GLOBALS ||
+        h->globals[index].state != LAYOUT_GLOBAL_INITIALIZING ||
+        h->globals[index].owner != client) {
+        h->stats.globals_init_refused++;
+        /* one line for the first and then for every power of two: a
+         * client that sends them in a loop cannot fill the log */
+        if ((h->stats.globals_init_refused &
+             (h->stats.globals_init_refused - 1)) == 0)
+            log_info("heap '%s': client %llu ended the init of global entry "
+                     "%u, which it is not initialising; refused (%llu so "
+                     "far): a client of this heap sends global_init_done "
+                     "for others' globals", h->cfg->name,
+                     (unsigned long long)client, index,
+                     (unsigned long long)h->stats.globals_init_refused);
+        return -EPERM;
+    }
+    r = &h->globals[index];
+    g = &h->control->globals[index];
+    r->state = ok ? LAYOUT_GLOBAL_SET : LAYOUT_GLOBAL_RELEASED;
+    r->owner = 0;
+    g->owner = 0;
+    if (!ok) /* the blackhole is garbage now */
+        atomic_store(&h->control->global_values[index], NULL);
+    set_state(g, r->state);
     return 0;
 }
 
@@ -205,15 +179,13 @@ void globals_release_owner(struct heap *h, uint64_t client)
         struct layout_global *g = &h->control->globals[i];
         if (r->state != LAYOUT_GLOBAL_INITIALIZING || r->owner != client)
             continue;
-        sync_entry(h, i); /* it may have ended init before it left */
-        if (r->state != LAYOUT_GLOBAL_INITIALIZING)
-            continue;
         log_info("heap '%s': client %llu left while initialising global "
                  "'%.63s'; the next caller runs init again", h->cfg->name,
                  (unsigned long long)client, r->name);
         r->state = LAYOUT_GLOBAL_RELEASED;
         r->owner = 0;
-        atomic_store(&g->value, NULL); /* the blackhole is garbage now */
+        /* the blackhole is garbage now */
+        atomic_store(&h->control->global_values[i], NULL);
         g->owner = 0;
         set_state(g, LAYOUT_GLOBAL_RELEASED);
     }
@@ -221,7 +193,6 @@ void globals_release_owner(struct heap *h, uint64_t client)
 
 void globals_snapshot(struct heap *h)
 {
-    sync_all(h);
     /* every mutator is stopped outside any lookup-to-store window, so no
      * store meant for a deleted entry can land in its next tenant */
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++)

@@ -1,7 +1,7 @@
 /* Named global roots, daemon side.  See Note [Global roots] in
  * proto/layout.h.  Every function is called with heap->lock held; the
  * daemon decides from its record (struct heap_global in daemon/heap.h),
- * never from the state, owner or name words of the shared table. */
+ * and writes the shared table's names, states and owners from it. */
 #ifndef HEAPD_DAEMON_GLOBALS_H
 #define HEAPD_DAEMON_GLOBALS_H
 
@@ -18,7 +18,7 @@ enum globals_role {
 
 /* Find NAME or create it.  ONCE asks for the right to initialise it.
  * Returns 0 with *index and *role set, -ENAMETOOLONG, -EINVAL (empty name)
- * or -ENOSPC (the table is full).  Repairs the shared table first. */
+ * or -ENOSPC (the table is full). */
 int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
                   uint32_t *index, enum globals_role *role);
 
@@ -27,14 +27,20 @@ int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
  * -EBUSY (being initialised), -ENAMETOOLONG or -EINVAL. */
 int globals_delete(struct heap *h, const char *name);
 
+/* CLIENT ends the init of entry INDEX: OK, it has stored the value and
+ * the entry becomes SET; else init failed and the entry becomes RELEASED,
+ * its value NULL.  Waiters are woken.  Returns 0, or -EPERM (counted in
+ * globals_init_refused) unless the record says CLIENT initialises INDEX. */
+int globals_init_done(struct heap *h, uint64_t client, uint32_t index,
+                      bool ok);
+
 /* CLIENT is gone: every entry the daemon granted it to initialise, and
  * that it has not finished, becomes RELEASED and its waiters are woken,
  * so one of them runs init again. */
 void globals_release_owner(struct heap *h, uint64_t client);
 
-/* The snapshot's part, mutators stopped: rewrite every shared entry that
- * disagrees with the record (counted in globals_repaired), let deleted
- * entries be reused, and flip the heap's static flag (bump_static_flag). */
+/* The snapshot's part, mutators stopped: let deleted entries be reused,
+ * and flip the heap's static flag (bump_static_flag). */
 void globals_snapshot(struct heap *h);
 
 #endif

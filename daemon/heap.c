@@ -30,13 +30,24 @@ int heap_sealed_memfd(const char *name, uint64_t size)
 }
 
 /* Note [The daemon's page]: its memfd, mapped read-write over the first
- * page of the heap mapping at BASE, and a read-only descriptor of it for
- * clients. */
+ * LAYOUT_DAEMON_BYTES of the heap mapping at BASE, and a read-only
+ * descriptor of it for clients. */
 static int open_daemon_page(struct heap *h, void *base)
 {
     char name[80], path[64];
+    long page = sysconf(_SC_PAGESIZE);
     int rc;
 
+    /* a larger page would map client-writable words read-only too, and
+     * past the end of the page's memfd */
+    if (page <= 0 || LAYOUT_DAEMON_BYTES % (unsigned long)page != 0) {
+        log_error("heap '%s': this machine's pages are %ld bytes, and the "
+                  "daemon's page (%u bytes) is not a multiple of them; "
+                  "rebuild heapd and libheapd with a LAYOUT_DAEMON_BYTES "
+                  "in proto/layout.h that is", h->cfg->name, page,
+                  LAYOUT_DAEMON_BYTES);
+        return -EINVAL;
+    }
     snprintf(name, sizeof name, "heapd:%s:daemon", h->cfg->name);
     if ((h->page_fd = heap_sealed_memfd(name, LAYOUT_DAEMON_BYTES)) < 0)
         return h->page_fd;

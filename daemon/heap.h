@@ -57,8 +57,8 @@ struct heap_slot_owner {
 };
 
 /* A global root as the daemon knows it (Note [Global roots]): what the
- * daemon decides about an entry never rests on the state, owner or name
- * words of the shared table, which any client can write. */
+ * daemon decides about an entry rests on this record, from which it
+ * writes the shared table's words. */
 struct heap_global {
     char name[LAYOUT_GLOBAL_NAME];   /* "" when EMPTY */
     uint32_t state;                  /* enum layout_global_state */

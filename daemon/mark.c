@@ -630,9 +630,9 @@ void mark_roots(struct mark_job *j)
     struct seeder sd = {0};
 
     /* global roots: Note [Global roots].  Which entries are roots, and
-     * whether one is marked this cycle, is the daemon's record (a client
-     * that forged EMPTY or the heap's flag into the shared entry would
-     * have its value skipped); only the value is read from the entry. */
+     * whether one is marked this cycle, is the daemon's record; only the
+     * value, which clients write, is read from the table (and validated
+     * by mark_root like any reference). */
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
         struct heap_global *r = &h->globals[i];
         if (r->state != LAYOUT_GLOBAL_SET &&
@@ -641,7 +641,8 @@ void mark_roots(struct mark_job *j)
         if (r->static_flag == h->static_flag)
             continue; /* created during this cycle: black */
         r->static_flag = h->static_flag;
-        mark_root(j, &sd, (uintptr_t)atomic_load(&h->control->globals[i].value),
+        mark_root(j, &sd,
+                  (uintptr_t)atomic_load(&h->control->global_values[i]),
                   "a global root");
     }
     seed_flush(j, &sd);

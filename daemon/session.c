@@ -665,6 +665,30 @@ static int handle_global_delete(struct conn *c, uint64_t seq,
     return reply(c, &env, seq);
 }
 
+static int handle_global_init_done(struct conn *c, uint64_t seq,
+                                   const Heapd__GlobalInitDone *r)
+{
+    struct heap *h = mutator_heap(c, seq, "global_init_done");
+    int rc;
+
+    if (!h)
+        return 0;
+    pthread_mutex_lock(&h->lock);
+    rc = globals_init_done(h, c->id, r->index, r->ok);
+    pthread_mutex_unlock(&h->lock);
+    if (rc < 0)
+        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                           "global entry %u is not being initialised by "
+                           "client %llu: only the client whose global_claim "
+                           "was answered GLOBAL_INITIALIZE ends that init, "
+                           "once", r->index, (unsigned long long)c->id);
+    Heapd__GlobalInitAck ack = HEAPD__GLOBAL_INIT_ACK__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    env.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_INIT_ACK;
+    env.global_init_ack = &ack;
+    return reply(c, &env, seq);
+}
+
 static int handle_globals_request(struct conn *c, uint64_t seq)
 {
     struct heap *h = c->heap ? c->heap : c->named_heap;
@@ -687,7 +711,8 @@ static int handle_globals_request(struct conn *c, uint64_t seq)
         names[n][LAYOUT_GLOBAL_NAME - 1] = '\0';
         info[n].name = names[n];
         info[n].state = st;
-        info[n].target = (uint64_t)(uintptr_t)atomic_load(&g->value);
+        info[n].target =
+            (uint64_t)(uintptr_t)atomic_load(&h->control->global_values[i]);
         struct valid_ref ref;
         if (info[n].target && validate_ref(h, info[n].target, &ref)) {
             uint64_t hdr = validate_header(&ref);
@@ -879,6 +904,8 @@ int session_handle(struct conn *c, Heapd__Envelope *env)
         return handle_global_claim(c, env->seq, env->global_claim);
     case HEAPD__ENVELOPE__BODY_GLOBAL_DELETE:
         return handle_global_delete(c, env->seq, env->global_delete);
+    case HEAPD__ENVELOPE__BODY_GLOBAL_INIT_DONE:
+        return handle_global_init_done(c, env->seq, env->global_init_done);
     case HEAPD__ENVELOPE__BODY_GLOBALS_REQUEST:
         return handle_globals_request(c, env->seq);
     case HEAPD__ENVELOPE__BODY_REMARK_DONE:

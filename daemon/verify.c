@@ -186,9 +186,8 @@ static void check_roots(struct verifier *v)
 {
     struct heap *h = v->h;
     for (uint32_t i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
-        struct layout_global *g = &h->control->globals[i];
         uint32_t st = h->globals[i].state; /* the daemon's record */
-        void *val = g->value;
+        void *val = atomic_load(&h->control->global_values[i]);
         if ((st == LAYOUT_GLOBAL_SET || st == LAYOUT_GLOBAL_INITIALIZING) &&
             val) {
             visit(v, (uintptr_t)val, 0, GLOBAL_ROOT, i);

@@ -219,6 +219,8 @@ const char *frame_body_name(const Heapd__Envelope *env)
     case HEAPD__ENVELOPE__BODY_GLOBALS_REPLY: return "globals_reply";
     case HEAPD__ENVELOPE__BODY_GLOBAL_DELETE: return "global_delete";
     case HEAPD__ENVELOPE__BODY_GLOBAL_DELETED: return "global_deleted";
+    case HEAPD__ENVELOPE__BODY_GLOBAL_INIT_DONE: return "global_init_done";
+    case HEAPD__ENVELOPE__BODY_GLOBAL_INIT_ACK: return "global_init_ack";
     case HEAPD__ENVELOPE__BODY_REMARK_REQUEST: return "remark_request";
     case HEAPD__ENVELOPE__BODY_REMARK_DONE: return "remark_done";
     case HEAPD__ENVELOPE__BODY_GOODBYE: return "goodbye";

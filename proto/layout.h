@@ -7,9 +7,10 @@
  * touched), sealed against shrinking and growing, and mapped MAP_SHARED at
  * the same fixed address `base` in the daemon and in every client, with
  * MAP_FIXED_NOREPLACE so that it never silently replaces another mapping;
- * its first page is then covered by the daemon's page, a second memfd
- * (Note [The daemon's page]).  Because the address is the same everywhere, a reference stored in the heap
- * is a plain C pointer that means the same object in every process.
+ * its first LAYOUT_DAEMON_BYTES are then covered by the daemon's page, a
+ * second memfd (Note [The daemon's page]).  Because the address is the
+ * same everywhere, a reference stored in the heap is a plain C pointer
+ * that means the same object in every process.
  * Consequences every module relies on:
  *
  *   - base is a multiple of segment_size, and segment k starts at
@@ -29,26 +30,29 @@
  * The control area holds the words every process shares: identity and
  * geometry (written once by the daemon before any client maps it, read-only
  * afterwards), the collector's state words (epoch, phase, the stop request),
- * and the global roots (Note [Global roots]); the mutator slots are not
- * here but in each client's own memory (Note [Client control memory]).
- * Any change of meaning or
+ * the table of global roots (Note [Global roots]); the mutator slots are
+ * not here but in each client's own memory (Note [Client control
+ * memory]).  Any change of meaning or
  * position of a field bumps LAYOUT_VERSION.  Words shared between running
  * processes are _Atomic; the futex words are 32-bit and 4-byte aligned.
  *
  * Note [The daemon's page]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~
  * The words only the daemon writes -- identity, geometry, epoch, phase and
- * the stop request, the first LAYOUT_DAEMON_BYTES of the control area --
- * are not in the heap's memfd but in a memfd of their own, one page.  The
- * daemon maps it read-write over the first page of its heap mapping; a
- * client gets it only as a descriptor opened O_RDONLY (through
- * /proc/self/fd), mapped read-only over the same page of its mapping.  A
- * client's store there faults in the client, and mprotect(PROT_WRITE)
- * fails with EACCES: no client can forge the epoch, the phase, a stop or
- * the magic for the others (before, a forged stop_request froze every
- * mutator, and an epoch of 0 or a bad magic outlived the writer).  Futex
- * waits on a read-only mapping work: the key is the file page.  The heap
- * memfd's first page is never used.
+ * the stop request, and the global roots' names, states and owners (Note
+ * [Global roots]): the first LAYOUT_DAEMON_BYTES of the control area --
+ * are not in the heap's memfd but in a memfd of their own, of
+ * LAYOUT_DAEMON_BYTES (a multiple of the page size; heap_open refuses a
+ * machine whose pages are larger).  The daemon maps it read-write over the
+ * start of its heap mapping; a client gets it only as a descriptor opened
+ * O_RDONLY (through /proc/self/fd), mapped read-only over the same range
+ * of its mapping.  A client's store there faults in the client, and
+ * mprotect(PROT_WRITE) fails with EACCES: no client can forge the epoch,
+ * the phase, a stop, the magic or a global's state for the others (a
+ * forged stop_request froze every mutator, and an epoch of 0 or a bad
+ * magic outlived the writer).  Futex waits on a read-only mapping work:
+ * the key is the file page.  The heap memfd's first LAYOUT_DAEMON_BYTES
+ * are never used.
  *
  * Note [Objects]
  * ~~~~~~~~~~~~~~
@@ -113,12 +117,16 @@
 #include <stdint.h>
 
 #define LAYOUT_MAGIC 0x0031504145484448ULL /* bytes "HDHEAP1\0" in memory */
-#define LAYOUT_VERSION 9u /* 9: client control memory (Note [Client control memory]) */
+/* 8: the daemon's page (Note [The daemon's page]).
+ * 9: the globals' names, states and owners in the daemon's page, their
+ * values in global_values[] after it (Note [Global roots]).
+ * 10: client control memory (Note [Client control memory]). */
+#define LAYOUT_VERSION 10u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
 #define LAYOUT_CONTROL_BYTES (16u * 1024u * 1024u) /* bytes the control area needs */
-#define LAYOUT_DAEMON_BYTES 4096u /* Note [The daemon's page] */
+#define LAYOUT_DAEMON_BYTES (32u * 1024u) /* Note [The daemon's page] */
 
 #define LAYOUT_MAX_MUTATORS 128
 
@@ -351,10 +359,9 @@ static inline void *_Atomic *layout_mutator_roots(struct layout_mutator *m)
  * Note [Global roots]
  * ~~~~~~~~~~~~~~~~~~~
  * (After GHC's Note [Static objects under the nonmoving collector].)  A
- * heap has a table of named global roots in its control area.  Only the
- * daemon creates and deletes entries (on a GlobalClaim or GlobalDelete,
- * so that two processes can never create the same name twice);
- * after that a mutator reads and writes `value` directly.  An entry is:
+ * heap has a table of named global roots.  Only the daemon creates and
+ * deletes entries (on a GlobalClaim or GlobalDelete, so that two
+ * processes can never create the same name twice).  An entry is:
  *   EMPTY         unused;
  *   SET           value is NULL or a reference, a root of every cycle;
  *   INITIALIZING  heapd_global_once is running init in client `owner`;
@@ -365,31 +372,33 @@ static inline void *_Atomic *layout_mutator_roots(struct layout_mutator *m)
  *                 of heapd_global_once claims it and runs init again.
  * Every change of `state` bumps `wake`, the futex word waiters sleep on.
  *
- * The daemon's record.  Any client can write this table, so the daemon
- * keeps its own copy of each entry's name, state and initialiser (struct
- * heap_global in daemon/heap.h) and decides from it alone: which name an
- * entry has, who may initialise it, and whose entries to release when a
- * client leaves (the record's owner, never the `owner` word).  The only
- * change a client makes to these words is the initialiser ending init
- * (INITIALIZING to SET, or RELEASED when init fails), and the record takes
- * it the next time the daemon looks.  Whatever else differs from the
- * record was written by no daemon: the daemon rewrites it from the record
- * and counts it (globals_repaired) whenever it looks: at every snapshot
- * (all entries), every claim (all entries), and every delete or departure
- * (the entries concerned).
+ * Who writes what.  An entry's name, state, wake and owner (struct
+ * layout_global) are in the daemon's page, read-only to every client
+ * (Note [The daemon's page]); only its value, global_values[i], is in
+ * client-writable memory, and a mutator reads and writes it directly.  The
+ * daemon keeps a record of each entry (struct heap_global in daemon/heap.h)
+ * and writes the shared words from it, under the heap lock.  Were they
+ * writable, one stored INITIALIZING made every heapd_global_once caller
+ * wait for ever, and one stored owner made another client's leave release
+ * an init still running (both observed; now the store faults in the
+ * writer, tests/test_isolation.c).
+ *
+ * Ending init is a request.  The initialiser stores its result (or NULL)
+ * into the value and sends GlobalInitDone; the daemon takes it only from
+ * the client its record names as the initialiser (anyone else gets
+ * ERROR_BAD_REQUEST, counted in globals_init_refused), makes the entry SET
+ * (RELEASED, value NULL, if init failed), bumps `wake` and wakes the
+ * waiters.  When a client leaves, the entries the record says it was
+ * initialising become RELEASED the same way.
  *
  * Waiting is bounded.  A heapd_global_once caller that finds an entry
  * INITIALIZING sleeps on `wake` for at most 10 ms, then 20, 40, ... up to
  * 1 s; each time that passes with no change it sends GlobalClaim(once),
- * which the daemon answers from the record (repairing the entry first):
- * WAIT while the client the daemon granted init to is still running it,
- * READY if the entry is SET, INITIALIZE if nobody initialises it.  So a
- * forged INITIALIZING costs a waiter one timeout; without the bound the
- * waiter slept on a futex no one would ever wake.  heapd_global_set asks
- * once, the same way, before it answers -EBUSY.  (A client that rewrites
- * INITIALIZING over an init that just ended, before the daemon looked,
- * makes waiters wait until that initialiser leaves: no longer than a slow
- * init would.)
+ * which the daemon answers from its record: WAIT while the client it
+ * granted init to is still running it, READY if the entry is SET,
+ * INITIALIZE if nobody initialises it.  So a waiter never rests on one
+ * futex wake alone.  heapd_global_set answers -EBUSY for an entry that is
+ * INITIALIZING.
  *
  * Deleting.  heapd_global_delete asks the daemon, which refuses an
  * INITIALIZING entry (-EBUSY) and empties any other one: state EMPTY,
@@ -409,14 +418,13 @@ static inline void *_Atomic *layout_mutator_roots(struct layout_mutator *m)
  * itself lives on while anything else references it.
  *
  * Marking treats the value of each entry that the daemon's record says is
- * SET or INITIALIZING as a root (never the shared state, which a client
- * can forge).  Its per-entry mark is a static flag, kept in the daemon's
- * record (the shared `static_flag` is a copy for a debugger), compared with
- * the heap's flag that flips every cycle (GHC's bump_static_flag): an entry
- * is marked this cycle iff its flag equals the heap's, so no pass ever
- * clears the flags; an entry created during marking starts with the
- * current flag (black), and a value overwritten during marking goes
- * through the write barrier.
+ * SET or INITIALIZING as a root, and validates it like any reference it
+ * reads.  Its per-entry mark is a static flag, kept in the daemon's record
+ * alone, compared with the heap's flag that flips every cycle (GHC's
+ * bump_static_flag): an entry is marked this cycle iff its flag equals the
+ * heap's, so no pass ever clears the flags; an entry created during
+ * marking starts with the current flag (black), and a value overwritten
+ * during marking goes through the write barrier.
  */
 #define LAYOUT_MAX_GLOBALS 256
 #define LAYOUT_GLOBAL_NAME 64 /* bytes, NUL included */
@@ -428,14 +436,13 @@ enum layout_global_state {
     LAYOUT_GLOBAL_RELEASED = 3,
 };
 
+/* The daemon's words of a global, in the daemon's page; the value is
+ * control->global_values[index], which clients write. */
 struct layout_global {
-    char name[LAYOUT_GLOBAL_NAME];   /* written by the daemon at creation */
-    _Atomic(void *) value;
+    char name[LAYOUT_GLOBAL_NAME];   /* "" when EMPTY */
     _Atomic uint32_t state;          /* enum layout_global_state */
     _Atomic uint32_t wake;           /* futex: bumped on every state change */
     uint64_t owner;                  /* INITIALIZING: the client running init */
-    uint8_t static_flag;             /* Note [Global roots] */
-    uint8_t pad[7];
 };
 
 /* Phases of a collection cycle, stored in control->phase. */
@@ -462,14 +469,18 @@ struct layout_control {
     _Atomic uint32_t phase;              /* enum layout_phase */
     alignas(64) _Atomic uint32_t stop_request; /* futex: stop gen, 0 = none */
 
-    /* the end of the daemon's page (Note [The daemon's page]) */
-    alignas(LAYOUT_DAEMON_BYTES) struct layout_global
-        globals[LAYOUT_MAX_GLOBALS];
+    /* the global roots' names, states and owners (Note [Global roots]) */
+    alignas(64) struct layout_global globals[LAYOUT_MAX_GLOBALS];
+
+    /* the end of the daemon's page (Note [The daemon's page]): clients
+     * write from here on */
+    alignas(LAYOUT_DAEMON_BYTES) void *_Atomic
+        global_values[LAYOUT_MAX_GLOBALS];
 };
 
 _Static_assert(sizeof(struct layout_control) <= LAYOUT_CONTROL_BYTES,
                "control area outgrew LAYOUT_CONTROL_BYTES");
-_Static_assert(offsetof(struct layout_control, globals) ==
+_Static_assert(offsetof(struct layout_control, global_values) ==
                    LAYOUT_DAEMON_BYTES,
                "the daemon's page holds exactly the daemon's words");
 

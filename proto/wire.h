@@ -8,10 +8,13 @@
  * answer it (Note [Remark requests] in client/remark.c); Goodbye.
  * 3: a heap's counters travel as HeapStats.counters, in the order of the
  * table (Note [Counter table] in client/heapd_counters.h).
- * 4: a mutator client's slots are in control memory of its own, sent with
+ * 4: GlobalInitDone and GlobalInitAck: a once-initialiser ends its init
+ * by asking the daemon (Note [Global roots] in proto/layout.h); the
+ * counter globals_init_refused, and globals_repaired is no more.
+ * 5: a mutator client's slots are in control memory of its own, sent with
  * the Welcome (Note [Client control memory] in proto/layout.h); there are
  * no root-chunk segments. */
-#define PROTOCOL_VERSION 4u
+#define PROTOCOL_VERSION 5u
 
 #define DEFAULT_HEAP_NAME "default"
 

@@ -611,79 +611,7 @@ START_TEST(deletes_while_marking_lose_nothing)
 }
 END_TEST
 
-/* ---- entries a client forged (Note [Global roots]) ---- */
-
-/* The shared entry named NAME, as an attacker finds it: the control area
- * is mapped writable at the heap's base in every attached process. */
-static struct layout_global *shared_entry(const char *name)
-{
-    struct layout_control *ctl = (struct layout_control *)HARNESS_HEAP_BASE;
-    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++)
-        if (atomic_load(&ctl->globals[i].state) != LAYOUT_GLOBAL_EMPTY &&
-            strcmp(ctl->globals[i].name, name) == 0)
-            return &ctl->globals[i];
-    return NULL;
-}
-
-/* Call heapd_global_once(NAME, init_fine) in a process of its own and
- * exit 0 if it returned an object whose value is WANT. */
-static pid_t once_in_child(const char *name, long want)
-{
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        heapd_client *c;
-        heapd_mutator *m;
-        harness_attach(&D, &c, &m);
-        void *v = heapd_global_once(m, name, init_fine, NULL);
-        _exit(v && cell_value(v) == want ? 0 : 8);
-    }
-    return pid;
-}
-
-START_TEST(forged_initialising_does_not_hang_once)
-{
-    heapd_client *c;
-    heapd_mutator *m;
-    start();
-    harness_attach(&D, &c, &m);
-    ck_assert_int_eq(heapd_global_set(m, "cfg", cell(m, 5)), 0);
-    struct layout_global *g = shared_entry("cfg");
-    ck_assert_ptr_nonnull(g);
-    /* the attacker's stores: INITIALIZING that the daemon never granted */
-    g->owner = 777;
-    atomic_store(&g->state, LAYOUT_GLOBAL_INITIALIZING);
-    harness_wait_ok(once_in_child("cfg", 5),
-                    "heapd_global_once on a forged INITIALIZING entry (it "
-                    "must return the value, not wait for ever)");
-    ck_assert_uint_eq(atomic_load(&g->state), LAYOUT_GLOBAL_SET);
-    ck_assert_uint_eq(g->owner, 0);
-    heapd_stats_t st = harness_daemon_stats(&D);
-    ck_assert_uint_ge(st.globals_repaired, 1);
-
-    /* a whole entry forged in an empty slot: init runs */
-    struct layout_control *ctl = (struct layout_control *)HARNESS_HEAP_BASE;
-    struct layout_global *ghost = &ctl->globals[LAYOUT_MAX_GLOBALS - 1];
-    ck_assert_uint_eq(atomic_load(&ghost->state), LAYOUT_GLOBAL_EMPTY);
-    strcpy(ghost->name, "ghost");
-    atomic_store(&ghost->state, LAYOUT_GLOBAL_INITIALIZING);
-    harness_wait_ok(once_in_child("ghost", 99),
-                    "heapd_global_once on a forged entry in an empty slot "
-                    "(it must run init, not wait for ever)");
-    ck_assert_uint_eq(atomic_load(&ghost->state), LAYOUT_GLOBAL_EMPTY);
-
-    /* heapd_global_set asks before it says -EBUSY */
-    atomic_store(&g->state, LAYOUT_GLOBAL_INITIALIZING);
-    ck_assert_int_eq(heapd_global_set(m, "cfg", cell(m, 6)), 0);
-    ck_assert_int_eq(cell_value(heapd_global_get(m, "cfg")), 6);
-    st = harness_daemon_stats(&D);
-    ck_assert_uint_ge(st.globals_repaired, 3);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
-}
-END_TEST
+/* ---- ending init is the initialiser's alone (Note [Global roots]) ---- */
 
 static bool crashed_at_least(void *arg, char *seen, size_t len)
 {
@@ -694,34 +622,101 @@ static bool crashed_at_least(void *arg, char *seen, size_t len)
     return st.clients_crashed >= *want;
 }
 
-static bool released(void *arg, char *seen, size_t len)
+
+static int finish_fd = -1;
+
+/* Init that says so on hang_fd, then waits, blocked, until finish_fd has
+ * a byte or EOF, and returns a cell of 4242. */
+static void *init_waits(heapd_mutator *m, void *arg)
 {
-    heapd_client *cc = arg;
+    char x;
+    (void)arg;
+    heapd_blocking_enter(m);
+    if (write(hang_fd, "h", 1) != 1 || read(finish_fd, &x, 1) < 0)
+        return NULL;
+    heapd_blocking_leave(m);
+    return cell(m, 4242);
+}
+
+/* Send REQ with SEQ on the raw connection FD and read the answer. */
+static Heapd__Envelope *raw_call(int fd, Heapd__Envelope *req, uint64_t seq)
+{
+    req->seq = seq;
+    harness_send_env(fd, req);
+    Heapd__Envelope *rep = harness_read_env(fd, NULL);
+    ck_assert_msg(rep, "heapd closed the connection instead of answering "
+                  "request %llu", (unsigned long long)seq);
+    ck_assert_uint_eq(rep->seq, seq);
+    return rep;
+}
+
+/* GlobalInitDone(INDEX, OK) from FD, which is not the initialiser: an
+ * Error that says so. */
+static void forged_init_done(int fd, uint32_t index, bool ok, uint64_t seq)
+{
+    Heapd__GlobalInitDone gd = HEAPD__GLOBAL_INIT_DONE__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT;
+    gd.index = index;
+    gd.ok = ok;
+    req.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_INIT_DONE;
+    req.global_init_done = &gd;
+    Heapd__Envelope *rep = raw_call(fd, &req, seq);
+    ck_assert_msg(rep->body_case == HEAPD__ENVELOPE__BODY_ERROR &&
+                      rep->error->code ==
+                          HEAPD__ERROR_CODE__ERROR_BAD_REQUEST &&
+                      strstr(rep->error->message, "not being initialised"),
+                  "a global_init_done(%u, %d) from a client that is not the "
+                  "initialiser was not refused", index, ok);
+    heapd__envelope__free_unpacked(rep, NULL);
+}
+
+static bool initialising(heapd_client *cc, uint64_t owner)
+{
     heapd_global_info gi[4];
     size_t n = 0;
     ck_assert_int_eq(heapd_globals(cc, gi, 4, &n), 0);
-    snprintf(seen, len, "%zu globals, state %d", n, n ? gi[0].state : -1);
-    return n == 1 && gi[0].state == 3;
+    return n == 1 && strcmp(gi[0].name, "slow") == 0 && gi[0].state == 2 &&
+           gi[0].owner == owner;
 }
 
-START_TEST(forged_owner_releases_nobody_else)
+START_TEST(forged_init_done_is_refused)
 {
-    int hang[2];
+    int hang[2], finish[2], waiting[2];
     char x;
     start();
     ck_assert_int_eq(pipe(hang), 0);
+    ck_assert_int_eq(pipe(finish), 0);
+    ck_assert_int_eq(pipe(waiting), 0);
     pid_t a = fork();
     ck_assert_int_ge(a, 0);
     if (a == 0) {
         heapd_client *c;
         heapd_mutator *m;
+        close(finish[1]);
         harness_attach(&D, &c, &m);
         hang_fd = hang[1];
-        heapd_global_once(m, "slow", init_hangs, NULL);
-        _exit(5); /* never returns */
+        finish_fd = finish[0];
+        void *v = heapd_global_once(m, "slow", init_waits, NULL);
+        _exit(v && cell_value(v) == 4242 ? 0 : 9);
     }
     close(hang[1]);
+    close(finish[0]);
     ck_assert_int_eq(read(hang[0], &x, 1), 1); /* A is inside init */
+    /* a waiter, which must get what A's init returns */
+    pid_t w = fork();
+    ck_assert_int_ge(w, 0);
+    if (w == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        close(finish[1]);
+        harness_attach(&D, &c, &m);
+        if (write(waiting[1], "w", 1) != 1)
+            _exit(6);
+        void *v = heapd_global_once(m, "slow", init_fine, NULL);
+        _exit(v && cell_value(v) == 4242 ? 0 : 7);
+    }
+    close(waiting[1]);
+    ck_assert_int_eq(read(waiting[0], &x, 1), 1);
     heapd_client *cc = harness_control(&D);
     heapd_global_info gi[4];
     size_t n;
@@ -730,40 +725,59 @@ START_TEST(forged_owner_releases_nobody_else)
     ck_assert_int_eq(gi[0].state, 2);
     uint64_t owner_a = gi[0].owner;
 
-    /* B, a mutator client, learns its id and writes it into the entry */
+    /* B, a mutator client, finds the entry's index and ends its init,
+     * well or badly, and ends one that does not exist */
     int b = harness_raw_connect(D.sock), hfd = -1;
     harness_send_hello(b, "default", PROTOCOL_VERSION,
                        HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
-    Heapd__Envelope *w = harness_read_env(b, &hfd);
-    ck_assert_msg(w && w->body_case == HEAPD__ENVELOPE__BODY_WELCOME,
+    Heapd__Envelope *e = harness_read_env(b, &hfd);
+    ck_assert_msg(e && e->body_case == HEAPD__ENVELOPE__BODY_WELCOME,
                   "heapd did not welcome the raw mutator client");
-    uint64_t id_b = w->welcome->client_id;
-    heapd__envelope__free_unpacked(w, NULL);
+    ck_assert_uint_ne(e->welcome->client_id, owner_a);
+    heapd__envelope__free_unpacked(e, NULL);
     ck_assert_int_ge(hfd, 0);
-    heapd_client *c;
-    heapd_mutator *m;
-    harness_attach(&D, &c, &m); /* maps the heap in this process */
-    struct layout_global *g = shared_entry("slow");
-    ck_assert_ptr_nonnull(g);
-    g->owner = id_b;
-    uint64_t crashed = harness_daemon_stats(&D).clients_crashed + 1;
     close(hfd);
-    close(b); /* B leaves without goodbye */
+    Heapd__GlobalClaim gc = HEAPD__GLOBAL_CLAIM__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT;
+    gc.name = (char *)"slow";
+    req.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_CLAIM;
+    req.global_claim = &gc;
+    e = raw_call(b, &req, 1);
+    ck_assert_msg(e->body_case == HEAPD__ENVELOPE__BODY_GLOBAL_CLAIMED &&
+                      e->global_claimed->role ==
+                          HEAPD__GLOBAL_ROLE__GLOBAL_WAIT,
+                  "a claim of a global being initialised was not told to "
+                  "wait");
+    uint32_t index = e->global_claimed->index;
+    heapd__envelope__free_unpacked(e, NULL);
+    forged_init_done(b, index, true, 2);
+    forged_init_done(b, index, false, 3);
+    forged_init_done(b, LAYOUT_MAX_GLOBALS, true, 4);
+    heapd_stats_t st = harness_stats(cc);
+    ck_assert_uint_eq(st.globals_init_refused, 3);
+    ck_assert_msg(initialising(cc, owner_a), "after forged ends of its "
+                  "init, global 'slow' is no longer A's to initialise");
+
+    /* B leaves without goodbye: it initialised nothing, nothing is
+     * released */
+    uint64_t crashed = st.clients_crashed + 1;
+    close(b);
     harness_wait_until(crashed_at_least, &crashed,
                        "the daemon to take the forging client's leave");
+    ck_assert_msg(initialising(cc, owner_a), "after a client that is not "
+                  "its initialiser left, global 'slow' is no longer A's");
+
+    /* A ends its init: the waiter and heapctl see A's value */
+    close(finish[1]);
+    harness_wait_ok(a, "the initialiser");
+    harness_wait_ok(w, "the waiter (it must get the initialiser's value)");
     ck_assert_int_eq(heapd_globals(cc, gi, 4, &n), 0);
     ck_assert_uint_eq(n, 1);
-    ck_assert_msg(gi[0].state == 2, "global 'slow' is in state %d after "
-                  "a client that is not its initialiser left", gi[0].state);
-    /* A is still the initialiser: its leaving releases the entry */
-    kill(a, SIGKILL);
-    harness_wait_pid(a, HARNESS_WAIT_MS);
-    harness_wait_until(released, cc,
-                       "the dead initialiser's global to be released");
-    ck_assert_uint_ne(owner_a, id_b);
+    ck_assert_int_eq(gi[0].state, 1);
+    ck_assert_uint_eq(gi[0].owner, 0);
+    ck_assert_uint_eq(gi[0].target_bytes, 32);
+    ck_assert_uint_eq(harness_stats(cc).globals_init_refused, 3);
     heapd_disconnect(cc);
-    heapd_detach(m);
-    heapd_disconnect(c);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
 }
@@ -810,8 +824,7 @@ static Suite *globals_suite(void)
     tcase_add_test(t, delete_while_initialising_is_busy);
     tcase_add_test(t, deleted_value_lives_while_referenced);
     tcase_add_test(t, deletes_while_marking_lose_nothing);
-    tcase_add_test(t, forged_initialising_does_not_hang_once);
-    tcase_add_test(t, forged_owner_releases_nobody_else);
+    tcase_add_test(t, forged_init_done_is_refused);
     suite_add_tcase(s, t);
     return s;
 }
