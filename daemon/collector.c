@@ -66,6 +66,7 @@
 #include "mark.h"
 #include "remark.h"
 #include "safepoint.h"
+#include "slotmem.h"
 #include "sweep.h"
 #include "verify.h"
 #include "workers.h"
@@ -101,19 +102,17 @@ static uint64_t now_ns(void)
 uint64_t collector_bytes_allocated(const struct heap *h)
 {
     uint64_t n = h->stats.alloc_retired;
-    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
-        const struct layout_mutator *m = heap_slot(h, i);
-        if (heap_slot_attached(h, i))
-            n += atomic_load_explicit(&m->alloc_bytes, memory_order_relaxed);
-    }
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (heap_slot_attached(h, i)) /* Note [Client control memory]:
+                                         a reader may flag a fault */
+            n += slotmem_alloc_bytes((struct heap *)h, i);
     return n;
 }
 
 void collector_retire_slot(struct heap *h, unsigned slot)
 {
-    struct layout_mutator *m = heap_slot(h, slot);
-    h->stats.alloc_retired += atomic_load(&m->alloc_bytes);
-    atomic_store(&m->alloc_bytes, 0);
+    h->stats.alloc_retired += slotmem_alloc_bytes(h, slot);
+    atomic_store(&heap_slot(h, slot)->alloc_bytes, 0);
 }
 
 uint64_t collector_request(struct heap *h)

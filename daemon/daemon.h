@@ -36,6 +36,9 @@ struct conn {
     struct heap *heap;          /* mutator clients: the heap they mapped */
     struct heap *named_heap;    /* the heap Hello named (control: stats, gc) */
     uint32_t held;              /* segments held (Note [Segment supply]) */
+    uint64_t granted;           /* bytes of segments ever granted: what
+                                   its mutators can have allocated (Note
+                                   [Client control memory]) */
     uint64_t slots[2];          /* bit i: mutator slot i is this client's */
     int mem_fd;                 /* mutator clients: their control memory
                                    (Note [Client control memory]), or -1 */

@@ -33,7 +33,7 @@
  * good, and forged BLOCKED words filled every slot.)
  */
 int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
-               unsigned region)
+               unsigned region, uint64_t granted)
 {
     for (int i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         if (heap_slot_attached(h, (unsigned)i))
@@ -43,6 +43,7 @@ int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
             return rc;
         struct layout_mutator *m = heap_slot(h, (unsigned)i);
         h->owners[i].region = region;
+        atomic_store(&h->owners[i].alloc_bound, granted);
         atomic_store(&h->owners[i].fault, SLOT_FAULT_NONE);
         m->client_id = client; /* for a debugger; never read back */
         m->slot_epoch++;
@@ -79,6 +80,14 @@ void grant_free_slot(struct heap *h, uint64_t slots[2], unsigned slot, int fd)
     atomic_store(&o->fault, SLOT_FAULT_NONE);
     slots[slot / 64] &= ~(1ull << (slot % 64));
     h->mutators--;
+}
+
+void grant_bound_slots(struct heap *h, const uint64_t slots[2],
+                       uint64_t granted)
+{
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (slots[i / 64] >> (i % 64) & 1)
+            atomic_store(&h->owners[i].alloc_bound, granted);
 }
 
 /* Note [Checking mutator slots]

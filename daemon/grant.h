@@ -17,13 +17,19 @@ struct workers;
 
 /* ---- mutator slots (Note [Mutator slots] in proto/layout.h) ---- */
 
-/* With heap->lock held: give client CLIENT a free slot, whose words are
- * region REGION of its control memory FD (Note [Client control memory]),
+/* With heap->lock held: give client CLIENT, granted GRANTED bytes of
+ * segments so far, a free slot, whose words are region REGION of its
+ * control memory FD (Note [Client control memory]),
  * marking it in SLOTS (bit i: slot i is the client's).  Returns the slot,
  * -ENOSPC when all LAYOUT_MAX_MUTATORS are attached, or another -errno
  * when the region cannot be mapped. */
 int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
-               unsigned region);
+               unsigned region, uint64_t granted);
+/* With heap->lock held: the client holding SLOTS has been granted
+ * GRANTED bytes of segments so far, which bounds what each of its
+ * mutators can say it allocated (Note [Client control memory]). */
+void grant_bound_slots(struct heap *h, const uint64_t slots[2],
+                       uint64_t granted);
 /* With heap->lock held: give slot SLOT of a client whose control memory
  * is FD back.  What its mutator logged and never sent is read from its
  * ring first: nothing a mutator logged is lost, even when it died (Note

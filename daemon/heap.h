@@ -51,6 +51,10 @@ struct heap_slot_owner {
                                         [Client control memory]); 0 none */
     unsigned region;                 /* its region of the client's control
                                         memory */
+    _Atomic uint64_t alloc_bound;    /* bytes of segments granted to its
+                                        client so far: more allocated is
+                                        a fault (Note [Client control
+                                        memory]) */
     int pid;                         /* the rest: heap->lock */
     unsigned uid;
     char name[64];                   /* client_name from Hello */

@@ -400,7 +400,7 @@ static int handle_attach(struct conn *c, uint64_t seq)
     while (used[region])
         region++;
     pthread_mutex_lock(&h->lock);
-    slot = grant_slot(h, c->id, c->slots, c->mem_fd, region);
+    slot = grant_slot(h, c->id, c->slots, c->mem_fd, region, c->granted);
     if (slot >= 0)
         safepoint_own_slot(h, (unsigned)slot, (int)c->peer.pid,
                            (unsigned)c->peer.uid, c->name);
@@ -472,6 +472,11 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
 
     pthread_mutex_lock(&h->lock);
     int rc = grant_segments(h, c->id, &c->held, r, final, &g, &wait_cycle);
+    if (rc == 0) {
+        c->granted += (uint64_t)(r->kind == GRANT_LARGE ? g.run : (uint32_t)g.n)
+                      << h->seg_shift;
+        grant_bound_slots(h, c->slots, c->granted);
+    }
     uint32_t held = c->held;
     uint64_t charged = seg_charged_bytes(h, c->id, true); /* Note [Quota] */
     segtab_assert(&h->segs); /* Note [Checking the segment table] */

@@ -82,10 +82,24 @@ const char *slotmem_fault_name(enum slot_fault f)
                "the daemon's tail, or behind it";
     case SLOT_FAULT_STATUS:
         return "a status of FREE while attached";
+    case SLOT_FAULT_ALLOC_BYTES:
+        return "more bytes allocated than its client was ever granted";
     case SLOT_FAULT_NONE:
         break;
     }
     return "nothing";
+}
+
+uint64_t slotmem_alloc_bytes(struct heap *h, unsigned slot)
+{
+    uint64_t n = atomic_load_explicit(&heap_slot(h, slot)->alloc_bytes,
+                                      memory_order_relaxed);
+    uint64_t bound = atomic_load_explicit(&h->owners[slot].alloc_bound,
+                                          memory_order_relaxed);
+    if (n <= bound)
+        return n;
+    slotmem_fault(h, slot, SLOT_FAULT_ALLOC_BYTES);
+    return bound;
 }
 
 void slotmem_fault(struct heap *h, unsigned slot, enum slot_fault why)

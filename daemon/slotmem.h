@@ -15,6 +15,7 @@ enum slot_fault {
     SLOT_FAULT_ROOT_DEPTH,
     SLOT_FAULT_URS_HEAD,
     SLOT_FAULT_STATUS,
+    SLOT_FAULT_ALLOC_BYTES,
 };
 
 /* Reserve heap->windows, zero pages for every slot; -errno. */
@@ -31,6 +32,10 @@ int slotmem_map(struct heap *h, unsigned slot, int fd, unsigned region);
 /* With heap->lock held: zero pages over slot SLOT's window again, and
  * give the region's pages in FD back (FD may be -1). */
 void slotmem_unmap(struct heap *h, unsigned slot, int fd, unsigned region);
+
+/* Any daemon thread: the bytes slot SLOT says its mutator allocated,
+ * bounded by what its client was granted (a fault past it). */
+uint64_t slotmem_alloc_bytes(struct heap *h, unsigned slot);
 
 /* Any daemon thread: slot SLOT's client wrote WHY.  The first fault of an
  * attachment is kept and the loop thread told (heap->fault_notify). */

@@ -292,9 +292,12 @@ static inline uint32_t layout_small_block(uint64_t off, uint32_t first,
  * lose their lists).  What a client writes there is its own damage, and
  * the daemon reads it as untrusted input: a root depth beyond
  * LAYOUT_MAX_ROOTS, a ring head more than LAYOUT_URS_SIZE ahead of the
- * tail or behind it, or a status of FREE on an attached slot makes the
- * daemon disconnect the client and count it (clients_disconnected); it is
- * never waited for because of them.
+ * tail or behind it, a status of FREE on an attached slot, or more bytes
+ * allocated than its client was ever granted in segments makes the daemon
+ * disconnect the client and count it (clients_disconnected); meanwhile
+ * the daemon uses the bound instead (it marks what the stack and the ring
+ * can hold, counts the slot as stopped, counts the granted bytes) and
+ * never waits for the slot because of them.
  */
 enum layout_mut_state {
     LAYOUT_MUT_FREE = 0,     /* no mutator */

@@ -253,7 +253,7 @@ END_TEST
 
 /* What the attacker writes into its own slot (region 0 of its control
  * memory), in a blocking region so that no stop waits for it. */
-enum nonsense { DEEP_ROOTS, URS_AHEAD, FREE_STATUS };
+enum nonsense { DEEP_ROOTS, URS_AHEAD, FREE_STATUS, ALLOC_AHEAD };
 
 static void write_nonsense(heapd_mutator *m, void *arg)
 {
@@ -273,6 +273,9 @@ static void write_nonsense(heapd_mutator *m, void *arg)
     case FREE_STATUS:
         atomic_store(&s->status, LAYOUT_STATUS(0, LAYOUT_MUT_FREE));
         break;
+    case ALLOC_AHEAD: /* would make every grant of the heap wait for cycles */
+        atomic_store(&s->alloc_bytes, (uint64_t)1 << 60);
+        break;
     }
 }
 
@@ -289,6 +292,7 @@ START_TEST(nonsense_in_own_slot_disconnects_the_client)
         {DEEP_ROOTS, "a root depth past the root stack"},
         {URS_AHEAD, "a ring head ten rings ahead"},
         {FREE_STATUS, "a FREE status while attached"},
+        {ALLOC_AHEAD, "2^60 bytes allocated"},
     };
     struct bystander b = bystander_begin();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -299,7 +303,8 @@ START_TEST(nonsense_in_own_slot_disconnects_the_client)
         kill(kid, SIGKILL);
         harness_wait_pid(kid, HARNESS_WAIT_MS);
     }
-    harness_wait_stat(&D, NULL, clients_disconnected, ==, 3);
+    harness_wait_stat(&D, NULL, clients_disconnected, ==, 4);
+    ck_assert_uint_lt(harness_daemon_stats(&D).bytes_allocated, 1ull << 40);
     ck_assert_msg(harness_log_contains(&D, "into mutator slot"),
                   "heapd's log does not name the disconnected client");
     bystander_end(b, "nonsense in the attackers' own slots");
