@@ -562,6 +562,34 @@ heapd_client *harness_connect_ok(const char *sock, unsigned flags)
     return c;
 }
 
+struct connect_retry {
+    const char *sock;
+    unsigned flags;
+    heapd_client *c;
+};
+
+static bool connect_not_full(void *arg, char *seen, size_t seen_len)
+{
+    struct connect_retry *r = arg;
+    heapd_connect_opts o = {.socket_path = r->sock, .flags = r->flags};
+    int rc = heapd_connect(&r->c, &o);
+    if (rc == -EAGAIN) {
+        snprintf(seen, seen_len, "%s", heapd_last_error());
+        return false;
+    }
+    ck_assert_msg(rc == 0, "heapd_connect: %s (%s)", heapd_strerror(rc),
+                  heapd_last_error());
+    return true;
+}
+
+heapd_client *harness_connect_when_room(const char *sock, unsigned flags)
+{
+    struct connect_retry r = {sock, flags, NULL};
+    harness_wait_until(connect_not_full, &r,
+                       "heapd to have closed the connections it refused");
+    return r.c;
+}
+
 uint32_t harness_still_serving(const char *sock)
 {
     heapd_client *c = harness_connect_ok(sock, HEAPD_CONNECT_CONTROL);

@@ -112,6 +112,9 @@ int harness_run(const char *cmd, char *out, size_t outlen);
 /* ---- for suites that use libheapd against a started daemon ---- */
 /* Connect to SOCK with FLAGS (fails the test on error). */
 heapd_client *harness_connect_ok(const char *sock, unsigned flags);
+/* The same, but while heapd refuses it for want of connections (EAGAIN:
+ * connections it has closed may not be freed yet), try again, bounded. */
+heapd_client *harness_connect_when_room(const char *sock, unsigned flags);
 /* The daemon still works: a fresh control client gets stats; returns how
  * many clients are connected. */
 uint32_t harness_still_serving(const char *sock);

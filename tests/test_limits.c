@@ -409,7 +409,7 @@ START_TEST(idle_connections_time_out)
             harness_expect_error_and_close(fds[i],
                                    HEAPD__ERROR_CODE__ERROR_UNEXPECTED,
                                    "handshake_timeout");
-        heapd_client *c = harness_connect_ok(D.sock, 0);
+        heapd_client *c = harness_connect_when_room(D.sock, 0);
         heapd_mutator *m;
         ck_assert_int_eq(heapd_attach(c, &m), 0);
         heapd_detach(m);
