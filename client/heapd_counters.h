@@ -67,6 +67,7 @@
     X(mark_overflows, uint64_t, COUNTER, COUNT, LOCKED, "mark stacks (or the pool) that overflowed") \
     X(clients_crashed, uint64_t, COUNTER, COUNT, LOCKED, "mutator clients gone without goodbye") \
     X(clients_disconnected, uint64_t, COUNTER, COUNT, LOCKED, "clients disconnected for nonsense in their control memory") \
+    X(segments_repunched, uint64_t, COUNTER, COUNT, LOCKED, "free segments a client wrote into, given back again") \
     X(segments_orphaned, uint64_t, COUNTER, COUNT, DERIVED, "segments left with objects by clients gone") \
     X(segments_adopted, uint64_t, COUNTER, COUNT, DERIVED, "orphaned segments freed by a sweep or reused") \
     X(pause_count, uint64_t, COUNTER, COUNT, LOCKED, "pauses; pause_total_ns / pause_count is the mean") \

@@ -68,6 +68,7 @@ struct daemon {
     bool socket_activated;      /* listener came from systemd: keep file */
     uv_signal_t sig_term, sig_int;
     uv_timer_t watchdog;
+    uv_timer_t strays;          /* Note [Free memory stays free] */
     uv_timer_t grace;           /* shutdown deadline for draining */
     bool watchdog_on;
     size_t n_heaps;

@@ -136,6 +136,7 @@ static void begin_shutdown(struct daemon *d, const char *why)
     uv_close((uv_handle_t *)&d->sig_int, NULL);
     if (d->watchdog_on)
         uv_close((uv_handle_t *)&d->watchdog, NULL);
+    uv_close((uv_handle_t *)&d->strays, NULL);
     server_stop(d);
     if (d->n_conns > 0) {
         uv_timer_init(&d->loop, &d->grace);
@@ -164,6 +165,24 @@ static void start_watchdog(struct daemon *d)
     uv_timer_init(&d->loop, &d->watchdog);
     uv_timer_start(&d->watchdog, on_watchdog, usec / 2000, usec / 2000);
     d->watchdog_on = true;
+}
+
+/* Note [Free memory stays free]: what a client wrote into free segments
+ * is given back within a tick, cycles or not. */
+static void on_strays(uv_timer_t *t)
+{
+    struct daemon *d = t->data;
+    for (size_t i = 0; i < d->n_heaps; i++)
+        seg_punch_strays(&d->heaps[i]);
+}
+
+static void start_strays(struct daemon *d)
+{
+    uv_timer_init(&d->loop, &d->strays);
+    d->strays.data = d;
+    uv_timer_start(&d->strays, on_strays, SEG_STRAYS_EVERY_MS,
+                   SEG_STRAYS_EVERY_MS);
+    uv_unref((uv_handle_t *)&d->strays); /* connections keep the loop up */
 }
 
 static void close_walk(uv_handle_t *h, void *arg)
@@ -272,6 +291,7 @@ int main(int argc, char **argv)
     if (server_listen(d) < 0)
         goto out;
     start_watchdog(d);
+    start_strays(d);
     announce_ready(d);
     uv_run(&d->loop, UV_RUN_DEFAULT);
     rc = 0;

@@ -771,8 +771,10 @@ uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep)
  * The daemon's bound is its own accounting: the memfd holds at most the
  * control area and the segments not punched (granted ones, FILLED ones,
  * large runs, the free pool kept committed on purpose:
- * Note [Segment supply]).  At the end of every cycle and whenever a client leaves,
- * seg_punch_strays compares that with the memfd's allocated blocks
+ * Note [Segment supply]).  At the end of every cycle, whenever a client
+ * leaves and every SEG_STRAYS_EVERY_MS (a timer of the loop thread: a
+ * client that writes and then idles makes no cycle), seg_punch_strays
+ * compares that with the memfd's allocated blocks
  * (fstat, as heap_committed_bytes); only when the memfd holds more does it
  * walk the memfd's data extents (lseek SEEK_DATA / SEEK_HOLE) and punch
  * again every FREE segment believed punched that has pages.  The check
@@ -854,6 +856,7 @@ uint32_t seg_punch_strays(struct heap *h)
     }
     total += r.segs;
     runs_punch(h, &r);
+    h->stats.segments_repunched += total;
     segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
     if (total)

@@ -156,6 +156,10 @@ uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep);
  * segment it believes punched that has pages again.  Locks as
  * seg_punch_idle.  Returns the segments punched. */
 uint32_t seg_punch_strays(struct heap *h);
+/* How often the loop thread runs seg_punch_strays besides cycles' ends
+ * and departures (Note [Free memory stays free]): cheap (an fstat and a
+ * walk of the table under the lock) unless there are strays. */
+#define SEG_STRAYS_EVERY_MS 1000u
 
 /* Note [Checking the segment table] in segment.c: true iff T's counters
  * and bitmaps agree with a recount of its states; logs what disagrees.
