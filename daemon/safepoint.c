@@ -124,6 +124,19 @@ static bool slot_stopped(uint32_t st, uint32_t gen, enum safepoint_kind kind)
     }
 }
 
+/* Note [Client control memory]: a running mutator's ack is a
+ * generation the daemon issued, GEN or one before it; one ahead of GEN
+ * (in the half of the 30-bit circle ahead) was written by no mutator.
+ * (A blocked or waiting mutator keeps an old ack, which may be any
+ * distance behind.) */
+static bool ack_ahead(uint32_t st, uint32_t gen)
+{
+    uint32_t acked = LAYOUT_STATUS_GEN(st);
+    uint32_t d = (acked - gen) & LAYOUT_GEN_MASK;
+    return LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_RUNNING && acked != 0 &&
+           d != 0 && d < LAYOUT_GEN_MASK / 2;
+}
+
 /* Log the mutator in SLOT that has held up a stop for WAITED ns: who it
  * is, from the daemon's own record, and what its program must do. */
 static void report_slow(struct heap *h, unsigned slot, uint32_t st,
@@ -178,7 +191,8 @@ uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
             /* Note [Slots are the daemon's] in daemon/grant.c */
             if (!heap_slot_attached(h, i))
                 break;
-            if (LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_FREE) {
+            if (LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_FREE ||
+                ack_ahead(st, gen)) {
                 slotmem_fault(h, i, SLOT_FAULT_STATUS);
                 break;
             }

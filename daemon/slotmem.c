@@ -81,7 +81,8 @@ const char *slotmem_fault_name(enum slot_fault f)
         return "an update remembered set head more than a ring ahead of "
                "the daemon's tail, or behind it";
     case SLOT_FAULT_STATUS:
-        return "a status of FREE while attached";
+        return "a status of FREE while attached, or the ack of a stop "
+               "never asked for";
     case SLOT_FAULT_ALLOC_BYTES:
         return "more bytes allocated than its client was ever granted";
     case SLOT_FAULT_NONE:

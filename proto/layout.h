@@ -292,7 +292,8 @@ static inline uint32_t layout_small_block(uint64_t off, uint32_t first,
  * lose their lists).  What a client writes there is its own damage, and
  * the daemon reads it as untrusted input: a root depth beyond
  * LAYOUT_MAX_ROOTS, a ring head more than LAYOUT_URS_SIZE ahead of the
- * tail or behind it, a status of FREE on an attached slot, or more bytes
+ * tail or behind it, a status of FREE on an attached slot or an ack of a
+ * stop the daemon never raised, or more bytes
  * allocated than its client was ever granted in segments makes the daemon
  * disconnect the client and count it (clients_disconnected); meanwhile
  * the daemon uses the bound instead (it marks what the stack and the ring

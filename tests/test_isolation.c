@@ -253,7 +253,7 @@ END_TEST
 
 /* What the attacker writes into its own slot (region 0 of its control
  * memory), in a blocking region so that no stop waits for it. */
-enum nonsense { DEEP_ROOTS, URS_AHEAD, FREE_STATUS, ALLOC_AHEAD };
+enum nonsense { DEEP_ROOTS, URS_AHEAD, FREE_STATUS, ALLOC_AHEAD, ACK_AHEAD };
 
 static void write_nonsense(heapd_mutator *m, void *arg)
 {
@@ -276,6 +276,12 @@ static void write_nonsense(heapd_mutator *m, void *arg)
     case ALLOC_AHEAD: /* would make every grant of the heap wait for cycles */
         atomic_store(&s->alloc_bytes, (uint64_t)1 << 60);
         break;
+    case ACK_AHEAD: { /* running, off any safepoint: a stop would wait */
+        uint32_t gen = LAYOUT_STATUS_GEN(atomic_load(&s->status));
+        atomic_store(&s->status, LAYOUT_STATUS((gen + 1000) & LAYOUT_GEN_MASK,
+                                               LAYOUT_MUT_RUNNING));
+        break;
+    }
     }
 }
 
@@ -293,6 +299,7 @@ START_TEST(nonsense_in_own_slot_disconnects_the_client)
         {URS_AHEAD, "a ring head ten rings ahead"},
         {FREE_STATUS, "a FREE status while attached"},
         {ALLOC_AHEAD, "2^60 bytes allocated"},
+        {ACK_AHEAD, "RUNNING with the ack of a stop 1000 ahead"},
     };
     struct bystander b = bystander_begin();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -303,7 +310,7 @@ START_TEST(nonsense_in_own_slot_disconnects_the_client)
         kill(kid, SIGKILL);
         harness_wait_pid(kid, HARNESS_WAIT_MS);
     }
-    harness_wait_stat(&D, NULL, clients_disconnected, ==, 4);
+    harness_wait_stat(&D, NULL, clients_disconnected, ==, 5);
     ck_assert_uint_lt(harness_daemon_stats(&D).bytes_allocated, 1ull << 40);
     ck_assert_msg(harness_log_contains(&D, "into mutator slot"),
                   "heapd's log does not name the disconnected client");
