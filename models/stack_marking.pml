@@ -10,8 +10,8 @@
  * (daemon/safepoint.c: a final sync counts a WAITING mutator as stopped, a
  * snapshot waits for it), Note [Client GC discipline] (client/heapd.h:
  * every safepoint call takes its safepoint on entry, before it changes the
- * stack; client/client_internal.h: mutator_enter, barrier_park,
- * barrier_unpark; client/mutator.c: heapd_root_push/set/pop;
+ * stack; client/barrier.h: mutator_enter, barrier_park, barrier_unpark;
+ * client/mutator.c: heapd_root_push/set/pop, mutator_call;
  * client/globals.c: heapd_global_set; client/alloc.c: heapd_write), the
  * daemon's mark_stack / trace_stack / mark_roots / mark_urs
  * (daemon/mark.c) and Note [Collection cycle] (daemon/collector.c: the
@@ -52,9 +52,18 @@
  *     wait across a final sync.
  *   - heapd_cas runs heapd_write's barrier and is not modelled separately.
  *     One global root exists before the cycles (mark_roots marks it before
- *     the stacks); NOT modelled: heapd_global_set's claim of a new global
- *     (a blocking call with REF parked, then mutator_enter again: the same
- *     shape as growing the stack, GROW below).
+ *     the stacks).  heapd_global_set's claim of a new global is CLAIM
+ *     below, on that one global: in the code mark_roots skips an entry
+ *     created during the cycle (black) and reads the value of an older
+ *     one, perhaps before the claim's store; the model's one read of the
+ *     global, which may come before the store, stands for both (the
+ *     daemon does not see the new value).  NOT modelled:
+ *     heapd_global_once's end of init (the result stored, then parked
+ *     across the GlobalInitDone request, then mutator_enter again): the
+ *     wait has the claim's shape, but the value is a global's before it.
+ *   - The root stack is a fixed array in the client's control memory
+ *     (Note [Client control memory]): heapd_root_push never waits for
+ *     the daemon.
  *
  * Heap: objects 1..3 (0 is NULL), one reference field each, one global
  * (NULL at first).  The stack holds object 1, whose field holds object 2;
@@ -64,7 +73,8 @@
  * heapd_write it into root 0's field (Note [Client GC discipline]: a
  * popped value stays valid until the next safepoint); heapd_global_set
  * the global to the top root; read the top root's field and
- * heapd_root_push it.  CYCLES collection cycles run.
+ * heapd_root_push it; with CLAIM, allocate and heapd_global_set a new
+ * global to it.  CYCLES collection cycles run.
  *
  * Properties:
  *   (K1) when marking ends (end of the final sync, sweep about to start),
@@ -106,15 +116,33 @@
  *                          see models/stop.pml): K4 fails, and with
  *                          NDEBUG K1, as with BUG_BARRIER_BLOCKED.
  *
- * -DGROW adds heapd_root_push growing the stack (a request to the daemon
- * inside a blocking region, during which a final sync, a sweep and a new
- * snapshot may pass; REF stays parked).  Either of two things keeps REF:
- * mutator_enter running again after grow_roots (the stack barrier of a
- * cycle begun meanwhile logs the parked REF), and mark_stack loading
- * pending_root before root_depth (a daemon that reads the old depth sees
- * REF parked).  Each verifies alone; the mutant without both must fail:
- *   BUG_DEPTH_FIRST        mark_stack loads root_depth before pending_root;
- *   BUG_GROW_NO_BARRIER    no mutator_enter after grow_roots.
+ * -DCLAIM adds heapd_global_set claiming a new global for a new object
+ * (on no stack and in no field: only the parked value and the barriers
+ * keep it): the entry with REF parked, then the GlobalClaim request in a
+ * blocking region (mutator_call), during which a final sync, a sweep and a
+ * new snapshot may pass, then mutator_enter again, barrier_global_slow
+ * (the old value, while marking), the store and the unpark.  Its mutant:
+ *   BUG_CLAIM_NO_BARRIER   no mutator_enter after the claim: K1 fails (a
+ *                          snapshot during the claim, mark_roots reads the
+ *                          global before the store, the mutator stores REF
+ *                          and unparks before mark_stack reads
+ *                          pending_root: REF, allocated before that
+ *                          snapshot, is unmarked and reachable from the
+ *                          global).
+ *
+ * BUG_DEPTH_FIRST (mark_stack loads root_depth before pending_root) is
+ * kept to show that the order no longer matters here, and is listed in no
+ * configuration: it verifies with and without CLAIM (checked with spin).
+ * The order keeps a value that a call parks across a wait a cycle can
+ * pass and then pushes without a stack barrier in between (the daemon
+ * reads the old depth and the parked value, or the new depth).  No such
+ * push is left: heapd_root_push waits only in its entry, and the stack
+ * barrier there means that this cycle's trace of the stack has ended
+ * before the push (the mutator lost the stack word and waited for
+ * stack_marked, or the stack was marked already) or never runs (the
+ * mutator logged the stack).  The claim stores REF in the global, not on
+ * the stack: with the barrier after the claim REF is kept whatever the
+ * order, and without it BUG_CLAIM_NO_BARRIER fails whatever the order.
  */
 
 #define NOBJ    4       /* objects 1..3; index 0 is NULL */
@@ -150,9 +178,6 @@ byte pending;               /* slot->pending_root */
 byte glob;                  /* one global root's value (Note [Global roots]) */
 byte urs[CAP];              /* the URS ring */
 byte ulen;
-#ifdef GROW
-byte chunks = 1;            /* root chunks of one slot each */
-#endif
 
 bool alive[NOBJ];           /* block allocated */
 byte mark[NOBJ];            /* mark byte: epoch of the last mark/allocation */
@@ -209,8 +234,8 @@ inline scan_one()
 
 /* mark_stack(j, slot, false) from mark_roots, under the heap lock (the
  * loop thread cannot free the slot meanwhile), concurrently with the
- * mutator.  trace_stack loads root_depth, then pending_root, then each
- * root slot. */
+ * mutator.  trace_stack loads pending_root, then root_depth, then each
+ * root slot (BUG_DEPTH_FIRST: root_depth first). */
 inline mark_stack_concurrent()
 {
     atomic {
@@ -598,29 +623,37 @@ inline write_root0(v)
     k = 0
 }
 
-/* heapd_root_push(m, v) */
+/* heapd_root_push(m, v): the entry, then the push (a fixed array: no
+ * wait) */
 inline root_push(v)
 {
     enter(v);
-#ifdef GROW
-    if
-    :: depth == chunks ->
-        /* grow_roots: V parked, then a request to the daemon (a blocking
-         * region: a stop, even a whole new snapshot, may pass) */
-        pending = v; parked = true;
-        in_heap = false;
-        atomic { !stop -> in_heap = true };
-        chunks++;
-#ifndef BUG_GROW_NO_BARRIER
-        enter(v);               /* mutator_enter again after the wait */
-#endif
-        skip
-    :: else -> skip
-    fi;
-#endif
     use(v);
     stk[depth] = v;
     depth++;
+    unpark()
+}
+
+/* heapd_global_set(m, a new global, v) (client/globals.c): the entry;
+ * no entry yet, so v parked (barrier_park) and claim(): the GlobalClaim
+ * request in a blocking region (a stop, even a whole new cycle, may pass);
+ * mutator_enter again; barrier_global_slow logs the old value while
+ * marking; the store; the unpark */
+inline global_claim(v)
+{
+    enter(v);
+    pending = v; parked = true;
+    in_heap = false;                    /* heapd_blocking_enter */
+    atomic { !stop -> in_heap = true }; /* heapd_blocking_leave */
+#ifndef BUG_CLAIM_NO_BARRIER
+    enter(v);                           /* mutator_enter after the wait */
+#endif
+    if
+    :: phase == MARK -> lr = glob; barrier_log(lr)
+    :: else -> skip
+    fi;
+    use(v);
+    glob = v;
     unpark()
 }
 
@@ -702,6 +735,15 @@ proctype Mutator()
                 use(o);
                 root_push(o);
                 o = 0
+#ifdef CLAIM
+            :: true ->
+                /* allocate, then heapd_global_set(a new global, it) */
+                alloc();
+                if
+                :: o != 0 -> global_claim(o); o = 0
+                :: else -> skip
+                fi
+#endif
             fi
         };
         /* heapd_detach: blocked, the daemon frees the slot */
