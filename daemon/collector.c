@@ -297,15 +297,17 @@ static bool final_sync(struct collector *gc, struct mark_job *mj)
  * (at least one, at most gc_threads); the workers also run at a lower
  * priority (Note [Worker priority]).
  */
-static unsigned concurrent_workers(const struct heap *h, unsigned max)
+static unsigned concurrent_workers(struct heap *h, unsigned max)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long running = 0;
-    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
-        if (heap_slot_attached(h, i) &&
-            LAYOUT_STATUS_STATE(atomic_load(&heap_slot(h, i)->status)) ==
-                LAYOUT_MUT_RUNNING)
-            running++;
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+        if (!heap_slot_enter(h, i)) /* Note [Slot windows] */
+            continue;
+        running += LAYOUT_STATUS_STATE(atomic_load(&heap_slot(h, i)->status)) ==
+                   LAYOUT_MUT_RUNNING;
+        heap_slot_leave(h);
+    }
     long n = cores - running;
     return n < 1 ? 1 : n > (long)max ? max : (unsigned)n;
 }

@@ -74,7 +74,7 @@ void grant_free_slot(struct heap *h, uint64_t slots[2], unsigned slot, int fd)
     o->pid = 0;
     o->uid = 0;
     o->name[0] = '\0';
-    atomic_store_explicit(&o->client_id, 0, memory_order_release);
+    atomic_store(&o->client_id, 0); /* seq_cst: Note [Slot windows] */
     safepoint_free_slot(h, slot);
     slotmem_unmap(h, slot, fd, o->region);
     atomic_store(&o->fault, SLOT_FAULT_NONE);

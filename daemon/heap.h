@@ -88,6 +88,9 @@ struct heap {
                                         memory]): heap_slot */
     struct notify fault_notify;      /* a slot's fault is set: the loop
                                         thread disconnects its client */
+    _Atomic uint32_t window_readers; /* threads reading a slot's window
+                                        without heap->lock (Note [Slot
+                                        windows] in daemon/slotmem.c) */
     unsigned clients;                /* mutator clients connected */
     unsigned mutators;               /* attached mutator slots */
     unsigned seg_shift;              /* log2(segment_size) */
@@ -127,6 +130,23 @@ static inline struct layout_mutator *heap_slot(const struct heap *h,
 {
     return (struct layout_mutator *)(h->windows +
                                      (size_t)i * LAYOUT_MUTATOR_BYTES);
+}
+
+/* Without heap->lock: begin reading slot I's window if it is attached
+ * (false: it is not, and nothing may be read); heap_slot_leave ends it.
+ * Sequentially consistent, against grant_free_slot's clearing of the
+ * owner and slotmem_unmap's wait (Note [Slot windows]). */
+static inline bool heap_slot_enter(struct heap *h, unsigned i)
+{
+    atomic_fetch_add(&h->window_readers, 1);
+    if (atomic_load(&h->owners[i].client_id) != 0)
+        return true;
+    atomic_fetch_sub_explicit(&h->window_readers, 1, memory_order_release);
+    return false;
+}
+static inline void heap_slot_leave(struct heap *h)
+{
+    atomic_fetch_sub_explicit(&h->window_readers, 1, memory_order_release);
 }
 
 static inline void *heap_seg_addr(const struct heap *h, uint32_t i)

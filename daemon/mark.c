@@ -605,15 +605,16 @@ void mark_stack(struct mark_job *j, unsigned slot, bool stopped)
     struct seeder sd = {0};
     uint32_t epoch = j->epoch;
 
-    if (!heap_slot_attached(j->h, slot) ||
-        atomic_load(&m->stack_marked) == epoch)
+    if (!heap_slot_enter(j->h, slot)) /* Note [Slot windows] */
         return;
+    if (atomic_load(&m->stack_marked) == epoch)
+        goto out;
     uint32_t old = atomic_load(&m->stack_marking);
     if (!stopped) {
         /* Note [Stack marking handshake]: lose, and the mutator marks it */
         if (old == epoch ||
             !atomic_compare_exchange_strong(&m->stack_marking, &old, epoch))
-            return;
+            goto out;
     } else {
         atomic_store(&m->stack_marking, epoch);
     }
@@ -622,6 +623,8 @@ void mark_stack(struct mark_job *j, unsigned slot, bool stopped)
     /* marked only once every root is: the mutator may mutate after this */
     atomic_store(&m->stack_marked, epoch);
     futex_wake_all(&m->stack_marked);
+out:
+    heap_slot_leave(j->h);
 }
 
 void mark_roots(struct mark_job *j)

@@ -187,10 +187,12 @@ uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
         struct layout_mutator *m = heap_slot(h, i);
         uint64_t next_report = t0 + report_ns;
         for (unsigned spin = 0;; spin++) {
-            uint32_t st = atomic_load(&m->status);
-            /* Note [Slots are the daemon's] in daemon/grant.c */
-            if (!heap_slot_attached(h, i))
+            /* Note [Slots are the daemon's] in daemon/grant.c; the load
+             * in a reader's section (Note [Slot windows]) */
+            if (!heap_slot_enter(h, i))
                 break;
+            uint32_t st = atomic_load(&m->status);
+            heap_slot_leave(h);
             if (LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_FREE ||
                 ack_ahead(st, gen)) {
                 slotmem_fault(h, i, SLOT_FAULT_STATUS);

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -59,8 +60,28 @@ int slotmem_map(struct heap *h, unsigned slot, int fd, unsigned region)
     return p == MAP_FAILED ? -errno : 0;
 }
 
+/* Note [Slot windows]
+ * ~~~~~~~~~~~~~~~~~~~~
+ * A window changes mapping only while no thread reads it.  Under
+ * heap->lock it is read freely (grant_slot and grant_free_slot hold it
+ * too); without it -- the stop loop, the concurrent workers count, a
+ * worker's mark_stack -- only between heap_slot_enter and
+ * heap_slot_leave, which count the thread in heap->window_readers and
+ * then find the slot attached.  grant_free_slot clears the owner (a
+ * sequentially consistent store), and slotmem_unmap then waits for
+ * window_readers to reach 0 before its mmap: a reader either counted
+ * itself first, and is waited for, or finds the slot free and reads
+ * nothing (the two orders of a Dekker pair).  A reader's section holds
+ * no lock that the loop thread could hold while it waits (the job's
+ * mutex is only ever taken after heap->lock).  An attach maps a window
+ * that nobody reads: its owner is set, with release, only after the
+ * mmap.  (TSan reported the unsynchronised version: an mmap over a
+ * window while the stop loop loaded its status.)
+ */
 void slotmem_unmap(struct heap *h, unsigned slot, int fd, unsigned region)
 {
+    while (atomic_load(&h->window_readers) != 0)
+        sched_yield();
     int rc = zero_window(heap_slot(h, slot), LAYOUT_MUTATOR_BYTES, MAP_FIXED);
     if (rc < 0) /* only ENOMEM for the VMA: the window then keeps the region */
         log_error("heap '%s': cannot replace the window of mutator slot %u: "
