@@ -769,7 +769,8 @@ uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep)
  * or given back) and make memory committed that no segment accounts for:
  * 512 MiB written into never-granted segments stayed committed for good.
  * The daemon's bound is its own accounting: the memfd holds at most the
- * control area and the segments not punched (granted ones, FILLED ones,
+ * used part of the control segments (the control area; nobody uses the
+ * rest, which is punched again as well) and the segments not punched (granted ones, FILLED ones,
  * large runs, the free pool kept committed on purpose:
  * Note [Segment supply]).  At the end of every cycle, whenever a client
  * leaves and every SEG_STRAYS_EVERY_MS (a timer of the loop thread: a
@@ -795,16 +796,35 @@ uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep)
  * the daemon's own count for longer than a cycle.
  */
 
+/* The bytes of the control segments that hold the control area; the
+ * rest of them nobody uses (the mutator slots are in clients' own memory:
+ * Note [Client control memory]). */
+#define CONTROL_USED                                                         \
+    ((sizeof(struct layout_control) + 4095u) & ~(uint64_t)4095u)
+
 /* With heap->lock held: the bytes the daemon counts as committed (Note
  * [Free memory stays free]): the control area and every segment not
  * punched (none at or above `high` was ever taken). */
 static uint64_t accounted_bytes(const struct heap *h)
 {
     const struct segtab *t = &h->segs;
-    uint64_t n = t->first;
+    uint64_t n = 0;
     for (uint32_t i = t->first; i < t->high; i++)
         n += !t->segs[i].punched;
-    return n << h->seg_shift;
+    return CONTROL_USED + (n << h->seg_shift);
+}
+
+/* Give back what a client wrote into the unused rest of the control
+ * segments; true if it had pages. */
+static bool punch_control_rest(struct heap *h)
+{
+    off_t off = (off_t)CONTROL_USED;
+    off_t end = (off_t)h->segs.first << h->seg_shift;
+    off_t d = off < end ? lseek(h->fd, off, SEEK_DATA) : -1;
+    if (d < 0 || d >= end)
+        return false;
+    return fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
+                     end - off) == 0;
 }
 
 uint32_t seg_punch_strays(struct heap *h)
@@ -821,6 +841,9 @@ uint32_t seg_punch_strays(struct heap *h)
     pthread_mutex_unlock(&h->lock);
     if (committed <= accounted)
         return 0;
+    if (punch_control_rest(h))
+        log_info("heap '%s': the unused part of the control area had pages "
+                 "(a client wrote there): punched again", h->cfg->name);
 
     off_t end = (off_t)t->count << h->seg_shift;
     off_t off = (off_t)t->first << h->seg_shift;
