@@ -594,23 +594,40 @@ uint8_t seg_class(struct heap *h, uint32_t i)
     return c;
 }
 
-/* An owned small segment leaves its owner. */
+/* Note [A segment leaves its owner]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * An OWNED small segment that is returned, or whose owner goes away,
+ * becomes FILLED with the class the daemon has parsed it by (seg.cls,
+ * cached by seg_class from the first valid header it read), or, if it
+ * never read one, with the class the header says now.  If neither gives
+ * a class, no block of it was ever taken for an object -- validate_ref
+ * and the sweep parse a segment only through seg_class, which caches
+ * what it parses by -- so nothing can hold a reference into it: it is
+ * FREE at once, as a blank one is, and a header that is not blank is
+ * counted in bad_refs.  The header alone decides nothing once the daemon
+ * knows the class, so an owner that rewrites it before it leaves changes
+ * nothing.  (A corrupt header used to leave the segment FILLED with no
+ * class: never swept, never freed, never counted as adopted; each client
+ * that scribbled on its own header before leaving took one segment out
+ * of the heap for good: fuzz/fuzz_shared.c met it within its first 300
+ * inputs.)
+ */
 static void unown_small(struct heap *h, uint32_t i)
 {
     struct seg *s = &h->segs.segs[i];
     const struct layout_segment *hd = heap_seg_addr(h, i);
     h->segs.n_owned--;
-    if (__atomic_load_n(&hd->kind, __ATOMIC_ACQUIRE) == LAYOUT_SEG_BLANK) {
-        make_free(h, i); /* never used */
+    uint8_t cls = __atomic_load_n(&s->cls, __ATOMIC_ACQUIRE);
+    if (cls == SEG_CLASS_UNKNOWN)
+        cls = header_class(h, i);
+    if (cls == SEG_CLASS_UNKNOWN) {
+        if (__atomic_load_n(&hd->kind, __ATOMIC_ACQUIRE) != LAYOUT_SEG_BLANK)
+            atomic_fetch_add_explicit(&h->stats.bad_refs, 1,
+                                      memory_order_relaxed);
+        make_free(h, i); /* never parsed: nothing in it is an object */
         return;
     }
-    /* A corrupt class leaves the segment FILLED but unknown: sweep skips
-     * it (it cannot be parsed), so it leaks rather than crashes. */
-    uint8_t cls = header_class(h, i);
     __atomic_store_n(&s->cls, cls, __ATOMIC_RELEASE); /* see seg_class */
-    if (cls == SEG_CLASS_UNKNOWN)
-        atomic_fetch_add_explicit(&h->stats.bad_refs, 1,
-                                  memory_order_relaxed);
     s->owner = 0;
     set_state(s, SEG_FILLED);
     h->segs.n_filled++;

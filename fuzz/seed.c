@@ -1,11 +1,13 @@
-/* Writes the seed corpus of fuzz/corpus/frame and fuzz/corpus/session
- * (the config seeds are plain text, kept by hand): a valid frame of every
- * envelope arm and a few broken streams, and client sessions that reach
- * every handler.  Run by `scripts/fuzz --seed`; its output is committed,
+/* Writes the seed corpus of fuzz/corpus/frame, fuzz/corpus/session and
+ * fuzz/corpus/shared (the config seeds are plain text, kept by hand): a
+ * valid frame of every envelope arm and a few broken streams, client
+ * sessions that reach every handler, and attackers that write each kind
+ * of shared word.  Run by `scripts/fuzz --seed`; its output is committed,
  * this program's only.  The input formats are described at the top of
- * fuzz_frame.c and fuzz_session.c.
+ * fuzz_frame.c, fuzz_session.c and fuzz_shared.c.
  *
- * usage: fuzz_seed CORPUS_DIR   (writes CORPUS_DIR/{frame,session}/seed-*) */
+ * usage: fuzz_seed CORPUS_DIR
+ * (writes CORPUS_DIR/{frame,session,shared}/seed-*) */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -421,6 +423,266 @@ static int session_seeds(const char *dir)
     return rc;
 }
 
+/* ---- fuzz_shared: attackers (Note [Fuzzing the shared words]) ---- */
+
+enum { S_CONTROL, S_HEAP, S_ALLOCATE, S_REQUEST, S_TURNS, S_ACK, S_STATUS };
+enum { R_ATTACH, R_DETACH, R_SMALL, R_CLASS_OR_LARGE, R_RETURN, R_COLLECT,
+       R_URS, R_REMARK_DONE, R_STATS };
+/* value kinds of take_value */
+enum { V_RAW8, V_SMALL, V_HEAP_ADDR, V_OWN_OBJECT, V_BYSTANDER, V_EPOCH };
+/* word indices of struct layout_mutator's head (8-byte words) */
+enum { W_STATUS = 0, W_ROOT_DEPTH = 9, W_URS_HEAD = 10, W_PENDING_ROOT = 11,
+       W_STACK_MARKING = 16, W_URS_TAIL = 24 };
+
+static void put_u32(struct buf *b, uint32_t v)
+{
+    put16(b, v & 0xffff);
+    put16(b, v >> 16);
+}
+
+/* A value of kind KIND with argument ARG (see take_value). */
+static void put_value(struct buf *b, unsigned kind, uint64_t arg)
+{
+    put8(b, kind);
+    switch (kind) {
+    case V_RAW8:
+        put_u32(b, (uint32_t)arg);
+        put_u32(b, (uint32_t)(arg >> 32));
+        break;
+    case V_SMALL:
+    case V_EPOCH:
+        put8(b, (unsigned)arg);
+        break;
+    case V_HEAP_ADDR:
+        put_u32(b, (uint32_t)arg);
+        break;
+    case V_OWN_OBJECT: /* segment, block, class */
+        put8(b, 0);
+        put16(b, arg);
+        put8(b, 2);
+        break;
+    default:
+        put16(b, arg);
+        break;
+    }
+}
+
+/* take_write: the value's low SIZE_LOG2 power of two bytes. */
+static void put_word(struct buf *b, unsigned size_log2, unsigned kind,
+                     uint64_t arg)
+{
+    put8(b, size_log2 * 2);
+    put_value(b, kind, arg);
+}
+
+static void put_raw(struct buf *b, const void *p, unsigned n)
+{
+    put8(b, 1 + (n - 1) * 2);
+    put(b, p, n);
+}
+
+/* op 0, a word of a slot's head: WHERE's bits 5-6 are 0. */
+static void op_slot_word(struct buf *b, unsigned word, unsigned kind,
+                         uint64_t arg)
+{
+    put8(b, S_CONTROL);
+    put8(b, 0);
+    put16(b, word);
+    put_word(b, 3, kind, arg);
+}
+
+static void op_heap(struct buf *b, unsigned where, uint32_t which)
+{
+    put8(b, S_HEAP);
+    put8(b, where);
+    put_u32(b, which);
+}
+
+static void op_allocate(struct buf *b, unsigned cls, unsigned n,
+                        unsigned nrefs)
+{
+    put8(b, S_ALLOCATE);
+    put8(b, 0);
+    put8(b, cls);
+    put8(b, n);
+    put8(b, nrefs);
+    /* every field: a bystander's cell, or the object before it */
+    for (unsigned k = 0; k < n * nrefs; k++) {
+        put8(b, 1);
+        put_value(b, V_BYSTANDER, k * 7);
+    }
+}
+
+/* op 4 with bit 7: a cycle, waited for */
+static void op_cycle(struct buf *b)
+{
+    put8(b, S_TURNS);
+    put8(b, 0x80);
+}
+
+static void op_request(struct buf *b, unsigned arm_no, unsigned arg)
+{
+    put8(b, S_REQUEST);
+    put8(b, arm_no);
+    put8(b, arg);
+    if (arm_no == R_URS)
+        put16(b, 5);
+}
+
+static int shared_seeds(const char *dir)
+{
+    struct buf b;
+    int rc = 0;
+    /* mode: slots attached, bit 2 a grant, bit 3 Goodbye, bit 4 RUNNING */
+
+    /* comes and goes: with and without Goodbye, with every slot */
+    b.n = 0;
+    put8(&b, 1);
+    rc |= write_seed(dir, "shared", "quiet", &b);
+    b.n = 0;
+    put8(&b, 3 | 4 | 8);
+    rc |= write_seed(dir, "shared", "goodbye", &b);
+
+    /* objects of its in its own segment, rooted, holding bystander cells;
+     * collections meanwhile */
+    b.n = 0;
+    put8(&b, 1 | 4);
+    op_allocate(&b, 2, 12, 2);
+    op_cycle(&b);
+    op_allocate(&b, 4, 3, 3);
+    op_request(&b, R_COLLECT, 0);
+    put8(&b, S_TURNS);
+    put8(&b, 15);
+    op_cycle(&b);
+    rc |= write_seed(dir, "shared", "allocate", &b);
+
+    /* Note [A segment leaves its owner]: a formatted segment whose header
+     * it scribbles on, then leaves */
+    b.n = 0;
+    put8(&b, 1 | 4);
+    op_allocate(&b, 3, 5, 1);
+    op_heap(&b, 1, 0); /* a segment of its, header word 0: the kind */
+    put_raw(&b, "\x16\0\0\0", 4);
+    rc |= write_seed(dir, "shared", "header-kind", &b);
+    /* the class alone, before the daemon read it */
+    b.n = 0;
+    put8(&b, 1 | 4 | 8);
+    op_heap(&b, 1, 0);
+    put_raw(&b, "\x01\0\0\0\xc8\0\0\0", 8);
+    rc |= write_seed(dir, "shared", "header-class", &b);
+
+    /* its slot's words: each one the daemon reads */
+    static const struct {
+        const char *name;
+        unsigned word, kind;
+        uint64_t arg;
+    } words[] = {
+        {"status-free", W_STATUS, V_SMALL, 0},
+        {"status-running", W_STATUS, V_SMALL, 1},
+        {"root-depth", W_ROOT_DEPTH, V_RAW8, 0x100000000ull},
+        {"urs-head", W_URS_HEAD, V_RAW8, 0xffffffffffull},
+        {"pending-root", W_PENDING_ROOT, V_HEAP_ADDR, 0x1000040},
+        {"stack-marking", W_STACK_MARKING, V_EPOCH, 1},
+        {"urs-tail", W_URS_TAIL, V_SMALL, 200},
+    };
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++) {
+        char name[48];
+        b.n = 0;
+        put8(&b, 1 | 4);
+        op_allocate(&b, 1, 4, 1);
+        op_cycle(&b);
+        op_slot_word(&b, words[i].word, words[i].kind, words[i].arg);
+        op_request(&b, R_URS, 0);
+        op_cycle(&b);
+        op_cycle(&b);
+        snprintf(name, sizeof name, "slot-%s", words[i].name);
+        rc |= write_seed(dir, "shared", name, &b);
+    }
+    /* its URS ring and root stack, then a batch that names them */
+    b.n = 0;
+    put8(&b, 2);
+    put8(&b, S_CONTROL);
+    put8(&b, 1 << 5); /* the ring */
+    put16(&b, 3);
+    put_word(&b, 3, V_BYSTANDER, 9);
+    put8(&b, S_CONTROL);
+    put8(&b, 2 << 5); /* the root stack */
+    put16(&b, 0);
+    put_word(&b, 3, V_HEAP_ADDR, 0x1020048);
+    op_slot_word(&b, W_URS_HEAD, V_SMALL, 4);
+    op_slot_word(&b, W_ROOT_DEPTH, V_SMALL, 1);
+    op_request(&b, R_URS, 0);
+    op_cycle(&b);
+    rc |= write_seed(dir, "shared", "ring-and-roots", &b);
+
+    /* the heap memfd: marks of its own blocks forged to this epoch and
+     * the next, free segments' headers and marks, the globals' values */
+    b.n = 0;
+    put8(&b, 1 | 4);
+    op_allocate(&b, 2, 8, 1);
+    op_heap(&b, 1 | 1 << 2, 20); /* a segment of its, a mark byte */
+    put_word(&b, 0, V_EPOCH, 1);
+    op_heap(&b, 1 | 1 << 2, 21);
+    put_word(&b, 0, V_EPOCH, 0);
+    op_heap(&b, 2 | 0 << 2, 0x1f00); /* any segment's header */
+    put_raw(&b, "\x01\0\0\0\x02\0\0\0", 8);
+    op_heap(&b, 2 | 1 << 2, 0x1e00); /* any segment's marks */
+    put_raw(&b, "\xff\xff\xff\xff\xff\xff\xff\xff", 8);
+    op_heap(&b, 3 | 3 << 2, 0x55aa77); /* any byte of any segment */
+    put_raw(&b, "0123456789abcdef0123456789abcdef", 32);
+    op_heap(&b, 4, 0); /* global_values[0], the bystander's global */
+    put_word(&b, 3, V_BYSTANDER, 3);
+    op_heap(&b, 4, 0);
+    put_word(&b, 3, V_HEAP_ADDR, 0x1000010);
+    op_heap(&b, 0, 0x12345); /* the rest of the control area */
+    put_raw(&b, "\xde\xad\xbe\xef", 4);
+    op_cycle(&b);
+    op_cycle(&b);
+    rc |= write_seed(dir, "shared", "heap-words", &b);
+
+    /* a large run: its header and mark forged */
+    b.n = 0;
+    put8(&b, 1);
+    op_request(&b, R_CLASS_OR_LARGE, 1 | 8 << 1);
+    op_heap(&b, 1 | 2 << 2, 0); /* the object's header */
+    put_word(&b, 3, V_RAW8, 0x00ffffffffffffffull);
+    op_heap(&b, 1 | 1 << 2, 0); /* its mark */
+    put_word(&b, 0, V_EPOCH, 0);
+    op_cycle(&b);
+    rc |= write_seed(dir, "shared", "large", &b);
+
+    /* the other requests: detach, returns (its own and not), remark
+     * answers never asked for, stats, a partly free segment, attach */
+    b.n = 0;
+    put8(&b, 2 | 4 | 8);
+    op_request(&b, R_REMARK_DONE, 0);
+    op_request(&b, R_REMARK_DONE, 1);
+    op_request(&b, R_RETURN, 0);
+    op_request(&b, R_RETURN, 0x80);
+    op_request(&b, R_DETACH, 0);
+    op_request(&b, R_DETACH, 0x85);
+    op_request(&b, R_STATS, 0);
+    op_request(&b, R_CLASS_OR_LARGE, 2 << 1);
+    op_request(&b, R_SMALL, 3);
+    op_request(&b, R_ATTACH, 0);
+    put8(&b, S_ACK);
+    rc |= write_seed(dir, "shared", "requests", &b);
+
+    /* RUNNING slots hold up the stops until it leaves */
+    b.n = 0;
+    put8(&b, 2 | 16);
+    op_request(&b, R_COLLECT, 0);
+    put8(&b, S_TURNS);
+    put8(&b, 15);
+    op_cycle(&b);
+    put8(&b, S_STATUS);
+    put8(&b, 1);
+    put_value(&b, V_SMALL, 1);
+    op_request(&b, R_COLLECT, 0);
+    rc |= write_seed(dir, "shared", "running", &b);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -429,5 +691,8 @@ int main(int argc, char **argv)
     }
     init_messages();
     init_arms();
-    return frame_seeds(argv[1]) | session_seeds(argv[1]) ? 1 : 0;
+    return frame_seeds(argv[1]) | session_seeds(argv[1]) |
+                   shared_seeds(argv[1])
+               ? 1
+               : 0;
 }

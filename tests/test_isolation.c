@@ -325,6 +325,56 @@ START_TEST(nonsense_in_own_slot_disconnects_the_client)
 }
 END_TEST
 
+/* ---- segment headers (Note [A segment leaves its owner]) ---- */
+
+#define SEGMENT_SIZE (128u << 10) /* harness_default_config */
+
+/* Allocate in a fresh segment, then, before any cycle has parsed it,
+ * write a kind and a class that mean nothing into its header. */
+static void scribble_own_header(heapd_mutator *m, void *arg)
+{
+    (void)arg;
+    void *o = heapd_alloc(m, 0, 64);
+    if (!o)
+        _exit(8);
+    heapd_blocking_enter(m);
+    struct layout_segment *hd =
+        (struct layout_segment *)((uintptr_t)o & ~(uintptr_t)(SEGMENT_SIZE - 1));
+    __atomic_store_n(&hd->kind, 22u, __ATOMIC_RELEASE);
+    hd->size_class = 200;
+}
+
+/* A client that scribbles on its own segment's header and dies leaves no
+ * segment behind: it is freed when the client goes (it had left the
+ * segment FILLED with no class, never swept, orphaned for good), counted
+ * as one bad reference, and costs the bystander nothing. */
+START_TEST(scribbled_segment_header_leaves_nothing)
+{
+    struct bystander b = bystander_begin();
+    heapd_client *c = harness_control(&D);
+    pid_t kid = harness_fork_mutator(&D, scribble_own_header, NULL);
+    kill(kid, SIGKILL);
+    harness_wait_pid(kid, HARNESS_WAIT_MS);
+    harness_wait_stat(&D, c, clients_crashed, ==, 1);
+    heap_still_works("a scribbled segment header"); /* runs a cycle */
+    heap_still_works("a scribbled segment header");
+    heapd_stats_t st = harness_stats(c);
+    ck_assert_msg(st.segments_orphaned == st.segments_adopted,
+                  "a dead client's scribbled segment stays orphaned: %llu "
+                  "orphaned, %llu adopted",
+                  (unsigned long long)st.segments_orphaned,
+                  (unsigned long long)st.segments_adopted);
+    ck_assert_uint_eq(st.bad_refs, 1);
+    ck_assert_uint_eq(st.verify_failures, 0);
+    heapd_disconnect(c);
+    close(b.go);
+    ck_assert_msg(harness_wait_pid(b.pid, HARNESS_WAIT_MS) == 0,
+                  "after a scribbled segment header, another process's "
+                  "lists are damaged");
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* ---- the daemon's page (Note [The daemon's page]) ---- */
 
 /* Making the daemon's page writable is refused (exits 5 or 6 if not);
@@ -442,6 +492,7 @@ static Suite *suite(void)
     tcase_add_test(t, random_bytes_in_the_control_area_cost_nothing);
     tcase_add_test(t, nonsense_in_own_slot_disconnects_the_client);
     tcase_add_test(t, daemons_page_is_read_only);
+    tcase_add_test(t, scribbled_segment_header_leaves_nothing);
     suite_add_tcase(s, t);
     return s;
 }
