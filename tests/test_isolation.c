@@ -192,15 +192,6 @@ static void bystander_end(struct bystander b, const char *what)
     harness_stop_clean(&D); /* SIGTERM still stops heapd */
 }
 
-static void attack_and_check(attack_fn attack, const char *what)
-{
-    struct bystander b = bystander_begin();
-    run_attacker(attack);
-    heap_still_works(what);
-    heap_still_works(what);
-    bystander_end(b, what);
-}
-
 /* ---- control memory (Note [Client control memory]) ---- */
 
 /* The start of this process's one mapping of its control memory (region
