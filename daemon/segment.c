@@ -599,17 +599,23 @@ uint8_t seg_class(struct heap *h, uint32_t i)
  * An OWNED small segment that is returned, or whose owner goes away,
  * becomes FILLED with the class the daemon has parsed it by (seg.cls,
  * cached by seg_class from the first valid header it read), or, if it
- * never read one, with the class the header says now.  If neither gives
- * a class, no block of it was ever taken for an object -- validate_ref
- * and the sweep parse a segment only through seg_class, which caches
- * what it parses by -- so nothing can hold a reference into it: it is
- * FREE at once, as a blank one is, and a header that is not blank is
- * counted in bad_refs.  The header alone decides nothing once the daemon
- * knows the class, so an owner that rewrites it before it leaves changes
- * nothing.  (A corrupt header used to leave the segment FILLED with no
- * class: never swept, never freed, never counted as adopted; each client
- * that scribbled on its own header before leaving took one segment out
- * of the heap for good: fuzz/fuzz_shared.c met it within its first 300
+ * never read one, with the class the header says now; a blank one
+ * becomes FREE.  A header that gives no class (its owner scribbled on it
+ * before any cycle parsed it) leaves the segment FILLED with no class,
+ * counted in bad_refs: the daemon cannot tell its blocks apart, and other
+ * clients may still hold references to the objects its owner made there.
+ * Such a segment is freed by the sweep of the first cycle that (a) began
+ * after it left its owner (unknown_since < cycles_completed), so that no
+ * object in it is newer than the cycle's snapshot, and (b) met no
+ * reference into it while marking: validate_ref notes in unknown_ref the
+ * epoch in which it refused one for want of a class.  Everything a
+ * mutator can still reach was reachable at that snapshot, so a complete
+ * mark that met no reference into the segment proves nothing does.  A
+ * referenced one stays (and costs one segment) while it is referenced;
+ * freeing it at once let the memory of objects others still pointed to
+ * be granted again.  (Before, it was never freed: each client that
+ * scribbled on its own header before leaving took a segment out of the
+ * heap for good; fuzz/fuzz_shared.c met that within its first 300
  * inputs.)
  */
 static void unown_small(struct heap *h, uint32_t i)
@@ -620,17 +626,34 @@ static void unown_small(struct heap *h, uint32_t i)
     uint8_t cls = __atomic_load_n(&s->cls, __ATOMIC_ACQUIRE);
     if (cls == SEG_CLASS_UNKNOWN)
         cls = header_class(h, i);
-    if (cls == SEG_CLASS_UNKNOWN) {
-        if (__atomic_load_n(&hd->kind, __ATOMIC_ACQUIRE) != LAYOUT_SEG_BLANK)
-            atomic_fetch_add_explicit(&h->stats.bad_refs, 1,
-                                      memory_order_relaxed);
-        make_free(h, i); /* never parsed: nothing in it is an object */
+    if (cls == SEG_CLASS_UNKNOWN &&
+        __atomic_load_n(&hd->kind, __ATOMIC_ACQUIRE) == LAYOUT_SEG_BLANK) {
+        make_free(h, i); /* never used */
         return;
+    }
+    if (cls == SEG_CLASS_UNKNOWN) {
+        atomic_fetch_add_explicit(&h->stats.bad_refs, 1, memory_order_relaxed);
+        s->unknown_since = h->stats.cycles_completed;
     }
     __atomic_store_n(&s->cls, cls, __ATOMIC_RELEASE); /* see seg_class */
     s->owner = 0;
     set_state(s, SEG_FILLED);
     h->segs.n_filled++;
+}
+
+bool seg_unknown_unreferenced(const struct heap *h, uint32_t i, uint8_t epoch)
+{
+    const struct seg *s = &h->segs.segs[i];
+    return s->unknown_since < h->stats.cycles_completed &&
+           __atomic_load_n(&s->unknown_ref, __ATOMIC_RELAXED) != epoch;
+}
+
+void seg_note_unknown_ref(const struct heap *h, uint32_t i)
+{
+    struct seg *s = &((struct heap *)h)->segs.segs[i];
+    __atomic_store_n(&s->unknown_ref,
+                     (uint8_t)atomic_load(&h->control->epoch),
+                     __ATOMIC_RELAXED);
 }
 
 static void orphan(struct segtab *t, struct seg *s)

@@ -28,9 +28,14 @@ struct seg {
     uint8_t punched;    /* memory given back; reads as zero */
     uint8_t orphan;     /* left with objects by a client that went away,
                            not yet adopted (stats segments_orphaned) */
+    uint8_t unknown_ref;/* FILLED with no class: the epoch a reference
+                           into it was last met (Note [A segment leaves
+                           its owner]); written by markers */
     uint32_t run;       /* large: segments in the run; tail: head index */
     uint64_t owner;     /* client id, 0 for none */
     uint64_t free_since;/* cycles_completed when it became free */
+    uint64_t unknown_since; /* cycles_completed when it became FILLED
+                               with no class */
     uint16_t charge;    /* 1 + the index of the seg_charge its blocks'
                            bytes count for, 0 for none (Note [Quota] in
                            segment.c); read atomically by sweepers */
@@ -169,6 +174,12 @@ bool segtab_check(const struct segtab *t);
  * SEGTAB_CHECK_EVERY-th call (every call with HEAPD_CHECK_ALL set).  A
  * no-op with NDEBUG. */
 void segtab_assert(const struct segtab *t);
+/* Note [A segment leaves its owner]: may the sweep of the cycle of EPOCH
+ * free FILLED segment I, whose class nobody knows?  And: a reference
+ * into segment I was refused for want of a class. */
+bool seg_unknown_unreferenced(const struct heap *h, uint32_t i, uint8_t epoch);
+void seg_note_unknown_ref(const struct heap *h, uint32_t i);
+
 /* Is it time for a sampled check (Note [Checking the segment table])? */
 bool seg_check_due(void);
 

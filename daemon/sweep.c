@@ -85,8 +85,16 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
     struct heap *h = j->h;
     const struct segtab *t = &h->segs;
     uint8_t cls = seg_class(h, i);
-    if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
-        return; /* blank, or a class we cannot trust: leave it */
+    if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0) {
+        /* blank, or a class nobody knows: Note [A segment leaves its
+         * owner] */
+        if (state == SEG_FILLED && seg_unknown_unreferenced(h, i, j->epoch)) {
+            release(h, i, SEG_FILLED);
+            atomic_fetch_add_explicit(&j->freed_segments, 1,
+                                      memory_order_relaxed);
+        }
+        return;
+    }
     uint8_t *seg = heap_seg_addr(h, i);
     uint8_t *marks = layout_seg_marks(seg);
     uint32_t n = t->small_nblocks[cls], bs = layout_class_size[cls];

@@ -39,8 +39,10 @@ bool validate_ref(const struct heap *h, uintptr_t r, struct valid_ref *out)
     case SEG_OWNED:
     case SEG_FILLED: {
         uint8_t cls = seg_class((struct heap *)h, i);
-        if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
+        if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0) {
+            seg_note_unknown_ref(h, i); /* Note [A segment leaves its owner] */
             return false;
+        }
         idx = layout_small_block(off, t->small_first[cls],
                                  t->small_nblocks[cls], layout_class_size[cls],
                                  t->small_magic[cls]);
