@@ -336,20 +336,26 @@ static void scribble_own_header(heapd_mutator *m, void *arg)
 }
 
 /* A client that scribbles on its own segment's header and dies leaves no
- * segment behind: it is freed when the client goes (it had left the
- * segment FILLED with no class, never swept, orphaned for good), counted
- * as one bad reference, and costs the bystander nothing. */
+ * segment behind: with nothing referencing it, the sweep of a cycle that
+ * began after it left frees it (it had stayed FILLED with no class, never
+ * swept, orphaned for good), counted as one bad reference, and it costs
+ * the bystander nothing. */
 START_TEST(scribbled_segment_header_leaves_nothing)
 {
     struct bystander b = bystander_begin();
-    heapd_client *c = harness_control(&D);
     pid_t kid = harness_fork_mutator(&D, scribble_own_header, NULL);
     kill(kid, SIGKILL);
     harness_wait_pid(kid, HARNESS_WAIT_MS);
-    harness_wait_stat(&D, c, clients_crashed, ==, 1);
+    harness_wait_stat(&D, NULL, clients_crashed, ==, 1);
     heap_still_works("a scribbled segment header"); /* runs a cycle */
     heap_still_works("a scribbled segment header");
-    heapd_stats_t st = harness_stats(c);
+    heap_still_works("a scribbled segment header");
+    close(b.go);
+    ck_assert_msg(harness_wait_pid(b.pid, HARNESS_WAIT_MS) == 0,
+                  "after a scribbled segment header, another process's "
+                  "lists are damaged");
+    /* no more forks: stats on a connection of this process */
+    heapd_stats_t st = harness_daemon_stats(&D);
     ck_assert_msg(st.segments_orphaned == st.segments_adopted,
                   "a dead client's scribbled segment stays orphaned: %llu "
                   "orphaned, %llu adopted",
@@ -357,11 +363,91 @@ START_TEST(scribbled_segment_header_leaves_nothing)
                   (unsigned long long)st.segments_adopted);
     ck_assert_uint_eq(st.bad_refs, 1);
     ck_assert_uint_eq(st.verify_failures, 0);
-    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* The same, but the object it made there is held by a global: the
+ * segment stays, and the object's bytes with it, while anything
+ * references it; once nothing does, it goes. */
+#define HELD_MAGIC 0x68656c64u
+
+static void scribble_held_header(heapd_mutator *m, void *arg)
+{
+    (void)arg;
+    uint32_t *o = heapd_alloc(m, 0, 64);
+    if (!o)
+        _exit(8);
+    for (int i = 0; i < 16; i++)
+        o[i] = HELD_MAGIC;
+    if (heapd_global_set(m, "held", o) < 0)
+        _exit(9);
+    heapd_blocking_enter(m);
+    struct layout_segment *hd =
+        (struct layout_segment *)((uintptr_t)o & ~(uintptr_t)(SEGMENT_SIZE - 1));
+    __atomic_store_n(&hd->kind, 22u, __ATOMIC_RELEASE);
+    hd->size_class = 200;
+}
+
+/* In a process of its own: "held" still names the object with its bytes
+ * and the segment is still orphaned (KEPT), or the global is set to NULL
+ * (!KEPT).  Exits 0, or the step that failed. */
+static void held_step(bool kept)
+{
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        heapd_connect_opts o = {.socket_path = D.sock};
+        heapd_client *c;
+        heapd_mutator *m;
+        heapd_stats_t st;
+        if (heapd_connect(&c, &o) < 0 || heapd_attach(c, &m) < 0)
+            _exit(2);
+        if (kept) {
+            const uint32_t *x = heapd_global_get(m, "held");
+            if (!x)
+                _exit(3);
+            for (int i = 0; i < 16; i++)
+                if (x[i] != HELD_MAGIC)
+                    _exit(4); /* its memory was given to another object */
+            if (heapd_stats(c, &st) < 0 ||
+                st.segments_orphaned == st.segments_adopted)
+                _exit(5); /* freed while referenced */
+        } else if (heapd_global_set(m, "held", NULL) < 0) {
+            _exit(6);
+        }
+        heapd_detach(m);
+        heapd_disconnect(c);
+        _exit(0);
+    }
+    int status = harness_wait_pid(kid, HARNESS_WAIT_MS);
+    ck_assert_msg(status == 0, "held object step (kept %d) failed: status "
+                  "0x%x (4: its bytes changed, 5: its segment was freed "
+                  "while a global held it)", kept, status);
+}
+
+START_TEST(scribbled_segment_is_kept_while_referenced)
+{
+    struct bystander b = bystander_begin();
+    pid_t kid = harness_fork_mutator(&D, scribble_held_header, NULL);
+    kill(kid, SIGKILL);
+    harness_wait_pid(kid, HARNESS_WAIT_MS);
+    for (int i = 0; i < 3; i++) /* cycles, each allocating */
+        heap_still_works("a scribbled, referenced segment header");
+    held_step(true);
+    held_step(false); /* the global lets it go */
+    for (int i = 0; i < 3; i++)
+        heap_still_works("a scribbled segment header, let go");
     close(b.go);
     ck_assert_msg(harness_wait_pid(b.pid, HARNESS_WAIT_MS) == 0,
                   "after a scribbled segment header, another process's "
                   "lists are damaged");
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_msg(st.segments_orphaned == st.segments_adopted,
+                  "the scribbled segment stays after nothing references "
+                  "it: %llu orphaned, %llu adopted",
+                  (unsigned long long)st.segments_orphaned,
+                  (unsigned long long)st.segments_adopted);
     harness_stop_clean(&D);
 }
 END_TEST
@@ -484,6 +570,7 @@ static Suite *suite(void)
     tcase_add_test(t, nonsense_in_own_slot_disconnects_the_client);
     tcase_add_test(t, daemons_page_is_read_only);
     tcase_add_test(t, scribbled_segment_header_leaves_nothing);
+    tcase_add_test(t, scribbled_segment_is_kept_while_referenced);
     suite_add_tcase(s, t);
     return s;
 }
