@@ -634,6 +634,9 @@ static void unown_small(struct heap *h, uint32_t i)
     if (cls == SEG_CLASS_UNKNOWN) {
         atomic_fetch_add_explicit(&h->stats.bad_refs, 1, memory_order_relaxed);
         s->unknown_since = h->stats.cycles_completed;
+        /* no epoch is 0: a note left from an earlier life of the segment
+         * would keep it a cycle longer whenever the epochs come round */
+        __atomic_store_n(&s->unknown_ref, 0, __ATOMIC_RELAXED);
     }
     __atomic_store_n(&s->cls, cls, __ATOMIC_RELEASE); /* see seg_class */
     s->owner = 0;
