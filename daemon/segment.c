@@ -241,7 +241,8 @@ static void take(struct segtab *t, uint32_t i, enum seg_state st,
     set_state(s, st);
 }
 
-static void punch(struct heap *h, uint32_t first, uint32_t n)
+/* Give back the memory of segments [FIRST, FIRST + N); needs no lock. */
+static void punch_memory(struct heap *h, uint32_t first, uint32_t n)
 {
     uint64_t off = (uint64_t)first << h->seg_shift;
     uint64_t len = (uint64_t)n << h->seg_shift;
@@ -252,6 +253,12 @@ static void punch(struct heap *h, uint32_t first, uint32_t n)
                  h->cfg->name, strerror(errno));
         memset(heap_seg_addr(h, first), 0, len);
     }
+}
+
+/* With heap->lock held: punch them and say so in the table. */
+static void punch(struct heap *h, uint32_t first, uint32_t n)
+{
+    punch_memory(h, first, n);
     for (uint32_t i = first; i < first + n; i++)
         h->segs.segs[i].punched = 1;
 }
@@ -768,11 +775,15 @@ static void runs_punch(struct heap *h, struct punch_runs *r)
         return;
     pthread_mutex_unlock(&h->lock);
     for (uint32_t k = 0; k < r->n; k++)
-        punch(h, r->first[k], r->len[k]);
+        punch_memory(h, r->first[k], r->len[k]);
     pthread_mutex_lock(&h->lock);
+    /* the table only under the lock (TSan: the stray check's count of
+     * punched segments raced with a punch that set the flags without it) */
     for (uint32_t k = 0; k < r->n; k++) {
-        for (uint32_t x = r->first[k]; x < r->first[k] + r->len[k]; x++)
+        for (uint32_t x = r->first[k]; x < r->first[k] + r->len[k]; x++) {
+            t->segs[x].punched = 1;
             bit_set(t->free_bits, x);
+        }
         t->n_free += r->len[k];
     }
     r->n = 0;
