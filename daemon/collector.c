@@ -306,7 +306,7 @@ static unsigned concurrent_workers(struct heap *h, unsigned max)
             continue;
         running += LAYOUT_STATUS_STATE(atomic_load(&heap_slot(h, i)->status)) ==
                    LAYOUT_MUT_RUNNING;
-        heap_slot_leave(h);
+        heap_slot_leave(h, i);
     }
     long n = cores - running;
     return n < 1 ? 1 : n > (long)max ? max : (unsigned)n;

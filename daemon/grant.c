@@ -36,7 +36,10 @@ int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
                unsigned region, uint64_t granted)
 {
     for (int i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
-        if (heap_slot_attached(h, (unsigned)i))
+        /* Note [Slot windows]: not while a reader of its last owner is
+         * still in its window */
+        if (heap_slot_attached(h, (unsigned)i) ||
+            atomic_load(&h->owners[i].readers) != 0)
             continue;
         int rc = slotmem_map(h, (unsigned)i, fd, region);
         if (rc < 0)
@@ -76,7 +79,7 @@ void grant_free_slot(struct heap *h, uint64_t slots[2], unsigned slot, int fd)
     o->name[0] = '\0';
     atomic_store(&o->client_id, 0); /* seq_cst: Note [Slot windows] */
     safepoint_free_slot(h, slot);
-    slotmem_unmap(h, slot, fd, o->region);
+    slotmem_free_region(fd, o->region);
     atomic_store(&o->fault, SLOT_FAULT_NONE);
     slots[slot / 64] &= ~(1ull << (slot % 64));
     h->mutators--;

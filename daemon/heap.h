@@ -51,6 +51,9 @@ struct heap_slot_owner {
                                         [Client control memory]); 0 none */
     unsigned region;                 /* its region of the client's control
                                         memory */
+    _Atomic uint32_t readers;        /* threads reading its window without
+                                        heap->lock (Note [Slot windows] in
+                                        daemon/slotmem.c) */
     _Atomic uint64_t alloc_bound;    /* bytes of segments granted to its
                                         client so far: more allocated is
                                         a fault (Note [Client control
@@ -88,9 +91,6 @@ struct heap {
                                         memory]): heap_slot */
     struct notify fault_notify;      /* a slot's fault is set: the loop
                                         thread disconnects its client */
-    _Atomic uint32_t window_readers; /* threads reading a slot's window
-                                        without heap->lock (Note [Slot
-                                        windows] in daemon/slotmem.c) */
     unsigned clients;                /* mutator clients connected */
     unsigned mutators;               /* attached mutator slots */
     unsigned seg_shift;              /* log2(segment_size) */
@@ -135,18 +135,18 @@ static inline struct layout_mutator *heap_slot(const struct heap *h,
 /* Without heap->lock: begin reading slot I's window if it is attached
  * (false: it is not, and nothing may be read); heap_slot_leave ends it.
  * Sequentially consistent, against grant_free_slot's clearing of the
- * owner and slotmem_unmap's wait (Note [Slot windows]). */
+ * owner and grant_slot's check of the readers (Note [Slot windows]). */
 static inline bool heap_slot_enter(struct heap *h, unsigned i)
 {
-    atomic_fetch_add(&h->window_readers, 1);
+    atomic_fetch_add(&h->owners[i].readers, 1);
     if (atomic_load(&h->owners[i].client_id) != 0)
         return true;
-    atomic_fetch_sub_explicit(&h->window_readers, 1, memory_order_release);
+    atomic_fetch_sub_explicit(&h->owners[i].readers, 1, memory_order_release);
     return false;
 }
-static inline void heap_slot_leave(struct heap *h)
+static inline void heap_slot_leave(struct heap *h, unsigned i)
 {
-    atomic_fetch_sub_explicit(&h->window_readers, 1, memory_order_release);
+    atomic_fetch_sub_explicit(&h->owners[i].readers, 1, memory_order_release);
 }
 
 static inline void *heap_seg_addr(const struct heap *h, uint32_t i)

@@ -624,7 +624,7 @@ void mark_stack(struct mark_job *j, unsigned slot, bool stopped)
     atomic_store(&m->stack_marked, epoch);
     futex_wake_all(&m->stack_marked);
 out:
-    heap_slot_leave(j->h);
+    heap_slot_leave(j->h, slot);
 }
 
 void mark_roots(struct mark_job *j)

@@ -192,7 +192,7 @@ uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
             if (!heap_slot_enter(h, i))
                 break;
             uint32_t st = atomic_load(&m->status);
-            heap_slot_leave(h);
+            heap_slot_leave(h, i);
             if (LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_FREE ||
                 ack_ahead(st, gen)) {
                 slotmem_fault(h, i, SLOT_FAULT_STATUS);

@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -15,16 +14,6 @@
 #include "log.h"
 
 #define WINDOWS_BYTES ((size_t)LAYOUT_MAX_MUTATORS * LAYOUT_MUTATOR_BYTES)
-
-/* Zero pages over [P, P + LEN): what a free slot's window reads as. */
-static int zero_window(void *p, size_t len, int flags)
-{
-    void *q = mmap(p, len, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | flags, -1, 0);
-    if (q == MAP_FAILED)
-        return -errno;
-    return 0;
-}
 
 int slotmem_reserve(struct heap *h)
 {
@@ -62,30 +51,26 @@ int slotmem_map(struct heap *h, unsigned slot, int fd, unsigned region)
 
 /* Note [Slot windows]
  * ~~~~~~~~~~~~~~~~~~~~
- * A window changes mapping only while no thread reads it.  Under
- * heap->lock it is read freely (grant_slot and grant_free_slot hold it
- * too); without it -- the stop loop, the concurrent workers count, a
- * worker's mark_stack -- only between heap_slot_enter and
- * heap_slot_leave, which count the thread in heap->window_readers and
- * then find the slot attached.  grant_free_slot clears the owner (a
- * sequentially consistent store), and slotmem_unmap then waits for
- * window_readers to reach 0 before its mmap: a reader either counted
- * itself first, and is waited for, or finds the slot free and reads
- * nothing (the two orders of a Dekker pair).  A reader's section holds
- * no lock that the loop thread could hold while it waits (the job's
- * mutex is only ever taken after heap->lock).  An attach maps a window
- * that nobody reads: its owner is set, with release, only after the
- * mmap.  (TSan reported the unsynchronised version: an mmap over a
+ * A window changes mapping only at an attach, and only while no thread
+ * reads it.  Under heap->lock it is read freely (grant_slot and
+ * grant_free_slot hold it too); without it -- the stop loop, the
+ * concurrent workers count, a worker's mark_stack -- only between
+ * heap_slot_enter and heap_slot_leave, which count the thread in the
+ * slot's `readers` and then find the slot attached.  grant_free_slot
+ * clears the owner (a sequentially consistent store) and leaves the
+ * window as it is: the freed slot's region stays mapped, its pages given
+ * back.  grant_slot takes only a free slot whose `readers` is 0: a reader
+ * either counted itself before the owner was cleared, and the slot is
+ * passed over until it leaves, or finds the slot free and reads nothing
+ * (the two orders of a Dekker pair); the new owner is set, with release,
+ * only after the mmap.  Nobody ever waits for a reader: the mark workers
+ * run at a low priority, and a loop thread that waited for one while
+ * holding heap->lock stalled every client (a lifecycle test under TSan
+ * timed out).  (TSan reported the first version, which remapped a freed
  * window while the stop loop loaded its status.)
  */
-void slotmem_unmap(struct heap *h, unsigned slot, int fd, unsigned region)
+void slotmem_free_region(int fd, unsigned region)
 {
-    while (atomic_load(&h->window_readers) != 0)
-        sched_yield();
-    int rc = zero_window(heap_slot(h, slot), LAYOUT_MUTATOR_BYTES, MAP_FIXED);
-    if (rc < 0) /* only ENOMEM for the VMA: the window then keeps the region */
-        log_error("heap '%s': cannot replace the window of mutator slot %u: "
-                  "%s", h->cfg->name, slot, strerror(-rc));
     /* the root stack and ring of a detached mutator cost nothing */
     if (fd >= 0)
         fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,

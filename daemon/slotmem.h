@@ -29,9 +29,10 @@ int slotmem_create(const char *heap_name, uint64_t client, unsigned regions);
 /* With heap->lock held: map region REGION of FD over slot SLOT's window;
  * -errno. */
 int slotmem_map(struct heap *h, unsigned slot, int fd, unsigned region);
-/* With heap->lock held: zero pages over slot SLOT's window again, and
- * give the region's pages in FD back (FD may be -1). */
-void slotmem_unmap(struct heap *h, unsigned slot, int fd, unsigned region);
+/* With heap->lock held: a slot's region REGION of FD is free; give its
+ * pages back (FD may be -1).  The window keeps its mapping until the
+ * next attach (Note [Slot windows]). */
+void slotmem_free_region(int fd, unsigned region);
 
 /* Any daemon thread: the bytes slot SLOT says its mutator allocated,
  * bounded by what its client was granted (a fault past it). */

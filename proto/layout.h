@@ -284,9 +284,10 @@ static inline uint32_t layout_small_block(uint64_t off, uint32_t first,
  * the Welcome; the client maps it anywhere (nothing in the heap points
  * into it).  Attach names the region of that memfd the slot uses; the
  * daemon maps the region over the slot's window of its own (a reserved
- * range per heap, one window per slot) and, when the slot is freed,
- * replaces it with zero pages: a collector thread reading a slot that was
- * just freed reads zeros, never a fault.  So no client can read or write
+ * range per heap, one window per slot); a freed slot's region stays
+ * mapped, its pages given back, until the next attach maps another over
+ * it (Note [Slot windows] in daemon/slotmem.c), so a collector thread
+ * never faults on a slot that was just freed.  So no client can read or write
  * another client's slots, root stacks or URS rings (before, a client that
  * wrote into other slots' root depths and ring heads made four clients
  * lose their lists).  What a client writes there is its own damage, and
