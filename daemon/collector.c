@@ -225,7 +225,7 @@ static uint8_t snapshot(struct collector *gc, struct mark_job *mj)
      * the last final sync and is dropped */
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         if (!heap_slot_attached(h, i))
-            continue; /* a free slot's window is zeros: keep it untouched */
+            continue; /* a free slot's window is nobody's: keep it untouched */
         atomic_store(&heap_slot(h, i)->stack_marking, 0);
         atomic_store(&heap_slot(h, i)->stack_marked, 0);
         mark_urs(h, NULL, i);

@@ -123,8 +123,9 @@ static inline bool heap_slot_attached(const struct heap *h, unsigned i)
                                 memory_order_acquire) != 0;
 }
 
-/* The words of slot I: its client's region while attached, zeros when
- * free (Note [Client control memory] in proto/layout.h). */
+/* The words of slot I: its client's region while attached; a freed
+ * slot's window keeps its last region, pages given back, until the next
+ * attach (Note [Slot windows] in daemon/slotmem.c). */
 static inline struct layout_mutator *heap_slot(const struct heap *h,
                                                unsigned i)
 {

@@ -320,6 +320,17 @@ END_TEST
 
 #define SEGMENT_SIZE (128u << 10) /* harness_default_config */
 
+/* In a blocking region (no stop waits for it), write a kind and a class
+ * that mean nothing into the header of O's segment. */
+static void scribble_header_of(heapd_mutator *m, void *o)
+{
+    heapd_blocking_enter(m);
+    struct layout_segment *hd =
+        (struct layout_segment *)((uintptr_t)o & ~(uintptr_t)(SEGMENT_SIZE - 1));
+    __atomic_store_n(&hd->kind, 22u, __ATOMIC_RELEASE);
+    hd->size_class = 200;
+}
+
 /* Allocate in a fresh segment, then, before any cycle has parsed it,
  * write a kind and a class that mean nothing into its header. */
 static void scribble_own_header(heapd_mutator *m, void *arg)
@@ -328,11 +339,25 @@ static void scribble_own_header(heapd_mutator *m, void *arg)
     void *o = heapd_alloc(m, 0, 64);
     if (!o)
         _exit(8);
-    heapd_blocking_enter(m);
-    struct layout_segment *hd =
-        (struct layout_segment *)((uintptr_t)o & ~(uintptr_t)(SEGMENT_SIZE - 1));
-    __atomic_store_n(&hd->kind, 22u, __ATOMIC_RELEASE);
-    hd->size_class = 200;
+    scribble_header_of(m, o);
+}
+
+/* The bystander's lists are whole, and no segment is left orphaned: the
+ * scribbled one is gone.  Reads stats in this process, so only after the
+ * last fork. */
+static heapd_stats_t scribbled_segment_gone(struct bystander b)
+{
+    close(b.go);
+    ck_assert_msg(harness_wait_pid(b.pid, HARNESS_WAIT_MS) == 0,
+                  "after a scribbled segment header, another process's "
+                  "lists are damaged");
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_msg(st.segments_orphaned == st.segments_adopted,
+                  "a dead client's scribbled segment stays while nothing "
+                  "references it: %llu orphaned, %llu adopted",
+                  (unsigned long long)st.segments_orphaned,
+                  (unsigned long long)st.segments_adopted);
+    return st;
 }
 
 /* A client that scribbles on its own segment's header and dies leaves no
@@ -350,17 +375,7 @@ START_TEST(scribbled_segment_header_leaves_nothing)
     heap_still_works("a scribbled segment header"); /* runs a cycle */
     heap_still_works("a scribbled segment header");
     heap_still_works("a scribbled segment header");
-    close(b.go);
-    ck_assert_msg(harness_wait_pid(b.pid, HARNESS_WAIT_MS) == 0,
-                  "after a scribbled segment header, another process's "
-                  "lists are damaged");
-    /* no more forks: stats on a connection of this process */
-    heapd_stats_t st = harness_daemon_stats(&D);
-    ck_assert_msg(st.segments_orphaned == st.segments_adopted,
-                  "a dead client's scribbled segment stays orphaned: %llu "
-                  "orphaned, %llu adopted",
-                  (unsigned long long)st.segments_orphaned,
-                  (unsigned long long)st.segments_adopted);
+    heapd_stats_t st = scribbled_segment_gone(b);
     ck_assert_uint_eq(st.bad_refs, 1);
     ck_assert_uint_eq(st.verify_failures, 0);
     harness_stop_clean(&D);
@@ -382,11 +397,7 @@ static void scribble_held_header(heapd_mutator *m, void *arg)
         o[i] = HELD_MAGIC;
     if (heapd_global_set(m, "held", o) < 0)
         _exit(9);
-    heapd_blocking_enter(m);
-    struct layout_segment *hd =
-        (struct layout_segment *)((uintptr_t)o & ~(uintptr_t)(SEGMENT_SIZE - 1));
-    __atomic_store_n(&hd->kind, 22u, __ATOMIC_RELEASE);
-    hd->size_class = 200;
+    scribble_header_of(m, o);
 }
 
 /* In a process of its own: "held" still names the object with its bytes
@@ -438,16 +449,7 @@ START_TEST(scribbled_segment_is_kept_while_referenced)
     held_step(false); /* the global lets it go */
     for (int i = 0; i < 3; i++)
         heap_still_works("a scribbled segment header, let go");
-    close(b.go);
-    ck_assert_msg(harness_wait_pid(b.pid, HARNESS_WAIT_MS) == 0,
-                  "after a scribbled segment header, another process's "
-                  "lists are damaged");
-    heapd_stats_t st = harness_daemon_stats(&D);
-    ck_assert_msg(st.segments_orphaned == st.segments_adopted,
-                  "the scribbled segment stays after nothing references "
-                  "it: %llu orphaned, %llu adopted",
-                  (unsigned long long)st.segments_orphaned,
-                  (unsigned long long)st.segments_adopted);
+    scribbled_segment_gone(b);
     harness_stop_clean(&D);
 }
 END_TEST
