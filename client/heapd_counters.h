@@ -72,6 +72,9 @@
     X(segments_adopted, uint64_t, COUNTER, COUNT, DERIVED, "orphaned segments freed by a sweep or reused") \
     X(pause_count, uint64_t, COUNTER, COUNT, LOCKED, "pauses; pause_total_ns / pause_count is the mean") \
     X(globals_init_refused, uint64_t, COUNTER, COUNT, LOCKED, "global_init_done requests not from the initialiser, refused") \
+    X(stalls, uint64_t, COUNTER, COUNT, LOCKED, "mutators named for holding up a stop or a remark past stall_warn") \
+    X(stalls_killed, uint64_t, COUNTER, COUNT, LOCKED, "stalled clients killed (stall_action = kill)") \
+    X(clients_evicted, uint64_t, COUNTER, COUNT, LOCKED, "stalled clients evicted (stall_action = evict, or kill not allowed)") \
     /* the end: a new line goes above this one, ending in a backslash */
 
 /* The columns KIND and UNIT, for printers: HEAPD_KIND_##kind,

@@ -90,29 +90,37 @@
  * release, or for the connection's end (Note [A dead daemon]). */
 static void take_stop(heapd_mutator *m, uint32_t gen)
 {
-    uint32_t st = atomic_load(&m->slot->status);
+    _Atomic uint32_t *word = &m->slot->stop_request;
+    bool snapshot = layout_stop_is_snapshot(gen);
 
-    if (gen == 0 || LAYOUT_STATUS_GEN(st) == gen)
-        return;
-    if (mutator_orphaned(m))
-        return; /* the slot is not ours any more */
-    /* acknowledge: everything this mutator wrote is visible to the
-     * collector once it sees the ack (seq_cst store, futex wake) */
-    atomic_store(&m->slot->status, LAYOUT_STATUS(gen, LAYOUT_MUT_RUNNING));
-    futex_wake_all(&m->slot->status);
-    /* Note [Spinning through a pause], once: woken with the stop still
-     * on (a bounded sleep's end, a wake for another process's waiter),
-     * the pause is a long one */
-    for (uint64_t spin = MUTATOR_SPIN_NS;
-         atomic_load(&m->ctl->stop_request) == gen; spin = 0)
-        if (agent_wait_word(&m->c->agent, &m->ctl->stop_request, gen, spin) <
-            0)
-            break;
+    /* a stop re-asked under a new generation while this mutator waited
+     * (Note [Parking a stop] in daemon/safepoint.c) is taken at once, if
+     * it is of the same kind */
+    while (gen != 0 && layout_stop_is_snapshot(gen) == snapshot) {
+        uint32_t st = atomic_load(&m->slot->status);
+        if (LAYOUT_STATUS_GEN(st) == gen)
+            return;
+        if (mutator_orphaned(m))
+            return; /* the slot is not ours any more */
+        /* acknowledge: everything this mutator wrote is visible to the
+         * collector once it sees the ack (seq_cst store, futex wake) */
+        atomic_store(&m->slot->status,
+                     LAYOUT_STATUS(gen, LAYOUT_MUT_RUNNING));
+        futex_wake_all(&m->slot->status);
+        /* Note [Spinning through a pause], once: woken with the stop
+         * still on (a bounded sleep's end, a wake for another process's
+         * waiter), the pause is a long one */
+        for (uint64_t spin = MUTATOR_SPIN_NS; atomic_load(word) == gen;
+             spin = 0)
+            if (agent_wait_word(&m->c->agent, word, gen, spin) < 0)
+                return;
+        gen = atomic_load(word);
+    }
 }
 
 void mutator_stop_slow(heapd_mutator *m)
 {
-    take_stop(m, atomic_load(&m->ctl->stop_request));
+    take_stop(m, atomic_load(&m->slot->stop_request));
 }
 
 void mutator_safepoint_slow(heapd_mutator *m)
@@ -162,7 +170,7 @@ static uint32_t run_again(heapd_mutator *m)
                      LAYOUT_STATUS(LAYOUT_STATUS_GEN(st), LAYOUT_MUT_RUNNING));
     }
     pthread_mutex_unlock(&m->hold);
-    return orphaned ? 0 : atomic_load(&m->ctl->stop_request);
+    return orphaned ? 0 : atomic_load(&m->slot->stop_request);
 }
 
 /* Note [Waiting in a barrier]: the stop under way may be a final sync that

@@ -73,7 +73,7 @@ void mutator_safepoint_slow(heapd_mutator *m);
 static inline bool mutator_poll_due(const heapd_mutator *m)
 {
     return __builtin_expect(
-        (atomic_load_explicit(&m->ctl->stop_request, memory_order_relaxed) |
+        (atomic_load_explicit(&m->slot->stop_request, memory_order_relaxed) |
          atomic_load_explicit(&m->remark_pending, memory_order_relaxed)) != 0,
         0);
 }

@@ -752,6 +752,9 @@ static void heap_section(struct parse *p, const char *name)
     h->segment_size = 128 * KIB;
     h->gc_overhead = 100;
     h->mark_stack_limit = 8 * MIB;
+    h->stall_warn_ms = 1000;
+    h->stall_timeout_ms = 10000;
+    h->stall_action = CONFIG_STALL_KILL;
     p->heap = h;
     p->sec = SEC_HEAP;
 }

@@ -26,6 +26,14 @@ enum config_log_level {
     CONFIG_LOG_DEBUG = 3,
 };
 
+/* What ends a stall (Note [Stalls] in daemon/stall.c). */
+enum config_stall_action {
+    CONFIG_STALL_KILL = 0,      /* SIGKILL through the client's pidfd */
+    CONFIG_STALL_EVICT = 1,     /* the client is treated as gone and its
+                                   library aborts it at its next call */
+    CONFIG_STALL_WAIT = 2,      /* only warn */
+};
+
 struct config_heap {
     char name[CONFIG_HEAP_NAME_MAX + 1];
     int line;                   /* line of the [heap NAME] header */
@@ -36,6 +44,10 @@ struct config_heap {
     uint64_t mark_stack_limit;  /* bytes of mark stack per worker */
     uint64_t max_client_bytes;  /* bytes one client may hold; 0 = max_size */
     bool verify;                /* run the heap verifier after each cycle */
+    /* Note [Stalls] in daemon/stall.c */
+    uint64_t stall_warn_ms;     /* a mutator this late is named */
+    uint64_t stall_timeout_ms;  /* ... and then ended; 0 = never */
+    enum config_stall_action stall_action;
     size_t n_allow_users;
     uid_t allow_users[CONFIG_MAX_IDS];
     size_t n_allow_groups;

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 #include <uv.h>
 
 #include "auth.h"
@@ -52,6 +53,12 @@ struct conn {
     bool unlisted;              /* on no heap's ACL: stats only */
     uv_timer_t hello_timer;     /* handshake_timeout; hello_timer.data == this */
     unsigned handles_open;      /* pipe and timer not yet closed */
+    time_t connected_at;        /* wall clock, for heapctl clients */
+    /* Note [Stalls] in stall.c */
+    int pidfd;                  /* the peer process, taken at connect
+                                   (Note [Pidfd guard]); -1 for none */
+    uint64_t remark_since;      /* uv_now when the oldest remark request it
+                                   has not answered was sent; 0: none */
     /* Note [Per-client limits] in session.c */
     unsigned outstanding;       /* its requests waiting for a cycle */
     uint64_t log_tokens;        /* thousandths of a line it may log now */

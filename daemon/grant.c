@@ -59,6 +59,11 @@ int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
         atomic_store(&m->urs_tail, atomic_load(&m->urs_head));
         /* ack 0 is never a stop generation: see Note [Stop the world] */
         atomic_store(&m->status, LAYOUT_STATUS(0, LAYOUT_MUT_RUNNING));
+        /* Note [Stop the world]: asked for the stop under way, if any */
+        atomic_store(&m->stop_request, h->stop_raised);
+        atomic_store(&m->evicted, LAYOUT_STALL_NONE);
+        atomic_store(&h->owners[i].stall_since, 0);
+        atomic_store(&h->owners[i].stall_on, LAYOUT_STALL_NONE);
         /* attached only once its window shows the client's words */
         atomic_store_explicit(&h->owners[i].client_id, client,
                               memory_order_release);

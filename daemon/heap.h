@@ -58,6 +58,12 @@ struct heap_slot_owner {
                                         client so far: more allocated is
                                         a fault (Note [Client control
                                         memory]) */
+    /* Note [Stalls] in daemon/stall.c: written by the collector thread,
+     * read by the loop thread */
+    _Atomic uint64_t stall_since;    /* CLOCK_MONOTONIC ns since the
+                                        collector waits for it; 0: it
+                                        does not */
+    _Atomic uint32_t stall_on;       /* enum layout_stall_on */
     int pid;                         /* the rest: heap->lock */
     unsigned uid;
     char name[64];                   /* client_name from Hello */
@@ -95,6 +101,10 @@ struct heap {
     unsigned mutators;               /* attached mutator slots */
     unsigned seg_shift;              /* log2(segment_size) */
     uint32_t stop_gen;               /* collector thread: last stop gen */
+    uint32_t stop_raised;            /* the stop a newly attached slot is
+                                        asked for (Note [Stop the world]);
+                                        heap->lock */
+    _Atomic uint32_t stalled;        /* HEAP_STALLED_*: Note [Stalls] */
     bool poison;                     /* poison freed blocks (verify/debug) */
     bool verify;                     /* run the verifier after each cycle */
     uint8_t static_flag;             /* Note [Global roots]; heap->lock */
@@ -114,6 +124,11 @@ struct heap {
                                         (Note [Collector handoff]) */
     _Atomic uint32_t bad_logged;     /* bad references logged this cycle */
 };
+
+/* heap->stalled: a stall keeps the heap's cycle from ending, so its
+ * grants are not paced (Note [Stalls] in daemon/stall.c). */
+#define HEAP_STALLED_STOP 1u     /* the collector parked a stop */
+#define HEAP_STALLED_REMARK 2u   /* a remark request is late */
 
 /* Slot I is attached, by the daemon's own record (Note [Slots are the
  * daemon's] in daemon/grant.c), whatever its shared status word says. */

@@ -3,49 +3,57 @@
  *
  * Note [Stop the world]
  * ~~~~~~~~~~~~~~~~~~~~~
- * Stops are futex handshakes on the shared control area, never socket round
- * trips.  The words (Note [Mutator slots] in proto/layout.h):
- *   control->stop_request   0, or the generation g of the stop under way;
+ * Stops are futex handshakes in the slots' words, never socket round
+ * trips.  The words (Note [Mutator slots] in proto/layout.h), both in the
+ * slot's region of its client's control memory:
+ *   slot->stop_request      0, or the generation g of the stop asked of it;
  *   slot->status            state (FREE, RUNNING, BLOCKED, WAITING) | last
  *                           acked g.
  * Daemon (one collector thread per heap):
  *   1. g = next generation (never 0; odd for a snapshot, even for a final
- *      sync); store stop_request = g (seq_cst).
+ *      sync); under heap->lock, store stop_request = g (seq_cst) in every
+ *      attached slot, and heap->stop_raised = g, which grant_slot gives a
+ *      slot attached meanwhile.
  *   2. For every slot the daemon has attached (Note [Slots are the
  *      daemon's] in daemon/grant.c), load status (seq_cst) until the slot
  *      is freed or its status is FREE, BLOCKED, RUNNING with ack == g, or
- *      (a final sync only) WAITING (Note [Waiting in a barrier]), spinning a little and then sleeping on the
- *      futex `status` meanwhile (Note [Waiting for acks]).
- *      Every write of `status` is followed by a wake, and the futex compares
- *      the value it sleeps on, so no change is missed; the sleep is bounded
- *      only to log a mutator that takes long (the wait itself goes on: a
- *      running mutator must reach a safepoint, and a dead one is freed by
- *      the loop thread when its socket closes).
+ *      (a final sync only) WAITING (Note [Waiting in a barrier]), spinning
+ *      a little and then sleeping on the futex `status` meanwhile (Note
+ *      [Waiting for acks]).  Every write of `status` is followed by a
+ *      wake, and the futex compares the value it sleeps on, so no change
+ *      is missed.  A slot still not stopped after stall_warn parks the
+ *      stop (Note [Parking a stop]).
  *   3. The world is stopped: the snapshot or the final sync does its
  *      short work (Note [Collection cycle]).
- *   4. store stop_request = 0, wake everyone sleeping on it.
+ *   4. Under heap->lock, store stop_request = 0 in every attached slot
+ *      and wake it.
  * Mutator:
- *   - at a safepoint, if stop_request = g != 0 and it has not acked g:
- *     store status = RUNNING|g, wake, then wait (spinning briefly, then
- *     sleeping: Note [Spinning through a pause]) while stop_request is
- *     still g;
+ *   - at a safepoint, if its stop_request = g != 0 and it has not acked
+ *     g: store status = RUNNING|g, wake, then wait (spinning briefly,
+ *     then sleeping: Note [Spinning through a pause]) while stop_request
+ *     is still g;
  *   - blocking_enter: store status = BLOCKED|ack, wake;  it must not touch
  *     the heap until blocking_leave;
  *   - blocking_leave: store status = RUNNING|ack (seq_cst), then load
  *     stop_request (seq_cst) and take the safepoint if a stop is under way.
  * Why this is safe: a mutator counted as stopped either acked g and sleeps
  * until release, or was BLOCKED.  A BLOCKED mutator that leaves during the
- * stop stored RUNNING before loading stop_request, and the daemon stored
- * stop_request before loading status: with both sequentially consistent,
- * the mutator sees the stop and waits (the daemon may or may not have seen
- * it RUNNING; either way it cannot run).  A slot attached during a stop
- * starts RUNNING with ack 0 != g, and heapd_attach polls before it
- * returns, so that thread too waits before it can touch the heap (its
- * first heap operation could be a heapd_write, which does not poll); the
- * collector may or may not be waiting for its ack.  Pause work is O(mutators).
- * A client whose connection closes has its slots set FREE by the loop thread
- * (safepoint_free_slot), which wakes the collector: a dead client never holds
- * up a stop.
+ * stop stored RUNNING before loading its stop_request, and the daemon
+ * stored stop_request before loading status: with both sequentially
+ * consistent, the mutator sees the stop and waits (the daemon may or may
+ * not have seen it RUNNING; either way it cannot run).  A slot attached
+ * during a stop starts RUNNING with ack 0 != g and stop_request = g
+ * (both under heap->lock, which step 1 holds), and heapd_attach polls
+ * before it returns, so that thread too waits before it can touch the
+ * heap (its first heap operation could be a heapd_write, which does not
+ * poll); the collector may or may not be waiting for its ack.  Pause
+ * work is O(mutators).  A client whose connection closes has its slots
+ * set FREE by the loop thread (safepoint_free_slot), which wakes the
+ * collector: a dead client never holds up a stop.  Each slot has a word
+ * of its own, not one for the heap, so that a stop can be released for
+ * some slots and kept for others (Note [Parking a stop]); and the word is
+ * in memory only that client writes, so a forged stop stalls only its
+ * forger.
  */
 #include "safepoint.h"
 
@@ -137,84 +145,159 @@ static bool ack_ahead(uint32_t st, uint32_t gen)
            d != 0 && d < LAYOUT_GEN_MASK / 2;
 }
 
-/* Log the mutator in SLOT that has held up a stop for WAITED ns: who it
- * is, from the daemon's own record, and what its program must do. */
-static void report_slow(struct heap *h, unsigned slot, uint32_t st,
-                        uint64_t waited)
+/* With heap->lock held: ask attached slot I for stop GEN (0: none), and
+ * wake it if it waits on an older one. */
+static void ask_slot(struct heap *h, unsigned i, uint32_t gen)
 {
-    struct heap_slot_owner *r = &h->owners[slot];
-    struct {
-        unsigned long long client_id;
-        int pid;
-        unsigned uid;
-        char name[64];
-    } o;
-    pthread_mutex_lock(&h->lock);
-    o.client_id = atomic_load(&r->client_id);
-    o.pid = r->pid;
-    o.uid = r->uid;
-    memcpy(o.name, r->name, sizeof o.name);
-    pthread_mutex_unlock(&h->lock);
-    log_warn("heap '%s': mutator slot %u of client %llu (%s, pid %d, uid %u) "
-             "has not reached a safepoint for %llu ms%s; every process "
-             "of the heap waits for it.  A thread that waits (I/O, a lock, "
-             "sleep) must call heapd_blocking_enter first, and a long loop "
-             "must call heapd_safepoint now and then",
-             h->cfg->name, slot, o.client_id,
-             o.name[0] ? o.name : "?", o.pid, o.uid,
-             (unsigned long long)(waited / 1000000u),
-             LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_WAITING
-                 ? " (it waits inside a write barrier)" : "");
+    _Atomic uint32_t *w = &heap_slot(h, i)->stop_request;
+    if (atomic_exchange(w, gen) != 0)
+        futex_wake_all(w);
 }
 
+/* Ask every attached slot for GEN (0: release them all) but those set
+ * in KEEP, which keep what they were asked. */
+static void ask_all(struct heap *h, uint32_t gen, const uint64_t *keep)
+{
+    pthread_mutex_lock(&h->lock);
+    h->stop_raised = gen;
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (heap_slot_attached(h, i) && !(keep && keep[i / 64] >> (i % 64) & 1))
+            ask_slot(h, i, gen);
+    pthread_mutex_unlock(&h->lock);
+}
+
+enum wait_result {
+    WAIT_STOPPED,   /* stopped, blocked, free, or faulted */
+    WAIT_LATE,      /* not stopped by DEADLINE */
+};
+
+/* Wait for slot I to be stopped for GEN, asked at T0, until DEADLINE
+ * (ns, 0: for ever: the loop thread names it and ends its stall, Note
+ * [Stalls] in daemon/stall.c). */
+static enum wait_result wait_slot(struct heap *h, unsigned i, uint32_t gen,
+                                  enum safepoint_kind kind, uint64_t t0,
+                                  uint64_t deadline)
+{
+    struct layout_mutator *m = heap_slot(h, i);
+    for (unsigned spin = 0;; spin++) {
+        /* Note [Slots are the daemon's] in daemon/grant.c; the load
+         * in a reader's section (Note [Slot windows]) */
+        if (!heap_slot_enter(h, i))
+            return WAIT_STOPPED;
+        uint32_t st = atomic_load(&m->status);
+        heap_slot_leave(h, i);
+        if (LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_FREE ||
+            ack_ahead(st, gen)) {
+            slotmem_fault(h, i, SLOT_FAULT_STATUS);
+            return WAIT_STOPPED;
+        }
+        if (slot_stopped(st, gen, kind))
+            return WAIT_STOPPED;
+        /* Note [Waiting for acks] */
+        if ((spin & 63) != 63 || now_ns() - t0 < ACK_SPIN_NS) {
+            __builtin_ia32_pause();
+            continue;
+        }
+        futex_wait(&m->status, st, 100000000u);
+        if (deadline && now_ns() >= deadline)
+            return WAIT_LATE;
+    }
+}
+
+/* What slot I, late for a stop of KIND, has not answered. */
+static enum layout_stall_on late_for(struct heap *h, unsigned i,
+                                     enum safepoint_kind kind)
+{
+    if (kind == SAFEPOINT_SNAPSHOT)
+        return LAYOUT_STALL_SNAPSHOT;
+    enum layout_stall_on on = LAYOUT_STALL_FINAL_SYNC;
+    if (heap_slot_enter(h, i)) {
+        struct layout_mutator *m = heap_slot(h, i);
+        uint32_t epoch = atomic_load(&h->control->epoch);
+        /* Note [Stack marking handshake]: it took its stack and has not
+         * finished logging it */
+        if (atomic_load(&m->stack_marking) == epoch &&
+            atomic_load(&m->stack_marked) != epoch)
+            on = LAYOUT_STALL_HANDSHAKE;
+        heap_slot_leave(h, i);
+    }
+    return on;
+}
+
+/* Note [Parking a stop]
+ * ~~~~~~~~~~~~~~~~~~~~~
+ * A stop waits for every slot.  One that has not stopped stall_warn
+ * after it was asked is late: the collector parks the stop.  It marks
+ * every slot not stopped by then as stalled (owners[i].stall_since and
+ * stall_on, read by the loop thread: Note [Stalls] in daemon/stall.c),
+ * keeps asking those for the stop, and releases all the others, which run
+ * on and allocate, unpaced (HEAP_STALLED_STOP).  It then waits for the
+ * stalled slots alone: each stops (it reached a safepoint, or entered a
+ * blocking region) or is freed (the stall policy ended its client, or it
+ * went away).  Only then is the stop asked again of every slot, under a
+ * new generation of the same kind: a slot released by the park that
+ * acknowledged the old one must not count as stopped for it, and a
+ * stalled slot waiting for the old one's release is woken by the change
+ * and takes the new one at once (take_stop in client/mutator.c).  The
+ * parked stop did none of its work, so nothing the released mutators did
+ * meanwhile escapes it.  Without parking, one SIGSTOPped process held
+ * every other process of the heap in the stop for as long as it stayed
+ * stopped (12 s frozen in the test that found it).
+ */
 uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
                         uint64_t *ttsp_max_ns)
 {
-    struct layout_control *ctl = h->control;
-    static const uint64_t report_ns = 1000000000u; /* log slow mutators */
     uint32_t gen = h->stop_gen;
-    uint64_t t0, max = 0;
+    uint64_t max = 0;
+    uint64_t warn_ns = h->cfg->stall_warn_ms * 1000000u;
 
-    /* the next generation of this kind's parity (never 0) */
-    do
-        gen = gen % LAYOUT_GEN_MASK + 1;
-    while (layout_stop_is_snapshot(gen) != (kind == SAFEPOINT_SNAPSHOT));
+    for (;;) {
+        /* the next generation of this kind's parity (never 0) */
+        do
+            gen = gen % LAYOUT_GEN_MASK + 1;
+        while (layout_stop_is_snapshot(gen) != (kind == SAFEPOINT_SNAPSHOT));
+        h->stop_gen = gen;
+        ask_all(h, gen, NULL);
 
-    h->stop_gen = gen;
-    atomic_store(&ctl->stop_request, gen);
-    t0 = now_ns();
-    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
-        struct layout_mutator *m = heap_slot(h, i);
-        uint64_t next_report = t0 + report_ns;
-        for (unsigned spin = 0;; spin++) {
-            /* Note [Slots are the daemon's] in daemon/grant.c; the load
-             * in a reader's section (Note [Slot windows]) */
-            if (!heap_slot_enter(h, i))
-                break;
-            uint32_t st = atomic_load(&m->status);
-            heap_slot_leave(h, i);
-            if (LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_FREE ||
-                ack_ahead(st, gen)) {
-                slotmem_fault(h, i, SLOT_FAULT_STATUS);
+        uint64_t t0 = now_ns(), deadline = warn_ns ? t0 + warn_ns : 0;
+        unsigned late = LAYOUT_MAX_MUTATORS;
+        for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+            if (wait_slot(h, i, gen, kind, t0, deadline) == WAIT_LATE) {
+                late = i;
                 break;
             }
-            if (slot_stopped(st, gen, kind))
-                break;
-            /* Note [Waiting for acks] */
-            if ((spin & 63) != 63 || now_ns() - t0 < ACK_SPIN_NS) {
-                __builtin_ia32_pause();
-                continue;
-            }
-            futex_wait(&m->status, st, 100000000u);
-            uint64_t t = now_ns();
-            if (t >= next_report) {
-                report_slow(h, i, st, t - t0);
-                next_report = t + report_ns;
-            }
+            uint64_t waited = now_ns() - t0;
+            if (waited > max)
+                max = waited;
         }
-        uint64_t waited = now_ns() - t0;
-        if (waited > max)
-            max = waited;
+        if (late == LAYOUT_MAX_MUTATORS)
+            break;
+
+        /* park: every slot not stopped now is stalled */
+        uint64_t stalled[LAYOUT_MAX_MUTATORS / 64] = {0};
+        for (unsigned i = late; i < LAYOUT_MAX_MUTATORS; i++) {
+            if (!heap_slot_enter(h, i))
+                continue;
+            uint32_t st = atomic_load(&heap_slot(h, i)->status);
+            heap_slot_leave(h, i);
+            if (slot_stopped(st, gen, kind) ||
+                LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_FREE)
+                continue;
+            stalled[i / 64] |= 1ull << (i % 64);
+            atomic_store(&h->owners[i].stall_on, late_for(h, i, kind));
+            atomic_store(&h->owners[i].stall_since, t0);
+        }
+        ask_all(h, 0, stalled);
+        atomic_fetch_or(&h->stalled, HEAP_STALLED_STOP);
+        for (unsigned i = late; i < LAYOUT_MAX_MUTATORS; i++) {
+            if (!(stalled[i / 64] >> (i % 64) & 1))
+                continue;
+            wait_slot(h, i, gen, kind, t0, 0);
+            atomic_store(&h->owners[i].stall_since, 0);
+            atomic_store(&h->owners[i].stall_on, LAYOUT_STALL_NONE);
+        }
+        atomic_fetch_and(&h->stalled, ~HEAP_STALLED_STOP);
+        /* a stop that parked is as long as its stall: not a ttsp */
     }
     *ttsp_max_ns = max;
     return gen;
@@ -222,8 +305,7 @@ uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
 
 void safepoint_release(struct heap *h)
 {
-    atomic_store(&h->control->stop_request, 0);
-    futex_wake_all(&h->control->stop_request);
+    ask_all(h, 0, NULL);
 }
 
 void safepoint_own_slot(struct heap *h, unsigned slot, int pid, unsigned uid,

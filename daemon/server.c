@@ -545,6 +545,8 @@ static void on_connection(uv_stream_t *listener, int status)
     }
     c->d = d;
     c->mem_fd = -1;
+    c->pidfd = -1;
+    c->connected_at = time(NULL);
     /* Note [Admission]: small frames until the Welcome */
     frame_reader_init(&c->reader, CONN_HELLO_MAX_PAYLOAD);
     uv_pipe_init(&d->loop, &c->pipe, 0);

@@ -712,9 +712,9 @@ static void request(struct peer *p, struct fuzz_input *in)
  * of its: what a mutator does at a safepoint. */
 static void set_states(struct peer *p, uint32_t state)
 {
-    uint32_t gen = atomic_load(&heap->control->stop_request);
     for (unsigned k = 0; k < p->n_slots; k++) {
         struct layout_mutator *m = slot_words(p, k);
+        uint32_t gen = atomic_load(&m->stop_request);
         atomic_store(&m->status, LAYOUT_STATUS(gen, state));
         futex_wake_all(&m->status);
     }

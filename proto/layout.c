@@ -77,7 +77,6 @@ void layout_init_control(struct layout_control *c, const char *heap_name,
     strncpy(c->heap_name, heap_name, sizeof c->heap_name - 1);
     c->epoch = 1;
     c->phase = LAYOUT_PHASE_IDLE;
-    c->stop_request = 0;
     /* magic last: a reader that sees it sees the rest */
     __atomic_store_n(&c->magic, LAYOUT_MAGIC, __ATOMIC_RELEASE);
 }

@@ -38,8 +38,8 @@
  *
  * Note [The daemon's page]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~
- * The words only the daemon writes -- identity, geometry, epoch, phase and
- * the stop request, and the global roots' names, states and owners (Note
+ * The words only the daemon writes -- identity, geometry, epoch, phase,
+ * and the global roots' names, states and owners (Note
  * [Global roots]): the first LAYOUT_DAEMON_BYTES of the control area --
  * are not in the heap's memfd but in a memfd of their own, of
  * LAYOUT_DAEMON_BYTES (a multiple of the page size; heap_open refuses a
@@ -48,9 +48,11 @@
  * O_RDONLY (through /proc/self/fd), mapped read-only over the same range
  * of its mapping.  A client's store there faults in the client, and
  * mprotect(PROT_WRITE) fails with EACCES: no client can forge the epoch,
- * the phase, a stop, the magic or a global's state for the others (a
- * forged stop_request froze every mutator, and an epoch of 0 or a bad
- * magic outlived the writer).  Futex waits on a read-only mapping work:
+ * the phase, the magic or a global's state for the others (an epoch of 0
+ * or a bad magic outlived the writer).  A stop is asked of each slot in
+ * its own words (Note [Stop the world]): a client that forges its own
+ * stalls only itself, and the stall policy ends that (Note [Stalls] in
+ * daemon/stall.c).  Futex waits on a read-only mapping work:
  * the key is the file page.  The heap memfd's first LAYOUT_DAEMON_BYTES
  * are never used.
  *
@@ -121,7 +123,7 @@
  * 9: the globals' names, states and owners in the daemon's page, their
  * values in global_values[] after it (Note [Global roots]).
  * 10: client control memory (Note [Client control memory]). */
-#define LAYOUT_VERSION 10u
+#define LAYOUT_VERSION 11u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
@@ -314,12 +316,24 @@ enum layout_mut_state {
 #define LAYOUT_STATUS_GEN(s) ((s) >> 2)
 #define LAYOUT_GEN_MASK 0x3fffffffu
 /* A stop's kind is the parity of its generation, so that a mutator reads
- * both in one load of stop_request: odd for a snapshot, even for a final
+ * both in one load of its slot's stop_request: odd for a snapshot, even for a final
  * sync (Note [Waiting in a barrier] in daemon/safepoint.c). */
 static inline bool layout_stop_is_snapshot(uint32_t gen)
 {
     return (gen & 1u) != 0;
 }
+
+/* What a stalled mutator has not answered (Note [Stalls] in
+ * daemon/stall.c), and the reason an evicted slot gives its mutator (Note
+ * [Evicted clients] in daemon/stall.c). */
+enum layout_stall_on {
+    LAYOUT_STALL_NONE = 0,
+    LAYOUT_STALL_SNAPSHOT = 1,   /* the stop of a snapshot */
+    LAYOUT_STALL_FINAL_SYNC = 2, /* the stop of a final sync */
+    LAYOUT_STALL_HANDSHAKE = 3,  /* the stop of a final sync, while it
+                                    holds its stack-marking handshake */
+    LAYOUT_STALL_REMARK = 4,     /* a remark request to its client */
+};
 
 #define LAYOUT_URS_SIZE 8192 /* entries in a mutator's URS ring (64 KiB) */
 
@@ -330,6 +344,14 @@ struct layout_mutator {
     _Atomic uint32_t status;        /* futex word, see the Note */
     uint32_t slot_epoch;            /* attach count of this region */
     uint64_t client_id;             /* daemon: owner connection */
+    /* daemon, read by the mutator at every safepoint */
+    alignas(64) _Atomic uint32_t stop_request; /* futex: the stop gen
+                                       asked of this slot, 0 = none (Note
+                                       [Stop the world]) */
+    _Atomic uint32_t evicted;       /* enum layout_stall_on: the daemon
+                                       evicted this client for it (Note
+                                       [Evicted clients]); 0 = no */
+    _Atomic uint64_t evicted_after_ms; /* how long it had stalled */
     /* mutator, often */
     alignas(64) _Atomic uint64_t alloc_bytes; /* bytes allocated, monotonic */
     _Atomic uint64_t root_depth;    /* root slots in use */
@@ -472,7 +494,6 @@ struct layout_control {
     /* collector state, shared with running mutators */
     alignas(64) _Atomic uint32_t epoch;  /* Note [Epoch-tagged marks] */
     _Atomic uint32_t phase;              /* enum layout_phase */
-    alignas(64) _Atomic uint32_t stop_request; /* futex: stop gen, 0 = none */
 
     /* the global roots' names, states and owners (Note [Global roots]) */
     alignas(64) struct layout_global globals[LAYOUT_MAX_GLOBALS];

@@ -469,10 +469,10 @@ static void try_mprotect(struct layout_control *ctl)
         _exit(6);
 }
 
-static void forge_stop(struct layout_control *ctl)
+static void forge_phase(struct layout_control *ctl)
 {
     try_mprotect(ctl);
-    atomic_store(&ctl->stop_request, 7); /* faults */
+    atomic_store(&ctl->phase, LAYOUT_PHASE_MARK); /* faults */
 }
 
 static void forge_epoch(struct layout_control *ctl)
@@ -542,7 +542,7 @@ START_TEST(daemons_page_is_read_only)
         attack_fn attack;
         const char *what;
     } forgeries[] = {
-        {forge_stop, "a forged stop request"},
+        {forge_phase, "a forged phase"},
         {forge_epoch, "an epoch of 0"},
         {forge_magic, "a bad magic"},
         {forge_global_state, "INITIALIZING forged into a global's state"},

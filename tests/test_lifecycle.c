@@ -415,7 +415,7 @@ static bool at_moment(enum crash_at at, heapd_mutator *m,
                       const struct layout_control *ctl)
 {
     uint32_t ph = atomic_load(&ctl->phase);
-    uint32_t stop = atomic_load(&ctl->stop_request);
+    uint32_t stop = atomic_load(&m->slot->stop_request);
     switch (at) {
     case AT_IDLE: return true;
     case AT_SNAPSHOT: return stop != 0 && ph == LAYOUT_PHASE_IDLE;

@@ -209,7 +209,7 @@ static void stopped_kid(int out)
     heapd_client *c;
     heapd_mutator *m;
     kid_attach(&c, &m);
-    _Atomic uint32_t *stop = &m->ctl->stop_request;
+    _Atomic uint32_t *stop = &m->slot->stop_request;
     uintptr_t addr = (uintptr_t)stop;
     kid_send(out, &addr, sizeof addr);
     /* the daemon answers at once; the cycle's snapshot then waits for the
@@ -399,7 +399,7 @@ static void barrier_kid(int out, int in)
     }
     /* marking ends with a final sync, which waits for this mutator */
     for (;;) {
-        uint32_t gen = atomic_load(&ctl->stop_request);
+        uint32_t gen = atomic_load(&m->slot->stop_request);
         if (gen != 0 && !layout_stop_is_snapshot(gen))
             break;
         if (agent_is_closed(&c->agent))
