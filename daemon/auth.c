@@ -1,6 +1,11 @@
 /* Peer credentials and heap ACLs.  See Note [Connection authorisation]. */
 #include "auth.h"
 
+#include <poll.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -27,6 +32,71 @@ int auth_read_peer(int sock, struct auth_peer *out)
     }
     out->n_groups = len / sizeof(gid_t);
     return 0;
+}
+
+/* Note [Pidfd guard]
+ * ~~~~~~~~~~~~~~~~~~~
+ * The stall policy may kill a client (Note [Stalls] in stall.c).  It
+ * signals through a pidfd taken when the client connected, never through
+ * a pid: a pidfd names one process, and once that process is gone a
+ * signal through it fails with ESRCH, whoever has the pid by then.  The
+ * pidfd must name the peer itself.  SO_PEERPIDFD (Linux 6.5) gives the
+ * one the kernel took at connect(), so nothing can come between.  Older
+ * kernels get pidfd_open(peer pid), which would name another process if
+ * the peer died and its pid was reused before the daemon accepted; so the
+ * process it names is then checked to be alive with the peer's uid and
+ * the peer's end of the socket still open (a peer that died closed it,
+ * unless it passed the socket on); otherwise there is no pidfd, and a
+ * stall is ended by eviction instead of a signal.
+ */
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+static int pidfd_of(pid_t pid)
+{
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+/* Is the process of PIDFD, pid PID, alive with uid UID? */
+static bool pidfd_is(int pidfd, pid_t pid, uid_t uid)
+{
+    char path[64], line[256];
+    bool ok = false;
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned real;
+        if (sscanf(line, "Uid: %u", &real) == 1) {
+            ok = real == uid;
+            break;
+        }
+    }
+    fclose(f);
+    /* alive after the read: the file was this process's */
+    return ok && syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;
+}
+
+int auth_peer_pidfd(int sock, const struct auth_peer *peer)
+{
+    int fd = -1;
+    socklen_t len = sizeof fd;
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0 &&
+        fd >= 0)
+        return fd;
+    if (peer->pid <= 0)
+        return -ESRCH;
+    fd = pidfd_of(peer->pid);
+    if (fd < 0)
+        return -errno;
+    struct pollfd p = {.fd = sock, .events = POLLRDHUP};
+    if (!pidfd_is(fd, peer->pid, peer->uid) || poll(&p, 1, 0) != 0) {
+        close(fd);
+        return -ESRCH;
+    }
+    return fd;
 }
 
 static bool group_listed(const struct config_heap *h, gid_t g)

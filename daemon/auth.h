@@ -39,6 +39,10 @@ struct auth_peer {
  * negative errno. */
 int auth_read_peer(int sock, struct auth_peer *out);
 
+/* A pidfd of the process at the other end of SOCK, whose credentials are
+ * PEER (Note [Pidfd guard] in auth.c), or a negative errno. */
+int auth_peer_pidfd(int sock, const struct auth_peer *peer);
+
 /* Note [Connection authorisation] for one heap. */
 bool auth_allowed(const struct config_heap *h, const struct auth_peer *p,
                   uid_t daemon_uid);

@@ -59,6 +59,11 @@ struct conn {
                                    (Note [Pidfd guard]); -1 for none */
     uint64_t remark_since;      /* uv_now when the oldest remark request it
                                    has not answered was sent; 0: none */
+    bool remark_warned;         /* that remark stall is named */
+    bool stall_ended;           /* stall_action was taken */
+    uint64_t killed_at;         /* uv_now of its SIGKILL; 0: none */
+    enum layout_stall_on killed_on;
+    uint64_t killed_after;      /* ms it had stalled */
     /* Note [Per-client limits] in session.c */
     unsigned outstanding;       /* its requests waiting for a cycle */
     uint64_t log_tokens;        /* thousandths of a line it may log now */
@@ -97,6 +102,12 @@ struct daemon {
     bool stopping;
     struct workers workers;
     struct pending *pending;    /* requests waiting for a cycle */
+    /* Note [Stalls] in stall.c */
+    uv_timer_t stall_timer;
+    struct stall_fence *fences; /* evicted processes still alive */
+    uint64_t stall_warned[CONFIG_MAX_HEAPS][LAYOUT_MAX_MUTATORS];
+                                /* the stall_since each slot was named for */
+    uint32_t stall_seen[CONFIG_MAX_HEAPS]; /* heap->stalled, last tick */
 };
 
 /* server.c: transport */
@@ -134,6 +145,11 @@ int session_handle(struct conn *c, Heapd__Envelope *env);
 struct heap *daemon_find_heap(struct daemon *d, const char *name);
 /* The connection is closing: give back everything it held. */
 void session_closed(struct conn *c);
+/* C leaves now, as a crashed client, before its connection closes (Note
+ * [Stalls] in stall.c). */
+void session_leave(struct conn *c);
+/* Heap H stalled: its grants waiting for a cycle are answered now. */
+void session_stalled(struct heap *h, void *daemon);
 /* Loop thread, after a heap's collector completed cycles. */
 void session_cycle_done(struct heap *h, void *daemon);
 

@@ -287,6 +287,22 @@ struct pending *grant_take_ready(struct pending **q, struct heap *h)
     return ready;
 }
 
+struct pending *grant_take_grants(struct pending **q, struct heap *h)
+{
+    struct pending *taken = NULL;
+    for (struct pending **pp = q; *pp;) {
+        struct pending *p = *pp;
+        if (p->h == h && p->kind == PENDING_GRANT) {
+            *pp = p->next;
+            p->next = taken;
+            taken = p;
+        } else {
+            pp = &p->next;
+        }
+    }
+    return taken;
+}
+
 void grant_drop(struct pending **q, struct workers *w, const struct conn *c)
 {
     for (struct pending **pp = q; *pp;) {

@@ -100,6 +100,9 @@ int grant_defer(struct pending **q, struct workers *w, struct conn *c,
 /* Take the requests on *Q that heap H's completed cycles satisfy, in a
  * list the caller answers and frees. */
 struct pending *grant_take_ready(struct pending **q, struct heap *h);
+/* Take every grant of heap H waiting on *Q, whatever its cycle: the heap
+ * stalled (Note [Stalls] in daemon/stall.c). */
+struct pending *grant_take_grants(struct pending **q, struct heap *h);
 /* Drop the requests of C: never answered now. */
 void grant_drop(struct pending **q, struct workers *w, const struct conn *c);
 /* *Q changed outside the functions above (after answering what

@@ -180,8 +180,12 @@ static void route(struct handoff *hf)
             }
         }
         struct conn *c = find_conn(hf->d, h, to);
-        if (c)
+        if (c) {
             send_request(c, a.seg + x, m);
+            /* Note [Stalls] in stall.c: its answer is awaited from now */
+            if (!c->remark_since)
+                c->remark_since = uv_now(&hf->d->loop);
+        }
         x += m;
     }
     remark_asks_free(&a);

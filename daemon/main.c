@@ -29,6 +29,7 @@
 #include "daemon.h"
 #include "heapd_build.h"
 #include "log.h"
+#include "stall.h"
 
 #define SHUTDOWN_GRACE_MS 2000
 
@@ -292,6 +293,7 @@ int main(int argc, char **argv)
         goto out;
     start_watchdog(d);
     start_strays(d);
+    stall_start(d);
     announce_ready(d);
     uv_run(&d->loop, UV_RUN_DEFAULT);
     rc = 0;
@@ -308,6 +310,7 @@ out:
         if (uv_loop_close(&d->loop) != 0)
             log_warn("event loop closed with handles still open");
     }
+    stall_stop(d);
     for (size_t i = 0; i < d->n_heaps; i++)
         heap_close(&d->heaps[i]);
     if (rc == 0 && !check_only)

@@ -396,7 +396,8 @@ void seg_swept_filled(struct heap *h, uint32_t i, uint32_t nfree,
         (uint64_t)nblocks * REUSE_MIN_FREE_NUM)
         return;
     pthread_mutex_lock(&h->lock);
-    if (t->segs[i].state == SEG_FILLED && !bit_test(t->reuse_bits, i)) {
+    if (t->segs[i].state == SEG_FILLED && !t->segs[i].fenced &&
+        !bit_test(t->reuse_bits, i)) {
         bit_set(t->reuse_bits, i);
         t->n_reusable++;
     }
@@ -444,7 +445,7 @@ static uint32_t grant_reusable(struct heap *h, uint64_t owner,
          * [Quota] */
         bool ours = h->cfg->max_client_bytes == 0 || s->charge == 0 ||
                     s->charge == charge;
-        if (ours && cls < LAYOUT_NCLASSES &&
+        if (ours && !s->fenced && cls < LAYOUT_NCLASSES &&
             (classes[cls >> 6] >> (cls & 63) & 1)) {
             adopt(t, s);
             __atomic_store_n(&s->charge, charge, __ATOMIC_RELAXED);
@@ -486,6 +487,10 @@ int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
                               : 0;
     n = reused;
     while (n < count && (i = find_free(t, i)) != 0) {
+        if (t->segs[i].fenced) { /* Note [Evicted clients] */
+            i++;
+            continue;
+        }
         /* the header is blank before the state says OWNED: a sweeper or
          * marker that sees OWNED must never read the class of the
          * segment's previous life (seg_class caches it) */
@@ -524,7 +529,7 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
     if (charge == 0)
         return -EDQUOT;
     for (uint32_t i = t->first; i < t->count && len < need; i++) {
-        if (bit_test(t->free_bits, i)) {
+        if (bit_test(t->free_bits, i) && !t->segs[i].fenced) {
             if (len++ == 0)
                 start = i;
         } else {
@@ -633,7 +638,9 @@ static void unown_small(struct heap *h, uint32_t i)
     uint8_t cls = __atomic_load_n(&s->cls, __ATOMIC_ACQUIRE);
     if (cls == SEG_CLASS_UNKNOWN)
         cls = header_class(h, i);
-    if (cls == SEG_CLASS_UNKNOWN &&
+    /* a fenced one stays out of the pool, however blank it looks: its
+     * evicted owner may still format it (Note [Evicted clients]) */
+    if (cls == SEG_CLASS_UNKNOWN && !s->fenced &&
         __atomic_load_n(&hd->kind, __ATOMIC_ACQUIRE) == LAYOUT_SEG_BLANK) {
         make_free(h, i); /* never used */
         return;
@@ -721,6 +728,39 @@ void seg_orphan(struct heap *h, uint64_t owner)
     }
     if (charge != 0)
         memset(&t->charges[charge - 1], 0, sizeof t->charges[0]);
+}
+
+int seg_fence(struct heap *h, uint32_t **out, uint32_t *n)
+{
+    struct segtab *t = &h->segs;
+    uint32_t k = 0, *segs = malloc(((size_t)t->high + 1) * sizeof *segs);
+    if (!segs)
+        return -ENOMEM;
+    for (uint32_t i = t->first; i < t->high; i++) {
+        struct seg *s = &t->segs[i];
+        if (s->state == SEG_FREE || s->fenced == UINT8_MAX)
+            continue; /* 255 evictions at once: it stays fenced */
+        if (s->fenced++ == 0)
+            t->n_fenced++;
+        if (bit_test(t->reuse_bits, i))
+            unfile_reusable(t, i);
+        segs[k++] = i;
+    }
+    *out = segs;
+    *n = k;
+    return 0;
+}
+
+void seg_unfence(struct heap *h, const uint32_t *segs, uint32_t n)
+{
+    struct segtab *t = &h->segs;
+    for (uint32_t k = 0; k < n; k++) {
+        struct seg *s = &t->segs[segs[k]];
+        if (s->fenced == 0 || s->fenced == UINT8_MAX)
+            continue;
+        if (--s->fenced == 0)
+            t->n_fenced--;
+    }
 }
 
 void seg_release(struct heap *h, uint32_t i)
@@ -1005,6 +1045,9 @@ bool segtab_check(const struct segtab *t)
         n[st]++;
         if (bit_test(t->free_bits, i) && st != SEG_FREE)
             SEGTAB_BAD("segment %u is in free_bits but has state %u", i, st);
+        if (s->fenced && (st == SEG_FREE || bit_test(t->reuse_bits, i)))
+            SEGTAB_BAD("segment %u is fenced but %s", i,
+                       st == SEG_FREE ? "free" : "reusable");
         if (bit_test(t->reuse_bits, i) && st != SEG_FILLED)
             SEGTAB_BAD("segment %u is in reuse_bits but has state %u", i,
                        st);
@@ -1047,6 +1090,12 @@ bool segtab_check(const struct segtab *t)
     if (nreuse != t->n_reusable)
         SEGTAB_BAD("n_reusable %u, but reuse_bits has %u bits set",
                    t->n_reusable, nreuse);
+    uint32_t fenced = 0;
+    for (uint32_t i = t->first; i < t->count; i++)
+        fenced += t->segs[i].fenced != 0;
+    if (fenced != t->n_fenced)
+        SEGTAB_BAD("n_fenced %u, but %u segments are fenced", t->n_fenced,
+                   fenced);
     if (t->orphaned - t->adopted != orphans)
         SEGTAB_BAD("orphaned %llu - adopted %llu, but %llu segments are "
                    "orphans", (unsigned long long)t->orphaned,

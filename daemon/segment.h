@@ -36,6 +36,9 @@ struct seg {
     uint64_t free_since;/* cycles_completed when it became free */
     uint64_t unknown_since; /* cycles_completed when it became FILLED
                                with no class */
+    uint8_t fenced;     /* evictions holding it (Note [Evicted clients]
+                           in daemon/stall.c): no block of it is freed
+                           and it is granted to nobody; read by sweepers */
     uint16_t charge;    /* 1 + the index of the seg_charge its blocks'
                            bytes count for, 0 for none (Note [Quota] in
                            segment.c); read atomically by sweepers */
@@ -71,6 +74,7 @@ struct segtab {
     uint64_t *reuse_bits;   /* bit i set: FILLED and partly free (Note
                                [Reusing partly free segments]) */
     uint32_t n_free, n_owned, n_filled, n_large, n_reusable;
+    uint32_t n_fenced;      /* segments with fenced != 0 */
     uint64_t orphaned, adopted;   /* stats segments_orphaned/_adopted */
     uint32_t small_max;     /* largest small object size */
     uint32_t small_nblocks[256];  /* per class; 0 = class not usable */
@@ -118,6 +122,18 @@ int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i);
  * them counted as orphaned until a sweep frees them or a grant adopts
  * them. */
 void seg_orphan(struct heap *h, uint64_t owner);
+
+/* Note [Evicted clients] in daemon/stall.c: fence every segment in use
+ * (not FREE) now: none of its blocks is freed and it is granted to no
+ * client until seg_unfence.  *OUT gets the fenced segments (malloc'd,
+ * *N of them).  Returns 0 or -ENOMEM (nothing fenced). */
+int seg_fence(struct heap *h, uint32_t **out, uint32_t *n);
+/* Lift a fence seg_fence set. */
+void seg_unfence(struct heap *h, const uint32_t *segs, uint32_t n);
+static inline bool seg_fenced(const struct segtab *t, uint32_t i)
+{
+    return __atomic_load_n(&t->segs[i].fenced, __ATOMIC_RELAXED) != 0;
+}
 
 /* ---- Note [Quota] in segment.c ---- */
 

@@ -110,6 +110,8 @@ static void on_handle_closed(uv_handle_t *h)
         frame_reader_free(&c->reader);
         if (c->mem_fd >= 0)
             close(c->mem_fd);
+        if (c->pidfd >= 0)
+            close(c->pidfd);
         free(c);
     }
 }
@@ -451,6 +453,13 @@ static void admit(struct conn *c)
                   "cannot read peer credentials: %s", strerror(-rc));
         return;
     }
+    /* Note [Pidfd guard] in auth.c: without one, a stall is ended by
+     * eviction */
+    c->pidfd = auth_peer_pidfd(sock, &c->peer);
+    if (c->pidfd < 0)
+        log_debug("client %llu (pid %d): no pidfd: %s",
+                  (unsigned long long)c->id, (int)c->peer.pid,
+                  strerror(-c->pidfd));
     c->privileged = c->peer.uid == 0 || c->peer.uid == d->uid;
     c->unlisted = !c->privileged && !auth_listed(&d->cfg, &c->peer, d->uid);
     for (struct conn *o = d->conns; o; o = o->next) {

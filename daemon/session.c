@@ -470,6 +470,8 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
     struct grant g;
     uint64_t wait_cycle = 0;
 
+    /* Note [Stalls]: no cycle can end; nothing waits for one */
+    final = final || atomic_load(&h->stalled) != 0;
     pthread_mutex_lock(&h->lock);
     int rc = grant_segments(h, c->id, &c->held, r, final, &g, &wait_cycle);
     if (rc == 0) {
@@ -832,6 +834,28 @@ static void client_leaves(struct conn *c, struct heap *h, bool crashed)
     segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
     seg_punch_strays(h); /* Note [Free memory stays free] */
+}
+
+void session_leave(struct conn *c)
+{
+    if (!c->heap || c->gone)
+        return;
+    client_leaves(c, c->heap, true);
+    c->gone = true;
+}
+
+void session_stalled(struct heap *h, void *daemon)
+{
+    struct daemon *d = daemon;
+    struct pending *ready = grant_take_grants(&d->pending, h);
+    while (ready) {
+        struct pending *p = ready;
+        ready = p->next;
+        p->c->outstanding--;
+        grant(p->c, h, p->seq, &p->req, false);
+        free(p);
+    }
+    grant_queue_changed(&d->pending, &d->workers);
 }
 
 static int handle_goodbye(struct conn *c, uint64_t seq)

@@ -13,7 +13,10 @@
  *   - a FILLED segment left with no live block goes back to the free pool,
  *     one left with enough free blocks becomes reusable (Note [Reusing
  *     partly free segments] in daemon/segment.c);
- *   - a dead large run goes back at once, its memory punched.
+ *   - a dead large run goes back at once, its memory punched;
+ *   - in a fenced segment nothing is freed: a dead block's mark becomes
+ *     the epoch, as if marked (Note [Evicted clients] in
+ *     daemon/stall.c).
  * OWNED segments are swept too, while their owners allocate into them: an
  * owner writes only marks that are 0 (setting the epoch) and the sweeper
  * only marks that are neither 0 nor the epoch (setting 0), so they never
@@ -85,10 +88,12 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
     struct heap *h = j->h;
     const struct segtab *t = &h->segs;
     uint8_t cls = seg_class(h, i);
+    bool fenced = seg_fenced(t, i); /* Note [Evicted clients] */
     if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0) {
         /* blank, or a class nobody knows: Note [A segment leaves its
          * owner] */
-        if (state == SEG_FILLED && seg_unknown_unreferenced(h, i, j->epoch)) {
+        if (state == SEG_FILLED && !fenced &&
+            seg_unknown_unreferenced(h, i, j->epoch)) {
             release(h, i, SEG_FILLED);
             atomic_fetch_add_explicit(&j->freed_segments, 1,
                                       memory_order_relaxed);
@@ -106,6 +111,14 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
         if (m == 0)
             continue;
         if (m == j->epoch) {
+            nlive++;
+            continue;
+        }
+        if (fenced) {
+            /* kept, as if marked: an evicted process may still write
+             * into it (Note [Evicted clients]); the epoch, not its old
+             * mark, keeps Note [Epoch reuse] true */
+            __atomic_store_n(&marks[b], j->epoch, __ATOMIC_RELAXED);
             nlive++;
             continue;
         }
@@ -145,6 +158,12 @@ static void sweep_large(struct sweep_job *j, uint32_t i, uint64_t *live,
     if (m == 0 && s->owner != 0) {
         tally(j, i, (uint64_t)s->run << h->seg_shift);
         return; /* granted, not yet in use */
+    }
+    if (seg_fenced(&h->segs, i)) { /* Note [Evicted clients] */
+        if (m != 0)
+            __atomic_store_n(mark, j->epoch, __ATOMIC_RELAXED);
+        tally(j, i, (uint64_t)s->run << h->seg_shift);
+        return;
     }
     *mark = 0;
     (*freed)++;

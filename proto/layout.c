@@ -80,3 +80,21 @@ void layout_init_control(struct layout_control *c, const char *heap_name,
     /* magic last: a reader that sees it sees the rest */
     __atomic_store_n(&c->magic, LAYOUT_MAGIC, __ATOMIC_RELEASE);
 }
+
+const char *layout_stall_what(enum layout_stall_on on)
+{
+    switch (on) {
+    case LAYOUT_STALL_SNAPSHOT:
+        return "has not acknowledged the snapshot's stop";
+    case LAYOUT_STALL_FINAL_SYNC:
+        return "has not acknowledged the final sync's stop";
+    case LAYOUT_STALL_HANDSHAKE:
+        return "has not acknowledged the final sync's stop while it holds "
+               "its stack-marking handshake (its roots half logged)";
+    case LAYOUT_STALL_REMARK:
+        return "has not answered a remark request";
+    case LAYOUT_STALL_NONE:
+        break;
+    }
+    return "has not stalled";
+}

@@ -335,6 +335,11 @@ enum layout_stall_on {
     LAYOUT_STALL_REMARK = 4,     /* a remark request to its client */
 };
 
+/* What a mutator stalled on, as the rest of a sentence ("... has not
+ * acknowledged the snapshot's stop"), for the daemon's log and
+ * libheapd's abort message alike. */
+const char *layout_stall_what(enum layout_stall_on on);
+
 #define LAYOUT_URS_SIZE 8192 /* entries in a mutator's URS ring (64 KiB) */
 
 struct layout_mutator {
