@@ -201,6 +201,17 @@ static const char *fmt_size(uint64_t v, struct numbuf *b)
 }
 #define SIZE(v) fmt_size((v), &(struct numbuf){ { 0 } })
 
+/* A duration the way a user would write it: 10s, or 1500ms. */
+static const char *fmt_ms(uint64_t ms, struct numbuf *b)
+{
+    if (ms && ms % 1000 == 0)
+        snprintf(b->s, sizeof b->s, "%" PRIu64 "s", ms / 1000);
+    else
+        snprintf(b->s, sizeof b->s, "%" PRIu64 "ms", ms);
+    return b->s;
+}
+#define MS(v) fmt_ms((v), &(struct numbuf){ { 0 } })
+
 __attribute__((format(printf, 3, 0)))
 static void vreport(struct parse *p, int line, const char *fmt, va_list ap)
 {
@@ -681,6 +692,35 @@ static int handler(void *user, const char *section, const char *name,
     return 1;   /* errors are collected here, never inih's business */
 }
 
+/* A stall is named at stall_warn and ended at stall_timeout (Note [Stalls]
+ * in daemon/stall.c), so a timeout shorter than the warning would end a
+ * mutator the log never named.  The values checked may be defaults; the
+ * error goes on the line of the key that was set (stall_timeout's if both
+ * were) and says which value is the default. */
+static void check_stall(struct parse *p)
+{
+    const struct config_heap *h = p->heap;
+    const int *kl = p->key_line;
+    const bool *bad = p->key_bad;
+    int wl = kl[HK_STALL_WARN], tl = kl[HK_STALL_TIMEOUT];
+
+    if (bad[HK_STALL_WARN] || bad[HK_STALL_TIMEOUT] ||
+        !h->stall_timeout_ms || h->stall_timeout_ms >= h->stall_warn_ms)
+        return;
+    if (tl)
+        report_at(p, tl, "stall_timeout %s is shorter than stall_warn %s%s; "
+                  "raise stall_timeout to at least %s, lower stall_warn, or "
+                  "use stall_timeout = 0 (never end a stall)",
+                  MS(h->stall_timeout_ms), MS(h->stall_warn_ms),
+                  wl ? "" : " (the default)", MS(h->stall_warn_ms));
+    else
+        report_at(p, wl, "stall_warn %s is longer than stall_timeout %s (the "
+                  "default); lower stall_warn or set stall_timeout to at "
+                  "least %s (or 0 to never end a stall)",
+                  MS(h->stall_warn_ms), MS(h->stall_timeout_ms),
+                  MS(h->stall_warn_ms));
+}
+
 /* Section-level checks of the heap section that just ended. */
 static void finish_heap(struct parse *p)
 {
@@ -703,6 +743,7 @@ static void finish_heap(struct parse *p)
         report_at(p, kl[HK_MAX_CLIENT_BYTES], "max_client_bytes %s is "
                   "larger than max_size %s; lower it or use 0 (= max_size)",
                   SIZE(h->max_client_bytes), SIZE(h->max_size));
+    check_stall(p);
     if (!kl[HK_BASE] || bad[HK_BASE] || !kl[HK_MAX_SIZE] ||
         bad[HK_MAX_SIZE] || bad[HK_SEGMENT_SIZE])
         return;

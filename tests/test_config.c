@@ -1207,6 +1207,56 @@ START_TEST(t_stall_bad_values)
 }
 END_TEST
 
+/* A non-zero stall_timeout must not be shorter than stall_warn, counting
+ * defaults; the error is on the line of the key that was set. */
+START_TEST(t_stall_timeout_below_warn)
+{
+    struct config c;
+
+    expect_errors(HEAP "stall_warn = 5s\nstall_timeout = 2s\n",
+                  "heapd:t.conf:5: stall_timeout 2s is shorter than "
+                  "stall_warn 5s; raise stall_timeout to at least 5s, lower "
+                  "stall_warn, or use stall_timeout = 0 (never end a "
+                  "stall)\n");
+    expect_errors(HEAP "stall_timeout = 1500ms\nstall_warn = 2s\n",
+                  "heapd:t.conf:4: stall_timeout 1500ms is shorter than "
+                  "stall_warn 2s; raise stall_timeout to at least 2s, lower "
+                  "stall_warn, or use stall_timeout = 0 (never end a "
+                  "stall)\n");
+    expect_errors(HEAP "stall_timeout = 500ms\n",
+                  "heapd:t.conf:4: stall_timeout 500ms is shorter than "
+                  "stall_warn 1s (the default); raise stall_timeout to at "
+                  "least 1s, lower stall_warn, or use stall_timeout = 0 "
+                  "(never end a stall)\n");
+    expect_errors(HEAP "stall_warn = 30s\n",
+                  "heapd:t.conf:4: stall_warn 30s is longer than "
+                  "stall_timeout 10s (the default); lower stall_warn or set "
+                  "stall_timeout to at least 30s (or 0 to never end a "
+                  "stall)\n");
+    /* a rejected value is left out of the check (no cascade) */
+    expect_errors(HEAP "stall_warn = 2h\nstall_timeout = 1s\n",
+                  "heapd:t.conf:4: stall_warn '2h' is not a duration (use a "
+                  "number and ms, s or m, e.g. 5s or 500ms)\n");
+    expect_errors(HEAP "stall_warn = 60m\nstall_timeout = 5ms\n",
+                  "heapd:t.conf:5: stall_timeout 5ms is out of range (0 = "
+                  "never, or 10ms..86400s)\n");
+    /* in file order with the other errors, once per heap */
+    expect_errors("[heap a]\nbase = 0x7e8000000000\nmax_size = 4G\n"
+                  "stall_warn = 1m\nverify = perhaps\n"
+                  "[heap b]\nbase = 0x7f0000000000\nmax_size = 1G\n"
+                  "stall_timeout = 20ms\nstall_warn = 20ms\n",
+                  "heapd:t.conf:4: stall_warn 60s is longer than "
+                  "stall_timeout 10s (the default); lower stall_warn or set "
+                  "stall_timeout to at least 60s (or 0 to never end a "
+                  "stall)\n"
+                  "heapd:t.conf:5: verify 'perhaps' is not a boolean (use "
+                  "true or false)\n");
+    /* equal is fine */
+    expect_ok(HEAP "stall_warn = 2s\nstall_timeout = 2000ms\n", &c);
+    ck_assert_uint_eq(c.heaps[0].stall_timeout_ms, c.heaps[0].stall_warn_ms);
+}
+END_TEST
+
 /* ---- many errors ---- */
 
 START_TEST(t_multiple_errors_in_line_order)
@@ -1382,6 +1432,7 @@ static Suite *config_suite(void)
     tcase_add_test(key, t_bad_boolean);
     tcase_add_test(key, t_stall_keys);
     tcase_add_test(key, t_stall_bad_values);
+    tcase_add_test(key, t_stall_timeout_below_warn);
     suite_add_tcase(s, key);
     return s;
 }
