@@ -68,12 +68,13 @@
 #define GIB (UINT64_C(1) << 30)
 
 enum kind { K_SOCKET, K_LEVEL, K_UINT, K_SIZE, K_SEGMENT, K_ADDR, K_IDS,
-            K_BOOL, K_DURATION };
+            K_BOOL, K_DURATION, K_TIMEOUT, K_STALL_ACTION };
 
 struct key {
     const char *name;
     enum kind kind;
-    uint64_t lo, hi;        /* K_UINT, K_SIZE, K_SEGMENT, K_DURATION (ms) */
+    uint64_t lo, hi;        /* K_UINT, K_SIZE, K_SEGMENT, K_DURATION and
+                               K_TIMEOUT (ms; K_TIMEOUT also takes 0) */
     const char *what;       /* K_UINT: unit; K_IDS: "user" or "group" */
 };
 
@@ -99,7 +100,8 @@ static const struct key daemon_keys[DK_COUNT] = {
 
 enum { HK_BASE, HK_MAX_SIZE, HK_SEGMENT_SIZE, HK_GC_OVERHEAD,
        HK_MARK_STACK_LIMIT, HK_ALLOW_USERS, HK_ALLOW_GROUPS,
-       HK_MAX_CLIENT_BYTES, HK_VERIFY, HK_COUNT };
+       HK_MAX_CLIENT_BYTES, HK_VERIFY, HK_STALL_WARN, HK_STALL_TIMEOUT,
+       HK_STALL_ACTION, HK_COUNT };
 static const struct key heap_keys[HK_COUNT] = {
     { "base", K_ADDR, 0, 0, "" },
     { "max_size", K_SIZE, 0, UINT64_C(1) << 40, "" },
@@ -111,9 +113,14 @@ static const struct key heap_keys[HK_COUNT] = {
     { "allow_groups", K_IDS, 0, 0, "group" },
     { "max_client_bytes", K_SIZE, 0, UINT64_MAX, "" },
     { "verify", K_BOOL, 0, 0, "" },
+    { "stall_warn", K_DURATION, 10, 3600 * 1000, "" },
+    { "stall_timeout", K_TIMEOUT, 10, 86400 * 1000, "" },
+    { "stall_action", K_STALL_ACTION, 0, 0, "" },
 };
 
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
+/* Indexed by enum config_stall_action. */
+static const char *const stall_action_names[] = { "kill", "evict", "wait" };
 static const char *const bools[] = { "false", "true", "no", "yes", "off", "on",
                                      "0", "1" };
 
@@ -193,6 +200,17 @@ static const char *fmt_size(uint64_t v, struct numbuf *b)
     return b->s;
 }
 #define SIZE(v) fmt_size((v), &(struct numbuf){ { 0 } })
+
+/* A duration the way a user would write it: 10s, or 1500ms. */
+static const char *fmt_ms(uint64_t ms, struct numbuf *b)
+{
+    if (ms && ms % 1000 == 0)
+        snprintf(b->s, sizeof b->s, "%" PRIu64 "s", ms / 1000);
+    else
+        snprintf(b->s, sizeof b->s, "%" PRIu64 "ms", ms);
+    return b->s;
+}
+#define MS(v) fmt_ms((v), &(struct numbuf){ { 0 } })
 
 __attribute__((format(printf, 3, 0)))
 static void vreport(struct parse *p, int line, const char *fmt, va_list ap)
@@ -465,6 +483,12 @@ static bool parse_value(struct parse *p, const struct key *k, const char *v,
         report(p, "log_level '%s' is not one of: error, warn, info, debug",
                CLIP(v));
         return false;
+    case K_STALL_ACTION:
+        for (out->u = 0; out->u < 3; out->u++)
+            if (strcasecmp(v, stall_action_names[out->u]) == 0)
+                return true;
+        report(p, "%s '%s' is not one of: kill, evict, wait", key, CLIP(v));
+        return false;
     case K_BOOL:
         for (unsigned i = 0; i < 8; i++)
             if (strcasecmp(v, bools[i]) == 0) {
@@ -499,6 +523,18 @@ static bool parse_value(struct parse *p, const struct key *k, const char *v,
         else if (st == NUM_RANGE || out->u < k->lo || out->u > k->hi)
             report(p, "%s %s is out of range (%" PRIu64 "ms..%" PRIu64 "s)",
                    key, CLIP(v), k->lo, k->hi / 1000);
+        else
+            return true;
+        return false;
+    case K_TIMEOUT:
+        st = parse_duration(v, &out->u);
+        if (st == NUM_BAD || st == NUM_SUFFIX)
+            report(p, "%s '%s' is not a duration (use a number and ms, s or "
+                   "m, e.g. 10s or 500ms, or 0 for never)", key, CLIP(v));
+        else if (st == NUM_RANGE ||
+                 (out->u && (out->u < k->lo || out->u > k->hi)))
+            report(p, "%s %s is out of range (0 = never, or %" PRIu64 "ms..%"
+                   PRIu64 "s)", key, CLIP(v), k->lo, k->hi / 1000);
         else
             return true;
         return false;
@@ -584,6 +620,11 @@ static void store(struct parse *p, int k, const char *v, const struct value *x)
     case HK_MARK_STACK_LIMIT: h->mark_stack_limit = x->u; break;
     case HK_MAX_CLIENT_BYTES: h->max_client_bytes = x->u; break;
     case HK_VERIFY: h->verify = x->u != 0; break;
+    case HK_STALL_WARN: h->stall_warn_ms = x->u; break;
+    case HK_STALL_TIMEOUT: h->stall_timeout_ms = x->u; break;
+    case HK_STALL_ACTION:
+        h->stall_action = (enum config_stall_action)x->u;
+        break;
     case HK_ALLOW_USERS:
         for (size_t i = 0; i < x->n; i++)
             h->allow_users[i] = (uid_t)x->ids[i];
@@ -651,6 +692,35 @@ static int handler(void *user, const char *section, const char *name,
     return 1;   /* errors are collected here, never inih's business */
 }
 
+/* A stall is named at stall_warn and ended at stall_timeout (Note [Stalls]
+ * in daemon/stall.c), so a timeout shorter than the warning would end a
+ * mutator the log never named.  The values checked may be defaults; the
+ * error goes on the line of the key that was set (stall_timeout's if both
+ * were) and says which value is the default. */
+static void check_stall(struct parse *p)
+{
+    const struct config_heap *h = p->heap;
+    const int *kl = p->key_line;
+    const bool *bad = p->key_bad;
+    int wl = kl[HK_STALL_WARN], tl = kl[HK_STALL_TIMEOUT];
+
+    if (bad[HK_STALL_WARN] || bad[HK_STALL_TIMEOUT] ||
+        !h->stall_timeout_ms || h->stall_timeout_ms >= h->stall_warn_ms)
+        return;
+    if (tl)
+        report_at(p, tl, "stall_timeout %s is shorter than stall_warn %s%s; "
+                  "raise stall_timeout to at least %s, lower stall_warn, or "
+                  "use stall_timeout = 0 (never end a stall)",
+                  MS(h->stall_timeout_ms), MS(h->stall_warn_ms),
+                  wl ? "" : " (the default)", MS(h->stall_warn_ms));
+    else
+        report_at(p, wl, "stall_warn %s is longer than stall_timeout %s (the "
+                  "default); lower stall_warn or set stall_timeout to at "
+                  "least %s (or 0 to never end a stall)",
+                  MS(h->stall_warn_ms), MS(h->stall_timeout_ms),
+                  MS(h->stall_warn_ms));
+}
+
 /* Section-level checks of the heap section that just ended. */
 static void finish_heap(struct parse *p)
 {
@@ -673,6 +743,7 @@ static void finish_heap(struct parse *p)
         report_at(p, kl[HK_MAX_CLIENT_BYTES], "max_client_bytes %s is "
                   "larger than max_size %s; lower it or use 0 (= max_size)",
                   SIZE(h->max_client_bytes), SIZE(h->max_size));
+    check_stall(p);
     if (!kl[HK_BASE] || bad[HK_BASE] || !kl[HK_MAX_SIZE] ||
         bad[HK_MAX_SIZE] || bad[HK_SEGMENT_SIZE])
         return;

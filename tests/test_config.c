@@ -157,6 +157,9 @@ START_TEST(t_defaults)
     ck_assert_uint_eq(c.heaps[0].n_allow_users, 0);
     ck_assert_uint_eq(c.heaps[0].n_allow_groups, 0);
     ck_assert(!c.heaps[0].verify);
+    ck_assert_uint_eq(c.heaps[0].stall_warn_ms, 1000);
+    ck_assert_uint_eq(c.heaps[0].stall_timeout_ms, 10000);
+    ck_assert_int_eq(c.heaps[0].stall_action, CONFIG_STALL_KILL);
 }
 END_TEST
 
@@ -177,6 +180,11 @@ START_TEST(t_shipped_conf)
     ck_assert_int_eq(rc, 0);
     ck_assert_ptr_nonnull(config_find_heap(&c, "default"));
     ck_assert_str_eq(c.socket, CONFIG_DEFAULT_SOCKET);
+    /* it shows the stall keys at their defaults */
+    const struct config_heap *h = config_find_heap(&c, "default");
+    ck_assert_uint_eq(h->stall_warn_ms, 1000);
+    ck_assert_uint_eq(h->stall_timeout_ms, 10000);
+    ck_assert_int_eq(h->stall_action, CONFIG_STALL_KILL);
     free(out);
 }
 END_TEST
@@ -719,7 +727,8 @@ START_TEST(t_unknown_key_heap)
                   "heapd:t.conf:4: unknown key 'gc_threads' in [heap h] "
                   "(expected one of: base, max_size, segment_size, "
                   "gc_overhead, mark_stack_limit, allow_users, allow_groups, "
-                  "max_client_bytes, verify)\n");
+                  "max_client_bytes, verify, stall_warn, stall_timeout, "
+                  "stall_action)\n");
 }
 END_TEST
 
@@ -1106,6 +1115,148 @@ START_TEST(t_bad_boolean)
 }
 END_TEST
 
+/* Note [Stalls] in daemon/stall.c */
+START_TEST(t_stall_keys)
+{
+    struct config c;
+    const struct config_heap *h;
+
+    expect_ok(HEAP "stall_warn = 250ms\nstall_timeout = 30s\n"
+              "stall_action = evict\n", &c);
+    ck_assert_uint_eq(c.heaps[0].stall_warn_ms, 250);
+    ck_assert_uint_eq(c.heaps[0].stall_timeout_ms, 30000);
+    ck_assert_int_eq(c.heaps[0].stall_action, CONFIG_STALL_EVICT);
+    /* a bare number is seconds; names are case-insensitive like log_level */
+    expect_ok(HEAP "stall_warn = 2\nstall_timeout = 1m\nstall_action = Wait\n",
+              &c);
+    ck_assert_uint_eq(c.heaps[0].stall_warn_ms, 2000);
+    ck_assert_uint_eq(c.heaps[0].stall_timeout_ms, 60000);
+    ck_assert_int_eq(c.heaps[0].stall_action, CONFIG_STALL_WAIT);
+    expect_ok(HEAP "stall_action = kill\n", &c);
+    ck_assert_int_eq(c.heaps[0].stall_action, CONFIG_STALL_KILL);
+    /* each end of each range */
+    expect_ok(HEAP "stall_warn = 10ms\nstall_timeout = 10ms\n", &c);
+    ck_assert_uint_eq(c.heaps[0].stall_warn_ms, 10);
+    ck_assert_uint_eq(c.heaps[0].stall_timeout_ms, 10);
+    expect_ok(HEAP "stall_warn = 60m\nstall_timeout = 86400s\n", &c);
+    ck_assert_uint_eq(c.heaps[0].stall_warn_ms, 3600 * 1000);
+    ck_assert_uint_eq(c.heaps[0].stall_timeout_ms, 86400 * 1000);
+    /* 0 waits for ever, whatever stall_warn is */
+    expect_ok(HEAP "stall_warn = 3600s\nstall_timeout = 0\n", &c);
+    ck_assert_uint_eq(c.heaps[0].stall_warn_ms, 3600 * 1000);
+    ck_assert_uint_eq(c.heaps[0].stall_timeout_ms, 0);
+    expect_ok(HEAP "stall_timeout = 0ms\n", &c);
+    ck_assert_uint_eq(c.heaps[0].stall_timeout_ms, 0);
+    /* per heap: the next heap starts from the defaults again */
+    expect_ok(HEAP "stall_warn = 20s\nstall_timeout = 0s\n"
+              "stall_action = wait\n"
+              "[heap g]\nbase = 0x7f0000000000\nmax_size = 1G\n", &c);
+    h = config_find_heap(&c, "h");
+    ck_assert_uint_eq(h->stall_warn_ms, 20000);
+    ck_assert_uint_eq(h->stall_timeout_ms, 0);
+    ck_assert_int_eq(h->stall_action, CONFIG_STALL_WAIT);
+    h = config_find_heap(&c, "g");
+    ck_assert_uint_eq(h->stall_warn_ms, 1000);
+    ck_assert_uint_eq(h->stall_timeout_ms, 10000);
+    ck_assert_int_eq(h->stall_action, CONFIG_STALL_KILL);
+}
+END_TEST
+
+START_TEST(t_stall_bad_values)
+{
+    expect_errors(HEAP "stall_action = term\n",
+                  "heapd:t.conf:4: stall_action 'term' is not one of: kill, "
+                  "evict, wait\n");
+    expect_errors(HEAP "stall_action = 0\n",
+                  "heapd:t.conf:4: stall_action '0' is not one of: kill, "
+                  "evict, wait\n");
+    expect_errors(HEAP "stall_action =\n",
+                  "heapd:t.conf:4: empty value for 'stall_action'; set a "
+                  "value or delete the line to use the default\n");
+    expect_errors(HEAP "stall_warn = -1s\nstall_timeout = soon\n",
+                  "heapd:t.conf:4: stall_warn '-1s' is not a duration (use a "
+                  "number and ms, s or m, e.g. 5s or 500ms)\n"
+                  "heapd:t.conf:5: stall_timeout 'soon' is not a duration "
+                  "(use a number and ms, s or m, e.g. 10s or 500ms, or 0 for "
+                  "never)\n");
+    expect_errors(HEAP "stall_timeout = -5\n",
+                  "heapd:t.conf:4: stall_timeout '-5' is not a duration (use "
+                  "a number and ms, s or m, e.g. 10s or 500ms, or 0 for "
+                  "never)\n");
+    expect_errors(HEAP "stall_warn = 1.5s\n",
+                  "heapd:t.conf:4: stall_warn '1.5s' is not a duration (use a "
+                  "number and ms, s or m, e.g. 5s or 500ms)\n");
+    expect_errors(HEAP "stall_warn = 9ms\n",
+                  "heapd:t.conf:4: stall_warn 9ms is out of range "
+                  "(10ms..3600s)\n");
+    expect_errors(HEAP "stall_warn = 3601s\nstall_timeout = 0\n",
+                  "heapd:t.conf:4: stall_warn 3601s is out of range "
+                  "(10ms..3600s)\n");
+    expect_errors(HEAP "stall_warn = 0\n",
+                  "heapd:t.conf:4: stall_warn 0 is out of range "
+                  "(10ms..3600s)\n");
+    expect_errors(HEAP "stall_timeout = 9ms\n",
+                  "heapd:t.conf:4: stall_timeout 9ms is out of range (0 = "
+                  "never, or 10ms..86400s)\n");
+    expect_errors(HEAP "stall_timeout = 1441m\n",
+                  "heapd:t.conf:4: stall_timeout 1441m is out of range (0 = "
+                  "never, or 10ms..86400s)\n");
+    expect_errors(HEAP "stall_timeout = 99999999999999999999ms\n",
+                  "heapd:t.conf:4: stall_timeout 99999999999999999999ms is "
+                  "out of range (0 = never, or 10ms..86400s)\n");
+}
+END_TEST
+
+/* A non-zero stall_timeout must not be shorter than stall_warn, counting
+ * defaults; the error is on the line of the key that was set. */
+START_TEST(t_stall_timeout_below_warn)
+{
+    struct config c;
+
+    expect_errors(HEAP "stall_warn = 5s\nstall_timeout = 2s\n",
+                  "heapd:t.conf:5: stall_timeout 2s is shorter than "
+                  "stall_warn 5s; raise stall_timeout to at least 5s, lower "
+                  "stall_warn, or use stall_timeout = 0 (never end a "
+                  "stall)\n");
+    expect_errors(HEAP "stall_timeout = 1500ms\nstall_warn = 2s\n",
+                  "heapd:t.conf:4: stall_timeout 1500ms is shorter than "
+                  "stall_warn 2s; raise stall_timeout to at least 2s, lower "
+                  "stall_warn, or use stall_timeout = 0 (never end a "
+                  "stall)\n");
+    expect_errors(HEAP "stall_timeout = 500ms\n",
+                  "heapd:t.conf:4: stall_timeout 500ms is shorter than "
+                  "stall_warn 1s (the default); raise stall_timeout to at "
+                  "least 1s, lower stall_warn, or use stall_timeout = 0 "
+                  "(never end a stall)\n");
+    expect_errors(HEAP "stall_warn = 30s\n",
+                  "heapd:t.conf:4: stall_warn 30s is longer than "
+                  "stall_timeout 10s (the default); lower stall_warn or set "
+                  "stall_timeout to at least 30s (or 0 to never end a "
+                  "stall)\n");
+    /* a rejected value is left out of the check (no cascade) */
+    expect_errors(HEAP "stall_warn = 2h\nstall_timeout = 1s\n",
+                  "heapd:t.conf:4: stall_warn '2h' is not a duration (use a "
+                  "number and ms, s or m, e.g. 5s or 500ms)\n");
+    expect_errors(HEAP "stall_warn = 60m\nstall_timeout = 5ms\n",
+                  "heapd:t.conf:5: stall_timeout 5ms is out of range (0 = "
+                  "never, or 10ms..86400s)\n");
+    /* in file order with the other errors, once per heap */
+    expect_errors("[heap a]\nbase = 0x7e8000000000\nmax_size = 4G\n"
+                  "stall_warn = 1m\nverify = perhaps\n"
+                  "[heap b]\nbase = 0x7f0000000000\nmax_size = 1G\n"
+                  "stall_timeout = 20ms\nstall_warn = 20ms\n",
+                  "heapd:t.conf:4: stall_warn 60s is longer than "
+                  "stall_timeout 10s (the default); lower stall_warn or set "
+                  "stall_timeout to at least 60s (or 0 to never end a "
+                  "stall)\n"
+                  "heapd:t.conf:5: verify 'perhaps' is not a boolean (use "
+                  "true or false)\n");
+    /* equal is fine */
+    expect_ok(HEAP "stall_warn = 2s\nstall_timeout = 2000ms\n", &c);
+    ck_assert_uint_eq(c.heaps[0].stall_timeout_ms, c.heaps[0].stall_warn_ms);
+}
+END_TEST
+
 /* ---- many errors ---- */
 
 START_TEST(t_multiple_errors_in_line_order)
@@ -1161,6 +1312,7 @@ START_TEST(t_garbage_does_not_crash)
         "base", "max_size", "0x7e8000000000", "4G", "99999999999999999999",
         "allow_users", "root,", "\xEF\xBB\xBF", "\t", "segment_size", "K",
         "verify", "socket", "/", "gc_threads", "\x01", "\xff", "heap",
+        "stall_warn", "stall_timeout", "stall_action", "kill", "0", "ms",
     };
     char text[600];
     unsigned seed = 12345;
@@ -1278,6 +1430,9 @@ static Suite *config_suite(void)
     tcase_add_test(key, t_too_many_ids);
     tcase_add_test(key, t_too_many_users);
     tcase_add_test(key, t_bad_boolean);
+    tcase_add_test(key, t_stall_keys);
+    tcase_add_test(key, t_stall_bad_values);
+    tcase_add_test(key, t_stall_timeout_below_warn);
     suite_add_tcase(s, key);
     return s;
 }
