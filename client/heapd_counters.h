@@ -75,6 +75,7 @@
     X(stalls, uint64_t, COUNTER, COUNT, LOCKED, "mutators named for holding up a stop or a remark past stall_warn") \
     X(stalls_killed, uint64_t, COUNTER, COUNT, LOCKED, "stalled clients killed (stall_action = kill)") \
     X(clients_evicted, uint64_t, COUNTER, COUNT, LOCKED, "stalled clients evicted (stall_action = evict, or kill not allowed)") \
+    X(segments_fenced, uint64_t, GAUGE, COUNT, DERIVED, "segments kept from reuse while an evicted process lives") \
     /* the end: a new line goes above this one, ending in a backslash */
 
 /* The columns KIND and UNIT, for printers: HEAPD_KIND_##kind,

@@ -204,6 +204,11 @@ static uint64_t stat_segments_large(const struct heap *h)
 {
     return h->segs.n_large;
 }
+static uint64_t stat_segments_fenced(const struct heap *h)
+{
+    return h->segs.n_fenced; /* Note [Evicted clients] in stall.c */
+}
+
 static uint64_t stat_segments_orphaned(const struct heap *h)
 {
     return h->segs.orphaned;

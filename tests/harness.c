@@ -613,3 +613,27 @@ void harness_expect_error_and_close(int fd, Heapd__ErrorCode code,
     ck_assert_msg(harness_wait_eof(fd), "heapd did not close the connection");
     close(fd);
 }
+
+void **harness_build_fan(heapd_mutator *m, size_t slot, size_t n,
+                         uint64_t magic)
+{
+    void **fan = heapd_alloc(m, n, 0);
+    if (!fan)
+        return NULL;
+    heapd_root_set(m, slot, fan);
+    for (size_t i = 0; i < n; i++) {
+        void **ch = heapd_alloc(m, 1, 16);
+        if (!ch)
+            return NULL;
+        heapd_write(m, fan, &fan[i], ch); /* linked before the safepoint */
+        uint64_t *b = heapd_bytes(ch);
+        b[0] = i;
+        b[1] = magic;
+        uint64_t *leaf = heapd_alloc(m, 0, 8);
+        if (!leaf)
+            return NULL;
+        *leaf = i * 7 + magic;
+        heapd_write(m, ch, &ch[0], leaf);
+    }
+    return fan;
+}

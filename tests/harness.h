@@ -148,6 +148,12 @@ void harness_wait_stat_field(const struct daemon_proc *d, heapd_client *c,
 void harness_expect_healthy(const struct daemon_proc *d);
 /* PID exits 0 within the bound, or the test fails naming WHO. */
 void harness_wait_ok(pid_t pid, const char *who);
+/* Root in SLOT of M a wide object of N children, each with a leaf:
+ * child i holds {i, MAGIC}, its leaf i * 7 + MAGIC.  NULL if an
+ * allocation fails.  With a tiny mark_stack_limit its marking overflows
+ * and remarks (Note [Remark]). */
+void **harness_build_fan(heapd_mutator *m, size_t slot, size_t n,
+                         uint64_t magic);
 /* Fork a process that attaches a mutator, runs BODY(m, ARG) (if not NULL)
  * and then stays attached without ever reaching a safepoint until it is
  * killed; returns its pid once BODY is done (a kid that dies early fails

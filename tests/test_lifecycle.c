@@ -191,30 +191,6 @@ static void cycles(unsigned n)
 /* A large array of N children; child i holds (i, MAGIC) and points to a
  * leaf holding i * 7 + MAGIC.  Rooted in root slot SLOT of M.  NULL if an
  * allocation fails.  (No ck_assert here: client processes run it too.) */
-static void **build_fan(heapd_mutator *m, size_t slot, size_t n,
-                        uint64_t magic)
-{
-    void **fan = heapd_alloc(m, n, 0);
-    if (!fan)
-        return NULL;
-    heapd_root_set(m, slot, fan);
-    for (size_t i = 0; i < n; i++) {
-        void **ch = heapd_alloc(m, 1, 16);
-        if (!ch)
-            return NULL;
-        heapd_write(m, fan, &fan[i], ch); /* linked before the safepoint */
-        uint64_t *b = heapd_bytes(ch);
-        b[0] = i;
-        b[1] = magic;
-        uint64_t *leaf = heapd_alloc(m, 0, 8);
-        if (!leaf)
-            return NULL;
-        *leaf = i * 7 + magic;
-        heapd_write(m, ch, &ch[0], leaf);
-    }
-    return fan;
-}
-
 /* Start the daemon, attach a mutator, and root a fan of N children. */
 static void **start_with_fan(heapd_client **c, heapd_mutator **m, size_t n,
                              uint64_t magic)
@@ -222,7 +198,7 @@ static void **start_with_fan(heapd_client **c, heapd_mutator **m, size_t n,
     start_with(NULL);
     harness_attach(&D, c, m);
     size_t slot = heapd_root_push(*m, NULL);
-    void **fan = build_fan(*m, slot, n, magic);
+    void **fan = harness_build_fan(*m, slot, n, magic);
     ck_assert_ptr_nonnull(fan);
     return fan;
 }
@@ -265,7 +241,7 @@ static void role_orphan(void)
     heapd_mutator *km;
     role_attach(&kc, &km);
     size_t ks = heapd_root_push(km, NULL);
-    void **kf = build_fan(km, ks, FAN, 0x0f);
+    void **kf = harness_build_fan(km, ks, FAN, 0x0f);
     int rc = kf ? heapd_global_set(km, "orphan", kf) : -1;
     heapd_detach(km);
     heapd_disconnect(kc);
@@ -288,7 +264,7 @@ static void *blocked_owner_main(void *arg)
     char ch;
     ck_assert_int_eq(heapd_attach(bo->c, &m), 0);
     size_t slot = heapd_root_push(m, NULL);
-    void **fan = build_fan(m, slot, FAN, 0xb10c);
+    void **fan = harness_build_fan(m, slot, FAN, 0xb10c);
     ck_assert_ptr_nonnull(fan);
     heapd_blocking_enter(m);
     ck_assert_int_eq(write(bo->ready[1], "b", 1), 1);
@@ -447,7 +423,7 @@ static void victim(enum crash_at at, int ready, int in)
     heapd_root_push(m, heapd_alloc(m, 0, 1 << 20));
     if (at == AT_REMARK) {
         size_t fs = heapd_root_push(m, NULL);
-        void **fan = build_fan(m, fs, FAN, 0x51);
+        void **fan = harness_build_fan(m, fs, FAN, 0x51);
         if (!fan || heapd_global_set(m, "victim", fan) != 0)
             _exit(3);
     }

@@ -1,0 +1,596 @@
+/* Stalls (Note [Stalls] in daemon/stall.c, Note [Parking a stop] in
+ * daemon/safepoint.c), against a real heapd with the verifier on: a
+ * mutator that is SIGSTOPped, that stops while it holds its
+ * stack-marking handshake, whose client never answers a remark request,
+ * or that loops without a safepoint is named in the log; the other
+ * clients keep allocating meanwhile; and stall_action ends it: kill
+ * through a pidfd that never hits a reused pid, evict, or wait. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "heapd.h"
+#include "layout.h"
+#include "mutator.h"
+#include "check_main.h"
+
+static struct daemon_proc D;
+
+#define WARN_MS 200
+#define LIST 1000          /* nodes the worker keeps alive and checks */
+#define GARBAGE 4096       /* bytes of each object the worker drops */
+
+/* What the forked processes tell the test, in shared memory. */
+struct shared {
+    _Atomic uint64_t allocs;      /* worker: objects allocated */
+    _Atomic uint64_t bytes;
+    _Atomic uint64_t max_gap_ns;  /* its longest wait for one allocation */
+    _Atomic int enomem;           /* it met ENOMEM (wait policy) */
+    char enomem_msg[512];
+    _Atomic int go;               /* test: 1 allocate again, 2 finish */
+    _Atomic int list_ok;          /* worker: its list was intact */
+};
+static struct shared *S;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void start(const char *action, const char *timeout,
+                  const char *extra)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf,
+             "verify = true\nstall_warn = %dms\nstall_timeout = %s\n"
+             "stall_action = %s\n%s", WARN_MS, timeout, action,
+             extra ? extra : "");
+    S = mmap(NULL, sizeof *S, PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert(S != MAP_FAILED);
+    memset(S, 0, sizeof *S);
+    harness_start_logged(&D, harness_default_config("@SOCK@", buf),
+                         "heapd.log");
+}
+
+/* ---- the healthy worker ---- */
+
+struct node {
+    void *next;
+    uint64_t index, check;
+};
+
+static bool list_intact(heapd_mutator *m, size_t slot)
+{
+    uint64_t n = 0;
+    for (struct node *p = heapd_root_get(m, slot); p; p = p->next, n++)
+        if (p->index != LIST - 1 - n ||
+            p->check != (p->index ^ 0x5ca1ab1eu))
+            return false;
+    return n == LIST;
+}
+
+/* Allocate garbage until told to finish, keeping LIST nodes alive; on
+ * ENOMEM, say so and wait (blocked) to be told to try again. */
+static void worker(heapd_mutator *m)
+{
+    size_t slot = heapd_root_push(m, NULL);
+    for (uint64_t i = 0; i < LIST; i++) {
+        struct node *n = heapd_alloc(m, 1, 2 * sizeof(uint64_t));
+        if (!n)
+            _exit(2);
+        n->index = i;
+        n->check = i ^ 0x5ca1ab1eu;
+        heapd_write(m, n, &n->next, heapd_root_get(m, slot));
+        heapd_root_set(m, slot, n);
+    }
+    uint64_t last = now_ns();
+    while (atomic_load(&S->go) != 2) {
+        void *g = heapd_alloc(m, 0, GARBAGE);
+        uint64_t t = now_ns();
+        if (!g) {
+            if (errno != ENOMEM)
+                _exit(3);
+            snprintf(S->enomem_msg, sizeof S->enomem_msg, "%s",
+                     heapd_last_error());
+            atomic_store(&S->enomem, 1);
+            heapd_blocking_enter(m);
+            while (atomic_load(&S->go) == 0)
+                usleep(1000);
+            heapd_blocking_leave(m);
+            atomic_store(&S->go, atomic_load(&S->go) == 2 ? 2 : 0);
+            last = now_ns();
+            continue;
+        }
+        if (t - last > atomic_load(&S->max_gap_ns))
+            atomic_store(&S->max_gap_ns, t - last);
+        last = t;
+        atomic_fetch_add(&S->allocs, 1);
+        atomic_fetch_add(&S->bytes, GARBAGE);
+        heapd_safepoint(m);
+    }
+    atomic_store(&S->list_ok, list_intact(m, slot));
+}
+
+static pid_t fork_worker(void)
+{
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        harness_attach(&D, &c, &m);
+        worker(m);
+        heapd_detach(m);
+        heapd_disconnect(c);
+        _exit(0);
+    }
+    return kid;
+}
+
+/* ---- the stalled ones ---- */
+
+enum victim {
+    V_LOOP,        /* polls now and then: the test SIGSTOPs it */
+    V_HANDSHAKE,   /* stops itself holding its stack-marking handshake */
+    V_REMARK,      /* stops answering once it holds a remark request */
+    V_BUSY,        /* a C loop without safepoints */
+};
+
+static void victim(heapd_mutator *m, enum victim v)
+{
+    volatile uint64_t spin = 0;
+    if (v == V_REMARK) {
+        size_t fs = heapd_root_push(m, NULL);
+        void **fan = harness_build_fan(m, fs, 20000, 0x51);
+        if (!fan || heapd_global_set(m, "victim", fan) != 0)
+            _exit(3);
+    }
+    for (;;) {
+        switch (v) {
+        case V_LOOP:
+            break;
+        case V_HANDSHAKE:
+            /* Note [Stack marking handshake]: take it, as the barrier
+             * does before its first root change, and stop with it */
+            if (atomic_load(&m->ctl->phase) == LAYOUT_PHASE_MARK) {
+                uint32_t e = atomic_load(&m->ctl->epoch);
+                atomic_store(&m->slot->stack_marking, e);
+                atomic_store(&m->slot->stack_marked, 0);
+                raise(SIGSTOP);
+            }
+            break;
+        case V_REMARK:
+            if (atomic_load(&m->remark_pending))
+                for (;;)
+                    pause(); /* never answers */
+            break;
+        case V_BUSY:
+            for (;;)
+                spin++;
+        }
+        heapd_safepoint(m);
+        usleep(1000);
+    }
+}
+
+/* A process that attaches and plays V; its stderr goes to ERR_PATH
+ * (NULL: the test's). */
+static pid_t fork_victim(enum victim v, const char *err_path)
+{
+    int ready[2];
+    char r;
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        if (err_path) {
+            int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            if (fd < 0 || dup2(fd, 2) < 0)
+                _exit(9);
+        }
+        heapd_client *c;
+        heapd_mutator *m;
+        close(ready[0]);
+        harness_attach(&D, &c, &m);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(10);
+        victim(m, v);
+    }
+    close(ready[1]);
+    ck_assert_msg(read(ready[0], &r, 1) == 1, "the victim died before it "
+                  "attached");
+    close(ready[0]);
+    return kid;
+}
+
+/* ---- waiting ---- */
+
+struct logged {
+    const char *a, *b;
+};
+
+static bool log_has(void *arg, char *seen, size_t n)
+{
+    const struct logged *w = arg;
+    bool a = harness_log_contains(&D, w->a);
+    bool b = !w->b || harness_log_contains(&D, w->b);
+    snprintf(seen, n, "'%s' %s, '%s' %s", w->a, a ? "logged" : "not logged",
+             w->b ? w->b : "-", b ? "logged" : "not logged");
+    return a && b;
+}
+
+/* The log names PID's stall (with the advice). */
+static void wait_named(pid_t pid, const char *what)
+{
+    char want[64];
+    snprintf(want, sizeof want, "pid %d,", (int)pid);
+    struct logged w = {want, what};
+    harness_wait_until(log_has, &w, "heapd's log to name the stalled pid");
+    ck_assert(harness_log_contains(&D, "heapd_blocking_enter"));
+}
+
+struct progress {
+    uint64_t from;
+    pid_t victim;
+};
+
+static bool worker_moved(void *arg, char *seen, size_t n)
+{
+    const struct progress *p = arg;
+    uint64_t a = atomic_load(&S->allocs);
+    snprintf(seen, n, "%llu allocations since the stall was named",
+             (unsigned long long)(a - p->from));
+    return a - p->from >= 1000;
+}
+
+/* While VICTIM stalls (not yet ended), the worker allocates. */
+static void worker_allocates_during_stall(pid_t victim)
+{
+    struct progress p = {atomic_load(&S->allocs), victim};
+    harness_wait_until(worker_moved, &p, "the worker to allocate while "
+                       "the stall lasts");
+    int st;
+    ck_assert_msg(waitpid(victim, &st, WNOHANG | WUNTRACED) != victim ||
+                      WIFSTOPPED(st),
+                  "the stalled process was gone before the worker "
+                  "allocated: the worker was frozen by the stall");
+}
+
+static void expect_killed(pid_t pid)
+{
+    int st = harness_wait_pid(pid, HARNESS_WAIT_MS);
+    ck_assert_msg(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+                  "the stalled process was not killed (status %#x)", st);
+}
+
+/* PID has not exited (it may be stopped). */
+static bool alive(pid_t pid)
+{
+    int st;
+    return waitpid(pid, &st, WNOHANG) == 0;
+}
+
+struct collecting {
+    heapd_client *ctl;
+    const char *what;
+};
+
+/* Ask for a cycle on every look, until the log says WHAT. */
+static bool cycles_until_logged(void *arg, char *seen, size_t n)
+{
+    struct collecting *cl = arg;
+    ck_assert_int_eq(heapd_request_collect(cl->ctl, 0), 0);
+    snprintf(seen, n, "'%s' not logged", cl->what);
+    return harness_log_contains(&D, cl->what);
+}
+
+/* Stop the worker; it checks its list and leaves. */
+static void finish_worker(pid_t w)
+{
+    atomic_store(&S->go, 2);
+    harness_wait_ok(w, "the worker");
+    ck_assert_msg(atomic_load(&S->list_ok), "the worker's list changed");
+}
+
+/* Every client gone and two cycles later, nothing is held any more. */
+static void expect_baseline(heapd_client *ctl)
+{
+    ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
+    ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
+    heapd_stats_t st = harness_stats(ctl);
+    ck_assert_uint_eq(st.segments_owned, 0);
+    ck_assert_uint_eq(st.segments_filled, 0);
+    ck_assert_uint_eq(st.segments_large, 0);
+    ck_assert_uint_eq(st.segments_fenced, 0);
+    harness_expect_healthy(&D);
+}
+
+/* ---- kill ---- */
+
+static void killed_case(enum victim v, const char *what, const char *extra)
+{
+    start("kill", "3s", extra);
+    pid_t w = fork_worker();
+    pid_t vk = fork_victim(v, NULL);
+    int st;
+    if (v == V_LOOP) {
+        ck_assert_int_eq(kill(vk, SIGSTOP), 0);
+        ck_assert_int_eq(waitpid(vk, &st, WUNTRACED), vk);
+    }
+    /* the last fork is done: the test's own client may start threads */
+    heapd_client *ctl = harness_control(&D);
+    ck_assert_int_eq(heapd_request_collect(ctl, 0), 0);
+    if (v == V_REMARK) {
+        /* every cycle overflows; one comes when the victim holds a
+         * request */
+        struct collecting cl = {ctl, what};
+        harness_wait_until(cycles_until_logged, &cl, "a remark stall");
+    }
+    wait_named(vk, what);
+    worker_allocates_during_stall(vk);
+    expect_killed(vk);
+    heapd_stats_t s = harness_stats(ctl);
+    ck_assert_uint_ge(s.stalls, 1);
+    ck_assert_uint_eq(s.stalls_killed, 1);
+    ck_assert_uint_eq(s.clients_evicted, 0);
+    finish_worker(w);
+    if (v == V_REMARK) { /* its fan is a global's */
+        heapd_client *c;
+        heapd_mutator *m;
+        harness_attach(&D, &c, &m);
+        ck_assert_int_eq(heapd_global_delete(m, "victim"), 0);
+        heapd_detach(m);
+        heapd_disconnect(c);
+    }
+    /* the bound the issue sets: no wait past stall_timeout */
+    ck_assert_msg(atomic_load(&S->max_gap_ns) < 3000000000ull,
+                  "the worker waited %llu ms for one allocation",
+                  (unsigned long long)(atomic_load(&S->max_gap_ns) /
+                                       1000000u));
+    expect_baseline(ctl);
+    heapd_disconnect(ctl);
+    harness_stop_clean(&D);
+}
+
+START_TEST(sigstopped_client_is_killed)
+{
+    killed_case(V_LOOP, "has not acknowledged the", NULL);
+}
+END_TEST
+
+START_TEST(client_stopped_holding_its_handshake_is_killed)
+{
+    killed_case(V_HANDSHAKE, "stack-marking handshake", NULL);
+}
+END_TEST
+
+START_TEST(client_that_never_answers_a_remark_is_killed)
+{
+    killed_case(V_REMARK, "has not answered a remark request",
+                "mark_stack_limit = 4K\n");
+}
+END_TEST
+
+START_TEST(busy_loop_is_warned_and_killed)
+{
+    killed_case(V_BUSY, "heapd_safepoint", NULL);
+}
+END_TEST
+
+/* ---- wait: only named; the others run until a limit ---- */
+
+static bool worker_enomem(void *arg, char *seen, size_t n)
+{
+    (void)arg;
+    snprintf(seen, n, "%llu bytes allocated, no ENOMEM yet",
+             (unsigned long long)atomic_load(&S->bytes));
+    return atomic_load(&S->enomem) != 0;
+}
+
+START_TEST(wait_lets_the_others_allocate_until_the_heap_is_full)
+{
+    start("wait", "0", "max_client_bytes = 48M\n");
+    pid_t w = fork_worker();
+    pid_t vk = fork_victim(V_LOOP, NULL);
+    int st;
+    ck_assert_int_eq(kill(vk, SIGSTOP), 0);
+    ck_assert_int_eq(waitpid(vk, &st, WUNTRACED), vk);
+    heapd_client *ctl = harness_control(&D);
+    ck_assert_int_eq(heapd_request_collect(ctl, 0), 0);
+    wait_named(vk, "has not acknowledged the");
+    uint64_t from = atomic_load(&S->bytes);
+    harness_wait_until(worker_enomem, NULL, "the worker to fill the heap");
+    /* unpaced: paced, it would have waited after two budgets (8 MiB) */
+    ck_assert_uint_ge(atomic_load(&S->bytes) - from, 32u << 20);
+    ck_assert_msg(strstr(S->enomem_msg, "max_client_bytes"),
+                  "ENOMEM says '%s', not max_client_bytes", S->enomem_msg);
+    ck_assert(alive(vk));
+    /* the stall ends: the cycle finishes and the garbage goes */
+    ck_assert_int_eq(kill(vk, SIGCONT), 0);
+    ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
+    uint64_t before = atomic_load(&S->allocs);
+    atomic_store(&S->enomem, 0);
+    atomic_store(&S->go, 1);
+    struct progress p = {before, vk};
+    harness_wait_until(worker_moved, &p, "the worker to allocate again");
+    heapd_stats_t s = harness_stats(ctl);
+    ck_assert_uint_eq(s.stalls_killed + s.clients_evicted, 0);
+    finish_worker(w);
+    kill(vk, SIGKILL);
+    harness_wait_pid(vk, HARNESS_WAIT_MS);
+    expect_baseline(ctl);
+    heapd_disconnect(ctl);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* ---- evict ---- */
+
+static bool file_has(const char *path, const char *text)
+{
+    char buf[4096] = "";
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return strstr(buf, text) != NULL;
+}
+
+START_TEST(evicted_process_aborts_at_its_next_call)
+{
+    char err[300];
+    start("evict", "1s", NULL);
+    snprintf(err, sizeof err, "%s/victim.err", D.dir);
+    pid_t w = fork_worker();
+    pid_t vk = fork_victim(V_LOOP, err);
+    int st;
+    ck_assert_int_eq(kill(vk, SIGSTOP), 0);
+    ck_assert_int_eq(waitpid(vk, &st, WUNTRACED), vk);
+    heapd_client *ctl = harness_control(&D);
+    ck_assert_int_eq(heapd_request_collect(ctl, 0), 0);
+    wait_named(vk, "has not acknowledged the");
+    harness_wait_stat(&D, ctl, clients_evicted, ==, 1);
+    /* fenced while it lives */
+    ck_assert_uint_gt(harness_stats(ctl).segments_fenced, 0);
+    ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
+    ck_assert_int_eq(kill(vk, SIGCONT), 0);
+    ck_assert_int_eq(waitpid(vk, &st, 0), vk);
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT,
+                  "the evicted process ended with status %#x, not SIGABRT",
+                  st);
+    ck_assert_msg(file_has(err, "evicted"), "its stderr does not say "
+                  "it was evicted");
+    harness_wait_stat(&D, ctl, segments_fenced, ==, 0);
+    heapd_stats_t s = harness_stats(ctl);
+    ck_assert_uint_eq(s.stalls_killed, 0);
+    finish_worker(w);
+    expect_baseline(ctl);
+    heapd_disconnect(ctl);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* ---- the pidfd guard ---- */
+
+/* A client whose process exits while a child of its holds the
+ * connection: its slot stalls every stop, and its pid is free. */
+static void holder_of_a_dead_client(int out)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    pid_t holder = fork();
+    if (holder == 0) {
+        for (;;)
+            pause(); /* keeps the socket open */
+    }
+    if (write(out, &holder, sizeof holder) != sizeof holder)
+        _exit(2);
+    _exit(0); /* its slot stays RUNNING */
+}
+
+/* Fork a process whose pid is PID (ns_last_pid; root only), which waits
+ * for a byte on *IN and then exits 7.  Returns -1 if the pid was taken. */
+static pid_t fork_with_pid(pid_t pid, int *in)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    for (int tries = 0; tries < 100; tries++) {
+        FILE *f = fopen("/proc/sys/kernel/ns_last_pid", "w");
+        ck_assert_msg(f != NULL, "cannot write ns_last_pid (%s): the pidfd "
+                      "guard test needs root", strerror(errno));
+        fprintf(f, "%d", (int)pid - 1);
+        fclose(f);
+        pid_t k = fork();
+        ck_assert_int_ge(k, 0);
+        if (k == 0) {
+            char b;
+            if (getpid() != pid)
+                _exit(0);
+            close(p[1]);
+            _exit(read(p[0], &b, 1) == 1 ? 7 : 8);
+        }
+        if (k == pid) {
+            close(p[0]);
+            *in = p[1];
+            return k;
+        }
+        waitpid(k, NULL, 0);
+    }
+    return -1;
+}
+
+START_TEST(a_reused_pid_is_never_signalled)
+{
+    int pp[2], st;
+    pid_t holder;
+    start("kill", "1s", NULL);
+    ck_assert_int_eq(pipe(pp), 0);
+    pid_t dead = fork();
+    ck_assert_int_ge(dead, 0);
+    if (dead == 0)
+        holder_of_a_dead_client(pp[1]);
+    ck_assert_int_eq(read(pp[0], &holder, sizeof holder), sizeof holder);
+    ck_assert_int_eq(waitpid(dead, &st, 0), dead);
+    int in = -1;
+    pid_t reuser = fork_with_pid(dead, &in);
+    ck_assert_msg(reuser == dead, "could not give pid %d to a new process",
+                  (int)dead);
+    heapd_client *ctl = harness_control(&D);
+    ck_assert_int_eq(heapd_request_collect(ctl, 0), 0);
+    /* the kill through the dead client's pidfd fails: evicted instead */
+    harness_wait_stat(&D, ctl, clients_evicted, ==, 1);
+    ck_assert_uint_eq(harness_stats(ctl).stalls_killed, 0);
+    ck_assert_msg(waitpid(reuser, &st, WNOHANG) == 0,
+                  "the process that reused pid %d was signalled",
+                  (int)dead);
+    ck_assert_int_eq(write(in, "x", 1), 1);
+    ck_assert_int_eq(waitpid(reuser, &st, 0), reuser);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 7,
+                  "the process that reused the pid ended with %#x", st);
+    ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
+    kill(holder, SIGKILL);
+    expect_baseline(ctl);
+    heapd_disconnect(ctl);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("stall");
+    TCase *t = tcase_create("kill");
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, sigstopped_client_is_killed);
+    tcase_add_test(t, client_stopped_holding_its_handshake_is_killed);
+    tcase_add_test(t, client_that_never_answers_a_remark_is_killed);
+    tcase_add_test(t, busy_loop_is_warned_and_killed);
+    tcase_add_test(t, a_reused_pid_is_never_signalled);
+    suite_add_tcase(s, t);
+    t = tcase_create("policies");
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, wait_lets_the_others_allocate_until_the_heap_is_full);
+    tcase_add_test(t, evicted_process_aborts_at_its_next_call);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    return check_main(suite());
+}
