@@ -1,6 +1,9 @@
 /* heapctl: look at a running heapd.
  *
  *   heapctl [--socket PATH] stats [--json]
+ *   heapctl [--socket PATH] clients [--json]
+ *   heapctl [--socket PATH] segments [--json] [--heap NAME]
+ *   heapctl [--socket PATH] [--heap NAME] gc | globals
  *
  * It connects as a control client (HEAPD_CONNECT_CONTROL): it never maps a
  * heap, so it works whatever the heaps' addresses are. */
@@ -9,21 +12,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "heapd.h"
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: heapctl [--socket PATH] [--heap NAME] stats [--json]\n"
+               "       heapctl [--socket PATH] clients [--json]\n"
+               "       heapctl [--socket PATH] segments [--json] [--heap NAME]\n"
                "       heapctl [--socket PATH] [--heap NAME] gc\n"
                "       heapctl [--socket PATH] [--heap NAME] globals\n"
                "  stats     daemon version, uptime, clients, and per heap its\n"
                "            memory, segments, cycles and pauses\n"
+               "  clients   every connection: pid, user, heap, segments held,\n"
+               "            remark requests unanswered, and what each of its\n"
+               "            mutators does; stalled ones (holding the heap up)\n"
+               "            first\n"
+               "  segments  per heap, its segments by state, and per size\n"
+               "            class its segments and blocks in use\n"
                "  gc        run a collection of the heap and wait for it\n"
                "  globals   the heap's named global roots: name, state, size\n"
                "            of the object they reference, initialising client\n"
-               "  --json    print one JSON object instead of text\n"
-               "  --heap    the heap for gc (default: \"default\")\n"
+               "  --json    print one JSON object instead of text (stats,\n"
+               "            clients, segments)\n"
+               "  --heap    the heap for gc and globals (default:\n"
+               "            \"default\"); for segments, only that heap\n"
+               "            (default: every heap)\n"
                "The socket is --socket, else $HEAPD_SOCKET, else the "
                "default.\n");
 }
@@ -170,6 +185,228 @@ static void print_stats_text(const heapd_stats_t *s)
     }
 }
 
+/* ---- clients ---- */
+
+static const char *state_name(heapd_mutator_state s)
+{
+    static const char *const names[] = {"running", "blocked", "waiting",
+                                        "stopped", "stalled", "faulted"};
+    return (unsigned)s < 6 ? names[s] : "faulted";
+}
+
+static const char *stall_name(heapd_stall_on on)
+{
+    static const char *const names[] = {"none", "snapshot", "final_sync",
+                                        "handshake", "remark"};
+    return (unsigned)on < 5 ? names[on] : "none";
+}
+
+/* What the collector waits for from a mutator stalled on ON. */
+static const char *stall_words(heapd_stall_on on)
+{
+    switch (on) {
+    case HEAPD_STALL_SNAPSHOT:
+        return "has not acknowledged the snapshot";
+    case HEAPD_STALL_FINAL_SYNC:
+        return "has not acknowledged the final sync";
+    case HEAPD_STALL_HANDSHAKE:
+        return "has not acknowledged the final sync; it holds its "
+               "stack-marking handshake";
+    case HEAPD_STALL_REMARK:
+        return "its client has not answered a remark request";
+    default:
+        return "the collector waits for it";
+    }
+}
+
+static uint64_t stalled_ms(const heapd_mutator_info *m)
+{
+    return m->state == HEAPD_MUTATOR_STALLED ? m->stalled_ms + 1 : 0;
+}
+
+/* Stalled first, the longest first; then by slot. */
+static int mutator_order(const void *a, const void *b)
+{
+    const heapd_mutator_info *x = a, *y = b;
+    uint64_t sx = stalled_ms(x), sy = stalled_ms(y);
+    if (sx != sy)
+        return sx > sy ? -1 : 1;
+    return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+/* A client with a stalled mutator (its longest first; mutators sorted
+ * already), then by id. */
+static int client_order(const void *a, const void *b)
+{
+    const heapd_client_info *x = a, *y = b;
+    uint64_t sx = x->mutator_count ? stalled_ms(&x->mutators[0]) : 0;
+    uint64_t sy = y->mutator_count ? stalled_ms(&y->mutators[0]) : 0;
+    if (sx != sy)
+        return sx > sy ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static void sort_clients(heapd_client_info *cl, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        qsort(cl[i].mutators, cl[i].mutator_count, sizeof cl[i].mutators[0],
+              mutator_order);
+    qsort(cl, n, sizeof cl[0], client_order);
+}
+
+static void print_clients_json(const heapd_client_info *cl, size_t n)
+{
+    printf("{\"clients\":[");
+    for (size_t i = 0; i < n; i++) {
+        const heapd_client_info *c = &cl[i];
+        printf("%s{\"id\":%" PRIu64 ",\"name\":", i ? "," : "", c->id);
+        print_json_string(c->name);
+        printf(",\"pid\":%" PRId32 ",\"uid\":%" PRIu32 ",\"heap\":", c->pid,
+               c->uid);
+        print_json_string(c->heap);
+        printf(",\"kind\":\"%s\",\"connected_at\":%" PRId64
+               ",\"segments_held\":%" PRIu32 ",\"bytes_granted\":%" PRIu64
+               ",\"remark_outstanding\":%" PRIu32
+               ",\"remark_late_ms\":%" PRIu64 ",\"mutators\":[",
+               c->control ? "control" : "mutator", c->connected_at,
+               c->segments_held, c->bytes_granted, c->remark_outstanding,
+               c->remark_late_ms);
+        for (size_t k = 0; k < c->mutator_count; k++) {
+            const heapd_mutator_info *m = &c->mutators[k];
+            printf("%s{\"slot\":%" PRIu32 ",\"state\":\"%s\","
+                   "\"stalled_ms\":%" PRIu64 ",\"stalled_on\":\"%s\","
+                   "\"alloc_bytes\":%" PRIu64 ",\"urs_backlog\":%" PRIu64
+                   ",\"root_depth\":%" PRIu64 "}",
+                   k ? "," : "", m->slot, state_name(m->state),
+                   m->stalled_ms, stall_name(m->stalled_on), m->alloc_bytes,
+                   m->urs_backlog, m->root_depth);
+        }
+        printf("]}");
+    }
+    printf("]}\n");
+}
+
+static void print_clients_text(const heapd_client_info *cl, size_t n)
+{
+    printf("%-6s %-20s %8s %6s %-16s %-19s %8s %s\n", "ID", "NAME", "PID",
+           "UID", "HEAP", "CONNECTED SINCE", "SEGMENTS", "REMARK");
+    for (size_t i = 0; i < n; i++) {
+        const heapd_client_info *c = &cl[i];
+        char since[32] = "?", remark[48];
+        time_t t = (time_t)c->connected_at;
+        struct tm tm;
+        if (localtime_r(&t, &tm))
+            strftime(since, sizeof since, "%Y-%m-%d %H:%M:%S", &tm);
+        if (c->remark_late_ms)
+            snprintf(remark, sizeof remark, "%" PRIu32 " (oldest %" PRIu64
+                     " ms)", c->remark_outstanding, c->remark_late_ms);
+        else
+            snprintf(remark, sizeof remark, "%" PRIu32,
+                     c->remark_outstanding);
+        printf("%-6" PRIu64 " %-20s %8" PRId32 " %6" PRIu32 " %-16s %-19s "
+               "%8" PRIu32 " %s\n", c->id, c->name, c->pid, c->uid,
+               c->control ? "(control)" : c->heap, since, c->segments_held,
+               remark);
+        for (size_t k = 0; k < c->mutator_count; k++) {
+            const heapd_mutator_info *m = &c->mutators[k];
+            char what[160];
+            switch (m->state) {
+            case HEAPD_MUTATOR_RUNNING:
+                snprintf(what, sizeof what, "running");
+                break;
+            case HEAPD_MUTATOR_BLOCKED:
+                snprintf(what, sizeof what, "in a blocking region");
+                break;
+            case HEAPD_MUTATOR_WAITING:
+                snprintf(what, sizeof what, "waiting in a write barrier");
+                break;
+            case HEAPD_MUTATOR_STOPPED:
+                snprintf(what, sizeof what, "stopped (acknowledged)");
+                break;
+            case HEAPD_MUTATOR_STALLED:
+                snprintf(what, sizeof what, "STALLED %" PRIu64 " ms: %s",
+                         m->stalled_ms, stall_words(m->stalled_on));
+                break;
+            default:
+                snprintf(what, sizeof what, "FAULTED: its client wrote "
+                         "words that make no sense; heapd disconnects it");
+            }
+            printf("       slot %-3" PRIu32 " %s; %" PRIu64 " bytes "
+                   "allocated, URS backlog %" PRIu64 ", %" PRIu64
+                   " roots\n", m->slot, what, m->alloc_bytes,
+                   m->urs_backlog, m->root_depth);
+        }
+    }
+}
+
+/* ---- segments ---- */
+
+static void print_segments_json(const heapd_heap_segments *hs, size_t n)
+{
+    printf("{\"heaps\":[");
+    for (size_t i = 0; i < n; i++) {
+        const heapd_heap_segments *h = &hs[i];
+        printf("%s{\"name\":", i ? "," : "");
+        print_json_string(h->name);
+        printf(",\"segment_size\":%" PRIu64 ",\"segments_total\":%" PRIu32
+               ",\"segments_free\":%" PRIu32 ",\"segments_owned\":%" PRIu32
+               ",\"segments_filled\":%" PRIu32 ",\"segments_large\":%" PRIu32
+               ",\"segments_large_tail\":%" PRIu32
+               ",\"segments_orphaned\":%" PRIu32
+               ",\"segments_punched\":%" PRIu32
+               ",\"segments_unformatted\":%" PRIu32 ",\"classes\":[",
+               h->segment_size, h->total, h->free, h->owned, h->filled,
+               h->large, h->large_tail, h->orphaned, h->punched,
+               h->unformatted);
+        for (size_t k = 0; k < h->class_count; k++) {
+            const heapd_class_segments *c = &h->classes[k];
+            printf("%s{\"size_class\":%" PRIu32 ",\"object_size\":%" PRIu32
+                   ",\"segments\":%" PRIu32 ",\"segments_owned\":%" PRIu32
+                   ",\"blocks\":%" PRIu64 ",\"blocks_in_use\":%" PRIu64 "}",
+                   k ? "," : "", c->size_class, c->object_size, c->segments,
+                   c->segments_owned, c->blocks, c->blocks_in_use);
+        }
+        printf("]}");
+    }
+    printf("]}\n");
+}
+
+static void print_segments_text(const heapd_heap_segments *hs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const heapd_heap_segments *h = &hs[i];
+        bool owned = false;
+        printf("%sheap %s: %" PRIu32 " segments of %" PRIu64 " bytes\n",
+               i ? "\n" : "", h->name, h->total, h->segment_size);
+        printf("  free %" PRIu32 " (punched %" PRIu32 "), owned %" PRIu32
+               ", filled %" PRIu32 ", large %" PRIu32 " (+%" PRIu32
+               " tail), orphaned %" PRIu32 ", unformatted %" PRIu32 "\n",
+               h->free, h->punched, h->owned, h->filled, h->large,
+               h->large_tail, h->orphaned, h->unformatted);
+        if (h->class_count == 0) {
+            printf("  no small segment has a size class\n");
+            continue;
+        }
+        printf("  %5s %6s %9s %6s %10s %10s %9s\n", "CLASS", "SIZE",
+               "SEGMENTS", "OWNED", "BLOCKS", "IN USE", "OCCUPANCY");
+        for (size_t k = 0; k < h->class_count; k++) {
+            const heapd_class_segments *c = &h->classes[k];
+            double occ = c->blocks ? 100.0 * (double)c->blocks_in_use /
+                                         (double)c->blocks
+                                   : 0;
+            owned |= c->segments_owned != 0;
+            printf("  %5" PRIu32 " %6" PRIu32 " %9" PRIu32 " %6" PRIu32
+                   " %10" PRIu64 " %10" PRIu64 " %8.1f%%%s\n",
+                   c->size_class, c->object_size, c->segments,
+                   c->segments_owned, c->blocks, c->blocks_in_use, occ,
+                   c->segments_owned ? " ~" : "");
+        }
+        if (owned)
+            printf("  ~ estimate: owners allocate in their OWNED segments "
+                   "while they are counted\n");
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -201,7 +438,8 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[optind++];
     if (strcmp(cmd, "stats") != 0 && strcmp(cmd, "gc") != 0 &&
-        strcmp(cmd, "globals") != 0) {
+        strcmp(cmd, "globals") != 0 && strcmp(cmd, "clients") != 0 &&
+        strcmp(cmd, "segments") != 0) {
         fprintf(stderr, "heapctl: unknown command '%s'\n", cmd);
         usage(stderr);
         return 2;
@@ -213,6 +451,38 @@ int main(int argc, char **argv)
     if ((rc = heapd_connect(&c, &co)) < 0) {
         fprintf(stderr, "heapctl: %s\n", heapd_last_error());
         return 1;
+    }
+    if (strcmp(cmd, "clients") == 0) {
+        heapd_client_info *cl = NULL;
+        size_t n = 0;
+        rc = heapd_clients(c, &cl, &n);
+        if (rc < 0) {
+            fprintf(stderr, "heapctl: clients: %s\n", heapd_last_error());
+        } else {
+            sort_clients(cl, n);
+            if (json)
+                print_clients_json(cl, n);
+            else
+                print_clients_text(cl, n);
+        }
+        heapd_clients_free(cl);
+        heapd_disconnect(c);
+        return rc < 0 ? 1 : 0;
+    }
+    if (strcmp(cmd, "segments") == 0) {
+        static heapd_heap_segments hs[HEAPD_STATS_MAX_HEAPS];
+        size_t n = 0;
+        rc = heapd_segments(c, co.heap, hs, HEAPD_STATS_MAX_HEAPS, &n);
+        if (n > HEAPD_STATS_MAX_HEAPS)
+            n = HEAPD_STATS_MAX_HEAPS;
+        if (rc < 0)
+            fprintf(stderr, "heapctl: segments: %s\n", heapd_last_error());
+        else if (json)
+            print_segments_json(hs, n);
+        else
+            print_segments_text(hs, n);
+        heapd_disconnect(c);
+        return rc < 0 ? 1 : 0;
     }
     if (strcmp(cmd, "globals") == 0) {
         static heapd_global_info g[256];

@@ -289,6 +289,98 @@ typedef struct heapd_global_info {
 HEAPD_API int heapd_globals(heapd_client *c, heapd_global_info *out,
                             size_t max, size_t *count);
 
+/* ---- reports (heapctl clients, heapctl segments) ----
+ * What the daemon sees of its connections and of a heap's segments (Note
+ * [Reports] in daemon/report.c).  A peer that is not root or the daemon's
+ * user sees the heaps it may use and the connections to them. */
+
+typedef enum heapd_mutator_state {
+    HEAPD_MUTATOR_RUNNING = 0,  /* may touch the heap; polls safepoints */
+    HEAPD_MUTATOR_BLOCKED = 1,  /* in a blocking region */
+    HEAPD_MUTATOR_WAITING = 2,  /* waiting inside a write barrier */
+    HEAPD_MUTATOR_STOPPED = 3,  /* acknowledged the stop asked of it */
+    HEAPD_MUTATOR_STALLED = 4,  /* the collector waits for it: stalled_on */
+    HEAPD_MUTATOR_FAULTED = 5,  /* its client wrote words that make no
+                                   sense; the daemon disconnects it */
+} heapd_mutator_state;
+
+/* What a stalled mutator has not answered. */
+typedef enum heapd_stall_on {
+    HEAPD_STALL_NONE = 0,
+    HEAPD_STALL_SNAPSHOT = 1,   /* the stop of a snapshot */
+    HEAPD_STALL_FINAL_SYNC = 2, /* the stop of a final sync */
+    HEAPD_STALL_HANDSHAKE = 3,  /* the same, while it holds its
+                                   stack-marking handshake */
+    HEAPD_STALL_REMARK = 4,     /* its client's remark request */
+} heapd_stall_on;
+
+typedef struct heapd_mutator_info {
+    uint32_t slot;
+    heapd_mutator_state state;
+    heapd_stall_on stalled_on;  /* STALLED: what it has not answered */
+    uint64_t stalled_ms;        /* STALLED: for how long */
+    uint64_t alloc_bytes;       /* allocated so far */
+    uint64_t urs_backlog;       /* URS entries not yet consumed */
+    uint64_t root_depth;        /* root slots in use */
+} heapd_mutator_info;
+
+typedef struct heapd_client_info {
+    uint64_t id;
+    char name[64];              /* its client_name, escaped */
+    int32_t pid;                /* from the kernel, not from the client */
+    uint32_t uid;
+    char heap[64];              /* "" for a control connection */
+    bool control;               /* a control connection (heapctl) */
+    int64_t connected_at;       /* unix seconds */
+    uint32_t segments_held;
+    uint64_t bytes_granted;     /* bytes of segments ever granted */
+    uint32_t remark_outstanding; /* remark requests not yet answered */
+    uint64_t remark_late_ms;    /* since the oldest of them was sent */
+    size_t mutator_count;
+    heapd_mutator_info *mutators;
+} heapd_client_info;
+
+/* The daemon's connections (heapctl clients): *OUT gets an array of
+ * *COUNT entries, each with its mutators, to be freed with
+ * heapd_clients_free. */
+HEAPD_API int heapd_clients(heapd_client *c, heapd_client_info **out,
+                            size_t *count);
+/* Free what heapd_clients gave.  NULL is ignored. */
+HEAPD_API void heapd_clients_free(heapd_client_info *clients);
+
+#define HEAPD_SEGMENTS_MAX_CLASSES 128
+
+/* One size class of a heap: its small segments and their blocks. */
+typedef struct heapd_class_segments {
+    uint32_t size_class;
+    uint32_t object_size;       /* bytes of one block */
+    uint32_t segments;
+    uint32_t segments_owned;    /* of them, in a client's reserve: their
+                                   blocks in use are an estimate */
+    uint64_t blocks;
+    uint64_t blocks_in_use;
+} heapd_class_segments;
+
+typedef struct heapd_heap_segments {
+    char name[64];
+    uint64_t segment_size;
+    uint32_t total;             /* every segment but the control area's */
+    uint32_t free, owned, filled;
+    uint32_t large, large_tail; /* first and other segments of large runs */
+    uint32_t orphaned;          /* left by a client gone, not yet adopted */
+    uint32_t punched;           /* memory given back */
+    uint32_t unformatted;       /* owned or filled, no size class known */
+    size_t class_count;         /* classes that have segments */
+    heapd_class_segments classes[HEAPD_SEGMENTS_MAX_CLASSES];
+} heapd_heap_segments;
+
+/* The segments of heap HEAP (NULL or "": of every heap the caller may
+ * see; heapctl segments): up to MAX heaps into OUT, their number in
+ * *COUNT. */
+HEAPD_API int heapd_segments(heapd_client *c, const char *heap,
+                             heapd_heap_segments *out, size_t max,
+                             size_t *count);
+
 /* Static text naming an error code. */
 HEAPD_API const char *heapd_strerror(int err);
 

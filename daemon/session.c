@@ -59,6 +59,7 @@
 #include "heapd_build.h"
 #include "log.h"
 #include "remark.h"
+#include "report.h"
 #include "safepoint.h"
 #include "slotmem.h"
 #include "validate.h"
@@ -942,6 +943,10 @@ int session_handle(struct conn *c, Heapd__Envelope *env)
         return handle_global_init_done(c, env->seq, env->global_init_done);
     case HEAPD__ENVELOPE__BODY_GLOBALS_REQUEST:
         return handle_globals_request(c, env->seq);
+    case HEAPD__ENVELOPE__BODY_CLIENTS_REQUEST:
+        return report_clients(c, env->seq);
+    case HEAPD__ENVELOPE__BODY_SEGMENTS_REQUEST:
+        return report_segments(c, env->seq, env->segments_request);
     case HEAPD__ENVELOPE__BODY_REMARK_DONE:
         remark_done(c, env->remark_done);
         return 0;

@@ -1,0 +1,433 @@
+/* Reports for operators: `heapctl clients` and `heapctl segments`.
+ *
+ * Note [Reports]
+ * ~~~~~~~~~~~~~~
+ * Two requests, answered at once on the loop thread, describe the daemon's
+ * state for a human: ClientsRequest (every connection, and per mutator
+ * slot what it is doing and whether the collector waits for it: Note
+ * [Stalls] in stall.c) and SegmentsRequest (a heap's segment table by
+ * state and by size class, with the blocks in use, so that fragmentation
+ * is visible).
+ *
+ * Who sees what.  An unlisted peer reads stats only (session_handle
+ * refuses it these requests: Note [Admission] in server.c).  A privileged
+ * peer (root, the daemon's user) sees every connection and every heap.
+ * Any other peer sees the heaps whose ACL lets it in (Note [Connection
+ * authorisation]) and the connections to them, and its own connection;
+ * other control connections, which name no heap, only a privileged peer
+ * sees.  A named heap it may not use is refused with ERROR_DENIED.
+ *
+ * What is read, and how far it is believed.  The connections' records are
+ * the loop thread's own.  A slot's words are read under heap->lock, which
+ * keeps its window mapped to its client's region (Note [Slot windows] in
+ * slotmem.c), but they are the client's to write (Note [Client control
+ * memory]): the allocated bytes are clamped to what its client was granted,
+ * the URS backlog to the ring's size, the root depth to LAYOUT_MAX_ROOTS,
+ * and a status that makes no sense reads as FAULTED.  The remark requests
+ * a client has not answered are the SENT segments naming it, counted under
+ * heap->lock and the marking job's mu (Note [Remark] in remark.c).  The
+ * segment table's counts are exact (under heap->lock, one walk up to
+ * segtab.high: the segments above it were never taken, so they are free
+ * and punched).  The blocks in use of a size class are the non-zero mark
+ * bytes of its segments (Note [Epoch-tagged marks]), counted after
+ * heap->lock is dropped, from the classes noted under it: owners allocate
+ * and sweepers free meanwhile, so the number is a moment's estimate (for
+ * OWNED segments always, hence their count beside it), never a reading
+ * of memory outside the heap's mapping.  Counting them under the lock
+ * would hold every grant and every pause for the walk: the 64 MiB of marks
+ * of a 1 GiB heap of 16-byte blocks took 35 ms to count on the 2-core
+ * development machine.
+ */
+#include "report.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "heap.h"
+#include "log.h"
+#include "mark.h"
+#include "remark.h"
+
+/* An Error answering request SEQ; the connection stays open. */
+static int refuse(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
+                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int refuse(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
+                  const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    conn_log(c, CONFIG_LOG_DEBUG, "client %llu (%s): %s",
+             (unsigned long long)c->id, c->name, msg);
+    int rc = conn_send_error(c, seq, code, msg);
+    if (rc < 0)
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+                  "cannot send an error: %s", strerror(-rc));
+    return rc;
+}
+
+static int send_reply(struct conn *c, Heapd__Envelope *env, uint64_t seq)
+{
+    env->seq = seq;
+    int rc = conn_send(c, env);
+    if (rc < 0)
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL, "cannot send %s: %s",
+                  frame_body_name(env), strerror(-rc));
+    return rc;
+}
+
+/* Note [Reports]: may C see heap H? */
+static bool may_see_heap(const struct conn *c, const struct heap *h)
+{
+    return c->privileged || auth_allowed(h->cfg, &c->peer, c->d->uid);
+}
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- clients ---- */
+
+/* With heap->lock held: what slot I of H is doing, at NOW (CLOCK_MONOTONIC
+ * ns), into MI.  See Note [Reports] for what is clamped. */
+static void mutator_info(struct heap *h, unsigned i, uint64_t now,
+                         Heapd__MutatorInfo *mi)
+{
+    struct layout_mutator *m = heap_slot(h, i);
+    struct heap_slot_owner *o = &h->owners[i];
+    uint32_t st = atomic_load(&m->status);
+    uint32_t stop = atomic_load(&m->stop_request);
+    uint64_t since = atomic_load(&o->stall_since);
+    uint32_t on = atomic_load(&o->stall_on);
+    uint64_t head = atomic_load(&m->urs_head);
+    uint64_t tail = atomic_load(&m->urs_tail);
+    uint64_t alloc = atomic_load(&m->alloc_bytes);
+    uint64_t bound = atomic_load(&o->alloc_bound);
+    uint64_t depth = atomic_load(&m->root_depth);
+
+    heapd__mutator_info__init(mi);
+    mi->slot = i;
+    if (atomic_load(&o->fault) != 0 ||
+        LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_FREE) {
+        mi->state = HEAPD__MUTATOR_STATE__MUTATOR_FAULTED;
+    } else if (since != 0) {
+        mi->state = HEAPD__MUTATOR_STATE__MUTATOR_STALLED;
+        mi->stalled_ms = now > since ? (now - since) / 1000000u : 0;
+        mi->stalled_on = on <= LAYOUT_STALL_REMARK
+                             ? (Heapd__StallOn)on
+                             : HEAPD__STALL_ON__STALL_NONE;
+    } else {
+        switch (LAYOUT_STATUS_STATE(st)) {
+        case LAYOUT_MUT_BLOCKED:
+            mi->state = HEAPD__MUTATOR_STATE__MUTATOR_BLOCKED;
+            break;
+        case LAYOUT_MUT_WAITING:
+            mi->state = HEAPD__MUTATOR_STATE__MUTATOR_WAITING;
+            break;
+        default: /* RUNNING: it acked the stop asked of it, or runs */
+            mi->state = stop != 0 && LAYOUT_STATUS_GEN(st) == stop
+                            ? HEAPD__MUTATOR_STATE__MUTATOR_STOPPED
+                            : HEAPD__MUTATOR_STATE__MUTATOR_RUNNING;
+        }
+    }
+    mi->alloc_bytes = alloc < bound ? alloc : bound;
+    /* a head behind the tail wraps to a huge difference: clamped too */
+    mi->urs_backlog = head - tail < LAYOUT_URS_SIZE ? head - tail
+                                                    : LAYOUT_URS_SIZE;
+    mi->root_depth = depth < LAYOUT_MAX_ROOTS ? depth : LAYOUT_MAX_ROOTS;
+}
+
+/* With heap->lock (and the marking job's mu) held: INFO[k] of the N
+ * clients of H shown counts one per SENT segment naming it. */
+static void count_remarks(struct heap *h, Heapd__ClientInfo *info,
+                          struct heap **heap_of, size_t n)
+{
+    const struct segtab *t = &h->segs;
+    for (uint32_t i = t->first; i < t->high; i++) {
+        const struct seg *s = &t->segs[i];
+        if (REMARK_STATE(s->remark) != REMARK_SENT)
+            continue;
+        for (size_t k = 0; k < n; k++)
+            if (heap_of[k] == h && info[k].id == s->remark_to) {
+                info[k].remark_outstanding++;
+                break;
+            }
+    }
+}
+
+int report_clients(struct conn *c, uint64_t seq)
+{
+    struct daemon *d = c->d;
+    bool heap_seen[CONFIG_MAX_HEAPS];
+    size_t n = 0, n_mut = 0, k = 0, mk = 0;
+    Heapd__ClientInfo *info = NULL, **info_p = NULL;
+    Heapd__MutatorInfo *mut = NULL, **mut_p = NULL;
+    struct heap **heap_of = NULL;
+    Heapd__ClientsReply r = HEAPD__CLIENTS_REPLY__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    uint64_t now = monotonic_ns(), now_ms = uv_now(&d->loop);
+    int rc;
+
+    for (size_t i = 0; i < d->n_heaps; i++)
+        heap_seen[i] = may_see_heap(c, &d->heaps[i]);
+#define SHOWN(o)                                                            \
+    ((o)->state == CONN_READY &&                                            \
+     ((o) == c || c->privileged ||                                          \
+      ((o)->heap && heap_seen[(o)->heap - d->heaps])))
+    for (struct conn *o = d->conns; o; o = o->next) {
+        if (!SHOWN(o))
+            continue;
+        n++;
+        n_mut += (size_t)(__builtin_popcountll(o->slots[0]) +
+                          __builtin_popcountll(o->slots[1]));
+    }
+    info = calloc(n ? n : 1, sizeof *info);
+    info_p = calloc(n ? n : 1, sizeof *info_p);
+    heap_of = calloc(n ? n : 1, sizeof *heap_of);
+    mut = calloc(n_mut ? n_mut : 1, sizeof *mut);
+    mut_p = calloc(n_mut ? n_mut : 1, sizeof *mut_p);
+    if (!info || !info_p || !heap_of || !mut || !mut_p) {
+        rc = refuse(c, seq, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+                    "the daemon is out of memory for a report of %zu "
+                    "connections; try again later", n);
+        goto out;
+    }
+    for (struct conn *o = d->conns; o && k < n; o = o->next) {
+        if (!SHOWN(o))
+            continue;
+        Heapd__ClientInfo *ci = &info[k];
+        heapd__client_info__init(ci);
+        ci->id = o->id;
+        ci->name = o->name;
+        ci->pid = (int32_t)o->peer.pid;
+        ci->uid = (uint32_t)o->peer.uid;
+        ci->heap = o->heap ? (char *)o->heap->cfg->name : (char *)"";
+        ci->kind = o->kind;
+        ci->connected_at = (int64_t)o->connected_at;
+        ci->segments_held = o->held;
+        ci->bytes_granted = o->granted;
+        ci->remark_late_ms =
+            o->remark_since && now_ms > o->remark_since
+                ? now_ms - o->remark_since
+                : 0;
+        ci->mutators = &mut_p[mk];
+        heap_of[k] = o->heap;
+        if (o->heap) {
+            struct heap *h = o->heap;
+            pthread_mutex_lock(&h->lock);
+            for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS && mk < n_mut; i++) {
+                if (!(o->slots[i / 64] >> (i % 64) & 1) ||
+                    atomic_load(&h->owners[i].client_id) != o->id)
+                    continue;
+                mutator_info(h, i, now, &mut[mk]);
+                mut_p[mk] = &mut[mk];
+                mk++;
+                ci->n_mutators++;
+            }
+            pthread_mutex_unlock(&h->lock);
+        }
+        info_p[k] = ci;
+        k++;
+    }
+#undef SHOWN
+    for (size_t i = 0; i < d->n_heaps; i++) {
+        struct heap *h = &d->heaps[i];
+        if (!heap_seen[i])
+            continue;
+        pthread_mutex_lock(&h->lock);
+        struct mark_job *j = h->marking;
+        if (j) {
+            pthread_mutex_lock(&j->mu);
+            count_remarks(h, info, heap_of, k);
+            pthread_mutex_unlock(&j->mu);
+        }
+        pthread_mutex_unlock(&h->lock);
+    }
+
+    r.n_clients = k;
+    r.clients = info_p;
+    env.body_case = HEAPD__ENVELOPE__BODY_CLIENTS_REPLY;
+    env.clients_reply = &r;
+    rc = send_reply(c, &env, seq);
+out:
+    free(info);
+    free(info_p);
+    free(heap_of);
+    free(mut);
+    free(mut_p);
+    return rc;
+}
+
+/* ---- segments ---- */
+
+/* A small segment of a known class, noted under heap->lock and counted
+ * after it (Note [Reports]). */
+struct class_seg {
+    uint32_t seg;
+    uint8_t cls;
+};
+
+/* Non-zero bytes among MARKS[0..N): the blocks in use. */
+static uint64_t marks_in_use(const uint8_t *marks, uint32_t n)
+{
+    uint64_t k = 0;
+    for (uint32_t b = 0; b < n; b++)
+        k += __atomic_load_n(&marks[b], __ATOMIC_RELAXED) != 0;
+    return k;
+}
+
+/* Heap H's segments into HS, its classes into CLS (LAYOUT_NCLASSES
+ * entries, CLS_P their pointers).  Returns 0 or -ENOMEM. */
+static int heap_segments(struct heap *h, Heapd__HeapSegments *hs,
+                         Heapd__SizeClassSegments *cls,
+                         Heapd__SizeClassSegments **cls_p)
+{
+    struct segtab *t = &h->segs;
+    struct class_seg *small = NULL;
+    size_t n_small = 0;
+
+    heapd__heap_segments__init(hs);
+    hs->name = (char *)h->cfg->name;
+    hs->segment_size = h->cfg->segment_size;
+    for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
+        heapd__size_class_segments__init(&cls[k]);
+        cls[k].size_class = k;
+        cls[k].object_size = layout_class_size[k];
+    }
+    pthread_mutex_lock(&h->lock);
+    uint32_t high = t->high > t->first ? t->high : t->first;
+    small = malloc(((size_t)(high - t->first) + 1) * sizeof *small);
+    if (!small) {
+        pthread_mutex_unlock(&h->lock);
+        return -ENOMEM;
+    }
+    hs->segments_total = t->count - t->first;
+    /* never taken: free and punched (Note [Reports]) */
+    hs->segments_free = t->count - high;
+    hs->segments_punched = t->count - high;
+    for (uint32_t i = t->first; i < high; i++) {
+        const struct seg *s = &t->segs[i];
+        hs->segments_orphaned += s->orphan != 0;
+        hs->segments_punched += s->punched != 0;
+        switch (s->state) {
+        case SEG_FREE:
+            hs->segments_free++;
+            continue;
+        case SEG_LARGE:
+            hs->segments_large++;
+            continue;
+        case SEG_LARGE_TAIL:
+            hs->segments_large_tail++;
+            continue;
+        case SEG_OWNED:
+            hs->segments_owned++;
+            break;
+        case SEG_FILLED:
+            hs->segments_filled++;
+            break;
+        default:
+            continue;
+        }
+        uint8_t k = seg_class(h, i);
+        if (k >= LAYOUT_NCLASSES || t->small_nblocks[k] == 0) {
+            hs->segments_unformatted++;
+            continue;
+        }
+        cls[k].segments++;
+        cls[k].segments_owned += s->state == SEG_OWNED;
+        cls[k].blocks += t->small_nblocks[k];
+        small[n_small++] = (struct class_seg){i, k};
+    }
+    pthread_mutex_unlock(&h->lock);
+
+    /* the geometry per class never changes after seg_init */
+    for (size_t s = 0; s < n_small; s++) {
+        const uint8_t *seg = heap_seg_addr(h, small[s].seg);
+        cls[small[s].cls].blocks_in_use += marks_in_use(
+            layout_seg_marks((void *)seg), t->small_nblocks[small[s].cls]);
+    }
+    free(small);
+    for (unsigned k = 0; k < LAYOUT_NCLASSES; k++)
+        if (cls[k].segments)
+            cls_p[hs->n_classes++] = &cls[k];
+    hs->classes = cls_p;
+    return 0;
+}
+
+int report_segments(struct conn *c, uint64_t seq,
+                    const Heapd__SegmentsRequest *r)
+{
+    struct daemon *d = c->d;
+    const char *want = r && r->heap ? r->heap : "";
+    Heapd__HeapSegments hs[CONFIG_MAX_HEAPS];
+    Heapd__HeapSegments *hs_p[CONFIG_MAX_HEAPS];
+    Heapd__SizeClassSegments(*cls)[LAYOUT_NCLASSES] = NULL;
+    Heapd__SizeClassSegments *(*cls_p)[LAYOUT_NCLASSES] = NULL;
+    Heapd__SegmentsReply rep = HEAPD__SEGMENTS_REPLY__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    size_t n = 0;
+    int rc;
+
+    if (want[0]) {
+        struct heap *h = daemon_find_heap(d, want);
+        char shown[4 * CONFIG_HEAP_NAME_MAX + 1];
+        log_escape(shown, sizeof shown, want);
+        if (!h) {
+            rc = refuse(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
+                        "no heap named '%s' in %s; `heapctl stats` lists "
+                        "the heaps", shown, d->cfg.path);
+            goto out;
+        }
+        if (!may_see_heap(c, h)) {
+            d->requests_refused++;
+            rc = refuse(c, seq, HEAPD__ERROR_CODE__ERROR_DENIED,
+                        "uid %u gid %u may not use heap '%s', so not see "
+                        "its segments either; add the user to allow_users "
+                        "or a group to allow_groups in [heap %s] of %s",
+                        (unsigned)c->peer.uid, (unsigned)c->peer.gid, shown,
+                        shown, d->cfg.path);
+            goto out;
+        }
+    }
+    cls = calloc(CONFIG_MAX_HEAPS, sizeof *cls);
+    cls_p = calloc(CONFIG_MAX_HEAPS, sizeof *cls_p);
+    if (!cls || !cls_p) {
+        rc = refuse(c, seq, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+                    "the daemon is out of memory for a segment report; "
+                    "try again later");
+        goto out;
+    }
+    for (size_t i = 0; i < d->n_heaps; i++) {
+        struct heap *h = &d->heaps[i];
+        if (want[0] ? strcmp(h->cfg->name, want) != 0 : !may_see_heap(c, h))
+            continue;
+        if (heap_segments(h, &hs[n], cls[n], cls_p[n]) < 0) {
+            rc = refuse(c, seq, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+                        "the daemon is out of memory for the segment "
+                        "report of heap '%s'; try again later",
+                        h->cfg->name);
+            goto out;
+        }
+        hs_p[n] = &hs[n];
+        n++;
+    }
+
+    rep.n_heaps = n;
+    rep.heaps = hs_p;
+    env.body_case = HEAPD__ENVELOPE__BODY_SEGMENTS_REPLY;
+    env.segments_reply = &rep;
+    rc = send_reply(c, &env, seq);
+out:
+    free(cls);
+    free(cls_p);
+    return rc;
+}

@@ -1,0 +1,317 @@
+/* heapctl clients and heapctl segments against a real heapd, run as the
+ * operator runs them: the heapctl binary in a subprocess (Note [Reports]
+ * in daemon/report.c). */
+#include <check.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "heapd.h"
+#include "check_main.h"
+
+static struct daemon_proc D;
+
+static void start(void)
+{
+    harness_start(&D, harness_default_config("@SOCK@", "verify = true\n"));
+}
+
+/* Run `heapctl --socket SOCK ARGS`; it must exit 0.  OUT gets stdout and
+ * stderr. */
+static void heapctl(const char *args, char *out, size_t outlen)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' %s 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock, args);
+    int st = harness_run(cmd, out, outlen);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "heapctl %s: status 0x%x, output: %s", args, st, out);
+}
+
+/* A mutator client in a process of its own. */
+struct kid {
+    pid_t pid;
+    int go;         /* closing it lets the kid leave */
+};
+
+/* The write ends of the kids' pipes: a kid forked later closes them, or
+ * an earlier kid's pipe would never read EOF while it lives. */
+static int kids_go[8];
+static unsigned n_kids_go;
+
+/* Fork a process that connects as NAME, attaches one mutator, enters a
+ * blocking region if BLOCKED, says it is ready and waits for the test to
+ * close its pipe; then it leaves gracefully.  Returns once it is ready. */
+static struct kid fork_client(const char *name, bool blocked)
+{
+    int ready[2], go[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        heapd_connect_opts o = {.socket_path = D.sock, .client_name = name};
+        heapd_client *c;
+        heapd_mutator *m;
+        char b;
+        close(ready[0]);
+        close(go[1]);
+        for (unsigned k = 0; k < n_kids_go; k++)
+            close(kids_go[k]);
+        if (heapd_connect(&c, &o) < 0 || heapd_attach(c, &m) < 0)
+            _exit(1);
+        /* not blocked: it runs and reaches no safepoint until it leaves,
+         * which holds up no stop, for no cycle is asked for meanwhile */
+        if (blocked)
+            heapd_blocking_enter(m);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(1);
+        if (read(go[0], &b, 1) != 0)
+            _exit(1);
+        if (blocked)
+            heapd_blocking_leave(m);
+        heapd_detach(m);
+        heapd_disconnect(c);
+        _exit(0);
+    }
+    close(ready[1]);
+    close(go[0]);
+    char r;
+    ck_assert_msg(read(ready[0], &r, 1) == 1,
+                  "mutator client %s died before it was ready", name);
+    close(ready[0]);
+    ck_assert_uint_lt(n_kids_go, sizeof kids_go / sizeof kids_go[0]);
+    kids_go[n_kids_go++] = go[1];
+    return (struct kid){pid, go[1]};
+}
+
+static void kid_leaves(struct kid *k, const char *who)
+{
+    for (unsigned i = 0; i < n_kids_go; i++)
+        if (kids_go[i] == k->go)
+            kids_go[i] = kids_go[--n_kids_go];
+    close(k->go);
+    harness_wait_ok(k->pid, who);
+}
+
+/* The line of OUT that holds NEEDLE, copied into LINE (its end excluded);
+ * returns a pointer just past it in OUT, or NULL. */
+static const char *line_with(const char *out, const char *needle,
+                             char *line, size_t n)
+{
+    const char *p = strstr(out, needle);
+    if (!p)
+        return NULL;
+    const char *b = p, *e = strchr(p, '\n');
+    while (b > out && b[-1] != '\n')
+        b--;
+    if (!e)
+        e = p + strlen(p);
+    snprintf(line, n, "%.*s", (int)(e - b), b);
+    return *e ? e + 1 : e;
+}
+
+/* The JSON object {"id":...} of client NAME in OUT: from its "name" to
+ * the end of its mutators' array, into OBJ. */
+static bool client_json(const char *out, const char *name, char *obj,
+                        size_t n)
+{
+    char key[96];
+    snprintf(key, sizeof key, "\"name\":\"%s\",", name);
+    const char *p = strstr(out, key);
+    if (!p)
+        return false;
+    const char *e = strstr(p, "]}");
+    if (!e)
+        return false;
+    snprintf(obj, n, "%.*s", (int)(e - p + 2), p);
+    return true;
+}
+
+START_TEST(clients_shows_mutators_in_text_and_json)
+{
+    char out[16384], line[512], want[128], obj[2048];
+    start();
+    struct kid a = fork_client("alpha", false);
+    struct kid b = fork_client("beta", true);
+    harness_wait_stat(&D, NULL, mutators, ==, 2);
+
+    /* text: a line per connection with its pid, and one per mutator */
+    heapctl("clients", out, sizeof out);
+    ck_assert_msg(strstr(out, "CONNECTED SINCE"), "no header: %s", out);
+    const char *next = line_with(out, " alpha ", line, sizeof line);
+    snprintf(want, sizeof want, " %d ", (int)a.pid);
+    ck_assert_msg(next && strstr(line, want) && strstr(line, " default "),
+                  "alpha's line (pid %d) is wrong: %s", (int)a.pid, out);
+    ck_assert_msg(strncmp(next, "       slot ", 12) == 0 &&
+                      line_with(next, "\n", line, sizeof line) &&
+                      strstr(line, " running; ") &&
+                      strstr(line, "bytes allocated, URS backlog "),
+                  "alpha's mutator line is wrong: %s", out);
+    next = line_with(out, " beta ", line, sizeof line);
+    snprintf(want, sizeof want, " %d ", (int)b.pid);
+    ck_assert_msg(next && strstr(line, want), "beta's line (pid %d) is "
+                  "wrong: %s", (int)b.pid, out);
+    ck_assert_msg(strncmp(next, "       slot ", 12) == 0 &&
+                      line_with(next, "\n", line, sizeof line) &&
+                      strstr(line, " in a blocking region; "),
+                  "beta's mutator is not shown in a blocking region: %s",
+                  out);
+    ck_assert_msg(strstr(out, "(control)"), "heapctl's own control "
+                  "connection is not listed: %s", out);
+
+    /* JSON: numbers as numbers, one mutator each, in different slots */
+    heapctl("clients --json", out, sizeof out);
+    ck_assert_msg(strncmp(out, "{\"clients\":[{\"id\":", 18) == 0, "%s",
+                  out);
+    unsigned slot[2];
+    const char *names[2] = {"alpha", "beta"};
+    const pid_t pids[2] = {a.pid, b.pid};
+    const char *states[2] = {"running", "blocked"};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(client_json(out, names[k], obj, sizeof obj),
+                      "no client %s: %s", names[k], out);
+        snprintf(want, sizeof want, "\"pid\":%d,", (int)pids[k]);
+        ck_assert_msg(strstr(obj, want), "%s has no %s: %s", names[k], want,
+                      obj);
+        ck_assert_msg(strstr(obj, "\"heap\":\"default\",\"kind\":\"mutator\","),
+                      "%s", obj);
+        const char *m = strstr(obj, "\"mutators\":[{\"slot\":");
+        ck_assert_msg(m && sscanf(m, "\"mutators\":[{\"slot\":%u,", &slot[k])
+                               == 1,
+                      "%s has no mutator: %s", names[k], obj);
+        ck_assert_msg(!strstr(m + strlen("\"mutators\":[{"), "{\"slot\":"),
+                      "%s has two mutators: %s", names[k], obj);
+        snprintf(want, sizeof want, "\"state\":\"%s\",\"stalled_ms\":0,",
+                 states[k]);
+        ck_assert_msg(strstr(m, want), "%s is not %s: %s", names[k],
+                      states[k], obj);
+    }
+    ck_assert_msg(slot[0] != slot[1], "both in slot %u", slot[0]);
+
+    kid_leaves(&a, "alpha");
+    kid_leaves(&b, "beta");
+    harness_wait_stat(&D, NULL, mutators, ==, 0);
+    heapctl("clients", out, sizeof out);
+    ck_assert_msg(!strstr(out, "alpha") && !strstr(out, "beta"),
+                  "clients that left are still listed: %s", out);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* The number after "KEY": in OUT, or UINT64_MAX. */
+static uint64_t json_number(const char *out, const char *key)
+{
+    char k[96];
+    unsigned long long v;
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(out, k);
+    if (!p || sscanf(p + strlen(k), "%llu", &v) != 1)
+        return UINT64_MAX;
+    return v;
+}
+
+#define OBJECTS 2000
+#define OBJECT_BYTES 40 /* with the header: 48, the class of 48 bytes */
+
+START_TEST(segments_match_stats_and_show_occupancy)
+{
+    static char out[65536], stats[65536];
+    char line[512];
+    heapd_client *c;
+    heapd_mutator *m;
+    start();
+    harness_attach(&D, &c, &m);
+    for (int i = 0; i < OBJECTS; i++) {
+        void *o = heapd_alloc(m, 0, OBJECT_BYTES);
+        ck_assert_ptr_nonnull(o);
+        ck_assert_uint_ne(heapd_root_push(m, o), (size_t)-1);
+    }
+    /* nothing changes the table while heapctl reads it */
+    heapd_blocking_enter(m);
+
+    heapctl("segments --json", out, sizeof out);
+    heapctl("stats --json", stats, sizeof stats);
+    static const char *const same[] = {"segments_free", "segments_owned",
+                                       "segments_filled", "segments_large"};
+    for (size_t k = 0; k < 4; k++) {
+        uint64_t a = json_number(out, same[k]), b = json_number(stats,
+                                                                same[k]);
+        ck_assert_msg(a != UINT64_MAX && a == b,
+                      "%s: segments says %" PRIu64 ", stats %" PRIu64
+                      "\nsegments: %s\nstats: %s", same[k], a, b, out,
+                      stats);
+    }
+    ck_assert_msg(json_number(out, "segments_owned") >= 1, "%s", out);
+
+    /* the class of 48-byte blocks holds exactly the rooted objects */
+    const char *cls = strstr(out, "\"object_size\":48,");
+    ck_assert_msg(cls, "no class of 48 bytes: %s", out);
+    uint64_t segs = json_number(cls, "segments");
+    uint64_t blocks = json_number(cls, "blocks");
+    uint64_t in_use = json_number(cls, "blocks_in_use");
+    ck_assert_msg(segs >= 1 && json_number(cls, "segments_owned") == segs &&
+                      in_use == OBJECTS && blocks >= in_use,
+                  "class of 48 bytes: %" PRIu64 " segments, %" PRIu64
+                  " blocks, %" PRIu64 " in use (want %d): %s", segs, blocks,
+                  in_use, OBJECTS, out);
+
+    /* text: the same class line, with its occupancy, marked an estimate */
+    heapctl("segments --heap default", out, sizeof out);
+    unsigned t_cls, t_size, t_segs, t_owned;
+    unsigned long long t_blocks, t_use;
+    double occ;
+    const char *p = out;
+    bool found = false;
+    while ((p = line_with(p, "%", line, sizeof line)) != NULL) {
+        if (sscanf(line, " %u %u %u %u %llu %llu %lf%%", &t_cls, &t_size,
+                   &t_segs, &t_owned, &t_blocks, &t_use, &occ) == 7 &&
+            t_size == 48) {
+            found = true;
+            break;
+        }
+    }
+    ck_assert_msg(found, "no class line of 48 bytes: %s", out);
+    ck_assert_msg(t_use == OBJECTS && t_blocks == blocks &&
+                      occ > 0 && strstr(line, "~"),
+                  "class line of 48 bytes is wrong: %s\n%s", line, out);
+    ck_assert_msg(strstr(out, "heap default: ") &&
+                      strstr(out, "~ estimate"), "%s", out);
+
+    /* a heap that does not exist: exit 1 and what to do */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' segments --heap nope 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    int st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1 &&
+                      strstr(out, "no heap named 'nope'"),
+                  "status 0x%x: %s", st, out);
+
+    heapd_blocking_leave(m);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+static Suite *heapctl_suite(void)
+{
+    Suite *s = suite_create("heapctl");
+    TCase *t = tcase_create("heapctl");
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, clients_shows_mutators_in_text_and_json);
+    tcase_add_test(t, segments_match_stats_and_show_occupancy);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    return check_main(heapctl_suite());
+}
