@@ -119,9 +119,10 @@
  *     (mutator_poll), heapd_root_push/set/pop/get, heapd_blocking_enter
  *     and heapd_blocking_leave, heapd_collect, heapd_detach,
  *     heapd_global_set/once/delete, and the slow paths of the write
- *     barriers (client/barrier.c).  heapd_write and heapd_cas outside
- *     marking make no check: their inline barrier reads only the heap's
- *     phase, and the store lands in an object the process could reach;
+ *     barriers (client/barrier.c).  heapd_write and heapd_cas check only
+ *     in that slow path: outside marking, or on an object already dirty,
+ *     the inline barrier reads just the phase and the header, and the
+ *     store lands in an object the process could reach;
  *   - in the stop's wait (take_stop): on entry and after every wake;
  *   - in every orphan check (mutator_orphaned): the connection's close
  *     comes after the mark, so a call that finds it closed finds the mark;
