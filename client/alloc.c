@@ -207,6 +207,9 @@ alloc_slow(heapd_mutator *m, unsigned cls, uint64_t size, size_t nrefs,
 
 void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
 {
+    /* Note [Evicted clients, client side] in client/mutator.c: first, and
+     * the poll below does not load the mark again */
+    mutator_check_evicted(m);
     /* Note [A dead daemon] in client/mutator.c: the current segments of
      * a closed connection are orphaned; Note [Clients and fork] in
      * client/agent.c: the parent's are the parent's */
@@ -214,7 +217,7 @@ void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
         errno = client_errno(mutator_orphan_error(m));
         return NULL;
     }
-    mutator_poll(m);
+    mutator_poll_checked(m);
     if (__builtin_expect(nrefs > LAYOUT_FIELD_MAX || nbytes > LAYOUT_FIELD_MAX,
                          0)) {
         errno = EINVAL;

@@ -257,6 +257,10 @@ void barrier_write_slow(heapd_mutator *m, void *obj, void **field)
     _Atomic uint64_t *hp = (_Atomic uint64_t *)obj - 1;
     void *_Atomic *f = (void *_Atomic *)obj;
 
+    /* Note [Evicted clients, client side] in client/mutator.c: before the
+     * ring or a tag is written */
+    mutator_check_evicted(m);
+
     /* Note [Wide objects]: log just the value being overwritten */
     if (layout_header_nrefs(atomic_load_explicit(hp, memory_order_relaxed)) >
         BARRIER_WIDE) {
@@ -287,6 +291,7 @@ void barrier_write_slow(heapd_mutator *m, void *obj, void **field)
  * is logged, since another process may have just read it. */
 void barrier_global_slow(heapd_mutator *m, void *_Atomic *value)
 {
+    mutator_check_evicted(m); /* Note [Evicted clients, client side] */
     barrier_log(m, atomic_load(value));
 }
 
@@ -298,6 +303,7 @@ void barrier_stack_slow(heapd_mutator *m)
     uint32_t epoch = atomic_load(&m->ctl->epoch);
     uint32_t old = atomic_load(&s->stack_marking);
 
+    mutator_check_evicted(m); /* Note [Evicted clients, client side] */
     if (!barrier_on(m) || atomic_load(&s->stack_marked) == epoch)
         return;
     if (mutator_orphaned(m))

@@ -454,6 +454,16 @@ static void client_free(heapd_client *c)
     free(c);
 }
 
+/* The connection's end, on the agent thread: an evicted process aborts
+ * here even if none of its mutators makes a call (Note [Evicted clients,
+ * client side] in client/mutator.c); otherwise the mutators drop their
+ * segments (remark_closed). */
+static void connection_closed(void *arg)
+{
+    mutator_check_evicted_all(arg);
+    remark_closed(arg);
+}
+
 int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
 {
     bool control = opts && (opts->flags & HEAPD_CONNECT_CONTROL);
@@ -496,7 +506,7 @@ int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
         c->agent.hook_arg = c;
         c->agent.on_remark = remark_request;
         c->agent.on_grant = remark_granted;
-        c->agent.on_closed = remark_closed;
+        c->agent.on_closed = connection_closed;
         pthread_mutex_unlock(&c->agent.mu);
         if (checked_wanted(opts))
             checked_register(c);

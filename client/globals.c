@@ -125,6 +125,8 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
 
     if ((rc = check_name(name)) < 0)
         return rc;
+    /* Note [Evicted clients, client side] in client/mutator.c */
+    mutator_check_evicted(m);
     if (mutator_orphaned(m)) /* Note [A dead daemon] in client/mutator.c */
         return mutator_orphan_error(m);
     if (CHECKED(m->c)) /* Note [Checked mode] */

@@ -170,7 +170,18 @@ HEAPD_API size_t heapd_heap_size(const heapd_client *c);
  * heap calls heapd_safepoint every so often (each few hundred
  * microseconds of work).  Otherwise every other process waits for it;
  * the daemon's log names the process (pid, client name) that holds the
- * heap up.
+ * heap up.  A mutator that holds the heap up for longer than the heap's
+ * stall_timeout gets its process ended by heapd's stall_action.  A
+ * process that heapd evicts (stall_action = evict, or a process heapd
+ * may not signal) is aborted (SIGABRT) at its next heapd call, or when
+ * its connection's end is seen, with one message on stderr:
+ *     libheapd: heapd evicted this process (pid P) from heap 'H': its
+ *     mutator in slot S did not answer <what> for N ms, ... A thread that
+ *     waits (I/O, a lock, sleep) must call heapd_blocking_enter first,
+ *     and a long loop must call heapd_safepoint now and then; raise
+ *     stall_timeout in heapd.conf if this pause was expected.
+ * It cannot go on: heapd has freed its slots and orphaned its segments
+ * (Note [Evicted clients, client side] in client/mutator.c).
  *
  * A mutator is one thread's handle; it must only be used by the thread
  * that attached it.  A client does not survive fork(): a child process

@@ -53,14 +53,37 @@ struct heapd_mutator {
 };
 
 
+/* The daemon evicted M's client (Note [Evicted clients, client side] in
+ * client/mutator.c): say so on stderr, naming what the program must
+ * change, and abort the process. */
+__attribute__((noreturn, cold)) void
+mutator_evicted_abort(const heapd_mutator *m);
+/* Abort if the daemon has marked M's slot evicted: one relaxed load of a
+ * word in the line of the stop word, which every safepoint poll reads. */
+static inline void mutator_check_evicted(const heapd_mutator *m)
+{
+    if (__builtin_expect(atomic_load_explicit(&m->slot->evicted,
+                                              memory_order_relaxed) != 0, 0))
+        mutator_evicted_abort(m);
+}
+/* The agent thread, at the connection's end: abort if any of C's
+ * mutators was evicted. */
+void mutator_check_evicted_all(heapd_client *c);
+
 /* M's connection is gone, or this process is a child of the one that
  * attached M: M waits for nothing and writes nothing of the daemon's any
- * more, and its calls fail (Note [A dead daemon] in client/mutator.c). */
+ * more, and its calls fail (Note [A dead daemon] in client/mutator.c).  A
+ * closed connection may be an eviction's: the daemon marks the slot
+ * before it closes, so the mark is looked at once more here (Note
+ * [Evicted clients, client side]). */
 static inline bool mutator_orphaned(const heapd_mutator *m)
 {
     const struct agent *a = &m->c->agent;
-    return __builtin_expect(agent_is_closed(a), 0) ||
-           __builtin_expect(agent_forked(a), 0);
+    if (__builtin_expect(agent_is_closed(a), 0)) {
+        mutator_check_evicted(m);
+        return true;
+    }
+    return __builtin_expect(agent_forked(a), 0);
 }
 /* The error of a call on an orphaned M, with its message set. */
 static inline int mutator_orphan_error(const heapd_mutator *m)
@@ -78,11 +101,19 @@ static inline bool mutator_poll_due(const heapd_mutator *m)
         0);
 }
 /* The safepoint poll (Note [Stop the world] in daemon/safepoint.c), which
- * also services remark requests (Note [Remark requests]). */
-static inline void mutator_poll(heapd_mutator *m)
+ * also services remark requests (Note [Remark requests]), for a caller
+ * that has just made the eviction check (heapd_alloc: one load of it). */
+static inline void mutator_poll_checked(heapd_mutator *m)
 {
     if (mutator_poll_due(m))
         mutator_safepoint_slow(m);
+}
+/* The same with the eviction check first (Note [Evicted clients, client
+ * side] in client/mutator.c). */
+static inline void mutator_poll(heapd_mutator *m)
+{
+    mutator_check_evicted(m);
+    mutator_poll_checked(m);
 }
 /* Enter a blocking region without servicing remark requests (inside the
  * library, where the caller may be servicing one); heapd_blocking_leave
