@@ -197,6 +197,8 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
      * in full until a sweep says what of it is alive: past its quota a
      * grant asks for that cycle, past twice it waits for it */
     unsigned over = quota_over(h, client, *held);
+    if (over == 2 && atomic_load(&h->stalled))
+        return -EDQUOT; /* Note [Stalls]: no cycle can come */
     if (over == 2 && !final) {
         *wait_cycle = 0; /* a new cycle */
         return -EAGAIN;

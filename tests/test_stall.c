@@ -318,6 +318,20 @@ static void expect_baseline(heapd_client *ctl)
     harness_expect_healthy(&D);
 }
 
+/* heapctl ARGS, which must succeed, contains every one of WANT. */
+static void heapctl_shows(const char *args, const char *const *want)
+{
+    char cmd[512], out[16384];
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' %s 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock, args);
+    int st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "heapctl %s: status %#x: %s", args, st, out);
+    for (; *want; want++)
+        ck_assert_msg(strstr(out, *want), "heapctl %s does not show '%s':\n%s",
+                      args, *want, out);
+}
+
 /* ---- kill ---- */
 
 static void killed_case(enum victim v, const char *what, const char *extra)
@@ -340,6 +354,15 @@ static void killed_case(enum victim v, const char *what, const char *extra)
         harness_wait_until(cycles_until_logged, &cl, "a remark stall");
     }
     wait_named(vk, what);
+    if (v == V_HANDSHAKE) {
+        char pid[32];
+        snprintf(pid, sizeof pid, "%d", (int)vk);
+        heapctl_shows("clients", (const char *[]){pid, "STALLED",
+                      "stack-marking handshake", NULL});
+        heapctl_shows("clients --json", (const char *[]){
+                      "\"state\":\"stalled\"", "\"stalled_on\":\"handshake\"",
+                      NULL});
+    }
     worker_allocates_during_stall(vk);
     expect_killed(vk);
     heapd_stats_t s = harness_stats(ctl);
@@ -406,17 +429,20 @@ START_TEST(wait_lets_the_others_allocate_until_the_heap_is_full)
     pid_t w = fork_worker();
     pid_t vk = fork_victim(V_LOOP, NULL);
     int st;
+    uint64_t from = atomic_load(&S->bytes);
     ck_assert_int_eq(kill(vk, SIGSTOP), 0);
     ck_assert_int_eq(waitpid(vk, &st, WUNTRACED), vk);
     heapd_client *ctl = harness_control(&D);
     ck_assert_int_eq(heapd_request_collect(ctl, 0), 0);
     wait_named(vk, "has not acknowledged the");
-    uint64_t from = atomic_load(&S->bytes);
     harness_wait_until(worker_enomem, NULL, "the worker to fill the heap");
-    /* unpaced: paced, it would have waited after two budgets (8 MiB) */
+    /* unpaced: paced, it would have waited after two budgets (8 MiB)
+     * from the stalled cycle's start */
     ck_assert_uint_ge(atomic_load(&S->bytes) - from, 32u << 20);
     ck_assert_msg(strstr(S->enomem_msg, "max_client_bytes"),
                   "ENOMEM says '%s', not max_client_bytes", S->enomem_msg);
+    /* the quota, not the heap: max_size is 1G */
+    ck_assert_uint_lt(atomic_load(&S->bytes) - from, 512u << 20);
     ck_assert(alive(vk));
     /* the stall ends: the cycle finishes and the garbage goes */
     ck_assert_int_eq(kill(vk, SIGCONT), 0);
