@@ -75,6 +75,9 @@ struct segtab {
                                [Reusing partly free segments]) */
     uint32_t n_free, n_owned, n_filled, n_large, n_reusable;
     uint32_t n_fenced;      /* segments with fenced != 0 */
+    _Atomic uint32_t strays_again; /* walks seg_punch_strays still makes
+                              whatever the counts say (Note [Free memory
+                              stays free]) */
     uint64_t orphaned, adopted;   /* stats segments_orphaned/_adopted */
     uint32_t small_max;     /* largest small object size */
     uint32_t small_nblocks[256];  /* per class; 0 = class not usable */
