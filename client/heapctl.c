@@ -201,24 +201,6 @@ static const char *stall_name(heapd_stall_on on)
     return (unsigned)on < 5 ? names[on] : "none";
 }
 
-/* What the collector waits for from a mutator stalled on ON. */
-static const char *stall_words(heapd_stall_on on)
-{
-    switch (on) {
-    case HEAPD_STALL_SNAPSHOT:
-        return "has not acknowledged the snapshot";
-    case HEAPD_STALL_FINAL_SYNC:
-        return "has not acknowledged the final sync";
-    case HEAPD_STALL_HANDSHAKE:
-        return "has not acknowledged the final sync; it holds its "
-               "stack-marking handshake";
-    case HEAPD_STALL_REMARK:
-        return "its client has not answered a remark request";
-    default:
-        return "the collector waits for it";
-    }
-}
-
 static uint64_t stalled_ms(const heapd_mutator_info *m)
 {
     return m->state == HEAPD_MUTATOR_STALLED ? m->stalled_ms + 1 : 0;
@@ -325,7 +307,7 @@ static void print_clients_text(const heapd_client_info *cl, size_t n)
                 break;
             case HEAPD_MUTATOR_STALLED:
                 snprintf(what, sizeof what, "STALLED %" PRIu64 " ms: %s",
-                         m->stalled_ms, stall_words(m->stalled_on));
+                         m->stalled_ms, heapd_stall_what(m->stalled_on));
                 break;
             default:
                 snprintf(what, sizeof what, "FAULTED: its client wrote "

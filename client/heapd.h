@@ -324,6 +324,10 @@ typedef enum heapd_stall_on {
                                    stack-marking handshake */
     HEAPD_STALL_REMARK = 4,     /* its client's remark request */
 } heapd_stall_on;
+/* What a mutator stalled on ON has not done, as the rest of a sentence
+ * ("has not acknowledged the snapshot's stop"): the daemon's log and
+ * libheapd's abort message say the same. */
+HEAPD_API const char *heapd_stall_what(heapd_stall_on on);
 
 typedef struct heapd_mutator_info {
     uint32_t slot;

@@ -148,23 +148,6 @@
  * process is gone (Note [Evicted clients] in daemon/stall.c).
  */
 
-static const char *stall_on_words(uint32_t on)
-{
-    switch (on) {
-    case LAYOUT_STALL_SNAPSHOT:
-        return "the stop of a snapshot (it reached no safepoint)";
-    case LAYOUT_STALL_FINAL_SYNC:
-        return "the stop of a final sync (it reached no safepoint)";
-    case LAYOUT_STALL_HANDSHAKE:
-        return "the stop of a final sync, while it was marking its own "
-               "root stack";
-    case LAYOUT_STALL_REMARK:
-        return "a remark request (a rescan of its segments) to its process";
-    default:
-        return "a stop (of an unknown kind)";
-    }
-}
-
 void mutator_evicted_abort(const heapd_mutator *m)
 {
     char msg[1024];
@@ -174,16 +157,16 @@ void mutator_evicted_abort(const heapd_mutator *m)
         &m->slot->evicted_after_ms, memory_order_relaxed);
     int n = snprintf(msg, sizeof msg,
                      "libheapd: heapd evicted this process (pid %d) from heap "
-                     "'%s': its mutator in slot %u did not answer %s for "
-                     "%llu ms, so heapd (stall_action = evict, or it could "
-                     "not kill the process) ended its client, freed its "
+                     "'%s': its mutator in slot %u %s for %llu ms, so "
+                     "heapd (stall_action = evict, or it could not kill "
+                     "the process) ended its client, freed its "
                      "slots and closed its connection, and the process "
                      "aborts. A thread that waits (I/O, a lock, sleep) must "
                      "call heapd_blocking_enter first, and a long loop must "
                      "call heapd_safepoint now and then; raise stall_timeout "
                      "in heapd.conf if this pause was expected.\n",
                      (int)getpid(), m->c->heap_name, m->slot_index,
-                     stall_on_words(on), ms);
+                     layout_stall_what((enum layout_stall_on)on), ms);
     size_t len = n < 0 ? 0 : (size_t)n < sizeof msg ? (size_t)n
                                                     : sizeof msg - 1;
     for (size_t off = 0; off < len;) {

@@ -11,6 +11,7 @@
 #include "errors.h"
 #include "frame.h"
 #include "heapd.h"
+#include "layout.h"
 
 int heapd_clients(heapd_client *c, heapd_client_info **out, size_t *count)
 {
@@ -145,4 +146,15 @@ int heapd_segments(heapd_client *c, const char *heap,
 out:
     heapd__envelope__free_unpacked(rep, NULL);
     return rc;
+}
+
+_Static_assert(HEAPD_STALL_SNAPSHOT == (int)LAYOUT_STALL_SNAPSHOT &&
+                   HEAPD_STALL_FINAL_SYNC == (int)LAYOUT_STALL_FINAL_SYNC &&
+                   HEAPD_STALL_HANDSHAKE == (int)LAYOUT_STALL_HANDSHAKE &&
+                   HEAPD_STALL_REMARK == (int)LAYOUT_STALL_REMARK,
+               "heapd_stall_on mirrors enum layout_stall_on");
+
+const char *heapd_stall_what(heapd_stall_on on)
+{
+    return layout_stall_what((enum layout_stall_on)on);
 }

@@ -94,7 +94,7 @@ const char *layout_stall_what(enum layout_stall_on on)
     case LAYOUT_STALL_REMARK:
         return "has not answered a remark request";
     case LAYOUT_STALL_NONE:
-        break;
+        return "has not stalled";
     }
-    return "has not stalled";
+    return "has not answered the collector"; /* a value nobody wrote */
 }
