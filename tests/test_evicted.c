@@ -216,7 +216,8 @@ static void expect_aborted(pid_t kid, int err_fd, const char *what)
                   WIFEXITED(st) ? WEXITSTATUS(st) : -1, err);
     static const char *const want[] = {
         "libheapd: ", "evicted", "'default'", "12345 ms",
-        "has not acknowledged the snapshot's stop", "heapd_blocking_enter", "heapd_safepoint",
+        "has not acknowledged the snapshot's stop", "heapd_blocking_enter",
+        "heapd_safepoint",
         "stall_timeout",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
