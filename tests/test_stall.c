@@ -2,7 +2,8 @@
  * daemon/safepoint.c), against a real heapd with the verifier on: a
  * mutator that is SIGSTOPped, that stops while it holds its
  * stack-marking handshake, whose client never answers a remark request,
- * or that loops without a safepoint is named in the log; the other
+ * that loops without a safepoint, or that clears the stop word heapd
+ * sets in its slot is named in the log; the other
  * clients keep allocating meanwhile; and stall_action ends it: kill
  * through a pidfd that never hits a reused pid, evict, or wait. */
 #include <check.h>
@@ -147,6 +148,7 @@ enum victim {
     V_HANDSHAKE,   /* stops itself holding its stack-marking handshake */
     V_REMARK,      /* stops answering once it holds a remark request */
     V_BUSY,        /* a C loop without safepoints */
+    V_FORGE,       /* clears the stop word heapd sets in its slot */
 };
 
 static void victim(heapd_mutator *m, enum victim v)
@@ -173,13 +175,27 @@ static void victim(heapd_mutator *m, enum victim v)
             }
             break;
         case V_REMARK:
-            if (atomic_load(&m->remark_pending))
-                for (;;)
-                    pause(); /* never answers */
+            /* while marking, no safepoint (it would answer) until a stop
+             * is asked of it; a request that comes meanwhile is never
+             * answered.  (Once answered, a segment is given back and
+             * rescanned by the daemon from then on: a request missed is
+             * not asked again.) */
+            while (atomic_load(&m->ctl->phase) == LAYOUT_PHASE_MARK &&
+                   atomic_load(&m->slot->stop_request) == 0) {
+                if (atomic_load(&m->remark_pending))
+                    for (;;)
+                        pause(); /* never answers */
+                usleep(1000);
+            }
             break;
         case V_BUSY:
             for (;;)
                 spin++;
+        case V_FORGE:
+            /* its own memory (Note [Client control memory]): it only
+             * stalls itself */
+            atomic_store(&m->slot->stop_request, 0);
+            break;
         }
         heapd_safepoint(m);
         usleep(1000);
@@ -597,6 +613,12 @@ START_TEST(a_reused_pid_is_never_signalled)
 }
 END_TEST
 
+START_TEST(client_that_clears_its_stop_word_is_killed)
+{
+    killed_case(V_FORGE, "has not acknowledged the", NULL);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("stall");
@@ -606,6 +628,7 @@ static Suite *suite(void)
     tcase_add_test(t, client_stopped_holding_its_handshake_is_killed);
     tcase_add_test(t, client_that_never_answers_a_remark_is_killed);
     tcase_add_test(t, busy_loop_is_warned_and_killed);
+    tcase_add_test(t, client_that_clears_its_stop_word_is_killed);
     tcase_add_test(t, a_reused_pid_is_never_signalled);
     suite_add_tcase(s, t);
     t = tcase_create("policies");
