@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "harness.h"
 #include "heapd.h"
 #include "layout.h"
@@ -151,6 +152,18 @@ enum victim {
     V_FORGE,       /* clears the stop word heapd sets in its slot */
 };
 
+/* Requests the agent left for a mutator's safepoint (Note [Remark
+ * requests] in client/remark.c: the ones only a running mutator can
+ * answer; the agent answers the others itself). */
+static size_t remark_queued(heapd_mutator *m)
+{
+    struct client_remark *r = &m->c->remark;
+    pthread_mutex_lock(&r->mu);
+    size_t n = r->n;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
 static void victim(heapd_mutator *m, enum victim v)
 {
     volatile uint64_t spin = 0;
@@ -182,7 +195,7 @@ static void victim(heapd_mutator *m, enum victim v)
              * not asked again.) */
             while (atomic_load(&m->ctl->phase) == LAYOUT_PHASE_MARK &&
                    atomic_load(&m->slot->stop_request) == 0) {
-                if (atomic_load(&m->remark_pending))
+                if (atomic_load(&m->remark_pending) && remark_queued(m))
                     for (;;)
                         pause(); /* never answers */
                 usleep(1000);
