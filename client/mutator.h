@@ -62,8 +62,11 @@ mutator_evicted_abort(const heapd_mutator *m);
  * word in the line of the stop word, which every safepoint poll reads. */
 static inline void mutator_check_evicted(const heapd_mutator *m)
 {
+    /* a child of fork() holding its parent's mutator is not the evicted
+     * process: it gets the orphan's errors (Note [Clients and fork]) */
     if (__builtin_expect(atomic_load_explicit(&m->slot->evicted,
-                                              memory_order_relaxed) != 0, 0))
+                                              memory_order_relaxed) != 0, 0) &&
+        !agent_forked(&m->c->agent))
         mutator_evicted_abort(m);
 }
 /* The agent thread, at the connection's end: abort if any of C's

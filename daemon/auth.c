@@ -49,7 +49,11 @@ int auth_read_peer(int sock, struct auth_peer *out)
  * unless it passed the socket on); otherwise there is no pidfd, and a
  * stall is ended by eviction instead of a signal.
  */
-#ifndef SO_PEERPIDFD
+/* the generic value, which x86 and ARM use; elsewhere only the headers'
+ * (older ones lack it: pidfd_open then) */
+#if !defined(SO_PEERPIDFD) &&                                              \
+    (defined(__x86_64__) || defined(__i386__) || defined(__aarch64__) ||   \
+     defined(__arm__) || defined(__riscv))
 #define SO_PEERPIDFD 77
 #endif
 
@@ -82,10 +86,12 @@ static bool pidfd_is(int pidfd, pid_t pid, uid_t uid)
 int auth_peer_pidfd(int sock, const struct auth_peer *peer)
 {
     int fd = -1;
+#ifdef SO_PEERPIDFD
     socklen_t len = sizeof fd;
     if (getsockopt(sock, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0 &&
         fd >= 0)
         return fd;
+#endif
     if (peer->pid <= 0)
         return -ESRCH;
     fd = pidfd_of(peer->pid);

@@ -208,10 +208,10 @@ static void record_pause(struct heap *h, uint64_t pause, uint64_t ttsp,
 static uint8_t snapshot(struct collector *gc, struct mark_job *mj)
 {
     struct heap *h = gc->h;
-    uint64_t t0 = now_ns(), ttsp, failures = 0;
+    uint64_t t0, ttsp, failures = 0;
     uint8_t epoch;
 
-    safepoint_stop(h, SAFEPOINT_SNAPSHOT, &ttsp);
+    safepoint_stop(h, SAFEPOINT_SNAPSHOT, &ttsp, &t0);
     pthread_mutex_lock(&h->lock);
     /* the previous cycle's sweep is complete and mutators are stopped:
      * the moment to check what sweeping promised (Note [Heap verifier]) */
@@ -247,10 +247,10 @@ static uint8_t snapshot(struct collector *gc, struct mark_job *mj)
 static bool final_sync(struct collector *gc, struct mark_job *mj)
 {
     struct heap *h = gc->h;
-    uint64_t t0 = now_ns(), ttsp, failures = 0;
+    uint64_t t0, ttsp, failures = 0;
     bool done;
 
-    safepoint_stop(h, SAFEPOINT_FINAL_SYNC, &ttsp);
+    safepoint_stop(h, SAFEPOINT_FINAL_SYNC, &ttsp, &t0);
     pthread_mutex_lock(&h->lock);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         /* Note [Slots are the daemon's] in daemon/grant.c */

@@ -107,7 +107,6 @@ struct daemon {
     struct stall_fence *fences; /* evicted processes still alive */
     uint64_t stall_warned[CONFIG_MAX_HEAPS][LAYOUT_MAX_MUTATORS];
                                 /* the stall_since each slot was named for */
-    uint32_t stall_seen[CONFIG_MAX_HEAPS]; /* heap->stalled, last tick */
 };
 
 /* server.c: transport */

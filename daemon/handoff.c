@@ -300,6 +300,10 @@ void remark_done(struct conn *c, const Heapd__RemarkDone *r)
                 mark_urs(h, h->marking, i);
     remark_answered(h, c->id, &c->held, r->rescanned, r->n_rescanned,
                     r->released, r->n_released, &bad, &unowned);
+    /* Note [Stalls] in stall.c: a client that answers is not stalled;
+     * what it still has to answer is timed from its last answer */
+    if (c->remark_since && r->n_rescanned + r->n_released > bad)
+        c->remark_since = uv_now(&c->d->loop);
     segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
     if (bad || unowned) {

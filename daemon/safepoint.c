@@ -80,6 +80,9 @@
  * Note [Spinning through a pause] on the mutator's side.
  */
 #define ACK_SPIN_NS 100000u
+/* How often a parked stop looks at its stalled slots besides their
+ * wakes: one that is freed, or attached again, wakes nobody. */
+#define PARKED_LOOK_NS 50000000u
 
 static uint64_t now_ns(void)
 {
@@ -167,39 +170,55 @@ static void ask_all(struct heap *h, uint32_t gen, const uint64_t *keep)
 }
 
 enum wait_result {
-    WAIT_STOPPED,   /* stopped, blocked, free, or faulted */
-    WAIT_LATE,      /* not stopped by DEADLINE */
+    WAIT_STOPPED,   /* stopped, blocked, free, faulted, or another owner's */
+    WAIT_LATE,      /* not stopped yet */
 };
 
+/* Is slot I stopped for GEN (or free, or faulted)?  OWNER: the client
+ * it was asked of; a slot freed and attached again since then is not
+ * waited for (its new owner was never asked this stop). */
+static enum wait_result look_at_slot(struct heap *h, unsigned i,
+                                     uint64_t owner, uint32_t gen,
+                                     enum safepoint_kind kind, uint32_t *st)
+{
+    /* Note [Slots are the daemon's] in daemon/grant.c; the load in a
+     * reader's section (Note [Slot windows]), and the fault too, so
+     * that it names the slot's owner of the load */
+    if (!heap_slot_enter(h, i))
+        return WAIT_STOPPED;
+    enum wait_result r = WAIT_LATE;
+    *st = atomic_load(&heap_slot(h, i)->status);
+    if (atomic_load(&h->owners[i].client_id) != owner) {
+        r = WAIT_STOPPED;
+    } else if (LAYOUT_STATUS_STATE(*st) == LAYOUT_MUT_FREE ||
+               ack_ahead(*st, gen)) {
+        slotmem_fault(h, i, SLOT_FAULT_STATUS);
+        r = WAIT_STOPPED;
+    } else if (slot_stopped(*st, gen, kind)) {
+        r = WAIT_STOPPED;
+    }
+    heap_slot_leave(h, i);
+    return r;
+}
+
 /* Wait for slot I to be stopped for GEN, asked at T0, until DEADLINE
- * (ns, 0: for ever: the loop thread names it and ends its stall, Note
- * [Stalls] in daemon/stall.c). */
+ * (ns). */
 static enum wait_result wait_slot(struct heap *h, unsigned i, uint32_t gen,
                                   enum safepoint_kind kind, uint64_t t0,
                                   uint64_t deadline)
 {
-    struct layout_mutator *m = heap_slot(h, i);
+    uint64_t owner = atomic_load(&h->owners[i].client_id);
     for (unsigned spin = 0;; spin++) {
-        /* Note [Slots are the daemon's] in daemon/grant.c; the load
-         * in a reader's section (Note [Slot windows]) */
-        if (!heap_slot_enter(h, i))
-            return WAIT_STOPPED;
-        uint32_t st = atomic_load(&m->status);
-        heap_slot_leave(h, i);
-        if (LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_FREE ||
-            ack_ahead(st, gen)) {
-            slotmem_fault(h, i, SLOT_FAULT_STATUS);
-            return WAIT_STOPPED;
-        }
-        if (slot_stopped(st, gen, kind))
+        uint32_t st;
+        if (look_at_slot(h, i, owner, gen, kind, &st) == WAIT_STOPPED)
             return WAIT_STOPPED;
         /* Note [Waiting for acks] */
         if ((spin & 63) != 63 || now_ns() - t0 < ACK_SPIN_NS) {
             __builtin_ia32_pause();
             continue;
         }
-        futex_wait(&m->status, st, 100000000u);
-        if (deadline && now_ns() >= deadline)
+        futex_wait(&heap_slot(h, i)->status, st, 100000000u);
+        if (now_ns() >= deadline)
             return WAIT_LATE;
     }
 }
@@ -234,22 +253,69 @@ static enum layout_stall_on late_for(struct heap *h, unsigned i,
  * on and allocate, unpaced (HEAP_STALLED_STOP).  It then waits for the
  * stalled slots alone: each stops (it reached a safepoint, or entered a
  * blocking region) or is freed (the stall policy ended its client, or it
- * went away).  Only then is the stop asked again of every slot, under a
- * new generation of the same kind: a slot released by the park that
+ * went away): each is let go, and named no more, the moment it stops, so
+ * that a process that was only slow is never taken for the one that
+ * stalls; a slot freed and attached again meanwhile is its new owner's,
+ * who was never asked, and is not waited for.  Only then is the stop
+ * asked again of every slot, under a new generation of the same kind: a slot released by the park that
  * acknowledged the old one must not count as stopped for it, and a
  * stalled slot waiting for the old one's release is woken by the change
  * and takes the new one at once (take_stop in client/mutator.c).  The
  * parked stop did none of its work, so nothing the released mutators did
- * meanwhile escapes it.  Without parking, one SIGSTOPped process held
+ * meanwhile escapes it.  Each park doubles the patience of the rounds
+ * after it, so that mutators whose safepoints are merely further apart
+ * than stall_warn cannot keep a stop from ever completing, one late slot
+ * after another.  The pause a parked stop reports starts at its last
+ * round.  Without parking, one SIGSTOPped process held
  * every other process of the heap in the stop for as long as it stayed
  * stopped (12 s frozen in the test that found it).
  */
+/* The parked stop GEN (Note [Parking a stop]): wait until every slot in
+ * STALLED (asked at T0 of clients OWNERS) is stopped, releasing each as
+ * soon as it is. */
+static void wait_parked(struct heap *h, uint64_t *stalled,
+                        const uint64_t *owners, uint32_t gen,
+                        enum safepoint_kind kind)
+{
+    for (;;) {
+        int first = -1;
+        uint32_t first_st = 0;
+        for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+            uint32_t st;
+            if (!(stalled[i / 64] >> (i % 64) & 1))
+                continue;
+            if (look_at_slot(h, i, owners[i], gen, kind, &st) ==
+                WAIT_LATE) {
+                if (first < 0) {
+                    first = (int)i;
+                    first_st = st;
+                }
+                continue;
+            }
+            /* stopped: named no more, and let go at once */
+            stalled[i / 64] &= ~(1ull << (i % 64));
+            pthread_mutex_lock(&h->lock);
+            if (atomic_load(&h->owners[i].client_id) == owners[i]) {
+                atomic_store(&h->owners[i].stall_since, 0);
+                atomic_store(&h->owners[i].stall_on, LAYOUT_STALL_NONE);
+                ask_slot(h, i, 0);
+            }
+            pthread_mutex_unlock(&h->lock);
+        }
+        if (first < 0)
+            return;
+        futex_wait(&heap_slot(h, (unsigned)first)->status, first_st,
+                   PARKED_LOOK_NS);
+    }
+}
+
 uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
-                        uint64_t *ttsp_max_ns)
+                        uint64_t *ttsp_max_ns, uint64_t *stopped_from_ns)
 {
     uint32_t gen = h->stop_gen;
-    uint64_t max = 0;
-    uint64_t warn_ns = h->cfg->stall_warn_ms * 1000000u;
+    uint64_t max = 0, t0;
+    /* Note [Parking a stop]: a round's patience doubles after each park */
+    uint64_t patience = h->cfg->stall_warn_ms * 1000000u;
 
     for (;;) {
         /* the next generation of this kind's parity (never 0) */
@@ -259,10 +325,10 @@ uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
         h->stop_gen = gen;
         ask_all(h, gen, NULL);
 
-        uint64_t t0 = now_ns(), deadline = warn_ns ? t0 + warn_ns : 0;
+        t0 = now_ns();
         unsigned late = LAYOUT_MAX_MUTATORS;
         for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
-            if (wait_slot(h, i, gen, kind, t0, deadline) == WAIT_LATE) {
+            if (wait_slot(h, i, gen, kind, t0, t0 + patience) == WAIT_LATE) {
                 late = i;
                 break;
             }
@@ -275,13 +341,13 @@ uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
 
         /* park: every slot not stopped now is stalled */
         uint64_t stalled[LAYOUT_MAX_MUTATORS / 64] = {0};
+        uint64_t owners[LAYOUT_MAX_MUTATORS] = {0};
         for (unsigned i = late; i < LAYOUT_MAX_MUTATORS; i++) {
-            if (!heap_slot_enter(h, i))
-                continue;
-            uint32_t st = atomic_load(&heap_slot(h, i)->status);
-            heap_slot_leave(h, i);
-            if (slot_stopped(st, gen, kind) ||
-                LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_FREE)
+            uint32_t st;
+            owners[i] = atomic_load(&h->owners[i].client_id);
+            if (owners[i] == 0 ||
+                look_at_slot(h, i, owners[i], gen, kind, &st) ==
+                    WAIT_STOPPED)
                 continue;
             stalled[i / 64] |= 1ull << (i % 64);
             atomic_store(&h->owners[i].stall_on, late_for(h, i, kind));
@@ -289,17 +355,13 @@ uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
         }
         ask_all(h, 0, stalled);
         atomic_fetch_or(&h->stalled, HEAP_STALLED_STOP);
-        for (unsigned i = late; i < LAYOUT_MAX_MUTATORS; i++) {
-            if (!(stalled[i / 64] >> (i % 64) & 1))
-                continue;
-            wait_slot(h, i, gen, kind, t0, 0);
-            atomic_store(&h->owners[i].stall_since, 0);
-            atomic_store(&h->owners[i].stall_on, LAYOUT_STALL_NONE);
-        }
+        wait_parked(h, stalled, owners, gen, kind);
         atomic_fetch_and(&h->stalled, ~HEAP_STALLED_STOP);
+        patience *= 2;
         /* a stop that parked is as long as its stall: not a ttsp */
     }
     *ttsp_max_ns = max;
+    *stopped_from_ns = t0;
     return gen;
 }
 

@@ -17,9 +17,10 @@ enum safepoint_kind {
  * free (or waiting in a barrier, for a final sync).  Called by the
  * collector thread without heap->lock held (the loop thread frees the
  * slots of dead clients under it).  Returns the stop generation;
- * *ttsp_max_ns gets the longest time one mutator took. */
+ * *ttsp_max_ns gets the longest time one mutator took, *stopped_from_ns
+ * when the round that stopped them all began (Note [Parking a stop]). */
 uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
-                        uint64_t *ttsp_max_ns);
+                        uint64_t *ttsp_max_ns, uint64_t *stopped_from_ns);
 
 /* Let every mutator run again. */
 void safepoint_release(struct heap *h);

@@ -646,7 +646,9 @@ static void unown_small(struct heap *h, uint32_t i)
         return;
     }
     if (cls == SEG_CLASS_UNKNOWN) {
-        atomic_fetch_add_explicit(&h->stats.bad_refs, 1, memory_order_relaxed);
+        if (!s->fenced) /* a fenced blank one is not a scribble */
+            atomic_fetch_add_explicit(&h->stats.bad_refs, 1,
+                                      memory_order_relaxed);
         s->unknown_since = h->stats.cycles_completed;
         /* no epoch is 0: a note left from an earlier life of the segment
          * would keep it a cycle longer whenever the epochs come round */
@@ -740,7 +742,10 @@ int seg_fence(struct heap *h, uint32_t **out, uint32_t *n)
         struct seg *s = &t->segs[i];
         if (s->state == SEG_FREE || s->fenced == UINT8_MAX)
             continue; /* 255 evictions at once: it stays fenced */
-        if (s->fenced++ == 0)
+        /* sweepers read it without the lock */
+        __atomic_store_n(&s->fenced, (uint8_t)(s->fenced + 1),
+                         __ATOMIC_RELAXED);
+        if (s->fenced == 1)
             t->n_fenced++;
         if (bit_test(t->reuse_bits, i))
             unfile_reusable(t, i);
@@ -758,7 +763,9 @@ void seg_unfence(struct heap *h, const uint32_t *segs, uint32_t n)
         struct seg *s = &t->segs[segs[k]];
         if (s->fenced == 0 || s->fenced == UINT8_MAX)
             continue;
-        if (--s->fenced == 0)
+        __atomic_store_n(&s->fenced, (uint8_t)(s->fenced - 1),
+                         __ATOMIC_RELAXED);
+        if (s->fenced == 0)
             t->n_fenced--;
     }
 }

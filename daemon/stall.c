@@ -63,6 +63,17 @@
  * The price is memory: while the process lives, the heap keeps what it
  * held at the eviction, dead or alive, and grows around it.  A client
  * without a pidfd keeps its fence until heapd stops.
+ * What the fence does not cover: a process that runs on after its
+ * eviction may also load pointers the heap gained since, and a store
+ * through one of them lands in an object that is not fenced, which may
+ * have died and been given to another client by then.  So heapd stops
+ * the process first (SIGSTOP through its pidfd) where it may signal it:
+ * that window then opens only if someone continues it, and lasts until
+ * its next heapd call.  Where heapd may not signal it (the fallback of
+ * kill), a process that still runs has that window from the eviction on;
+ * such a process is one in a loop that never calls heapd, and the
+ * stores that reach further than the fence are the ones it makes
+ * through pointers it loads in that loop.
  */
 #include "stall.h"
 
@@ -165,6 +176,11 @@ static void evict(struct daemon *d, struct conn *c, enum layout_stall_on on,
     int rc = -ENOMEM;
 
     c->stall_ended = true;
+    /* Note [Evicted clients]: it runs on no further, where heapd may say
+     * so */
+    bool stopped = c->pidfd >= 0 &&
+                   syscall(SYS_pidfd_send_signal, c->pidfd, SIGSTOP, NULL,
+                           0) == 0;
     pthread_mutex_lock(&h->lock);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
         if (c->slots[i / 64] >> (i % 64) & 1)
@@ -207,11 +223,14 @@ static void evict(struct daemon *d, struct conn *c, enum layout_stall_on on,
     log_warn("heap '%s': client %llu (%s, pid %d, uid %u) evicted (%s) "
              "after it %s for %llu ms: libheapd aborts it at its next call "
              "into heapd, and the %u segments in use now are kept from "
-             "reuse until it is gone", h->cfg->name,
+             "reuse until it is gone%s", h->cfg->name,
              (unsigned long long)c->id, c->name[0] ? c->name : "?",
              (int)c->peer.pid, (unsigned)c->peer.uid, why,
              layout_stall_what(on), (unsigned long long)ms,
-             rc == 0 ? f->n : 0);
+             rc == 0 ? f->n : 0,
+             stopped ? "; heapd stopped it (SIGSTOP): SIGCONT lets it "
+                       "reach that call"
+                     : "");
     conn_fail(c, HEAPD__ERROR_CODE__ERROR_EVICTED,
               "evicted: this client %s for %llu ms (stall_timeout of heap "
               "'%s')", layout_stall_what(on), (unsigned long long)ms,
@@ -392,10 +411,8 @@ static void on_tick(uv_timer_t *t)
         watch_slots(d, h, k);
         watch_remarks(d, h);
         /* Note [Stalls]: grants that wait for a cycle wait no more */
-        uint32_t now_stalled = atomic_load(&h->stalled);
-        if (now_stalled && !d->stall_seen[k])
-            session_stalled(h, d);
-        d->stall_seen[k] = now_stalled;
+        if (atomic_load(&h->stalled))
+            session_stalled(h, d); /* cheap when nothing waits */
     }
     for (struct conn *c = d->conns, *next; c; c = next) {
         next = c->next;

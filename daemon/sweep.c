@@ -132,10 +132,10 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
     *live += (uint64_t)nlive * bs;
     if (state == SEG_FILLED) /* an OWNED one counts whole, as held */
         tally(j, i, (uint64_t)nlive * bs);
-    if (nlive == 0 && state == SEG_FILLED) {
+    if (nlive == 0 && state == SEG_FILLED && !fenced) {
         release(h, i, SEG_FILLED);
         atomic_fetch_add_explicit(&j->freed_segments, 1, memory_order_relaxed);
-    } else if (state == SEG_FILLED) {
+    } else if (state == SEG_FILLED && !fenced) {
         /* every block not live is free now: Note [Reusing partly free
          * segments] */
         seg_swept_filled(h, i, n - nlive, n);
