@@ -606,6 +606,35 @@ START_TEST(a_reused_pid_is_never_signalled)
 }
 END_TEST
 
+/* Two stalled; the one that gets going again is let go at once, and only
+ * the other is killed (Note [Parking a stop]). */
+START_TEST(only_the_client_still_stalled_is_killed)
+{
+    start("kill", "3s", NULL);
+    pid_t w = fork_worker();
+    pid_t v1 = fork_victim(V_LOOP, NULL), v2 = fork_victim(V_LOOP, NULL);
+    int st;
+    ck_assert_int_eq(kill(v1, SIGSTOP), 0);
+    ck_assert_int_eq(kill(v2, SIGSTOP), 0);
+    ck_assert_int_eq(waitpid(v1, &st, WUNTRACED), v1);
+    ck_assert_int_eq(waitpid(v2, &st, WUNTRACED), v2);
+    heapd_client *ctl = harness_control(&D);
+    ck_assert_int_eq(heapd_request_collect(ctl, 0), 0);
+    wait_named(v1, "has not acknowledged the");
+    wait_named(v2, "has not acknowledged the");
+    ck_assert_int_eq(kill(v1, SIGCONT), 0);
+    expect_killed(v2);
+    ck_assert_msg(alive(v1), "the client that went on was killed too");
+    ck_assert_uint_eq(harness_stats(ctl).stalls_killed, 1);
+    kill(v1, SIGKILL);
+    harness_wait_pid(v1, HARNESS_WAIT_MS);
+    finish_worker(w);
+    expect_baseline(ctl);
+    heapd_disconnect(ctl);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 START_TEST(client_that_clears_its_stop_word_is_killed)
 {
     killed_case(V_FORGE, "has not acknowledged the", NULL);
@@ -622,6 +651,7 @@ static Suite *suite(void)
     tcase_add_test(t, client_that_never_answers_a_remark_is_killed);
     tcase_add_test(t, busy_loop_is_warned_and_killed);
     tcase_add_test(t, client_that_clears_its_stop_word_is_killed);
+    tcase_add_test(t, only_the_client_still_stalled_is_killed);
     tcase_add_test(t, a_reused_pid_is_never_signalled);
     suite_add_tcase(s, t);
     t = tcase_create("policies");
