@@ -224,6 +224,10 @@ const char *frame_body_name(const Heapd__Envelope *env)
     case HEAPD__ENVELOPE__BODY_REMARK_REQUEST: return "remark_request";
     case HEAPD__ENVELOPE__BODY_REMARK_DONE: return "remark_done";
     case HEAPD__ENVELOPE__BODY_GOODBYE: return "goodbye";
+    case HEAPD__ENVELOPE__BODY_CLIENTS_REQUEST: return "clients_request";
+    case HEAPD__ENVELOPE__BODY_CLIENTS_REPLY: return "clients_reply";
+    case HEAPD__ENVELOPE__BODY_SEGMENTS_REQUEST: return "segments_request";
+    case HEAPD__ENVELOPE__BODY_SEGMENTS_REPLY: return "segments_reply";
     case HEAPD__ENVELOPE__BODY__NOT_SET: return "(empty)";
     default: return "(unknown)";
     }

@@ -262,6 +262,27 @@ START_TEST(frame_empty_envelope)
 }
 END_TEST
 
+/* Every arm of the envelope has a name for the log (a new arm without
+ * one was logged as "(unknown)"). */
+START_TEST(every_arm_is_named)
+{
+    const ProtobufCMessageDescriptor *d = &heapd__envelope__descriptor;
+    unsigned arms = 0;
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        if (!(f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF))
+            continue;
+        Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+        env.body_case = (Heapd__Envelope__BodyCase)f->id;
+        ck_assert_msg(strcmp(frame_body_name(&env), "(unknown)") != 0,
+                      "envelope arm %s (%u) has no name in frame_body_name",
+                      f->name, f->id);
+        arms++;
+    }
+    ck_assert_uint_gt(arms, 20);
+}
+END_TEST
+
 /* An arm from a newer protocol (field 99, unused) is not understood. */
 START_TEST(frame_unknown_arm)
 {
@@ -584,6 +605,7 @@ static Suite *proto_suite(void)
     tcase_add_test(f, frame_garbage_payload);
     tcase_add_test(f, frame_empty_envelope);
     tcase_add_test(f, frame_unknown_arm);
+    tcase_add_test(f, every_arm_is_named);
     tcase_add_test(f, frame_truncated_pending);
     tcase_add_test(f, frame_handler_stops);
     tcase_set_timeout(f, 60);
