@@ -1,28 +1,42 @@
-/* models/stop.pml: the stop-the-world handshake, its two kinds of stop
- * (a snapshot and a final sync) and the three states of a live mutator
+/* models/stop.pml: the stop-the-world handshake with a stop word per
+ * slot, its two kinds of stop (a snapshot and a final sync), parking a
+ * stop that a slot is late for, and the three states of a live mutator
  * (RUNNING, BLOCKED, and WAITING inside a write barrier), with
  * blocking_enter/leave races, attach during a stop, and a client that dies
  * at any step.
  *
- * Models Note [Stop the world], Note [Waiting for acks] and Note [Waiting
- * in a barrier] (daemon/safepoint.c: safepoint_stop with SAFEPOINT_SNAPSHOT
- * or SAFEPOINT_FINAL_SYNC, slot_stopped), Note [Spinning through a pause]
- * and mutator_stop_slow / mutator_block / mutator_wait_begin /
- * mutator_wait_end (client/mutator.c), the barrier waits urs_wait_room and
- * barrier_stack_slow (client/barrier.c, Note [Straddling a cycle]), Note
- * [Mutator slots] (proto/layout.h: status = state | acked generation), and
- * free_slot / session_closed (daemon/session.c: a closed connection's slots
- * are set FREE by the loop thread, safepoint_free_slot).
+ * Models Note [Stop the world], Note [Parking a stop], Note [Waiting for
+ * acks] and Note [Waiting in a barrier] (daemon/safepoint.c:
+ * safepoint_stop with SAFEPOINT_SNAPSHOT or SAFEPOINT_FINAL_SYNC, ask_all,
+ * wait_slot, slot_stopped, safepoint_release), grant_slot and
+ * grant_free_slot (daemon/grant.c: attach copies heap->stop_raised into
+ * the new slot's word, both under heap->lock; a freed slot is no longer
+ * attached), Note [Spinning through a pause] and take_stop / run_again /
+ * mutator_stop_slow / mutator_block / mutator_wait_begin /
+ * mutator_wait_end / heapd_blocking_leave (client/mutator.c), the
+ * barrier waits urs_wait_room and barrier_stack_slow (client/barrier.c,
+ * Note [Straddling a cycle]), and Note [Mutator slots] (proto/layout.h:
+ * status = state | acked generation; a stop's kind is its generation's
+ * parity, odd for a snapshot).
  *
- * Abstractions (each one is what the code relies on, not a shortcut):
- *   - Promela is sequentially consistent; the words it models (stop_request,
- *     stop_kind, status) are accessed with seq_cst atomics in the code.  The
- *     relaxed load in mutator_poll's fast path only delays noticing a stop,
- *     as a later poll would; the slow path re-loads seq_cst.
+ * Abstractions (each one is what the code relies on) and bounds:
+ *   - Promela is sequentially consistent; the words it models
+ *     (stop_request[i], status[i]) are accessed with seq_cst atomics in
+ *     the code.  The relaxed load in mutator_poll's fast path only delays
+ *     noticing a stop, as a later poll would; the slow path re-loads
+ *     seq_cst.
+ *   - heap->lock: ask_all (raise, park's release, release) and
+ *     grant_slot / grant_free_slot hold it for their whole update, so each
+ *     is one atomic step here; stop_raised is read and written only under
+ *     it.
  *   - futex_wait(w, v) sleeps only while *w == v, and every store to a
  *     futex word is followed by a wake, so a sleep is modelled as blocking
  *     until the word changes (a guard).  Spinning first (Note [Waiting for
  *     acks], Note [Spinning through a pause]) changes timing only.
+ *   - Time: stall_warn is abstracted away.  Waiting for a slot that is not
+ *     stopped yet, the daemon may at any moment decide it is late (at most
+ *     MAXPARKS times a run) and park the stop; it then waits for the
+ *     stalled slots with no deadline, as the code does.
  *   - "Touching the heap" is one atomic step of a RUNNING mutator between
  *     safepoints; heapd_alloc, root changes and global calls poll first.
  *   - `marking` is control->phase == MARK (barrier_on): set by the
@@ -31,6 +45,13 @@
  *     wait ends when marking is over, or earlier when the daemon has
  *     served it (`served`: moved the ring's tail, or marked the stack,
  *     during concurrent marking: the daemon may or may not).
+ *   - A slot is never reused, so a freed slot's words are read by nobody:
+ *     freeing zeroes its stop word here (the code leaves it) to keep the
+ *     state space small.  Eviction is a kill: the daemon frees the slot of
+ *     a client that runs no more.
+ *   - At most one client dies a run (either one, at any step, or none):
+ *     one death reaches every path a dead client takes, and a second one
+ *     doubled the state space for the same paths in the other slot.
  *
  * The model starts in a cycle's concurrent marking; the stops are its
  * final sync, the next snapshot and that cycle's final sync, so a mutator
@@ -38,41 +59,55 @@
  * into the next snapshot, and every wait for marking to end can end.  Two
  * slots: slot 0 attached from the start, slot 1 attaching at any moment
  * (heapd_attach polls before it returns); each mutator does up to NOPS
- * heap operations, blocking regions or barriers, then detaches.
+ * heap operations, blocking regions or barriers, then detaches.  The
+ * daemon parks at most MAXPARKS (1) of its stops, in any of the three.
  *
- * Leaving a barrier wait (see the last mutant and docs/hardening.md):
- * after storing RUNNING, the mutator takes a stop under way only if it is
- * a final sync (which may have counted it stopped while it waited, and be
+ * Leaving a barrier wait (mutator_wait_end): after storing RUNNING, the
+ * mutator loads its stop word once and takes that stop only if it is a
+ * final sync (which may have counted it stopped while it waited, and be
  * doing its work); a snapshot under way it leaves to its next safepoint,
- * since that snapshot cannot have counted it.  For that the mutator reads
- * the stop's kind, control->stop_kind here, which the daemon stores
- * before stop_request; the code carries it in stop_request itself, as
- * the parity of the generation (layout_stop_is_snapshot), which is the
- * same information in one load.  mutator_wait_end in client/mutator.c;
- * taking any stop there is the mutant BUG_RESUME_TAKES_ANY_STOP.
+ * since that snapshot cannot have counted it.  take_stop takes only stops
+ * of the kind it started with, so a snapshot raised right after the
+ * final sync's release is not acked inside the barrier either.
  *
  * Properties:
  *   (S1) while the daemon is in its stopped section (snapshot or final
- *        sync work), no mutator touches the heap: asserted both by the
- *        daemon when it enters the section and by a mutator each time it
- *        touches the heap;
+ *        sync work), no mutator touches the heap: asserted by a mutator
+ *        each time it touches the heap (one step; the section is an
+ *        interval of the daemon's steps, so a touch inside it is a step
+ *        taken while `stopped`);
  *   (S2) no snapshot's stopped section is entered while a mutator is inside
  *        a write barrier (heapd_write, heapd_cas, heapd_global_set's
  *        store), waiting or not: asserted by the daemon (Note [Waiting in
  *        a barrier]: a mutator's epoch changes only at its safepoints);
  *   (S3) nobody waits forever: spin's invalid-end-state check (the daemon
  *        never waits for a dead or detached client, nor a final sync for a
- *        mutator waiting in a barrier for marking to end; a stopped
- *        mutator is always released; all processes reach their end).
+ *        mutator waiting in a barrier for marking to end, nor a park for a
+ *        stalled slot that stopped; a stopped mutator is always released;
+ *        all processes reach their end);
+ *   (P1) while a stop is parked, a stalled slot is still asked for it:
+ *        each load of its stop word by its mutator (at a safepoint, in
+ *        take_stop, leaving a blocking region or a barrier wait) reads
+ *        nonzero, so it stops at its next safepoint and the park ends:
+ *        asserted by the mutator at each such load;
+ *   (P2) reachability, checked by building with -DREACH_RELEASED_RUNS,
+ *        which must produce an error: a mutator that acked the parked stop
+ *        and was released by the park touches the heap while the other
+ *        slot is still stalled, i.e. a late slot does not hold the others
+ *        in the stop.  (That every released mutator can always go on is a
+ *        liveness property this safety model does not state; the release
+ *        writes 0 into the released slots' words, and no wait of a
+ *        mutator is on a word that is 0.)
  *
  * Mutants (spin -D...), each must produce an error:
- *   BUG_LEAVE_LOAD_FIRST  blocking_leave loads stop_request before it
+ *   BUG_LEAVE_LOAD_FIRST  blocking_leave loads its stop word before it
  *                         stores RUNNING (the store->load order the Note's
  *                         "why this is safe" needs): S1 fails.
  *   BUG_NO_WAIT           a mutator acks a stop and runs on without
  *                         waiting for the release: S1 fails.
- *   BUG_FREE_NOT_STOPPED  the daemon does not count a FREE slot as stopped
- *                         (waits for a dead client): S3 fails (deadlock).
+ *   BUG_FREE_NOT_STOPPED  the daemon does not count a slot with no client
+ *                         (freed, or never attached) as stopped: S3 fails
+ *                         (it waits for a dead client).
  *   BUG_SNAPSHOT_PASSES_WAITING  a snapshot counts a WAITING mutator as
  *                         stopped, as it does a BLOCKED one (the barriers
  *                         before Note [Waiting in a barrier], which waited
@@ -89,11 +124,42 @@
  *                         sync ends marking; the next snapshot is raised
  *                         before the mutator runs again; it acks it inside
  *                         the barrier).
+ *   BUG_TAKE_STOP_ANY_KIND  take_stop's loop takes a stop of the other kind
+ *                         too (the word reloaded after a final sync's
+ *                         release holds the next snapshot): S2 fails (a
+ *                         barrier wait's end acks the snapshot).
+ *   BUG_REASK_SAME_GEN    the re-raise after a park asks the parked
+ *                         generation again: a slot the park released,
+ *                         which acked it and runs, counts as stopped: S1
+ *                         fails.
+ *   BUG_RELEASE_STALLED   the park releases the stalled slots too, and
+ *                         then waits for them: P1 fails (the stalled slot
+ *                         is no longer asked; in this model every mutator
+ *                         ends by detaching, so the park does end and S3
+ *                         holds, but a mutator that only polls would never
+ *                         stop).
+ *   BUG_ATTACH_NO_RAISED  grant_slot does not copy stop_raised: a slot
+ *                         attached during a stop is not asked for it.
+ *                         P1 fails first (the daemon finds the new slot
+ *                         late, and the stalled slot's word reads 0); with
+ *                         MAXPARKS 0, S1 (the daemon looked at the slot
+ *                         before it was attached, counted it stopped, and
+ *                         the new mutator runs in the stopped section).
+ *
+ * Not a mutant: take_stop returning when its wait for stop g's release is
+ * ended by the re-raise g' (Note [Parking a stop]), instead of acking g' at
+ * once (BUG_TAKE_STOP_NO_LOOP) verifies: that wake is reachable (a stalled
+ * slot acks g, the park ends, the re-raise changes its word), but the
+ * mutator then runs with its status acking g, which does not count as
+ * stopped for g', and acks g' at its next safepoint.  The loop only saves
+ * the re-raised stop that wait (which, for a slow safepoint, could make
+ * it late and park again).
  */
 
-#define NM      2       /* mutator slots */
-#define NSTOPS  3       /* stops: final sync, snapshot, final sync */
-#define NOPS    2       /* heap operations / blocking regions / barriers per mutator */
+#define NM       2      /* mutator slots */
+#define NSTOPS   3      /* stops: final sync, snapshot, final sync */
+#define NOPS     2      /* heap operations / blocking regions / barriers per mutator */
+#define MAXPARKS 1      /* parks a run */
 
 #define FREE    0
 #define RUNNING 1
@@ -105,21 +171,24 @@
 
 #define SNAPSHOT    0                   /* SAFEPOINT_SNAPSHOT */
 #define FINAL_SYNC  1                   /* SAFEPOINT_FINAL_SYNC */
-#define KIND(g)     ((g) % 2)           /* stop g: 1 final sync, 2 snapshot, 3 final sync */
+#define KIND(g)     (1 - (g) % 2)       /* layout_stop_is_snapshot: odd */
 
-byte stop_request;          /* control->stop_request: 0 or the generation */
-bit stop_kind;              /* the kind of the last stop requested */
+byte stop_request[NM];      /* slot->stop_request: 0 or the generation */
+byte stop_raised;           /* heap->stop_raised, under heap->lock */
+bool attached[NM];          /* heap_slot_attached: the daemon's record */
 byte status[NM];            /* slot->status */
 bool marking = true;        /* control->phase == MARK: a cycle is marking */
 bool served;                /* the daemon served the barriers this cycle */
 bool stopped;               /* ghost: daemon is in its stopped section */
-bool touching[NM];          /* ghost: mutator i is touching the heap */
+byte parked;                /* ghost: the generation parked, or 0 */
+bool stalled[NM];           /* the daemon's stalled set (owners[i].stall_since) */
 bool in_barrier[NM];        /* ghost: mutator i is inside a write barrier */
 bool kill[NM];              /* the client of slot i is killed (kill -9) */
 bool dead[NM];              /* ... and its thread has stopped running */
 bool finished[NM];          /* the mutator detached and returned */
 
-/* slot_stopped(st, g, kind) in daemon/safepoint.c */
+/* wait_slot's "stopped" in daemon/safepoint.c: not attached (freed, or
+ * never attached: heap_slot_enter fails), or slot_stopped(st, g, kind) */
 #if defined(BUG_SNAPSHOT_PASSES_WAITING)
 #define WAITING_STOPPED(k)  true
 #elif defined(BUG_SYNC_WAITS_WAITING)
@@ -128,44 +197,115 @@ bool finished[NM];          /* the mutator detached and returned */
 #define WAITING_STOPPED(k)  ((k) == FINAL_SYNC)
 #endif
 #ifdef BUG_FREE_NOT_STOPPED
-#define FREE_STOPPED        false
+#define DETACHED_STOPPED(i) false
 #else
-#define FREE_STOPPED        true
+#define DETACHED_STOPPED(i) (!attached[i])
 #endif
-#define SLOT_STOPPED(st, g, k) \
-    ((STATE(st) == RUNNING && GEN(st) == (g)) || STATE(st) == BLOCKED || \
-     (STATE(st) == WAITING && WAITING_STOPPED(k)) || \
-     (STATE(st) == FREE && FREE_STOPPED))
+#define SLOT_STOPPED(i, g, k) \
+    (DETACHED_STOPPED(i) || \
+     (attached[i] && \
+      ((STATE(status[i]) == RUNNING && GEN(status[i]) == (g)) || \
+       STATE(status[i]) == BLOCKED || \
+       (STATE(status[i]) == WAITING && WAITING_STOPPED(k)))))
+
+/* ask_all(h, gen, keep): under heap->lock (the caller's d_step),
+ * heap->stop_raised = gen and every attached slot not kept is asked for
+ * gen (0: released) */
+inline ask_all(gen, keep_stalled)
+{
+    stop_raised = gen;
+    for (i : 0 .. NM - 1) {
+        if
+        :: attached[i] && !(keep_stalled && stalled[i]) ->
+            stop_request[i] = gen
+        :: else -> skip
+        fi
+    }
+    i = 0
+}
 
 proctype Daemon()
 {
-    byte g = 0, i;
+    byte g = 0, n = 0, i, late, parks = 0;
     bit k;
     do
-    :: g < NSTOPS ->
-        g++;                        /* (h->stop_gen % MASK) + 1: never 0 */
-        k = KIND(g);
-        stop_kind = k;              /* the kind, then the request */
-        stop_request = g;           /* 1. seq_cst store */
-        /* 2. every slot: load status until stopped; a sleep on the futex
-         * is a guard on the word changing (Note [Waiting for acks]) */
-        for (i : 0 .. NM - 1) {
-            SLOT_STOPPED(status[i], g, k)
-        }
+    :: n < NSTOPS ->
+        n++;
+        if
+        :: n % 2 == 1 -> k = FINAL_SYNC
+        :: else -> k = SNAPSHOT
+        fi;
+        /* the next generation of this kind's parity (never 0) */
+        g++;
+        if
+        :: KIND(g) != k -> g++
+        :: else -> skip
+        fi;
+        do
+        :: true ->
+            d_step { ask_all(g, false) };     /* 1. raise */
+            /* 2. every slot in turn: load status until stopped; a sleep
+             * on the futex is a guard on the word changing (Note [Waiting
+             * for acks]); or, while it is not stopped, it is late */
+            late = NM;
+            i = 0;
+            do
+            :: i == NM -> break
+            :: i < NM && SLOT_STOPPED(i, g, k) -> i++
+            :: i < NM && parks < MAXPARKS && !SLOT_STOPPED(i, g, k) ->
+                late = i; break
+            od;
+            i = 0;
+            if
+            :: late == NM -> break
+            :: else -> skip
+            fi;
+            /* Note [Parking a stop]: every slot from the late one on that
+             * is attached and not stopped now is stalled... */
+            parks++;
+            for (i : late .. NM - 1) {
+                stalled[i] = attached[i] && !SLOT_STOPPED(i, g, k)
+            }
+            i = 0;
+            /* ...the others are released, the stalled ones kept... */
+#ifdef BUG_RELEASE_STALLED
+            d_step { ask_all(0, false); parked = g };
+#else
+            d_step { ask_all(0, true); parked = g };
+#endif
+            /* ...and the daemon waits for each stalled one, no deadline */
+            for (i : late .. NM - 1) {
+                if
+                :: stalled[i] -> SLOT_STOPPED(i, g, k)
+                :: else -> skip
+                fi
+            }
+            i = 0;
+            d_step {
+                parked = 0;
+                stalled[0] = false;
+                stalled[1] = false;
+                late = 0
+            };
+            /* asked again under a new generation of the same kind */
+#ifndef BUG_REASK_SAME_GEN
+            g = g + 2
+#endif
+        od;
         /* 3. the world is stopped */
         atomic {
             stopped = true;
             for (i : 0 .. NM - 1) {
-                assert(!touching[i]);                       /* S1 */
                 assert(k != SNAPSHOT || !in_barrier[i])     /* S2 */
             }
+            i = 0;
             if
             :: k == SNAPSHOT -> marking = true; served = false
             :: else -> marking = false      /* marking is complete */
             fi
         };
         stopped = false;
-        stop_request = 0;           /* 4. release, wake all */
+        d_step { ask_all(0, false) };   /* 4. release, wake all */
         /* concurrent marking: the daemon may consume the rings and mark
          * the stacks the barriers wait for, or not get to them */
         if
@@ -176,20 +316,74 @@ proctype Daemon()
     od
 }
 
-/* mutator_stop_slow (client/mutator.c) */
-inline stop_slow(i)
+/* The mutator loads its stop word into sg: checked against P1 (a stalled
+ * slot is still asked while its stop is parked). */
+inline load_word(i)
 {
-    sg = stop_request;
-    st = status[i];
-    if
-    :: sg == 0 || GEN(st) == sg -> skip
-    :: else ->
-        status[i] = ST(sg, RUNNING);    /* ack: seq_cst store, wake */
-#ifndef BUG_NO_WAIT
-        (stop_request != sg)            /* Note [Spinning through a pause] */
+    atomic {
+        sg = stop_request[i];
+        assert(sg != 0 || parked == 0 || !stalled[i])  /* P1 */
+    }
+}
+
+/* ...for take_stop, which keeps the kind of the stop it starts with */
+inline load_stop(i)
+{
+    atomic {
+        sg = stop_request[i];
+        assert(sg != 0 || parked == 0 || !stalled[i]); /* P1 */
+        kd = KIND(sg)
+    }
+}
+
+/* take_stop(m, gen) (client/mutator.c), gen in sg, loaded by the caller
+ * (load_stop, which also keeps its kind in kd): while sg is a stop of the
+ * kind it started with, ack it unless acked, wait while the word still
+ * holds it, and reload the word (a stop re-asked under a new generation
+ * while it waited is taken at once).  The tests on sg and on the slot's
+ * own status (which only this mutator writes while it lives) are folded
+ * into the step before them. */
+inline take_stop(i)
+{
+    do
+#ifdef BUG_TAKE_STOP_ANY_KIND
+    :: atomic { sg == 0 -> sg = 0; kd = 0; break }
+    :: atomic { sg != 0 && GEN(status[i]) == sg -> sg = 0; kd = 0; break }
+    :: atomic { sg != 0 && GEN(status[i]) != sg ->
+#else
+    :: atomic { sg == 0 || KIND(sg) != kd -> sg = 0; kd = 0; break }
+    :: atomic { sg != 0 && KIND(sg) == kd && GEN(status[i]) == sg ->
+           sg = 0; kd = 0; break }
+    :: atomic { sg != 0 && KIND(sg) == kd && GEN(status[i]) != sg ->
 #endif
-    fi;
-    sg = 0; st = 0
+           status[i] = ST(sg, RUNNING)      /* ack: seq_cst store, wake */
+       };
+#ifndef BUG_NO_WAIT
+        (stop_request[i] != sg);            /* Note [Spinning through a pause] */
+#endif
+#ifdef BUG_TAKE_STOP_NO_LOOP
+        atomic { sg = 0; kd = 0; break }    /* returns, whatever woke it */
+#else
+        load_word(i)                        /* the reload */
+#endif
+    od
+}
+
+/* mutator_poll, then mutator_stop_slow: the fast path's load, then the
+ * slow path's */
+inline poll(i)
+{
+    if
+    :: atomic {
+           stop_request[i] != 0 -> skip
+       };
+        load_stop(i);
+        take_stop(i)
+    :: atomic {
+           stop_request[i] == 0 ->
+               assert(parked == 0 || !stalled[i])       /* P1 */
+       }
+    fi
 }
 
 /* set_state (client/mutator.c): a new state, the same ack.  Only the
@@ -197,59 +391,60 @@ inline stop_slow(i)
  * one step. */
 inline set_state(i, s)
 {
-    atomic { st = status[i]; status[i] = ST(GEN(st), s); st = 0 }
+    status[i] = ST(GEN(status[i]), s)
 }
 
-/* A heap operation: one step while RUNNING, checked against S1. */
+/* A heap operation: one step while RUNNING, checked against S1 (and,
+ * with REACH_RELEASED_RUNS, against P2's reachability).  One step is
+ * enough: the daemon's stopped section is an interval of its steps, so a
+ * touch anywhere inside it is a step taken while `stopped`. */
 inline touch(i)
 {
-    atomic {
-        assert(!stopped);               /* S1 */
-        touching[i] = true
-    }
-    touching[i] = false
+    assert(!stopped)                    /* S1 */
+#ifdef REACH_RELEASED_RUNS
+    ;
+    assert(!(parked != 0 && GEN(status[i]) == parked &&
+             stalled[1 - i]))           /* P2: reachable, must fail */
+#endif
 }
 
-/* Leaving a barrier wait: RUNNING again (seq_cst store), then the stop
- * under way, if it is a final sync (see the header). */
+/* mutator_wait_end: run_again (RUNNING, seq_cst store, then one seq_cst
+ * load of the word), then the stop loaded if it is a final sync. */
 inline wait_leave(i)
 {
     set_state(i, RUNNING);
+    load_stop(i);
 #if defined(BUG_RESUME_TAKES_ANY_STOP)
-    stop_slow(i);                       /* taking any stop, as blocking_leave */
+    take_stop(i)                        /* any stop, as blocking_leave */
 #elif defined(BUG_RESUME_IGNORES_SYNC)
-    skip;
+    sg = 0; kd = 0
 #else
-    /* the generation, then its kind: a kind read after the release of SG
-     * may be the next stop's, and then SG is over anyway; so the mutator
-     * acks SG itself, not whatever stop_request holds by then */
-    sg = stop_request;
     if
-    :: sg != 0 && GEN(status[i]) != sg && stop_kind == FINAL_SYNC ->
-        status[i] = ST(sg, RUNNING);
-        (stop_request != sg)
-    :: else -> skip                     /* none, or a snapshot: it waits */
-    fi;
-    sg = 0;
+    :: sg != 0 && KIND(sg) == FINAL_SYNC -> take_stop(i)
+    :: else -> sg = 0; kd = 0           /* none, or a snapshot: it waits */
+    fi
 #endif
-    skip
 }
 
-proctype Mutator(byte i; bool attached)
+proctype Mutator(byte i; bool attached_at_start)
 {
-    byte sg, st, n = 0;
+    byte sg, kd, n = 0;
     {
         if
-        :: attached -> skip
+        :: attached_at_start -> skip
         :: else ->
-            /* handle_attach (loop thread, maybe during a stop): RUNNING
-             * with ack 0, which is never a generation; heapd_attach polls
-             * before it returns */
-            status[i] = ST(0, RUNNING);
-            if
-            :: stop_request != 0 -> stop_slow(i)
-            :: else -> skip
-            fi
+            /* grant_slot (loop thread, maybe during a stop), under
+             * heap->lock: RUNNING with ack 0, which is never a
+             * generation, asked for the stop under way; heapd_attach
+             * polls before it returns */
+            d_step {
+                attached[i] = true;
+                status[i] = ST(0, RUNNING);
+#ifndef BUG_ATTACH_NO_RAISED
+                stop_request[i] = stop_raised
+#endif
+            };
+            poll(i)
         fi;
         do
         :: n < NOPS ->
@@ -257,67 +452,75 @@ proctype Mutator(byte i; bool attached)
             if
             :: /* heapd_alloc, root push/set/pop, global calls: poll, then
                 * touch the heap */
-                if
-                :: stop_request != 0 -> stop_slow(i)   /* mutator_poll */
-                :: else -> skip
-                fi;
+                poll(i);
                 touch(i)
             :: /* mutator_call, heapd_blocking_enter/leave, growing the
                 * root stack: a blocking region */
-                set_state(i, BLOCKED);                 /* blocking_enter */
+                set_state(i, BLOCKED);          /* blocking_enter */
                 /* blocked: must not touch the heap */
 #ifdef BUG_LEAVE_LOAD_FIRST
-                sg = stop_request;                     /* blocking_leave */
+                load_stop(i);                   /* blocking_leave */
                 set_state(i, RUNNING);
-                if
-                :: sg == 0 || GEN(status[i]) == sg -> skip
-                :: else ->
-                    status[i] = ST(sg, RUNNING);
-                    (stop_request != sg)
-                fi;
-                sg = 0;
 #else
-                set_state(i, RUNNING);     /* blocking_leave: seq_cst store... */
-                stop_slow(i);              /* ...then seq_cst load */
+                set_state(i, RUNNING);  /* run_again: seq_cst store... */
+                load_stop(i);           /* ...then seq_cst load */
 #endif
+                take_stop(i);
                 touch(i)
             :: /* heapd_write / heapd_cas / heapd_global_set's store: not a
                 * safepoint; the barrier logs (maybe waiting), then the
                 * store: the touch after the wait */
-                in_barrier[i] = true;
                 if
-                :: marking ->
+                :: atomic { marking -> in_barrier[i] = true };
                     /* a full ring, or the daemon marking the stack:
                      * mutator_wait_begin */
                     set_state(i, WAITING);
-                    (!marking || served);              /* the wait */
-                    wait_leave(i)                      /* mutator_wait_end */
-                :: else -> skip     /* barrier off, or room in the ring */
+                    (!marking || served);       /* the wait */
+                    wait_leave(i)               /* mutator_wait_end */
+                :: atomic { !marking -> in_barrier[i] = true }
+                    /* barrier off, or room in the ring */
                 fi;
-                touch(i);
-                in_barrier[i] = false
+                atomic { touch(i); in_barrier[i] = false }
             fi
         :: else -> break
         od;
-        /* heapd_detach: blocking_enter, then the daemon frees the slot */
+        /* heapd_detach: blocking_enter, then the daemon frees the slot
+         * (grant_free_slot, under heap->lock) */
         set_state(i, BLOCKED);
-        atomic { status[i] = ST(0, FREE); finished[i] = true }
+        d_step {
+            attached[i] = false; status[i] = ST(0, FREE);
+            stop_request[i] = 0; finished[i] = true
+        }
     } unless {
         /* killed at any step, waiting included: the thread runs no more */
-        kill[i] -> atomic { touching[i] = false; in_barrier[i] = false; dead[i] = true }
+        kill[i] -> d_step {
+            in_barrier[i] = false; dead[i] = true;
+            sg = 0; kd = 0
+        }
     }
 }
 
-/* The client of slot i may be killed at any moment; the loop thread then
- * sees its socket close and frees the slot (session_closed -> free_slot ->
- * safepoint_free_slot). */
-proctype Loop(byte i)
+/* One client may be killed, at any moment, or none; the loop thread
+ * then sees its socket close and frees the slot (session_closed ->
+ * grant_free_slot, under heap->lock).  One death a run reaches every
+ * path a dead client takes; a second one would only take the same paths
+ * for the other slot. */
+proctype Loop()
 {
+    byte i;
     if
-    :: atomic { !finished[i] -> kill[i] = true };
-        dead[i];
-        status[i] = ST(0, FREE)
+    :: atomic { !finished[0] -> i = 0; kill[0] = true }
+    :: atomic { !finished[1] -> i = 1; kill[1] = true }
     :: skip
+    fi;
+    if
+    :: kill[i] ->
+        dead[i];
+        d_step {
+            attached[i] = false; status[i] = ST(0, FREE);
+            stop_request[i] = 0; i = 0
+        }
+    :: else -> skip
     fi
 }
 
@@ -325,12 +528,12 @@ init {
     atomic {
         /* slot 0 attached before the first stop; slot 1 attaches at any
          * moment, during a stop included */
+        attached[0] = true;
         status[0] = ST(0, RUNNING);
         status[1] = ST(0, FREE);
         run Daemon();
         run Mutator(0, true);
         run Mutator(1, false);
-        run Loop(0);
-        run Loop(1)
+        run Loop()
     }
 }
