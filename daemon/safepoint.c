@@ -247,7 +247,9 @@ static enum layout_stall_on late_for(struct heap *h, unsigned i,
  * ~~~~~~~~~~~~~~~~~~~~~
  * A stop waits for every slot.  One that has not stopped stall_warn
  * after it was asked is late: the collector parks the stop.  It marks
- * every slot not stopped by then as stalled (owners[i].stall_since and
+ * the late slot and every later one not stopped by then as stalled (an
+ * earlier one was stopped when the walk passed it; if it runs again, the
+ * stop asked again later waits for it anew) (owners[i].stall_since and
  * stall_on, read by the loop thread: Note [Stalls] in daemon/stall.c),
  * keeps asking those for the stop, and releases all the others, which run
  * on and allocate, unpaced (HEAP_STALLED_STOP).  It then waits for the
