@@ -4,6 +4,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -127,6 +128,13 @@ pid_t harness_spawn(struct daemon_proc *d, char *const argv[], int stderr_fd)
             args[i] = argv[i];
         args[n < 63 ? n : 63] = NULL;
         setenv("NOTIFY_SOCKET", d->notify_path, 1);
+        if (d->run_as != 0 &&
+            (setgroups(0, NULL) != 0 || setgid(d->run_as) != 0 ||
+             setuid(d->run_as) != 0)) {
+            fprintf(stderr, "cannot become uid %u: %s\n",
+                    (unsigned)d->run_as, strerror(errno));
+            _exit(126);
+        }
         if (stderr_fd >= 0) {
             dup2(stderr_fd, STDERR_FILENO);
             dup2(stderr_fd, STDOUT_FILENO);
@@ -172,11 +180,33 @@ void harness_start(struct daemon_proc *d, const char *config)
     harness_start_logged(d, config, NULL);
 }
 
+static void start(struct daemon_proc *d, const char *config,
+                  const char *log_name, uid_t uid);
+
 void harness_start_logged(struct daemon_proc *d, const char *config,
                           const char *log_name)
 {
+    start(d, config, log_name, 0);
+}
+
+void harness_start_as(struct daemon_proc *d, const char *config,
+                      const char *log_name, uid_t uid)
+{
+    start(d, config, log_name, uid);
+}
+
+static void start(struct daemon_proc *d, const char *config,
+                  const char *log_name, uid_t uid)
+{
     int log_fd = -1;
     prepare(d);
+    if (uid != 0) {
+        d->run_as = uid;
+        ck_assert_msg(chown(d->dir, uid, uid) == 0 &&
+                          chmod(d->notify_path, 0666) == 0,
+                      "cannot hand %s to uid %u: %s", d->dir, (unsigned)uid,
+                      strerror(errno));
+    }
     if (log_name) {
         snprintf(d->log, sizeof d->log, "%s/%s", d->dir, log_name);
         log_fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

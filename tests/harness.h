@@ -46,6 +46,7 @@ struct daemon_proc {
     char notify_path[108];
     bool stopping_seen;
     char log[128];         /* heapd's stderr, if started logged */
+    uid_t run_as;          /* heapd's uid (harness_start_as); 0: ours */
 };
 
 /* A config with one heap "default" at HARNESS_HEAP_BASE (1 GiB) and the
@@ -59,6 +60,10 @@ void harness_start(struct daemon_proc *d, const char *config);
 /* The same with heapd's stderr in a file LOG_NAME of the private dir. */
 void harness_start_logged(struct daemon_proc *d, const char *config,
                           const char *log_name);
+/* The same, heapd running as UID (a root test only): its directory is
+ * UID's, and its notify socket open to it. */
+void harness_start_as(struct daemon_proc *d, const char *config,
+                      const char *log_name, uid_t uid);
 /* True if heapd's log (harness_start_logged) contains TEXT. */
 bool harness_log_contains(const struct daemon_proc *d, const char *text);
 /* Start heapd with ARGV (argv[0] ignored; the heapd binary is used) and

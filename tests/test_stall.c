@@ -42,8 +42,8 @@ struct shared {
 };
 static struct shared *S;
 
-static void start(const char *action, const char *timeout,
-                  const char *extra)
+static void start_as(uid_t uid, const char *action, const char *timeout,
+                     const char *extra)
 {
     char buf[512];
     snprintf(buf, sizeof buf,
@@ -54,8 +54,14 @@ static void start(const char *action, const char *timeout,
              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ck_assert(S != MAP_FAILED);
     memset(S, 0, sizeof *S);
-    harness_start_logged(&D, harness_default_config("@SOCK@", buf),
-                         "heapd.log");
+    harness_start_as(&D, harness_default_config("@SOCK@", buf), "heapd.log",
+                     uid);
+}
+
+static void start(const char *action, const char *timeout,
+                  const char *extra)
+{
+    start_as(0, action, timeout, extra);
 }
 
 /* ---- the healthy worker ---- */
@@ -520,6 +526,39 @@ START_TEST(evicted_process_aborts_at_its_next_call)
 }
 END_TEST
 
+/* A heapd that may not signal its client (another user's process)
+ * evicts it instead of killing it. */
+START_TEST(kill_not_allowed_falls_back_to_evict)
+{
+    char err[300];
+    ck_assert_msg(getuid() == 0, "this test needs root: it runs heapd as "
+                  "nobody and the client as root");
+    start_as(65534, "kill", "1s", NULL);
+    snprintf(err, sizeof err, "%s/victim.err", D.dir);
+    pid_t vk = fork_victim(V_LOOP, err);
+    int st;
+    ck_assert_int_eq(kill(vk, SIGSTOP), 0);
+    ck_assert_int_eq(waitpid(vk, &st, WUNTRACED), vk);
+    heapd_client *ctl = harness_control(&D);
+    ck_assert_int_eq(heapd_request_collect(ctl, 0), 0);
+    harness_wait_stat(&D, ctl, clients_evicted, ==, 1);
+    ck_assert_uint_eq(harness_stats(ctl).stalls_killed, 0);
+    ck_assert_msg(harness_log_contains(&D, "may not kill it"),
+                  "heapd's log does not say why it evicted");
+    ck_assert_int_eq(kill(vk, SIGCONT), 0);
+    ck_assert_int_eq(waitpid(vk, &st, 0), vk);
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT,
+                  "the evicted process ended with status %#x, not SIGABRT",
+                  st);
+    ck_assert_msg(file_has(err, "evicted"), "its stderr does not say it "
+                  "was evicted");
+    harness_wait_stat(&D, ctl, segments_fenced, ==, 0);
+    expect_baseline(ctl);
+    heapd_disconnect(ctl);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* ---- the pidfd guard ---- */
 
 /* A client whose process exits while a child of its holds the
@@ -658,6 +697,7 @@ static Suite *suite(void)
     tcase_set_timeout(t, 300);
     tcase_add_test(t, wait_lets_the_others_allocate_until_the_heap_is_full);
     tcase_add_test(t, evicted_process_aborts_at_its_next_call);
+    tcase_add_test(t, kill_not_allowed_falls_back_to_evict);
     suite_add_tcase(s, t);
     return s;
 }
