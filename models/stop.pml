@@ -8,16 +8,18 @@
  * Models Note [Stop the world], Note [Parking a stop], Note [Waiting for
  * acks] and Note [Waiting in a barrier] (daemon/safepoint.c:
  * safepoint_stop with SAFEPOINT_SNAPSHOT or SAFEPOINT_FINAL_SYNC, ask_all,
- * wait_slot, slot_stopped, safepoint_release), grant_slot and
- * grant_free_slot (daemon/grant.c: attach copies heap->stop_raised into
- * the new slot's word, both under heap->lock; a freed slot is no longer
- * attached), Note [Spinning through a pause] and take_stop / run_again /
- * mutator_stop_slow / mutator_block / mutator_wait_begin /
- * mutator_wait_end / heapd_blocking_leave (client/mutator.c), the
- * barrier waits urs_wait_room and barrier_stack_slow (client/barrier.c,
- * Note [Straddling a cycle]), and Note [Mutator slots] (proto/layout.h:
- * status = state | acked generation; a stop's kind is its generation's
- * parity, odd for a snapshot).
+ * ask_slot, wait_slot, look_at_slot, slot_stopped, wait_parked,
+ * safepoint_release), grant_slot and grant_free_slot (daemon/grant.c:
+ * attach copies heap->stop_raised into the new slot's word and records
+ * its owner in owners[i].client_id, both under heap->lock; a freed slot
+ * is no longer attached and has no owner), Note [Spinning through a
+ * pause] and take_stop / run_again / mutator_stop_slow / mutator_block /
+ * mutator_wait_begin / mutator_wait_end / heapd_blocking_leave
+ * (client/mutator.c), the barrier waits urs_wait_room and
+ * barrier_stack_slow (client/barrier.c, Note [Straddling a cycle]), and
+ * Note [Mutator slots] (proto/layout.h: status = state | acked
+ * generation; a stop's kind is its generation's parity, odd for a
+ * snapshot).
  *
  * Abstractions (each one is what the code relies on) and bounds:
  *   - Promela is sequentially consistent; the words it models
@@ -25,10 +27,13 @@
  *     the code.  The relaxed load in mutator_poll's fast path only delays
  *     noticing a stop, as a later poll would; the slow path re-loads
  *     seq_cst.
- *   - heap->lock: ask_all (raise, park's release, release) and
- *     grant_slot / grant_free_slot hold it for their whole update, so each
- *     is one atomic step here; stop_raised is read and written only under
- *     it.
+ *   - heap->lock: ask_all (raise, park's release, release), the parked
+ *     wait's release of one slot (wait_parked: the owner test and
+ *     ask_slot(h, i, 0)) and grant_slot / grant_free_slot hold it for
+ *     their whole update, so each is one atomic step here; stop_raised is
+ *     read and written only under it.  look_at_slot (the status and the
+ *     owner, in the slot's reader section) is one step too, and the
+ *     parked wait's look and its locked release are two.
  *   - futex_wait(w, v) sleeps only while *w == v, and every store to a
  *     futex word is followed by a wake, so a sleep is modelled as blocking
  *     until the word changes (a guard).  Spinning first (Note [Waiting for
@@ -36,7 +41,9 @@
  *   - Time: stall_warn is abstracted away.  Waiting for a slot that is not
  *     stopped yet, the daemon may at any moment decide it is late (at most
  *     MAXPARKS times a run) and park the stop; it then waits for the
- *     stalled slots with no deadline, as the code does.
+ *     stalled slots with no deadline, as the code does, letting each go
+ *     the moment it stops, in any order (the code looks at them in turn
+ *     and sleeps on the first one still late, or PARKED_LOOK_NS).
  *   - "Touching the heap" is one atomic step of a RUNNING mutator between
  *     safepoints; heapd_alloc, root changes and global calls poll first.
  *   - `marking` is control->phase == MARK (barrier_on): set by the
@@ -45,10 +52,14 @@
  *     wait ends when marking is over, or earlier when the daemon has
  *     served it (`served`: moved the ring's tail, or marked the stack,
  *     during concurrent marking: the daemon may or may not).
- *   - A slot is never reused, so a freed slot's words are read by nobody:
- *     freeing zeroes its stop word here (the code leaves it) to keep the
- *     state space small.  Eviction is a kill: the daemon frees the slot of
- *     a client that runs no more.
+ *   - Client ids (owners[i].client_id, `owner` here): 1 and 2 for the
+ *     first clients of slots 0 and 1, 3 for the client that attaches to
+ *     slot 1 once its first one left it; 0 for a free slot.  Only slot 1
+ *     is attached again (grant_slot takes any free slot; the park's
+ *     stalled slot may be either, and slot 1 can be the late one or a
+ *     later one).  Freeing zeroes the stop word here (the code leaves it;
+ *     grant_slot sets it anew) to keep the state space small.  Eviction
+ *     is a kill: the daemon frees the slot of a client that runs no more.
  *   - At most one client dies a run (either one, at any step, or none):
  *     one death reaches every path a dead client takes, and a second one
  *     doubled the state space for the same paths in the other slot.
@@ -59,8 +70,11 @@
  * into the next snapshot, and every wait for marking to end can end.  Two
  * slots: slot 0 attached from the start, slot 1 attaching at any moment
  * (heapd_attach polls before it returns); each mutator does up to NOPS
- * heap operations, blocking regions or barriers, then detaches.  The
- * daemon parks at most MAXPARKS (1) of its stops, in any of the three.
+ * heap operations, blocking regions or barriers, then detaches.  Once
+ * slot 1's first client left it (detached, or killed and freed), a third
+ * client may attach to it, a park under way included; it lives as long
+ * as the heap and takes every stop asked of it (NewOwner).  The daemon
+ * parks at most MAXPARKS (1) of its stops, in any of the three.
  *
  * Leaving a barrier wait (mutator_wait_end): after storing RUNNING, the
  * mutator loads its stop word once and takes that stop only if it is a
@@ -83,13 +97,15 @@
  *   (S3) nobody waits forever: spin's invalid-end-state check (the daemon
  *        never waits for a dead or detached client, nor a final sync for a
  *        mutator waiting in a barrier for marking to end, nor a park for a
- *        stalled slot that stopped; a stopped mutator is always released;
- *        all processes reach their end);
- *   (P1) while a stop is parked, a stalled slot is still asked for it:
- *        each load of its stop word by its mutator (at a safepoint, in
- *        take_stop, leaving a blocking region or a barrier wait) reads
- *        nonzero, so it stops at its next safepoint and the park ends:
- *        asserted by the mutator at each such load;
+ *        stalled slot that stopped, nor for a slot attached again since
+ *        the park, whose new owner was never asked; a stopped mutator is
+ *        always released; all processes reach their end);
+ *   (P1) while a stop is parked, a slot stalled with its owner is still
+ *        asked for it until the park lets it go: each load of its stop
+ *        word by that owner's mutator (at a safepoint, in take_stop,
+ *        leaving a blocking region or a barrier wait) reads nonzero, so it
+ *        stops at its next safepoint and the park ends: asserted by the
+ *        mutator at each such load;
  *   (P2) reachability, checked by building with -DREACH_RELEASED_RUNS,
  *        which must produce an error: a mutator that acked the parked stop
  *        and was released by the park touches the heap while the other
@@ -98,6 +114,21 @@
  *        liveness property this safety model does not state; the release
  *        writes 0 into the released slots' words, and no wait of a
  *        mutator is on a word that is 0.)
+ *   (P3) reachability, checked by building with
+ *        -DREACH_PARK_HOLDS_NEW_OWNER, which must produce an error (a
+ *        window of the code, not a property it has): when the parked wait
+ *        ends, a slot still holds the parked stop in its word.  The stalled
+ *        slot is freed and attached again between the park's look and its
+ *        release (ask_all(h, 0, stalled)): the new owner gets
+ *        stop_raised, the parked generation, and keeps it, since the
+ *        release keeps the stalled slot; the parked wait then finds
+ *        another owner and neither waits for it nor lets it go.  It acks
+ *        the parked stop and waits until the re-raise, held by the park
+ *        for as long as any other stalled slot stalls, and named by
+ *        nobody.  Letting the slot go under heap->lock whenever it is
+ *        attached (any owner: during a park stop_raised is 0, so a new
+ *        owner's word should be 0 anyway) closes it: that variant
+ *        verifies with P3 asserted.
  *
  * Mutants (spin -D...), each must produce an error:
  *   BUG_LEAVE_LOAD_FIRST  blocking_leave loads its stop word before it
@@ -138,20 +169,37 @@
  *                         ends by detaching, so the park does end and S3
  *                         holds, but a mutator that only polls would never
  *                         stop).
+ *   BUG_PARK_RELEASE_UNSTOPPED  the parked wait lets a slot that stopped
+ *                         go with ask_all(h, 0, NULL), every slot's word,
+ *                         instead of ask_slot for that slot: the other
+ *                         stalled slot, not stopped yet, is let go too,
+ *                         still stalled: P1 fails.
+ *   BUG_PARK_WAITS_NEW_OWNER  the parked wait does not compare the slot's
+ *                         owner with the one recorded at the park: it
+ *                         waits for a re-attached slot's new owner, who
+ *                         was attached while stop_raised was 0, was never
+ *                         asked the parked stop and never acks it: S3
+ *                         fails (a deadlock).
+ *   BUG_PARK_ENDS_STOPPED  the park ends the stop (the stopped section
+ *                         follows it without the re-raise), as if the
+ *                         stalled slots were still held once stopped: S1
+ *                         fails, every slot was let go.
  *   BUG_ATTACH_NO_RAISED  grant_slot does not copy stop_raised: a slot
  *                         attached during a stop is not asked for it.
- *                         P1 fails first (the daemon finds the new slot
- *                         late, and the stalled slot's word reads 0); with
- *                         MAXPARKS 0, S1 (the daemon looked at the slot
- *                         before it was attached, counted it stopped, and
- *                         the new mutator runs in the stopped section).
+ *                         S3 fails first, with MAXPARKS 0 as well: slot 1,
+ *                         attached again during a stop, is found not
+ *                         stopped and waited for (stalled, if the daemon
+ *                         parks), and its client, which takes only stops
+ *                         asked of it, never acks.  (Before the third
+ *                         client was modelled, P1 failed: the stalled new
+ *                         slot's word read 0; or, with MAXPARKS 0, S1.)
  *
  * Not a mutant: take_stop returning when its wait for stop g's release is
  * ended by the re-raise g' (Note [Parking a stop]), instead of acking g' at
- * once (BUG_TAKE_STOP_NO_LOOP) verifies: that wake is reachable (a stalled
- * slot acks g, the park ends, the re-raise changes its word), but the
- * mutator then runs with its status acking g, which does not count as
- * stopped for g', and acks g' at its next safepoint.  The loop only saves
+ * once (BUG_TAKE_STOP_NO_LOOP) verifies: that wake is reachable (a slot
+ * acks g, the park lets it go and asks again before it reloads its word),
+ * but the mutator then runs with its status acking g, which does not count
+ * as stopped for g', and acks g' at its next safepoint.  The loop only saves
  * the re-raised stop that wait (which, for a slow safepoint, could make
  * it late and park again).
  */
@@ -182,6 +230,9 @@ bool served;                /* the daemon served the barriers this cycle */
 bool stopped;               /* ghost: daemon is in its stopped section */
 byte parked;                /* ghost: the generation parked, or 0 */
 bool stalled[NM];           /* the daemon's stalled set (owners[i].stall_since) */
+byte owner[NM];             /* heap->owners[i].client_id: 0, or a client */
+byte park_owner[NM];        /* the owner when slot i was stalled, or 0 */
+bool heap_closed;           /* ghost: the daemon made its last stop */
 bool in_barrier[NM];        /* ghost: mutator i is inside a write barrier */
 bool kill[NM];              /* the client of slot i is killed (kill -9) */
 bool dead[NM];              /* ... and its thread has stopped running */
@@ -208,6 +259,15 @@ bool finished[NM];          /* the mutator detached and returned */
        STATE(status[i]) == BLOCKED || \
        (STATE(status[i]) == WAITING && WAITING_STOPPED(k)))))
 
+/* look_at_slot(h, i, owner, ...) in the parked wait: stopped, freed, or
+ * attached again since the park (another owner, who was never asked) */
+#ifdef BUG_PARK_WAITS_NEW_OWNER
+#define LOOK_STOPPED(i, g, k)   SLOT_STOPPED(i, g, k)
+#else
+#define LOOK_STOPPED(i, g, k) \
+    (SLOT_STOPPED(i, g, k) || owner[i] != park_owner[i])
+#endif
+
 /* ask_all(h, gen, keep): under heap->lock (the caller's d_step),
  * heap->stop_raised = gen and every attached slot not kept is asked for
  * gen (0: released) */
@@ -222,6 +282,28 @@ inline ask_all(gen, keep_stalled)
         fi
     }
     i = 0
+}
+
+/* wait_parked: stalled slot J, if look_at_slot with the owner recorded
+ * at the park finds it stopped (or freed, or attached again), is named
+ * no more and, under heap->lock, if it still has that owner, let go (its
+ * word 0: ask_slot(h, j, 0)).  The look and the locked release are two
+ * steps, as in the code. */
+inline let_go(j)
+{
+    stalled[j] && LOOK_STOPPED(j, g, k) ->
+    d_step {
+        stalled[j] = false;
+#ifdef BUG_PARK_RELEASE_UNSTOPPED
+        ask_all(0, false);
+#else
+        if
+        :: owner[j] == park_owner[j] -> stop_request[j] = 0
+        :: else -> skip
+        fi;
+#endif
+        park_owner[j] = 0
+    }
 }
 
 proctype Daemon()
@@ -261,10 +343,18 @@ proctype Daemon()
             :: else -> skip
             fi;
             /* Note [Parking a stop]: every slot from the late one on that
-             * is attached and not stopped now is stalled... */
+             * is attached and not stopped now is stalled, and its owner
+             * recorded (one step a slot: the load of owners[i].client_id
+             * and look_at_slot with it)... */
             parks++;
             for (i : late .. NM - 1) {
-                stalled[i] = attached[i] && !SLOT_STOPPED(i, g, k)
+                d_step {
+                    if
+                    :: attached[i] && !SLOT_STOPPED(i, g, k) ->
+                        stalled[i] = true; park_owner[i] = owner[i]
+                    :: else -> skip
+                    fi
+                }
             }
             i = 0;
             /* ...the others are released, the stalled ones kept... */
@@ -273,20 +363,24 @@ proctype Daemon()
 #else
             d_step { ask_all(0, true); parked = g };
 #endif
-            /* ...and the daemon waits for each stalled one, no deadline */
-            for (i : late .. NM - 1) {
-                if
-                :: stalled[i] -> SLOT_STOPPED(i, g, k)
-                :: else -> skip
-                fi
-            }
-            i = 0;
-            d_step {
-                parked = 0;
-                stalled[0] = false;
-                stalled[1] = false;
-                late = 0
-            };
+            /* ...and wait_parked waits for the stalled ones, no deadline,
+             * letting each go the moment it stops (in any order: the code
+             * looks at them in turn, and sleeps on the first one late) */
+            do
+            :: let_go(0)
+            :: let_go(1)
+            :: atomic {
+                   !stalled[0] && !stalled[1] ->
+#ifdef REACH_PARK_HOLDS_NEW_OWNER
+                   /* P3: reachable, must fail */
+                   assert(stop_request[0] == 0 && stop_request[1] == 0);
+#endif
+                   parked = 0; late = 0; break
+               }
+            od;
+#ifdef BUG_PARK_ENDS_STOPPED
+            break;
+#endif
             /* asked again under a new generation of the same kind */
 #ifndef BUG_REASK_SAME_GEN
             g = g + 2
@@ -313,16 +407,18 @@ proctype Daemon()
         :: skip
         fi
     :: else -> break
-    od
+    od;
+    heap_closed = true
 }
 
-/* The mutator loads its stop word into sg: checked against P1 (a stalled
- * slot is still asked while its stop is parked). */
+/* Mutator c loads its stop word into sg: checked against P1 (a slot
+ * stalled with owner c is still asked while its stop is parked). */
 inline load_word(i)
 {
     atomic {
         sg = stop_request[i];
-        assert(sg != 0 || parked == 0 || !stalled[i])  /* P1 */
+        assert(sg != 0 || parked == 0 || !stalled[i] ||
+               park_owner[i] != c)                      /* P1 */
     }
 }
 
@@ -331,7 +427,8 @@ inline load_stop(i)
 {
     atomic {
         sg = stop_request[i];
-        assert(sg != 0 || parked == 0 || !stalled[i]); /* P1 */
+        assert(sg != 0 || parked == 0 || !stalled[i] ||
+               park_owner[i] != c);                     /* P1 */
         kd = KIND(sg)
     }
 }
@@ -381,7 +478,8 @@ inline poll(i)
         take_stop(i)
     :: atomic {
            stop_request[i] == 0 ->
-               assert(parked == 0 || !stalled[i])       /* P1 */
+               assert(parked == 0 || !stalled[i] ||
+                      park_owner[i] != c)               /* P1 */
        }
     fi
 }
@@ -426,7 +524,7 @@ inline wait_leave(i)
 #endif
 }
 
-proctype Mutator(byte i; bool attached_at_start)
+proctype Mutator(byte i; byte c; bool attached_at_start)
 {
     byte sg, kd, n = 0;
     {
@@ -439,6 +537,7 @@ proctype Mutator(byte i; bool attached_at_start)
              * polls before it returns */
             d_step {
                 attached[i] = true;
+                owner[i] = c;
                 status[i] = ST(0, RUNNING);
 #ifndef BUG_ATTACH_NO_RAISED
                 stop_request[i] = stop_raised
@@ -488,7 +587,7 @@ proctype Mutator(byte i; bool attached_at_start)
          * (grant_free_slot, under heap->lock) */
         set_state(i, BLOCKED);
         d_step {
-            attached[i] = false; status[i] = ST(0, FREE);
+            attached[i] = false; owner[i] = 0; status[i] = ST(0, FREE);
             stop_request[i] = 0; finished[i] = true
         }
     } unless {
@@ -498,6 +597,37 @@ proctype Mutator(byte i; bool attached_at_start)
             sg = 0; kd = 0
         }
     }
+}
+
+/* Client C attaches to slot I once its first client left it (detached,
+ * or killed and its slot freed: grant_slot takes a free slot), a stop
+ * or a park under way included, and polls before heapd_attach returns.
+ * It then lives as long as the heap: it touches the heap after each
+ * stop it takes, and takes every stop asked of it (a running mutator
+ * reaches a safepoint; its polls that find no stop change nothing, so
+ * they are one guard on its word).  It is never killed and never
+ * blocks: a wait for it ends only when it acks. */
+proctype NewOwner(byte i; byte c)
+{
+    byte sg, kd;
+    d_step {
+        !attached[i] && (finished[i] || dead[i]) ->
+        attached[i] = true;
+        owner[i] = c;
+        status[i] = ST(0, RUNNING);
+#ifndef BUG_ATTACH_NO_RAISED
+        stop_request[i] = stop_raised
+#endif
+    };
+    poll(i);
+    touch(i);
+    do
+    :: heap_closed -> break
+    :: atomic { stop_request[i] != 0 -> skip };
+        load_stop(i);
+        take_stop(i);
+        touch(i)
+    od
 }
 
 /* One client may be killed, at any moment, or none; the loop thread
@@ -516,9 +646,15 @@ proctype Loop()
     if
     :: kill[i] ->
         dead[i];
+        /* its own slot only: one never attached may be another's now */
         d_step {
-            attached[i] = false; status[i] = ST(0, FREE);
-            stop_request[i] = 0; i = 0
+            if
+            :: owner[i] == i + 1 ->
+                attached[i] = false; owner[i] = 0; status[i] = ST(0, FREE);
+                stop_request[i] = 0
+            :: else -> skip
+            fi;
+            i = 0
         }
     :: else -> skip
     fi
@@ -529,11 +665,13 @@ init {
         /* slot 0 attached before the first stop; slot 1 attaches at any
          * moment, during a stop included */
         attached[0] = true;
+        owner[0] = 1;
         status[0] = ST(0, RUNNING);
         status[1] = ST(0, FREE);
         run Daemon();
-        run Mutator(0, true);
-        run Mutator(1, false);
+        run Mutator(0, 1, true);
+        run Mutator(1, 2, false);
+        run NewOwner(1, 3);
         run Loop()
     }
 }
