@@ -255,14 +255,17 @@ static enum layout_stall_on late_for(struct heap *h, unsigned i,
  * on and allocate, unpaced (HEAP_STALLED_STOP).  It then waits for the
  * stalled slots alone: each stops (it reached a safepoint, or entered a
  * blocking region) or is freed (the stall policy ended its client, or it
- * went away): each is let go, and named no more, the moment it stops, so
- * that a process that was only slow is never taken for the one that
- * stalls; a slot freed and attached again meanwhile is its new owner's,
- * who was never asked, and is not waited for.  Only then is the stop
- * asked again of every slot, under a new generation of the same kind: a slot released by the park that
- * acknowledged the old one must not count as stopped for it, and a
- * stalled slot waiting for the old one's release is woken by the change
- * and takes the new one at once (take_stop in client/mutator.c).  The
+ * went away; a final sync also counts one WAITING in a barrier): each is
+ * let go, and named no more, the moment it stops, so that a process that
+ * was only slow is never taken for the one that stalls.  A slot freed
+ * and attached again meanwhile is not waited for, its new owner not
+ * being the one that stalled; it is let go too, since an attach between
+ * the park's look and its release got the parked stop from stop_raised
+ * (models/stop.pml found that window: P3).  Only then is the stop asked
+ * again of every slot, under a new generation of the same kind: a slot released by the park that
+ * acknowledged the old one must not count as stopped for it, and a slot
+ * still waiting in take_stop for the old one (let go, but not yet
+ * awake) takes the new one at once (client/mutator.c).  The
  * parked stop did none of its work, so nothing the released mutators did
  * meanwhile escapes it.  Each park doubles the patience of the rounds
  * after it, so that mutators whose safepoints are merely further apart
@@ -294,14 +297,18 @@ static void wait_parked(struct heap *h, uint64_t *stalled,
                 }
                 continue;
             }
-            /* stopped: named no more, and let go at once */
+            /* stopped: named no more, and let go at once -- whoever has
+             * the slot now: one attached between the park's look and its
+             * release got the parked stop from stop_raised */
             stalled[i / 64] &= ~(1ull << (i % 64));
             pthread_mutex_lock(&h->lock);
-            if (atomic_load(&h->owners[i].client_id) == owners[i]) {
+            uint64_t now_owner = atomic_load(&h->owners[i].client_id);
+            if (now_owner == owners[i]) {
                 atomic_store(&h->owners[i].stall_since, 0);
                 atomic_store(&h->owners[i].stall_on, LAYOUT_STALL_NONE);
-                ask_slot(h, i, 0);
             }
+            if (now_owner != 0)
+                ask_slot(h, i, 0);
             pthread_mutex_unlock(&h->lock);
         }
         if (first < 0)

@@ -114,21 +114,16 @@
  *        liveness property this safety model does not state; the release
  *        writes 0 into the released slots' words, and no wait of a
  *        mutator is on a word that is 0.)
- *   (P3) reachability, checked by building with
- *        -DREACH_PARK_HOLDS_NEW_OWNER, which must produce an error (a
- *        window of the code, not a property it has): when the parked wait
- *        ends, a slot still holds the parked stop in its word.  The stalled
- *        slot is freed and attached again between the park's look and its
- *        release (ask_all(h, 0, stalled)): the new owner gets
- *        stop_raised, the parked generation, and keeps it, since the
- *        release keeps the stalled slot; the parked wait then finds
- *        another owner and neither waits for it nor lets it go.  It acks
- *        the parked stop and waits until the re-raise, held by the park
- *        for as long as any other stalled slot stalls, and named by
- *        nobody.  Letting the slot go under heap->lock whenever it is
- *        attached (any owner: during a park stop_raised is 0, so a new
- *        owner's word should be 0 anyway) closes it: that variant
- *        verifies with P3 asserted.
+ *   (P3) when the parked wait ends, no slot's word holds the parked stop:
+ *        asserted by the daemon.  A stalled slot freed and attached again
+ *        between the park's look and its release (ask_all(h, 0,
+ *        stalled)) gives its new owner stop_raised, the parked
+ *        generation; the parked wait lets such a slot go too, under
+ *        heap->lock, whoever owns it.  (The first version let go only the
+ *        recorded owner's: the new owner acked the parked stop and waited,
+ *        held by the park for as long as any other slot stalled, named by
+ *        nobody.  The model found it; BUG_PARK_KEEPS_NEW_OWNER is that
+ *        version.)
  *
  * Mutants (spin -D...), each must produce an error:
  *   BUG_LEAVE_LOAD_FIRST  blocking_leave loads its stop word before it
@@ -180,6 +175,9 @@
  *                         was attached while stop_raised was 0, was never
  *                         asked the parked stop and never acks it: S3
  *                         fails (a deadlock).
+ *   BUG_PARK_KEEPS_NEW_OWNER  the parked wait lets go only a slot of the
+ *                         owner recorded at the park (the first version
+ *                         of wait_parked): P3 fails.
  *   BUG_PARK_ENDS_STOPPED  the park ends the stop (the stopped section
  *                         follows it without the re-raise), as if the
  *                         stalled slots were still held once stopped: S1
@@ -297,8 +295,14 @@ inline let_go(j)
 #ifdef BUG_PARK_RELEASE_UNSTOPPED
         ask_all(0, false);
 #else
+        /* whoever has the slot now (a new owner attached between the
+         * park's look and its release got the parked stop) */
         if
+#ifdef BUG_PARK_KEEPS_NEW_OWNER
         :: owner[j] == park_owner[j] -> stop_request[j] = 0
+#else
+        :: attached[j] -> stop_request[j] = 0
+#endif
         :: else -> skip
         fi;
 #endif
@@ -371,10 +375,8 @@ proctype Daemon()
             :: let_go(1)
             :: atomic {
                    !stalled[0] && !stalled[1] ->
-#ifdef REACH_PARK_HOLDS_NEW_OWNER
-                   /* P3: reachable, must fail */
+                   /* P3 */
                    assert(stop_request[0] == 0 && stop_request[1] == 0);
-#endif
                    parked = 0; late = 0; break
                }
             od;
