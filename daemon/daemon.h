@@ -11,6 +11,7 @@
 
 #include "auth.h"
 #include "config.h"
+#include "fdstore.h"
 #include "frame.h"
 #include "heap.h"
 #include "workers.h"
@@ -102,6 +103,8 @@ struct daemon {
     bool stopping;
     struct workers workers;
     struct pending *pending;    /* requests waiting for a cycle */
+    struct fdstore fds;         /* what heapd was started with (Note
+                                   [Heaps across restarts] in fdstore.c) */
     /* Note [Stalls] in stall.c */
     uv_timer_t stall_timer;
     struct stall_fence *fences; /* evicted processes still alive */

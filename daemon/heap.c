@@ -32,7 +32,7 @@ int heap_sealed_memfd(const char *name, uint64_t size)
 /* Note [The daemon's page]: its memfd, mapped read-write over the first
  * LAYOUT_DAEMON_BYTES of the heap mapping at BASE, and a read-only
  * descriptor of it for clients. */
-static int open_daemon_page(struct heap *h, void *base)
+static int open_daemon_page(struct heap *h, void *base, int kept)
 {
     char name[80], path[64];
     long page = sysconf(_SC_PAGESIZE);
@@ -49,7 +49,9 @@ static int open_daemon_page(struct heap *h, void *base)
         return -EINVAL;
     }
     snprintf(name, sizeof name, "heapd:%s:daemon", h->cfg->name);
-    if ((h->page_fd = heap_sealed_memfd(name, LAYOUT_DAEMON_BYTES)) < 0)
+    if (kept >= 0)
+        h->page_fd = kept; /* Note [Heaps across restarts] */
+    else if ((h->page_fd = heap_sealed_memfd(name, LAYOUT_DAEMON_BYTES)) < 0)
         return h->page_fd;
     void *p = mmap(base, LAYOUT_DAEMON_BYTES, PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_FIXED, h->page_fd, 0);
@@ -66,18 +68,42 @@ static int open_daemon_page(struct heap *h, void *base)
     return 0;
 }
 
-int heap_open(struct heap *h, const struct config_heap *cfg)
+/* Is FD a memfd of SIZE bytes sealed as heap_sealed_memfd seals? */
+static bool sealed_as_ours(int fd, uint64_t size)
+{
+    struct stat st;
+    int seals = fcntl(fd, F_GET_SEALS);
+    int want = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+    return fstat(fd, &st) == 0 && (uint64_t)st.st_size == size &&
+           seals >= 0 && (seals & want) == want;
+}
+
+int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
+              int kept_page)
 {
     char name[80];
     void *p = MAP_FAILED;
     int fd = -1, rc = 0;
+    bool kept = kept_heap >= 0;
 
     memset(h, 0, sizeof *h);
     h->fd = h->page_fd = h->page_ro_fd = -1;
     h->cfg = cfg;
 
     snprintf(name, sizeof name, "heapd:%s", cfg->name);
-    if ((fd = heap_sealed_memfd(name, cfg->max_size)) < 0) {
+    if (kept && (kept_page < 0 || !sealed_as_ours(kept_heap, cfg->max_size) ||
+                 !sealed_as_ours(kept_page, LAYOUT_DAEMON_BYTES))) {
+        log_error("heap '%s': the memfds the service manager kept are not "
+                  "a heap of max_size %llu as this heapd makes them",
+                  cfg->name, (unsigned long long)cfg->max_size);
+        close(kept_heap);
+        if (kept_page >= 0)
+            close(kept_page);
+        return -EINVAL;
+    }
+    if (kept) {
+        fd = kept_heap;
+    } else if ((fd = heap_sealed_memfd(name, cfg->max_size)) < 0) {
         rc = fd;
         log_error("heap '%s': cannot make a sealed memfd of %llu bytes: %s; "
                   "lower max_size", cfg->name,
@@ -100,7 +126,7 @@ int heap_open(struct heap *h, const struct config_heap *cfg)
                                 : strerror(-rc), cfg->name);
         goto out;
     }
-    if ((rc = open_daemon_page(h, p)) < 0) {
+    if ((rc = open_daemon_page(h, p, kept ? kept_page : -1)) < 0) {
         log_error("heap '%s': cannot set up the daemon's page: %s",
                   cfg->name, strerror(-rc));
         munmap(p, cfg->max_size);
@@ -120,8 +146,19 @@ int heap_open(struct heap *h, const struct config_heap *cfg)
 #endif
     pthread_mutex_init(&h->lock, NULL);
     pthread_mutex_init(&h->adoption, NULL);
-    layout_init_control(h->control, cfg->name, cfg->base, cfg->max_size,
-                        cfg->segment_size);
+    if (!kept)
+        layout_init_control(h->control, cfg->name, cfg->base, cfg->max_size,
+                            cfg->segment_size);
+    else if ((rc = layout_check_control(h->control, cfg->base, cfg->max_size,
+                                        cfg->segment_size)) < 0) {
+        log_error("heap '%s': the kept heap's control area does not match "
+                  "its configuration (%s)", cfg->name, strerror(-rc));
+        munmap(p, cfg->max_size);
+        h->base = NULL;
+        h->control = NULL;
+        h->fd = -1;
+        goto out;
+    }
     if ((rc = seg_init(h)) < 0 || (rc = slotmem_reserve(h)) < 0) {
         log_error("heap '%s': out of memory for the segment table or the "
                   "mutator slots' windows", cfg->name);

@@ -173,8 +173,13 @@ static inline void *heap_seg_addr(const struct heap *h, uint32_t i)
 /* Create the memfd, seal it, map it at cfg->base and lay out the control
  * area.  Returns 0 or a negative errno after logging a message that names
  * the heap, the range and the config key to change (-EEXIST when the range
- * is already mapped in the daemon). */
-int heap_open(struct heap *h, const struct config_heap *cfg);
+ * is already mapped in the daemon).  With KEPT_HEAP and KEPT_PAGE >= 0 (a
+ * heap the service manager kept: Note [Heaps across restarts] in
+ * daemon/fdstore.c), those are mapped instead, checked, and taken over
+ * (closed on failure); the segment table starts fresh, for state_restore
+ * to fill. */
+int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
+              int kept_page);
 
 /* Unmap and close.  Safe on a heap that failed to open or is closed. */
 void heap_close(struct heap *h);

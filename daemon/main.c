@@ -28,8 +28,10 @@
 
 #include "daemon.h"
 #include "heapd_build.h"
+#include "fdstore.h"
 #include "log.h"
 #include "stall.h"
+#include "state.h"
 
 #define SHUTDOWN_GRACE_MS 2000
 
@@ -193,6 +195,83 @@ static void close_walk(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
+/* Heap I: the one the service manager kept, if its saved state proves
+ * itself, else a new one (Note [Heaps across restarts] in fdstore.c). */
+static int open_heap(struct daemon *d, size_t i, struct fdstore *fds)
+{
+    const struct config_heap *cfg = &d->cfg.heaps[i];
+    struct heap *h = &d->heaps[i];
+    int kh = fdstore_take(fds, "heap", cfg->name);
+    int kp = fdstore_take(fds, "page", cfg->name);
+    int ks = fdstore_take(fds, "state", cfg->name);
+    char why[512] = "";
+    int rc;
+
+    if (kh >= 0 || kp >= 0 || ks >= 0) {
+        if (kh < 0 || kp < 0)
+            snprintf(why, sizeof why, "the service manager kept only part "
+                     "of it");
+        else if (ks < 0)
+            snprintf(why, sizeof why, "the heapd before did not save its "
+                     "state (it was killed, or it crashed)");
+        else if (heap_open(h, cfg, dup(kh), dup(kp)) < 0)
+            snprintf(why, sizeof why, "its memfds do not fit [heap %s]",
+                     cfg->name);
+        else if (state_restore(h, ks, why, sizeof why) < 0)
+            heap_close(h);
+        else
+            why[0] = '\0';
+        if (!why[0]) {
+            /* a crash from now on must never bring this state back */
+            fdstore_forget("state", cfg->name);
+            log_info("heap '%s': recovered from the state the heapd before "
+                     "saved (%u segments in use)", cfg->name,
+                     h->segs.count - h->segs.first - h->segs.n_free);
+        } else {
+            log_error("heap '%s': not recovered: %s.  Its memfds stay in "
+                      "the service manager's store as heapd.lost-heap.%s "
+                      "and heapd.lost-page.%s, for an operator to save "
+                      "(systemctl clean --what=fdstore heapd drops them); "
+                      "the heap starts empty", cfg->name, why, cfg->name,
+                      cfg->name);
+            if (kh >= 0)
+                fdstore_keep("lost-heap", cfg->name, kh, true);
+            if (kp >= 0)
+                fdstore_keep("lost-page", cfg->name, kp, true);
+            fdstore_forget("state", cfg->name);
+        }
+        if (kh >= 0)
+            close(kh);
+        if (kp >= 0)
+            close(kp);
+        if (ks >= 0)
+            close(ks);
+        if (!why[0])
+            return 0;
+    }
+    if ((rc = heap_open(h, cfg, -1, -1)) < 0)
+        return rc;
+    fdstore_keep("heap", cfg->name, h->fd, true);
+    fdstore_keep("page", cfg->name, h->page_fd, true);
+    return 0;
+}
+
+/* A clean exit: every heap's state, for the next heapd. */
+static void save_heaps(struct daemon *d)
+{
+    for (size_t i = 0; i < d->n_heaps; i++) {
+        struct heap *h = &d->heaps[i];
+        int fd = state_save(h);
+        if (fd < 0) {
+            log_error("heap '%s': cannot save its state (%s); the next "
+                      "heapd starts it empty", h->cfg->name, strerror(-fd));
+            continue;
+        }
+        fdstore_keep("state", h->cfg->name, fd, true);
+        close(fd);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -268,9 +347,14 @@ int main(int argc, char **argv)
         goto out;
     }
     workers_ready = true;
+    if (fdstore_collect(&d->fds) < 0)
+        log_warn("cannot read the descriptors passed at start; every heap "
+                 "starts empty");
     for (size_t i = 0; i < d->cfg.n_heaps; i++) {
-        if (heap_open(&d->heaps[i], &d->cfg.heaps[i]) < 0)
+        if (open_heap(d, i, &d->fds) < 0) {
+            fdstore_close_rest(&d->fds);
             goto out;
+        }
         d->n_heaps++;
         if (handoff_collector_start(&d->heaps[i], &d->workers, &d->loop,
                                     session_cycle_done, d) < 0) {
@@ -283,6 +367,7 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    fdstore_close_rest(&d->fds);
     uv_signal_init(&d->loop, &d->sig_term);
     uv_signal_init(&d->loop, &d->sig_int);
     d->sig_term.data = d->sig_int.data = d;
@@ -302,6 +387,9 @@ out:
      * way finishes (Note [Stop the world]) */
     for (size_t i = 0; i < d->n_heaps; i++)
         handoff_stop(&d->heaps[i]);
+    /* Note [Saved state]: no client, no cycle: a clean exit saves */
+    if (rc == 0)
+        save_heaps(d);
     if (workers_ready)
         workers_destroy(&d->workers);
     if (loop_ready) {

@@ -626,7 +626,9 @@ int server_listen(struct daemon *d)
     uv_pipe_init(&d->loop, &d->listener, 0);
     d->listener.data = d;
 
-    n = sd_listen_fds(1);
+    /* taken at start with what the service manager kept (Note [Heaps
+     * across restarts] in fdstore.c) */
+    n = (int)d->fds.n_listeners;
     if (n > 1) {
         log_error("systemd passed %d sockets; heapd.socket must declare "
                   "exactly one ListenStream", n);
@@ -634,14 +636,14 @@ int server_listen(struct daemon *d)
         goto out;
     }
     if (n == 1) {
-        if (sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, NULL, 0)
+        if (sd_is_socket_unix(d->fds.listeners[0], SOCK_STREAM, 1, NULL, 0)
             <= 0) {
             log_error("the socket systemd passed is not a listening Unix "
                       "stream socket; fix ListenStream in heapd.socket");
             rc = -EINVAL;
             goto out;
         }
-        if ((rc = uv_pipe_open(&d->listener, SD_LISTEN_FDS_START)) < 0)
+        if ((rc = uv_pipe_open(&d->listener, d->fds.listeners[0])) < 0)
             goto uv_fail;
         d->socket_activated = true;
         log_info("using the socket passed by systemd");

@@ -1,0 +1,127 @@
+/* The service manager's file-descriptor store, heapd's side.
+ *
+ * Note [Heaps across restarts]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A heap is a memfd: it outlives heapd if someone else holds it.  So
+ * heapd asks the service manager (systemd's fd store: FDSTORE=1, FDNAME=,
+ * sd_pid_notify_with_fds) to keep, for every heap, the heap's memfd and
+ * the daemon's page as soon as they exist (heapd.heap.NAME,
+ * heapd.page.NAME), and at a clean exit a third memfd with the daemon's
+ * own state of the heap (heapd.state.NAME: the segment table, the globals'
+ * records, the counters; daemon/state.c).  The next heapd gets them back
+ * (sd_listen_fds_with_names, beside a socket-activated listener) and
+ * serves the heap again instead of a new one, if the state is there and
+ * proves itself (Note [Saved state] in state.c); it then forgets the
+ * stored state at once, so that a crash later can never bring back a
+ * state older than the heap.  A heap whose state is missing (the heapd
+ * before was killed) or refused is not served: heapd says why, keeps its
+ * memfds in the store under heapd.lost.NAME for an operator, and starts
+ * that heap empty.  Without a service manager none of this happens, and
+ * a restart starts every heap empty, as before.  Clients connected at a
+ * clean exit are disconnected first (they leave as crashed ones: their
+ * segments orphaned), so the saved state names no client.
+ */
+#include "fdstore.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include "log.h"
+
+int fdstore_collect(struct fdstore *s)
+{
+    char **names = NULL;
+    memset(s, 0, sizeof *s);
+    int n = sd_listen_fds_with_names(1, &names);
+    if (n < 0)
+        return n;
+    for (int i = 0; i < n; i++) {
+        int fd = SD_LISTEN_FDS_START + i;
+        const char *name = names && names[i] ? names[i] : "unknown";
+        if (sd_is_socket(fd, AF_UNSPEC, 0, -1) > 0) {
+            if (s->n_listeners < sizeof s->listeners / sizeof s->listeners[0])
+                s->listeners[s->n_listeners] = fd;
+            s->n_listeners++;
+        } else if (strncmp(name, "heapd.", 6) == 0 &&
+                   s->n_kept < FDSTORE_MAX) {
+            snprintf(s->kept[s->n_kept].name, sizeof s->kept[0].name, "%s",
+                     name);
+            s->kept[s->n_kept++].fd = fd;
+        } else {
+            log_warn("the service manager passed descriptor %d named '%s', "
+                     "which heapd does not know; closed (remove it from the "
+                     "store: systemctl clean --what=fdstore heapd)", fd,
+                     name);
+            close(fd);
+        }
+    }
+    if (names) {
+        for (int i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+    }
+    return 0;
+}
+
+static void name_of(char *buf, size_t n, const char *kind, const char *heap)
+{
+    snprintf(buf, n, "heapd.%s.%s", kind, heap);
+}
+
+int fdstore_take(struct fdstore *s, const char *kind, const char *heap)
+{
+    char name[256];
+    name_of(name, sizeof name, kind, heap);
+    for (unsigned i = 0; i < s->n_kept; i++) {
+        if (s->kept[i].fd >= 0 && strcmp(s->kept[i].name, name) == 0) {
+            int fd = s->kept[i].fd;
+            s->kept[i].fd = -1;
+            return fd;
+        }
+    }
+    return -1;
+}
+
+void fdstore_forget(const char *kind, const char *heap)
+{
+    char name[256], msg[300];
+    name_of(name, sizeof name, kind, heap);
+    snprintf(msg, sizeof msg, "FDSTOREREMOVE=1\nFDNAME=%s", name);
+    sd_notify(0, msg);
+}
+
+void fdstore_keep(const char *kind, const char *heap, int fd, bool replace)
+{
+    char name[256], msg[300];
+    if (replace)
+        fdstore_forget(kind, heap);
+    name_of(name, sizeof name, kind, heap);
+    snprintf(msg, sizeof msg, "FDSTORE=1\nFDNAME=%s", name);
+    int rc = sd_pid_notify_with_fds(0, 0, msg, &fd, 1);
+    if (rc < 0)
+        log_warn("the service manager did not take %s: %s; a restart "
+                 "will start that heap empty (FileDescriptorStoreMax= in "
+                 "heapd.service)", name, strerror(-rc));
+}
+
+void fdstore_close_rest(struct fdstore *s)
+{
+    for (unsigned i = 0; i < s->n_kept; i++) {
+        if (s->kept[i].fd < 0)
+            continue;
+        if (strstr(s->kept[i].name, ".lost-"))
+            log_info("the service manager still keeps %s for an operator "
+                     "(systemctl clean --what=fdstore heapd drops it)",
+                     s->kept[i].name);
+        else
+            log_warn("the service manager kept %s, which no configured "
+                     "heap uses; closed", s->kept[i].name);
+        close(s->kept[i].fd);
+        s->kept[i].fd = -1;
+    }
+}

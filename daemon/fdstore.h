@@ -1,0 +1,39 @@
+/* What the service manager keeps for heapd across a restart: each heap's
+ * memfds and the daemon's state of it (Note [Heaps across restarts] in
+ * fdstore.c).  Loop thread, at start and at exit. */
+#ifndef HEAPD_DAEMON_FDSTORE_H
+#define HEAPD_DAEMON_FDSTORE_H
+
+#include <stdbool.h>
+
+#define FDSTORE_MAX 64
+
+/* The descriptors heapd was started with (sd_listen_fds_with_names). */
+struct fdstore {
+    int listeners[4];           /* listening Unix stream sockets */
+    unsigned n_listeners;
+    struct {
+        char name[256];         /* FDNAME: heapd.heap.H, heapd.page.H, ... */
+        int fd;
+    } kept[FDSTORE_MAX];
+    unsigned n_kept;
+};
+
+/* Take the descriptors passed at start: sockets apart, heapd's own by
+ * name; anything else is closed with a warning.  Returns 0 or -errno. */
+int fdstore_collect(struct fdstore *s);
+
+/* The descriptor kept as KIND (heap, page, state) of heap HEAP, taken
+ * out of S (the caller owns it), or -1. */
+int fdstore_take(struct fdstore *s, const char *kind, const char *heap);
+
+/* Ask the service manager to keep FD as KIND of HEAP (no-op without
+ * one); forget every FD it keeps under that name first if REPLACE. */
+void fdstore_keep(const char *kind, const char *heap, int fd, bool replace);
+/* Ask it to forget what it keeps as KIND of HEAP. */
+void fdstore_forget(const char *kind, const char *heap);
+
+/* Close what nobody took. */
+void fdstore_close_rest(struct fdstore *s);
+
+#endif

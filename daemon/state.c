@@ -1,0 +1,318 @@
+/* Saving and taking back the daemon's state of a heap.
+ *
+ * Note [Saved state]
+ * ~~~~~~~~~~~~~~~~~~
+ * What the heap's memfd and the daemon's page do not hold, and the next
+ * heapd needs to trust the heap: the segment table (every segment's
+ * state, class, punched flag, charge; the free and reuse bitmaps; the
+ * charges of the quota), the globals' records (Note [Global roots]), the
+ * counters, the static flag and the last stop generation.  It is saved
+ * only at a clean exit, when no client is connected (all left, or were
+ * disconnected and left as crashed ones) and the collector has finished
+ * its cycle: so no segment is OWNED, no remark is outstanding, and every
+ * record is the daemon's own.  The memfd holds a header, then the
+ * records; the header names STATE_VERSION, the layout version, the heap's
+ * geometry and the size of each record, and ends with the body's length,
+ * an FNV-1a checksum of it and a completion word written last.  The next
+ * heapd takes the state back only if every one of those agrees with
+ * itself and its configuration, no segment is OWNED, and the table
+ * passes segtab_check; anything else refuses the heap with a sentence
+ * naming what disagreed (a newer or older state names both versions).
+ * A fenced segment's fence is not kept: it belongs to a process only the
+ * heapd that evicted it watched (Note [Evicted clients] in stall.c).
+ */
+#include "state.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "heap.h"
+#include "log.h"
+
+#define STATE_MAGIC 0x3174736470616568ull /* "heapdst1", little-endian */
+
+struct state_header {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t layout_version;
+    uint64_t base, max_size, segment_size;
+    uint32_t seg_bytes, charge_bytes, global_bytes, stats_bytes;
+    uint32_t count, first, high, n_charges;
+    uint32_t n_free, n_owned, n_filled, n_large, n_reusable;
+    uint32_t stop_gen;
+    uint64_t orphaned, adopted;
+    uint8_t static_flag;
+    uint64_t body_bytes;
+    uint64_t checksum;
+    uint64_t complete;          /* STATE_MAGIC, written last */
+};
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+struct part {
+    void *p;
+    size_t n;
+};
+
+/* The records, in the body's order. */
+static unsigned parts_of(struct heap *h, struct part out[5])
+{
+    struct segtab *t = &h->segs;
+    size_t words = ((size_t)t->count + 63) / 64;
+    out[0] = (struct part){t->segs, (size_t)t->count * sizeof *t->segs};
+    out[1] = (struct part){t->free_bits, words * sizeof(uint64_t)};
+    out[2] = (struct part){t->reuse_bits, words * sizeof(uint64_t)};
+    out[3] = (struct part){t->charges,
+                           (size_t)t->n_charges * sizeof *t->charges};
+    out[4] = (struct part){h->globals, sizeof h->globals};
+    return 5;
+}
+
+static int write_all(int fd, const void *p, size_t n, off_t at)
+{
+    const uint8_t *b = p;
+    while (n > 0) {
+        ssize_t w = pwrite(fd, b, n, at);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? -errno : -EIO;
+        b += w;
+        n -= (size_t)w;
+        at += w;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *p, size_t n, off_t at)
+{
+    uint8_t *b = p;
+    while (n > 0) {
+        ssize_t r = pread(fd, b, n, at);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r < 0 ? -errno : -EIO;
+        b += r;
+        n -= (size_t)r;
+        at += r;
+    }
+    return 0;
+}
+
+int state_save(struct heap *h)
+{
+    char name[96];
+    struct part parts[5];
+    struct state_header hd = {0};
+    struct segtab *t = &h->segs;
+    int fd, rc;
+
+    snprintf(name, sizeof name, "heapd:%s:state", h->cfg->name);
+    fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    pthread_mutex_lock(&h->lock);
+    /* Note [Saved state]: fences belong to this heapd's watch */
+    for (uint32_t i = t->first; i < t->high; i++)
+        t->segs[i].fenced = 0;
+    t->n_fenced = 0;
+    unsigned np = parts_of(h, parts);
+    hd.magic = STATE_MAGIC;
+    hd.version = STATE_VERSION;
+    hd.layout_version = LAYOUT_VERSION;
+    hd.base = h->cfg->base;
+    hd.max_size = h->cfg->max_size;
+    hd.segment_size = h->cfg->segment_size;
+    hd.seg_bytes = sizeof(struct seg);
+    hd.charge_bytes = sizeof(struct seg_charge);
+    hd.global_bytes = sizeof(struct heap_global);
+    hd.stats_bytes = sizeof(struct heap_stats);
+    hd.count = t->count;
+    hd.first = t->first;
+    hd.high = t->high;
+    hd.n_charges = t->n_charges;
+    hd.n_free = t->n_free;
+    hd.n_owned = t->n_owned;
+    hd.n_filled = t->n_filled;
+    hd.n_large = t->n_large;
+    hd.n_reusable = t->n_reusable;
+    hd.orphaned = t->orphaned;
+    hd.adopted = t->adopted;
+    hd.stop_gen = h->stop_gen;
+    hd.static_flag = h->static_flag;
+    off_t at = sizeof hd;
+    uint64_t sum = 0xcbf29ce484222325ull;
+    rc = 0;
+    for (unsigned k = 0; k < np && rc == 0; k++) {
+        sum = fnv1a(sum, parts[k].p, parts[k].n);
+        rc = write_all(fd, parts[k].p, parts[k].n, at);
+        at += (off_t)parts[k].n;
+    }
+    struct heap_stats stats = h->stats;
+    pthread_mutex_unlock(&h->lock);
+    if (rc == 0) {
+        sum = fnv1a(sum, &stats, sizeof stats);
+        rc = write_all(fd, &stats, sizeof stats, at);
+        at += (off_t)sizeof stats;
+    }
+    hd.body_bytes = (uint64_t)at - sizeof hd;
+    hd.checksum = sum;
+    /* the header, then its completion word last */
+    if (rc == 0)
+        rc = write_all(fd, &hd, offsetof(struct state_header, complete), 0);
+    if (rc == 0) {
+        uint64_t done = STATE_MAGIC;
+        rc = write_all(fd, &done, sizeof done,
+                       offsetof(struct state_header, complete));
+    }
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+#define REFUSE(...)                                                          \
+    do {                                                                     \
+        snprintf(why, n, __VA_ARGS__);                                       \
+        rc = -EINVAL;                                                        \
+        goto out;                                                            \
+    } while (0)
+
+int state_restore(struct heap *h, int fd, char *why, size_t n)
+{
+    struct state_header hd;
+    struct part parts[5];
+    struct segtab *t = &h->segs;
+    struct stat st;
+    struct seg_charge *charges = NULL;
+    int rc = 0;
+
+    if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof hd)
+        REFUSE("the saved state is %lld bytes, shorter than its header",
+               (long long)st.st_size);
+    if ((rc = read_all(fd, &hd, sizeof hd, 0)) < 0)
+        REFUSE("the saved state cannot be read: %s", strerror(-rc));
+    if (hd.magic != STATE_MAGIC)
+        REFUSE("the saved state is not heapd's (magic %#llx)",
+               (unsigned long long)hd.magic);
+    if (hd.version != STATE_VERSION)
+        REFUSE("the saved state is of version %u, and this heapd reads "
+               "version %u only", hd.version, STATE_VERSION);
+    if (hd.complete != STATE_MAGIC)
+        REFUSE("the saved state was never completed (heapd died while "
+               "saving it)");
+    if (hd.layout_version != LAYOUT_VERSION)
+        REFUSE("the heap is of layout version %u, and this heapd's is %u",
+               hd.layout_version, LAYOUT_VERSION);
+    if (hd.base != h->cfg->base || hd.max_size != h->cfg->max_size ||
+        hd.segment_size != h->cfg->segment_size)
+        REFUSE("the heap was base 0x%llx, max_size %llu, segment_size %llu, "
+               "and [heap %s] now says 0x%llx, %llu, %llu; put the old "
+               "values back to recover it", (unsigned long long)hd.base,
+               (unsigned long long)hd.max_size,
+               (unsigned long long)hd.segment_size, h->cfg->name,
+               (unsigned long long)h->cfg->base,
+               (unsigned long long)h->cfg->max_size,
+               (unsigned long long)h->cfg->segment_size);
+    if (hd.seg_bytes != sizeof(struct seg) ||
+        hd.charge_bytes != sizeof(struct seg_charge) ||
+        hd.global_bytes != sizeof(struct heap_global) ||
+        hd.stats_bytes != sizeof(struct heap_stats))
+        REFUSE("the saved state's records are of another build of heapd");
+    if (hd.count != t->count || hd.first != t->first ||
+        hd.high < hd.first || hd.high > hd.count ||
+        hd.n_charges > SEG_CHARGES_MAX)
+        REFUSE("the saved segment table does not fit the heap (%u segments "
+               "from %u, high %u)", hd.count, hd.first, hd.high);
+    if ((uint64_t)st.st_size != sizeof hd + hd.body_bytes)
+        REFUSE("the saved state is %lld bytes, and its header says %llu",
+               (long long)st.st_size,
+               (unsigned long long)(sizeof hd + hd.body_bytes));
+    if (hd.n_charges) {
+        charges = calloc(hd.n_charges, sizeof *charges);
+        if (!charges) {
+            rc = -ENOMEM;
+            snprintf(why, n, "out of memory");
+            goto out;
+        }
+    }
+    free(t->charges);
+    t->charges = charges;
+    t->n_charges = hd.n_charges;
+    charges = NULL;
+    unsigned np = parts_of(h, parts);
+    size_t body = sizeof(struct heap_stats);
+    for (unsigned k = 0; k < np; k++)
+        body += parts[k].n;
+    if (body != hd.body_bytes)
+        REFUSE("the saved state's body is %llu bytes, and this heap's "
+               "records take %zu", (unsigned long long)hd.body_bytes, body);
+    off_t at = sizeof hd;
+    uint64_t sum = 0xcbf29ce484222325ull;
+    for (unsigned k = 0; k < np; k++) {
+        if ((rc = read_all(fd, parts[k].p, parts[k].n, at)) < 0)
+            REFUSE("the saved state cannot be read: %s", strerror(-rc));
+        sum = fnv1a(sum, parts[k].p, parts[k].n);
+        at += (off_t)parts[k].n;
+    }
+    struct heap_stats stats;
+    if ((rc = read_all(fd, &stats, sizeof stats, at)) < 0)
+        REFUSE("the saved state cannot be read: %s", strerror(-rc));
+    sum = fnv1a(sum, &stats, sizeof stats);
+    if (sum != hd.checksum)
+        REFUSE("the saved state's checksum does not match: it was changed "
+               "or damaged");
+    t->high = hd.high;
+    t->n_free = hd.n_free;
+    t->n_owned = hd.n_owned;
+    t->n_filled = hd.n_filled;
+    t->n_large = hd.n_large;
+    t->n_reusable = hd.n_reusable;
+    t->n_fenced = 0;
+    t->orphaned = hd.orphaned;
+    t->adopted = hd.adopted;
+    for (uint32_t i = t->first; i < t->count; i++) {
+        struct seg *s = &t->segs[i];
+        if (s->state == SEG_OWNED || s->fenced || s->remark ||
+            s->state > SEG_LARGE_TAIL || (i >= t->high && s->state != SEG_FREE))
+            REFUSE("segment %u of the saved table is in state %u (fence %u, "
+                   "remark %u): a clean exit leaves none such", i, s->state,
+                   s->fenced, s->remark);
+        s->remark_next = 0;
+        s->remark_to = 0;
+        if (s->state == SEG_LARGE || s->state == SEG_LARGE_TAIL)
+            s->owner = 0;
+    }
+    for (uint32_t c = 0; c < t->n_charges; c++)
+        t->charges[c] = (struct seg_charge){0}; /* no client is connected */
+    for (uint32_t i = t->first; i < t->count; i++)
+        t->segs[i].charge = 0;
+    if (!segtab_check(t))
+        REFUSE("the saved segment table disagrees with itself (the log "
+               "says how)");
+    if (atomic_load(&h->control->phase) != LAYOUT_PHASE_IDLE)
+        REFUSE("the heap was saved in the middle of a cycle (phase %u)",
+               atomic_load(&h->control->phase));
+    h->stats = stats;
+    h->stop_gen = hd.stop_gen;
+    h->static_flag = hd.static_flag;
+out:
+    /* refused: the caller closes H, whose table is then half read */
+    free(charges);
+    return rc;
+}
