@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/kcmp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,6 +13,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -114,19 +117,68 @@ static void prepare(struct daemon_proc *d)
     make_notify_socket(d);
 }
 
-pid_t harness_spawn(struct daemon_proc *d, char *const argv[], int stderr_fd)
+/* In the child, first: copy the first N stored fds to 3 + N or above,
+ * into LIFTED, so that placing fd i at 3 + i (child_place_store) never closes a
+ * stored fd that sits there (Note [Harness file-descriptor store]). */
+static void child_lift_store(const struct daemon_proc *d, int n, int *lifted)
 {
-    size_t n = 0;
-    while (argv[n])
-        n++;
+    for (int i = 0; i < n; i++) {
+        lifted[i] = fcntl(d->store[i].fd, F_DUPFD_CLOEXEC, 3 + n);
+        if (lifted[i] < 0) {
+            fprintf(stderr, "cannot hand the stored fds over: %s\n",
+                    strerror(errno));
+            _exit(126);
+        }
+    }
+}
+
+/* Then: the N lifted copies at 3, 4, ... in store order (dup2 clears
+ * their close-on-exec), and the LISTEN_* variables as systemd sets them. */
+static void child_place_store(const struct daemon_proc *d, int n,
+                              const int *lifted)
+{
+    char names[HARNESS_STORE_MAX * 256] = "", num[32];
+    size_t used = 0;
+
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+    unsetenv("LISTEN_PID");
+    if (n == 0)
+        return;
+    for (int i = 0; i < n; i++) {
+        if (dup2(lifted[i], 3 + i) < 0) {
+            fprintf(stderr, "cannot hand the stored fds over: %s\n",
+                    strerror(errno));
+            _exit(126);
+        }
+        close(lifted[i]);
+        used += (size_t)snprintf(names + used, sizeof names - used, "%s%s",
+                                 i ? ":" : "", d->store[i].name);
+    }
+    snprintf(num, sizeof num, "%d", n);
+    setenv("LISTEN_FDS", num, 1);
+    setenv("LISTEN_FDNAMES", names, 1);
+    snprintf(num, sizeof num, "%d", (int)getpid());
+    setenv("LISTEN_PID", num, 1);
+}
+
+/* Fork and exec BINARY with ARGV and the notify socket; with HAND_OVER
+ * the store too, else no LISTEN_* at all. */
+static pid_t spawn(struct daemon_proc *d, const char *binary,
+                   char *const argv[], int stderr_fd, bool hand_over)
+{
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        char *args[64];
-        args[0] = (char *)harness_bin("HEAPD_BIN");
-        for (size_t i = 1; i < n && i < 63; i++)
-            args[i] = argv[i];
-        args[n < 63 ? n : 63] = NULL;
+        int lifted[HARNESS_STORE_MAX];
+        int n = hand_over ? d->nstored : 0;
+        child_lift_store(d, n, lifted);
+        if (stderr_fd >= 0) {
+            dup2(stderr_fd, STDERR_FILENO);
+            dup2(stderr_fd, STDOUT_FILENO);
+            close(stderr_fd);
+        }
+        child_place_store(d, n, lifted);
         setenv("NOTIFY_SOCKET", d->notify_path, 1);
         if (d->run_as != 0 &&
             (setgroups(0, NULL) != 0 || setgid(d->run_as) != 0 ||
@@ -135,23 +187,227 @@ pid_t harness_spawn(struct daemon_proc *d, char *const argv[], int stderr_fd)
                     (unsigned)d->run_as, strerror(errno));
             _exit(126);
         }
-        if (stderr_fd >= 0) {
-            dup2(stderr_fd, STDERR_FILENO);
-            dup2(stderr_fd, STDOUT_FILENO);
-            close(stderr_fd);
-        }
-        execv(args[0], args);
-        fprintf(stderr, "exec %s: %s\n", args[0], strerror(errno));
+        execv(binary, argv);
+        fprintf(stderr, "exec %s: %s\n", binary, strerror(errno));
         _exit(127);
     }
     return pid;
+}
+
+pid_t harness_spawn(struct daemon_proc *d, char *const argv[], int stderr_fd)
+{
+    char *args[64];
+    size_t n = 0;
+    while (argv[n])
+        n++;
+    args[0] = (char *)harness_bin("HEAPD_BIN");
+    for (size_t i = 1; i < n && i < 63; i++)
+        args[i] = argv[i];
+    args[n < 63 ? n : 63] = NULL;
+    return spawn(d, args[0], args, stderr_fd, false);
+}
+
+/* ---- the store (Note [Harness file-descriptor store]) ---- */
+
+/* A name systemd's FDNAME= accepts, and that fits LISTEN_FDNAMES. */
+static bool fdname_ok(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > 255)
+        return false;
+    for (const char *p = name; *p; p++)
+        if (*p == ':' || *p < ' ' || *p > '~')
+            return false;
+    return true;
+}
+
+/* The same open file: kcmp says so exactly; where it is not allowed, the
+ * same inode opened with the same flags. */
+static bool same_file(int a, int b)
+{
+    pid_t me = getpid();
+    long r = syscall(SYS_kcmp, me, me, KCMP_FILE, a, b);
+    if (r >= 0)
+        return r == 0;
+    struct stat sa, sb;
+    if (fstat(a, &sa) != 0 || fstat(b, &sb) != 0)
+        return false;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino &&
+           fcntl(a, F_GETFL) == fcntl(b, F_GETFL);
+}
+
+static void store_add(struct daemon_proc *d, const char *name, int fd)
+{
+    for (int i = 0; i < d->nstored; i++)
+        if (same_file(d->store[i].fd, fd)) {
+            close(fd); /* systemd drops duplicates */
+            return;
+        }
+    if (d->nstored == HARNESS_STORE_MAX) {
+        close(fd);
+        ck_abort_msg("heapd stored more than %d fds (the last under %s); "
+                     "raise HARNESS_STORE_MAX if it should",
+                     HARNESS_STORE_MAX, name);
+    }
+    snprintf(d->store[d->nstored].name, sizeof d->store[0].name, "%s", name);
+    d->store[d->nstored].fd = fd;
+    d->nstored++;
+}
+
+static void store_remove(struct daemon_proc *d, const char *name)
+{
+    int kept = 0;
+    for (int i = 0; i < d->nstored; i++) {
+        if (strcmp(d->store[i].name, name) == 0)
+            close(d->store[i].fd);
+        else
+            d->store[kept++] = d->store[i];
+    }
+    d->nstored = kept;
+}
+
+int harness_stored(const struct daemon_proc *d, const char *name)
+{
+    int n = 0;
+    for (int i = 0; i < d->nstored; i++)
+        n += strcmp(d->store[i].name, name) == 0;
+    return n;
+}
+
+int harness_stored_fd(const struct daemon_proc *d, const char *name)
+{
+    for (int i = 0; i < d->nstored; i++)
+        if (strcmp(d->store[i].name, name) == 0)
+            return d->store[i].fd;
+    return -1;
+}
+
+static void log_line(struct daemon_proc *d, const char *line, size_t len)
+{
+    if (d->nnotified == HARNESS_NOTIFY_LINES) {
+        memmove(d->notified[0], d->notified[1],
+                sizeof d->notified[0] * (HARNESS_NOTIFY_LINES - 1));
+        d->nnotified--;
+    }
+    snprintf(d->notified[d->nnotified++], sizeof d->notified[0], "%.*s",
+             (int)len, line);
+}
+
+bool harness_notified(const struct daemon_proc *d, const char *text)
+{
+    for (unsigned i = 0; i < d->nnotified; i++)
+        if (strstr(d->notified[i], text))
+            return true;
+    return false;
+}
+
+/* Act on one datagram's TEXT and the NFDS fds it carried. */
+static void notify_take(struct daemon_proc *d, const char *text, int *fds,
+                        int nfds)
+{
+    bool fdstore = false, remove = false;
+    char name[300] = "";
+    bool named = false;
+
+    for (const char *p = text; *p;) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len > 0)
+            log_line(d, p, len);
+        if (len == 10 && strncmp(p, "STOPPING=1", len) == 0)
+            d->stopping_seen = true;
+        else if (len == 9 && strncmp(p, "FDSTORE=1", len) == 0)
+            fdstore = true;
+        else if (len == 15 && strncmp(p, "FDSTOREREMOVE=1", len) == 0)
+            remove = true;
+        else if (len >= 7 && strncmp(p, "FDNAME=", 7) == 0 && !named) {
+            snprintf(name, sizeof name, "%.*s", (int)(len - 7), p + 7);
+            named = true;
+        }
+        p += len + (e != NULL);
+    }
+    if (remove) {
+        ck_assert_msg(named && fdname_ok(name),
+                      "heapd sent FDSTOREREMOVE=1 without a valid FDNAME= "
+                      "(systemd ignores it): \"%s\"", text);
+        store_remove(d, name);
+    }
+    if (nfds == 0)
+        return;
+    if (!fdstore) {
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        return;
+    }
+    if (!named)
+        snprintf(name, sizeof name, "stored");
+    if (!fdname_ok(name)) {
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        ck_abort_msg("heapd stored fds under FDNAME=%s, which systemd "
+                     "refuses: 1 to 255 printable bytes, no ':'", name);
+    }
+    for (int i = 0; i < nfds; i++)
+        store_add(d, name, fds[i]);
+}
+
+/* Receive one datagram (FLAGS: 0 or MSG_DONTWAIT) and act on it; copy its
+ * text to BUF.  Returns its length, or -errno (-EAGAIN: none queued). */
+static ssize_t notify_receive(struct daemon_proc *d, char *buf, size_t len,
+                              int flags)
+{
+    union {
+        struct cmsghdr align;
+        char b[CMSG_SPACE(sizeof(int) * HARNESS_NOTIFY_FDS)];
+    } ctl;
+    struct iovec iov = {.iov_base = buf, .iov_len = len - 1};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
+                        .msg_control = ctl.b,
+                        .msg_controllen = sizeof ctl.b};
+    int fds[HARNESS_NOTIFY_FDS], nfds = 0;
+
+    ssize_t n = recvmsg(d->notify_fd, &mh, flags | MSG_CMSG_CLOEXEC);
+    if (n < 0)
+        return -errno;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k && nfds < HARNESS_NOTIFY_FDS; i++)
+            memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int),
+                   sizeof(int));
+    }
+    buf[n] = '\0';
+    if (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) {
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]);
+        ck_abort_msg("a notify datagram carried more than %d fds or %zu "
+                     "bytes, and the kernel dropped the rest: \"%s\"",
+                     HARNESS_NOTIFY_FDS, len - 1, buf);
+    }
+    notify_take(d, buf, fds, nfds);
+    return n;
+}
+
+void harness_drain_notify(struct daemon_proc *d)
+{
+    char buf[4096];
+    if (d->notify_fd < 0)
+        return;
+    for (;;) {
+        ssize_t n = notify_receive(d, buf, sizeof buf, MSG_DONTWAIT);
+        if (n == -EINTR)
+            continue;
+        if (n < 0)
+            return;
+    }
 }
 
 bool harness_wait_notify(struct daemon_proc *d, const char *what, char *got,
                          size_t gotlen)
 {
     int64_t deadline = now_ms() + HARNESS_WAIT_MS;
-    char buf[512];
+    char buf[4096];
 
     for (;;) {
         int64_t left = deadline - now_ms();
@@ -161,12 +417,9 @@ bool harness_wait_notify(struct daemon_proc *d, const char *what, char *got,
         int r = poll(&p, 1, (int)left);
         if (r <= 0)
             continue;
-        ssize_t n = recv(d->notify_fd, buf, sizeof buf - 1, 0);
+        ssize_t n = notify_receive(d, buf, sizeof buf, MSG_DONTWAIT);
         if (n <= 0)
             continue;
-        buf[n] = '\0';
-        if (strstr(buf, "STOPPING=1"))
-            d->stopping_seen = true;
         if (strstr(buf, what)) {
             if (got)
                 snprintf(got, gotlen, "%s", buf);
@@ -182,6 +435,8 @@ void harness_start(struct daemon_proc *d, const char *config)
 
 static void start(struct daemon_proc *d, const char *config,
                   const char *log_name, uid_t uid);
+static void write_config(const struct daemon_proc *d);
+static void wait_ready(struct daemon_proc *d, const char *what);
 
 void harness_start_logged(struct daemon_proc *d, const char *config,
                           const char *log_name)
@@ -213,27 +468,105 @@ static void start(struct daemon_proc *d, const char *config,
         ck_assert_msg(log_fd >= 0, "open %s: %s", d->log, strerror(errno));
     }
     /* substitute @SOCK@ */
-    char text[8192];
     const char *at = strstr(config, "@SOCK@");
     if (at)
-        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - config), config,
-                 d->sock, at + 6);
+        snprintf(d->config_text, sizeof d->config_text, "%.*s%s%s",
+                 (int)(at - config), config, d->sock, at + 6);
     else
-        snprintf(text, sizeof text, "%s", config);
-    FILE *f = fopen(d->conf, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
+        snprintf(d->config_text, sizeof d->config_text, "%s", config);
+    write_config(d);
 
     char *argv[] = {"heapd", "-c", d->conf, "--foreground", NULL};
     d->pid = harness_spawn(d, argv, log_fd);
     if (log_fd >= 0)
         close(log_fd);
+    wait_ready(d, "heapd");
+}
+
+static void write_config(const struct daemon_proc *d)
+{
+    FILE *f = fopen(d->conf, "w");
+    ck_assert_msg(f != NULL, "open %s: %s", d->conf, strerror(errno));
+    fputs(d->config_text, f);
+    ck_assert_msg(fclose(f) == 0, "write %s: %s", d->conf, strerror(errno));
+}
+
+static void wait_ready(struct daemon_proc *d, const char *what)
+{
     if (!harness_wait_notify(d, "READY=1", NULL, 0)) {
         int st = harness_wait_pid(d->pid, 100);
-        ck_abort_msg("heapd did not become ready within %d ms (wait status "
-                     "%d); config:\n%s", HARNESS_WAIT_MS, st, text);
+        ck_abort_msg("%s did not become ready within %d ms (wait status "
+                     "%d); config:\n%s", what, HARNESS_WAIT_MS, st,
+                     d->config_text);
     }
+}
+
+/* Remove the private dir and what the harness made in it. */
+static void remove_private_dir(struct daemon_proc *d)
+{
+    if (d->notify_fd >= 0)
+        close(d->notify_fd);
+    d->notify_fd = -1;
+    unlink(d->notify_path);
+    if (d->log[0])
+        unlink(d->log);
+    unlink(d->conf);
+    unlink(d->sock);
+    rmdir(d->dir);
+    d->dir_kept = false;
+}
+
+/* Make the private dir removed by harness_stop again, at the same path,
+ * for harness_restart: its notify socket and config as before. */
+static void remake_private_dir(struct daemon_proc *d)
+{
+    ck_assert_msg(mkdir(d->dir, 0755) == 0,
+                  "cannot make %s again for the restart: %s", d->dir,
+                  strerror(errno));
+    chmod(d->dir, 0755); /* as harness_tmpdir, whatever the umask */
+    make_notify_socket(d);
+    if (d->run_as != 0)
+        ck_assert_msg(chown(d->dir, d->run_as, d->run_as) == 0 &&
+                          chmod(d->notify_path, 0666) == 0,
+                      "cannot hand %s to uid %u: %s", d->dir,
+                      (unsigned)d->run_as, strerror(errno));
+    write_config(d);
+}
+
+void harness_restart(struct daemon_proc *d)
+{
+    char *argv[] = {"heapd", "-c", d->conf, "--foreground", NULL};
+    harness_restart_with(d, harness_bin("HEAPD_BIN"), argv);
+}
+
+void harness_restart_with(struct daemon_proc *d, const char *binary,
+                          char *const argv[])
+{
+    int log_fd = -1;
+    ck_assert_msg(d->dir[0] != '\0',
+                  "harness_restart needs a heapd started by harness_start "
+                  "and stopped by harness_stop");
+    if (!d->dir_kept)
+        remake_private_dir(d);
+    d->dir_kept = false;
+    if (d->log[0]) {
+        log_fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                      0644);
+        ck_assert_msg(log_fd >= 0, "open %s: %s", d->log, strerror(errno));
+    }
+    d->pid = spawn(d, binary, argv, log_fd, true);
+    if (log_fd >= 0)
+        close(log_fd);
+    wait_ready(d, binary);
+}
+
+void harness_forget_store(struct daemon_proc *d)
+{
+    for (int i = 0; i < d->nstored; i++)
+        close(d->store[i].fd);
+    d->nstored = 0;
+    if (d->dir_kept)
+        remove_private_dir(d);
 }
 
 int harness_wait_pid(pid_t pid, int ms)
@@ -256,30 +589,44 @@ int harness_wait_pid(pid_t pid, int ms)
     }
 }
 
+/* Wait for PID to exit within MS, reading the notify socket meanwhile
+ * (Note [Harness file-descriptor store]); -1 on time-out, after SIGKILL. */
+static int wait_exit_serving(struct daemon_proc *d, int ms)
+{
+    int64_t deadline = now_ms() + ms;
+    int st;
+    for (;;) {
+        harness_drain_notify(d);
+        pid_t r = waitpid(d->pid, &st, WNOHANG);
+        if (r == d->pid)
+            break;
+        if (r < 0)
+            return -1;
+        if (now_ms() >= deadline) {
+            kill(d->pid, SIGKILL);
+            waitpid(d->pid, &st, 0);
+            return -1;
+        }
+        /* a datagram wakes us at once; the exit is looked for every 2 ms */
+        struct pollfd p = {.fd = d->notify_fd, .events = POLLIN};
+        poll(&p, d->notify_fd >= 0 ? 1 : 0, 2);
+    }
+    /* what it sent before it exited is queued: take it all */
+    harness_drain_notify(d);
+    return st;
+}
+
 int harness_stop(struct daemon_proc *d)
 {
     int st;
     ck_assert_int_eq(kill(d->pid, SIGTERM), 0);
-    st = harness_wait_pid(d->pid, HARNESS_WAIT_MS);
+    st = wait_exit_serving(d, HARNESS_WAIT_MS);
     ck_assert_msg(st != -1, "heapd did not exit within %d ms of SIGTERM",
                   HARNESS_WAIT_MS);
-    /* STOPPING=1 was sent before exit; it is queued on our socket */
-    if (!d->stopping_seen) {
-        char buf[256];
-        ssize_t n;
-        while ((n = recv(d->notify_fd, buf, sizeof buf - 1, MSG_DONTWAIT)) > 0) {
-            buf[n] = '\0';
-            if (strstr(buf, "STOPPING=1"))
-                d->stopping_seen = true;
-        }
-    }
-    close(d->notify_fd);
-    unlink(d->notify_path);
-    if (d->log[0])
-        unlink(d->log);
-    unlink(d->conf);
-    unlink(d->sock);
-    rmdir(d->dir);
+    if (d->nstored > 0)
+        d->dir_kept = true; /* for harness_restart or harness_forget_store */
+    else
+        remove_private_dir(d);
     return st;
 }
 

@@ -37,6 +37,46 @@ int harness_wait_ms(void);
  * TSan's shadow memory take, so it maps in plain, ASan and TSan builds. */
 #define HARNESS_HEAP_BASE 0x7e8000000000ULL
 
+/* Note [Harness file-descriptor store]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * The harness plays systemd's file-descriptor store (sd_notify(3),
+ * FDSTORE=1; sd_listen_fds_with_names(3)) for the heapd it runs, so that
+ * what heapd keeps across a restart can be tested without systemd:
+ *   - every read of the notify socket takes the fds a datagram carries
+ *     (recvmsg, SCM_RIGHTS, close-on-exec).  With FDSTORE=1 they are
+ *     stored under the datagram's FDNAME= ("stored" if none), in arrival
+ *     order; a file already stored (the same open file, under any name) is
+ *     not stored twice, as systemd drops duplicates.  FDSTOREREMOVE=1
+ *     closes and drops every fd stored under its FDNAME=.  Fds in a
+ *     datagram without FDSTORE=1 are closed.  A name systemd would refuse
+ *     (empty, over 255 bytes, a ':' or a non-printable byte), an
+ *     FDSTOREREMOVE=1 without FDNAME=, more than HARNESS_NOTIFY_FDS fds in
+ *     one datagram or more than HARNESS_STORE_MAX stored fail the test:
+ *     systemd would log and drop them, and a test should see that loudly;
+ *   - harness_stop serves the notify socket while it waits for heapd to
+ *     exit, and drains it after: a Unix datagram socket queues only
+ *     /proc/sys/net/unix/max_dgram_qlen (10 here) datagrams, and sd_notify
+ *     blocks when they are unread, so a heapd storing three fds per heap
+ *     at shutdown would hang in it until the bound ran out;
+ *   - harness_restart hands the store to the new heapd as systemd does:
+ *     stored fd i becomes fd 3 + i, LISTEN_FDS is their count,
+ *     LISTEN_FDNAMES their names joined by ':', LISTEN_PID the new
+ *     process's pid; none of the three is set when nothing is stored.  The
+ *     harness keeps its own copies: they stay stored until FDSTOREREMOVE=1
+ *     or harness_forget_store, as systemd keeps them across restarts.
+ * Between the waits the harness does not read the socket: a heapd that
+ * sends more than ten datagrams while the test waits for nothing blocks
+ * until the test next waits.
+ */
+#define HARNESS_STORE_MAX 32   /* fds the store holds */
+#define HARNESS_NOTIFY_FDS 16  /* fds one notify datagram may carry */
+#define HARNESS_NOTIFY_LINES 64 /* lines of the notify log kept */
+
+struct harness_stored_fd {
+    char name[256];        /* FDNAME= it was stored under */
+    int fd;                /* the harness's copy, close-on-exec */
+};
+
 struct daemon_proc {
     pid_t pid;
     char dir[64];          /* private temp dir: socket, config, notify */
@@ -47,6 +87,15 @@ struct daemon_proc {
     bool stopping_seen;
     char log[128];         /* heapd's stderr, if started logged */
     uid_t run_as;          /* heapd's uid (harness_start_as); 0: ours */
+    /* Note [Harness file-descriptor store] */
+    struct harness_stored_fd store[HARNESS_STORE_MAX];
+    int nstored;
+    /* the last HARNESS_NOTIFY_LINES lines heapd sent, oldest first */
+    char notified[HARNESS_NOTIFY_LINES][256];
+    unsigned nnotified;
+    char config_text[8192]; /* the config written, for a restart */
+    bool dir_kept;         /* harness_stop kept dir, config, notify socket
+                              and log for a restart: the store held fds */
 };
 
 /* A config with one heap "default" at HARNESS_HEAP_BASE (1 GiB) and the
@@ -73,8 +122,36 @@ pid_t harness_spawn(struct daemon_proc *d, char *const argv[], int stderr_fd);
  * true if it came within the bound. */
 bool harness_wait_notify(struct daemon_proc *d, const char *what, char *got,
                          size_t gotlen);
-/* SIGTERM, wait for exit (bounded); returns the wait status. */
+/* SIGTERM, wait for exit (bounded) while serving the notify socket, then
+ * drain it (harness_drain_notify); returns the wait status.  The private
+ * dir is removed, unless the store holds fds: then dir, config, notify
+ * socket and log stay for harness_restart, and harness_forget_store
+ * removes them (Note [Harness file-descriptor store]). */
 int harness_stop(struct daemon_proc *d);
+/* Read every notify datagram already queued, without waiting: store or
+ * drop the fds they carry, log their lines, note STOPPING=1. */
+void harness_drain_notify(struct daemon_proc *d);
+/* True if a line heapd sent on the notify socket (of the last
+ * HARNESS_NOTIFY_LINES) contains TEXT. */
+bool harness_notified(const struct daemon_proc *d, const char *text);
+/* After harness_stop: start heapd again with the same dir, config,
+ * socket, notify socket and log (appended to), handing it the store
+ * (LISTEN_FDS, LISTEN_FDNAMES, LISTEN_PID); wait for READY=1 as
+ * harness_start does.  The store keeps its fds. */
+void harness_restart(struct daemon_proc *d);
+/* The same with another program: BINARY run with ARGV (argv[0] passed as
+ * is), the store handed over, NOTIFY_SOCKET set; it must send READY=1. */
+void harness_restart_with(struct daemon_proc *d, const char *binary,
+                          char *const argv[]);
+/* How many fds are stored under NAME. */
+int harness_stored(const struct daemon_proc *d, const char *name);
+/* The first fd stored under NAME (the harness's copy: do not close it),
+ * or -1. */
+int harness_stored_fd(const struct daemon_proc *d, const char *name);
+/* Close and drop every stored fd; if harness_stop kept the private dir for
+ * a restart, remove it.  A test that leaves fds stored calls it at its
+ * end; harness_start* starts with an empty store. */
+void harness_forget_store(struct daemon_proc *d);
 /* Wait for PID to exit, bounded; returns its wait status or -1 on time-out
  * (after SIGKILL). */
 int harness_wait_pid(pid_t pid, int ms);
