@@ -234,11 +234,14 @@ static int open_heap(struct daemon *d, size_t i, struct fdstore *fds)
                       "(systemctl clean --what=fdstore heapd drops them); "
                       "the heap starts empty", cfg->name, why, cfg->name,
                       cfg->name);
+            /* renamed: the store keeps a file once, under one name */
+            fdstore_forget("heap", cfg->name);
+            fdstore_forget("page", cfg->name);
+            fdstore_forget("state", cfg->name);
             if (kh >= 0)
                 fdstore_keep("lost-heap", cfg->name, kh, true);
             if (kp >= 0)
                 fdstore_keep("lost-page", cfg->name, kp, true);
-            fdstore_forget("state", cfg->name);
         }
         if (kh >= 0)
             close(kh);

@@ -630,6 +630,15 @@ int harness_stop(struct daemon_proc *d)
     return st;
 }
 
+void harness_kill(struct daemon_proc *d)
+{
+    ck_assert_int_eq(kill(d->pid, SIGKILL), 0);
+    int st = wait_exit_serving(d, HARNESS_WAIT_MS);
+    ck_assert_msg(st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+                  "heapd did not die of SIGKILL (status %#x)", st);
+    d->dir_kept = true; /* for harness_restart or harness_forget_store */
+}
+
 int harness_raw_connect(const char *sock)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};

@@ -139,6 +139,9 @@ bool harness_notified(const struct daemon_proc *d, const char *text);
  * (LISTEN_FDS, LISTEN_FDNAMES, LISTEN_PID); wait for READY=1 as
  * harness_start does.  The store keeps its fds. */
 void harness_restart(struct daemon_proc *d);
+/* SIGKILL heapd, as a crash: what it stored stays, and so does its
+ * directory, for harness_restart. */
+void harness_kill(struct daemon_proc *d);
 /* The same with another program: BINARY run with ARGV (argv[0] passed as
  * is), the store handed over, NOTIFY_SOCKET set; it must send READY=1. */
 void harness_restart_with(struct daemon_proc *d, const char *binary,

@@ -51,7 +51,7 @@ static void publish_list(heapd_mutator *m)
             ck_assert_ptr_nonnull(heapd_alloc(m, 0, 100));
     }
     ck_assert_int_eq(heapd_global_set(m, "list", heapd_root_get(m, slot)), 0);
-    heapd_root_pop(m);
+    heapd_root_pop(m, 1);
 }
 
 /* The list under global "list" is whole: NODES nodes, newest first. */
@@ -105,6 +105,7 @@ START_TEST(objects_survive_clean_restarts)
         harness_expect_healthy(&D);
     }
     harness_stop_clean(&D);
+    harness_forget_store(&D);
 }
 END_TEST
 
@@ -137,6 +138,7 @@ START_TEST(client_connected_at_the_restart_is_dropped)
     with_client(check_list);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
+    harness_forget_store(&D);
 }
 END_TEST
 
@@ -148,9 +150,7 @@ static void refused_case(bool kill_it, void (*spoil)(int fd), const char *why)
     start();
     with_client(publish_list);
     if (kill_it) {
-        kill(D.pid, SIGKILL);
-        harness_wait_pid(D.pid, HARNESS_WAIT_MS);
-        harness_drain_notify(&D);
+        harness_kill(&D);
         ck_assert_int_eq(harness_stored(&D, "heapd.state.default"), 0);
     } else {
         harness_stop_clean(&D);
@@ -172,6 +172,7 @@ static void refused_case(bool kill_it, void (*spoil)(int fd), const char *why)
     with_client(check_list);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
+    harness_forget_store(&D);
 }
 
 START_TEST(killed_daemon_leaves_the_heap_to_an_operator)
