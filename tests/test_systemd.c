@@ -237,6 +237,22 @@ static void expect_closed_by_harness(int r, const char *what)
     close(r);
 }
 
+/* heapd keeps its own heap's memfds (and, once stopped, its state) in the
+ * store (Note [Heaps across restarts] in daemon/fdstore.c): forget them,
+ * as its service manager would on `systemctl clean --what=fdstore`, so
+ * that a test of the store itself sees only its own. */
+static void forget_heapds_own(void)
+{
+    static const char *const kinds[] = {"heap", "page", "state"};
+    for (int k = 0; k < 3; k++) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "FDSTOREREMOVE=1\nFDNAME=heapd.%s.default",
+                 kinds[k]);
+        send_notify(&D, msg, NULL, 0);
+    }
+    harness_drain_notify(&D);
+}
+
 /* What sd_notify(3) says the store does: FDSTORE=1 keeps fds under their
  * FDNAME= (or "stored"), once per open file; FDSTOREREMOVE=1 drops a
  * name's fds; other fds are closed; the lines are logged; harness_stop
@@ -248,6 +264,9 @@ START_TEST(fdstore_keeps_and_drops)
     ck_assert_int_eq(pipe2(p1, O_CLOEXEC), 0);
     ck_assert_int_eq(pipe2(p2, O_CLOEXEC), 0);
     harness_start(&D, harness_default_config("@SOCK@", NULL));
+    ck_assert_int_eq(harness_stored(&D, "heapd.heap.default"), 1);
+    ck_assert_int_eq(harness_stored(&D, "heapd.page.default"), 1);
+    forget_heapds_own();
     ck_assert_int_eq(D.nstored, 0);
     ck_assert(harness_notified(&D, "READY=1"));
 
@@ -287,6 +306,8 @@ START_TEST(fdstore_keeps_and_drops)
 
     /* stopped, the store and the private dir stay for a restart */
     harness_stop_clean(&D);
+    ck_assert_int_eq(harness_stored(&D, "heapd.state.default"), 1);
+    forget_heapds_own();
     ck_assert(D.stopping_seen);
     ck_assert(harness_notified(&D, "STOPPING=1"));
     ck_assert_int_eq(harness_stored(&D, "heapd.heap.x"), 1);
@@ -314,6 +335,7 @@ START_TEST(restart_hands_the_store_over)
     char names[HANDED][32], text[HANDED][16];
     int held[HANDED], fd[HANDED];
     harness_start(&D, harness_default_config("@SOCK@", NULL));
+    forget_heapds_own();
     for (int i = 0; i < HANDED; i++) {
         held[i] = dup(STDIN_FILENO); /* keep the low numbers taken */
         ck_assert_int_ge(held[i], 0);
@@ -335,6 +357,7 @@ START_TEST(restart_hands_the_store_over)
         close(fd[i]);
     ck_assert_int_eq(D.nstored, HANDED);
     harness_stop_clean(&D);
+    forget_heapds_own(); /* its state, saved at the stop */
 
     char out[160], got[4096];
     snprintf(out, sizeof out, "%s/handed", D.dir);
@@ -380,8 +403,9 @@ START_TEST(restart_hands_the_store_over)
 }
 END_TEST
 
-/* With nothing stored, heapd comes up again in its remade private dir,
- * on its own socket (not a passed one), its log appended to. */
+/* With only its own heap stored, heapd comes up again in its kept
+ * private dir, on its own socket (the stored memfds are no listener), its
+ * log appended to, and the heap recovered. */
 START_TEST(restart_empty_store)
 {
     harness_start_logged(&D, harness_default_config("@SOCK@", NULL),
@@ -389,17 +413,21 @@ START_TEST(restart_empty_store)
     ck_assert_uint_eq(harness_still_serving(D.sock), 1);
     pid_t first = D.pid;
     harness_stop_clean(&D);
-    ck_assert_msg(access(D.dir, F_OK) != 0,
-                  "harness_stop kept %s with nothing stored", D.dir);
+    ck_assert_int_eq(harness_stored(&D, "heapd.state.default"), 1);
+    ck_assert_msg(access(D.dir, F_OK) == 0,
+                  "harness_stop removed %s with heapd's heap stored", D.dir);
     D.stopping_seen = false;
     harness_restart(&D);
     ck_assert_int_ne(D.pid, first);
     ck_assert_uint_eq(harness_still_serving(D.sock), 1);
     ck_assert(harness_log_contains(&D, "connected (control)"));
     ck_assert(!harness_log_contains(&D, "using the socket passed by systemd"));
+    ck_assert(harness_log_contains(&D, "'default': recovered"));
     harness_stop_clean(&D);
     ck_assert(D.stopping_seen);
-    ck_assert_msg(access(D.dir, F_OK) != 0, "harness_stop left %s", D.dir);
+    harness_forget_store(&D);
+    ck_assert_msg(access(D.dir, F_OK) != 0, "harness_forget_store left %s",
+                  D.dir);
 }
 END_TEST
 
