@@ -76,6 +76,8 @@
     X(stalls_killed, uint64_t, COUNTER, COUNT, LOCKED, "stalled clients killed (stall_action = kill)") \
     X(clients_evicted, uint64_t, COUNTER, COUNT, LOCKED, "stalled clients evicted (stall_action = evict, or kill not allowed)") \
     X(segments_fenced, uint64_t, GAUGE, COUNT, DERIVED, "segments kept from reuse while an evicted process lives") \
+    X(restarts_survived, uint64_t, COUNTER, COUNT, LOCKED, "heapd restarts the heap was kept across") \
+    X(heap_age_ns, uint64_t, GAUGE, NS, DERIVED, "since the heap was made, across restarts (uptime is the daemon's)") \
     /* the end: a new line goes above this one, ending in a backslash */
 
 /* The columns KIND and UNIT, for printers: HEAPD_KIND_##kind,

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -146,9 +147,14 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
 #endif
     pthread_mutex_init(&h->lock, NULL);
     pthread_mutex_init(&h->adoption, NULL);
-    if (!kept)
+    if (!kept) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        h->stats.created_unix_ns =
+            (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
         layout_init_control(h->control, cfg->name, cfg->base, cfg->max_size,
                             cfg->segment_size);
+    }
     else if ((rc = layout_check_control(h->control, cfg->base, cfg->max_size,
                                         cfg->segment_size)) < 0) {
         log_error("heap '%s': the kept heap's control area does not match "

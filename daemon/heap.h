@@ -34,6 +34,9 @@ struct heap_stats {
     HEAPD_HEAP_COUNTERS(HEAP_STATS_FIELD_)
     uint64_t alloc_retired;      /* bytes allocated by slots now freed;
                                     heap->lock */
+    uint64_t created_unix_ns;    /* CLOCK_REALTIME when the heap was made:
+                                    kept across restarts (Note [Saved
+                                    state] in daemon/state.c) */
 };
 
 #undef HEAP_STATS_FIELD_

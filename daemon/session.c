@@ -205,6 +205,14 @@ static uint64_t stat_segments_large(const struct heap *h)
 {
     return h->segs.n_large;
 }
+static uint64_t stat_heap_age_ns(const struct heap *h)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t t = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    return t > h->stats.created_unix_ns ? t - h->stats.created_unix_ns : 0;
+}
+
 static uint64_t stat_segments_fenced(const struct heap *h)
 {
     return h->segs.n_fenced; /* Note [Evicted clients] in stall.c */

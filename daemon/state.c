@@ -6,7 +6,8 @@
  * heapd needs to trust the heap: the segment table (every segment's
  * state, class, punched flag, charge; the free and reuse bitmaps; the
  * charges of the quota), the globals' records (Note [Global roots]), the
- * counters, the static flag and the last stop generation.  It is saved
+ * counters (with the heap's birth, for its age, and restarts_survived),
+ * the static flag and the last stop generation.  It is saved
  * only at a clean exit, when no client is connected (all left, or were
  * disconnected and left as crashed ones) and the collector has finished
  * its cycle: so no segment is OWNED, no remark is outstanding, and every
@@ -309,6 +310,7 @@ int state_restore(struct heap *h, int fd, char *why, size_t n)
         REFUSE("the heap was saved in the middle of a cycle (phase %u)",
                atomic_load(&h->control->phase));
     h->stats = stats;
+    h->stats.restarts_survived++;
     h->stop_gen = hd.stop_gen;
     h->static_flag = hd.static_flag;
 out:

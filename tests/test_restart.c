@@ -95,6 +95,13 @@ START_TEST(objects_survive_clean_restarts)
         harness_restart(&D);
         ck_assert_msg(harness_log_contains(&D, "'default': recovered"),
                       "heapd did not say it recovered the heap");
+        /* the daemon is new, the heap is not */
+        heapd_stats_t st = harness_daemon_stats(&D);
+        ck_assert_uint_eq(st.restarts_survived, (uint64_t)round + 1);
+        ck_assert_msg(st.heap_age_ns > st.uptime_ns, "the heap's age %llu ns "
+                      "is not above the daemon's uptime %llu ns",
+                      (unsigned long long)st.heap_age_ns,
+                      (unsigned long long)st.uptime_ns);
         /* forgotten at once: a crash now must not bring it back */
         harness_drain_notify(&D);
         ck_assert_int_eq(harness_stored(&D, "heapd.state.default"), 0);
