@@ -124,6 +124,13 @@ int conn_send_with_fds(struct conn *c, const Heapd__Envelope *env,
 /* Send an Error frame answering request SEQ (0: not an answer). */
 int conn_send_error(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
                     const char *msg);
+/* Answer request SEQ with ENV; a failure to send fails the connection. */
+int conn_reply(struct conn *c, Heapd__Envelope *env, uint64_t seq);
+/* Answer request SEQ with an Error (logged at debug); the connection
+ * stays open. */
+int conn_reply_error(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
+                     const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Send an Error (if the stream still works), then close after it flushed. */
 void conn_fail(struct conn *c, Heapd__ErrorCode code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -41,7 +41,6 @@
 #include "report.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,36 +50,6 @@
 #include "log.h"
 #include "mark.h"
 #include "remark.h"
-
-/* An Error answering request SEQ; the connection stays open. */
-static int refuse(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
-                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int refuse(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
-                  const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    conn_log(c, CONFIG_LOG_DEBUG, "client %llu (%s): %s",
-             (unsigned long long)c->id, c->name, msg);
-    int rc = conn_send_error(c, seq, code, msg);
-    if (rc < 0)
-        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
-                  "cannot send an error: %s", strerror(-rc));
-    return rc;
-}
-
-static int send_reply(struct conn *c, Heapd__Envelope *env, uint64_t seq)
-{
-    env->seq = seq;
-    int rc = conn_send(c, env);
-    if (rc < 0)
-        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL, "cannot send %s: %s",
-                  frame_body_name(env), strerror(-rc));
-    return rc;
-}
 
 /* Note [Reports]: may C see heap H? */
 static bool may_see_heap(const struct conn *c, const struct heap *h)
@@ -196,7 +165,7 @@ int report_clients(struct conn *c, uint64_t seq)
     mut = calloc(n_mut ? n_mut : 1, sizeof *mut);
     mut_p = calloc(n_mut ? n_mut : 1, sizeof *mut_p);
     if (!info || !info_p || !heap_of || !mut || !mut_p) {
-        rc = refuse(c, seq, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+        rc = conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_INTERNAL,
                     "the daemon is out of memory for a report of %zu "
                     "connections; try again later", n);
         goto out;
@@ -257,7 +226,7 @@ int report_clients(struct conn *c, uint64_t seq)
     r.clients = info_p;
     env.body_case = HEAPD__ENVELOPE__BODY_CLIENTS_REPLY;
     env.clients_reply = &r;
-    rc = send_reply(c, &env, seq);
+    rc = conn_reply(c, &env, seq);
 out:
     free(info);
     free(info_p);
@@ -382,14 +351,14 @@ int report_segments(struct conn *c, uint64_t seq,
         char shown[4 * CONFIG_HEAP_NAME_MAX + 1];
         log_escape(shown, sizeof shown, want);
         if (!h) {
-            rc = refuse(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
+            rc = conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
                         "no heap named '%s' in %s; `heapctl stats` lists "
                         "the heaps", shown, d->cfg.path);
             goto out;
         }
         if (!may_see_heap(c, h)) {
             d->requests_refused++;
-            rc = refuse(c, seq, HEAPD__ERROR_CODE__ERROR_DENIED,
+            rc = conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_DENIED,
                         "uid %u gid %u may not use heap '%s', so not see "
                         "its segments either; add the user to allow_users "
                         "or a group to allow_groups in [heap %s] of %s",
@@ -401,7 +370,7 @@ int report_segments(struct conn *c, uint64_t seq,
     cls = calloc(CONFIG_MAX_HEAPS, sizeof *cls);
     cls_p = calloc(CONFIG_MAX_HEAPS, sizeof *cls_p);
     if (!cls || !cls_p) {
-        rc = refuse(c, seq, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+        rc = conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_INTERNAL,
                     "the daemon is out of memory for a segment report; "
                     "try again later");
         goto out;
@@ -411,7 +380,7 @@ int report_segments(struct conn *c, uint64_t seq,
         if (want[0] ? strcmp(h->cfg->name, want) != 0 : !may_see_heap(c, h))
             continue;
         if (heap_segments(h, &hs[n], cls[n], cls_p[n]) < 0) {
-            rc = refuse(c, seq, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+            rc = conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_INTERNAL,
                         "the daemon is out of memory for the segment "
                         "report of heap '%s'; try again later",
                         h->cfg->name);
@@ -425,7 +394,7 @@ int report_segments(struct conn *c, uint64_t seq,
     rep.heaps = hs_p;
     env.body_case = HEAPD__ENVELOPE__BODY_SEGMENTS_REPLY;
     env.segments_reply = &rep;
-    rc = send_reply(c, &env, seq);
+    rc = conn_reply(c, &env, seq);
 out:
     free(cls);
     free(cls_p);

@@ -352,6 +352,33 @@ int conn_send_error(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
     return conn_send(c, &env);
 }
 
+int conn_reply(struct conn *c, Heapd__Envelope *env, uint64_t seq)
+{
+    env->seq = seq;
+    int rc = conn_send(c, env);
+    if (rc < 0)
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL, "cannot send %s: %s",
+                  frame_body_name(env), strerror(-rc));
+    return rc;
+}
+
+int conn_reply_error(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
+                     const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    conn_log(c, CONFIG_LOG_DEBUG, "client %llu (%s): %s",
+             (unsigned long long)c->id, c->name, msg);
+    int rc = conn_send_error(c, seq, code, msg);
+    if (rc < 0)
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+                  "cannot send an error: %s", strerror(-rc));
+    return rc;
+}
+
 void conn_fail(struct conn *c, Heapd__ErrorCode code, const char *fmt, ...)
 {
     char msg[512];

@@ -303,37 +303,6 @@ static int handle_stats(struct conn *c, uint64_t seq)
 
 /* ---- replies ---- */
 
-static int reply(struct conn *c, Heapd__Envelope *env, uint64_t seq)
-{
-    env->seq = seq;
-    int rc = conn_send(c, env);
-    if (rc < 0)
-        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL, "cannot send %s: %s",
-                  frame_body_name(env), strerror(-rc));
-    return rc;
-}
-
-/* An Error answering one request; the connection stays open. */
-static int reply_error(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
-                       const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int reply_error(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
-                       const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    conn_log(c, CONFIG_LOG_DEBUG, "client %llu (%s): %s",
-             (unsigned long long)c->id, c->name, msg);
-    int rc = conn_send_error(c, seq, code, msg);
-    if (rc < 0)
-        conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL, "cannot send an "
-                  "error: %s", strerror(-rc));
-    return rc;
-}
-
 /* The heap of a request only a mutator client may make, or NULL after
  * answering the request with an error. */
 static struct heap *mutator_heap(struct conn *c, uint64_t seq,
@@ -342,7 +311,7 @@ static struct heap *mutator_heap(struct conn *c, uint64_t seq,
     if (c->heap)
         return c->heap;
     c->d->frames_rejected++;
-    reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+    conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
                 "%s needs a mutator connection; this is a control "
                 "connection", what);
     return NULL;
@@ -370,7 +339,7 @@ static int defer(struct conn *c, struct heap *h, uint64_t seq,
     struct daemon *d = c->d;
     if (c->outstanding >= d->cfg.max_requests_per_client) {
         d->requests_refused++; /* Note [Per-client limits] */
-        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "this client already has %u requests waiting "
                            "for a collection (max_requests_per_client in "
                            "[daemon] of %s); wait for their answers, or "
@@ -398,7 +367,7 @@ static int handle_attach(struct conn *c, uint64_t seq)
                                __builtin_popcountll(c->slots[1]));
     if (mine >= c->d->cfg.max_mutators_per_client) {
         c->d->requests_refused++; /* Note [Per-client limits] */
-        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "this client has %u mutators attached to heap "
                            "'%s' (max_mutators_per_client in [daemon] of "
                            "%s); detach idle threads, or raise it", mine,
@@ -421,12 +390,12 @@ static int handle_attach(struct conn *c, uint64_t seq)
     assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
     pthread_mutex_unlock(&h->lock);
     if (slot == -ENOSPC)
-        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "heap '%s' has all %d mutator slots attached; "
                            "detach idle threads", h->cfg->name,
                            LAYOUT_MAX_MUTATORS);
     if (slot < 0)
-        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "cannot map a mutator slot of heap '%s': %s",
                            h->cfg->name, strerror(-slot));
 
@@ -436,7 +405,7 @@ static int handle_attach(struct conn *c, uint64_t seq)
     r.region = region;
     env.body_case = HEAPD__ENVELOPE__BODY_ATTACH_REPLY;
     env.attach_reply = &r;
-    return reply(c, &env, seq);
+    return conn_reply(c, &env, seq);
 }
 
 static int handle_detach(struct conn *c, uint64_t seq,
@@ -448,7 +417,7 @@ static int handle_detach(struct conn *c, uint64_t seq,
     if (r->slot >= LAYOUT_MAX_MUTATORS ||
         !(c->slots[r->slot / 64] >> (r->slot % 64) & 1)) {
         c->d->frames_rejected++;
-        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
                            "mutator slot %u is not attached by this client",
                            r->slot);
     }
@@ -462,7 +431,7 @@ static int handle_detach(struct conn *c, uint64_t seq,
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     env.body_case = HEAPD__ENVELOPE__BODY_DETACH_REPLY;
     env.detach_reply = &dr;
-    return reply(c, &env, seq);
+    return conn_reply(c, &env, seq);
 }
 
 /* ---- segments (Note [Segment supply]) ---- */
@@ -512,7 +481,7 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
         sg.formatted = g.formatted;
         env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_GRANT;
         env.segment_grant = &sg;
-        return reply(c, &env, seq);
+        return conn_reply(c, &env, seq);
     }
     case -ENOSPC:
         if (!final) {
@@ -520,14 +489,14 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
             again.count = g.count;
             return defer(c, h, seq, PENDING_GRANT, &again, 0);
         }
-        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "heap '%s' is full (max_size %llu bytes) even "
                            "after a collection; raise max_size in [heap %s] "
                            "or keep less alive", h->cfg->name,
                            (unsigned long long)h->cfg->max_size,
                            h->cfg->name);
     case -EDQUOT:
-        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "this client holds %u segments (%llu bytes) of "
                            "heap '%s' and keeps %llu bytes of objects alive "
                            "in it (as the last collection found), and "
@@ -539,14 +508,14 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
                            (unsigned long long)h->cfg->max_client_bytes,
                            h->cfg->name);
     case -EFBIG:
-        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "an object of %llu bytes can never fit in heap "
                            "'%s' (max_size %llu bytes)",
                            (unsigned long long)r->bytes, h->cfg->name,
                            (unsigned long long)h->cfg->max_size);
     default:
         c->d->frames_rejected++;
-        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
                            "unknown segment kind %d", r->asked_kind);
     }
 }
@@ -632,12 +601,12 @@ static int handle_global_claim(struct conn *c, uint64_t seq,
     case 0:
         break;
     case -ENOSPC:
-        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "heap '%s' has all %d global roots in use",
                            h->cfg->name, LAYOUT_MAX_GLOBALS);
     default:
         c->d->frames_rejected++;
-        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
                            "a global's name must be 1 to %d bytes",
                            LAYOUT_GLOBAL_NAME - 1);
     }
@@ -649,7 +618,7 @@ static int handle_global_claim(struct conn *c, uint64_t seq,
                                          : HEAPD__GLOBAL_ROLE__GLOBAL_READY;
     env.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_CLAIMED;
     env.global_claimed = &gc;
-    return reply(c, &env, seq);
+    return conn_reply(c, &env, seq);
 }
 
 static int handle_global_delete(struct conn *c, uint64_t seq,
@@ -677,13 +646,13 @@ static int handle_global_delete(struct conn *c, uint64_t seq,
         break;
     default:
         c->d->frames_rejected++;
-        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
                            "a global's name must be 1 to %d bytes",
                            LAYOUT_GLOBAL_NAME - 1);
     }
     env.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_DELETED;
     env.global_deleted = &gd;
-    return reply(c, &env, seq);
+    return conn_reply(c, &env, seq);
 }
 
 static int handle_global_init_done(struct conn *c, uint64_t seq,
@@ -698,7 +667,7 @@ static int handle_global_init_done(struct conn *c, uint64_t seq,
     rc = globals_init_done(h, c->id, r->index, r->ok);
     pthread_mutex_unlock(&h->lock);
     if (rc < 0)
-        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
                            "global entry %u is not being initialised by "
                            "client %llu: only the client whose global_claim "
                            "was answered GLOBAL_INITIALIZE ends that init, "
@@ -707,7 +676,7 @@ static int handle_global_init_done(struct conn *c, uint64_t seq,
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     env.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_INIT_ACK;
     env.global_init_ack = &ack;
-    return reply(c, &env, seq);
+    return conn_reply(c, &env, seq);
 }
 
 static int handle_globals_request(struct conn *c, uint64_t seq)
@@ -719,7 +688,7 @@ static int handle_globals_request(struct conn *c, uint64_t seq)
     size_t n = 0;
 
     if (!h)
-        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
                            "this daemon serves no heap");
     pthread_mutex_lock(&h->lock);
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
@@ -751,7 +720,7 @@ static int handle_globals_request(struct conn *c, uint64_t seq)
     r.globals = ptr;
     env.body_case = HEAPD__ENVELOPE__BODY_GLOBALS_REPLY;
     env.globals_reply = &r;
-    return reply(c, &env, seq);
+    return conn_reply(c, &env, seq);
 }
 
 /* ---- collections ---- */
@@ -765,7 +734,7 @@ static int reply_collect_done(struct conn *c, struct heap *h, uint64_t seq)
     pthread_mutex_unlock(&h->lock);
     env.body_case = HEAPD__ENVELOPE__BODY_COLLECT_DONE;
     env.collect_done = &done;
-    return reply(c, &env, seq);
+    return conn_reply(c, &env, seq);
 }
 
 static int handle_collect(struct conn *c, uint64_t seq,
@@ -773,7 +742,7 @@ static int handle_collect(struct conn *c, uint64_t seq,
 {
     struct heap *h = c->heap ? c->heap : c->named_heap;
     if (!h)
-        return reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
                            "this daemon serves no heap");
     if (r->wait)
         return defer(c, h, seq, PENDING_COLLECT, NULL, 0);
@@ -882,7 +851,7 @@ static int handle_goodbye(struct conn *c, uint64_t seq)
     }
     env.body_case = HEAPD__ENVELOPE__BODY_GOODBYE;
     env.goodbye = &gb;
-    return reply(c, &env, seq);
+    return conn_reply(c, &env, seq);
 }
 
 void session_closed(struct conn *c)
@@ -920,7 +889,7 @@ int session_handle(struct conn *c, Heapd__Envelope *env)
         env->body_case != HEAPD__ENVELOPE__BODY_GOODBYE) {
         /* Note [Admission] in server.c: stats only */
         c->d->requests_refused++;
-        return reply_error(c, env->seq, HEAPD__ERROR_CODE__ERROR_DENIED,
+        return conn_reply_error(c, env->seq, HEAPD__ERROR_CODE__ERROR_DENIED,
                            "uid %u gid %u is on no heap's ACL and may only "
                            "read stats (%s refused); add the user to "
                            "allow_users or a group to allow_groups of a "
