@@ -159,8 +159,12 @@ static void victim(heapd_mutator *m, enum victim v)
 {
     volatile uint64_t spin = 0;
     if (v == V_REMARK) {
+        /* small enough that every child and leaf stays in a segment the
+         * victim allocates in (one per class), so every request it gets
+         * waits for its safepoint; wide enough to overflow a 4K mark
+         * stack (512 entries) */
         size_t fs = heapd_root_push(m, NULL);
-        void **fan = harness_build_fan(m, fs, 20000, 0x51);
+        void **fan = harness_build_fan(m, fs, 3000, 0x51);
         if (!fan || heapd_global_set(m, "victim", fan) != 0)
             _exit(3);
     }
@@ -234,6 +238,14 @@ static pid_t fork_victim(enum victim v, const char *err_path)
                   "attached");
     close(ready[0]);
     return kid;
+}
+
+/* SIGSTOP PID and wait until it is stopped. */
+static void stop_it(pid_t pid)
+{
+    int st;
+    ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+    ck_assert_int_eq(waitpid(pid, &st, WUNTRACED), pid);
 }
 
 /* ---- waiting ---- */
@@ -359,10 +371,8 @@ static void killed_case(enum victim v, const char *what, const char *extra)
     start("kill", "3s", extra);
     pid_t w = fork_worker();
     pid_t vk = fork_victim(v, NULL);
-    int st;
     if (v == V_LOOP) {
-        ck_assert_int_eq(kill(vk, SIGSTOP), 0);
-        ck_assert_int_eq(waitpid(vk, &st, WUNTRACED), vk);
+        stop_it(vk);
     }
     /* the last fork is done: the test's own client may start threads */
     heapd_client *ctl = harness_control(&D);
@@ -443,10 +453,8 @@ START_TEST(wait_lets_the_others_allocate_until_the_heap_is_full)
     start("wait", "0", "max_client_bytes = 48M\n");
     pid_t w = fork_worker();
     pid_t vk = fork_victim(V_LOOP, NULL);
-    int st;
     uint64_t from = atomic_load(&S->bytes);
-    ck_assert_int_eq(kill(vk, SIGSTOP), 0);
-    ck_assert_int_eq(waitpid(vk, &st, WUNTRACED), vk);
+    stop_it(vk);
     heapd_client *ctl = harness_control(&D);
     ck_assert_int_eq(heapd_request_collect(ctl, 0), 0);
     wait_named(vk, "has not acknowledged the");
@@ -492,6 +500,20 @@ static bool file_has(const char *path, const char *text)
     return strstr(buf, text) != NULL;
 }
 
+/* SIGCONT evicted process PID: it dies of SIGABRT at its next heapd call,
+ * and its stderr (ERR) says it was evicted. */
+static void continue_into_abort(pid_t pid, const char *err)
+{
+    int st;
+    ck_assert_int_eq(kill(pid, SIGCONT), 0);
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT,
+                  "the evicted process ended with status %#x, not SIGABRT",
+                  st);
+    ck_assert_msg(file_has(err, "evicted"), "its stderr does not say it "
+                  "was evicted");
+}
+
 START_TEST(evicted_process_aborts_at_its_next_call)
 {
     char err[300];
@@ -499,9 +521,7 @@ START_TEST(evicted_process_aborts_at_its_next_call)
     snprintf(err, sizeof err, "%s/victim.err", D.dir);
     pid_t w = fork_worker();
     pid_t vk = fork_victim(V_LOOP, err);
-    int st;
-    ck_assert_int_eq(kill(vk, SIGSTOP), 0);
-    ck_assert_int_eq(waitpid(vk, &st, WUNTRACED), vk);
+    stop_it(vk);
     heapd_client *ctl = harness_control(&D);
     ck_assert_int_eq(heapd_request_collect(ctl, 0), 0);
     wait_named(vk, "has not acknowledged the");
@@ -509,13 +529,7 @@ START_TEST(evicted_process_aborts_at_its_next_call)
     /* fenced while it lives */
     ck_assert_uint_gt(harness_stats(ctl).segments_fenced, 0);
     ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
-    ck_assert_int_eq(kill(vk, SIGCONT), 0);
-    ck_assert_int_eq(waitpid(vk, &st, 0), vk);
-    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT,
-                  "the evicted process ended with status %#x, not SIGABRT",
-                  st);
-    ck_assert_msg(file_has(err, "evicted"), "its stderr does not say "
-                  "it was evicted");
+    continue_into_abort(vk, err);
     harness_wait_stat(&D, ctl, segments_fenced, ==, 0);
     heapd_stats_t s = harness_stats(ctl);
     ck_assert_uint_eq(s.stalls_killed, 0);
@@ -536,22 +550,14 @@ START_TEST(kill_not_allowed_falls_back_to_evict)
     start_as(65534, "kill", "1s", NULL);
     snprintf(err, sizeof err, "%s/victim.err", D.dir);
     pid_t vk = fork_victim(V_LOOP, err);
-    int st;
-    ck_assert_int_eq(kill(vk, SIGSTOP), 0);
-    ck_assert_int_eq(waitpid(vk, &st, WUNTRACED), vk);
+    stop_it(vk);
     heapd_client *ctl = harness_control(&D);
     ck_assert_int_eq(heapd_request_collect(ctl, 0), 0);
     harness_wait_stat(&D, ctl, clients_evicted, ==, 1);
     ck_assert_uint_eq(harness_stats(ctl).stalls_killed, 0);
     ck_assert_msg(harness_log_contains(&D, "may not kill it"),
                   "heapd's log does not say why it evicted");
-    ck_assert_int_eq(kill(vk, SIGCONT), 0);
-    ck_assert_int_eq(waitpid(vk, &st, 0), vk);
-    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT,
-                  "the evicted process ended with status %#x, not SIGABRT",
-                  st);
-    ck_assert_msg(file_has(err, "evicted"), "its stderr does not say it "
-                  "was evicted");
+    continue_into_abort(vk, err);
     harness_wait_stat(&D, ctl, segments_fenced, ==, 0);
     expect_baseline(ctl);
     heapd_disconnect(ctl);
@@ -652,11 +658,8 @@ START_TEST(only_the_client_still_stalled_is_killed)
     start("kill", "3s", NULL);
     pid_t w = fork_worker();
     pid_t v1 = fork_victim(V_LOOP, NULL), v2 = fork_victim(V_LOOP, NULL);
-    int st;
-    ck_assert_int_eq(kill(v1, SIGSTOP), 0);
-    ck_assert_int_eq(kill(v2, SIGSTOP), 0);
-    ck_assert_int_eq(waitpid(v1, &st, WUNTRACED), v1);
-    ck_assert_int_eq(waitpid(v2, &st, WUNTRACED), v2);
+    stop_it(v1);
+    stop_it(v2);
     heapd_client *ctl = harness_control(&D);
     ck_assert_int_eq(heapd_request_collect(ctl, 0), 0);
     wait_named(v1, "has not acknowledged the");
