@@ -88,10 +88,13 @@ static void kid_attach(heapd_client **c, heapd_mutator **m)
 
 /* Safepoints until a cycle's snapshot has begun marking; the kid then
  * takes no safepoint, so the final sync waits for it and marking goes on
- * (Note [Stop the world] in daemon/safepoint.c). */
+ * (Note [Stop the world] in daemon/safepoint.c).  The cycle is asked for
+ * by the client, not the mutator: heapd_collect would wait for its reply
+ * in a blocking region, where the whole cycle can run without this
+ * mutator's safepoint, and then no MARK phase is ever seen. */
 static void kid_wait_marking(heapd_mutator *m)
 {
-    if (heapd_collect(m, 0) != 0)
+    if (heapd_request_collect(m->c, 0) != 0)
         _exit(KID_NO_MARKING);
     while (atomic_load(&m->ctl->phase) != LAYOUT_PHASE_MARK)
         heapd_safepoint(m); /* the test's wait for the kid bounds this */
