@@ -78,6 +78,8 @@
     X(segments_fenced, uint64_t, GAUGE, COUNT, DERIVED, "segments kept from reuse while an evicted process lives") \
     X(restarts_survived, uint64_t, COUNTER, COUNT, LOCKED, "heapd restarts the heap was kept across") \
     X(heap_age_ns, uint64_t, GAUGE, NS, DERIVED, "since the heap was made, across restarts (uptime is the daemon's)") \
+    X(crashes_recovered, uint64_t, COUNTER, COUNT, LOCKED, "heapd deaths without a saved state the heap was recovered from") \
+    X(recovery_ns, uint64_t, GAUGE, NS, LOCKED, "how long heapd took to take the heap back at its last start") \
     /* the end: a new line goes above this one, ending in a backslash */
 
 /* The columns KIND and UNIT, for printers: HEAPD_KIND_##kind,

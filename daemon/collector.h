@@ -15,6 +15,11 @@ struct workers;
  * [Collector handoff] in handoff.c). */
 int collector_launch(struct heap *h, struct workers *w,
                      struct notify cycle_done, struct notify outbox);
+/* Before the collector thread starts, with no client connected: the two
+ * verifying cycles of Note [Recovery cycles] (collector.c).  Returns 0,
+ * or -EUCLEAN when the verifier found failures (the first cycle's, if
+ * there were any: then nothing was swept). */
+int collector_recover(struct heap *h, struct workers *w);
 /* Finish any cycle under way and stop the thread.  Call with no client
  * connected (their slots free). */
 void collector_join(struct heap *h);

@@ -4,22 +4,26 @@
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * A heap is a memfd: it outlives heapd if someone else holds it.  So
  * heapd asks the service manager (systemd's fd store: FDSTORE=1, FDNAME=,
- * sd_pid_notify_with_fds) to keep, for every heap, the heap's memfd and
- * the daemon's page as soon as they exist (heapd.heap.NAME,
- * heapd.page.NAME), and at a clean exit a third memfd with the daemon's
- * own state of the heap (heapd.state.NAME: the segment table, the globals'
- * records, the counters; daemon/state.c).  The next heapd gets them back
+ * sd_pid_notify_with_fds) to keep, for every heap, the heap's memfd, the
+ * daemon's page and the daemon's live table as soon as they exist
+ * (heapd.heap.NAME, heapd.page.NAME, heapd.table.NAME: Note [The live
+ * table] in table.c), and at a clean exit a fourth memfd with the rest of
+ * the daemon's state of the heap (heapd.state.NAME: the counters and
+ * quotas too; daemon/state.c).  The next heapd gets them back
  * (sd_listen_fds_with_names, beside a socket-activated listener) and
- * serves the heap again instead of a new one, if the state is there and
- * proves itself (Note [Saved state] in state.c); it then forgets the
- * stored state at once, so that a crash later can never bring back a
- * state older than the heap.  A heap whose state is missing (the heapd
- * before was killed) or refused is not served: heapd says why, keeps its
- * memfds in the store under heapd.lost.NAME for an operator, and starts
- * that heap empty.  Without a service manager none of this happens, and
- * a restart starts every heap empty, as before.  Clients connected at a
- * clean exit are disconnected first (they leave as crashed ones: their
- * segments orphaned), so the saved state names no client.
+ * serves the heap again instead of a new one: from the saved state if
+ * there is one and it proves itself (Note [Saved state] in state.c), which
+ * it then forgets at once, so that a crash later can never bring back a
+ * state older than the heap; else, the heapd before having been killed,
+ * from the live table, after the recovery cycles (Note [Recovery cycles]
+ * in collector.c).  A heap that cannot be proved is not served: heapd
+ * says why, keeps its memfds in the store under heapd.lost-heap.NAME,
+ * heapd.lost-page.NAME and heapd.lost-table.NAME for an operator, and
+ * starts that heap empty.  Without a service manager none of this
+ * happens, and a restart starts every heap empty, as before.  Clients
+ * connected at a clean exit are disconnected first (they leave as crashed
+ * ones: their segments orphaned), so the saved state names no client;
+ * clients connected when heapd is killed are gone the same way.
  */
 #include "fdstore.h"
 

@@ -6,6 +6,7 @@
 #include "globals.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "futex.h"
@@ -198,4 +199,44 @@ void globals_snapshot(struct heap *h)
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++)
         h->globals[i].deleted = false;
     h->static_flag ^= 1;
+}
+
+int globals_recover(struct heap *h, char *why, size_t n)
+{
+    /* Note [The live table] in table.c: each record is checked, then the
+     * shared table is written again from it */
+    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
+        struct heap_global *r = &h->globals[i];
+        if (r->state > LAYOUT_GLOBAL_RELEASED ||
+            memchr(r->name, 0, sizeof r->name) == NULL ||
+            (r->state != LAYOUT_GLOBAL_EMPTY && check_name(r->name) < 0)) {
+            snprintf(why, n, "global entry %u of its table is in state %u "
+                     "with no proper name, which no heapd writes", i,
+                     r->state);
+            return -EINVAL;
+        }
+        r->deleted = false;
+        r->static_flag = 0; /* unmarked: the next snapshot flips the heap's */
+    }
+    h->static_flag = 0;
+    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
+        struct heap_global *r = &h->globals[i];
+        if (r->state == LAYOUT_GLOBAL_INITIALIZING)
+            globals_release_owner(h, r->owner); /* every client is gone */
+    }
+    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
+        struct heap_global *r = &h->globals[i];
+        struct layout_global *g = &h->control->globals[i];
+        if (r->state == LAYOUT_GLOBAL_EMPTY) {
+            memset(g->name, 0, sizeof g->name);
+            atomic_store(&h->control->global_values[i], NULL);
+        } else {
+            memcpy(g->name, r->name, LAYOUT_GLOBAL_NAME);
+        }
+        if (r->state == LAYOUT_GLOBAL_RELEASED)
+            atomic_store(&h->control->global_values[i], NULL);
+        g->owner = r->owner;
+        set_state(g, r->state);
+    }
+    return 0;
 }

@@ -6,6 +6,7 @@
 #define HEAPD_DAEMON_GLOBALS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct heap;
@@ -42,5 +43,10 @@ void globals_release_owner(struct heap *h, uint64_t client);
 /* The snapshot's part, mutators stopped: let deleted entries be reused,
  * and flip the heap's static flag (bump_static_flag). */
 void globals_snapshot(struct heap *h);
+/* After a heapd was killed (Note [The live table] in table.c): refuse
+ * (-EINVAL, WHY of N bytes) a record no heapd writes; release the
+ * entries clients were initialising (they are gone); write the shared
+ * table again from the records. */
+int globals_recover(struct heap *h, char *why, size_t n);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include "log.h"
 #include "slotmem.h"
+#include "table.h"
 
 int heap_sealed_memfd(const char *name, uint64_t size)
 {
@@ -70,7 +71,7 @@ static int open_daemon_page(struct heap *h, void *base, int kept)
 }
 
 /* Is FD a memfd of SIZE bytes sealed as heap_sealed_memfd seals? */
-static bool sealed_as_ours(int fd, uint64_t size)
+bool heap_sealed_as(int fd, uint64_t size)
 {
     struct stat st;
     int seals = fcntl(fd, F_GET_SEALS);
@@ -80,7 +81,7 @@ static bool sealed_as_ours(int fd, uint64_t size)
 }
 
 int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
-              int kept_page)
+              int kept_page, int kept_table)
 {
     char name[80];
     void *p = MAP_FAILED;
@@ -88,19 +89,25 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
     bool kept = kept_heap >= 0;
 
     memset(h, 0, sizeof *h);
-    h->fd = h->page_fd = h->page_ro_fd = -1;
+    h->fd = h->page_fd = h->page_ro_fd = h->table_fd = -1;
     h->cfg = cfg;
 
     snprintf(name, sizeof name, "heapd:%s", cfg->name);
-    if (kept && (kept_page < 0 || !sealed_as_ours(kept_heap, cfg->max_size) ||
-                 !sealed_as_ours(kept_page, LAYOUT_DAEMON_BYTES))) {
+    if (kept && (kept_page < 0 || !heap_sealed_as(kept_heap, cfg->max_size) ||
+                 !heap_sealed_as(kept_page, LAYOUT_DAEMON_BYTES))) {
         log_error("heap '%s': the memfds the service manager kept are not "
                   "a heap of max_size %llu as this heapd makes them",
                   cfg->name, (unsigned long long)cfg->max_size);
         close(kept_heap);
         if (kept_page >= 0)
             close(kept_page);
+        if (kept_table >= 0)
+            close(kept_table);
         return -EINVAL;
+    }
+    if (!kept && kept_table >= 0) {
+        close(kept_table);
+        kept_table = -1;
     }
     if (kept) {
         fd = kept_heap;
@@ -165,11 +172,25 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
         h->fd = -1;
         goto out;
     }
-    if ((rc = seg_init(h)) < 0 || (rc = slotmem_reserve(h)) < 0) {
-        log_error("heap '%s': out of memory for the segment table or the "
-                  "mutator slots' windows", cfg->name);
-        if (h->segs.segs)
-            seg_destroy(h);
+    seg_init(h);
+    if (kept_table >= 0) {
+        char why[512];
+        rc = table_adopt(h, kept_table, why, sizeof why);
+        kept_table = -1; /* taken over */
+        if (rc < 0)
+            log_error("heap '%s': %s", cfg->name, why);
+    } else if ((rc = table_create(h)) < 0) {
+        log_error("heap '%s': cannot make its table: %s", cfg->name,
+                  strerror(-rc));
+    } else {
+        seg_format(h);
+    }
+    if (rc == 0 && (rc = slotmem_reserve(h)) < 0)
+        log_error("heap '%s': out of memory for the mutator slots' windows",
+                  cfg->name);
+    if (rc < 0) {
+        table_close(h);
+        seg_destroy(h);
         munmap(p, cfg->max_size);
         h->base = NULL;
         h->control = NULL;
@@ -180,6 +201,8 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
 out:
     if (fd >= 0)
         close(fd);
+    if (kept_table >= 0)
+        close(kept_table);
     if (rc < 0) {
         if (h->page_fd >= 0)
             close(h->page_fd);
@@ -193,8 +216,8 @@ out:
 void heap_close(struct heap *h)
 {
     slotmem_release(h);
-    if (h->segs.segs)
-        seg_destroy(h);
+    table_close(h);
+    seg_destroy(h);
     if (h->base)
         munmap(h->base, h->cfg->max_size);
     if (h->fd >= 0)

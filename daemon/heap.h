@@ -118,7 +118,12 @@ struct heap {
                                         after lock, never before it */
     struct segtab segs;
     struct heap_slot_owner owners[LAYOUT_MAX_MUTATORS];
-    struct heap_global globals[LAYOUT_MAX_GLOBALS]; /* heap->lock */
+    struct heap_global *globals;     /* LAYOUT_MAX_GLOBALS of them, in the
+                                        live table; heap->lock */
+    void *table;                     /* Note [The live table] in table.c:
+                                        the records' memfd, mapped */
+    size_t table_bytes;
+    int table_fd;
     struct heap_stats stats;
     struct collector *gc;
     struct mark_job *marking;        /* the cycle's job while phase is MARK */
@@ -174,15 +179,17 @@ static inline void *heap_seg_addr(const struct heap *h, uint32_t i)
 }
 
 /* Create the memfd, seal it, map it at cfg->base and lay out the control
- * area.  Returns 0 or a negative errno after logging a message that names
- * the heap, the range and the config key to change (-EEXIST when the range
+ * area and the live table (Note [The live table] in daemon/table.c).
+ * Returns 0 or a negative errno after logging a message that names the
+ * heap, the range and the config key to change (-EEXIST when the range
  * is already mapped in the daemon).  With KEPT_HEAP and KEPT_PAGE >= 0 (a
  * heap the service manager kept: Note [Heaps across restarts] in
  * daemon/fdstore.c), those are mapped instead, checked, and taken over
- * (closed on failure); the segment table starts fresh, for state_restore
- * to fill. */
+ * (closed on failure), and so is KEPT_TABLE if >= 0, as it was left, for
+ * state_restore or table_recover to make good; without one the table
+ * starts fresh, for state_restore to fill. */
 int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
-              int kept_page);
+              int kept_page, int kept_table);
 
 /* Unmap and close.  Safe on a heap that failed to open or is closed. */
 void heap_close(struct heap *h);
@@ -190,6 +197,8 @@ void heap_close(struct heap *h);
 /* A sealed memfd of SIZE bytes named NAME (Note [Heap mapping]), or a
  * negative errno. */
 int heap_sealed_memfd(const char *name, uint64_t size);
+/* FD is a memfd of SIZE bytes sealed as heap_sealed_memfd seals. */
+bool heap_sealed_as(int fd, uint64_t size);
 
 /* Bytes of the memfd backed by memory now (pages touched and not punched). */
 uint64_t heap_committed_bytes(const struct heap *h);

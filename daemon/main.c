@@ -22,16 +22,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <systemd/sd-daemon.h>
 
+#include "collector.h"
 #include "daemon.h"
 #include "heapd_build.h"
 #include "fdstore.h"
 #include "log.h"
 #include "stall.h"
 #include "state.h"
+#include "table.h"
 
 #define SHUTDOWN_GRACE_MS 2000
 
@@ -195,67 +198,120 @@ static void close_walk(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
-/* Heap I: the one the service manager kept, if its saved state proves
- * itself, else a new one (Note [Heaps across restarts] in fdstore.c). */
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Take back heap H, kept as KH, KP, KT and (after a clean exit) KS: the
+ * saved state if there is one, else the live table of the heapd that was
+ * killed (Note [Heaps across restarts] in fdstore.c).  The descriptors
+ * stay the caller's.  Returns true, or false with WHY saying why not (H
+ * closed). */
+static bool take_back(struct daemon *d, struct heap *h,
+                      const struct config_heap *cfg, int kh, int kp, int kt,
+                      int ks, char *why, size_t n)
+{
+    if (kh < 0 || kp < 0) {
+        snprintf(why, n, "the service manager kept only part of it");
+        return false;
+    }
+    if (ks < 0 && kt < 0) {
+        snprintf(why, n, "the heapd before neither saved its state nor "
+                 "kept its table");
+        return false;
+    }
+    if (heap_open(h, cfg, dup(kh), dup(kp), kt >= 0 ? dup(kt) : -1) < 0) {
+        snprintf(why, n, "its memfds do not fit [heap %s] (the log says "
+                 "how)", cfg->name);
+        return false;
+    }
+    if (ks >= 0) {
+        if (state_restore(h, ks, why, n) < 0)
+            goto refused;
+        table_save_stats(h); /* Note [The live table] */
+        return true;
+    }
+    /* killed: Note [The live table], Note [Recovery cycles] */
+    if (table_recover(h, why, n) < 0)
+        goto refused;
+    if (collector_recover(h, &d->workers) < 0) {
+        snprintf(why, n, "the verifying cycles found %llu failures (the "
+                 "log names them)",
+                 (unsigned long long)h->stats.verify_failures);
+        goto refused;
+    }
+    return true;
+refused:
+    heap_close(h);
+    return false;
+}
+
+/* Heap I: the one the service manager kept, if it proves itself, else a
+ * new one (Note [Heaps across restarts] in fdstore.c). */
 static int open_heap(struct daemon *d, size_t i, struct fdstore *fds)
 {
     const struct config_heap *cfg = &d->cfg.heaps[i];
     struct heap *h = &d->heaps[i];
     int kh = fdstore_take(fds, "heap", cfg->name);
     int kp = fdstore_take(fds, "page", cfg->name);
+    int kt = fdstore_take(fds, "table", cfg->name);
     int ks = fdstore_take(fds, "state", cfg->name);
+    uint64_t t0 = mono_ns();
     char why[512] = "";
     int rc;
 
-    if (kh >= 0 || kp >= 0 || ks >= 0) {
-        if (kh < 0 || kp < 0)
-            snprintf(why, sizeof why, "the service manager kept only part "
-                     "of it");
-        else if (ks < 0)
-            snprintf(why, sizeof why, "the heapd before did not save its "
-                     "state (it was killed, or it crashed)");
-        else if (heap_open(h, cfg, dup(kh), dup(kp)) < 0)
-            snprintf(why, sizeof why, "its memfds do not fit [heap %s]",
-                     cfg->name);
-        else if (state_restore(h, ks, why, sizeof why) < 0)
-            heap_close(h);
-        else
-            why[0] = '\0';
-        if (!why[0]) {
+    if (kh >= 0 || kp >= 0 || kt >= 0 || ks >= 0) {
+        bool back = take_back(d, h, cfg, kh, kp, kt, ks, why, sizeof why);
+        if (back) {
             /* a crash from now on must never bring this state back */
             fdstore_forget("state", cfg->name);
-            log_info("heap '%s': recovered from the state the heapd before "
-                     "saved (%u segments in use)", cfg->name,
+            h->stats.recovery_ns = mono_ns() - t0;
+            log_info("heap '%s': recovered from the %s the heapd before "
+                     "%s, in %llu ms (%u segments in use)", cfg->name,
+                     ks >= 0 ? "state" : "table",
+                     ks >= 0 ? "saved" : "left when it was killed",
+                     (unsigned long long)(h->stats.recovery_ns / 1000000),
                      h->segs.count - h->segs.first - h->segs.n_free);
+            if (kt < 0) /* a heapd that kept no table saved this state */
+                fdstore_keep("table", cfg->name, h->table_fd, true);
         } else {
             log_error("heap '%s': not recovered: %s.  Its memfds stay in "
-                      "the service manager's store as heapd.lost-heap.%s "
-                      "and heapd.lost-page.%s, for an operator to save "
-                      "(systemctl clean --what=fdstore heapd drops them); "
-                      "the heap starts empty", cfg->name, why, cfg->name,
-                      cfg->name);
+                      "the service manager's store as heapd.lost-heap.%s, "
+                      "heapd.lost-page.%s and heapd.lost-table.%s, for an "
+                      "operator to save (systemctl clean --what=fdstore "
+                      "heapd drops them); the heap starts empty", cfg->name,
+                      why, cfg->name, cfg->name, cfg->name);
             /* renamed: the store keeps a file once, under one name */
             fdstore_forget("heap", cfg->name);
             fdstore_forget("page", cfg->name);
+            fdstore_forget("table", cfg->name);
             fdstore_forget("state", cfg->name);
             if (kh >= 0)
                 fdstore_keep("lost-heap", cfg->name, kh, true);
             if (kp >= 0)
                 fdstore_keep("lost-page", cfg->name, kp, true);
+            if (kt >= 0)
+                fdstore_keep("lost-table", cfg->name, kt, true);
         }
         if (kh >= 0)
             close(kh);
         if (kp >= 0)
             close(kp);
+        if (kt >= 0)
+            close(kt);
         if (ks >= 0)
             close(ks);
-        if (!why[0])
+        if (back)
             return 0;
     }
-    if ((rc = heap_open(h, cfg, -1, -1)) < 0)
+    if ((rc = heap_open(h, cfg, -1, -1, -1)) < 0)
         return rc;
     fdstore_keep("heap", cfg->name, h->fd, true);
     fdstore_keep("page", cfg->name, h->page_fd, true);
+    fdstore_keep("table", cfg->name, h->table_fd, true);
     return 0;
 }
 

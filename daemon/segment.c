@@ -157,7 +157,7 @@ static void set_state(struct seg *s, enum seg_state st)
     __atomic_store_n(&s->state, (uint8_t)st, __ATOMIC_RELEASE);
 }
 
-int seg_init(struct heap *h)
+void seg_init(struct heap *h)
 {
     struct segtab *t = &h->segs;
     uint64_t segsize = h->cfg->segment_size;
@@ -166,19 +166,6 @@ int seg_init(struct heap *h)
     t->count = (uint32_t)(h->cfg->max_size / segsize);
     t->first = layout_control_segments(segsize);
     t->high = t->first;
-    t->segs = calloc(t->count, sizeof *t->segs);
-    t->free_bits = calloc((t->count + 63) / 64, sizeof(uint64_t));
-    t->reuse_bits = calloc((t->count + 63) / 64, sizeof(uint64_t));
-    if (!t->segs || !t->free_bits || !t->reuse_bits) {
-        seg_destroy(h);
-        return -ENOMEM;
-    }
-    for (uint32_t i = t->first; i < t->count; i++) {
-        t->segs[i].state = SEG_FREE;
-        t->segs[i].punched = 1; /* never touched: reads as zero */
-        bit_set(t->free_bits, i);
-    }
-    t->n_free = t->count - t->first;
     t->small_max = layout_small_max(segsize);
     for (unsigned c = 0; c < LAYOUT_NCLASSES; c++) {
         if (layout_class_size[c] > t->small_max)
@@ -187,20 +174,24 @@ int seg_init(struct heap *h)
                               &t->small_first[c]);
         t->small_magic[c] = layout_block_magic(layout_class_size[c]);
     }
-    return 0;
+}
+
+void seg_format(struct heap *h)
+{
+    struct segtab *t = &h->segs;
+    for (uint32_t i = t->first; i < t->count; i++) {
+        t->segs[i].state = SEG_FREE;
+        t->segs[i].punched = 1; /* never touched: reads as zero */
+        bit_set(t->free_bits, i);
+    }
+    t->n_free = t->count - t->first;
 }
 
 void seg_destroy(struct heap *h)
 {
-    free(h->segs.segs);
-    free(h->segs.free_bits);
-    free(h->segs.reuse_bits);
     free(h->segs.charges);
     h->segs.charges = NULL;
     h->segs.n_charges = 0;
-    h->segs.segs = NULL;
-    h->segs.free_bits = NULL;
-    h->segs.reuse_bits = NULL;
 }
 
 /* Lowest segment at or after FROM whose bit is set in BITS, or 0. */
@@ -730,6 +721,145 @@ void seg_orphan(struct heap *h, uint64_t owner)
     }
     if (charge != 0)
         memset(&t->charges[charge - 1], 0, sizeof t->charges[0]);
+}
+
+/* Note [Recovering the segment table]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * The records a killed heapd left (Note [The live table] in table.c) are
+ * the last stores it made: at most one critical section of heap->lock cut
+ * short.  seg_recover keeps what a record says of itself and rebuilds
+ * everything derived from the records:
+ *   - a state no heapd writes, or a class no size class has, refuses the
+ *     heap: that is not a cut-short store but damage;
+ *   - a large run whose head and tails disagree was being granted or given
+ *     back (seg_grant_large writes the run's shape before its states, a
+ *     release the states one by one): a grant's reply is sent only after
+ *     its critical section, and a run given back is dead, so no client
+ *     holds such a run and its segments become free (not punched: they may
+ *     hold pages);
+ *   - the free bitmap, the counts and `high` are recounted from the states
+ *     (a punch takes its segments out of the bitmap while it runs without
+ *     the lock; a never-touched free segment is the only one with the
+ *     punched flag and no higher segment in use); the reuse bitmap is
+ *     emptied, for the next sweep to refile; fences, remark marks and
+ *     charges are dropped (they belong to the watch and the quotas of the
+ *     heapd that died); the cycle stamps are capped at CYCLES, the counters'
+ *     cycle, so that idle segments are still punched in time;
+ *   - every client is gone with its connection: each owner's segments are
+ *     orphaned as seg_orphan does for a client that crashed.
+ * Then segtab_check must pass.  The critical sections are short: in 100
+ * kills at every moment of the cycle (tests/test_crash.c) no record was
+ * ever found torn, so each repair is checked on a table cut short by hand
+ * (tests/test_invariants.c); what is repaired is logged.
+ */
+int seg_recover(struct heap *h, uint64_t cycles, char *why, size_t n)
+{
+    struct segtab *t = &h->segs;
+    size_t words = ((size_t)t->count + 63) / 64;
+    uint32_t repaired = 0, unbitted = 0;
+
+    for (uint32_t i = t->first; i < t->count; i++)
+        unbitted += (t->segs[i].state == SEG_FREE) !=
+                    bit_test(t->free_bits, i);
+    memset(t->free_bits, 0, words * sizeof(uint64_t));
+    memset(t->reuse_bits, 0, words * sizeof(uint64_t));
+    t->high = t->first;
+    t->n_free = t->n_owned = t->n_filled = t->n_large = 0;
+    t->n_reusable = t->n_fenced = 0;
+    t->orphaned = t->adopted = 0;
+    for (uint32_t i = t->first; i < t->count; i++) {
+        struct seg *s = &t->segs[i];
+        if (s->state == SEG_CONTROL || s->state > SEG_LARGE_TAIL) {
+            snprintf(why, n, "segment %u of its table is in state %u, "
+                     "which no heapd writes", i, s->state);
+            return -EINVAL;
+        }
+        if ((s->state == SEG_OWNED || s->state == SEG_FILLED) &&
+            s->cls != SEG_CLASS_UNKNOWN &&
+            (s->cls >= LAYOUT_NCLASSES || t->small_nblocks[s->cls] == 0)) {
+            snprintf(why, n, "segment %u of its table has size class %u, "
+                     "which no heapd writes", i, s->cls);
+            return -EINVAL;
+        }
+        s->fenced = 0;
+        s->charge = 0;
+        s->remark = 0;
+        s->remark_next = 0;
+        s->remark_to = 0;
+        if (s->free_since > cycles)
+            s->free_since = cycles;
+        if (s->unknown_since > cycles)
+            s->unknown_since = cycles;
+    }
+    /* large runs whose head and tails disagree */
+    for (uint32_t i = t->first; i < t->count; i++) {
+        struct seg *s = &t->segs[i];
+        bool bad = false;
+        if (s->state == SEG_LARGE) {
+            bad = s->run == 0 || s->run > t->count - i;
+            for (uint32_t k = i + 1; !bad && k < i + s->run; k++)
+                bad = t->segs[k].state != SEG_LARGE_TAIL ||
+                      t->segs[k].run != i;
+        } else if (s->state == SEG_LARGE_TAIL) {
+            uint32_t hd = s->run;
+            bad = hd < t->first || hd >= i ||
+                  t->segs[hd].state != SEG_LARGE ||
+                  hd + t->segs[hd].run <= i;
+        }
+        if (!bad)
+            continue;
+        uint32_t end = s->state == SEG_LARGE ? i + s->run : i + 1;
+        for (uint32_t k = i; k < end && k < t->count; k++) {
+            struct seg *x = &t->segs[k];
+            if (k > i && (x->state != SEG_LARGE_TAIL || x->run != i))
+                break;
+            x->state = SEG_FREE;
+            x->owner = 0;
+            x->orphan = 0;
+            x->run = 0;
+            x->punched = 0;
+            x->free_since = cycles;
+            repaired++;
+        }
+    }
+    for (uint32_t i = t->first; i < t->count; i++) {
+        struct seg *s = &t->segs[i];
+        switch (s->state) {
+        case SEG_FREE:
+            bit_set(t->free_bits, i);
+            t->n_free++;
+            s->owner = 0;
+            s->orphan = 0;
+            break;
+        case SEG_OWNED: t->n_owned++; break;
+        case SEG_FILLED: t->n_filled++; break;
+        case SEG_LARGE: t->n_large++; break;
+        default: break;
+        }
+        if (s->orphan)
+            t->orphaned++;
+        if (s->state != SEG_FREE || !s->punched)
+            t->high = i + 1;
+    }
+    /* every owner is gone: Note [Client lifecycle] in session.c */
+    for (uint32_t i = t->first; i < t->high; i++) {
+        uint64_t owner = t->segs[i].owner;
+        if (owner != 0)
+            seg_orphan(h, owner);
+    }
+    if (repaired)
+        log_warn("heap '%s': %u segments of large runs cut short when heapd "
+                 "died are free again", h->cfg->name, repaired);
+    if (unbitted)
+        log_info("heap '%s': %u segments' free bits disagreed with their "
+                 "states when heapd died (a punch or a grant under way); "
+                 "recounted", h->cfg->name, unbitted);
+    if (!segtab_check(t)) {
+        snprintf(why, n, "its segment table disagrees with itself after "
+                 "repair (the log says how)");
+        return -EINVAL;
+    }
+    return 0;
 }
 
 int seg_fence(struct heap *h, uint32_t **out, uint32_t *n)

@@ -7,6 +7,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct heap;
@@ -87,7 +88,17 @@ struct segtab {
     uint32_t n_charges;           /* records allocated */
 };
 
-int seg_init(struct heap *h);
+/* The table's geometry for H's configuration; the records themselves
+ * live in the live table (Note [The live table] in daemon/table.c), which
+ * points t->segs and the bitmaps at them. */
+void seg_init(struct heap *h);
+/* A new heap's records: every segment free and never touched. */
+void seg_format(struct heap *h);
+/* Note [Recovering the segment table] in segment.c: the records as a
+ * killed heapd left them, made good with every client gone.  CYCLES is
+ * the cycles_completed the counters were taken back at.  Returns 0, or
+ * -EINVAL with WHY (N bytes) naming a record no heapd writes. */
+int seg_recover(struct heap *h, uint64_t cycles, char *why, size_t n);
 void seg_destroy(struct heap *h);
 
 static inline uint8_t seg_state(const struct segtab *t, uint32_t i)

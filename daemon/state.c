@@ -78,7 +78,8 @@ static unsigned parts_of(struct heap *h, struct part out[5])
     out[2] = (struct part){t->reuse_bits, words * sizeof(uint64_t)};
     out[3] = (struct part){t->charges,
                            (size_t)t->n_charges * sizeof *t->charges};
-    out[4] = (struct part){h->globals, sizeof h->globals};
+    out[4] = (struct part){h->globals,
+                           LAYOUT_MAX_GLOBALS * sizeof *h->globals};
     return 5;
 }
 

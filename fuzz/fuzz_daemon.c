@@ -43,7 +43,7 @@ void fuzz_daemon_start(const char *name, const char *config_text)
     FUZZ_CHECK(uv_loop_init(&d->loop) == 0);
     FUZZ_CHECK(workers_init(&d->workers, d->cfg.gc_threads) == 0);
     for (size_t i = 0; i < d->cfg.n_heaps; i++) {
-        FUZZ_CHECK(heap_open(&d->heaps[i], &d->cfg.heaps[i], -1, -1) == 0);
+        FUZZ_CHECK(heap_open(&d->heaps[i], &d->cfg.heaps[i], -1, -1, -1) == 0);
         d->n_heaps++;
         FUZZ_CHECK(handoff_collector_start(&d->heaps[i], &d->workers,
                                            &d->loop, session_cycle_done,

@@ -3,6 +3,7 @@
  * one counter or link is broken (Note [Checking the segment table], Note
  * [Checking remark states] in daemon/). */
 #include <check.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@ enum { NSEGS = 130, FIRST = 1 };
 
 static struct heap H;
 static struct mark_job J;
+static struct config_heap CFG = {.name = "invariants"};
 
 /* A table of NSEGS segments: 2..4 OWNED, 5 FILLED and reusable, 6 a large
  * run of 3 (6 head, 7-8 tail), 10 FILLED orphan, the rest FREE;
@@ -24,6 +26,9 @@ static void setup(void)
 {
     struct segtab *t = &H.segs;
     memset(&H, 0, sizeof H);
+    H.cfg = &CFG;
+    for (unsigned c = 0; c < LAYOUT_NCLASSES; c++)
+        t->small_nblocks[c] = 1; /* every class usable */
     t->count = NSEGS;
     t->first = FIRST;
     t->high = 11;
@@ -135,6 +140,53 @@ START_TEST(remark_lists_match_states)
 }
 END_TEST
 
+/* Note [Recovering the segment table]: what a heapd killed inside a
+ * critical section can leave is made good; what no heapd writes is
+ * refused. */
+START_TEST(recovery_repairs_a_table_cut_short)
+{
+    struct segtab *t = &H.segs;
+    char why[256] = "";
+    for (uint32_t i = 11; i < NSEGS; i++)
+        t->segs[i].punched = 1; /* never touched */
+    t->segs[8].state = SEG_FREE;       /* a large run given back halfway */
+    t->free_bits[20 / 64] &= ~(1ull << (20 % 64)); /* a punch under way */
+    t->segs[5].fenced = 1;             /* the dead heapd's watch */
+    t->segs[10].charge = 3;            /* and its quota records */
+    t->segs[40].free_since = 99;       /* stamped after the counters */
+    ck_assert_int_eq(seg_recover(&H, 7, why, sizeof why), 0);
+    ck_assert_str_eq(why, "");
+    ck_assert(segtab_check(t));
+    for (uint32_t i = 6; i <= 8; i++)
+        ck_assert_uint_eq(t->segs[i].state, SEG_FREE);
+    ck_assert_uint_eq(t->n_large, 0);
+    ck_assert_uint_eq(t->n_free, NSEGS - FIRST - 5);
+    ck_assert(t->free_bits[20 / 64] & (1ull << (20 % 64)));
+    ck_assert_uint_eq(t->n_reusable, 0);
+    ck_assert_uint_eq(t->segs[5].fenced, 0);
+    ck_assert_uint_eq(t->segs[10].charge, 0);
+    ck_assert_uint_eq(t->segs[2].remark, 0);
+    ck_assert_uint_eq(t->segs[40].free_since, 7);
+    ck_assert_uint_eq(t->orphaned - t->adopted, 1);
+    ck_assert_uint_eq(t->high, 11);
+}
+END_TEST
+
+START_TEST(recovery_refuses_what_no_heapd_writes)
+{
+    char why[256] = "";
+    H.segs.segs[9].state = 17;
+    ck_assert_int_eq(seg_recover(&H, 0, why, sizeof why), -EINVAL);
+    ck_assert_msg(strstr(why, "segment 9") && strstr(why, "state 17"),
+                  "the refusal does not name the record: %s", why);
+    H.segs.segs[9].state = SEG_FILLED;
+    H.segs.segs[9].cls = 200;
+    ck_assert_int_eq(seg_recover(&H, 0, why, sizeof why), -EINVAL);
+    ck_assert_msg(strstr(why, "size class 200"),
+                  "the refusal does not name the class: %s", why);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("invariants");
@@ -146,6 +198,8 @@ int main(void)
     tcase_add_test(t, segtab_large_tails_name_their_head);
     tcase_add_test(t, remark_outstanding_is_recounted);
     tcase_add_test(t, remark_lists_match_states);
+    tcase_add_test(t, recovery_repairs_a_table_cut_short);
+    tcase_add_test(t, recovery_refuses_what_no_heapd_writes);
     suite_add_tcase(s, t);
     return check_main(s);
 }

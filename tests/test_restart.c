@@ -2,9 +2,10 @@
  * Note [Saved state] in daemon/state.c): the harness plays the service
  * manager's fd store; a heap survives a clean restart with every object a
  * global holds, a client connected at the restart is dropped and the heap
- * still recovered, and a heap whose state is missing (heapd was killed),
- * damaged, truncated or of another version is refused, kept for an
- * operator, and started empty. */
+ * still recovered, a heap whose heapd was killed is recovered from its
+ * live table (Note [The live table] in daemon/table.c), and a heap whose
+ * state or table is damaged, truncated or of another version is refused,
+ * kept for an operator, and started empty. */
 #include <check.h>
 #include <errno.h>
 #include <signal.h>
@@ -141,22 +142,88 @@ START_TEST(client_connected_at_the_restart_is_dropped)
 }
 END_TEST
 
-/* Restart after STOP (SIGKILL: no state saved), or after a clean stop
- * with the stored state changed by SPOIL: the heap is refused with WHY in
- * the log, kept for an operator, and started empty. */
-static void refused_case(bool kill_it, void (*spoil)(int fd), const char *why)
+/* After SIGKILL heapd recovers the heap from its live table (Note [The
+ * live table], Note [Recovery cycles]): what a global holds is whole, the
+ * garbage is gone, the counters say so, and it goes on. */
+START_TEST(killed_daemon_recovers_the_heap)
 {
     start();
     with_client(publish_list);
-    if (kill_it) {
+    heapd_stats_t before = harness_daemon_stats(&D);
+    harness_kill(&D);
+    ck_assert_int_eq(harness_stored(&D, "heapd.state.default"), 0);
+    ck_assert_int_eq(harness_stored(&D, "heapd.table.default"), 1);
+    harness_restart(&D);
+    ck_assert_msg(harness_log_contains(&D, "recovered from the table"),
+                  "heapd did not say it recovered the heap from its table");
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_eq(st.crashes_recovered, 1);
+    ck_assert_uint_eq(st.restarts_survived, 1);
+    ck_assert_uint_eq(st.verify_failures, 0);
+    ck_assert_msg(st.cycles_completed >= before.cycles_completed + 2,
+                  "%llu cycles before the kill, %llu after the recovery: "
+                  "the two recovery cycles did not run",
+                  (unsigned long long)before.cycles_completed,
+                  (unsigned long long)st.cycles_completed);
+    ck_assert_uint_gt(st.recovery_ns, 0);
+    with_client(check_list);
+    with_client(publish_list);
+    with_client(check_list);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
+/* SIGKILL while a client holds segments and is in the middle of its
+ * work: its segments are orphaned by the recovery as if it had crashed;
+ * the client itself sees the connection end. */
+static void publish_and_hold(heapd_mutator *m, void *arg)
+{
+    (void)arg;
+    publish_list(m);
+    for (int i = 0; i < 500; i++) /* owned segments, partly used */
+        ck_assert_ptr_nonnull(heapd_alloc(m, 2, 40));
+    heapd_blocking_enter(m);
+}
+
+START_TEST(killed_daemon_orphans_what_clients_held)
+{
+    start();
+    pid_t kid = harness_fork_mutator(&D, publish_and_hold, NULL);
+    harness_kill(&D);
+    kill(kid, SIGKILL);
+    harness_wait_pid(kid, HARNESS_WAIT_MS);
+    harness_restart(&D);
+    ck_assert_msg(harness_log_contains(&D, "recovered from the table"),
+                  "heapd did not say it recovered the heap from its table");
+    with_client(check_list);
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_eq(st.verify_failures, 0);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
+/* Restart with the stored WHAT ("state" after a clean stop, "table" after
+ * a SIGKILL) changed by SPOIL: the heap is refused with WHY in the log,
+ * kept for an operator, and started empty. */
+static void refused_case(const char *what, void (*spoil)(int fd),
+                         const char *why)
+{
+    char name[64];
+    bool table = strcmp(what, "table") == 0;
+    start();
+    with_client(publish_list);
+    if (table)
         harness_kill(&D);
-        ck_assert_int_eq(harness_stored(&D, "heapd.state.default"), 0);
-    } else {
+    else
         harness_stop_clean(&D);
-        int fd = harness_stored_fd(&D, "heapd.state.default");
-        ck_assert_int_ge(fd, 0);
-        spoil(fd);
-    }
+    snprintf(name, sizeof name, "heapd.%s.default", what);
+    int fd = harness_stored_fd(&D, name);
+    ck_assert_int_ge(fd, 0);
+    spoil(fd);
     harness_restart(&D);
     ck_assert_msg(harness_log_contains(&D, "not recovered"),
                   "heapd did not say the heap was not recovered");
@@ -165,7 +232,9 @@ static void refused_case(bool kill_it, void (*spoil)(int fd), const char *why)
     harness_drain_notify(&D);
     ck_assert_int_eq(harness_stored(&D, "heapd.lost-heap.default"), 1);
     ck_assert_int_eq(harness_stored(&D, "heapd.lost-page.default"), 1);
+    ck_assert_int_eq(harness_stored(&D, "heapd.lost-table.default"), 1);
     ck_assert_int_eq(harness_stored(&D, "heapd.state.default"), 0);
+    ck_assert_int_eq(harness_stored(&D, "heapd.table.default"), 1);
     with_client(no_list);
     with_client(publish_list);
     with_client(check_list);
@@ -173,12 +242,6 @@ static void refused_case(bool kill_it, void (*spoil)(int fd), const char *why)
     harness_stop_clean(&D);
     harness_forget_store(&D);
 }
-
-START_TEST(killed_daemon_leaves_the_heap_to_an_operator)
-{
-    refused_case(true, NULL, "did not save its state");
-}
-END_TEST
 
 static void garbage(int fd)
 {
@@ -209,26 +272,39 @@ static void flipped_byte(int fd)
 
 START_TEST(garbage_state_is_refused)
 {
-    refused_case(false, garbage, "not heapd's");
+    refused_case("state", garbage, "not heapd's");
 }
 END_TEST
 
 START_TEST(truncated_state_is_refused)
 {
-    refused_case(false, truncated, "shorter than its header");
+    refused_case("state", truncated, "shorter than its header");
 }
 END_TEST
 
 START_TEST(state_of_another_version_is_refused)
 {
-    refused_case(false, newer_version,
+    refused_case("state", newer_version,
                  "version 99, and this heapd reads version 1");
 }
 END_TEST
 
 START_TEST(damaged_state_is_refused)
 {
-    refused_case(false, flipped_byte, "checksum does not match");
+    refused_case("state", flipped_byte, "checksum does not match");
+}
+END_TEST
+
+START_TEST(garbage_table_is_refused)
+{
+    refused_case("table", garbage, "its table is not heapd's");
+}
+END_TEST
+
+START_TEST(table_of_another_version_is_refused)
+{
+    refused_case("table", newer_version,
+                 "its table is of version 99, and this heapd reads version 1");
 }
 END_TEST
 
@@ -239,11 +315,14 @@ static Suite *suite(void)
     tcase_set_timeout(t, 300);
     tcase_add_test(t, objects_survive_clean_restarts);
     tcase_add_test(t, client_connected_at_the_restart_is_dropped);
-    tcase_add_test(t, killed_daemon_leaves_the_heap_to_an_operator);
+    tcase_add_test(t, killed_daemon_recovers_the_heap);
+    tcase_add_test(t, killed_daemon_orphans_what_clients_held);
     tcase_add_test(t, garbage_state_is_refused);
     tcase_add_test(t, truncated_state_is_refused);
     tcase_add_test(t, state_of_another_version_is_refused);
     tcase_add_test(t, damaged_state_is_refused);
+    tcase_add_test(t, garbage_table_is_refused);
+    tcase_add_test(t, table_of_another_version_is_refused);
     suite_add_tcase(s, t);
     return s;
 }

@@ -243,8 +243,8 @@ static void expect_closed_by_harness(int r, const char *what)
  * that a test of the store itself sees only its own. */
 static void forget_heapds_own(void)
 {
-    static const char *const kinds[] = {"heap", "page", "state"};
-    for (int k = 0; k < 3; k++) {
+    static const char *const kinds[] = {"heap", "page", "table", "state"};
+    for (int k = 0; k < 4; k++) {
         char msg[128];
         snprintf(msg, sizeof msg, "FDSTOREREMOVE=1\nFDNAME=heapd.%s.default",
                  kinds[k]);
@@ -266,6 +266,7 @@ START_TEST(fdstore_keeps_and_drops)
     harness_start(&D, harness_default_config("@SOCK@", NULL));
     ck_assert_int_eq(harness_stored(&D, "heapd.heap.default"), 1);
     ck_assert_int_eq(harness_stored(&D, "heapd.page.default"), 1);
+    ck_assert_int_eq(harness_stored(&D, "heapd.table.default"), 1);
     forget_heapds_own();
     ck_assert_int_eq(D.nstored, 0);
     ck_assert(harness_notified(&D, "READY=1"));
