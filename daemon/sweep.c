@@ -27,7 +27,9 @@
  * by its client (Note [Segment supply]); it is kept while its owner is
  * connected and freed once the owner is gone.
  * Table changes (seg_release) happen under the heap lock, taken per freed
- * segment.  What survives in a FILLED segment or a large run is added to
+ * segment; the decision to free is taken there too (Note [A segment
+ * changes hands while it is swept]).  What survives in a FILLED segment
+ * or a large run is added to
  * the tally of the client the segment is charged to (Note [Quota] in
  * daemon/segment.c): one relaxed atomic add per such segment, into an
  * array of the job's, so that no worker takes the lock for it.
@@ -40,6 +42,30 @@
 
 #include "heap.h"
 #include "workers.h"
+
+/* Note [A segment changes hands while it is swept]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A sweeper reads a segment's marks without the heap lock, and while it
+ * does, the loop thread may give the segment to someone and take it back:
+ * a grant adopts a reusable FILLED segment (Note [Reusing partly free
+ * segments] in segment.c), its new owner allocates black in it, stores
+ * the objects where others see them and leaves, and the segment is FILLED
+ * again, now with live blocks the sweeper's pass never saw; a large run's
+ * owner sets its mark and leaves after the sweeper read the mark as 0.
+ * The state alone, FILLED or LARGE before and after, cannot tell.  So the
+ * sweeper frees a segment only after looking again under the heap lock,
+ * which every change of hands takes (grants, returns, seg_orphan): it is
+ * still in the state it was swept in, and no mark in it is the epoch (a
+ * large run: and one whose mark is 0 has no owner).  Under the lock
+ * nobody can take a FILLED segment or an ownerless run into use, so what
+ * it reads there stays true until seg_release.  The look is a scan of the
+ * marks of a segment about to be freed, at most a few thousand bytes.
+ * Freeing on the state alone freed segments that the spawn-burn test's
+ * board (test_lifecycle.c) still pointed into: it failed so twice under
+ * heavy load, and in 3 of 5 runs with a delay put into the sweep between
+ * its pass and its release (84 verify failures and 103 bad references in
+ * one); with the look, none of 8 such runs failed.
+ */
 
 #define SWEEP_BATCH 16
 
@@ -73,13 +99,40 @@ static void tally(struct sweep_job *j, uint32_t i, uint64_t bytes)
                                   memory_order_relaxed);
 }
 
-static void release(struct heap *h, uint32_t i, uint8_t expect)
+/* With heap->lock held: does segment I, in state EXPECT, hold a block the
+ * sweep of EPOCH must keep?  Note [A segment changes hands while it is
+ * swept]. */
+static bool holds_live(const struct heap *h, uint32_t i, uint8_t expect,
+                       uint8_t epoch)
 {
+    const struct segtab *t = &h->segs;
+    const uint8_t *marks = layout_seg_marks(heap_seg_addr(h, i));
+    if (expect == SEG_LARGE) {
+        uint8_t m = __atomic_load_n(marks, __ATOMIC_ACQUIRE);
+        return m == epoch || (m == 0 && t->segs[i].owner != 0);
+    }
+    uint8_t cls = __atomic_load_n(&t->segs[i].cls, __ATOMIC_ACQUIRE);
+    if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
+        return false; /* no block to tell apart: Note [A segment leaves its
+                         owner] decided */
+    return memchr(marks, epoch, t->small_nblocks[cls]) != NULL;
+}
+
+/* Free segment I, swept in state EXPECT, if it is still in that state and
+ * holds nothing live (Note [A segment changes hands while it is swept]).
+ * True if it was freed. */
+static bool release(struct heap *h, uint32_t i, uint8_t expect, uint8_t epoch)
+{
+    bool freed = false;
     pthread_mutex_lock(&h->lock);
-    if (h->segs.segs[i].state == expect)
+    if (h->segs.segs[i].state == expect && !seg_fenced(&h->segs, i) &&
+        !holds_live(h, i, expect, epoch)) {
         seg_release(h, i);
+        freed = true;
+    }
     segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
+    return freed;
 }
 
 static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
@@ -93,11 +146,10 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
         /* blank, or a class nobody knows: Note [A segment leaves its
          * owner] */
         if (state == SEG_FILLED && !fenced &&
-            seg_unknown_unreferenced(h, i, j->epoch)) {
-            release(h, i, SEG_FILLED);
+            seg_unknown_unreferenced(h, i, j->epoch) &&
+            release(h, i, SEG_FILLED, j->epoch))
             atomic_fetch_add_explicit(&j->freed_segments, 1,
                                       memory_order_relaxed);
-        }
         return;
     }
     uint8_t *seg = heap_seg_addr(h, i);
@@ -133,8 +185,9 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
     if (state == SEG_FILLED) /* an OWNED one counts whole, as held */
         tally(j, i, (uint64_t)nlive * bs);
     if (nlive == 0 && state == SEG_FILLED && !fenced) {
-        release(h, i, SEG_FILLED);
-        atomic_fetch_add_explicit(&j->freed_segments, 1, memory_order_relaxed);
+        if (release(h, i, SEG_FILLED, j->epoch))
+            atomic_fetch_add_explicit(&j->freed_segments, 1,
+                                      memory_order_relaxed);
     } else if (state == SEG_FILLED && !fenced) {
         /* every block not live is free now: Note [Reusing partly free
          * segments] */
@@ -165,9 +218,9 @@ static void sweep_large(struct sweep_job *j, uint32_t i, uint64_t *live,
         tally(j, i, (uint64_t)s->run << h->seg_shift);
         return;
     }
-    *mark = 0;
+    if (!release(h, i, SEG_LARGE, j->epoch))
+        return; /* taken into use meanwhile */
     (*freed)++;
-    release(h, i, SEG_LARGE);
     atomic_fetch_add_explicit(&j->freed_segments, 1, memory_order_relaxed);
 }
 

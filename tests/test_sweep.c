@@ -1,0 +1,204 @@
+/* The sweep against the loop thread, one step at a time: a segment that
+ * changes hands while a sweeper looks at it keeps what its new owner left
+ * alive (Note [A segment changes hands while it is swept] in
+ * daemon/sweep.c).  The daemon's own code runs on a heap table built by
+ * seg_init over anonymous memory; the test plays the loop thread (grants,
+ * returns, departures, under heap->lock) and one sweeper runs in a thread
+ * of its own.  The order of the steps is forced by the heap lock and a
+ * handshake on the marks, never by timing. */
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "config.h"
+#include "heap.h"
+#include "layout.h"
+#include "segment.h"
+#include "sweep.h"
+#include "check_main.h"
+
+enum { SEGS = 8, SHIFT = 17, OLD_EPOCH = 3, EPOCH = 4, DEAD = 40 };
+#define WAIT_NS (60ull * 1000000000ull) /* only a failure waits this long */
+
+static struct config_heap cfg;
+static struct heap H;
+static unsigned cls; /* the size class of the objects */
+
+static void setup(void)
+{
+    memset(&cfg, 0, sizeof cfg);
+    strcpy(cfg.name, "sweep-test");
+    cfg.segment_size = 1u << SHIFT;
+    /* SEGS segments for objects after the control area's */
+    cfg.max_size = (uint64_t)(layout_control_segments(cfg.segment_size) +
+                              SEGS) << SHIFT;
+    memset(&H, 0, sizeof H);
+    H.cfg = &cfg;
+    H.fd = -1; /* small segments only: nothing is punched */
+    H.seg_shift = SHIFT;
+    H.poison = true;
+    H.base = mmap(NULL, cfg.max_size, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert(H.base != MAP_FAILED);
+    pthread_mutex_init(&H.lock, NULL);
+    pthread_mutex_init(&H.adoption, NULL);
+    ck_assert_int_eq(seg_init(&H), 0);
+    cls = layout_size_class((uint32_t)layout_object_size(1, 32));
+    ck_assert_uint_ne(H.segs.small_nblocks[cls], 0);
+}
+
+static void teardown(void)
+{
+    seg_destroy(&H);
+    munmap(H.base, cfg.max_size);
+    pthread_mutex_destroy(&H.lock);
+    pthread_mutex_destroy(&H.adoption);
+}
+
+static uint8_t *marks_of(uint32_t seg)
+{
+    return layout_seg_marks(heap_seg_addr(&H, seg));
+}
+
+/* What a client does to allocate block B of SEG in EPOCH: the mark, then
+ * the object (Note [Allocation fast path] in client/alloc.c). */
+static void allocate(uint32_t seg, uint32_t b, uint8_t epoch)
+{
+    uint8_t *blocks = (uint8_t *)heap_seg_addr(&H, seg) +
+                      H.segs.small_first[cls];
+    uint64_t *w = (uint64_t *)(blocks + (size_t)b * layout_class_size[cls]);
+    __atomic_store_n(&marks_of(seg)[b], epoch, __ATOMIC_RELAXED);
+    memset(w + 1, 0, layout_class_size[cls] - LAYOUT_WORD);
+    w[0] = layout_header(1, 32);
+}
+
+/* Client 1 fills a segment with DEAD objects of the last cycle and
+ * returns it; the last sweep found it mostly free and made it reusable
+ * (Note [Reusing partly free segments] in daemon/segment.c). */
+static uint32_t reusable_segment(void)
+{
+    uint32_t seg, fmt, held = 0;
+    pthread_mutex_lock(&H.lock);
+    ck_assert_int_eq(seg_grant_small(&H, 1, &held, SEGS, 1, NULL, &seg,
+                                     &fmt), 1);
+    struct layout_segment *hd = heap_seg_addr(&H, seg);
+    hd->size_class = cls;
+    __atomic_store_n(&hd->kind, LAYOUT_SEG_SMALL, __ATOMIC_RELEASE);
+    for (uint32_t b = 0; b < DEAD; b++)
+        allocate(seg, b, OLD_EPOCH);
+    ck_assert_int_eq(seg_return(&H, 1, &held, seg), 0);
+    ck_assert_uint_eq(H.segs.segs[seg].state, SEG_FILLED);
+    pthread_mutex_unlock(&H.lock);
+    uint32_t n = H.segs.small_nblocks[cls];
+    seg_swept_filled(&H, seg, n - DEAD, n);
+    return seg;
+}
+
+static void *sweeper(void *job)
+{
+    sweep_worker(job, 0);
+    return NULL;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The sweeper has freed every dead block of SEG: its pass is over, and
+ * what is left is the decision about the segment, which waits for the
+ * heap lock the caller holds. */
+static void wait_pass_done(uint32_t seg)
+{
+    const uint8_t *m = marks_of(seg);
+    uint64_t until = now_ns() + WAIT_NS;
+    for (;;) {
+        uint32_t left = 0;
+        for (uint32_t b = 0; b < DEAD; b++)
+            left += __atomic_load_n(&m[b], __ATOMIC_RELAXED) != 0;
+        if (left == 0)
+            return;
+        ck_assert_msg(now_ns() < until, "the sweeper did not free the %u "
+                      "dead blocks of segment %u in 60 s (%u left)", DEAD,
+                      seg, left);
+        struct timespec nap = {0, 1000000};
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* While the sweeper is between its pass over a reusable segment (every
+ * block dead) and its decision, client 2 is granted the segment, allocates
+ * a block in it (black: this cycle's epoch) and dies, and the segment is
+ * FILLED again.  The block is live; the segment must stay. */
+START_TEST(adopted_meanwhile_is_kept)
+{
+    uint32_t seg = reusable_segment();
+    struct sweep_job sj;
+    pthread_t t;
+
+    sweep_job_init(&sj, &H, EPOCH);
+    pthread_mutex_lock(&H.lock);
+    ck_assert_int_eq(pthread_create(&t, NULL, sweeper, &sj), 0);
+    wait_pass_done(seg);
+
+    /* the loop thread, while the sweeper waits for the lock */
+    uint64_t classes[(LAYOUT_NCLASSES + 63) / 64] = {0};
+    classes[cls / 64] |= 1ull << (cls % 64);
+    uint32_t got, fmt, held = 0;
+    ck_assert_int_eq(seg_grant_small(&H, 2, &held, SEGS, 1, classes, &got,
+                                     &fmt), 1);
+    ck_assert_uint_eq(got, seg);
+    ck_assert_uint_eq(fmt, 1 + cls); /* adopted, formatted */
+    allocate(seg, 0, EPOCH);
+    seg_orphan(&H, 2);
+    ck_assert_uint_eq(H.segs.segs[seg].state, SEG_FILLED);
+    pthread_mutex_unlock(&H.lock);
+
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    pthread_mutex_lock(&H.lock);
+    sweep_job_finish(&sj);
+    ck_assert_msg(H.segs.segs[seg].state == SEG_FILLED &&
+                      marks_of(seg)[0] == EPOCH,
+                  "segment %u (state %u, block 0 marked %u) was freed by a "
+                  "sweep that looked at it before a client allocated in "
+                  "it", seg, H.segs.segs[seg].state, marks_of(seg)[0]);
+    ck_assert(segtab_check(&H.segs));
+    pthread_mutex_unlock(&H.lock);
+}
+END_TEST
+
+/* The same pass with nobody taking the segment: every block was dead,
+ * and the segment goes back to the pool. */
+START_TEST(dead_segment_is_freed)
+{
+    uint32_t seg = reusable_segment();
+    struct sweep_job sj;
+    pthread_t t;
+
+    sweep_job_init(&sj, &H, EPOCH);
+    ck_assert_int_eq(pthread_create(&t, NULL, sweeper, &sj), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    pthread_mutex_lock(&H.lock);
+    sweep_job_finish(&sj);
+    ck_assert_uint_eq(H.segs.segs[seg].state, SEG_FREE);
+    ck_assert_uint_eq(atomic_load(&sj.freed_segments), 1);
+    ck_assert(segtab_check(&H.segs));
+    pthread_mutex_unlock(&H.lock);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("sweep");
+    TCase *t = tcase_create("changes of hands");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, adopted_meanwhile_is_kept);
+    tcase_add_test(t, dead_segment_is_freed);
+    suite_add_tcase(s, t);
+    return check_main(s);
+}
