@@ -2,7 +2,7 @@
  * changes hands while a sweeper looks at it keeps what its new owner left
  * alive (Note [A segment changes hands while it is swept] in
  * daemon/sweep.c).  The daemon's own code runs on a heap table built by
- * seg_init over anonymous memory; the test plays the loop thread (grants,
+ * seg_init and table_create over anonymous memory; the test plays the loop thread (grants,
  * returns, departures, under heap->lock) and one sweeper runs in a thread
  * of its own.  The order of the steps is forced by the heap lock and a
  * handshake on the marks, never by timing. */
@@ -18,6 +18,7 @@
 #include "layout.h"
 #include "segment.h"
 #include "sweep.h"
+#include "table.h"
 #include "check_main.h"
 
 enum { SEGS = 8, SHIFT = 17, OLD_EPOCH = 3, EPOCH = 4, DEAD = 40 };
@@ -45,13 +46,17 @@ static void setup(void)
     ck_assert(H.base != MAP_FAILED);
     pthread_mutex_init(&H.lock, NULL);
     pthread_mutex_init(&H.adoption, NULL);
-    ck_assert_int_eq(seg_init(&H), 0);
+    seg_init(&H);
+    H.table_fd = -1;
+    ck_assert_int_eq(table_create(&H), 0); /* Note [The live table] */
+    seg_format(&H);
     cls = layout_size_class((uint32_t)layout_object_size(1, 32));
     ck_assert_uint_ne(H.segs.small_nblocks[cls], 0);
 }
 
 static void teardown(void)
 {
+    table_close(&H);
     seg_destroy(&H);
     munmap(H.base, cfg.max_size);
     pthread_mutex_destroy(&H.lock);
