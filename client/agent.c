@@ -34,7 +34,15 @@ struct agent_call {
     Heapd__Envelope *reply;
     agent_reply_fn fn;      /* async calls: run on the agent thread */
     void *arg;
+    uint8_t *frame;         /* the request, sent again after a reconnect */
+    size_t len;
 };
+
+static void call_free(struct agent_call *k)
+{
+    free(k->frame);
+    free(k);
+}
 
 /* ---- agent thread side ---- */
 
@@ -73,7 +81,7 @@ static void run_failed_async(struct agent_call *list, int code)
         struct agent_call *k = list;
         list = k->next;
         k->fn(k->arg, code, NULL);
-        free(k);
+        call_free(k);
     }
 }
 
@@ -93,9 +101,164 @@ static void close_connection(struct agent *a, int code, const char *msg)
     run_failed_async(async, code);
     if (a->on_closed)
         a->on_closed(a->hook_arg);
+    a->lost = false;
+    if (!uv_is_closing((uv_handle_t *)&a->retry))
+        uv_close((uv_handle_t *)&a->retry, NULL);
+    if (!uv_is_closing((uv_handle_t *)&a->pipe)) {
+        uv_read_stop((uv_stream_t *)&a->pipe);
+        uv_close((uv_handle_t *)&a->pipe, NULL);
+    }
+}
+
+/* Note [Reconnecting]
+ * ~~~~~~~~~~~~~~~~~~~
+ * A mutator client's connection that ends without a word from the daemon
+ * (EOF, a failed write: heapd restarted or died) is not closed at once:
+ * the agent tries to reconnect, first after RECONNECT_FIRST_MS, then at
+ * doubling intervals up to RECONNECT_MAX_MS, for reconnect_ms in all, and
+ * each attempt is a Hello that resumes this client (its id and token:
+ * Note [Resuming clients] in daemon/resume.c), in the agent thread.
+ * Meanwhile nothing is failed: `closed` stays false, so the mutators run
+ * on what they hold (allocation in their segments and reserve, barriers
+ * into their rings, reads and writes, stops acknowledged in their slots);
+ * frames queued stay queued, and every call still unanswered keeps its
+ * request, to be sent again on the new connection (replies are matched by
+ * seq: a reply the old daemon never sent is asked for again).  A caller
+ * waits for its reply in a blocking region (mutator_call) or on the
+ * call's condition: at most reconnect_ms.  Resumed, the queued frames go
+ * out and the client is what it was.  Refused (the daemon does not keep
+ * it: ERROR_NOT_RESUMED, another heap, another geometry), or still gone
+ * after reconnect_ms, the connection closes for good with a message that
+ * says so, and Note [A dead daemon] in client/mutator.c applies.  An
+ * Error frame from the daemon (SHUTTING_DOWN, EVICTED, ...) closes at
+ * once: it said it is not coming back.  One-way frames written to the
+ * old connection and not read are lost: they are hints (UrsBatch) or
+ * answers no cycle waits for across a restart (a clean exit suspends
+ * clients only with every collector idle).
+ */
+#define RECONNECT_FIRST_MS 10u
+#define RECONNECT_MAX_MS 500u
+
+static void try_reconnect(uv_timer_t *t);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+
+static void on_lost_pipe_closed(uv_handle_t *h)
+{
+    struct agent *a = h->data;
+    if (a->lost && !uv_is_closing((uv_handle_t *)&a->retry))
+        uv_timer_start(&a->retry, try_reconnect, a->retry_ms, 0);
+}
+
+/* The connection ended without a word: reconnect, or close if this agent
+ * does not. */
+static void connection_lost(struct agent *a, int code, const char *msg)
+{
+    bool stop;
+    pthread_mutex_lock(&a->mu);
+    stop = a->stop;
+    pthread_mutex_unlock(&a->mu);
+    if (!a->reconnect || stop || a->closed) {
+        close_connection(a, code, msg);
+        return;
+    }
+    if (a->lost)
+        return;
+    if (a->on_lost)
+        a->on_lost(a->hook_arg); /* an evicted process aborts here */
+    a->lost = true;
+    a->lost_at = uv_now(&a->loop);
+    a->retry_ms = RECONNECT_FIRST_MS;
+    snprintf(a->close_msg, sizeof a->close_msg, "%s", msg);
     uv_read_stop((uv_stream_t *)&a->pipe);
     if (!uv_is_closing((uv_handle_t *)&a->pipe))
-        uv_close((uv_handle_t *)&a->pipe, NULL);
+        uv_close((uv_handle_t *)&a->pipe, on_lost_pipe_closed);
+}
+
+/* The new connection SOCK is this client again: read it, and send what
+ * was never answered, then what waits. */
+static void resumed(struct agent *a, int sock)
+{
+    struct agent_frame *again = NULL, *last = NULL;
+
+    uv_pipe_init(&a->loop, &a->pipe, 0);
+    a->pipe.data = a;
+    if (uv_pipe_open(&a->pipe, sock) < 0) {
+        close(sock);
+        close_connection(a, HEAPD_ECLOSED, "cannot use the new connection "
+                         "to heapd");
+        return;
+    }
+    frame_reader_free(&a->reader);
+    frame_reader_init(&a->reader, FRAME_MAX_PAYLOAD);
+    a->lost = false;
+    a->reconnects++;
+    pthread_mutex_lock(&a->mu);
+    for (struct agent_call *k = a->calls; k; k = k->next) {
+        if (k->done || !k->frame)
+            continue;
+        struct agent_frame *f = calloc(1, sizeof *f);
+        if (f && !(f->buf = malloc(k->len))) {
+            free(f);
+            f = NULL;
+        }
+        if (!f)
+            continue; /* out of memory: that caller waits for the close */
+        memcpy(f->buf, k->frame, k->len);
+        f->len = k->len;
+        if (last)
+            last->next = f;
+        else
+            again = f;
+        last = f;
+    }
+    /* the unanswered calls first, in no particular order (each has its
+     * own seq), then the frames queued meanwhile, in order */
+    if (again) {
+        last->next = a->out_head;
+        if (!a->out_head)
+            a->out_tail = last;
+        a->out_head = again;
+    }
+    pthread_mutex_unlock(&a->mu);
+    uv_read_start((uv_stream_t *)&a->pipe, on_alloc, on_read);
+    uv_async_send(&a->wake);
+}
+
+static void try_reconnect(uv_timer_t *t)
+{
+    struct agent *a = t->data;
+    char why[256] = "";
+    int sock = -1;
+
+    if (!a->lost)
+        return;
+    uint64_t spent = uv_now(&a->loop) - a->lost_at;
+    int rc = a->reconnect(a->reconnect_arg, &sock, why, sizeof why);
+    if (rc == 0) {
+        resumed(a, sock);
+        return;
+    }
+    if (rc != -EAGAIN) {
+        close_connection(a, HEAPD_ECLOSED, why);
+        return;
+    }
+    uv_update_time(&a->loop);
+    spent = uv_now(&a->loop) - a->lost_at;
+    if (spent >= a->reconnect_ms) {
+        char msg[sizeof a->close_msg + sizeof why + 64];
+        snprintf(msg, sizeof msg, "%s, and heapd did not come back within "
+                 "%llu ms (%s)", a->close_msg,
+                 (unsigned long long)a->reconnect_ms, why);
+        close_connection(a, HEAPD_ECLOSED, msg);
+        return;
+    }
+    uint64_t wait = a->retry_ms;
+    if (wait > a->reconnect_ms - spent)
+        wait = a->reconnect_ms - spent;
+    a->retry_ms = a->retry_ms * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS
+                                                     : a->retry_ms * 2;
+    uv_timer_start(&a->retry, try_reconnect, wait, 0);
 }
 
 static int on_frame(void *arg, Heapd__Envelope *env)
@@ -135,7 +298,7 @@ static int on_frame(void *arg, Heapd__Envelope *env)
         pthread_mutex_unlock(&a->mu);
         bool err = env->body_case == HEAPD__ENVELOPE__BODY_ERROR;
         k->fn(k->arg, err ? client_error_code(env->error->code) : 0, env);
-        free(k);
+        call_free(k);
         return 0;
     }
     if (k && !k->done) {
@@ -167,9 +330,9 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
             close_connection(a, HEAPD_EPROTO,
                              "the daemon sent a bad frame; reconnect");
     } else if (n < 0) {
-        close_connection(a, HEAPD_ECLOSED,
-                         n == UV_EOF ? "heapd closed the connection"
-                                     : uv_strerror((int)n));
+        connection_lost(a, HEAPD_ECLOSED,
+                        n == UV_EOF ? "heapd closed the connection"
+                                    : uv_strerror((int)n));
     }
     free(buf->base);
 }
@@ -182,7 +345,7 @@ static void on_written(uv_write_t *req, int status)
     free(f->buf);
     free(f);
     if (status < 0 && status != UV_ECANCELED)
-        close_connection(a, HEAPD_ECLOSED, uv_strerror(status));
+        connection_lost(a, HEAPD_ECLOSED, uv_strerror(status));
 }
 
 static void on_wake(uv_async_t *w)
@@ -192,9 +355,11 @@ static void on_wake(uv_async_t *w)
     bool stop;
 
     pthread_mutex_lock(&a->mu);
-    list = a->out_head;
-    a->out_head = a->out_tail = NULL;
     stop = a->stop;
+    /* Note [Reconnecting]: while lost, what is queued waits */
+    list = a->lost && !stop ? NULL : a->out_head;
+    if (list)
+        a->out_head = a->out_tail = NULL;
     pthread_mutex_unlock(&a->mu);
 
     while (list) {
@@ -271,11 +436,16 @@ static int forked_error(void)
                             (int)getpid());
 }
 
-int agent_start(struct agent *a, int sock)
+int agent_start(struct agent *a, int sock, const struct agent_reconnect *re)
 {
     int rc;
 
     memset(a, 0, sizeof *a);
+    if (re) { /* Note [Reconnecting] */
+        a->reconnect = re->fn;
+        a->reconnect_arg = re->arg;
+        a->reconnect_ms = re->ms;
+    }
     pthread_once(&fork_once, fork_watch);
     a->fork_generation = __atomic_load_n(&agent_fork_generation,
                                          __ATOMIC_RELAXED);
@@ -295,11 +465,14 @@ int agent_start(struct agent *a, int sock)
     }
     uv_async_init(&a->loop, &a->wake, on_wake);
     a->wake.data = a;
+    uv_timer_init(&a->loop, &a->retry);
+    a->retry.data = a;
     uv_read_start((uv_stream_t *)&a->pipe, on_alloc, on_read);
     if ((rc = pthread_create(&a->thread, NULL, agent_main, a)) != 0) {
         rc = -rc;
         uv_close((uv_handle_t *)&a->pipe, NULL);
         uv_close((uv_handle_t *)&a->wake, NULL);
+        uv_close((uv_handle_t *)&a->retry, NULL);
         uv_run(&a->loop, UV_RUN_DEFAULT);
         uv_loop_close(&a->loop);
         goto out;
@@ -344,7 +517,7 @@ void agent_stop(struct agent *a)
         n = k->next;
         if (k->fn) {
             k->fn(k->arg, HEAPD_ECLOSED, NULL);
-            free(k);
+            call_free(k);
         }
     }
     a->calls = NULL;
@@ -377,6 +550,16 @@ static int enqueue_locked(struct agent *a, Heapd__Envelope *msg,
         free(f);
         return client_set_error(rc, "cannot encode %s: %s",
                                 frame_body_name(msg), strerror(-rc));
+    }
+    /* Note [Reconnecting]: kept until answered, to be sent again */
+    if (call && a->reconnect) {
+        if (!(call->frame = malloc(f->len))) {
+            free(f->buf);
+            free(f);
+            return client_set_error(-ENOMEM, "out of memory");
+        }
+        memcpy(call->frame, f->buf, f->len);
+        call->len = f->len;
     }
     if (a->out_tail)
         a->out_tail->next = f;
@@ -485,6 +668,7 @@ int agent_call(struct agent *a, Heapd__Envelope *req, Heapd__Envelope **reply)
             break;
         }
     }
+    free(call.frame);
     rc = call.status;
     if (rc < 0) {
         client_set_error(rc, "%s", a->close_msg);

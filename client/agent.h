@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -51,6 +52,7 @@ struct agent {
     void (*on_remark)(void *arg, const Heapd__RemarkRequest *r);
     void (*on_grant)(void *arg, const Heapd__SegmentGrant *g);
     void (*on_closed)(void *arg);
+    void (*on_lost)(void *arg);      /* Note [Reconnecting]: it ended */
     void *hook_arg;
     unsigned fork_generation;        /* Note [Clients and fork] */
     /* threads asleep on a futex word through agent_wait_word, woken when
@@ -59,6 +61,16 @@ struct agent {
     bool closed;                     /* the connection is gone */
     int close_code;                  /* why, as a heapd error code */
     char close_msg[256];
+    /* Note [Reconnecting] in client/agent.c: set before the agent runs
+     * (reconnect NULL: a lost connection is closed at once) */
+    int (*reconnect)(void *arg, int *sock, char *why, size_t n);
+    void *reconnect_arg;
+    uint64_t reconnect_ms;           /* how long to try */
+    bool lost;                       /* reconnecting; agent thread only */
+    uint64_t lost_at;                /* uv_now when it was lost */
+    uint64_t retry_ms;               /* the next wait between attempts */
+    uv_timer_t retry;
+    unsigned reconnects;             /* connections taken back */
 };
 
 static inline bool agent_is_closed(const struct agent *a)
@@ -82,8 +94,18 @@ static inline bool agent_forked(const struct agent *a)
 }
 /* The child's heapd_disconnect: close A's descriptors, free its memory. */
 void agent_forget(struct agent *a);
-/* Start the agent on a connected socket (taken over, even on failure). */
-int agent_start(struct agent *a, int sock);
+/* How a lost connection is taken back (Note [Reconnecting] in agent.c):
+ * FN(ARG, &sock, why, n) makes a new connection that resumes this client
+ * (0, *sock set), or says why not: -EAGAIN to try again later, any other
+ * negative code for good; for MS milliseconds in all. */
+struct agent_reconnect {
+    int (*fn)(void *arg, int *sock, char *why, size_t n);
+    void *arg;
+    uint64_t ms;
+};
+/* Start the agent on a connected socket (taken over, even on failure);
+ * RE NULL: a lost connection closes at once. */
+int agent_start(struct agent *a, int sock, const struct agent_reconnect *re);
 /* Stop the agent, close the socket, join the thread. */
 void agent_stop(struct agent *a);
 /* Send REQ and wait for the reply with the same seq.  On success *reply is

@@ -167,7 +167,10 @@ static int open_socket(const char *path, int *out)
     return 0;
 }
 
-static int send_hello(int sock, const heapd_connect_opts *o, bool control)
+/* Hello for heap HEAP as CLIENT_NAME; RESUMING: as client C again (Note
+ * [Reconnecting] in client/agent.c). */
+static int send_hello_as(int sock, const char *heap, const char *client_name,
+                         bool control, const heapd_client *resuming)
 {
     Heapd__Hello h = HEAPD__HELLO__INIT;
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
@@ -176,10 +179,13 @@ static int send_hello(int sock, const heapd_connect_opts *o, bool control)
     int rc;
 
     h.protocol_version = PROTOCOL_VERSION;
-    h.heap = (char *)(o && o->heap ? o->heap : DEFAULT_HEAP_NAME);
-    h.client_name = (char *)(o && o->client_name
-                                 ? o->client_name
-                                 : program_invocation_short_name);
+    h.heap = (char *)heap;
+    h.client_name = (char *)client_name;
+    if (resuming) {
+        h.resume_client = resuming->client_id;
+        h.resume_token.data = (uint8_t *)resuming->token;
+        h.resume_token.len = resuming->token_len;
+    }
     h.pid = getpid();
     h.kind = control ? HEAPD__CLIENT_KIND__CLIENT_CONTROL
                      : HEAPD__CLIENT_KIND__CLIENT_MUTATOR;
@@ -193,6 +199,14 @@ static int send_hello(int sock, const heapd_connect_opts *o, bool control)
         return client_set_error(HEAPD_ECLOSED, "cannot send hello: %s",
                                 strerror(-rc));
     return 0;
+}
+
+static int send_hello(int sock, const heapd_connect_opts *o, bool control)
+{
+    return send_hello_as(sock, o && o->heap ? o->heap : DEFAULT_HEAP_NAME,
+                         o && o->client_name ? o->client_name
+                                             : program_invocation_short_name,
+                         control, NULL);
 }
 
 /* Note [One mapping per process]
@@ -422,6 +436,12 @@ static int handshake(heapd_client *c, int sock, const heapd_connect_opts *o,
     }
     c->client_id = w->client_id;
     snprintf(c->heap_name, sizeof c->heap_name, "%s", w->heap);
+    if (!control && w->token.len > 0 && w->token.len <= sizeof c->token) {
+        memcpy(c->token, w->token.data, w->token.len);
+        c->token_len = w->token.len;
+    }
+    c->heap_base = w->heap_base;
+    c->heap_max_size = w->max_size;
     if (!control && (rc = map_control_memory(c, w, f.fd[2])) < 0)
         goto out;
     if (!control && (rc = map_heap(c, w, f.fd[0], f.fd[1])) < 0)
@@ -437,6 +457,63 @@ out:
     frame_fds_close(&f);
     if (env)
         heapd__envelope__free_unpacked(env, NULL);
+    return rc;
+}
+
+/* Note [Reconnecting] in client/agent.c, on the agent thread: a new
+ * connection that resumes C, checked to be the same heap (the same memfd
+ * at the same place). */
+static int reconnect(void *arg, int *out, char *why, size_t n)
+{
+    heapd_client *c = arg;
+    Heapd__Envelope *env = NULL;
+    struct frame_fds f = {.n = 0};
+    struct stat mine, theirs;
+    int sock = -1, rc;
+
+    *out = -1;
+    if (open_socket(c->socket_path, &sock) < 0) {
+        snprintf(why, n, "%s", heapd_last_error());
+        return -EAGAIN; /* not back yet */
+    }
+    if (send_hello_as(sock, c->heap_name, c->client_name, false, c) < 0 ||
+        read_frame(sock, &env, &f) < 0) {
+        snprintf(why, n, "the handshake with the new heapd failed");
+        rc = -EAGAIN;
+        goto out;
+    }
+    if (env->body_case == HEAPD__ENVELOPE__BODY_ERROR) {
+        snprintf(why, n, "heapd: %s", env->error->message);
+        /* a heapd that is stopping again may take it back later */
+        rc = env->error->code == HEAPD__ERROR_CODE__ERROR_SHUTTING_DOWN ||
+                     env->error->code ==
+                         HEAPD__ERROR_CODE__ERROR_TOO_MANY_CONNECTIONS
+                 ? -EAGAIN
+                 : -ESRCH;
+        goto out;
+    }
+    const Heapd__Welcome *w =
+        env->body_case == HEAPD__ENVELOPE__BODY_WELCOME ? env->welcome : NULL;
+    if (!w || !w->resumed || w->client_id != c->client_id || f.n != 3 ||
+        w->heap_base != c->heap_base || w->max_size != c->heap_max_size ||
+        fstat(c->heap_fd, &mine) < 0 || fstat(f.fd[0], &theirs) < 0 ||
+        mine.st_dev != theirs.st_dev || mine.st_ino != theirs.st_ino) {
+        snprintf(why, n, "heapd came back with another heap, or did not "
+                 "resume this client: connect anew");
+        rc = -ESRCH;
+        goto out;
+    }
+    struct timeval tv = {0};
+    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    *out = sock;
+    sock = -1;
+    rc = 0;
+out:
+    frame_fds_close(&f);
+    if (env)
+        heapd__envelope__free_unpacked(env, NULL);
+    if (sock >= 0)
+        close(sock);
     return rc;
 }
 
@@ -464,6 +541,13 @@ static void connection_closed(void *arg)
     remark_closed(arg);
 }
 
+/* The connection ended and the agent reconnects (Note [Reconnecting] in
+ * client/agent.c): an evicted process aborts now all the same. */
+static void connection_lost(void *arg)
+{
+    mutator_check_evicted_all(arg);
+}
+
 int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
 {
     bool control = opts && (opts->flags & HEAPD_CONNECT_CONTROL);
@@ -476,7 +560,8 @@ int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
     if (!out)
         return client_set_error(-EINVAL, "heapd_connect: out is NULL");
     *out = NULL;
-    const unsigned known = HEAPD_CONNECT_CONTROL | HEAPD_CONNECT_CHECKED;
+    const unsigned known = HEAPD_CONNECT_CONTROL | HEAPD_CONNECT_CHECKED |
+                           HEAPD_CONNECT_NO_RECONNECT;
     if (opts && (opts->flags & ~known))
         return client_set_error(-EINVAL, "heapd_connect: unknown flags 0x%x",
                                 opts->flags & ~known);
@@ -493,7 +578,20 @@ int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
         goto fail;
     }
     setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    rc = agent_start(&c->agent, sock);
+    /* Note [Reconnecting] in client/agent.c */
+    snprintf(c->socket_path, sizeof c->socket_path, "%s", path);
+    snprintf(c->client_name, sizeof c->client_name, "%s",
+             opts && opts->client_name ? opts->client_name
+                                       : program_invocation_short_name);
+    struct agent_reconnect re = {
+        .fn = reconnect,
+        .arg = c,
+        .ms = opts && opts->reconnect_ms ? opts->reconnect_ms
+                                         : HEAPD_RECONNECT_MS_DEFAULT,
+    };
+    bool resumable = c->base && c->token_len > 0 &&
+                     !(opts && (opts->flags & HEAPD_CONNECT_NO_RECONNECT));
+    rc = agent_start(&c->agent, sock, resumable ? &re : NULL);
     sock = -1; /* taken over */
     if (rc < 0) {
         client_set_error(rc, "cannot start the agent thread: %s",
@@ -507,6 +605,7 @@ int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
         c->agent.on_remark = remark_request;
         c->agent.on_grant = remark_granted;
         c->agent.on_closed = connection_closed;
+        c->agent.on_lost = connection_lost;
         pthread_mutex_unlock(&c->agent.mu);
         if (checked_wanted(opts))
             checked_register(c);

@@ -40,6 +40,12 @@ struct heapd_client {
     pthread_mutex_t mutators_mu;
     struct heapd_mutator *mutators;  /* attached, for heapd_disconnect */
     bool checked;                    /* Note [Checked mode] */
+    /* Note [Reconnecting] in client/agent.c: what a resuming Hello needs */
+    uint8_t token[16];
+    size_t token_len;
+    char socket_path[108];
+    char client_name[64];
+    uint64_t heap_base, heap_max_size;
 };
 
 /* The address of segment I of the heap. */

@@ -47,6 +47,8 @@ typedef struct heapd_connect_opts {
     const char *heap;         /* NULL: "default" */
     const char *client_name;  /* NULL: the program name; shown in logs */
     unsigned flags;           /* HEAPD_CONNECT_* */
+    unsigned reconnect_ms;    /* how long a mutator client tries to come
+                                 back when heapd restarts; 0: 10000 */
 } heapd_connect_opts;
 
 /* A control connection: stats and commands only; the heap is not mapped.
@@ -60,6 +62,14 @@ typedef struct heapd_connect_opts {
  * usual cause is a reference kept in a C local across a safepoint (Note
  * [Client GC discipline]).  It costs a few loads per call. */
 #define HEAPD_CONNECT_CHECKED 0x2u
+/* When the connection to heapd ends without a word from it (heapd
+ * restarted, or died), a mutator client reconnects by itself and resumes
+ * as the same client, for up to reconnect_ms; its mutators keep running
+ * on what they hold meanwhile, and a call that needs heapd waits (Note
+ * [Reconnecting] in client/agent.c).  This flag turns that off: the
+ * connection then closes at once, and calls fail with HEAPD_ECLOSED. */
+#define HEAPD_CONNECT_NO_RECONNECT 0x4u
+#define HEAPD_RECONNECT_MS_DEFAULT 10000u
 
 #define HEAPD_STATS_MAX_HEAPS 16
 

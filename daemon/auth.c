@@ -105,6 +105,41 @@ int auth_peer_pidfd(int sock, const struct auth_peer *peer)
     return fd;
 }
 
+uint64_t auth_process_start(pid_t pid)
+{
+    char path[64], buf[1024];
+    unsigned long long start = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* the command may hold spaces and parentheses: count from the last ')' */
+    char *p = strrchr(buf, ')');
+    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                     "%*u %*u %*d %*d %*d %*d %*d %*d %llu", &start) != 1)
+        return 0;
+    return start;
+}
+
+int auth_process_pidfd(pid_t pid, uid_t uid, uint64_t start)
+{
+    if (pid <= 0 || start == 0)
+        return -ESRCH;
+    int fd = pidfd_of(pid);
+    if (fd < 0)
+        return -errno;
+    /* Note [Pidfd guard]: the pidfd is taken first, then the process it
+     * names is checked to be the one that connected */
+    if (!pidfd_is(fd, pid, uid) || auth_process_start(pid) != start) {
+        close(fd);
+        return -ESRCH;
+    }
+    return fd;
+}
+
 static bool group_listed(const struct config_heap *h, gid_t g)
 {
     for (size_t i = 0; i < h->n_allow_groups; i++)

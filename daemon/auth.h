@@ -21,6 +21,7 @@
 #define HEAPD_DAEMON_AUTH_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "config.h"
@@ -42,6 +43,12 @@ int auth_read_peer(int sock, struct auth_peer *out);
 /* A pidfd of the process at the other end of SOCK, whose credentials are
  * PEER (Note [Pidfd guard] in auth.c), or a negative errno. */
 int auth_peer_pidfd(int sock, const struct auth_peer *peer);
+/* When process PID started (/proc/PID/stat's starttime, clock ticks since
+ * boot), or 0 if it is gone: with the pid, it names one process. */
+uint64_t auth_process_start(pid_t pid);
+/* A pidfd of process PID if it is still the one that started at START
+ * with uid UID (Note [Pidfd guard]), else -ESRCH. */
+int auth_process_pidfd(pid_t pid, uid_t uid, uint64_t start);
 
 /* Note [Connection authorisation] for one heap. */
 bool auth_allowed(const struct config_heap *h, const struct auth_peer *p,

@@ -85,6 +85,7 @@ struct collector {
     pthread_cond_t cv;
     bool requested;
     bool quit;
+    bool running;                /* a cycle is under way; guarded by mu */
     uint64_t cycles_started;     /* guarded by mu */
     uint64_t alloc_at_last;      /* heap->lock: allocation at last start */
     uint64_t marked_last;        /* heap->lock: bytes the cycle marked, once
@@ -436,20 +437,49 @@ static void *collector_main(void *arg)
     struct collector *gc = arg;
     pthread_mutex_lock(&gc->mu);
     for (;;) {
-        while (!gc->requested && !gc->quit)
+        /* Note [Resuming clients]: none starts while a hold is on */
+        while ((!gc->requested || atomic_load(&gc->h->cycle_holds) != 0) &&
+               !gc->quit)
             pthread_cond_wait(&gc->cv, &gc->mu);
         if (gc->quit)
             break;
         gc->requested = false;
+        gc->running = true;
         /* atomic: collector_paced_until reads it without mu */
         __atomic_store_n(&gc->cycles_started, gc->cycles_started + 1,
                          __ATOMIC_RELEASE);
         pthread_mutex_unlock(&gc->mu);
         run_cycle(gc);
         pthread_mutex_lock(&gc->mu);
+        gc->running = false;
     }
     pthread_mutex_unlock(&gc->mu);
     return NULL;
+}
+
+void collector_hold(struct heap *h, bool hold)
+{
+    struct collector *gc = h->gc;
+    if (hold)
+        atomic_fetch_add(&h->cycle_holds, 1);
+    else
+        atomic_fetch_sub(&h->cycle_holds, 1);
+    if (gc) {
+        pthread_mutex_lock(&gc->mu);
+        pthread_cond_signal(&gc->cv);
+        pthread_mutex_unlock(&gc->mu);
+    }
+}
+
+bool collector_idle(struct heap *h)
+{
+    struct collector *gc = h->gc;
+    if (!gc)
+        return true;
+    pthread_mutex_lock(&gc->mu);
+    bool idle = !gc->running;
+    pthread_mutex_unlock(&gc->mu);
+    return idle;
 }
 
 int collector_launch(struct heap *h, struct workers *w,

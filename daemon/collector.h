@@ -3,6 +3,7 @@
 #ifndef HEAPD_DAEMON_COLLECTOR_H
 #define HEAPD_DAEMON_COLLECTOR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "notify.h"
@@ -23,6 +24,13 @@ int collector_recover(struct heap *h, struct workers *w);
 /* Finish any cycle under way and stop the thread.  Call with no client
  * connected (their slots free). */
 void collector_join(struct heap *h);
+
+/* Any thread: while any hold is on (HOLD true adds one, false takes one
+ * off), no cycle starts; one under way runs to its end (Note [Resuming
+ * clients] in resume.c). */
+void collector_hold(struct heap *h, bool hold);
+/* No cycle is under way. */
+bool collector_idle(struct heap *h);
 
 /* Ask for a cycle (any thread).  Returns the number of the cycle that
  * will satisfy the request: the next one to start. */

@@ -101,7 +101,7 @@ static const struct key daemon_keys[DK_COUNT] = {
 enum { HK_BASE, HK_MAX_SIZE, HK_SEGMENT_SIZE, HK_GC_OVERHEAD,
        HK_MARK_STACK_LIMIT, HK_ALLOW_USERS, HK_ALLOW_GROUPS,
        HK_MAX_CLIENT_BYTES, HK_VERIFY, HK_STALL_WARN, HK_STALL_TIMEOUT,
-       HK_STALL_ACTION, HK_COUNT };
+       HK_STALL_ACTION, HK_RECONNECT_TIMEOUT, HK_COUNT };
 static const struct key heap_keys[HK_COUNT] = {
     { "base", K_ADDR, 0, 0, "" },
     { "max_size", K_SIZE, 0, UINT64_C(1) << 40, "" },
@@ -116,6 +116,7 @@ static const struct key heap_keys[HK_COUNT] = {
     { "stall_warn", K_DURATION, 10, 3600 * 1000, "" },
     { "stall_timeout", K_TIMEOUT, 10, 86400 * 1000, "" },
     { "stall_action", K_STALL_ACTION, 0, 0, "" },
+    { "reconnect_timeout", K_DURATION, 10, 86400 * 1000, "" },
 };
 
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
@@ -622,6 +623,7 @@ static void store(struct parse *p, int k, const char *v, const struct value *x)
     case HK_VERIFY: h->verify = x->u != 0; break;
     case HK_STALL_WARN: h->stall_warn_ms = x->u; break;
     case HK_STALL_TIMEOUT: h->stall_timeout_ms = x->u; break;
+    case HK_RECONNECT_TIMEOUT: h->reconnect_timeout_ms = x->u; break;
     case HK_STALL_ACTION:
         h->stall_action = (enum config_stall_action)x->u;
         break;
@@ -826,6 +828,7 @@ static void heap_section(struct parse *p, const char *name)
     h->stall_warn_ms = 1000;
     h->stall_timeout_ms = 10000;
     h->stall_action = CONFIG_STALL_KILL;
+    h->reconnect_timeout_ms = 10000;
     p->heap = h;
     p->sec = SEC_HEAP;
 }

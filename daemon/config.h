@@ -48,6 +48,8 @@ struct config_heap {
     uint64_t stall_warn_ms;     /* a mutator this late is named */
     uint64_t stall_timeout_ms;  /* ... and then ended; 0 = never */
     enum config_stall_action stall_action;
+    /* Note [Resuming clients] in daemon/resume.c */
+    uint64_t reconnect_timeout_ms; /* a restart keeps a client this long */
     size_t n_allow_users;
     uid_t allow_users[CONFIG_MAX_IDS];
     size_t n_allow_groups;

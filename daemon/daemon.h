@@ -44,6 +44,8 @@ struct conn {
     uint64_t slots[2];          /* bit i: mutator slot i is this client's */
     int mem_fd;                 /* mutator clients: their control memory
                                    (Note [Client control memory]), or -1 */
+    uint8_t token[16];          /* Note [Resuming clients] in resume.c */
+    uint64_t start;             /* its process's start (Note [Pidfd guard]) */
     bool gone;                  /* said Goodbye: holds nothing any more
                                    (Note [Client lifecycle]) */
     struct auth_peer peer;
@@ -108,13 +110,21 @@ struct daemon {
     /* Note [Stalls] in stall.c */
     uv_timer_t stall_timer;
     struct stall_fence *fences; /* evicted processes still alive */
+    /* Note [Resuming clients] in resume.c */
+    bool fd_store;              /* a service manager keeps the heaps */
+    struct resume_client *suspended; /* clients kept without a connection */
+    uv_timer_t quiesce;         /* shutdown: waits for idle collectors */
+    bool quiesce_on;
     uint64_t stall_warned[CONFIG_MAX_HEAPS][LAYOUT_MAX_MUTATORS];
                                 /* the stall_since each slot was named for */
 };
 
 /* server.c: transport */
 int server_listen(struct daemon *d);
-void server_stop(struct daemon *d);
+/* Stop listening and close every connection, but (KEEP_MUTATORS) those of
+ * mutator clients, which a clean exit suspends (Note [Resuming
+ * clients]). */
+void server_stop(struct daemon *d, bool keep_mutators);
 /* Close every connection now, dropping unsent bytes (shutdown deadline). */
 void server_abort_all(struct daemon *d);
 int conn_send(struct conn *c, const Heapd__Envelope *env);

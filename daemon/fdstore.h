@@ -6,14 +6,14 @@
 
 #include <stdbool.h>
 
-#define FDSTORE_MAX 112 /* FileDescriptorStoreMax= in heapd.service */
+#define FDSTORE_MAX 4096 /* FileDescriptorStoreMax= in heapd.service */
 
 /* The descriptors heapd was started with (sd_listen_fds_with_names). */
 struct fdstore {
     int listeners[4];           /* listening Unix stream sockets */
     unsigned n_listeners;
     struct {
-        char name[256];         /* FDNAME: heapd.heap.H, heapd.page.H, ... */
+        char name[128];         /* FDNAME: heapd.heap.H, heapd.page.H, ... */
         int fd;
     } kept[FDSTORE_MAX];
     unsigned n_kept;

@@ -108,6 +108,8 @@ struct heap {
                                         asked for (Note [Stop the world]);
                                         heap->lock */
     _Atomic uint32_t stalled;        /* HEAP_STALLED_*: Note [Stalls] */
+    _Atomic uint32_t cycle_holds;    /* no cycle starts while > 0 (Note
+                                        [Resuming clients] in resume.c) */
     bool poison;                     /* poison freed blocks (verify/debug) */
     bool verify;                     /* run the verifier after each cycle */
     uint8_t static_flag;             /* Note [Global roots]; heap->lock */

@@ -12,8 +12,11 @@
  *     exit 1 after the child has printed why);
  *   - with --foreground outside systemd, by the log line "ready".
  * On SIGTERM or SIGINT heapd announces STOPPING=1, stops accepting, tells
- * every client with an Error(SHUTTING_DOWN), lets queued bytes flush for at
- * most SHUTDOWN_GRACE_MS, unmaps its heaps and exits 0.
+ * every client with an Error(SHUTTING_DOWN) -- but for mutator clients
+ * when a service manager keeps the heaps: those are suspended once every
+ * collector is idle (Note [Resuming clients] in resume.c) --, lets queued
+ * bytes flush for at most SHUTDOWN_GRACE_MS, saves its heaps' state,
+ * unmaps its heaps and exits 0.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,11 +35,13 @@
 #include "heapd_build.h"
 #include "fdstore.h"
 #include "log.h"
+#include "resume.h"
 #include "stall.h"
 #include "state.h"
 #include "table.h"
 
 #define SHUTDOWN_GRACE_MS 2000
+#define QUIESCE_POLL_MS 5 /* how often a clean exit looks at the collectors */
 
 static void usage(FILE *f)
 {
@@ -123,12 +128,35 @@ static void raise_nofile(struct daemon *d)
 
 /* ---- shutdown ---- */
 
+static void stop_quiesce(struct daemon *d)
+{
+    if (!d->quiesce_on)
+        return;
+    uv_close((uv_handle_t *)&d->quiesce, NULL);
+    d->quiesce_on = false;
+}
+
 static void on_grace_expired(uv_timer_t *t)
 {
     struct daemon *d = t->data;
     log_warn("shutdown: %u connection(s) did not drain in %d ms; closing",
              d->n_conns, SHUTDOWN_GRACE_MS);
+    stop_quiesce(d);
     server_abort_all(d);
+}
+
+/* Note [Resuming clients] in resume.c: once every collector is idle (and
+ * held), the mutator clients leave their connections, not their heaps. */
+static void on_quiesce(uv_timer_t *t)
+{
+    struct daemon *d = t->data;
+    for (size_t i = 0; i < d->n_heaps; i++)
+        if (!collector_idle(&d->heaps[i]))
+            return;
+    stop_quiesce(d);
+    unsigned n = resume_suspend_all(d);
+    if (n)
+        log_info("shutdown: %u client(s) kept for the next heapd", n);
 }
 
 static void begin_shutdown(struct daemon *d, const char *why)
@@ -143,7 +171,17 @@ static void begin_shutdown(struct daemon *d, const char *why)
     if (d->watchdog_on)
         uv_close((uv_handle_t *)&d->watchdog, NULL);
     uv_close((uv_handle_t *)&d->strays, NULL);
-    server_stop(d);
+    /* with a service manager to keep the heaps, the clients stay theirs */
+    bool keep = d->fd_store;
+    server_stop(d, keep);
+    if (keep) {
+        for (size_t i = 0; i < d->n_heaps; i++)
+            collector_hold(&d->heaps[i], true);
+        uv_timer_init(&d->loop, &d->quiesce);
+        d->quiesce.data = d;
+        uv_timer_start(&d->quiesce, on_quiesce, 0, QUIESCE_POLL_MS);
+        d->quiesce_on = true;
+    }
     if (d->n_conns > 0) {
         uv_timer_init(&d->loop, &d->grace);
         d->grace.data = d;
@@ -212,7 +250,8 @@ static uint64_t mono_ns(void)
  * closed). */
 static bool take_back(struct daemon *d, struct heap *h,
                       const struct config_heap *cfg, int kh, int kp, int kt,
-                      int ks, char *why, size_t n)
+                      int ks, char *why, size_t n,
+                      struct resume_client **kept)
 {
     if (kh < 0 || kp < 0) {
         snprintf(why, n, "the service manager kept only part of it");
@@ -229,7 +268,7 @@ static bool take_back(struct daemon *d, struct heap *h,
         return false;
     }
     if (ks >= 0) {
-        if (state_restore(h, ks, why, n) < 0)
+        if (state_restore(h, ks, why, n, kept) < 0)
             goto refused;
         table_save_stats(h); /* Note [The live table] */
         return true;
@@ -261,11 +300,14 @@ static int open_heap(struct daemon *d, size_t i, struct fdstore *fds)
     int ks = fdstore_take(fds, "state", cfg->name);
     uint64_t t0 = mono_ns();
     char why[512] = "";
+    struct resume_client *kept = NULL;
     int rc;
 
     if (kh >= 0 || kp >= 0 || kt >= 0 || ks >= 0) {
-        bool back = take_back(d, h, cfg, kh, kp, kt, ks, why, sizeof why);
+        bool back = take_back(d, h, cfg, kh, kp, kt, ks, why, sizeof why,
+                              &kept);
         if (back) {
+            resume_adopt(d, h, kept, fds); /* Note [Resuming clients] */
             /* a crash from now on must never bring this state back */
             fdstore_forget("state", cfg->name);
             h->stats.recovery_ns = mono_ns() - t0;
@@ -320,7 +362,7 @@ static void save_heaps(struct daemon *d)
 {
     for (size_t i = 0; i < d->n_heaps; i++) {
         struct heap *h = &d->heaps[i];
-        int fd = state_save(h);
+        int fd = state_save(h, d->suspended);
         if (fd < 0) {
             log_error("heap '%s': cannot save its state (%s); the next "
                       "heapd starts it empty", h->cfg->name, strerror(-fd));
@@ -406,6 +448,7 @@ int main(int argc, char **argv)
         goto out;
     }
     workers_ready = true;
+    d->fd_store = getenv("NOTIFY_SOCKET") != NULL;
     if (fdstore_collect(&d->fds) < 0)
         log_warn("cannot read the descriptors passed at start; every heap "
                  "starts empty");
@@ -458,6 +501,7 @@ out:
             log_warn("event loop closed with handles still open");
     }
     stall_stop(d);
+    resume_free_all(d);
     for (size_t i = 0; i < d->n_heaps; i++)
         heap_close(&d->heaps[i]);
     if (rc == 0 && !check_only)

@@ -709,7 +709,7 @@ out:
     return rc;
 }
 
-void server_stop(struct daemon *d)
+void server_stop(struct daemon *d, bool keep_mutators)
 {
     if (d->reaper_on) {
         uv_close((uv_handle_t *)&d->reaper, NULL);
@@ -721,9 +721,12 @@ void server_stop(struct daemon *d)
         if (!d->socket_activated)
             unlink(d->socket_path);
     }
-    for (struct conn *c = d->conns; c; c = c->next)
+    for (struct conn *c = d->conns; c; c = c->next) {
+        if (keep_mutators && c->heap && !c->gone && c->state == CONN_READY)
+            continue;
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_SHUTTING_DOWN,
                   "heapd is shutting down");
+    }
 }
 
 void server_abort_all(struct daemon *d)

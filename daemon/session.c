@@ -60,6 +60,7 @@
 #include "log.h"
 #include "remark.h"
 #include "report.h"
+#include "resume.h"
 #include "safepoint.h"
 #include "slotmem.h"
 #include "validate.h"
@@ -127,10 +128,33 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
         }
     }
 
+    /* Note [Resuming clients] in resume.c */
+    bool resumed = false;
+    if (heap && h->resume_client != 0) {
+        if (!resume_take(d, heap, c, h->resume_client, h->resume_token.data,
+                         h->resume_token.len)) {
+            conn_fail(c, HEAPD__ERROR_CODE__ERROR_NOT_RESUMED,
+                      "heapd does not keep client %llu of heap '%s' for "
+                      "this process: heapd restarted without keeping it "
+                      "(killed, or without a service manager), the client "
+                      "did not come back within reconnect_timeout (%llu "
+                      "ms), or it is another process; what the client "
+                      "held is no longer its own: connect anew",
+                      (unsigned long long)h->resume_client, shown,
+                      (unsigned long long)heap->cfg->reconnect_timeout_ms);
+            return -ESRCH;
+        }
+        resumed = true;
+    } else if (heap) {
+        resume_new_token(c->token);
+        c->start = auth_process_start(c->peer.pid);
+    }
+
     Heapd__Welcome w = HEAPD__WELCOME__INIT;
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     w.protocol_version = PROTOCOL_VERSION;
     w.client_id = c->id;
+    w.resumed = resumed;
     env.body_case = HEAPD__ENVELOPE__BODY_WELCOME;
     env.welcome = &w;
     if (heap) {
@@ -144,7 +168,10 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
         /* the heap, the daemon's page read-only (Note [The daemon's
          * page]) and the client's control memory (Note [Client control
          * memory]) */
-        c->mem_fd = slotmem_create(heap->cfg->name, c->id, w.regions);
+        w.token.data = c->token;
+        w.token.len = sizeof c->token;
+        if (!resumed)
+            c->mem_fd = slotmem_create(heap->cfg->name, c->id, w.regions);
         if (c->mem_fd < 0) {
             rc = c->mem_fd;
             c->mem_fd = -1;

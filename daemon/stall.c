@@ -90,6 +90,7 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "resume.h"
 #include "mark.h"
 #include "remark.h"
 
@@ -419,6 +420,7 @@ static void on_tick(uv_timer_t *t)
         watch_killed(d, c, now);
     }
     watch_fences(d);
+    resume_watch(d, now); /* Note [Resuming clients] in resume.c */
 }
 
 void stall_start(struct daemon *d)

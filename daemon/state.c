@@ -7,17 +7,18 @@
  * state, class, punched flag, charge; the free and reuse bitmaps; the
  * charges of the quota), the globals' records (Note [Global roots]), the
  * counters (with the heap's birth, for its age, and restarts_survived),
- * the static flag and the last stop generation.  It is saved
- * only at a clean exit, when no client is connected (all left, or were
- * disconnected and left as crashed ones) and the collector has finished
- * its cycle: so no segment is OWNED, no remark is outstanding, and every
- * record is the daemon's own.  The memfd holds a header, then the
+ * the static flag and the last stop generation, and the clients kept
+ * for resuming with their slots' records (Note [Resuming clients] in
+ * resume.c).  It is saved only at a clean exit, when every client has
+ * left or is suspended and the collector has finished its cycle: so the
+ * only OWNED segments are kept clients', no remark is outstanding, and
+ * every other record is the daemon's own.  The memfd holds a header, then the
  * records; the header names STATE_VERSION, the layout version, the heap's
  * geometry and the size of each record, and ends with the body's length,
  * an FNV-1a checksum of it and a completion word written last.  The next
  * heapd takes the state back only if every one of those agrees with
- * itself and its configuration, no segment is OWNED, and the table
- * passes segtab_check; anything else refuses the heap with a sentence
+ * itself and its configuration, no segment is OWNED but by a kept
+ * client, and the table passes segtab_check; anything else refuses the heap with a sentence
  * naming what disagreed (a newer or older state names both versions).
  * A fenced segment's fence is not kept: it belongs to a process only the
  * heapd that evicted it watched (Note [Evicted clients] in stall.c).
@@ -34,6 +35,7 @@
 
 #include "heap.h"
 #include "log.h"
+#include "resume.h"
 
 #define STATE_MAGIC 0x3174736470616568ull /* "heapdst1", little-endian */
 
@@ -48,6 +50,7 @@ struct state_header {
     uint32_t stop_gen;
     uint64_t orphaned, adopted;
     uint8_t static_flag;
+    uint32_t n_clients, client_bytes;
     uint64_t body_bytes;
     uint64_t checksum;
     uint64_t complete;          /* STATE_MAGIC, written last */
@@ -66,6 +69,21 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
 struct part {
     void *p;
     size_t n;
+};
+
+/* A kept client (Note [Resuming clients]), with its slots' records. */
+struct state_client {
+    uint64_t id;
+    uint8_t token[RESUME_TOKEN_BYTES];
+    int32_t pid;
+    uint32_t uid, gid;
+    uint64_t start;
+    char name[64];
+    uint32_t held;
+    uint64_t granted;
+    uint64_t slots[2];
+    uint32_t region[LAYOUT_MAX_MUTATORS];
+    uint64_t alloc_bound[LAYOUT_MAX_MUTATORS];
 };
 
 /* The records, in the body's order. */
@@ -115,18 +133,50 @@ static int read_all(int fd, void *p, size_t n, off_t at)
     return 0;
 }
 
-int state_save(struct heap *h)
+int state_save(struct heap *h, const struct resume_client *kept)
 {
     char name[96];
     struct part parts[5];
     struct state_header hd = {0};
     struct segtab *t = &h->segs;
+    struct state_client *clients = NULL;
+    uint32_t nc = 0;
     int fd, rc;
+
+    for (const struct resume_client *r = kept; r; r = r->next)
+        nc += r->heap == h;
+    if (nc && !(clients = calloc(nc, sizeof *clients)))
+        return -ENOMEM;
+    nc = 0;
+    for (const struct resume_client *r = kept; r; r = r->next) {
+        if (r->heap != h)
+            continue;
+        struct state_client *sc = &clients[nc++];
+        sc->id = r->id;
+        memcpy(sc->token, r->token, sizeof sc->token);
+        sc->pid = r->pid;
+        sc->uid = r->uid;
+        sc->gid = r->gid;
+        sc->start = r->start;
+        snprintf(sc->name, sizeof sc->name, "%s", r->name);
+        sc->held = r->held;
+        sc->granted = r->granted;
+        sc->slots[0] = r->slots[0];
+        sc->slots[1] = r->slots[1];
+        for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+            if (!(r->slots[i / 64] >> (i % 64) & 1))
+                continue;
+            sc->region[i] = h->owners[i].region;
+            sc->alloc_bound[i] = atomic_load(&h->owners[i].alloc_bound);
+        }
+    }
 
     snprintf(name, sizeof name, "heapd:%s:state", h->cfg->name);
     fd = memfd_create(name, MFD_CLOEXEC);
-    if (fd < 0)
+    if (fd < 0) {
+        free(clients);
         return -errno;
+    }
     pthread_mutex_lock(&h->lock);
     /* Note [Saved state]: fences belong to this heapd's watch */
     for (uint32_t i = t->first; i < t->high; i++)
@@ -156,6 +206,8 @@ int state_save(struct heap *h)
     hd.adopted = t->adopted;
     hd.stop_gen = h->stop_gen;
     hd.static_flag = h->static_flag;
+    hd.n_clients = nc;
+    hd.client_bytes = sizeof(struct state_client);
     off_t at = sizeof hd;
     uint64_t sum = 0xcbf29ce484222325ull;
     rc = 0;
@@ -171,6 +223,12 @@ int state_save(struct heap *h)
         rc = write_all(fd, &stats, sizeof stats, at);
         at += (off_t)sizeof stats;
     }
+    if (rc == 0 && nc) {
+        sum = fnv1a(sum, clients, nc * sizeof *clients);
+        rc = write_all(fd, clients, nc * sizeof *clients, at);
+        at += (off_t)(nc * sizeof *clients);
+    }
+    free(clients);
     hd.body_bytes = (uint64_t)at - sizeof hd;
     hd.checksum = sum;
     /* the header, then its completion word last */
@@ -195,14 +253,27 @@ int state_save(struct heap *h)
         goto out;                                                            \
     } while (0)
 
-int state_restore(struct heap *h, int fd, char *why, size_t n)
+/* Is client ID one of the N kept ones? */
+static bool kept_client(const struct state_client *c, uint32_t n, uint64_t id)
+{
+    for (uint32_t k = 0; k < n; k++)
+        if (c[k].id == id)
+            return true;
+    return false;
+}
+
+int state_restore(struct heap *h, int fd, char *why, size_t n,
+                  struct resume_client **kept)
 {
     struct state_header hd;
     struct part parts[5];
     struct segtab *t = &h->segs;
     struct stat st;
     struct seg_charge *charges = NULL;
+    struct state_client *clients = NULL;
     int rc = 0;
+
+    *kept = NULL;
 
     if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof hd)
         REFUSE("the saved state is %lld bytes, shorter than its header",
@@ -234,7 +305,9 @@ int state_restore(struct heap *h, int fd, char *why, size_t n)
     if (hd.seg_bytes != sizeof(struct seg) ||
         hd.charge_bytes != sizeof(struct seg_charge) ||
         hd.global_bytes != sizeof(struct heap_global) ||
-        hd.stats_bytes != sizeof(struct heap_stats))
+        hd.stats_bytes != sizeof(struct heap_stats) ||
+        hd.client_bytes != sizeof(struct state_client) ||
+        hd.n_clients > LAYOUT_MAX_MUTATORS * 64u)
         REFUSE("the saved state's records are of another build of heapd");
     if (hd.count != t->count || hd.first != t->first ||
         hd.high < hd.first || hd.high > hd.count ||
@@ -258,7 +331,8 @@ int state_restore(struct heap *h, int fd, char *why, size_t n)
     t->n_charges = hd.n_charges;
     charges = NULL;
     unsigned np = parts_of(h, parts);
-    size_t body = sizeof(struct heap_stats);
+    size_t body = sizeof(struct heap_stats) +
+                  (size_t)hd.n_clients * sizeof(struct state_client);
     for (unsigned k = 0; k < np; k++)
         body += parts[k].n;
     if (body != hd.body_bytes)
@@ -276,6 +350,18 @@ int state_restore(struct heap *h, int fd, char *why, size_t n)
     if ((rc = read_all(fd, &stats, sizeof stats, at)) < 0)
         REFUSE("the saved state cannot be read: %s", strerror(-rc));
     sum = fnv1a(sum, &stats, sizeof stats);
+    at += (off_t)sizeof stats;
+    if (hd.n_clients) {
+        size_t cb = (size_t)hd.n_clients * sizeof *clients;
+        if (!(clients = malloc(cb))) {
+            rc = -ENOMEM;
+            snprintf(why, n, "out of memory");
+            goto out;
+        }
+        if ((rc = read_all(fd, clients, cb, at)) < 0)
+            REFUSE("the saved state cannot be read: %s", strerror(-rc));
+        sum = fnv1a(sum, clients, cb);
+    }
     if (sum != hd.checksum)
         REFUSE("the saved state's checksum does not match: it was changed "
                "or damaged");
@@ -290,14 +376,15 @@ int state_restore(struct heap *h, int fd, char *why, size_t n)
     t->adopted = hd.adopted;
     for (uint32_t i = t->first; i < t->count; i++) {
         struct seg *s = &t->segs[i];
-        if (s->state == SEG_OWNED || s->fenced || s->remark ||
+        bool ours = kept_client(clients, hd.n_clients, s->owner);
+        if ((s->state == SEG_OWNED && !ours) || s->fenced || s->remark ||
             s->state > SEG_LARGE_TAIL || (i >= t->high && s->state != SEG_FREE))
             REFUSE("segment %u of the saved table is in state %u (fence %u, "
                    "remark %u): a clean exit leaves none such", i, s->state,
                    s->fenced, s->remark);
         s->remark_next = 0;
         s->remark_to = 0;
-        if (s->state == SEG_LARGE || s->state == SEG_LARGE_TAIL)
+        if ((s->state == SEG_LARGE || s->state == SEG_LARGE_TAIL) && !ours)
             s->owner = 0;
     }
     for (uint32_t c = 0; c < t->n_charges; c++)
@@ -310,12 +397,68 @@ int state_restore(struct heap *h, int fd, char *why, size_t n)
     if (atomic_load(&h->control->phase) != LAYOUT_PHASE_IDLE)
         REFUSE("the heap was saved in the middle of a cycle (phase %u)",
                atomic_load(&h->control->phase));
+    for (uint32_t k = 0; k < hd.n_clients; k++) {
+        const struct state_client *sc = &clients[k];
+        if (sc->id == 0 || (sc->slots[0] | sc->slots[1]) == 0 ||
+            memchr(sc->name, 0, sizeof sc->name) == NULL)
+            REFUSE("kept client %u of the saved state is not one heapd "
+                   "writes", k);
+        for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+            if (!(sc->slots[i / 64] >> (i % 64) & 1))
+                continue;
+            if (sc->region[i] >= LAYOUT_MAX_MUTATORS)
+                REFUSE("kept client %llu of the saved state has slot %u in "
+                       "region %u", (unsigned long long)sc->id, i,
+                       sc->region[i]);
+            for (uint32_t j = 0; j < k; j++)
+                if (clients[j].slots[i / 64] >> (i % 64) & 1)
+                    REFUSE("slot %u of the saved state is kept for two "
+                           "clients", i);
+        }
+    }
+    for (uint32_t k = hd.n_clients; k-- > 0;) {
+        const struct state_client *sc = &clients[k];
+        struct resume_client *r = calloc(1, sizeof *r);
+        if (!r) {
+            rc = -ENOMEM;
+            snprintf(why, n, "out of memory");
+            goto out;
+        }
+        r->id = sc->id;
+        memcpy(r->token, sc->token, sizeof r->token);
+        r->pid = sc->pid;
+        r->uid = sc->uid;
+        r->gid = sc->gid;
+        r->start = sc->start;
+        memcpy(r->name, sc->name, sizeof r->name);
+        r->held = sc->held;
+        r->granted = sc->granted;
+        r->slots[0] = sc->slots[0];
+        r->slots[1] = sc->slots[1];
+        r->mem_fd = r->pidfd = -1;
+        for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+            if (!(sc->slots[i / 64] >> (i % 64) & 1))
+                continue;
+            h->owners[i].region = sc->region[i];
+            atomic_store(&h->owners[i].alloc_bound, sc->alloc_bound[i]);
+        }
+        r->next = *kept;
+        *kept = r;
+    }
     h->stats = stats;
     h->stats.restarts_survived++;
     h->stop_gen = hd.stop_gen;
     h->static_flag = hd.static_flag;
 out:
     /* refused: the caller closes H, whose table is then half read */
+    if (rc < 0) {
+        while (*kept) {
+            struct resume_client *r = *kept;
+            *kept = r->next;
+            free(r);
+        }
+    }
+    free(clients);
     free(charges);
     return rc;
 }

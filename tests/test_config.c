@@ -728,7 +728,7 @@ START_TEST(t_unknown_key_heap)
                   "(expected one of: base, max_size, segment_size, "
                   "gc_overhead, mark_stack_limit, allow_users, allow_groups, "
                   "max_client_bytes, verify, stall_warn, stall_timeout, "
-                  "stall_action)\n");
+                  "stall_action, reconnect_timeout)\n");
 }
 END_TEST
 

@@ -75,7 +75,10 @@ static const char *kid_exit_name(int status)
 
 static void kid_attach(heapd_client **c, heapd_mutator **m)
 {
-    heapd_connect_opts o = {.socket_path = D.sock};
+    /* what a client does once its connection is closed for good (Note
+     * [A dead daemon]); reconnecting is test_restart's */
+    heapd_connect_opts o = {.socket_path = D.sock,
+                            .flags = HEAPD_CONNECT_NO_RECONNECT};
     if (heapd_connect(c, &o) != 0 || heapd_attach(*c, m) != 0)
         _exit(KID_ATTACH);
 }

@@ -117,9 +117,9 @@ START_TEST(objects_survive_clean_restarts)
 }
 END_TEST
 
-/* A client still connected when heapd stops: dropped (it leaves as a
- * crashed one), and what a global holds is recovered. */
-/* The kid's body: publish, then wait in a blocking region. */
+/* A client kept at a clean stop whose process dies while heapd is down:
+ * the next heapd drops it (it leaves as a crashed one: Note [Resuming
+ * clients] in daemon/resume.c), and what a global holds is recovered. */
 static void publish_and_block(heapd_mutator *m, void *arg)
 {
     (void)arg;
@@ -127,17 +127,179 @@ static void publish_and_block(heapd_mutator *m, void *arg)
     heapd_blocking_enter(m);
 }
 
-START_TEST(client_connected_at_the_restart_is_dropped)
+START_TEST(client_dead_at_the_restart_is_dropped)
 {
     start();
     pid_t kid = harness_fork_mutator(&D, publish_and_block, NULL);
     harness_stop_clean(&D);
+    ck_assert_int_eq(harness_stored(&D, "heapd.client.default.1"), 1);
     kill(kid, SIGKILL);
     harness_wait_pid(kid, HARNESS_WAIT_MS);
     harness_restart(&D);
+    ck_assert_msg(harness_log_contains(&D, "did not live through it"),
+                  "heapd did not say it dropped the dead client");
     with_client(check_list);
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_eq(st.clients_resumed, 0);
+    ck_assert_uint_eq(st.clients_crashed, 1);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
+/* ---- clients that resume (Note [Reconnecting] in client/agent.c) ---- */
+
+enum resumer_exit {
+    RESUMER_OK = 0,
+    RESUMER_SETUP = 10,   /* connect, attach or the list failed */
+    RESUMER_LIST,         /* its list is not whole after the restart */
+    RESUMER_CALL,         /* a call after the restart failed */
+    RESUMER_NOT_CLOSED,   /* a call that had to fail did not */
+    RESUMER_MESSAGE,      /* ... or failed without saying why */
+};
+
+/* The list rooted in slot SLOT of M is whole. */
+static bool list_whole(heapd_mutator *m, size_t slot)
+{
+    uint64_t n = 0;
+    for (struct node *p = heapd_root_get(m, slot); p; p = p->next, n++)
+        if (p->index != NODES - 1 - n || p->check != (p->index ^ MAGIC))
+            return false;
+    return n == NODES;
+}
+
+struct resumer {
+    pid_t pid;
+    int go;       /* the test writes a byte: heapd was restarted */
+};
+
+/* A kid that builds a list under its own root, says so, waits in a
+ * blocking region for the test's word (heapd restarts meanwhile), and
+ * then EXPECT: true, carries on as if nothing happened (its list whole,
+ * allocation and a cycle work); false, sees its next call fail with
+ * HEAPD_ECLOSED and a message containing SAYS. */
+static struct resumer fork_resumer(bool expect, const char *says,
+                                   unsigned reconnect_ms)
+{
+    int ready[2], go[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        char b;
+        close(ready[0]);
+        close(go[1]);
+        heapd_connect_opts o = {.socket_path = D.sock,
+                                .reconnect_ms = reconnect_ms};
+        if (heapd_connect(&c, &o) != 0 || heapd_attach(c, &m) != 0)
+            _exit(RESUMER_SETUP);
+        size_t slot = heapd_root_push(m, NULL);
+        for (uint64_t i = 0; i < NODES; i++) {
+            struct node *n = heapd_alloc(m, 1, 2 * sizeof(uint64_t));
+            if (!n)
+                _exit(RESUMER_SETUP);
+            n->index = i;
+            n->check = i ^ MAGIC;
+            heapd_write(m, n, &n->next, heapd_root_get(m, slot));
+            heapd_root_set(m, slot, n);
+        }
+        heapd_blocking_enter(m);
+        if (write(ready[1], "r", 1) != 1 || read(go[0], &b, 1) != 1)
+            _exit(RESUMER_SETUP);
+        heapd_blocking_leave(m);
+        if (!expect) {
+            int rc = heapd_collect(m, HEAPD_COLLECT_WAIT);
+            if (rc != HEAPD_ECLOSED)
+                _exit(RESUMER_NOT_CLOSED);
+            _exit(strstr(heapd_last_error(), says) ? RESUMER_OK
+                                                    : RESUMER_MESSAGE);
+        }
+        if (!list_whole(m, slot))
+            _exit(RESUMER_LIST);
+        for (int i = 0; i < 20000; i++) /* new segments from the new heapd */
+            if (!heapd_alloc(m, 2, 48))
+                _exit(RESUMER_CALL);
+        if (heapd_collect(m, HEAPD_COLLECT_WAIT) != 0 || !list_whole(m, slot))
+            _exit(RESUMER_CALL);
+        heapd_root_pop(m, 1);
+        heapd_detach(m);
+        heapd_disconnect(c);
+        _exit(RESUMER_OK);
+    }
+    close(ready[1]);
+    close(go[0]);
+    char r;
+    ck_assert_msg(read(ready[0], &r, 1) == 1,
+                  "the resuming kid died before it was ready");
+    close(ready[0]);
+    return (struct resumer){kid, go[1]};
+}
+
+static void resumer_ends(struct resumer k, const char *what)
+{
+    ck_assert_int_eq(write(k.go, "g", 1), 1);
+    close(k.go);
+    int st = harness_wait_pid(k.pid, HARNESS_WAIT_MS);
+    ck_assert_msg(st != -1, "%s: the kid did not end within %d ms", what,
+                  HARNESS_WAIT_MS);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == RESUMER_OK,
+                  "%s: the kid ended with %d (signal %d)", what,
+                  WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+                  WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+/* A client connected across a clean restart is the same client after
+ * it: its stack, its slot and its segments, without an error. */
+START_TEST(client_connected_at_the_restart_resumes)
+{
+    start();
+    struct resumer k = fork_resumer(true, NULL, 0);
+    harness_stop_clean(&D);
+    ck_assert_int_eq(harness_stored(&D, "heapd.client.default.1"), 1);
+    harness_restart(&D);
+    resumer_ends(k, "resuming after a clean restart");
+    ck_assert_msg(harness_log_contains(&D, "resumed after"),
+                  "heapd did not say the client resumed");
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_eq(st.clients_resumed, 1);
+    ck_assert_uint_eq(st.clients_crashed, 0);
+    ck_assert_uint_eq(st.verify_failures, 0);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
+/* A client that heapd does not keep (its state refused: the heap is new)
+ * is told so, never left waiting. */
+static void garbage(int fd);
+
+START_TEST(client_not_kept_is_told)
+{
+    start();
+    struct resumer k = fork_resumer(false, "does not keep client", 0);
+    harness_stop_clean(&D);
+    garbage(harness_stored_fd(&D, "heapd.state.default"));
+    harness_restart(&D);
+    resumer_ends(k, "a client the new heapd does not keep");
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
+/* heapd stops and does not come back: a call fails after reconnect_ms
+ * with HEAPD_ECLOSED, saying so. */
+START_TEST(client_gives_up_after_reconnect_ms)
+{
+    start();
+    struct resumer k = fork_resumer(false, "did not come back within 300 ms",
+                                    300);
+    harness_stop_clean(&D);
+    resumer_ends(k, "heapd never comes back");
     harness_forget_store(&D);
 }
 END_TEST
@@ -285,7 +447,7 @@ END_TEST
 START_TEST(state_of_another_version_is_refused)
 {
     refused_case("state", newer_version,
-                 "version 99, and this heapd reads version 1");
+                 "version 99, and this heapd reads version 2");
 }
 END_TEST
 
@@ -314,7 +476,10 @@ static Suite *suite(void)
     TCase *t = tcase_create("restart");
     tcase_set_timeout(t, 300);
     tcase_add_test(t, objects_survive_clean_restarts);
-    tcase_add_test(t, client_connected_at_the_restart_is_dropped);
+    tcase_add_test(t, client_dead_at_the_restart_is_dropped);
+    tcase_add_test(t, client_connected_at_the_restart_resumes);
+    tcase_add_test(t, client_not_kept_is_told);
+    tcase_add_test(t, client_gives_up_after_reconnect_ms);
     tcase_add_test(t, killed_daemon_recovers_the_heap);
     tcase_add_test(t, killed_daemon_orphans_what_clients_held);
     tcase_add_test(t, garbage_state_is_refused);

@@ -1,0 +1,71 @@
+/* Clients that outlive a restart of heapd: suspended at a clean exit,
+ * kept by the next heapd until they resume or reconnect_timeout passes.
+ * See Note [Resuming clients] in resume.c. */
+#ifndef HEAPD_DAEMON_RESUME_H
+#define HEAPD_DAEMON_RESUME_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "layout.h"
+
+struct conn;
+struct daemon;
+struct fdstore;
+struct heap;
+
+#define RESUME_TOKEN_BYTES 16
+
+/* What heapd keeps of a client while it has no connection.  The
+ * per-slot records (region, alloc_bound) stay in heap->owners. */
+struct resume_client {
+    struct resume_client *next;
+    struct heap *heap;
+    uint64_t id;
+    uint8_t token[RESUME_TOKEN_BYTES];
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    uint64_t start;             /* its process's start (Note [Pidfd guard]) */
+    char name[64];
+    uint32_t held;
+    uint64_t granted;
+    uint64_t slots[2];
+    int mem_fd;                 /* its control memory; -1 while saved */
+    int pidfd;                  /* -1 while saved */
+    uint64_t since;             /* uv_now when this heapd took it back */
+};
+
+/* A new mutator client's token (getrandom). */
+void resume_new_token(uint8_t token[RESUME_TOKEN_BYTES]);
+
+/* At a clean exit, once every collector is idle and held: every mutator
+ * client of D leaves its connection but not its heap: its record is
+ * kept for the state (state_save), its control memory in the service
+ * manager's store, and its connection closes without giving anything
+ * back.  Returns the clients suspended. */
+unsigned resume_suspend_all(struct daemon *d);
+
+/* At start, after state_restore gave LIST (the saved records, mem_fd and
+ * pidfd -1): each client whose control memory the store kept and whose
+ * process lives is attached again to its slots, and kept until it
+ * resumes; the others leave as crashed ones.  Takes LIST over. */
+void resume_adopt(struct daemon *d, struct heap *h,
+                  struct resume_client *list, struct fdstore *fds);
+
+/* Hello from C resumes client ID with TOKEN: if H keeps it for C's
+ * process, C becomes it (its id, slots, segments, control memory) and
+ * true is returned; false: no such client (C is left as it was). */
+bool resume_take(struct daemon *d, struct heap *h, struct conn *c,
+                 uint64_t id, const uint8_t *token, size_t token_len);
+
+/* Loop thread, every stall tick: clients gone or past reconnect_timeout
+ * leave as crashed ones. */
+void resume_watch(struct daemon *d, uint64_t now);
+
+/* At exit: what is still kept is let go (memory and descriptors only:
+ * the state, if saved, already holds it). */
+void resume_free_all(struct daemon *d);
+
+#endif
