@@ -56,6 +56,7 @@ static bool node_ok(const struct node *n, uint64_t index)
 /* A kid's exit codes. */
 enum kid_exit {
     KID_GONE = 0,       /* the daemon went away: what a kill does */
+    KID_DONE = 1,       /* told to stop (the restart torture) */
     KID_ATTACH = 10,    /* could not connect or attach at its start */
     KID_NO_TABLE,       /* its table's global is missing */
     KID_BAD_NODE,       /* a node it read was damaged */
@@ -68,6 +69,7 @@ static const char *kid_exit_name(int st)
         return strsignal(WTERMSIG(st));
     switch (WEXITSTATUS(st)) {
     case KID_GONE: return "saw the daemon go";
+    case KID_DONE: return "was told to stop";
     case KID_ATTACH: return "could not connect or attach";
     case KID_NO_TABLE: return "found no table";
     case KID_BAD_NODE: return "read a damaged node";
@@ -103,22 +105,36 @@ static void table_name(char *buf, size_t n, int k)
     snprintf(buf, n, "table%d", k);
 }
 
-static void kid_attach(heapd_client **c, heapd_mutator **m)
+/* A killed heapd keeps no client (Note [Resuming clients]): a kid of the
+ * kill torture does not wait to reconnect; one of the restart torture
+ * (RESUME) does. */
+static void kid_attach(heapd_client **c, heapd_mutator **m, bool resume)
 {
-    heapd_connect_opts o = {.socket_path = D.sock};
+    heapd_connect_opts o = {.socket_path = D.sock,
+                            .flags = resume ? 0 : HEAPD_CONNECT_NO_RECONNECT};
     if (heapd_connect(c, &o) != 0 || heapd_attach(*c, m) != 0)
         _exit(KID_ATTACH);
 }
 
+/* Set in a kid of the restart torture: the test's word to stop, which
+ * comes on this descriptor. */
+static int kid_done_fd = -1;
+
+static bool told_to_stop(void)
+{
+    struct pollfd p = {.fd = kid_done_fd, .events = POLLIN};
+    return kid_done_fd >= 0 && poll(&p, 1, 0) > 0;
+}
+
 /* Kid K: replace random entries of its table by new nodes, read random
  * entries of the next kid's table, make garbage, ask for cycles; until
- * the daemon is gone. */
+ * the daemon is gone, or (the restart torture) until told to stop. */
 static void mutate(int k, uint64_t seed, int ready)
 {
     heapd_client *c;
     heapd_mutator *m;
     char name[32];
-    kid_attach(&c, &m);
+    kid_attach(&c, &m, kid_done_fd >= 0);
     table_name(name, sizeof name, k);
     void **mine = heapd_global_get(m, name);
     table_name(name, sizeof name, (k + 1) % KIDS);
@@ -152,6 +168,11 @@ static void mutate(int k, uint64_t seed, int ready)
             _exit(KID_GONE);
         if (n % 4096 == 4095 && heapd_collect(m, 0) != 0)
             _exit(KID_GONE);
+        if (n % 1024 == 1023 && told_to_stop()) {
+            heapd_detach(m);
+            heapd_disconnect(c);
+            _exit(KID_DONE);
+        }
     }
 }
 
@@ -163,7 +184,8 @@ static void connector(int ready)
     for (;;) {
         heapd_client *c;
         heapd_mutator *m;
-        heapd_connect_opts o = {.socket_path = D.sock};
+        heapd_connect_opts o = {.socket_path = D.sock,
+                                .flags = HEAPD_CONNECT_NO_RECONNECT};
         if (heapd_connect(&c, &o) != 0)
             _exit(KID_GONE);
         if (heapd_attach(c, &m) == 0) {
@@ -198,7 +220,7 @@ static void watcher(enum moment at, pid_t pid, unsigned delay_us, int ready)
 {
     heapd_client *c;
     heapd_mutator *m;
-    kid_attach(&c, &m);
+    kid_attach(&c, &m, false);
     const struct layout_control *ctl = heapd_heap_base(c);
     heapd_blocking_enter(m);
     if (write(ready, "r", 1) != 1)
@@ -319,6 +341,13 @@ static void make_tables(void)
     heapd_disconnect(c);
 }
 
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -401,12 +430,92 @@ START_TEST(kills_at_every_moment)
 }
 END_TEST
 
+/* The restart torture: CRASH_RESTARTS (default 10) clean restarts of
+ * heapd while KIDS processes mutate, read each other's tables and
+ * allocate; each kid stays connected throughout (Note [Resuming clients],
+ * Note [Reconnecting]): none may see an error, every table stays whole,
+ * no verifier failure, no segment growth, and every kid is resumed at
+ * every restart. */
+START_TEST(restarts_under_load)
+{
+    unsigned restarts = env_unsigned("CRASH_RESTARTS", 10);
+    uint64_t seed = env_unsigned("CRASH_SEED", (unsigned)time(NULL));
+    uint64_t s = seed | 1;
+    pid_t kids[KIDS];
+    int done[2];
+    fprintf(stderr, "crash: %u restarts, CRASH_SEED=%llu\n", restarts,
+            (unsigned long long)seed);
+
+    harness_start_logged(&D, harness_default_config("@SOCK@",
+                                                    "verify = true\n"),
+                         "heapd.log");
+    make_tables();
+    uint64_t in_use_first = check_tables();
+    ck_assert_int_eq(pipe(done), 0);
+    kid_done_fd = done[0];
+    for (int k = 0; k < KIDS; k++)
+        kids[k] = fork_kid(mutate_body, k, rng_next(&s));
+    kid_done_fd = -1;
+    close(done[0]);
+    for (unsigned r = 0; r < restarts; r++) {
+        harness_stop_clean(&D);
+        for (int k = 0; k < KIDS; k++)
+            ck_assert_msg(waitpid(kids[k], NULL, WNOHANG) == 0,
+                          "restart %u: kid %d ended while heapd was down",
+                          r, k);
+        harness_restart(&D);
+        ck_assert_msg(!harness_log_contains(&D, "not recovered"),
+                      "restart %u: heapd did not recover the heap", r);
+        /* every kid comes back before the next restart: a bounded wait */
+        uint64_t want = (uint64_t)KIDS * (r + 1), got = 0;
+        for (int64_t until = now_ms() + HARNESS_WAIT_MS; now_ms() < until;) {
+            got = harness_daemon_stats(&D).clients_resumed;
+            if (got >= want)
+                break;
+            struct timespec ts = {0, 5 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        ck_assert_msg(got >= want, "restart %u: %llu of %llu resumes came "
+                      "within %d ms", r, (unsigned long long)got,
+                      (unsigned long long)want, HARNESS_WAIT_MS);
+    }
+    ck_assert_int_eq(write(done[1], "d", 1), 1);
+    close(done[1]);
+    for (int k = 0; k < KIDS; k++) {
+        int st = harness_wait_pid(kids[k], HARNESS_WAIT_MS);
+        ck_assert_msg(st != -1, "kid %d did not end within %d ms", k,
+                      HARNESS_WAIT_MS);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == KID_DONE,
+                      "after %u restarts: kid %d %s", restarts, k,
+                      kid_exit_name(st));
+    }
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_eq(st.restarts_survived, restarts);
+    ck_assert_uint_eq(st.clients_crashed, 0);
+    ck_assert_msg(st.clients_resumed >= (uint64_t)KIDS * restarts,
+                  "%llu clients resumed in %u restarts of %d kids",
+                  (unsigned long long)st.clients_resumed, restarts, KIDS);
+    uint64_t in_use = check_tables();
+    ck_assert_msg(in_use <= 2 * in_use_first + 8,
+                  "%llu segments in use, %llu before the restarts: segments "
+                  "leak across restarts", (unsigned long long)in_use,
+                  (unsigned long long)in_use_first);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+    fprintf(stderr, "crash: %u restarts under %d mutating processes: "
+            "%llu clients resumed, 0 errors\n", restarts, KIDS,
+            (unsigned long long)st.clients_resumed);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("crash");
     TCase *t = tcase_create("kills");
     tcase_set_timeout(t, 1800);
     tcase_add_test(t, kills_at_every_moment);
+    tcase_add_test(t, restarts_under_load);
     suite_add_tcase(s, t);
     return s;
 }
