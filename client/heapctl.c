@@ -145,12 +145,19 @@ static const char *readable(uint64_t v, heapd_counter_unit unit, char *buf,
     return k >= 0 ? buf : "";
 }
 
+/* NS as days and h:m:s. */
+static const char *duration(uint64_t ns, char *buf, size_t n)
+{
+    uint64_t secs = ns / 1000000000u;
+    snprintf(buf, n, "%" PRIu64 "d %02" PRIu64 ":%02" PRIu64 ":%02" PRIu64,
+             secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    return buf;
+}
+
 static void print_stats_text(const heapd_stats_t *s)
 {
-    uint64_t secs = s->uptime_ns / 1000000000u;
-    printf("heapd %s, up %" PRIu64 "d %02" PRIu64 ":%02" PRIu64 ":%02" PRIu64
-           "\n", s->version, secs / 86400, secs / 3600 % 24, secs / 60 % 60,
-           secs % 60);
+    char d[48];
+    printf("heapd %s, up %s\n", s->version, duration(s->uptime_ns, d, sizeof d));
     printf("clients connected: %" PRIu32 " (%" PRIu64 " since start)\n",
            s->clients_connected, s->connections_total);
     printf("frames rejected:   %" PRIu64 "\n", s->frames_rejected);
@@ -174,6 +181,14 @@ static void print_stats_text(const heapd_stats_t *s)
         printf("\nheap %s:\n", h->name);
         printf("  %-17s %s\n", "phase", phase_name(h->phase));
         counter_values(h, v);
+        /* the heap's age beside the daemon's uptime: it outlives restarts */
+        printf("  %-17s %s, kept across %" PRIu64 " restart(s) of heapd, %"
+               PRIu64 " of them after a crash; %" PRIu64 " client(s) "
+               "resumed\n", "age",
+               duration(v[HEAPD_HEAP_COUNTER_heap_age_ns], d, sizeof d),
+               v[HEAPD_HEAP_COUNTER_restarts_survived],
+               v[HEAPD_HEAP_COUNTER_crashes_recovered],
+               v[HEAPD_HEAP_COUNTER_clients_resumed]);
         for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++) {
             const struct counter_line *l = &counter_lines[k];
             char r[32];
