@@ -15,8 +15,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "client.h"
 #include "harness.h"
 #include "heapd.h"
+#include "wire.h"
 #include "check_main.h"
 
 static struct daemon_proc D;
@@ -172,6 +174,8 @@ static bool list_whole(heapd_mutator *m, size_t slot)
 struct resumer {
     pid_t pid;
     int go;       /* the test writes a byte: heapd was restarted */
+    uint64_t id;  /* its client id and token, as its Welcome gave them */
+    uint8_t token[16];
 };
 
 /* A kid that builds a list under its own root, says so, waits in a
@@ -208,7 +212,11 @@ static struct resumer fork_resumer(bool expect, const char *says,
             heapd_root_set(m, slot, n);
         }
         heapd_blocking_enter(m);
-        if (write(ready[1], "r", 1) != 1 || read(go[0], &b, 1) != 1)
+        if (write(ready[1], &c->client_id, sizeof c->client_id) !=
+                (ssize_t)sizeof c->client_id ||
+            write(ready[1], c->token, sizeof c->token) !=
+                (ssize_t)sizeof c->token ||
+            read(go[0], &b, 1) != 1)
             _exit(RESUMER_SETUP);
         heapd_blocking_leave(m);
         if (!expect) {
@@ -232,11 +240,38 @@ static struct resumer fork_resumer(bool expect, const char *says,
     }
     close(ready[1]);
     close(go[0]);
-    char r;
-    ck_assert_msg(read(ready[0], &r, 1) == 1,
+    struct resumer k = {.pid = kid, .go = go[1]};
+    ck_assert_msg(read(ready[0], &k.id, sizeof k.id) == (ssize_t)sizeof k.id &&
+                      read(ready[0], k.token, sizeof k.token) ==
+                          (ssize_t)sizeof k.token,
                   "the resuming kid died before it was ready");
     close(ready[0]);
-    return (struct resumer){kid, go[1]};
+    return k;
+}
+
+/* A Hello from this process that resumes client ID with TOKEN: the
+ * daemon must refuse it with ERROR_NOT_RESUMED. */
+static void resume_refused(uint64_t id, const uint8_t *token, size_t len)
+{
+    Heapd__Hello h = HEAPD__HELLO__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    h.protocol_version = PROTOCOL_VERSION;
+    h.heap = (char *)"default";
+    h.client_name = (char *)"thief";
+    h.kind = HEAPD__CLIENT_KIND__CLIENT_MUTATOR;
+    h.resume_client = id;
+    h.resume_token.data = (uint8_t *)token;
+    h.resume_token.len = len;
+    env.body_case = HEAPD__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    int fd = harness_raw_connect(D.sock);
+    harness_send_env(fd, &env);
+    Heapd__Envelope *r = harness_read_env(fd, NULL);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(r->body_case, HEAPD__ENVELOPE__BODY_ERROR);
+    ck_assert_int_eq(r->error->code, HEAPD__ERROR_CODE__ERROR_NOT_RESUMED);
+    heapd__envelope__free_unpacked(r, NULL);
+    close(fd);
 }
 
 static void resumer_ends(struct resumer k, const char *what)
@@ -268,6 +303,30 @@ START_TEST(client_connected_at_the_restart_resumes)
     ck_assert_uint_eq(st.clients_resumed, 1);
     ck_assert_uint_eq(st.clients_crashed, 0);
     ck_assert_uint_eq(st.verify_failures, 0);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
+/* Another process of the same user cannot take a kept client over, with
+ * its token or without: refused, and the client still resumes. */
+START_TEST(a_kept_client_is_resumed_by_itself_only)
+{
+    start();
+    struct resumer k = fork_resumer(true, NULL, 0);
+    harness_stop_clean(&D);
+    harness_restart(&D);
+    uint8_t wrong[16];
+    memcpy(wrong, k.token, sizeof wrong);
+    wrong[7] ^= 1;
+    resume_refused(k.id, wrong, sizeof wrong);      /* a guess */
+    resume_refused(k.id, k.token, 8);               /* half of it */
+    resume_refused(k.id, k.token, sizeof k.token);  /* stolen: another pid */
+    resume_refused(k.id + 1, k.token, sizeof k.token);
+    resumer_ends(k, "resuming after others tried to take it over");
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_eq(st.clients_resumed, 1);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
     harness_forget_store(&D);
@@ -478,6 +537,7 @@ static Suite *suite(void)
     tcase_add_test(t, objects_survive_clean_restarts);
     tcase_add_test(t, client_dead_at_the_restart_is_dropped);
     tcase_add_test(t, client_connected_at_the_restart_resumes);
+    tcase_add_test(t, a_kept_client_is_resumed_by_itself_only);
     tcase_add_test(t, client_not_kept_is_told);
     tcase_add_test(t, client_gives_up_after_reconnect_ms);
     tcase_add_test(t, killed_daemon_recovers_the_heap);
