@@ -408,9 +408,11 @@ static void run_cycle(struct collector *gc)
  * reachable objects again.  Every client is gone then, so the roots are
  * the globals: what they reach is kept, the rest was reachable only from
  * processes that lost their connection with the daemon.  The cost is the
- * first cycle's sweep of what those processes left: in 100 kills of a
- * heapd under 5 allocating processes (tests/test_crash.c) recovery took
- * a median of 244 ms and at most 1.4 s, sweeping up to 6.4 million blocks.
+ * first cycle's sweep of what those processes left: in two runs of 100
+ * kills of a heapd under 5 allocating processes (tests/test_crash.c, 2
+ * shared cores) recovery took a median of 244 and 179 ms, at most 1.4 and
+ * 2.5 s (the second under a load average of up to 11.6), sweeping up to
+ * 6.4 million blocks; the figures follow the garbage and the load.
  */
 int collector_recover(struct heap *h, struct workers *w)
 {

@@ -20,10 +20,12 @@
  * says why, keeps its memfds in the store under heapd.lost-heap.NAME,
  * heapd.lost-page.NAME and heapd.lost-table.NAME for an operator, and
  * starts that heap empty.  Without a service manager none of this
- * happens, and a restart starts every heap empty, as before.  Clients
- * connected at a clean exit are disconnected first (they leave as crashed
- * ones: their segments orphaned), so the saved state names no client;
- * clients connected when heapd is killed are gone the same way.
+ * happens, and a restart starts every heap empty, as before.  Mutator
+ * clients connected at a clean exit are suspended and resume with the
+ * next heapd (Note [Resuming clients] in resume.c: their control memory
+ * is kept as heapd.client.HEAP.ID); clients connected when heapd is
+ * killed are not kept: the recovery orphans their segments, as for
+ * clients that crashed.
  */
 #include "fdstore.h"
 

@@ -11,7 +11,9 @@
  * round.  The recovery time of each restart is printed as a distribution.
  *
  * CRASH_KILLS (default 10) sets the number of kills and CRASH_SEED the
- * random seed (printed); scripts/torture runs the long form.
+ * random seed (printed); the test case "restarts" is the clean-restart
+ * torture (CRASH_RESTARTS, below).  scripts/torture runs the long forms,
+ * each case alone (CK_RUN_CASE).
  */
 #include <check.h>
 #include <errno.h>
@@ -363,6 +365,7 @@ static unsigned env_unsigned(const char *name, unsigned dflt)
 START_TEST(kills_at_every_moment)
 {
     unsigned kills = env_unsigned("CRASH_KILLS", 10);
+    ck_assert_msg(kills > 0, "CRASH_KILLS must be at least 1");
     uint64_t seed = env_unsigned("CRASH_SEED", (unsigned)time(NULL));
     uint64_t *recovery = calloc(kills, sizeof *recovery);
     unsigned seen[AT_COUNT] = {0};
@@ -515,6 +518,9 @@ static Suite *suite(void)
     TCase *t = tcase_create("kills");
     tcase_set_timeout(t, 1800);
     tcase_add_test(t, kills_at_every_moment);
+    suite_add_tcase(s, t);
+    t = tcase_create("restarts"); /* scripts/torture runs each alone */
+    tcase_set_timeout(t, 1800);
     tcase_add_test(t, restarts_under_load);
     suite_add_tcase(s, t);
     return s;

@@ -350,6 +350,27 @@ START_TEST(client_not_kept_is_told)
 }
 END_TEST
 
+/* A client connected when heapd is killed is not kept (Note [Resuming
+ * clients]): it reconnects, is told, and fails at once; the heap is
+ * recovered without it. */
+START_TEST(client_connected_at_a_kill_is_told)
+{
+    start();
+    struct resumer k = fork_resumer(false, "does not keep client", 0);
+    harness_kill(&D);
+    harness_restart(&D);
+    resumer_ends(k, "a client connected when heapd was killed");
+    ck_assert_msg(harness_log_contains(&D, "recovered from the table"),
+                  "heapd did not recover the heap from its table");
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_eq(st.clients_resumed, 0);
+    ck_assert_uint_eq(st.verify_failures, 0);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
 /* heapd stops and does not come back: a call fails after reconnect_ms
  * with HEAPD_ECLOSED, saying so. */
 START_TEST(client_gives_up_after_reconnect_ms)
@@ -539,6 +560,7 @@ static Suite *suite(void)
     tcase_add_test(t, client_connected_at_the_restart_resumes);
     tcase_add_test(t, a_kept_client_is_resumed_by_itself_only);
     tcase_add_test(t, client_not_kept_is_told);
+    tcase_add_test(t, client_connected_at_a_kill_is_told);
     tcase_add_test(t, client_gives_up_after_reconnect_ms);
     tcase_add_test(t, killed_daemon_recovers_the_heap);
     tcase_add_test(t, killed_daemon_orphans_what_clients_held);
