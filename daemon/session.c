@@ -133,6 +133,7 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
     if (heap && h->resume_client != 0) {
         if (!resume_take(d, heap, c, h->resume_client, h->resume_token.data,
                          h->resume_token.len)) {
+            d->requests_refused++; /* a guess, a thief, or just too late */
             conn_fail(c, HEAPD__ERROR_CODE__ERROR_NOT_RESUMED,
                       "heapd does not keep client %llu of heap '%s' for "
                       "this process: heapd restarted without keeping it "

@@ -327,6 +327,7 @@ START_TEST(a_kept_client_is_resumed_by_itself_only)
     resumer_ends(k, "resuming after others tried to take it over");
     heapd_stats_t st = harness_daemon_stats(&D);
     ck_assert_uint_eq(st.clients_resumed, 1);
+    ck_assert_uint_eq(st.requests_refused, 4); /* each attempt counted */
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
     harness_forget_store(&D);
