@@ -24,27 +24,13 @@
 
 static struct daemon_proc D;
 
-static void start_with(const char *extra)
-{
-    char buf[1024];
-    snprintf(buf, sizeof buf, "verify = true\n%s", extra ? extra : "");
-    harness_start(&D, harness_default_config("@SOCK@", buf));
-}
-
-/* Stats from a fresh control connection. */
-static void collect(heapd_mutator *m)
-{
-    int rc = heapd_collect(m, HEAPD_COLLECT_WAIT);
-    ck_assert_msg(rc == 0, "collect: %s", heapd_last_error());
-}
-
 /* ---- objects and roots ---- */
 
 START_TEST(objects_and_accessors)
 {
     heapd_client *c;
     heapd_mutator *m;
-    start_with(NULL);
+    harness_start_with(&D, NULL);
     harness_attach(&D, &c, &m);
 
     void **o = heapd_alloc(m, 3, 20);
@@ -105,7 +91,7 @@ START_TEST(deep_root_stack)
 {
     heapd_client *c;
     heapd_mutator *m;
-    start_with(NULL);
+    harness_start_with(&D, NULL);
     harness_attach(&D, &c, &m);
     const size_t n = 20000; /* 128K segments: 8192 slots per chunk */
     for (size_t i = 0; i < n; i++) {
@@ -114,12 +100,12 @@ START_TEST(deep_root_stack)
         *o = (long)i;
         ck_assert_uint_eq(heapd_root_push(m, o), i);
     }
-    collect(m);
-    collect(m);
+    harness_collect(m);
+    harness_collect(m);
     for (size_t i = 0; i < n; i++)
         ck_assert_int_eq(*(long *)heapd_root_get(m, i), (long)i);
     heapd_root_pop(m, n / 2);
-    collect(m);
+    harness_collect(m);
     for (size_t i = 0; i < n / 2; i++)
         ck_assert_int_eq(*(long *)heapd_root_get(m, i), (long)i);
     heapd_detach(m);
@@ -194,7 +180,7 @@ START_TEST(partly_free_segments_are_reused)
 {
     heapd_client *c;
     heapd_mutator *m;
-    start_with(NULL);
+    harness_start_with(&D, NULL);
     enum { N = 400000, M = 300000 };
 
     /* the old list, left to a global by a client that goes away, so that
@@ -208,7 +194,7 @@ START_TEST(partly_free_segments_are_reused)
     heapd_disconnect(c);
 
     harness_attach(&D, &c, &m);
-    collect(m); /* the three quarters die, their blocks are swept */
+    harness_collect(m); /* the three quarters die, their blocks are swept */
     const struct layout_control *ctl = heapd_heap_base(c);
     uintptr_t base = (uintptr_t)heapd_heap_base(c);
     uintptr_t seg_size = (uintptr_t)ctl->segment_size;
@@ -253,7 +239,7 @@ START_TEST(partly_free_segments_are_reused)
 
     size_t young = heapd_root_push(m, NULL);
     make_list(m, young, M, 10000000);
-    collect(m);
+    harness_collect(m);
     check_list(m, young, M, 10000000, 1);
     long reused = 0;
     for (void **cl = heapd_root_get(m, young); cl; cl = cl[0])
@@ -278,7 +264,7 @@ START_TEST(every_size_class)
 {
     heapd_client *c;
     heapd_mutator *m;
-    start_with(NULL);
+    harness_start_with(&D, NULL);
     harness_attach(&D, &c, &m);
 
     static const size_t large[] = {16384 + 8, 100000, 1 << 20, 5 << 20};
@@ -326,13 +312,13 @@ START_TEST(every_size_class)
                 ck_assert_msg(b[j] == (unsigned char)(i & 0xff),
                               "object %zu byte %zu overwritten", i, j);
         }
-        collect(m);
+        harness_collect(m);
     }
     heapd_stats_t st = harness_stats(c);
     ck_assert_uint_eq(layout_small_max(128 * 1024), 16384);
     ck_assert_uint_eq(st.segments_large, 4); /* only the 4 large ones */
     heapd_root_pop(m, total);
-    collect(m);
+    harness_collect(m);
     st = harness_stats(c);
     ck_assert_uint_eq(st.segments_large, 0);
     ck_assert_uint_lt(st.live_bytes, 4096);
@@ -611,7 +597,7 @@ static int tree_worker(const char *sock, int id, int rounds, int stop_fd,
 
 START_TEST(processes_mutate_linked_structures)
 {
-    start_with(NULL);
+    harness_start_with(&D, NULL);
     pid_t kids[3];
     for (int i = 0; i < 3; i++) {
         kids[i] = fork();
@@ -633,7 +619,7 @@ END_TEST
  * verifier on, while two processes mutate. */
 START_TEST(many_cycles_with_verifier)
 {
-    start_with(NULL);
+    harness_start_with(&D, NULL);
     int stop[2], ready[2];
     ck_assert_int_eq(pipe(stop), 0);
     ck_assert_int_eq(pipe(ready), 0);
@@ -697,7 +683,7 @@ START_TEST(heap_full_then_recovers)
     ck_assert_int_eq(errno, ENOMEM);
     /* drop everything: allocation works again */
     heapd_root_pop(m, heapd_root_depth(m));
-    collect(m);
+    harness_collect(m);
     for (int i = 0; i < 1000; i++)
         ck_assert_ptr_nonnull(heapd_alloc(m, 0, 1000));
     ck_assert_ptr_nonnull(heapd_alloc(m, 0, 4 << 20));
@@ -712,7 +698,7 @@ START_TEST(client_quota)
 {
     heapd_client *c, *c2;
     heapd_mutator *m, *m2;
-    start_with("max_client_bytes = 1M\n");
+    harness_start_with(&D, "max_client_bytes = 1M\n");
     harness_attach(&D, &c, &m);
     /* more than the client may hold at once */
     errno = 0;
@@ -777,7 +763,7 @@ START_TEST(quota_bounds_what_a_client_keeps)
     heapd_client *c, *c2;
     heapd_mutator *m, *m2;
     const uint64_t quota = 16u << 20;
-    start_with("max_client_bytes = 16M\n");
+    harness_start_with(&D, "max_client_bytes = 16M\n");
     harness_attach(&D, &c, &m);
     size_t keep = heapd_root_push(m, NULL);
     long n = 0;
@@ -793,7 +779,7 @@ START_TEST(quota_bounds_what_a_client_keeps)
     ck_assert_msg(strstr(heapd_last_error(), "max_client_bytes") &&
                       strstr(heapd_last_error(), "alive"),
                   "message: %s", heapd_last_error());
-    collect(m);
+    harness_collect(m);
     heapd_stats_t st = harness_stats(c);
     const struct layout_control *ctl = heapd_heap_base(c);
     uint64_t held = st.segments_owned * ctl->segment_size;
@@ -868,11 +854,11 @@ START_TEST(stray_writes_into_free_segments_are_given_back)
 {
     heapd_client *c;
     heapd_mutator *m;
-    start_with(NULL);
+    harness_start_with(&D, NULL);
     harness_attach(&D, &c, &m);
     size_t keep = heapd_root_push(m, NULL);
     make_list(m, keep, 20000, 7);
-    collect(m);
+    harness_collect(m);
     uint64_t before = harness_stats(c).heap_committed_bytes;
     const uint64_t slack = 16u << 20; /* the free pool may grow a little */
     /* each scribble covers this many free segments, never granted */
@@ -885,7 +871,7 @@ START_TEST(stray_writes_into_free_segments_are_given_back)
      * the end of a cycle */
     size_t size = heapd_heap_size(c);
     scribble(c, size / 4, 256u << 20);
-    collect(m);
+    harness_collect(m);
     harness_wait_stat(&D, c, segments_repunched, >=, repunched + segs);
     harness_wait_stat(&D, c, heap_committed_bytes, <=, before + slack);
 
@@ -914,7 +900,7 @@ START_TEST(stray_writes_into_free_segments_are_given_back)
     size_t junk = heapd_root_push(m, NULL);
     make_list(m, junk, 200000, 0);
     check_list(m, keep, 20000, 7, 1);
-    collect(m);
+    harness_collect(m);
     check_list(m, junk, 200000, 0, 1);
     heapd_detach(m);
     heapd_disconnect(c);
@@ -927,7 +913,7 @@ END_TEST
 
 START_TEST(blocked_mutator_does_not_hold_up_cycles)
 {
-    start_with(NULL);
+    harness_start_with(&D, NULL);
     int to_kid[2], from_kid[2];
     ck_assert_int_eq(pipe(to_kid), 0);
     ck_assert_int_eq(pipe(from_kid), 0);
@@ -961,7 +947,8 @@ START_TEST(blocked_mutator_does_not_hold_up_cycles)
     heapd_mutator *m;
     harness_attach(&D, &c, &m);
     for (int i = 0; i < 5; i++)
-        collect(m); /* would never return if the blocked kid held it up */
+        /* would never return if the blocked kid held it up */
+        harness_collect(m);
     ck_assert_int_eq(write(to_kid[1], "g", 1), 1);
     harness_wait_ok(kid, "blocked mutator");
     heapd_detach(m);
@@ -975,7 +962,7 @@ END_TEST
  * process dies; then the cycle completes. */
 START_TEST(dead_mutator_releases_stop)
 {
-    start_with(NULL);
+    harness_start_with(&D, NULL);
     int ready[2], done[2];
     ck_assert_int_eq(pipe(ready), 0);
     ck_assert_int_eq(pipe(done), 0);
@@ -1028,7 +1015,7 @@ static void hold_lots(heapd_mutator *m, void *arg)
 /* A client killed with lots of memory: every segment comes back. */
 START_TEST(killed_client_loses_nothing_else)
 {
-    start_with(NULL);
+    harness_start_with(&D, NULL);
     heapd_client *c;
     heapd_mutator *m;
     harness_attach(&D, &c, &m);
@@ -1045,8 +1032,8 @@ START_TEST(killed_client_loses_nothing_else)
     /* the daemon notices the close: wait for its mutator to go */
     harness_wait_stat(&D, c, mutators, ==, 1);
     heapd_blocking_leave(m);
-    collect(m);
-    collect(m);
+    harness_collect(m);
+    harness_collect(m);
     heapd_stats_t st = harness_stats(c);
     ck_assert_uint_eq(st.segments_large, 0);
     ck_assert_uint_le(st.segments_owned + st.segments_filled,
@@ -1079,7 +1066,7 @@ static void expect_reply_error(int fd, uint64_t seq, Heapd__ErrorCode code,
 static void start_bystander(heapd_client **c, heapd_mutator **m,
                             size_t *keep)
 {
-    start_with(NULL);
+    harness_start_with(&D, NULL);
     harness_attach(&D, c, m);
     *keep = heapd_root_push(*m, NULL);
     build_tree(*m, *keep, 6, 5);
@@ -1088,7 +1075,7 @@ static void start_bystander(heapd_client **c, heapd_mutator **m,
 /* The bad requests did not touch the bystander's data; stop the daemon. */
 static void bystander_unharmed(heapd_client *c, heapd_mutator *m, size_t keep)
 {
-    collect(m);
+    harness_collect(m);
     ck_assert_int_eq(check_tree(heapd_root_get(m, keep), 5, 6), 127);
     heapd_detach(m);
     heapd_disconnect(c);
@@ -1289,7 +1276,7 @@ END_TEST
  * segments of 128 KiB: the grant is 16. */
 START_TEST(grants_are_capped_by_the_budget)
 {
-    start_with(NULL);
+    harness_start_with(&D, NULL);
     int fd;
     fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
@@ -1514,7 +1501,7 @@ END_TEST
 START_TEST(heapctl_gc_and_stats)
 {
     char cmd[512], out[8192];
-    start_with(NULL);
+    harness_start_with(&D, NULL);
     snprintf(cmd, sizeof cmd, "'%s' --socket '%s' gc 2>&1",
              harness_bin("HEAPCTL_BIN"), D.sock);
     int st = harness_run(cmd, out, sizeof out);
