@@ -433,6 +433,13 @@ void harness_start(struct daemon_proc *d, const char *config)
     harness_start_logged(d, config, NULL);
 }
 
+void harness_start_with(struct daemon_proc *d, const char *extra)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf, "verify = true\n%s", extra ? extra : "");
+    harness_start(d, harness_default_config("@SOCK@", buf));
+}
+
 static void start(struct daemon_proc *d, const char *config,
                   const char *log_name, uid_t uid);
 static void write_config(const struct daemon_proc *d);
@@ -847,6 +854,12 @@ heapd_stats_t harness_stats(heapd_client *c)
     heapd_stats_t st;
     ck_assert_msg(heapd_stats(c, &st) == 0, "stats: %s", heapd_last_error());
     return st;
+}
+
+void harness_collect(heapd_mutator *m)
+{
+    int rc = heapd_collect(m, HEAPD_COLLECT_WAIT);
+    ck_assert_msg(rc == 0, "collect: %s", heapd_last_error());
 }
 
 heapd_stats_t harness_daemon_stats(const struct daemon_proc *d)

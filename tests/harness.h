@@ -106,6 +106,9 @@ const char *harness_default_config(const char *sock, const char *extra);
  * harness substitutes "@SOCK@") and start heapd --foreground; wait for
  * READY=1.  Fails the test on any problem.  ARGS_EXTRA may be NULL. */
 void harness_start(struct daemon_proc *d, const char *config);
+/* harness_start with harness_default_config, "verify = true" and EXTRA
+ * (may be NULL) in heap "default"'s section. */
+void harness_start_with(struct daemon_proc *d, const char *extra);
 /* The same with heapd's stderr in a file LOG_NAME of the private dir. */
 void harness_start_logged(struct daemon_proc *d, const char *config,
                           const char *log_name);
@@ -215,6 +218,9 @@ void harness_attach(const struct daemon_proc *d, heapd_client **c,
 /* A control connection (stats, gc). */
 heapd_client *harness_control(const struct daemon_proc *d);
 heapd_stats_t harness_stats(heapd_client *c);
+/* A whole cycle of M's heap, asked for by M and waited for (fails the
+ * test on error). */
+void harness_collect(heapd_mutator *m);
 /* Stats through a fresh control connection. */
 heapd_stats_t harness_daemon_stats(const struct daemon_proc *d);
 /* Wait (harness_wait_until) until heapd_stats field FIELD (an integer
