@@ -79,7 +79,7 @@
     X(restarts_survived, uint64_t, COUNTER, COUNT, LOCKED, "heapd restarts the heap was kept across") \
     X(heap_age_ns, uint64_t, GAUGE, NS, DERIVED, "since the heap was made, across restarts (uptime is the daemon's)") \
     X(crashes_recovered, uint64_t, COUNTER, COUNT, LOCKED, "heapd deaths without a saved state the heap was recovered from") \
-    X(recovery_ns, uint64_t, GAUGE, NS, LOCKED, "how long heapd took to take the heap back at its last start") \
+    X(recovery_ns, uint64_t, GAUGE, NS, LOCKED, "how long heapd took to take the heap back at its last start, its verifying cycles included") \
     X(clients_resumed, uint64_t, COUNTER, COUNT, LOCKED, "clients that came back as themselves after a restart") \
     /* the end: a new line goes above this one, ending in a backslash */
 

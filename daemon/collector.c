@@ -179,6 +179,10 @@ uint64_t collector_allocated_this_cycle(const struct heap *h)
 uint64_t collector_paced_until(const struct heap *h)
 {
     const struct collector *gc = h->gc;
+    /* Note [Recovery cycles]: nothing is granted before they passed */
+    uint32_t left = atomic_load(&h->recovery_left);
+    if (left)
+        return h->stats.cycles_completed + left;
     uint64_t running = __atomic_load_n(&gc->cycles_started, __ATOMIC_ACQUIRE);
     if (running <= h->stats.cycles_completed)
         return 0; /* no cycle under way */
@@ -324,6 +328,14 @@ static void run_cycle(struct collector *gc)
     struct sweep_job sj;
     uint64_t t_mark, t_sweep, t_end;
     unsigned rounds = 0, nworkers;
+    /* Note [Recovery cycles], when they had to wait for kept clients */
+    uint32_t left = atomic_load(&h->recovery_left);
+    uint64_t failures = h->stats.verify_failures;
+    if (left) {
+        h->verify = true;
+        gc->unswept = left == 2;
+        gc->sweep_only_verified = true;
+    }
 
     uint8_t epoch = snapshot(gc, &mj);
     nworkers = concurrent_workers(h, gc->workers->n);
@@ -345,10 +357,18 @@ static void run_cycle(struct collector *gc)
         } while (remark_wait(&mj));
     } while (!final_sync(gc, &mj));
     gc->unswept = false;
-    if (gc->sweep_only_verified && h->stats.verify_failures > 0) {
+    if (gc->sweep_only_verified && h->stats.verify_failures > failures) {
         /* Note [Recovery cycles]: keep the heap as it was found */
+        pthread_mutex_lock(&h->lock);
         atomic_store(&h->control->phase, LAYOUT_PHASE_IDLE);
+        if (left) {
+            h->recovery_failed = true;
+            atomic_store(&h->recovery_left, 0);
+            h->verify = h->recovery_verify;
+        }
+        pthread_mutex_unlock(&h->lock);
         mark_job_destroy(&mj);
+        notify_send(&gc->cycle_done);
         return;
     }
 
@@ -374,6 +394,18 @@ static void run_cycle(struct collector *gc)
                                    collector_allocation_budget(h) >>
                                h->seg_shift);
     atomic_store(&h->control->phase, LAYOUT_PHASE_IDLE);
+    if (left) { /* one verifying cycle passed */
+        atomic_store(&h->recovery_left, left - 1);
+        if (left == 1) {
+            h->verify = h->recovery_verify;
+            gc->sweep_only_verified = false;
+            /* the heap is served in full from now on */
+            h->stats.recovery_ns = now_ns() - h->recovery_t0;
+            log_info("heap '%s': its verifying cycles passed, %llu ms "
+                     "after heapd began to take it back", h->cfg->name,
+                     (unsigned long long)(h->stats.recovery_ns / 1000000));
+        }
+    }
     table_save_stats(h); /* Note [The live table] */
     pthread_mutex_unlock(&h->lock);
     uint32_t punched = seg_punch_idle(h, cycle, keep);
@@ -407,7 +439,14 @@ static void run_cycle(struct collector *gc)
  * snapshot checks what the first one's sweep left, and its final sync the
  * reachable objects again.  Every client is gone then, so the roots are
  * the globals: what they reach is kept, the rest was reachable only from
- * processes that lost their connection with the daemon.  The cost is the
+ * processes that lost their connection with the daemon -- unless clients
+ * are kept for resuming (Note [Resuming clients] in resume.c): their
+ * stacks are roots and only they can answer their remark requests, so
+ * then the two cycles run after heapd listens, once every kept client has
+ * resumed or been dropped, and until they pass no grant is answered
+ * (collector_paced_until); if one fails, it sweeps nothing, and the loop
+ * thread disconnects the heap's clients and serves it no more
+ * (session_cycle_done).  The cost is the
  * first cycle's sweep of what those processes left: in two runs of 100
  * kills of a heapd under 5 allocating processes (tests/test_crash.c, 2
  * shared cores) recovery took a median of 244 and 179 ms, at most 1.4 and
@@ -454,6 +493,8 @@ static void *collector_main(void *arg)
         run_cycle(gc);
         pthread_mutex_lock(&gc->mu);
         gc->running = false;
+        if (atomic_load(&gc->h->recovery_left))
+            gc->requested = true; /* Note [Recovery cycles]: the next */
     }
     pthread_mutex_unlock(&gc->mu);
     return NULL;
@@ -468,9 +509,18 @@ void collector_hold(struct heap *h, bool hold)
         atomic_fetch_sub(&h->cycle_holds, 1);
     if (gc) {
         pthread_mutex_lock(&gc->mu);
+        /* Note [Recovery cycles]: they start once nothing holds them */
+        if (atomic_load(&h->recovery_left))
+            gc->requested = true;
         pthread_cond_signal(&gc->cv);
         pthread_mutex_unlock(&gc->mu);
     }
+}
+
+void collector_recover_later(struct heap *h)
+{
+    h->recovery_verify = h->verify;
+    atomic_store(&h->recovery_left, 2);
 }
 
 bool collector_idle(struct heap *h)

@@ -21,6 +21,9 @@ int collector_launch(struct heap *h, struct workers *w,
  * or -EUCLEAN when the verifier found failures (the first cycle's, if
  * there were any: then nothing was swept). */
 int collector_recover(struct heap *h, struct workers *w);
+/* The same cycles, run by the collector thread once no hold is on (kept
+ * clients resumed or dropped); grants wait for them. */
+void collector_recover_later(struct heap *h);
 /* Finish any cycle under way and stop the thread.  Call with no client
  * connected (their slots free). */
 void collector_join(struct heap *h);

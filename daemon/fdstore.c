@@ -23,9 +23,8 @@
  * happens, and a restart starts every heap empty, as before.  Mutator
  * clients connected at a clean exit are suspended and resume with the
  * next heapd (Note [Resuming clients] in resume.c: their control memory
- * is kept as heapd.client.HEAP.ID); clients connected when heapd is
- * killed are not kept: the recovery orphans their segments, as for
- * clients that crashed.
+ * is kept as heapd.client.HEAP.ID from their Welcome on); so do clients
+ * connected when heapd is killed, from the live table's registry.
  */
 #include "fdstore.h"
 
@@ -120,11 +119,17 @@ void fdstore_close_rest(struct fdstore *s)
     for (unsigned i = 0; i < s->n_kept; i++) {
         if (s->kept[i].fd < 0)
             continue;
-        if (strstr(s->kept[i].name, ".lost-"))
+        if (strstr(s->kept[i].name, ".lost-")) {
             log_info("the service manager still keeps %s for an operator "
                      "(systemctl clean --what=fdstore heapd drops it)",
                      s->kept[i].name);
-        else
+        } else if (strncmp(s->kept[i].name, "heapd.client.", 13) == 0) {
+            /* a client no heap keeps (Note [Resuming clients]) */
+            char msg[sizeof s->kept[i].name + 32];
+            snprintf(msg, sizeof msg, "FDSTOREREMOVE=1\nFDNAME=%s",
+                     s->kept[i].name);
+            sd_notify(0, msg);
+        } else
             log_warn("the service manager kept %s, which no configured "
                      "heap uses; closed", s->kept[i].name);
         close(s->kept[i].fd);

@@ -13,6 +13,7 @@
 #include "heap.h"
 #include "log.h"
 #include "mark.h"
+#include "resume.h"
 
 static void set_state(struct layout_global *g, uint32_t st)
 {
@@ -201,7 +202,8 @@ void globals_snapshot(struct heap *h)
     h->static_flag ^= 1;
 }
 
-int globals_recover(struct heap *h, char *why, size_t n)
+int globals_recover(struct heap *h, const struct resume_client *kept,
+                    char *why, size_t n)
 {
     /* Note [The live table] in table.c: each record is checked, then the
      * shared table is written again from it */
@@ -221,8 +223,11 @@ int globals_recover(struct heap *h, char *why, size_t n)
     h->static_flag = 0;
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
         struct heap_global *r = &h->globals[i];
-        if (r->state == LAYOUT_GLOBAL_INITIALIZING)
-            globals_release_owner(h, r->owner); /* every client is gone */
+        bool keep = false;
+        for (const struct resume_client *c = kept; c && !keep; c = c->next)
+            keep = c->id == r->owner;
+        if (r->state == LAYOUT_GLOBAL_INITIALIZING && !keep)
+            globals_release_owner(h, r->owner); /* its client is gone */
     }
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
         struct heap_global *r = &h->globals[i];

@@ -45,8 +45,10 @@ void globals_release_owner(struct heap *h, uint64_t client);
 void globals_snapshot(struct heap *h);
 /* After a heapd was killed (Note [The live table] in table.c): refuse
  * (-EINVAL, WHY of N bytes) a record no heapd writes; release the
- * entries clients were initialising (they are gone); write the shared
- * table again from the records. */
-int globals_recover(struct heap *h, char *why, size_t n);
+ * entries clients were initialising, but KEPT's (a list: they may come
+ * back); write the shared table again from the records. */
+struct resume_client;
+int globals_recover(struct heap *h, const struct resume_client *kept,
+                    char *why, size_t n);
 
 #endif

@@ -13,6 +13,7 @@
 #include "mark.h"
 #include "safepoint.h"
 #include "slotmem.h"
+#include "table.h"
 #include "workers.h"
 
 /* ---- mutator slots ---- */
@@ -69,6 +70,7 @@ int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
                               memory_order_release);
         slots[i / 64] |= 1ull << (i % 64);
         h->mutators++;
+        table_slot_set(h, (unsigned)i, client, region, granted);
         return i;
     }
     return -ENOSPC;
@@ -88,14 +90,19 @@ void grant_free_slot(struct heap *h, uint64_t slots[2], unsigned slot, int fd)
     atomic_store(&o->fault, SLOT_FAULT_NONE);
     slots[slot / 64] &= ~(1ull << (slot % 64));
     h->mutators--;
+    table_slot_set(h, slot, 0, 0, 0);
 }
 
 void grant_bound_slots(struct heap *h, const uint64_t slots[2],
                        uint64_t granted)
 {
-    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
-        if (slots[i / 64] >> (i % 64) & 1)
-            atomic_store(&h->owners[i].alloc_bound, granted);
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+        if (!(slots[i / 64] >> (i % 64) & 1))
+            continue;
+        atomic_store(&h->owners[i].alloc_bound, granted);
+        table_slot_set(h, i, atomic_load(&h->owners[i].client_id),
+                       h->owners[i].region, granted);
+    }
 }
 
 /* Note [Checking mutator slots]

@@ -110,6 +110,14 @@ struct heap {
     _Atomic uint32_t stalled;        /* HEAP_STALLED_*: Note [Stalls] */
     _Atomic uint32_t cycle_holds;    /* no cycle starts while > 0 (Note
                                         [Resuming clients] in resume.c) */
+    _Atomic uint32_t recovery_left;  /* Note [Recovery cycles] in
+                                        collector.c: verifying cycles still
+                                        to run; grants wait for them */
+    bool recovery_failed;            /* ... and one of them found failures */
+    bool recovery_verify;            /* h->verify before them */
+    uint64_t recovery_t0;            /* CLOCK_MONOTONIC ns heapd began to
+                                        take the heap back */
+    bool refused;                    /* served no more (session.c) */
     bool poison;                     /* poison freed blocks (verify/debug) */
     bool verify;                     /* run the verifier after each cycle */
     uint8_t static_flag;             /* Note [Global roots]; heap->lock */

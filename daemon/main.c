@@ -250,9 +250,10 @@ static uint64_t mono_ns(void)
  * closed). */
 static bool take_back(struct daemon *d, struct heap *h,
                       const struct config_heap *cfg, int kh, int kp, int kt,
-                      int ks, char *why, size_t n,
-                      struct resume_client **kept)
+                      int ks, char *why, size_t n, struct fdstore *fds)
 {
+    struct resume_client *kept = NULL;
+
     if (kh < 0 || kp < 0) {
         snprintf(why, n, "the service manager kept only part of it");
         return false;
@@ -268,14 +269,22 @@ static bool take_back(struct daemon *d, struct heap *h,
         return false;
     }
     if (ks >= 0) {
-        if (state_restore(h, ks, why, n, kept) < 0)
+        if (state_restore(h, ks, why, n, &kept) < 0)
             goto refused;
         table_save_stats(h); /* Note [The live table] */
+        resume_adopt(d, h, kept, fds); /* Note [Resuming clients] */
         return true;
     }
     /* killed: Note [The live table], Note [Recovery cycles] */
-    if (table_recover(h, why, n) < 0)
+    if (table_recover(h, why, n, &kept) < 0)
         goto refused;
+    resume_adopt(d, h, kept, fds);
+    if (resume_keeps(d, h)) {
+        /* their stacks are roots, their remarks theirs: the verifying
+         * cycles wait until they are back (Note [Recovery cycles]) */
+        collector_recover_later(h);
+        return true;
+    }
     if (collector_recover(h, &d->workers) < 0) {
         snprintf(why, n, "the verifying cycles found %llu failures (the "
                  "log names them)",
@@ -300,17 +309,16 @@ static int open_heap(struct daemon *d, size_t i, struct fdstore *fds)
     int ks = fdstore_take(fds, "state", cfg->name);
     uint64_t t0 = mono_ns();
     char why[512] = "";
-    struct resume_client *kept = NULL;
     int rc;
 
     if (kh >= 0 || kp >= 0 || kt >= 0 || ks >= 0) {
         bool back = take_back(d, h, cfg, kh, kp, kt, ks, why, sizeof why,
-                              &kept);
+                              fds);
         if (back) {
-            resume_adopt(d, h, kept, fds); /* Note [Resuming clients] */
             /* a crash from now on must never bring this state back */
             fdstore_forget("state", cfg->name);
             h->stats.recovery_ns = mono_ns() - t0;
+            h->recovery_t0 = t0; /* Note [Recovery cycles], when deferred */
             log_info("heap '%s': recovered from the %s the heapd before "
                      "%s, in %llu ms (%u segments in use)", cfg->name,
                      ks >= 0 ? "state" : "table",

@@ -10,10 +10,11 @@
  *     and once all are idle suspends each mutator client: its record (id,
  *     the token its Welcome carried, pid, uid, process start, name,
  *     segments held, bytes granted, slots) goes into the saved state, its
- *     slots stay attached and its segments OWNED, its control memory goes
- *     into the store (heapd.client.HEAP.ID), and its connection closes
- *     with nothing given back; requests it had waiting are dropped (the
- *     client sends again what was never answered);
+ *     slots stay attached and its segments OWNED, and its connection
+ *     closes with nothing given back; requests it had waiting are dropped
+ *     (the client sends again what was never answered).  Its control
+ *     memory is in the store (heapd.client.HEAP.ID) from its Welcome to
+ *     its departure;
  *   - the next heapd, restoring the state, attaches each such client's
  *     slots again over the same windows if the store kept its control
  *     memory and its process still lives (pidfd, uid and start time: Note
@@ -27,10 +28,13 @@
  *     (Welcome resumed, same id), anything else gets ERROR_NOT_RESUMED;
  *   - a kept client that has not resumed after reconnect_timeout, or whose
  *     process exits, leaves as a crashed one.
- * The token is 16 bytes from getrandom: another process of the same uid
- * cannot take a client over by guessing it.  A client connected when
- * heapd is killed is not kept: the live table names no client (Note [The
- * live table] in table.c).
+ * A killed heapd suspends nobody, but the live table's registry names
+ * every client with its token and slots (Note [The live table] in
+ * table.c), so the next heapd keeps them the same way, from the registry
+ * instead of the saved state; its verifying cycles then wait until the
+ * kept clients are back (Note [Recovery cycles] in collector.c).  The
+ * token is 16 bytes from getrandom: another process of the same uid
+ * cannot take a client over by guessing it.
  */
 #include "resume.h"
 
@@ -54,6 +58,7 @@
 #include "remark.h"
 #include "segment.h"
 #include "slotmem.h"
+#include "table.h"
 
 void resume_new_token(uint8_t token[RESUME_TOKEN_BYTES])
 {
@@ -73,12 +78,30 @@ static void client_key(char *buf, size_t n, const struct heap *h,
     snprintf(buf, n, "%s.%llu", h->cfg->name, (unsigned long long)id);
 }
 
+void resume_register(struct heap *h, struct conn *c)
+{
+    char key[96];
+    pthread_mutex_lock(&h->lock);
+    table_client_add(h, c->id, c->token, c->peer.pid, c->peer.uid,
+                     c->peer.gid, c->start, c->name);
+    pthread_mutex_unlock(&h->lock);
+    client_key(key, sizeof key, h, c->id);
+    fdstore_keep("client", key, c->mem_fd, true);
+}
+
+void resume_unregister(struct heap *h, uint64_t id)
+{
+    char key[96];
+    table_client_remove(h, id);
+    client_key(key, sizeof key, h, id);
+    fdstore_forget("client", key);
+}
+
 unsigned resume_suspend_all(struct daemon *d)
 {
     unsigned n = 0;
     for (struct conn *c = d->conns; c; c = c->next) {
         struct heap *h = c->heap;
-        char key[96];
         if (!h || c->gone || c->state != CONN_READY || c->mem_fd < 0)
             continue;
         struct resume_client *r = calloc(1, sizeof *r);
@@ -101,8 +124,7 @@ unsigned resume_suspend_all(struct daemon *d)
         r->slots[0] = c->slots[0];
         r->slots[1] = c->slots[1];
         r->mem_fd = r->pidfd = -1;
-        client_key(key, sizeof key, h, c->id);
-        fdstore_keep("client", key, c->mem_fd, true);
+        /* its control memory is in the store since its Welcome */
         grant_drop(&d->pending, &d->workers, c);
         c->outstanding = 0;
         c->gone = true; /* it gives nothing back: Note [Resuming clients] */
@@ -120,11 +142,14 @@ static void drop(struct daemon *d, struct resume_client *r, bool attached,
                  const char *why)
 {
     struct heap *h = r->heap;
-    char key[96];
     pthread_mutex_lock(&h->lock);
-    for (unsigned i = 0; attached && i < LAYOUT_MAX_MUTATORS; i++)
-        if (r->slots[i / 64] >> (i % 64) & 1)
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+        if (!(r->slots[i / 64] >> (i % 64) & 1))
+            continue;
+        table_slot_set(h, i, 0, 0, 0);
+        if (attached)
             grant_free_slot(h, r->slots, i, r->mem_fd);
+    }
     seg_orphan(h, r->id);
     remark_client_gone(h, r->id);
     globals_release_owner(h, r->id);
@@ -136,8 +161,9 @@ static void drop(struct daemon *d, struct resume_client *r, bool attached,
     log_info("heap '%s': client %llu (%s, pid %d) kept across the restart "
              "%s; its segments are orphaned", h->cfg->name,
              (unsigned long long)r->id, r->name, (int)r->pid, why);
-    client_key(key, sizeof key, h, r->id);
-    fdstore_forget("client", key);
+    pthread_mutex_lock(&h->lock);
+    resume_unregister(h, r->id);
+    pthread_mutex_unlock(&h->lock);
     if (r->mem_fd >= 0)
         close(r->mem_fd);
     if (r->pidfd >= 0)
@@ -223,7 +249,6 @@ bool resume_take(struct daemon *d, struct heap *h, struct conn *c,
             memcmp(token, r->token, RESUME_TOKEN_BYTES) != 0 ||
             c->peer.pid != r->pid || c->peer.uid != r->uid)
             return false;
-        char key[96];
         *p = r->next;
         c->id = r->id;
         memcpy(c->token, r->token, sizeof c->token);
@@ -235,18 +260,25 @@ bool resume_take(struct daemon *d, struct heap *h, struct conn *c,
         c->mem_fd = r->mem_fd;
         pthread_mutex_lock(&h->lock);
         h->stats.clients_resumed++;
+        table_save_stats(h); /* a kill before the next cycle keeps it */
         pthread_mutex_unlock(&h->lock);
         log_info("heap '%s': client %llu (%s, pid %d) resumed after %llu ms",
                  h->cfg->name, (unsigned long long)r->id, r->name,
                  (int)r->pid,
                  (unsigned long long)(uv_now(&d->loop) - r->since));
-        client_key(key, sizeof key, h, r->id);
-        fdstore_forget("client", key);
-        close(r->pidfd);
+        close(r->pidfd); /* its control memory stays in the store */
         free(r);
         collector_hold(h, false);
         return true;
     }
+    return false;
+}
+
+bool resume_keeps(const struct daemon *d, const struct heap *h)
+{
+    for (const struct resume_client *r = d->suspended; r; r = r->next)
+        if (r->heap == h && r->pidfd >= 0)
+            return true;
     return false;
 }
 

@@ -40,6 +40,13 @@ struct resume_client {
 /* A new mutator client's token (getrandom). */
 void resume_new_token(uint8_t token[RESUME_TOKEN_BYTES]);
 
+/* A mutator client C of H is welcomed: its record into the live table's
+ * registry, its control memory into the service manager's store
+ * (heapd.client.HEAP.ID), so that a heapd killed from now on leaves it
+ * to the next.  resume_unregister (heap->lock held): it is gone. */
+void resume_register(struct heap *h, struct conn *c);
+void resume_unregister(struct heap *h, uint64_t id);
+
 /* At a clean exit, once every collector is idle and held: every mutator
  * client of D leaves its connection but not its heap: its record is
  * kept for the state (state_save), its control memory in the service
@@ -53,6 +60,9 @@ unsigned resume_suspend_all(struct daemon *d);
  * resumes; the others leave as crashed ones.  Takes LIST over. */
 void resume_adopt(struct daemon *d, struct heap *h,
                   struct resume_client *list, struct fdstore *fds);
+
+/* Does D keep a client of H for resuming? */
+bool resume_keeps(const struct daemon *d, const struct heap *h);
 
 /* Hello from C resumes client ID with TOKEN: if H keeps it for C's
  * process, C becomes it (its id, slots, segments, control memory) and

@@ -65,6 +65,7 @@
 #include "heap.h"
 #include "log.h"
 #include "slotmem.h"
+#include "table.h"
 
 /* Note [Waiting for acks]
  * ~~~~~~~~~~~~~~~~~~~~~~~
@@ -332,6 +333,7 @@ uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
             gen = gen % LAYOUT_GEN_MASK + 1;
         while (layout_stop_is_snapshot(gen) != (kind == SAFEPOINT_SNAPSHOT));
         h->stop_gen = gen;
+        table_stop_gen(h, gen); /* Note [The live table] */
         ask_all(h, gen, NULL);
 
         t0 = now_ns();

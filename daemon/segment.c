@@ -144,6 +144,7 @@
 
 #include "heap.h"
 #include "log.h"
+#include "resume.h"
 
 static void bit_set(uint64_t *b, uint32_t i) { b[i >> 6] |= 1ull << (i & 63); }
 static void bit_clear(uint64_t *b, uint32_t i) { b[i >> 6] &= ~(1ull << (i & 63)); }
@@ -745,14 +746,17 @@ void seg_orphan(struct heap *h, uint64_t owner)
  *     charges are dropped (they belong to the watch and the quotas of the
  *     heapd that died); the cycle stamps are capped at CYCLES, the counters'
  *     cycle, so that idle segments are still punched in time;
- *   - every client is gone with its connection: each owner's segments are
- *     orphaned as seg_orphan does for a client that crashed.
+ *   - every client is gone with its connection, but those the live
+ *     table's registry names (KEPT: Note [Resuming clients] in resume.c
+ *     then decides whether they come back): each other owner's segments
+ *     are orphaned as seg_orphan does for a client that crashed.
  * Then segtab_check must pass.  The critical sections are short: in 100
  * kills at every moment of the cycle (tests/test_crash.c) no record was
  * ever found torn, so each repair is checked on a table cut short by hand
  * (tests/test_invariants.c); what is repaired is logged.
  */
-int seg_recover(struct heap *h, uint64_t cycles, char *why, size_t n)
+int seg_recover(struct heap *h, uint64_t cycles,
+                const struct resume_client *kept, char *why, size_t n)
 {
     struct segtab *t = &h->segs;
     size_t words = ((size_t)t->count + 63) / 64;
@@ -841,10 +845,14 @@ int seg_recover(struct heap *h, uint64_t cycles, char *why, size_t n)
         if (s->state != SEG_FREE || !s->punched)
             t->high = i + 1;
     }
-    /* every owner is gone: Note [Client lifecycle] in session.c */
+    /* every owner but the kept ones is gone: Note [Client lifecycle] in
+     * session.c */
     for (uint32_t i = t->first; i < t->high; i++) {
         uint64_t owner = t->segs[i].owner;
-        if (owner != 0)
+        bool keep = false;
+        for (const struct resume_client *r = kept; r && !keep; r = r->next)
+            keep = r->id == owner;
+        if (owner != 0 && !keep)
             seg_orphan(h, owner);
     }
     if (repaired)

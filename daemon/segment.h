@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 struct heap;
+struct resume_client;
 
 enum seg_state {
     SEG_CONTROL = 0,    /* the control area */
@@ -95,10 +96,12 @@ void seg_init(struct heap *h);
 /* A new heap's records: every segment free and never touched. */
 void seg_format(struct heap *h);
 /* Note [Recovering the segment table] in segment.c: the records as a
- * killed heapd left them, made good with every client gone.  CYCLES is
+ * killed heapd left them, made good with every client gone but KEPT's
+ * (a list; NULL: none).  CYCLES is
  * the cycles_completed the counters were taken back at.  Returns 0, or
  * -EINVAL with WHY (N bytes) naming a record no heapd writes. */
-int seg_recover(struct heap *h, uint64_t cycles, char *why, size_t n);
+int seg_recover(struct heap *h, uint64_t cycles,
+                const struct resume_client *kept, char *why, size_t n);
 void seg_destroy(struct heap *h);
 
 static inline uint8_t seg_state(const struct segtab *t, uint32_t i)

@@ -53,6 +53,7 @@
 
 #include "collector.h"
 #include "daemon.h"
+#include "fdstore.h"
 #include "globals.h"
 #include "grant.h"
 #include "mark.h"
@@ -63,6 +64,7 @@
 #include "resume.h"
 #include "safepoint.h"
 #include "slotmem.h"
+#include "table.h"
 #include "validate.h"
 #include "wire.h"
 
@@ -111,6 +113,13 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
         /* an unlisted peer reads stats only: session_handle */
     } else {
         heap = daemon_find_heap(d, heap_name);
+        if (heap && heap->refused) {
+            conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+                      "heap '%s' failed its verification after heapd was "
+                      "killed and is served no more; restart heapd to "
+                      "start it empty", shown);
+            return -EIO;
+        }
         if (!heap) {
             conn_fail(c, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
                       "no heap named '%s' in %s; add a [heap %s] section "
@@ -196,6 +205,8 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
         c->heap = heap;
         c->named_heap = heap;
         heap->clients++;
+        if (!resumed)
+            resume_register(heap, c); /* Note [Resuming clients] */
     }
     c->state = CONN_READY;
     conn_welcomed(c);
@@ -489,6 +500,7 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
         c->granted += (uint64_t)(r->kind == GRANT_LARGE ? g.run : (uint32_t)g.n)
                       << h->seg_shift;
         grant_bound_slots(h, c->slots, c->granted);
+        table_client_granted(h, c->id, c->granted);
     }
     uint32_t held = c->held;
     uint64_t charged = seg_charged_bytes(h, c->id, true); /* Note [Quota] */
@@ -778,9 +790,35 @@ static int handle_collect(struct conn *c, uint64_t seq,
     return reply_collect_done(c, h, seq);
 }
 
+/* Note [Recovery cycles] in collector.c: a heap taken back after a kill
+ * that failed its verifying cycles is served no more. */
+static void refuse_heap(struct daemon *d, struct heap *h)
+{
+    h->refused = true;
+    log_error("heap '%s': the verifying cycles after heapd was killed found "
+              "%llu failures (the log names them); its clients are "
+              "disconnected and it is served no more; restart heapd to "
+              "start it empty (its memfds stay in the store as "
+              "heapd.lost-*.%s for an operator)", h->cfg->name,
+              (unsigned long long)h->stats.verify_failures, h->cfg->name);
+    fdstore_forget("heap", h->cfg->name);
+    fdstore_forget("page", h->cfg->name);
+    fdstore_forget("table", h->cfg->name);
+    fdstore_keep("lost-heap", h->cfg->name, h->fd, true);
+    fdstore_keep("lost-page", h->cfg->name, h->page_fd, true);
+    fdstore_keep("lost-table", h->cfg->name, h->table_fd, true);
+    for (struct conn *c = d->conns; c; c = c->next)
+        if (c->heap == h)
+            conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+                      "heap '%s' failed its verification after heapd was "
+                      "killed; it is served no more", h->cfg->name);
+}
+
 void session_cycle_done(struct heap *h, void *daemon)
 {
     struct daemon *d = daemon;
+    if (h->recovery_failed && !h->refused)
+        refuse_heap(d, h);
     /* take the satisfied ones out first: answering may defer anew */
     struct pending *ready = grant_take_ready(&d->pending, h);
     while (ready) {
@@ -839,6 +877,7 @@ static void client_leaves(struct conn *c, struct heap *h, bool crashed)
     seg_orphan(h, c->id);
     remark_client_gone(h, c->id);
     globals_release_owner(h, c->id);
+    resume_unregister(h, c->id);
     c->held = 0;
     h->stats.clients_crashed += crashed;
     assert(grant_check_slots(h)); /* Note [Checking mutator slots] */

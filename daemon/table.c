@@ -4,7 +4,10 @@
  * ~~~~~~~~~~~~~~~~~~~~~
  * What a new heapd needs to trust a heap after the one before was killed
  * -- every segment's record, the free and reuse bitmaps, the globals'
- * records -- lives not in heapd's private memory but in a daemon-only
+ * records, the registry of connected mutator clients (id, token, pid,
+ * start, name, bytes granted; each slot's client, region and bound) and
+ * the last stop generation -- lives not in heapd's private memory but in
+ * a daemon-only
  * memfd, heapd.table.NAME in the service manager's store from the heap's
  * creation on (beside heapd.heap.NAME and heapd.page.NAME: Note [Heaps
  * across restarts] in fdstore.c).  Only the daemon maps it; it is written
@@ -19,8 +22,15 @@
  *     geometry and record sizes, or the heap is refused;
  *   - the segment records are repaired and recounted (Note [Recovering
  *     the segment table] in segment.c), every client counting as gone;
+ *   - the registry's clients are kept for resuming (Note [Resuming
+ *     clients] in resume.c): a record is whole once its `valid` word,
+ *     written last, names it; what they hold stays theirs, and a slot is
+ *     theirs if its record names them;
  *   - the globals' records are checked, those a client was initialising
- *     released, and the shared table rewritten from them (globals_recover);
+ *     released (but the kept ones'), and the shared table rewritten from
+ *     them (globals_recover);
+ *   - the stop generation goes on from the last one asked: a kept client
+ *     may hold the ack of a stop the killed heapd asked;
  *   - the counters are those of the last cycle that ended: each cycle's
  *     end copies them into one of two slots, each behind a sequence word
  *     that is odd while the slot is written; the newer whole copy wins;
@@ -34,6 +44,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -41,13 +52,33 @@
 #include "globals.h"
 #include "heap.h"
 #include "log.h"
+#include "resume.h"
 
 #define TABLE_MAGIC 0x3162746470616568ull /* "heapdtb1", little-endian */
-#define TABLE_VERSION 1u
+#define TABLE_VERSION 2u
 
 struct table_stats_copy {
     _Atomic uint64_t seq;     /* odd while written; 0: never written */
     struct heap_stats stats;
+};
+
+/* A connected mutator client (Note [The live table]: the registry).
+ * `valid` is its id once every other field is written, 0 before. */
+struct table_client {
+    _Atomic uint64_t valid;
+    uint8_t token[RESUME_TOKEN_BYTES];
+    int32_t pid;
+    uint32_t uid, gid;
+    uint64_t start;
+    char name[64];
+    uint64_t granted;
+};
+
+/* Who holds mutator slot I: its client (0: free), region, alloc_bound. */
+struct table_slot {
+    uint64_t client;
+    uint32_t region;
+    uint64_t alloc_bound;
 };
 
 struct table_header {
@@ -61,6 +92,9 @@ struct table_header {
     uint64_t created_unix_ns;   /* the heap's birth, for its age */
     uint64_t copies;            /* stats copies made */
     struct table_stats_copy stats[2];
+    _Atomic uint32_t stop_gen;  /* the last stop generation asked */
+    struct table_slot slots[LAYOUT_MAX_MUTATORS];
+    struct table_client clients[TABLE_CLIENTS];
 };
 
 static size_t round_page(size_t n)
@@ -197,10 +231,27 @@ void table_save_stats(struct heap *h)
     atomic_store(&c->seq, 2 * k + 2);
 }
 
-int table_recover(struct heap *h, char *why, size_t n)
+static int registry_recover(struct heap *h, struct resume_client **kept,
+                            char *why, size_t n);
+
+/* Is ID one of KEPT's? */
+static bool kept_id(const struct resume_client *kept, uint64_t id)
+{
+    for (; kept; kept = kept->next)
+        if (kept->id == id)
+            return true;
+    return false;
+}
+
+int table_recover(struct heap *h, char *why, size_t n,
+                  struct resume_client **kept)
 {
     struct table_header *hd = h->table;
     int rc = 0;
+
+    *kept = NULL;
+    if ((rc = registry_recover(h, kept, why, n)) < 0)
+        goto out;
 
     /* the newer whole copy of the counters (Note [The live table]) */
     uint64_t s0 = atomic_load(&hd->stats[0].seq);
@@ -216,16 +267,142 @@ int table_recover(struct heap *h, char *why, size_t n)
         hd->copies = 0;
     }
     h->stats.created_unix_ns = hd->created_unix_ns;
-    if ((rc = seg_recover(h, h->stats.cycles_completed, why, n)) < 0)
+    /* the registry's clients keep what they hold until resume_adopt
+     * decides (Note [Resuming clients]); any other owner is gone */
+    if ((rc = seg_recover(h, h->stats.cycles_completed, *kept, why, n)) < 0)
         goto out;
-    if ((rc = globals_recover(h, why, n)) < 0)
+    if ((rc = globals_recover(h, *kept, why, n)) < 0)
         goto out;
+    for (struct resume_client *r = *kept; r; r = r->next)
+        for (uint32_t i = h->segs.first; i < h->segs.high; i++)
+            r->held += h->segs.segs[i].state == SEG_OWNED &&
+                       h->segs.segs[i].owner == r->id;
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (!kept_id(*kept, hd->slots[i].client))
+            table_slot_set(h, i, 0, 0, 0);
     atomic_store(&h->control->phase, LAYOUT_PHASE_IDLE);
+    h->stop_gen = atomic_load(&hd->stop_gen);
     h->stats.restarts_survived++;
     h->stats.crashes_recovered++;
     table_save_stats(h);
 out:
+    if (rc < 0) {
+        while (*kept) {
+            struct resume_client *r = *kept;
+            *kept = r->next;
+            free(r);
+        }
+    }
     return rc;
+}
+
+/* ---- the registry: Note [The live table] ---- */
+
+void table_client_add(struct heap *h, uint64_t id, const uint8_t *token,
+                      pid_t pid, uid_t uid, gid_t gid, uint64_t start,
+                      const char *name)
+{
+    struct table_header *hd = h->table;
+    for (unsigned k = 0; hd && k < TABLE_CLIENTS; k++) {
+        struct table_client *r = &hd->clients[k];
+        if (atomic_load(&r->valid) != 0)
+            continue;
+        memcpy(r->token, token, sizeof r->token);
+        r->pid = pid;
+        r->uid = uid;
+        r->gid = gid;
+        r->start = start;
+        snprintf(r->name, sizeof r->name, "%s", name);
+        r->granted = 0;
+        atomic_store(&r->valid, id); /* last: the record is whole */
+        return;
+    }
+    /* full: this client is not kept if heapd is killed */
+}
+
+static struct table_client *client_of(struct heap *h, uint64_t id)
+{
+    struct table_header *hd = h->table;
+    for (unsigned k = 0; hd && id && k < TABLE_CLIENTS; k++)
+        if (atomic_load(&hd->clients[k].valid) == id)
+            return &hd->clients[k];
+    return NULL;
+}
+
+void table_client_remove(struct heap *h, uint64_t id)
+{
+    struct table_client *r = client_of(h, id);
+    if (r)
+        atomic_store(&r->valid, 0);
+}
+
+void table_client_granted(struct heap *h, uint64_t id, uint64_t granted)
+{
+    struct table_client *r = client_of(h, id);
+    if (r)
+        r->granted = granted;
+}
+
+void table_slot_set(struct heap *h, unsigned slot, uint64_t client,
+                    unsigned region, uint64_t alloc_bound)
+{
+    struct table_header *hd = h->table;
+    if (!hd)
+        return;
+    hd->slots[slot].region = region;
+    hd->slots[slot].alloc_bound = alloc_bound;
+    hd->slots[slot].client = client;
+}
+
+void table_stop_gen(struct heap *h, uint32_t gen)
+{
+    struct table_header *hd = h->table;
+    if (hd)
+        atomic_store(&hd->stop_gen, gen);
+}
+
+/* The clients the registry names, whole and with slots that agree
+ * (Note [The live table]), as records for resume_adopt; each slot's
+ * region and alloc_bound go back into heap->owners. */
+static int registry_recover(struct heap *h, struct resume_client **kept,
+                            char *why, size_t n)
+{
+    struct table_header *hd = h->table;
+    for (unsigned k = 0; k < TABLE_CLIENTS; k++) {
+        struct table_client *tc = &hd->clients[k];
+        uint64_t id = atomic_load(&tc->valid);
+        if (id == 0)
+            continue;
+        if (memchr(tc->name, 0, sizeof tc->name) == NULL) {
+            atomic_store(&tc->valid, 0);
+            continue;
+        }
+        struct resume_client *r = calloc(1, sizeof *r);
+        if (!r) {
+            snprintf(why, n, "out of memory");
+            return -ENOMEM;
+        }
+        r->id = id;
+        memcpy(r->token, tc->token, sizeof r->token);
+        r->pid = tc->pid;
+        r->uid = tc->uid;
+        r->gid = tc->gid;
+        r->start = tc->start;
+        memcpy(r->name, tc->name, sizeof r->name);
+        r->granted = tc->granted;
+        r->mem_fd = r->pidfd = -1;
+        for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+            struct table_slot *ts = &hd->slots[i];
+            if (ts->client != id || ts->region >= LAYOUT_MAX_MUTATORS)
+                continue;
+            r->slots[i / 64] |= 1ull << (i % 64);
+            h->owners[i].region = ts->region;
+            atomic_store(&h->owners[i].alloc_bound, ts->alloc_bound);
+        }
+        r->next = *kept;
+        *kept = r;
+    }
+    return 0;
 }
 
 void table_close(struct heap *h)

@@ -6,8 +6,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct heap;
+struct resume_client;
 
 /* A new heap's table: a memfd sized for H's geometry (seg_init ran),
  * mapped, its header written, and H's segment records, bitmaps and
@@ -21,10 +23,26 @@ int table_create(struct heap *h);
 int table_adopt(struct heap *h, int fd, char *why, size_t n);
 
 /* After a heapd was killed (Note [The live table]): the counters of the
- * last cycle that ended, the segment records repaired (seg_recover), the
- * globals' records (globals_recover), the control area's phase.  Returns 0,
- * or -EINVAL with WHY saying what cannot be proved. */
-int table_recover(struct heap *h, char *why, size_t n);
+ * last cycle that ended, the registry's clients (*KEPT, for resume_adopt:
+ * what they hold is left theirs), the segment records repaired
+ * (seg_recover), the globals' records (globals_recover), the control
+ * area's phase, the last stop generation.  Returns 0, or a negative errno
+ * with WHY saying what cannot be proved (*KEPT then NULL). */
+int table_recover(struct heap *h, char *why, size_t n,
+                  struct resume_client **kept);
+
+/* The registry (heap->lock held): a mutator client welcomed, gone, or
+ * granted GRANTED bytes so far; slot SLOT attached to CLIENT (0: freed). */
+#define TABLE_CLIENTS 1024u
+void table_client_add(struct heap *h, uint64_t id, const uint8_t *token,
+                      pid_t pid, uid_t uid, gid_t gid, uint64_t start,
+                      const char *name);
+void table_client_remove(struct heap *h, uint64_t id);
+void table_client_granted(struct heap *h, uint64_t id, uint64_t granted);
+void table_slot_set(struct heap *h, unsigned slot, uint64_t client,
+                    unsigned region, uint64_t alloc_bound);
+/* The collector thread asked stop generation GEN. */
+void table_stop_gen(struct heap *h, uint32_t gen);
 
 /* heap->lock held, at a cycle's end: copy the counters into the table. */
 void table_save_stats(struct heap *h);

@@ -7,6 +7,7 @@
 #include <grp.h>
 #include <linux/kcmp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +97,83 @@ const char *harness_default_config(const char *sock, const char *extra)
     return buf;
 }
 
+static void drain_locked(struct daemon_proc *d);
+
+/* Note [Harness file-descriptor store]: the thread that reads the notify
+ * socket between the waits.  It is joined before every fork() of the
+ * test process and started again after it in the parent (pthread_atfork):
+ * a child then starts its own threads (libheapd's) with no thread of its
+ * parent's copied into it, which ThreadSanitizer refuses ("dup thread
+ * with used id"). */
+static void *serve_notify(void *arg)
+{
+    struct daemon_proc *d = arg;
+    while (!atomic_load(&d->serve_stop)) {
+        struct pollfd p[2] = {{.fd = d->notify_fd, .events = POLLIN},
+                              {.fd = d->serve_wake[0], .events = POLLIN}};
+        if (poll(p, 2, 1000) > 0 && p[0].revents) {
+            pthread_mutex_lock(&d->mu);
+            drain_locked(d);
+            pthread_mutex_unlock(&d->mu);
+        }
+    }
+    return NULL;
+}
+
+static struct daemon_proc *served; /* the one whose thread runs, if any */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void join_server(struct daemon_proc *d)
+{
+    atomic_store(&d->serve_stop, true);
+    if (write(d->serve_wake[1], "x", 1) != 1)
+        abort(); /* a pipe of our own: cannot fail */
+    pthread_join(d->server, NULL);
+    char b;
+    while (read(d->serve_wake[0], &b, 1) == 1)
+        ;
+}
+
+static void start_server(struct daemon_proc *d)
+{
+    atomic_store(&d->serve_stop, false);
+    if (pthread_create(&d->server, NULL, serve_notify, d) != 0)
+        abort(); /* the harness cannot serve heapd's notify socket */
+}
+
+static void before_fork(void)
+{
+    if (served)
+        join_server(served);
+}
+
+static void after_fork_parent(void)
+{
+    if (served)
+        start_server(served);
+}
+
+static void after_fork_child(void)
+{
+    served = NULL; /* the thread was not copied */
+}
+
+static void watch_forks(void)
+{
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+static void stop_serving(struct daemon_proc *d)
+{
+    if (!d->serving)
+        return;
+    join_server(d);
+    served = NULL;
+    close(d->serve_wake[0]);
+    close(d->serve_wake[1]);
+    d->serving = false;
+}
+
 static void make_notify_socket(struct daemon_proc *d)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -105,11 +183,19 @@ static void make_notify_socket(struct daemon_proc *d)
     ck_assert_int_ge(d->notify_fd, 0);
     ck_assert_msg(bind(d->notify_fd, (struct sockaddr *)&sa, sizeof sa) == 0,
                   "bind %s: %s", d->notify_path, strerror(errno));
+    pthread_once(&atfork_once, watch_forks);
+    if (served && served != d)
+        stop_serving(served); /* one daemon served at a time */
+    ck_assert_int_eq(pipe2(d->serve_wake, O_CLOEXEC | O_NONBLOCK), 0);
+    start_server(d);
+    served = d;
+    d->serving = true;
 }
 
 static void prepare(struct daemon_proc *d)
 {
     memset(d, 0, sizeof *d);
+    pthread_mutex_init(&d->mu, NULL);
     d->notify_fd = -1;
     harness_tmpdir(d->dir, sizeof d->dir);
     snprintf(d->sock, sizeof d->sock, "%s/s", d->dir);
@@ -167,7 +253,11 @@ static void child_place_store(const struct daemon_proc *d, int n,
 static pid_t spawn(struct daemon_proc *d, const char *binary,
                    char *const argv[], int stderr_fd, bool hand_over)
 {
+    /* the store stays still while the child copies it */
+    pthread_mutex_lock(&d->mu);
+    d->spawn_mark = d->lines_total;
     pid_t pid = fork();
+    pthread_mutex_unlock(&d->mu);
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         int lifted[HARNESS_STORE_MAX];
@@ -268,18 +358,25 @@ static void store_remove(struct daemon_proc *d, const char *name)
 
 int harness_stored(const struct daemon_proc *d, const char *name)
 {
+    struct daemon_proc *w = (struct daemon_proc *)d; /* its mutex only */
     int n = 0;
+    pthread_mutex_lock(&w->mu);
     for (int i = 0; i < d->nstored; i++)
         n += strcmp(d->store[i].name, name) == 0;
+    pthread_mutex_unlock(&w->mu);
     return n;
 }
 
 int harness_stored_fd(const struct daemon_proc *d, const char *name)
 {
-    for (int i = 0; i < d->nstored; i++)
+    struct daemon_proc *w = (struct daemon_proc *)d; /* its mutex only */
+    int fd = -1;
+    pthread_mutex_lock(&w->mu);
+    for (int i = 0; i < d->nstored && fd < 0; i++)
         if (strcmp(d->store[i].name, name) == 0)
-            return d->store[i].fd;
-    return -1;
+            fd = d->store[i].fd;
+    pthread_mutex_unlock(&w->mu);
+    return fd;
 }
 
 static void log_line(struct daemon_proc *d, const char *line, size_t len)
@@ -291,14 +388,18 @@ static void log_line(struct daemon_proc *d, const char *line, size_t len)
     }
     snprintf(d->notified[d->nnotified++], sizeof d->notified[0], "%.*s",
              (int)len, line);
+    d->lines_total++;
 }
 
 bool harness_notified(const struct daemon_proc *d, const char *text)
 {
-    for (unsigned i = 0; i < d->nnotified; i++)
-        if (strstr(d->notified[i], text))
-            return true;
-    return false;
+    struct daemon_proc *w = (struct daemon_proc *)d; /* its mutex only */
+    bool found = false;
+    pthread_mutex_lock(&w->mu);
+    for (unsigned i = 0; i < d->nnotified && !found; i++)
+        found = strstr(d->notified[i], text) != NULL;
+    pthread_mutex_unlock(&w->mu);
+    return found;
 }
 
 /* Act on one datagram's TEXT and the NFDS fds it carried. */
@@ -389,7 +490,8 @@ static ssize_t notify_receive(struct daemon_proc *d, char *buf, size_t len,
     return n;
 }
 
-void harness_drain_notify(struct daemon_proc *d)
+/* With mu held. */
+static void drain_locked(struct daemon_proc *d)
 {
     char buf[4096];
     if (d->notify_fd < 0)
@@ -403,29 +505,49 @@ void harness_drain_notify(struct daemon_proc *d)
     }
 }
 
+void harness_drain_notify(struct daemon_proc *d)
+{
+    pthread_mutex_lock(&d->mu);
+    drain_locked(d);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* With mu held: a line heapd sent since it was last started that holds
+ * WHAT, copied to GOT. */
+static bool sent_since_spawn(struct daemon_proc *d, const char *what,
+                             char *got, size_t gotlen)
+{
+    uint64_t since = d->lines_total - d->spawn_mark;
+    unsigned first = since < d->nnotified ? d->nnotified - (unsigned)since : 0;
+    for (unsigned i = first; i < d->nnotified; i++) {
+        if (strstr(d->notified[i], what)) {
+            if (got)
+                snprintf(got, gotlen, "%s", d->notified[i]);
+            return true;
+        }
+    }
+    return false;
+}
+
 bool harness_wait_notify(struct daemon_proc *d, const char *what, char *got,
                          size_t gotlen)
 {
     int64_t deadline = now_ms() + HARNESS_WAIT_MS;
-    char buf[4096];
+    bool found;
 
-    for (;;) {
+    /* Note [Harness file-descriptor store]: the serving thread may have
+     * read it already */
+    pthread_mutex_lock(&d->mu);
+    while (!(found = sent_since_spawn(d, what, got, gotlen))) {
         int64_t left = deadline - now_ms();
         if (left <= 0)
-            return false;
+            break;
         struct pollfd p = {.fd = d->notify_fd, .events = POLLIN};
-        int r = poll(&p, 1, (int)left);
-        if (r <= 0)
-            continue;
-        ssize_t n = notify_receive(d, buf, sizeof buf, MSG_DONTWAIT);
-        if (n <= 0)
-            continue;
-        if (strstr(buf, what)) {
-            if (got)
-                snprintf(got, gotlen, "%s", buf);
-            return true;
-        }
+        if (poll(&p, 1, (int)left) > 0)
+            drain_locked(d);
     }
+    pthread_mutex_unlock(&d->mu);
+    return found;
 }
 
 void harness_start(struct daemon_proc *d, const char *config)
@@ -511,6 +633,7 @@ static void wait_ready(struct daemon_proc *d, const char *what)
 /* Remove the private dir and what the harness made in it. */
 static void remove_private_dir(struct daemon_proc *d)
 {
+    stop_serving(d);
     if (d->notify_fd >= 0)
         close(d->notify_fd);
     d->notify_fd = -1;
@@ -569,9 +692,11 @@ void harness_restart_with(struct daemon_proc *d, const char *binary,
 
 void harness_forget_store(struct daemon_proc *d)
 {
+    pthread_mutex_lock(&d->mu);
     for (int i = 0; i < d->nstored; i++)
         close(d->store[i].fd);
     d->nstored = 0;
+    pthread_mutex_unlock(&d->mu);
     if (d->dir_kept)
         remove_private_dir(d);
 }
@@ -630,7 +755,10 @@ int harness_stop(struct daemon_proc *d)
     st = wait_exit_serving(d, HARNESS_WAIT_MS);
     ck_assert_msg(st != -1, "heapd did not exit within %d ms of SIGTERM",
                   HARNESS_WAIT_MS);
-    if (d->nstored > 0)
+    pthread_mutex_lock(&d->mu);
+    bool kept = d->nstored > 0;
+    pthread_mutex_unlock(&d->mu);
+    if (kept)
         d->dir_kept = true; /* for harness_restart or harness_forget_store */
     else
         remove_private_dir(d);

@@ -21,6 +21,8 @@
 #ifndef HEAPD_TESTS_HARNESS_H
 #define HEAPD_TESTS_HARNESS_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -64,9 +66,13 @@ int harness_wait_ms(void);
  *     process's pid; none of the three is set when nothing is stored.  The
  *     harness keeps its own copies: they stay stored until FDSTOREREMOVE=1
  *     or harness_forget_store, as systemd keeps them across restarts.
- * Between the waits the harness does not read the socket: a heapd that
- * sends more than ten datagrams while the test waits for nothing blocks
- * until the test next waits.
+ * Between the waits a thread of the harness reads the socket, every 10
+ * ms at most: heapd stores each mutator client's control memory at its
+ * Welcome (Note [Resuming clients] in daemon/resume.c), and a test whose
+ * processes connect in a loop while it waits for them would otherwise
+ * leave heapd blocked in sd_notify.  The store, the notify log and the
+ * socket are read under `mu`; harness_wait_notify looks at every line
+ * heapd sent since it was last started, whoever read it.
  */
 #define HARNESS_STORE_MAX 32   /* fds the store holds */
 #define HARNESS_NOTIFY_FDS 16  /* fds one notify datagram may carry */
@@ -94,6 +100,13 @@ struct daemon_proc {
     char notified[HARNESS_NOTIFY_LINES][256];
     unsigned nnotified;
     char config_text[8192]; /* the config written, for a restart */
+    pthread_mutex_t mu;    /* the notify socket, the store and the log */
+    pthread_t server;      /* reads the notify socket between the waits */
+    bool serving;
+    _Atomic bool serve_stop;
+    int serve_wake[2];     /* a byte stops the thread at once */
+    uint64_t lines_total;  /* notify lines logged, ever */
+    uint64_t spawn_mark;   /* lines_total when heapd was last started */
     bool dir_kept;         /* harness_stop kept dir, config, notify socket
                               and log for a restart: the store held fds */
 };

@@ -1,14 +1,15 @@
 /* heapd killed at any instant (Note [The live table] and Note [Recovering
- * the segment table] in daemon/, Note [Recovery cycles]): while KIDS
- * processes mutate tables that global roots hold, read each other's, and
- * a further one connects and leaves in a loop, a watcher process SIGKILLs
- * heapd at a chosen moment of its cycle (idle, a snapshot being asked,
- * marking, a final sync being asked, sweeping) or after a random delay.
- * Each kill is followed by a restart that must recover the heap: every
- * table whole (each entry a node whose check word matches), the recovery
- * cycles and the cycles after them free of verifier failures, no kid that
- * saw a damaged node, and the segments in use not growing from round to
- * round.  The recovery time of each restart is printed as a distribution.
+ * the segment table] in daemon/, Note [Recovery cycles], Note [Resuming
+ * clients]): while KIDS processes mutate tables that global roots hold,
+ * read each other's, and a further one connects and leaves in a loop, a
+ * watcher process SIGKILLs heapd at a chosen moment of its cycle (idle, a
+ * snapshot being asked, marking, a final sync being asked, sweeping) or
+ * after a random delay.  Each kill is followed by a restart that must
+ * recover the heap, and the processes live through every kill: each
+ * resumes at every restart, none sees an error or a damaged node, every
+ * table is whole (each entry a node whose check word matches), no cycle
+ * finds a verifier failure, and the segments in use do not grow.  The
+ * recovery time of each restart is printed as a distribution.
  *
  * CRASH_KILLS (default 10) sets the number of kills and CRASH_SEED the
  * random seed (printed); the test case "restarts" is the clean-restart
@@ -178,7 +179,8 @@ static void mutate(int k, uint64_t seed, int ready)
     }
 }
 
-/* Connect, attach, allocate a little, leave; until the daemon is gone. */
+/* Connect, attach, allocate a little, leave; again and again, while
+ * heapd is down too, until told to stop. */
 static void connector(int ready)
 {
     if (write(ready, "r", 1) != 1)
@@ -186,10 +188,15 @@ static void connector(int ready)
     for (;;) {
         heapd_client *c;
         heapd_mutator *m;
-        heapd_connect_opts o = {.socket_path = D.sock,
-                                .flags = HEAPD_CONNECT_NO_RECONNECT};
-        if (heapd_connect(&c, &o) != 0)
-            _exit(KID_GONE);
+        heapd_connect_opts o = {.socket_path = D.sock};
+        if (told_to_stop())
+            _exit(KID_DONE);
+        if (heapd_connect(&c, &o) != 0) {
+            /* heapd is down: it comes back; leave the cores to it */
+            struct timespec ts = {0, 1000 * 1000};
+            nanosleep(&ts, NULL);
+            continue;
+        }
         if (heapd_attach(c, &m) == 0) {
             for (int i = 0; i < 64; i++)
                 if (!heapd_alloc(m, 2, 16))
@@ -362,6 +369,38 @@ static unsigned env_unsigned(const char *name, unsigned dflt)
     return v && *v ? (unsigned)strtoul(v, NULL, 10) : dflt;
 }
 
+/* Until heapd says WANT clients resumed (a bounded wait); ROUND, WHAT
+ * for the message. */
+static void wait_resumed(uint64_t want, unsigned round, const char *what)
+{
+    uint64_t got = 0;
+    for (int64_t until = now_ms() + HARNESS_WAIT_MS; now_ms() < until;) {
+        got = harness_daemon_stats(&D).clients_resumed;
+        if (got >= want)
+            return;
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    { char cmd[600]; snprintf(cmd, sizeof cmd, "grep -E 'kept|resumed|orphaned|recovered|ready|warn|error|did not' %s | tail -40 >&2", D.log); system(cmd); }
+    ck_abort_msg("%s %u: %llu of %llu resumes came within %d ms", what,
+                 round, (unsigned long long)got, (unsigned long long)want,
+                 HARNESS_WAIT_MS);
+}
+
+/* Tell the kids to stop and wait for each to end as told. */
+static void stop_kids(int done, const pid_t *kids, int n, const char *what)
+{
+    ck_assert_int_eq(write(done, "d", 1), 1);
+    close(done);
+    for (int k = 0; k < n; k++) {
+        int st = harness_wait_pid(kids[k], HARNESS_WAIT_MS);
+        ck_assert_msg(st != -1, "%s: kid %d did not end within %d ms", what,
+                      k, HARNESS_WAIT_MS);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == KID_DONE,
+                      "%s: kid %d %s", what, k, kid_exit_name(st));
+    }
+}
+
 START_TEST(kills_at_every_moment)
 {
     unsigned kills = env_unsigned("CRASH_KILLS", 10);
@@ -369,6 +408,8 @@ START_TEST(kills_at_every_moment)
     uint64_t seed = env_unsigned("CRASH_SEED", (unsigned)time(NULL));
     uint64_t *recovery = calloc(kills, sizeof *recovery);
     unsigned seen[AT_COUNT] = {0};
+    pid_t kids[KIDS + 1];
+    int done[2];
     ck_assert_ptr_nonnull(recovery);
     fprintf(stderr, "crash: %u kills, CRASH_SEED=%llu\n", kills,
             (unsigned long long)seed);
@@ -379,44 +420,59 @@ START_TEST(kills_at_every_moment)
     make_tables();
     uint64_t in_use_first = check_tables();
     uint64_t s = seed | 1;
+    /* the kids live through every kill: Note [Resuming clients] */
+    ck_assert_int_eq(pipe(done), 0);
+    kid_done_fd = done[0];
+    for (int k = 0; k < KIDS; k++)
+        kids[k] = fork_kid(mutate_body, k, rng_next(&s));
+    kids[KIDS] = fork_kid(connector_body, KIDS, 0);
+    kid_done_fd = -1;
+    close(done[0]);
     for (unsigned r = 0; r < kills; r++) {
-        pid_t kids[KIDS + 2];
         round_moment = (enum moment)(r % AT_COUNT);
         round_delay_us = (unsigned)(rng_next(&s) % 200000);
         round_daemon = D.pid;
-        for (int k = 0; k < KIDS; k++)
-            kids[k] = fork_kid(mutate_body, k, rng_next(&s));
-        kids[KIDS] = fork_kid(connector_body, KIDS, 0);
-        kids[KIDS + 1] = fork_kid(watcher_body, KIDS + 1, 0);
-        for (int k = KIDS + 1; k >= 0; k--) {
-            int st = harness_wait_pid(kids[k], HARNESS_WAIT_MS);
-            ck_assert_msg(st != -1, "round %u (%s): kid %d did not end "
-                          "within %d ms", r, moment_names[round_moment], k,
-                          HARNESS_WAIT_MS);
-            ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == KID_GONE,
-                          "round %u (%s): kid %d %s", r,
-                          moment_names[round_moment], k, kid_exit_name(st));
-        }
+        pid_t w = fork_kid(watcher_body, KIDS + 1, 0);
+        int st = harness_wait_pid(w, HARNESS_WAIT_MS);
+        ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == KID_GONE,
+                      "round %u (%s): the watcher %s", r,
+                      moment_names[round_moment],
+                      st == -1 ? "did not end" : kid_exit_name(st));
         harness_kill(&D); /* the watcher's kill: reap it, keep the store */
         seen[round_moment]++;
+        for (int k = 0; k < KIDS; k++)
+            ck_assert_msg(waitpid(kids[k], NULL, WNOHANG) == 0,
+                          "round %u (%s): kid %d ended while heapd was down",
+                          r, moment_names[round_moment], k);
         harness_restart(&D);
         ck_assert_msg(!harness_log_contains(&D, "not recovered"),
                       "round %u (%s): heapd did not recover the heap", r,
                       moment_names[round_moment]);
-        heapd_stats_t st = harness_daemon_stats(&D);
-        ck_assert_uint_eq(st.crashes_recovered, r + 1);
-        recovery[r] = st.recovery_ns;
-        uint64_t in_use = check_tables();
-        /* what the kids made is garbage once they are gone: what is in
-         * use comes back to what the tables hold, give or take the
-         * segments a size class spreads over */
-        ck_assert_msg(in_use <= 2 * in_use_first + 8,
-                      "round %u (%s): %llu segments in use, %llu after the "
-                      "first check: segments leak across kills", r,
-                      moment_names[round_moment],
-                      (unsigned long long)in_use,
-                      (unsigned long long)in_use_first);
+        wait_resumed((uint64_t)KIDS * (r + 1), r, "kill");
+        /* the two verifying cycles (Note [Recovery cycles]) are over
+         * once two cycles asked for from now are */
+        heapd_client *ctl = harness_control(&D);
+        ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
+        ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
+        heapd_stats_t hs = harness_stats(ctl);
+        heapd_disconnect(ctl);
+        ck_assert_uint_eq(hs.crashes_recovered, r + 1);
+        ck_assert_uint_eq(hs.verify_failures, 0);
+        recovery[r] = hs.recovery_ns;
     }
+    stop_kids(done[1], kids, KIDS + 1, "after the kills");
+    heapd_stats_t st = harness_daemon_stats(&D);
+    /* the watchers, gone before each restart, and nobody else */
+    ck_assert_msg(st.clients_crashed <= kills, "%llu clients crashed in %u "
+                  "kills", (unsigned long long)st.clients_crashed, kills);
+    uint64_t in_use = check_tables();
+    /* what the kids made is garbage once they are gone: what is in use
+     * comes back to what the tables hold, give or take the segments a
+     * size class spreads over */
+    ck_assert_msg(in_use <= 2 * in_use_first + 8,
+                  "%llu segments in use, %llu before the kills: segments "
+                  "leak across kills", (unsigned long long)in_use,
+                  (unsigned long long)in_use_first);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
     harness_forget_store(&D);
@@ -426,9 +482,10 @@ START_TEST(kills_at_every_moment)
     for (int a = 0; a < AT_COUNT; a++)
         fprintf(stderr, "%s%s %u", a ? ", " : "", moment_names[a], seen[a]);
     fprintf(stderr, "); recovery time min %.2f ms, median %.2f ms, p90 "
-            "%.2f ms, max %.2f ms\n", recovery[0] / 1e6,
-            recovery[kills / 2] / 1e6, recovery[kills * 9 / 10] / 1e6,
-            recovery[kills - 1] / 1e6);
+            "%.2f ms, max %.2f ms; %llu clients resumed, 0 errors\n",
+            recovery[0] / 1e6, recovery[kills / 2] / 1e6,
+            recovery[kills * 9 / 10] / 1e6, recovery[kills - 1] / 1e6,
+            (unsigned long long)st.clients_resumed);
     free(recovery);
 }
 END_TEST
@@ -469,29 +526,10 @@ START_TEST(restarts_under_load)
         harness_restart(&D);
         ck_assert_msg(!harness_log_contains(&D, "not recovered"),
                       "restart %u: heapd did not recover the heap", r);
-        /* every kid comes back before the next restart: a bounded wait */
-        uint64_t want = (uint64_t)KIDS * (r + 1), got = 0;
-        for (int64_t until = now_ms() + HARNESS_WAIT_MS; now_ms() < until;) {
-            got = harness_daemon_stats(&D).clients_resumed;
-            if (got >= want)
-                break;
-            struct timespec ts = {0, 5 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-        ck_assert_msg(got >= want, "restart %u: %llu of %llu resumes came "
-                      "within %d ms", r, (unsigned long long)got,
-                      (unsigned long long)want, HARNESS_WAIT_MS);
+        /* every kid comes back before the next restart */
+        wait_resumed((uint64_t)KIDS * (r + 1), r, "restart");
     }
-    ck_assert_int_eq(write(done[1], "d", 1), 1);
-    close(done[1]);
-    for (int k = 0; k < KIDS; k++) {
-        int st = harness_wait_pid(kids[k], HARNESS_WAIT_MS);
-        ck_assert_msg(st != -1, "kid %d did not end within %d ms", k,
-                      HARNESS_WAIT_MS);
-        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == KID_DONE,
-                      "after %u restarts: kid %d %s", restarts, k,
-                      kid_exit_name(st));
-    }
+    stop_kids(done[1], kids, KIDS, "after the restarts");
     heapd_stats_t st = harness_daemon_stats(&D);
     ck_assert_uint_eq(st.restarts_survived, restarts);
     ck_assert_uint_eq(st.clients_crashed, 0);

@@ -290,11 +290,8 @@ START_TEST(agent_aborts_at_close)
                   "the SIGKILLed heapd did not exit");
     expect_aborted(kid, err, "the agent thread at the connection's end");
     close(down);
-    close(D.notify_fd);
-    unlink(D.notify_path);
-    unlink(D.conf);
-    unlink(D.sock);
-    rmdir(D.dir);
+    D.dir_kept = true; /* the store's fds and the private dir go */
+    harness_forget_store(&D);
 }
 END_TEST
 

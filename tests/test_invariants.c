@@ -154,7 +154,7 @@ START_TEST(recovery_repairs_a_table_cut_short)
     t->segs[5].fenced = 1;             /* the dead heapd's watch */
     t->segs[10].charge = 3;            /* and its quota records */
     t->segs[40].free_since = 99;       /* stamped after the counters */
-    ck_assert_int_eq(seg_recover(&H, 7, why, sizeof why), 0);
+    ck_assert_int_eq(seg_recover(&H, 7, NULL, why, sizeof why), 0);
     ck_assert_str_eq(why, "");
     ck_assert(segtab_check(t));
     for (uint32_t i = 6; i <= 8; i++)
@@ -176,12 +176,12 @@ START_TEST(recovery_refuses_what_no_heapd_writes)
 {
     char why[256] = "";
     H.segs.segs[9].state = 17;
-    ck_assert_int_eq(seg_recover(&H, 0, why, sizeof why), -EINVAL);
+    ck_assert_int_eq(seg_recover(&H, 0, NULL, why, sizeof why), -EINVAL);
     ck_assert_msg(strstr(why, "segment 9") && strstr(why, "state 17"),
                   "the refusal does not name the record: %s", why);
     H.segs.segs[9].state = SEG_FILLED;
     H.segs.segs[9].cls = 200;
-    ck_assert_int_eq(seg_recover(&H, 0, why, sizeof why), -EINVAL);
+    ck_assert_int_eq(seg_recover(&H, 0, NULL, why, sizeof why), -EINVAL);
     ck_assert_msg(strstr(why, "size class 200"),
                   "the refusal does not name the class: %s", why);
 }

@@ -351,20 +351,22 @@ START_TEST(client_not_kept_is_told)
 }
 END_TEST
 
-/* A client connected when heapd is killed is not kept (Note [Resuming
- * clients]): it reconnects, is told, and fails at once; the heap is
- * recovered without it. */
-START_TEST(client_connected_at_a_kill_is_told)
+/* A client connected when heapd is killed is kept from the live table's
+ * registry (Note [Resuming clients]): it resumes as itself, and the
+ * verifying cycles run once it is back (Note [Recovery cycles]). */
+START_TEST(client_connected_at_a_kill_resumes)
 {
     start();
-    struct resumer k = fork_resumer(false, "does not keep client", 0);
+    struct resumer k = fork_resumer(true, NULL, 0);
     harness_kill(&D);
+    ck_assert_int_eq(harness_stored(&D, "heapd.client.default.1"), 1);
     harness_restart(&D);
     resumer_ends(k, "a client connected when heapd was killed");
     ck_assert_msg(harness_log_contains(&D, "recovered from the table"),
                   "heapd did not recover the heap from its table");
     heapd_stats_t st = harness_daemon_stats(&D);
-    ck_assert_uint_eq(st.clients_resumed, 0);
+    ck_assert_uint_eq(st.clients_resumed, 1);
+    ck_assert_uint_eq(st.crashes_recovered, 1);
     ck_assert_uint_eq(st.verify_failures, 0);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
@@ -547,7 +549,7 @@ END_TEST
 START_TEST(table_of_another_version_is_refused)
 {
     refused_case("table", newer_version,
-                 "its table is of version 99, and this heapd reads version 1");
+                 "its table is of version 99, and this heapd reads version 2");
 }
 END_TEST
 
@@ -561,7 +563,7 @@ static Suite *suite(void)
     tcase_add_test(t, client_connected_at_the_restart_resumes);
     tcase_add_test(t, a_kept_client_is_resumed_by_itself_only);
     tcase_add_test(t, client_not_kept_is_told);
-    tcase_add_test(t, client_connected_at_a_kill_is_told);
+    tcase_add_test(t, client_connected_at_a_kill_resumes);
     tcase_add_test(t, client_gives_up_after_reconnect_ms);
     tcase_add_test(t, killed_daemon_recovers_the_heap);
     tcase_add_test(t, killed_daemon_orphans_what_clients_held);
