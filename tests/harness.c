@@ -253,11 +253,12 @@ static void child_place_store(const struct daemon_proc *d, int n,
 static pid_t spawn(struct daemon_proc *d, const char *binary,
                    char *const argv[], int stderr_fd, bool hand_over)
 {
-    /* the store stays still while the child copies it */
     pthread_mutex_lock(&d->mu);
     d->spawn_mark = d->lines_total;
-    pid_t pid = fork();
     pthread_mutex_unlock(&d->mu);
+    /* the store stays still while the child copies it: fork joins the
+     * serving thread first (before_fork), which must not wait for mu */
+    pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         int lifted[HARNESS_STORE_MAX];

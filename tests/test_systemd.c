@@ -200,11 +200,16 @@ static void send_notify(const struct daemon_proc *d, const char *text,
         c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)n);
         memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)n);
     }
-    int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    /* one socket for every send, kept open: the harness's thread may
+     * take a datagram's fds while a fresh sender would still hold the
+     * lowest free number, and restart_hands_the_store_over counts on
+     * where they land (Note [Harness file-descriptor store]) */
+    static int s = -1;
+    if (s < 0)
+        s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     ck_assert_int_ge(s, 0);
     ck_assert_msg(sendmsg(s, &mh, MSG_NOSIGNAL) == (ssize_t)iov.iov_len,
                   "send to %s: %s", d->notify_path, strerror(errno));
-    close(s);
 }
 
 /* A memfd holding TEXT, its offset at the end (as a writer leaves it). */
