@@ -108,9 +108,9 @@ static void table_name(char *buf, size_t n, int k)
     snprintf(buf, n, "table%d", k);
 }
 
-/* A killed heapd keeps no client (Note [Resuming clients]): a kid of the
- * kill torture does not wait to reconnect; one of the restart torture
- * (RESUME) does. */
+/* RESUME: the kid reconnects and resumes across restarts and kills (Note
+ * [Resuming clients]), as the mutating kids do; the watcher, which ends
+ * with its kill, does not. */
 static void kid_attach(heapd_client **c, heapd_mutator **m, bool resume)
 {
     heapd_connect_opts o = {.socket_path = D.sock,
