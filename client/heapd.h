@@ -218,6 +218,91 @@ HEAPD_API size_t heapd_heap_size(const heapd_client *c);
  * all taken, HEAPD_EFORKED in a child of the process that connected C, or
  * a connection error. */
 HEAPD_API int heapd_attach(heapd_client *c, heapd_mutator **out);
+/* ---- the young generation ----
+ *
+ * Note [Young objects, for the program]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A mutator attached with HEAPD_MUTATOR_YOUNG has a private nursery:
+ * heapd_alloc bump-allocates there, and the mutator itself collects it, at
+ * its own heapd_alloc calls, stopping no other thread or process.  What
+ * survives is copied within the nursery until it has survived young_age
+ * of these minor collections, then promoted into the shared heap, where
+ * objects never move.  Everything else is as for any mutator, plus:
+ *   - a young object may MOVE, at this mutator's heapd_alloc (a minor
+ *     collection) and when it is published (below).  Its root slots and
+ *     the reference fields of heap objects are updated; C locals are not.
+ *     So across heapd_alloc, keep a young object in a root slot (or in a
+ *     field of a rooted object) and read it back, exactly as the
+ *     discipline already asks for any object across a safepoint;
+ *   - nothing shared ever references a young object.  heapd_write,
+ *     heapd_cas and heapd_global_set of a young value into a shared
+ *     object (or a global) first PUBLISH it: the value and every young
+ *     object it reaches are copied into the shared heap, and the copy's
+ *     address is stored.  heapd_publish does the same and returns that
+ *     address.  A publication never waits: the mutator keeps enough
+ *     shared memory aside for every young object it holds;
+ *   - after a publication, a C local that still holds the young address
+ *     may be handed to heapd_write, heapd_cas, heapd_publish, heapd_bytes
+ *     and the other calls, which follow it to the shared copy, until the
+ *     next heapd_alloc; reading its fields directly reads the object as it
+ *     was published.  Use the shared address (the one stored, or the one
+ *     heapd_publish returned) to see later changes;
+ *   - a young object belongs to its mutator: handing it to another
+ *     mutator, or storing it anywhere but this mutator's roots and young
+ *     objects, is an error (checked mode names the call; heapd never
+ *     follows such a reference, and counts it in young_refs_refused);
+ *   - objects larger than an eighth of a nursery half, or than a small
+ *     block, and those of heapd_alloc_shared, go straight to the shared
+ *     heap;
+ *   - heapd_write and heapd_cas into a young object are plain stores.
+ * Mutators attached without the flag see no change.
+ */
+#define HEAPD_MUTATOR_YOUNG 0x1u
+
+typedef struct heapd_mutator_opts {
+    unsigned flags;           /* HEAPD_MUTATOR_* */
+    size_t young_size;        /* the nursery, bytes (rounded up to whole
+                                 segments); 0: the heap's young_size */
+    unsigned young_age;       /* minor collections an object survives
+                                 before promotion, 1..8; 0: the heap's
+                                 young_age */
+} heapd_mutator_opts;
+
+/* heapd_attach with options (OPTS NULL: heapd_attach).  Fails as
+ * heapd_attach does, and with -EINVAL for options out of range or unknown
+ * flags, -ENOMEM when the heap (or the client's quota) has no room for
+ * the nursery. */
+HEAPD_API int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
+                                heapd_mutator **out);
+
+/* heapd_alloc, in the shared heap even for a young mutator: the object
+ * never moves. */
+HEAPD_API void *heapd_alloc_shared(heapd_mutator *m, size_t nrefs,
+                                   size_t nbytes);
+
+/* The shared address of OBJ: a young object of M is promoted with every
+ * young object it reaches (Note [Young objects, for the program]); any
+ * other object is returned as it is.  Not a safepoint, never waits. */
+HEAPD_API void *heapd_publish(heapd_mutator *m, void *obj);
+
+/* True if OBJ is one of M's young objects (it may move). */
+HEAPD_API bool heapd_is_young(const heapd_mutator *m, const void *obj);
+
+typedef struct heapd_young_stats {
+    uint64_t young_bytes;        /* the nursery, 0 if none */
+    uint32_t young_age;
+    uint64_t minor_collections;
+    uint64_t promoted_age_bytes;
+    uint64_t promoted_published_bytes;
+    uint64_t minor_pause_max_ns;
+    uint64_t minor_pause_total_ns;
+    uint64_t bytes_in_use;       /* in the active half now */
+} heapd_young_stats;
+
+/* M's young generation so far (all zero for a mutator without one). */
+HEAPD_API void heapd_young_stats_get(const heapd_mutator *m,
+                                     heapd_young_stats *out);
+
 /* Detach: gives the mutator's segments back; its roots stop being roots. */
 HEAPD_API void heapd_detach(heapd_mutator *m);
 
@@ -347,6 +432,10 @@ typedef struct heapd_mutator_info {
     uint64_t alloc_bytes;       /* allocated so far */
     uint64_t urs_backlog;       /* URS entries not yet consumed */
     uint64_t root_depth;        /* root slots in use */
+    uint64_t young_bytes;       /* its nursery, 0: no young generation */
+    uint64_t minor_collections;
+    uint64_t promoted_bytes;    /* by age and by publication */
+    uint64_t minor_pause_max_ns;
 } heapd_mutator_info;
 
 typedef struct heapd_client_info {

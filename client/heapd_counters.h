@@ -81,6 +81,12 @@
     X(crashes_recovered, uint64_t, COUNTER, COUNT, LOCKED, "heapd deaths without a saved state the heap was recovered from") \
     X(recovery_ns, uint64_t, GAUGE, NS, LOCKED, "how long heapd took to take the heap back at its last start, its verifying cycles included") \
     X(clients_resumed, uint64_t, COUNTER, COUNT, LOCKED, "clients that came back as themselves after a restart") \
+    X(minor_collections, uint64_t, COUNTER, COUNT, DERIVED, "minor collections of young generations") \
+    X(promoted_age_bytes, uint64_t, COUNTER, BYTES, DERIVED, "promoted from young generations by age") \
+    X(promoted_published_bytes, uint64_t, COUNTER, BYTES, DERIVED, "promoted from young generations by a store into the shared heap") \
+    X(minor_pause_max_ns, uint64_t, GAUGE, NS, DERIVED, "longest minor collection") \
+    X(minor_pause_total_ns, uint64_t, COUNTER, NS, DERIVED, "all minor collections together") \
+    X(young_refs_refused, uint64_t, COUNTER, COUNT, ATOMIC, "references into a nursery met outside its mutator's roots, not followed") \
     /* the end: a new line goes above this one, ending in a backslash */
 
 /* The columns KIND and UNIT, for printers: HEAPD_KIND_##kind,

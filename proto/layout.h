@@ -122,8 +122,10 @@
 /* 8: the daemon's page (Note [The daemon's page]).
  * 9: the globals' names, states and owners in the daemon's page, their
  * values in global_values[] after it (Note [Global roots]).
- * 10: client control memory (Note [Client control memory]). */
-#define LAYOUT_VERSION 11u
+ * 10: client control memory (Note [Client control memory]).
+ * 12: nurseries (Note [Nurseries] in proto/young.h): the YOUNG segment
+ * kind and a slot's young words. */
+#define LAYOUT_VERSION 12u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
@@ -212,6 +214,7 @@ enum layout_seg_kind {
     LAYOUT_SEG_BLANK = 0,   /* granted, not yet formatted by its owner */
     LAYOUT_SEG_SMALL = 1,
     LAYOUT_SEG_LARGE = 2,
+    LAYOUT_SEG_YOUNG = 3,   /* a mutator's nursery run (proto/young.h) */
 };
 
 struct layout_segment {
@@ -366,6 +369,14 @@ struct layout_mutator {
     /* Note [Stack marking handshake]: once per cycle, by either side */
     alignas(64) _Atomic uint32_t stack_marking; /* epoch of the taker */
     _Atomic uint32_t stack_marked;  /* futex: epoch the stack was marked in */
+    /* Note [Nurseries]: the mutator's young generation, written by the
+     * mutator at its minor collections and promotions; statistics only,
+     * which the daemon reads and never trusts for anything else */
+    alignas(64) _Atomic uint64_t young_minor;   /* minor collections */
+    _Atomic uint64_t young_promoted_age;    /* bytes promoted by age */
+    _Atomic uint64_t young_promoted_pub;    /* bytes promoted by a store */
+    _Atomic uint64_t young_pause_max_ns;    /* longest minor collection */
+    _Atomic uint64_t young_pause_total_ns;  /* all of them together */
     /* Note [Update remembered set]: the daemon's side of the ring */
     alignas(64) _Atomic uint64_t urs_tail; /* entries consumed, ever */
     _Atomic uint32_t urs_wake;      /* futex: bumped when the tail moves */
