@@ -42,6 +42,7 @@
 #include "errors.h"
 #include "heapd.h"
 #include "layout.h"
+#include "minor.h"
 #include "mutator.h"
 #include "remark.h"
 #include "reserve.h"
@@ -84,18 +85,12 @@ void alloc_release_all(heapd_mutator *m)
     reserve_give_back(m->c, segs, n, true);
 }
 
-/* The current segment of CLS is exhausted: move on to a fresh one. */
-static int next_segment(heapd_mutator *m, unsigned cls)
+void alloc_install(heapd_mutator *m, unsigned cls, uint32_t idx,
+                   bool formatted)
 {
     heapd_client *c = m->c;
     struct alloc_seg *s = &m->cur[cls];
-    uint32_t idx;
-    bool formatted;
-    int rc;
-
     release_current(m, cls);
-    if ((rc = reserve_take(m, cls, &idx, &formatted)) < 0)
-        return rc;
     uint8_t *seg = client_seg_addr(c, idx);
     struct layout_segment *hd = (struct layout_segment *)seg;
     /* a partly free segment is formatted for CLS already, its live blocks
@@ -114,6 +109,22 @@ static int next_segment(heapd_mutator *m, unsigned cls)
     s->block_size = layout_class_size[cls];
     s->cursor = 0;
     remark_recheck(m); /* Note [Remark requests] in client/remark.c */
+}
+
+/* The current segment of CLS is exhausted: move on to a fresh one. */
+static int next_segment(heapd_mutator *m, unsigned cls)
+{
+    uint32_t idx;
+    bool formatted;
+    int rc;
+
+    release_current(m, cls);
+    if ((rc = reserve_take(m, cls, &idx, &formatted)) < 0)
+        return rc;
+    alloc_install(m, cls, idx, formatted);
+    /* Note [Promotion never waits] in client/minor.c */
+    if (m->young.on)
+        young_shared_took(m, cls, true);
     return 0;
 }
 
@@ -205,6 +216,56 @@ alloc_slow(heapd_mutator *m, unsigned cls, uint64_t size, size_t nrefs,
     }
 }
 
+void *alloc_take_current(heapd_mutator *m, unsigned cls, size_t nrefs,
+                         size_t nbytes)
+{
+    return take_block(m, &m->cur[cls], layout_object_size(nrefs, nbytes),
+                      nrefs, nbytes);
+}
+
+void *alloc_shared(heapd_mutator *m, size_t nrefs, size_t nbytes)
+{
+    uint64_t size = layout_object_size(nrefs, nbytes);
+    if (size > m->c->small_max)
+        return alloc_large(m, size, nrefs, nbytes);
+    unsigned cls = layout_size_class((uint32_t)size);
+    void *p = take_block(m, &m->cur[cls], size, nrefs, nbytes);
+    if (!p)
+        p = alloc_slow(m, cls, size, nrefs, nbytes);
+    /* Note [Promotion never waits] in client/minor.c */
+    if (p && m->young.on)
+        young_shared_took(m, cls, false);
+    return p;
+}
+
+/* heapd_alloc's checks, before the allocation: 0, or the errno. */
+static inline int alloc_enter(heapd_mutator *m, size_t nrefs, size_t nbytes)
+{
+    /* Note [Evicted clients, client side] in client/mutator.c: first, and
+     * the poll below does not load the mark again */
+    mutator_check_evicted(m);
+    /* Note [A dead daemon] in client/mutator.c: the current segments of
+     * a closed connection are orphaned; Note [Clients and fork] in
+     * client/agent.c: the parent's are the parent's */
+    if (mutator_orphaned(m))
+        return client_errno(mutator_orphan_error(m));
+    mutator_poll_checked(m);
+    if (__builtin_expect(nrefs > LAYOUT_FIELD_MAX || nbytes > LAYOUT_FIELD_MAX,
+                         0))
+        return EINVAL;
+    return 0;
+}
+
+void *heapd_alloc_shared(heapd_mutator *m, size_t nrefs, size_t nbytes)
+{
+    int e = alloc_enter(m, nrefs, nbytes);
+    if (e) {
+        errno = e;
+        return NULL;
+    }
+    return alloc_shared(m, nrefs, nbytes);
+}
+
 void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
 {
     /* Note [Evicted clients, client side] in client/mutator.c: first, and
@@ -223,6 +284,9 @@ void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
         errno = EINVAL;
         return NULL;
     }
+    /* Note [Minor collections] in client/minor.c */
+    if (m->young.on)
+        return young_alloc(m, nrefs, nbytes);
     uint64_t size = layout_object_size(nrefs, nbytes);
     if (__builtin_expect(size > m->c->small_max, 0))
         return alloc_large(m, size, nrefs, nbytes);
@@ -276,8 +340,33 @@ static bool check_field(const void *obj, void *const *field)
 }
 #endif
 
+/* heapd_write and heapd_cas on a young mutator's own objects (Note [The
+ * young invariant] in client/minor.c): *OBJ and *FIELD follow a published
+ * object to its copy; true if OBJ is (still) young, so that the store is
+ * a plain one. */
+static bool young_target(heapd_mutator *m, void **obj, void ***field)
+{
+    if (!young_contains(&m->young, *obj))
+        return false;
+    void *o = young_resolve(m, *obj);
+    if (young_contains(&m->young, o)) {
+        assert(check_field(*obj, *field));
+        return true;
+    }
+    *field = (void **)((char *)o + ((char *)*field - (char *)*obj));
+    *obj = o;
+    return false;
+}
+
 void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
 {
+    if (__builtin_expect(m->young.on, 0)) {
+        if (young_target(m, &obj, &field)) {
+            __atomic_store_n(field, val, __ATOMIC_RELEASE);
+            return;
+        }
+        val = young_publish(m, val);
+    }
     if (CHECKED(m->c)) { /* Note [Checked mode] */
         checked_field(m->c, obj, field, "heapd_write");
         checked_object(m->c, val, true, "heapd_write", "VAL");
@@ -292,6 +381,15 @@ void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
 bool heapd_cas(heapd_mutator *m, void *obj, void **field, void *expected,
                void *desired)
 {
+    if (__builtin_expect(m->young.on, 0)) {
+        if (young_target(m, &obj, &field))
+            return __atomic_compare_exchange_n(field, &expected, desired,
+                                               false, __ATOMIC_SEQ_CST,
+                                               __ATOMIC_SEQ_CST);
+        /* a stale young address of a published object means its copy */
+        expected = young_resolve(m, expected);
+        desired = young_publish(m, desired);
+    }
     if (CHECKED(m->c)) { /* Note [Checked mode] */
         checked_field(m->c, obj, field, "heapd_cas");
         checked_object(m->c, desired, true, "heapd_cas", "DESIRED");

@@ -96,6 +96,7 @@
 #include "futex.h"
 #include "heapd.h"
 #include "layout.h"
+#include "minor.h"
 #include "mutator.h"
 
 /* Note [Wide objects]
@@ -310,10 +311,15 @@ void barrier_stack_slow(heapd_mutator *m)
         return; /* Note [A dead daemon] in client/mutator.c */
     if (old != epoch &&
         atomic_compare_exchange_strong(&s->stack_marking, &old, epoch)) {
-        for (size_t i = 0; i < m->depth; i++)
-            barrier_log(m, atomic_load_explicit(&m->roots[i],
-                                                memory_order_relaxed));
-        barrier_log(m, atomic_load(&s->pending_root));
+        /* a young mutator's roots lead to its young objects, and the
+         * shared references they hold are logged too (Note [The
+         * preparatory push] in client/minor.c) */
+        if (!young_push_roots(m)) {
+            for (size_t i = 0; i < m->depth; i++)
+                barrier_log(m, atomic_load_explicit(&m->roots[i],
+                                                    memory_order_relaxed));
+            barrier_log(m, atomic_load(&s->pending_root));
+        }
         /* Note [Straddling a cycle]: still this cycle */
         assert(atomic_load(&m->ctl->epoch) == epoch);
         atomic_store(&s->stack_marked, epoch);

@@ -33,6 +33,7 @@
 #include "client.h"
 #include "heapd.h"
 #include "layout.h"
+#include "mutator.h"
 
 #define CHECKED_MAX 8 /* checked clients per process */
 
@@ -75,6 +76,22 @@ static const char *why_not_live(const heapd_client *c, const void *ref,
     uint64_t off = (uint64_t)((uintptr_t)ref - (uintptr_t)c->base);
     if (off >= c->size)
         return "it is not inside the heap";
+    /* Note [The young invariant] in client/minor.c: another mutator's
+     * young object (a nursery's later segments have no header to say so) */
+    heapd_client *cc = (heapd_client *)c;
+    int young_slot = -1;
+    pthread_mutex_lock(&cc->mutators_mu);
+    for (const heapd_mutator *m = cc->mutators; m; m = m->next)
+        if (young_contains(&m->young, ref))
+            young_slot = (int)m->slot_index;
+    pthread_mutex_unlock(&cc->mutators_mu);
+    if (young_slot >= 0) {
+        snprintf(buf, n, "it is a young object of this process's mutator in "
+                 "slot %d, which may move it: hand another mutator only "
+                 "what heapd_publish returned in the thread that allocated "
+                 "it", young_slot);
+        return buf;
+    }
     if (((uintptr_t)ref & 7) != 0)
         return "it is not 8-byte aligned";
     uint32_t i = (uint32_t)(off >> c->seg_shift);
@@ -100,6 +117,9 @@ static const char *why_not_live(const heapd_client *c, const void *ref,
         if ((uint8_t *)ref != seg + LAYOUT_LARGE_OBJECT + LAYOUT_WORD)
             return "it is not the start of an object (an interior pointer?)";
         mark = __atomic_load_n(layout_seg_marks(seg), __ATOMIC_RELAXED);
+    } else if (kind == LAYOUT_SEG_YOUNG) {
+        return "it is in another process's nursery: a young object, which "
+               "nothing but its own mutator may hold";
     } else {
         return "its segment holds no objects (freed, or never allocated)";
     }

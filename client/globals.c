@@ -17,6 +17,7 @@
 #include "futex.h"
 #include "heapd.h"
 #include "layout.h"
+#include "minor.h"
 #include "mutator.h"
 
 /* The blackhole's raw bytes: what a debugger or heapctl sees while a
@@ -129,6 +130,8 @@ int heapd_global_set(heapd_mutator *m, const char *name, void *ref)
     mutator_check_evicted(m);
     if (mutator_orphaned(m)) /* Note [A dead daemon] in client/mutator.c */
         return mutator_orphan_error(m);
+    /* a global is shared: Note [The young invariant] in client/minor.c */
+    ref = young_publish(m, ref);
     if (CHECKED(m->c)) /* Note [Checked mode] */
         checked_object(m->c, ref, true, "heapd_global_set", "REF");
     /* the safepoint first, REF parked through it and through the claim,
@@ -302,7 +305,7 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
         /* this mutator initialises: a blackhole marks the entry as ours
          * in the heap itself, then init runs (it may allocate and collect;
          * the entry is a root all along) */
-        struct blackhole *bh = heapd_alloc(m, 0, sizeof *bh);
+        struct blackhole *bh = heapd_alloc_shared(m, 0, sizeof *bh);
         if (bh) {
             memcpy(bh->magic, "BLACKHOL", 8);
             bh->pid = (int64_t)getpid();
@@ -310,6 +313,8 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
                                   memory_order_release);
         }
         void *result = bh ? init(m, arg) : NULL;
+        /* Note [The young invariant] in client/minor.c */
+        result = young_publish(m, result);
         if (!result) {
             int saved = bh ? errno : ENOMEM;
             atomic_store(value_of(m, g), NULL);

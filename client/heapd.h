@@ -296,6 +296,8 @@ typedef struct heapd_young_stats {
     uint64_t promoted_published_bytes;
     uint64_t minor_pause_max_ns;
     uint64_t minor_pause_total_ns;
+    uint64_t minor_pause_p99_ns; /* from a log histogram: an upper bound
+                                    within 25 % */
     uint64_t bytes_in_use;       /* in the active half now */
 } heapd_young_stats;
 

@@ -267,6 +267,7 @@ void mutator_stop_slow(heapd_mutator *m)
 void mutator_safepoint_slow(heapd_mutator *m)
 {
     mutator_stop_slow(m);
+    young_resume(m); /* Note [The preparatory push] in client/minor.c */
     /* Note [Remark requests] in client/remark.c */
     if (atomic_load_explicit(&m->remark_pending, memory_order_acquire))
         remark_service(m->c, m);
@@ -349,6 +350,7 @@ void heapd_blocking_leave(heapd_mutator *m)
         return;
     mutator_check_evicted(m); /* Note [Evicted clients, client side] */
     take_stop(m, run_again(m));
+    young_resume(m); /* Note [The preparatory push] in client/minor.c */
 }
 
 int mutator_call(heapd_mutator *m, Heapd__Envelope *req,
@@ -411,6 +413,12 @@ out:
 
 int heapd_attach(heapd_client *c, heapd_mutator **out)
 {
+    return heapd_attach_opts(c, NULL, out);
+}
+
+int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
+                      heapd_mutator **out)
+{
     Heapd__AttachRequest ar = HEAPD__ATTACH_REQUEST__INIT;
     Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
     heapd_mutator *m;
@@ -419,6 +427,20 @@ int heapd_attach(heapd_client *c, heapd_mutator **out)
     if (!c || !out)
         return client_set_error(-EINVAL, "heapd_attach: NULL argument");
     *out = NULL;
+    if (opts) {
+        if (opts->flags & ~HEAPD_MUTATOR_YOUNG)
+            return client_set_error(-EINVAL, "heapd_attach_opts: unknown "
+                                    "flags 0x%x", opts->flags);
+        if (opts->young_age > LAYOUT_YOUNG_AGE_MAX)
+            return client_set_error(-EINVAL, "heapd_attach_opts: young_age "
+                                    "%u is out of range: an object is "
+                                    "promoted after 1 to %u minor "
+                                    "collections", opts->young_age,
+                                    LAYOUT_YOUNG_AGE_MAX);
+        ar.young = (opts->flags & HEAPD_MUTATOR_YOUNG) != 0;
+        ar.young_bytes = ar.young ? opts->young_size : 0;
+        ar.young_age = ar.young ? opts->young_age : 0;
+    }
     if (!c->ctl)
         return client_set_error(-EINVAL, "heapd_attach: a control "
                                 "connection (HEAPD_CONNECT_CONTROL) has no "
@@ -427,9 +449,16 @@ int heapd_attach(heapd_client *c, heapd_mutator **out)
     req.attach_request = &ar;
     if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
         return rc == -ENOMEM ? -EAGAIN : rc; /* NO_MEMORY: no free slot */
+    const Heapd__AttachReply *a = rep->attach_reply;
+    uint32_t nsegs = (uint32_t)(c->size >> c->seg_shift);
     if (rep->body_case != HEAPD__ENVELOPE__BODY_ATTACH_REPLY ||
-        rep->attach_reply->slot >= LAYOUT_MAX_MUTATORS ||
-        rep->attach_reply->region >= c->mem_regions) {
+        a->slot >= LAYOUT_MAX_MUTATORS || a->region >= c->mem_regions ||
+        (ar.young && (a->young_segments == 0 ||
+                      a->young_first < c->first_segment ||
+                      a->young_first >= nsegs ||
+                      a->young_segments > nsegs - a->young_first ||
+                      a->young_age == 0 ||
+                      a->young_age > LAYOUT_YOUNG_AGE_MAX))) {
         heapd__envelope__free_unpacked(rep, NULL);
         return client_set_error(HEAPD_EPROTO, "bad answer to attach");
     }
@@ -450,6 +479,16 @@ int heapd_attach(heapd_client *c, heapd_mutator **out)
     /* the ring's counters run on from the region's previous mutator; the
      * daemon has moved the tail up to the head */
     m->urs_head = m->urs_notified = atomic_load(&m->slot->urs_head);
+    if (ar.young) {
+        rc = young_init(m, a->young_first, a->young_segments, a->young_age);
+        if (rc < 0) {
+            /* the slot and its nursery go with the connection */
+            heapd__envelope__free_unpacked(rep, NULL);
+            pthread_mutex_destroy(&m->hold);
+            free(m);
+            return rc;
+        }
+    }
     heapd__envelope__free_unpacked(rep, NULL);
 
     pthread_mutex_lock(&c->mutators_mu);
@@ -460,6 +499,9 @@ int heapd_attach(heapd_client *c, heapd_mutator **out)
      * been given out during a stop whose collector has already counted
      * this slot as free (Note [Stop the world] in daemon/safepoint.c) */
     mutator_poll(m);
+    /* attached while marking: the stack handshake before anything young
+     * exists (Note [The preparatory push] in client/minor.c) */
+    young_resume(m);
     *out = m;
     return 0;
 }
@@ -486,6 +528,7 @@ void heapd_detach(heapd_mutator *m)
         return;
     mutator_check_evicted(m); /* Note [Evicted clients, client side] */
     alloc_release_all(m);
+    young_release(m);
     dr.slot = m->slot_index;
     req.body_case = HEAPD__ENVELOPE__BODY_DETACH_REQUEST;
     req.detach_request = &dr;
@@ -495,6 +538,7 @@ void heapd_detach(heapd_mutator *m)
     if (agent_call(&m->c->agent, &req, &rep) == 0)
         heapd__envelope__free_unpacked(rep, NULL);
     forget(m);
+    young_free(m);
     pthread_mutex_destroy(&m->hold);
     free(m);
 }
@@ -505,6 +549,7 @@ void mutator_free_all(heapd_client *c)
     while (c->mutators) {
         heapd_mutator *m = c->mutators;
         c->mutators = m->next;
+        young_free(m);
         free(m);
     }
 }
@@ -562,7 +607,10 @@ void *heapd_root_get(heapd_mutator *m, size_t slot)
     mutator_check_evicted(m); /* Note [Evicted clients, client side] */
     if (slot >= m->depth || mutator_orphaned(m)) /* Note [A dead daemon] */
         return NULL;
-    return atomic_load_explicit(&m->roots[slot], memory_order_relaxed);
+    void *v = atomic_load_explicit(&m->roots[slot], memory_order_relaxed);
+    /* a published young object: its copy (Note [The young invariant] in
+     * client/minor.c) */
+    return young_contains(&m->young, v) ? young_resolve(m, v) : v;
 }
 
 /* The safepoint before the slots go: what they held stays valid until the

@@ -15,6 +15,7 @@
 #include "frame.h"
 #include "heapd.h"
 #include "layout.h"
+#include "minor.h"
 
 /* a mutator's short waits spin this long before they sleep (Note
  * [Spinning through a pause] in client/mutator.c) */
@@ -50,6 +51,7 @@ struct heapd_mutator {
     uint64_t urs_head;               /* entries written to the URS ring */
     uint64_t urs_notified;           /* head sent in the last UrsBatch */
     struct alloc_seg cur[LAYOUT_NCLASSES];
+    struct young_gen young;          /* Note [Nurseries] in proto/young.h */
 };
 
 

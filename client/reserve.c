@@ -558,12 +558,15 @@ int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
     if (mutator_orphaned(m))
         return mutator_orphan_error(m);
     pthread_mutex_lock(&r->mu);
-    /* the next refills ask for partly free segments of this class too */
-    r->classes[cls >> 6] |= 1ull << (cls & 63);
-    *formatted = take_reusable_locked(r, cls, out);
-    if (*formatted) {
-        unlock_reserve(r);
-        return 0;
+    if (formatted) {
+        /* the next refills ask for partly free segments of this class
+         * too */
+        r->classes[cls >> 6] |= 1ull << (cls & 63);
+        *formatted = take_reusable_locked(r, cls, out);
+        if (*formatted) {
+            unlock_reserve(r);
+            return 0;
+        }
     }
     if (r->n == 0) {
         grow_batch_locked(r);

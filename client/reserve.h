@@ -59,7 +59,8 @@ void reserve_init(heapd_client *c);
 /* Stop the prefault thread (heapd_disconnect, after the agent). */
 void reserve_stop(heapd_client *c);
 /* A segment for class CLS: partly free and already formatted for CLS
- * (*FORMATTED set), or blank, waiting for the daemon if need be. */
+ * (*FORMATTED set), or blank, waiting for the daemon if need be.
+ * FORMATTED NULL: a blank one only. */
 int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
                  bool *formatted);
 /* Queue full segments to go back, sent RETURN_BATCH at a time or now. */

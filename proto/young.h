@@ -10,7 +10,7 @@
  * table (owned by the client, bound to the slot) and takes back with the
  * slot.  Only its mutator allocates there, and only its mutator's roots
  * and young objects reference it (Note [The young invariant] in
- * client/young.c).  The run is laid out as
+ * client/minor.c).  The run is laid out as
  *
  *   segment header (kind YOUNG, advisory) | pad to LAYOUT_YOUNG_START |
  *   half 0 | half 1
@@ -18,7 +18,7 @@
  * two equal halves of young_half bytes each: the mutator bump-allocates in
  * the active half, and a minor collection copies what survives into the
  * other one, which then becomes active (Note [Minor collections] in
- * client/young.c).  A young object has the shared heap's format (Note
+ * client/minor.c).  A young object has the shared heap's format (Note
  * [Objects] in proto/layout.h) and is at least LAYOUT_YOUNG_MIN bytes; the
  * header's top byte, which in the shared heap is the dirty tag, holds its
  * age, the minor collections it has survived.  When an object is copied,
@@ -30,7 +30,7 @@
  * Why in the heap, where every process maps it: the daemon can then read
  * a nursery itself, and a blocked or dead mutator never holds up marking
  * nor hides what its young objects reference (Note [The preparatory push]
- * in client/young.c); the nursery survives a restart of heapd with the
+ * in client/minor.c); the nursery survives a restart of heapd with the
  * rest of the heap; and its memory is counted and given back like any
  * segment's.  What another process writes into a nursery is its own
  * damage: nobody else's object can be reached through one (the daemon
@@ -76,7 +76,7 @@ static inline void layout_young_halves(uintptr_t run, uint64_t segs,
  * reachable from some roots hold, without moving or writing anything: the
  * mutator runs it for its preparatory push, and the daemon when it marks
  * the stack of a mutator that has not (Note [The preparatory push] in
- * client/young.c).  Its input may be anything (another process can write
+ * client/minor.c).  Its input may be anything (another process can write
  * into a nursery), so:
  *   - a young reference is followed only if it is 8-aligned, at least 8
  *     bytes into [lo, hi), and its object (header included) ends by hi;
