@@ -150,7 +150,7 @@ static void fail(const char *call, const char *what, const void *ref,
 void checked_object(const heapd_client *c, const void *ref, bool null_ok,
                     const char *call, const char *what)
 {
-    char buf[128];
+    char buf[256];
     if (!ref) {
         if (!null_ok)
             fail(call, what, ref, "it is NULL");

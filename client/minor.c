@@ -76,6 +76,8 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +94,39 @@
 #include "mutator.h"
 #include "reserve.h"
 #include "young.h"
+
+/* Note [Stopping inside a young phase]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A test hook of debug builds: HEAPD_YOUNG_STOP_IN=minor, publish or push
+ * in the environment makes a young mutator stop itself (SIGSTOP) once,
+ * halfway through its first minor collection, publication or preparatory
+ * push that has that far to go, so that a test can SIGKILL it exactly
+ * there (tests/test_young_crash.c).  Release builds (NDEBUG) have none.
+ */
+enum young_phase { PHASE_MINOR = 1, PHASE_PUBLISH, PHASE_PUSH };
+#ifndef NDEBUG
+static void stop_in(enum young_phase phase)
+{
+    static _Atomic int want = -1;
+    int w = atomic_load_explicit(&want, memory_order_relaxed);
+    if (w < 0) {
+        const char *e = getenv("HEAPD_YOUNG_STOP_IN");
+        w = !e ? 0 : strcmp(e, "minor") == 0 ? PHASE_MINOR
+                   : strcmp(e, "publish") == 0 ? PHASE_PUBLISH
+                   : strcmp(e, "push") == 0 ? PHASE_PUSH : 0;
+        atomic_store(&want, w);
+    }
+    if (w == (int)phase) {
+        atomic_store(&want, 0); /* once */
+        raise(SIGSTOP);
+    }
+}
+#else
+static inline void stop_in(enum young_phase phase)
+{
+    (void)phase;
+}
+#endif
 
 static inline uint64_t *hdr_of(void *obj)
 {
@@ -467,8 +502,11 @@ static void minor(heapd_mutator *m)
     void *pending = atomic_load(&m->slot->pending_root);
     if (young_contains(y, pending))
         atomic_store(&m->slot->pending_root, evacuate(m, &e, pending, false));
+    size_t scanned = 0, roots = m->depth;
     for (uint8_t *scan = e.to; scan < e.free || y->nwork > 0;) {
         while (scan < e.free) {
+            if (++scanned == roots / 2 + 1)
+                stop_in(PHASE_MINOR); /* Note [Stopping inside a young phase] */
             uint64_t h = *(uint64_t *)scan;
             size_t n = layout_header_nrefs(h);
             if (!forwarded(h))
@@ -560,7 +598,10 @@ void *young_resolve(const heapd_mutator *m, void *obj)
 static void promote_closure(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
+    size_t done = 0;
     while (y->nwork > 0) {
+        if (++done == 2)
+            stop_in(PHASE_PUBLISH); /* Note [Stopping inside a young phase] */
         void **obj = (void **)y->work[--y->nwork];
         size_t n = layout_header_nrefs(*hdr_of(obj));
         for (size_t k = 0; k < n; k++) {
@@ -627,11 +668,14 @@ bool young_push_roots(heapd_mutator *m)
     if (!y->on)
         return false;
     young_trace_begin(&y->trace);
-    for (size_t i = 0; i < m->depth; i++)
+    for (size_t i = 0; i < m->depth; i++) {
+        if (i == m->depth / 2 && i > 0)
+            stop_in(PHASE_PUSH); /* Note [Stopping inside a young phase] */
         young_trace_root(&y->trace,
                          (uintptr_t)atomic_load_explicit(&m->roots[i],
                                                          memory_order_relaxed),
                          emit_log, m);
+    }
     young_trace_root(&y->trace, (uintptr_t)atomic_load(&m->slot->pending_root),
                      emit_log, m);
     return true;
