@@ -266,6 +266,39 @@ static uint64_t stat_segments_adopted(const struct heap *h)
     return h->segs.adopted;
 }
 
+/* Note [Nurseries] in proto/young.h: the attached slots' young words,
+ * and the freed ones' totals (grant_free_slot). */
+static uint64_t stat_minor_collections(const struct heap *h)
+{
+    struct heap_young_words w;
+    grant_young_totals(h, &w);
+    return w.minor;
+}
+static uint64_t stat_promoted_age_bytes(const struct heap *h)
+{
+    struct heap_young_words w;
+    grant_young_totals(h, &w);
+    return w.promoted_age;
+}
+static uint64_t stat_promoted_published_bytes(const struct heap *h)
+{
+    struct heap_young_words w;
+    grant_young_totals(h, &w);
+    return w.promoted_pub;
+}
+static uint64_t stat_minor_pause_max_ns(const struct heap *h)
+{
+    struct heap_young_words w;
+    grant_young_totals(h, &w);
+    return w.pause_max_ns;
+}
+static uint64_t stat_minor_pause_total_ns(const struct heap *h)
+{
+    struct heap_young_words w;
+    grant_young_totals(h, &w);
+    return w.pause_total_ns;
+}
+
 #define STAT_LOCKED(h, name) ((h)->stats.name)
 #define STAT_ATOMIC(h, name) atomic_load(&(h)->stats.name)
 #define STAT_DERIVED(h, name) stat_##name(h)
