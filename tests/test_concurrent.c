@@ -533,10 +533,35 @@ static int op_hold(struct worker *x, heapd_mutator *m, int stop_fd)
     return 0;
 }
 
+/* A process's later threads ask for the board once its first has it, so
+ * that only process 0's first thread can be the one that makes it. */
+static pthread_mutex_t board_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t board_cv = PTHREAD_COND_INITIALIZER;
+static bool board_here;
+
+static void board_had(struct worker *x, heapd_mutator *m)
+{
+    pthread_mutex_lock(&board_mu);
+    if (x->w.thread == 0) {
+        board_here = true;
+        pthread_cond_broadcast(&board_cv);
+    } else {
+        heapd_blocking_enter(m);
+        while (!board_here)
+            pthread_cond_wait(&board_cv, &board_mu);
+        heapd_blocking_leave(m);
+    }
+    pthread_mutex_unlock(&board_mu);
+}
+
 static int work(struct worker *x, heapd_mutator *m)
 {
     int rc;
+    if (x->w.thread > 0)
+        board_had(x, m);
     void **board = heapd_global_once(m, "board", init_board, x);
+    if (x->w.thread == 0)
+        board_had(x, m);
     if (x->init_ran && !x->may_init)
         return worker_fail(x, E_BOARD_INIT_ELSEWHERE, "errno", errno);
     if (!board)
@@ -607,6 +632,12 @@ static void *worker_thread(void *arg)
         fprintf(stderr, "process %d thread %d: attach: %s\n", x->w.proc,
                 x->w.thread, heapd_last_error());
         x->rc = E_ATTACH;
+        if (x->w.thread == 0) { /* the others need not wait for it */
+            pthread_mutex_lock(&board_mu);
+            board_here = true;
+            pthread_cond_broadcast(&board_cv);
+            pthread_mutex_unlock(&board_mu);
+        }
         return NULL;
     }
     x->rc = work(x, m);
