@@ -84,6 +84,11 @@ struct state_client {
     uint64_t slots[2];
     uint32_t region[LAYOUT_MAX_MUTATORS];
     uint64_t alloc_bound[LAYOUT_MAX_MUTATORS];
+    /* each slot's nursery (Note [A nursery in the segment table]),
+     * checked against the saved segment table by resume's young_again */
+    uint32_t young_first[LAYOUT_MAX_MUTATORS];
+    uint32_t young_segs[LAYOUT_MAX_MUTATORS];
+    uint32_t young_age[LAYOUT_MAX_MUTATORS];
 };
 
 /* The records, in the body's order. */
@@ -168,6 +173,9 @@ int state_save(struct heap *h, const struct resume_client *kept)
                 continue;
             sc->region[i] = h->owners[i].region;
             sc->alloc_bound[i] = atomic_load(&h->owners[i].alloc_bound);
+            sc->young_first[i] = h->owners[i].young_first;
+            sc->young_segs[i] = h->owners[i].young_segs;
+            sc->young_age[i] = h->owners[i].young_age;
         }
     }
 
@@ -372,18 +380,22 @@ int state_restore(struct heap *h, int fd, char *why, size_t n,
     t->n_large = hd.n_large;
     t->n_reusable = hd.n_reusable;
     t->n_fenced = 0;
+    t->n_young = 0; /* counted below: the saved header has no field */
     t->orphaned = hd.orphaned;
     t->adopted = hd.adopted;
     for (uint32_t i = t->first; i < t->count; i++) {
         struct seg *s = &t->segs[i];
         bool ours = kept_client(clients, hd.n_clients, s->owner);
-        if ((s->state == SEG_OWNED && !ours) || s->fenced || s->remark ||
-            s->state > SEG_LARGE_TAIL || (i >= t->high && s->state != SEG_FREE))
+        bool young = s->state == SEG_YOUNG || s->state == SEG_YOUNG_TAIL;
+        if (((s->state == SEG_OWNED || young) && !ours) || s->fenced ||
+            s->remark || s->state > SEG_STATE_MAX ||
+            (i >= t->high && s->state != SEG_FREE))
             REFUSE("segment %u of the saved table is in state %u (fence %u, "
                    "remark %u): a clean exit leaves none such", i, s->state,
                    s->fenced, s->remark);
         s->remark_next = 0;
         s->remark_to = 0;
+        t->n_young += young;
         if ((s->state == SEG_LARGE || s->state == SEG_LARGE_TAIL) && !ours)
             s->owner = 0;
     }
@@ -441,6 +453,10 @@ int state_restore(struct heap *h, int fd, char *why, size_t n,
                 continue;
             h->owners[i].region = sc->region[i];
             atomic_store(&h->owners[i].alloc_bound, sc->alloc_bound[i]);
+            h->owners[i].young_first = sc->young_first[i];
+            h->owners[i].young_segs = sc->young_segs[i];
+            h->owners[i].young_age = sc->young_age[i];
+            h->owners[i].young_tracer = NULL;
         }
         r->next = *kept;
         *kept = r;

@@ -183,6 +183,8 @@ struct resumer {
  * then EXPECT: true, carries on as if nothing happened (its list whole,
  * allocation and a cycle work); false, sees its next call fail with
  * HEAPD_ECLOSED and a message containing SAYS. */
+static bool resumer_young; /* the kid's mutator has a nursery */
+
 static struct resumer fork_resumer(bool expect, const char *says,
                                    unsigned reconnect_ms)
 {
@@ -199,7 +201,12 @@ static struct resumer fork_resumer(bool expect, const char *says,
         close(go[1]);
         heapd_connect_opts o = {.socket_path = D.sock,
                                 .reconnect_ms = reconnect_ms};
-        if (heapd_connect(&c, &o) != 0 || heapd_attach(c, &m) != 0)
+        /* young: a small nursery, so that the list is partly young and
+         * partly promoted when heapd goes (Note [Nurseries]) */
+        heapd_mutator_opts mo = {.flags = HEAPD_MUTATOR_YOUNG,
+                                 .young_size = 256 * 1024, .young_age = 3};
+        if (heapd_connect(&c, &o) != 0 ||
+            heapd_attach_opts(c, resumer_young ? &mo : NULL, &m) != 0)
             _exit(RESUMER_SETUP);
         size_t slot = heapd_root_push(m, NULL);
         for (uint64_t i = 0; i < NODES; i++) {
@@ -211,6 +218,8 @@ static struct resumer fork_resumer(bool expect, const char *says,
             heapd_write(m, n, &n->next, heapd_root_get(m, slot));
             heapd_root_set(m, slot, n);
         }
+        if (resumer_young && !heapd_is_young(m, heapd_root_get(m, slot)))
+            _exit(RESUMER_SETUP); /* the head must be in the nursery */
         heapd_blocking_enter(m);
         if (write(ready[1], &c->client_id, sizeof c->client_id) !=
                 (ssize_t)sizeof c->client_id ||
@@ -228,11 +237,21 @@ static struct resumer fork_resumer(bool expect, const char *says,
         }
         if (!list_whole(m, slot))
             _exit(RESUMER_LIST);
-        for (int i = 0; i < 20000; i++) /* new segments from the new heapd */
-            if (!heapd_alloc(m, 2, 48))
+        for (int i = 0; i < 20000; i++) { /* new segments, new heapd */
+            if (!heapd_alloc(m, 2, 48)) {
+                fprintf(stderr, "resumer: heapd_alloc: %s (%s)\n",
+                        strerror(errno), heapd_last_error());
                 _exit(RESUMER_CALL);
-        if (heapd_collect(m, HEAPD_COLLECT_WAIT) != 0 || !list_whole(m, slot))
+            }
+        }
+        int rc = heapd_collect(m, HEAPD_COLLECT_WAIT);
+        if (rc != 0) {
+            fprintf(stderr, "resumer: heapd_collect: %s (%s)\n",
+                    heapd_strerror(rc), heapd_last_error());
             _exit(RESUMER_CALL);
+        }
+        if (!list_whole(m, slot))
+            _exit(RESUMER_LIST);
         heapd_root_pop(m, 1);
         heapd_detach(m);
         heapd_disconnect(c);
@@ -303,6 +322,45 @@ START_TEST(client_connected_at_the_restart_resumes)
     ck_assert_uint_eq(st.clients_resumed, 1);
     ck_assert_uint_eq(st.clients_crashed, 0);
     ck_assert_uint_eq(st.verify_failures, 0);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
+/* The same for a client whose mutator has a nursery: its young objects,
+ * reached only from its roots, are traced by the new heapd (Note
+ * [Tracing a slot's nursery] in daemon/mark.c), and its nursery is its
+ * own again after the restart and after a kill. */
+START_TEST(young_client_resumes_after_a_restart)
+{
+    start();
+    resumer_young = true;
+    struct resumer k = fork_resumer(true, NULL, 0);
+    harness_stop_clean(&D);
+    harness_restart(&D);
+    resumer_ends(k, "a young client resuming after a clean restart");
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_eq(st.clients_resumed, 1);
+    ck_assert_uint_eq(st.clients_crashed, 0);
+    ck_assert_uint_gt(st.minor_collections, 0);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
+START_TEST(young_client_resumes_after_a_kill)
+{
+    start();
+    resumer_young = true;
+    struct resumer k = fork_resumer(true, NULL, 0);
+    harness_kill(&D);
+    harness_restart(&D);
+    resumer_ends(k, "a young client connected when heapd was killed");
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_eq(st.clients_resumed, 1);
+    ck_assert_uint_eq(st.crashes_recovered, 1);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
     harness_forget_store(&D);
@@ -562,6 +620,8 @@ static Suite *suite(void)
     tcase_add_test(t, client_dead_at_the_restart_is_dropped);
     tcase_add_test(t, client_connected_at_the_restart_resumes);
     tcase_add_test(t, a_kept_client_is_resumed_by_itself_only);
+    tcase_add_test(t, young_client_resumes_after_a_restart);
+    tcase_add_test(t, young_client_resumes_after_a_kill);
     tcase_add_test(t, client_not_kept_is_told);
     tcase_add_test(t, client_connected_at_a_kill_resumes);
     tcase_add_test(t, client_gives_up_after_reconnect_ms);
