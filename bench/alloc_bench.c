@@ -3,10 +3,15 @@
  *
  * What it measures: nanoseconds per allocation of objects with S payload
  * bytes (S = 16, 32, 64, 256), for
- *   glibc     malloc(S) + free       (glibc's own malloc, see below)
- *   mimalloc  mi_malloc(S) + mi_free
- *   boehm     GC_MALLOC(S), garbage dropped for the collector
- *   heapd     heapd_alloc(m, 0, S), garbage dropped for the collector
+ *   glibc        malloc(S) + free       (glibc's own malloc, see below)
+ *   mimalloc     mi_malloc(S) + mi_free
+ *   mi_zalloc    mi_zalloc(S) + mi_free (zeroed, as heapd_alloc's memory is)
+ *   boehm        GC_MALLOC(S), garbage dropped for the collector
+ *   heapd        heapd_alloc(m, 0, S), garbage dropped for the collector
+ *   heapd_young  heapd_alloc(y, 0, S) from a second mutator, attached with
+ *                HEAPD_MUTATOR_YOUNG (a nursery: --young-size, --young-age,
+ *                default the heap's), garbage dropped for its minor
+ *                collections
  *
  * How: every allocator runs the same loop.  N objects (default 10 million)
  * are allocated one after the other; object k goes into slot k % 1024 of a
@@ -20,12 +25,20 @@
  * held at safepoints while the daemon's collector threads work, on the same
  * CPUs).  For Boehm the ring is a GC_MALLOC'd
  * array; for heapd it is one heapd object with 1024 reference fields, kept on
- * the root stack and updated with heapd_write.  Each (allocator, size) gets a
+ * the root stack and updated with heapd_write.  For heapd_young the ring is
+ * L root slots of the young mutator, set with heapd_root_set: a rooted ring
+ * object would itself be promoted after young_age minor collections (it
+ * survives them all), and every heapd_write of a young object into it
+ * would then publish that object (Note [Young objects, for the program] in
+ * heapd.h), measuring promotion rather than young allocation; root slots
+ * keep the ring's objects young until they drop out of it, as a program's
+ * short-lived objects are.  Each (allocator, size) gets a
  * warm-up run, then R timed runs (default 5) interleaved across allocators;
  * the reported figure is the median run's elapsed CLOCK_MONOTONIC time / N.
  *
  * Caveats, stated in docs/benchmarks.md too: the GC allocators return zeroed
- * memory and malloc/mi_malloc do not; Boehm rounds small requests up (with
+ * memory and malloc/mi_malloc do not (mi_zalloc does: the fair peer of
+ * heapd_alloc); Boehm rounds small requests up (with
  * interior pointers on, its default, 16 bytes cost a 32-byte granule).
  *
  * Debian's libmimalloc.so exports malloc/free (and __libc_malloc) and so
@@ -35,10 +48,15 @@
  *
  * Output: one line per result,
  *   RESULT alloc allocator=NAME size=S n=N runs=R median_ns=X min_ns=X max_ns=X
- * then a markdown table with the ratio heapd/mimalloc.
+ * (for heapd_young also
+ *   RESULT alloc-heapd-young minor_collections=.. minor_pause_max_ns=..
+ *          minor_pause_p99_ns=.. promoted_age_bytes=.. ...),
+ * then a markdown table with the ratios heapd/mimalloc and
+ * heapd_young/mi_zalloc.
  *
  *   alloc_bench [-n N] [-r R] [--sizes 16,32,64,256] [--ring 1024]
- *               [--socket PATH] [--no-heapd]
+ *               [--young-size BYTES] [--young-age A] [--socket PATH]
+ *               [--no-heapd]
  */
 #include <dlfcn.h>
 #include <getopt.h>
@@ -61,14 +79,18 @@
 #define MAX_SIZES 16
 #define MAX_RUNS 101
 
-enum { A_GLIBC, A_MIMALLOC, A_BOEHM, A_HEAPD, N_ALLOC };
-static const char *const alloc_name[N_ALLOC] = {"glibc", "mimalloc", "boehm",
-                                                "heapd"};
+enum { A_GLIBC, A_MIMALLOC, A_MI_ZALLOC, A_BOEHM, A_HEAPD, A_HEAPD_YOUNG,
+       N_ALLOC };
+static const char *const alloc_name[N_ALLOC] = {
+    "glibc", "mimalloc", "mi_zalloc", "boehm", "heapd", "heapd_young"};
+
+static bool is_heapd(int a) { return a == A_HEAPD || a == A_HEAPD_YOUNG; }
 
 static void *(*libc_malloc)(size_t);
 static void (*libc_free)(void *);
 
-static heapd_mutator *hm;
+static heapd_mutator *hm;  /* attached without a young generation */
+static heapd_mutator *hy;  /* attached with HEAPD_MUTATOR_YOUNG */
 static size_t ring_len = 1024; /* live slots */
 
 /* The ring for the manual allocators (for Boehm it is on the GC heap). */
@@ -100,6 +122,23 @@ static uint64_t run_mimalloc(size_t n, size_t size)
         void *p = mi_malloc(size);
         if (!p)
             die("mi_malloc(%zu): out of memory", size);
+        manual_ring[s] = p;
+    }
+    uint64_t t1 = now_ns();
+    for (size_t s = 0; s < ring_len; s++)
+        mi_free(manual_ring[s]);
+    return t1 - t0;
+}
+
+static uint64_t run_mi_zalloc(size_t n, size_t size)
+{
+    memset(manual_ring, 0, ring_len * sizeof(void *));
+    uint64_t t0 = now_ns();
+    for (size_t k = 0, s = 0; k < n; k++, s = s + 1 == ring_len ? 0 : s + 1) {
+        mi_free(manual_ring[s]);
+        void *p = mi_zalloc(size);
+        if (!p)
+            die("mi_zalloc(%zu): out of memory", size);
         manual_ring[s] = p;
     }
     uint64_t t1 = now_ns();
@@ -143,21 +182,46 @@ static uint64_t run_heapd(size_t n, size_t size)
     return t1 - t0;
 }
 
-static uint64_t (*const run_alloc[N_ALLOC])(size_t, size_t) = {
-    run_glibc, run_mimalloc, run_boehm, run_heapd};
+/* The young mutator's ring: root slots (see the top of the file).  The
+ * new object is rooted by heapd_root_set, the safepoint that ends the life
+ * of the slot's previous occupant; nothing but the roots holds a young
+ * object, so a minor collection copies the ring's objects and nothing
+ * else. */
+static uint64_t run_heapd_young(size_t n, size_t size)
+{
+    size_t base = heapd_root_depth(hy);
+    for (size_t s = 0; s < ring_len; s++)
+        if (heapd_root_push(hy, NULL) == (size_t)-1)
+            die("heapd_root_push (ring slot %zu of %zu): %s; use a smaller "
+                "--ring", s, ring_len, strerror(errno));
+    uint64_t t0 = now_ns();
+    for (size_t k = 0, s = 0; k < n; k++, s = s + 1 == ring_len ? 0 : s + 1) {
+        void *p = heapd_alloc(hy, 0, size);
+        if (!p)
+            die("heapd_alloc(0, %zu) (young): %s", size, strerror(errno));
+        heapd_root_set(hy, base + s, p);
+    }
+    uint64_t t1 = now_ns();
+    heapd_root_pop(hy, ring_len);
+    return t1 - t0;
+}
 
-/* One run of allocator A.  While another allocator runs, the heapd mutator
- * reaches no safepoint for up to a second, so it says it is blocking (Note
- * [Client GC discipline]) rather than hold up heapd's collections. */
+static uint64_t (*const run_alloc[N_ALLOC])(size_t, size_t) = {
+    run_glibc, run_mimalloc, run_mi_zalloc, run_boehm, run_heapd,
+    run_heapd_young};
+
+/* One run of allocator A.  While another allocator runs, the heapd
+ * mutators reach no safepoint for up to a second, so they say they are
+ * blocking (Note [Client GC discipline]) rather than hold up heapd's
+ * collections; the one that runs leaves its blocking region first. */
 static uint64_t run_one(int a, size_t n, size_t size)
 {
-    if (a == A_HEAPD)
-        return run_heapd(n, size);
-    if (hm)
-        heapd_blocking_enter(hm);
+    heapd_mutator *self = a == A_HEAPD ? hm : a == A_HEAPD_YOUNG ? hy : NULL;
+    if (self)
+        heapd_blocking_leave(self);
     uint64_t t = run_alloc[a](n, size);
-    if (hm)
-        heapd_blocking_leave(hm);
+    if (self)
+        heapd_blocking_enter(self);
     return t;
 }
 
@@ -207,13 +271,18 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: alloc_bench [-n N] [-r R] [--sizes S,S,...] "
-            "[--ring L] [--socket PATH] [--no-heapd]\n"
+            "[--ring L] [--young-size BYTES] [--young-age A]\n"
+            "                   [--socket PATH] [--no-heapd]\n"
             "  -n, --count N   allocations per run and size (default "
             "10000000)\n"
             "  -r, --runs R    timed runs after one warm-up (default 5)\n"
             "  --sizes LIST    payload sizes in bytes (default "
             "16,32,64,256)\n"
             "  --ring L        live objects kept (default 1024)\n"
+            "  --young-size B  heapd_young's nursery in bytes (default: the "
+            "heap's young_size)\n"
+            "  --young-age A   minor collections before promotion, 1..8 "
+            "(default: the heap's)\n"
             "  --socket PATH   heapd's socket (default $HEAPD_SOCKET, then "
             "the system one)\n"
             "  --no-heapd      skip heapd (no daemon needed)\n");
@@ -227,8 +296,10 @@ int main(int argc, char **argv)
     size_t nsizes = 4;
     const char *sock = NULL;
     bool use_heapd = true;
+    heapd_mutator_opts yopts = {.flags = HEAPD_MUTATOR_YOUNG};
 
-    enum { OPT_SIZES = 256, OPT_RING, OPT_SOCKET, OPT_NO_HEAPD };
+    enum { OPT_SIZES = 256, OPT_RING, OPT_SOCKET, OPT_NO_HEAPD,
+           OPT_YOUNG_SIZE, OPT_YOUNG_AGE };
     static const struct option opts[] = {
         {"count", required_argument, NULL, 'n'},
         {"runs", required_argument, NULL, 'r'},
@@ -236,6 +307,8 @@ int main(int argc, char **argv)
         {"ring", required_argument, NULL, OPT_RING},
         {"socket", required_argument, NULL, OPT_SOCKET},
         {"no-heapd", no_argument, NULL, OPT_NO_HEAPD},
+        {"young-size", required_argument, NULL, OPT_YOUNG_SIZE},
+        {"young-age", required_argument, NULL, OPT_YOUNG_AGE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -252,6 +325,12 @@ int main(int argc, char **argv)
             break;
         case OPT_SOCKET: sock = optarg; break;
         case OPT_NO_HEAPD: use_heapd = false; break;
+        case OPT_YOUNG_SIZE:
+            yopts.young_size = parse_count("--young-size", optarg);
+            break;
+        case OPT_YOUNG_AGE:
+            yopts.young_age = (unsigned)parse_count("--young-age", optarg);
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -269,7 +348,15 @@ int main(int argc, char **argv)
     heapd_stats_t st0 = {0}, st1 = {0};
     if (use_heapd) {
         heapd_open(sock, "alloc_bench", &hc, &hm);
-        heapd_stats_or_die(hc, hm, &st0);
+        /* a second mutator of the same thread: each is in a blocking
+         * region except while its own column runs (run_one) */
+        int rc = heapd_attach_opts(hc, &yopts, &hy);
+        if (rc < 0)
+            die("heapd_attach_opts(HEAPD_MUTATOR_YOUNG): %s (%s)",
+                heapd_strerror(rc), heapd_last_error());
+        heapd_blocking_enter(hm);
+        heapd_blocking_enter(hy);
+        heapd_stats_or_die(hc, NULL, &st0);
     }
 
     printf("# alloc_bench: n=%zu per run, %zu timed runs after 1 warm-up, "
@@ -280,28 +367,31 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     static double med[MAX_SIZES][N_ALLOC];
-    uint64_t heapd_ns = 0, heapd_allocs = 0;
+    uint64_t heapd_ns = 0, heapd_allocs = 0, young_ns = 0, young_allocs = 0;
     for (size_t si = 0; si < nsizes; si++) {
         double ns[N_ALLOC][MAX_RUNS];
         for (int a = 0; a < N_ALLOC; a++) {
-            if (a == A_HEAPD && !use_heapd)
+            if (is_heapd(a) && !use_heapd)
                 continue;
             (void)run_one(a, n, sizes[si]); /* warm-up */
         }
         for (size_t r = 0; r < runs; r++) {
             for (int a = 0; a < N_ALLOC; a++) {
-                if (a == A_HEAPD && !use_heapd)
+                if (is_heapd(a) && !use_heapd)
                     continue;
                 uint64_t t = run_one(a, n, sizes[si]);
                 ns[a][r] = (double)t / (double)n;
                 if (a == A_HEAPD) {
                     heapd_ns += t;
                     heapd_allocs += n;
+                } else if (a == A_HEAPD_YOUNG) {
+                    young_ns += t;
+                    young_allocs += n;
                 }
             }
         }
         for (int a = 0; a < N_ALLOC; a++) {
-            if (a == A_HEAPD && !use_heapd)
+            if (is_heapd(a) && !use_heapd)
                 continue;
             double m = median(ns[a], runs); /* sorts: [0] min, [runs-1] max */
             med[si][a] = m;
@@ -314,7 +404,7 @@ int main(int argc, char **argv)
     }
 
     if (use_heapd) {
-        heapd_stats_or_die(hc, hm, &st1);
+        heapd_stats_or_die(hc, NULL, &st1); /* both mutators are blocking */
         printf("RESULT alloc-heapd-gc cycles=%llu pause_max_ns=%llu "
                "pause_total_ns=%llu ttsp_max_ns=%llu "
                "heap_committed_bytes=%llu bytes_allocated=%llu "
@@ -327,24 +417,47 @@ int main(int argc, char **argv)
                (unsigned long long)(st1.bytes_allocated - st0.bytes_allocated),
                (unsigned long long)heapd_allocs,
                (unsigned long long)heapd_ns);
+        heapd_young_stats ys;
+        heapd_young_stats_get(hy, &ys);
+        printf("RESULT alloc-heapd-young young_bytes=%llu young_age=%u "
+               "minor_collections=%llu minor_pause_max_ns=%llu "
+               "minor_pause_p99_ns=%llu minor_pause_total_ns=%llu "
+               "promoted_age_bytes=%llu promoted_published_bytes=%llu "
+               "timed_allocs=%llu timed_ns=%llu\n",
+               (unsigned long long)ys.young_bytes, ys.young_age,
+               (unsigned long long)ys.minor_collections,
+               (unsigned long long)ys.minor_pause_max_ns,
+               (unsigned long long)ys.minor_pause_p99_ns,
+               (unsigned long long)ys.minor_pause_total_ns,
+               (unsigned long long)ys.promoted_age_bytes,
+               (unsigned long long)ys.promoted_published_bytes,
+               (unsigned long long)young_allocs,
+               (unsigned long long)young_ns);
     }
     printf("RESULT alloc-boehm-gc collections=%llu heap_bytes=%zu\n",
            (unsigned long long)GC_get_gc_no(), GC_get_heap_size());
 
-    printf("\n| payload bytes | glibc malloc+free | mimalloc | Boehm GC_MALLOC "
-           "| heapd_alloc | heapd / mimalloc |\n"
-           "|---:|---:|---:|---:|---:|---:|\n");
+    printf("\n| payload bytes | glibc malloc+free | mimalloc | mi_zalloc "
+           "| Boehm GC_MALLOC | heapd_alloc | heapd young | "
+           "heapd / mimalloc | heapd young / mi_zalloc |\n"
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (size_t si = 0; si < nsizes; si++) {
-        printf("| %zu | %.1f ns | %.1f ns | %.1f ns |", sizes[si],
-               med[si][A_GLIBC], med[si][A_MIMALLOC], med[si][A_BOEHM]);
+        printf("| %zu | %.1f ns | %.1f ns | %.1f ns | %.1f ns |", sizes[si],
+               med[si][A_GLIBC], med[si][A_MIMALLOC], med[si][A_MI_ZALLOC],
+               med[si][A_BOEHM]);
         if (use_heapd)
-            printf(" %.1f ns | %.2f× |\n", med[si][A_HEAPD],
-                   med[si][A_HEAPD] / med[si][A_MIMALLOC]);
+            printf(" %.1f ns | %.1f ns | %.2f× | %.2f× |\n",
+                   med[si][A_HEAPD], med[si][A_HEAPD_YOUNG],
+                   med[si][A_HEAPD] / med[si][A_MIMALLOC],
+                   med[si][A_HEAPD_YOUNG] / med[si][A_MI_ZALLOC]);
         else
-            printf(" – | – |\n");
+            printf(" – | – | – | – |\n");
     }
 
     if (use_heapd) {
+        heapd_blocking_leave(hy);
+        heapd_blocking_leave(hm);
+        heapd_detach(hy);
         heapd_detach(hm);
         heapd_disconnect(hc);
     }

@@ -25,6 +25,22 @@
  *           a pushed slot while the right one is built into the caller's slot
  *           and while the parent is allocated; the parent then replaces the
  *           right subtree in the caller's slot.
+ *           --young attaches the mutator with HEAPD_MUTATOR_YOUNG (nursery
+ *           --young-size, --young-age, default the heap's): then objects
+ *           MOVE at every heapd_alloc (a minor collection) and when a store
+ *           into a shared object publishes them (Note [Young objects, for
+ *           the program] in heapd.h), so no C local may hold one across an
+ *           allocation.  MakeTree already keeps everything in root slots
+ *           and reads it back after each allocation; Populate does not (it
+ *           holds the parent in a local), so with --young it runs rooted:
+ *           the node being populated sits in a root slot of its level (one
+ *           slot per depth, pushed once), is read back from it after each
+ *           allocation, and its children are handed to the next level's
+ *           slot.  --rooted runs that rooted Populate without a young
+ *           generation, to tell what the port costs from what the young
+ *           generation gains.  Minor collections: heapd_young_stats_get
+ *           (count, longest, p99, promoted bytes, by age and by
+ *           publication), added to the RESULT line.
  *           Pauses: heapd_stats pause_max_ns / pause_total_ns (the daemon's
  *           figures for the heap: run against a fresh heapd so they cover this
  *           program only), and when heapd_stats_t has them (the build checks,
@@ -49,6 +65,8 @@
  *          maxrss_kib=.. heap_committed_end=.. heap_committed_peak=.. gcs=..
  *
  *   gcbench heapd|boehm|malloc [--socket PATH] [--check]
+ *           [--young | --rooted] [--young-size BYTES] [--young-age A]
+ * (impl= in the RESULT line is heapd, heapd_young or heapd_rooted)
  * --check verifies the shape of every tree built (slower; for debugging
  * collectors, not for timing).
  */
@@ -348,6 +366,11 @@ static const char *h_sock;
 static heapd_client *hc;
 static heapd_mutator *hm;
 static size_t h_tree_slot, h_array_slot, h_temp_slot;
+static bool h_young, h_rooted;          /* --young (implies rooted), --rooted */
+static heapd_mutator_opts h_yopts = {.flags = HEAPD_MUTATOR_YOUNG};
+/* The rooted Populate's slots: h_level_slot[k] holds the node of height k
+ * being populated. */
+static size_t h_level_slot[STRETCH_DEPTH + 1];
 static heapd_stats_t h_st0;
 static uint64_t h_committed_peak;
 
@@ -372,12 +395,27 @@ static void *h_node(void)
 
 static void h_init(void)
 {
-    heapd_open(h_sock, "gcbench", &hc, &hm);
+    if (h_young) {
+        heapd_connect_opts o = {.socket_path = h_sock,
+                                .client_name = "gcbench"};
+        int rc = heapd_connect(&hc, &o);
+        if (rc < 0)
+            die("heapd_connect: %s", heapd_last_error());
+        rc = heapd_attach_opts(hc, &h_yopts, &hm);
+        if (rc < 0)
+            die("heapd_attach_opts(HEAPD_MUTATOR_YOUNG): %s (%s)",
+                heapd_strerror(rc), heapd_last_error());
+    } else {
+        heapd_open(h_sock, "gcbench", &hc, &hm);
+    }
     heapd_stats_or_die(hc, hm, &h_st0);
     h_committed_peak = h_st0.heap_committed_bytes;
     h_tree_slot = h_push(NULL);
     h_array_slot = h_push(NULL);
     h_temp_slot = h_push(NULL);
+    if (h_rooted)
+        for (int k = 0; k <= STRETCH_DEPTH; k++)
+            h_level_slot[k] = h_push(NULL);
 }
 
 /* N is reachable from a root; each new child is linked into it before the
@@ -393,6 +431,32 @@ static void h_populate(int d, void *n)
     heapd_write(hm, n, &f[1], r);
     h_populate(d - 1, l);
     h_populate(d - 1, r);
+}
+
+/* Populate, rooted (--rooted, --young): the node of height D is in root
+ * slot SLOT.  Nothing is kept in a C local across heapd_alloc: the node is
+ * read back from its slot after each one, since a young node may have
+ * moved (a minor collection) and a write into a promoted one publishes
+ * the child, whose young address is then stale.  Each child goes into
+ * the next level's slot while it is populated; the node itself, still
+ * rooted, keeps the finished left subtree alive. */
+static void h_populate_rooted(int d, size_t slot)
+{
+    if (d <= 0)
+        return;
+    void *l = h_node();
+    void **n = heapd_root_get(hm, slot);
+    heapd_write(hm, n, &n[0], l);
+    void *r = h_node();
+    n = heapd_root_get(hm, slot);
+    heapd_write(hm, n, &n[1], r);
+    size_t child = h_level_slot[d - 1];
+    heapd_root_set(hm, child, n[0]);  /* N is rooted: valid past the set */
+    h_populate_rooted(d - 1, child);
+    n = heapd_root_get(hm, slot);
+    heapd_root_set(hm, child, n[1]);
+    h_populate_rooted(d - 1, child);
+    heapd_root_set(hm, child, NULL);
 }
 
 /* Build a tree of depth D into root slot OUT. */
@@ -423,9 +487,14 @@ static void h_stretch(void)
 
 static void h_long_lived_build(void)
 {
-    void *t = h_node();
-    heapd_root_set(hm, h_tree_slot, t);
-    h_populate(LONG_LIVED_DEPTH, t);
+    if (h_rooted) {
+        heapd_root_set(hm, h_tree_slot, h_node());
+        h_populate_rooted(LONG_LIVED_DEPTH, h_tree_slot);
+    } else {
+        void *t = h_node();
+        heapd_root_set(hm, h_tree_slot, t);
+        h_populate(LONG_LIVED_DEPTH, t);
+    }
     void *a = heapd_alloc(hm, 0, sizeof(double) * ARRAY_SIZE);
     if (!a)
         die("heapd_alloc(0, %zu): %s", sizeof(double) * ARRAY_SIZE,
@@ -436,7 +505,13 @@ static void h_long_lived_build(void)
 
 static void h_top_down(int d, long iters)
 {
-    for (long k = 0; k < iters; k++) {
+    for (long k = 0; k < iters && h_rooted; k++) {
+        heapd_root_set(hm, h_temp_slot, h_node());
+        h_populate_rooted(d, h_temp_slot);
+        if (check_trees)
+            check_shape(heapd_root_get(hm, h_temp_slot), d, h_left, h_right);
+    }
+    for (long k = 0; k < iters && !h_rooted; k++) {
         void *t = h_node();
         heapd_root_set(hm, h_temp_slot, t);
         h_populate(d, t);
@@ -471,6 +546,12 @@ static void h_sample(void)
         h_committed_peak = st.heap_committed_bytes;
 }
 
+/* impl= of the RESULT line: the mode */
+static const char *h_name(void)
+{
+    return h_young ? "heapd_young" : h_rooted ? "heapd_rooted" : "heapd";
+}
+
 static void h_report(double total_ms)
 {
     heapd_stats_t st;
@@ -491,10 +572,10 @@ static void h_report(double total_ms)
            (unsigned long long)st.segments_owned,
            (unsigned long long)st.segments_filled,
            (unsigned long long)st.segments_large);
-    printf("RESULT gcbench impl=heapd total_ms=%.1f pause_max_ms=%.3f "
+    printf("RESULT gcbench impl=%s total_ms=%.1f pause_max_ms=%.3f "
            "pause_total_ms=%.1f maxrss_kib=%ld heap_committed_end=%llu "
            "heap_committed_peak=%llu gcs=%llu",
-           total_ms, st.pause_max_ns / 1e6,
+           h_name(), total_ms, st.pause_max_ns / 1e6,
            (st.pause_total_ns - h_st0.pause_total_ns) / 1e6, peak_rss_kib(),
            (unsigned long long)st.heap_committed_bytes,
            (unsigned long long)h_committed_peak, (unsigned long long)cycles);
@@ -504,8 +585,22 @@ static void h_report(double total_ms)
     printf(" snapshot_pause_max_ms=%.3f final_sync_pause_max_ms=%.3f",
            st.snapshot_pause_max_ns / 1e6, st.final_sync_pause_max_ns / 1e6);
 #endif
+    if (h_young) {
+        heapd_young_stats ys;
+        heapd_young_stats_get(hm, &ys);
+        printf(" young_bytes=%llu young_age=%u minor_collections=%llu "
+               "minor_pause_max_ms=%.3f minor_pause_p99_ms=%.3f "
+               "minor_pause_total_ms=%.1f promoted_age_bytes=%llu "
+               "promoted_published_bytes=%llu",
+               (unsigned long long)ys.young_bytes, ys.young_age,
+               (unsigned long long)ys.minor_collections,
+               ys.minor_pause_max_ns / 1e6, ys.minor_pause_p99_ns / 1e6,
+               ys.minor_pause_total_ns / 1e6,
+               (unsigned long long)ys.promoted_age_bytes,
+               (unsigned long long)ys.promoted_published_bytes);
+    }
     printf("\n");
-    heapd_root_pop(hm, 3);
+    heapd_root_pop(hm, heapd_root_depth(hm));
     heapd_detach(hm);
     heapd_disconnect(hc);
 }
@@ -522,7 +617,15 @@ static const impl impls[] = {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: gcbench heapd|boehm|malloc [--socket PATH] "
-               "[--check]\n");
+               "[--check]\n"
+               "               [--young | --rooted] [--young-size BYTES] "
+               "[--young-age A]\n"
+               "  --young       heapd: attach with HEAPD_MUTATOR_YOUNG (and "
+               "populate rooted)\n"
+               "  --rooted      heapd: populate rooted, no young generation\n"
+               "  --young-size  the nursery in bytes (default: the heap's)\n"
+               "  --young-age   minor collections before promotion, 1..8 "
+               "(default: the heap's)\n");
 }
 
 static double ms_since(uint64_t t0) { return (now_ns() - t0) / 1e6; }
@@ -539,10 +642,15 @@ static void sample(const impl *im)
 int main(int argc, char **argv)
 {
     bench_prog = "gcbench";
-    enum { OPT_SOCKET = 256, OPT_CHECK };
+    enum { OPT_SOCKET = 256, OPT_CHECK, OPT_YOUNG, OPT_ROOTED,
+           OPT_YOUNG_SIZE, OPT_YOUNG_AGE };
     static const struct option opts[] = {
         {"socket", required_argument, NULL, OPT_SOCKET},
         {"check", no_argument, NULL, OPT_CHECK},
+        {"young", no_argument, NULL, OPT_YOUNG},
+        {"rooted", no_argument, NULL, OPT_ROOTED},
+        {"young-size", required_argument, NULL, OPT_YOUNG_SIZE},
+        {"young-age", required_argument, NULL, OPT_YOUNG_AGE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -551,6 +659,14 @@ int main(int argc, char **argv)
         switch (c) {
         case OPT_SOCKET: h_sock = optarg; break;
         case OPT_CHECK: check_trees = true; break;
+        case OPT_YOUNG: h_young = h_rooted = true; break;
+        case OPT_ROOTED: h_rooted = true; break;
+        case OPT_YOUNG_SIZE:
+            h_yopts.young_size = parse_count("--young-size", optarg);
+            break;
+        case OPT_YOUNG_AGE:
+            h_yopts.young_age = (unsigned)parse_count("--young-age", optarg);
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -563,7 +679,7 @@ int main(int argc, char **argv)
     for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++)
         if (strcmp(argv[optind], impls[k].name) == 0)
             im = &impls[k];
-    if (!im) {
+    if (!im || (h_rooted && strcmp(im->name, "heapd") != 0)) {
         usage(stderr);
         return 2;
     }
@@ -571,7 +687,8 @@ int main(int argc, char **argv)
     im->init();
     printf("GCBench on %s%s: stretch tree depth %d, long-lived tree depth "
            "%d, array of %d doubles, trees of depth %d..%d\n",
-           im->name, check_trees ? " (--check: every tree verified)" : "",
+           strcmp(im->name, "heapd") == 0 ? h_name() : im->name,
+           check_trees ? " (--check: every tree verified)" : "",
            STRETCH_DEPTH, LONG_LIVED_DEPTH, ARRAY_SIZE, MIN_DEPTH, MAX_DEPTH);
     fflush(stdout);
 

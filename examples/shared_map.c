@@ -20,6 +20,22 @@
  *
  * Exit status 0 if every check passed, 1 otherwise.
  *
+ * Benchmark mode (scripts/bench runs it, docs/benchmarks.md reports it):
+ *
+ *   heapd-shared-map --bench [--young] [--ops N] [--socket PATH]
+ *
+ * One process, no fork: it attaches one mutator (with HEAPD_MUTATOR_YOUNG
+ * if --young: the map's new strings and entries are born in its nursery,
+ * and each is published, i.e. copied into the shared heap, when it is
+ * stored into the map), makes the same map under the global "bench.map",
+ * puts every key, then times N operations (default 5000000) on random
+ * keys: 20 % updates (map_put of a new value string, the old one becomes
+ * garbage) and 80 % lookups (find the entry, read its value string).  It
+ * prints
+ *   RESULT map impl=heapd|heapd_young ops=N updates=U total_ms=..
+ *          ops_per_s=.. cycles=.. pause_max_ns=.. minor_collections=.. ...
+ * and then checks the map as the demo does (exit status 1 if damaged).
+ *
  * Note [Shared map GC discipline]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * The example follows Note [Client GC discipline] in heapd.h: what was
@@ -165,6 +181,11 @@ static int map_put(heapd_mutator *m, void **table, const char *key,
         what = "heapd_root_push";
         goto fail;
     }
+    /* for a young mutator (--bench --young) V and K may have moved at the
+     * allocations since they were rooted: read them back (Note [Young
+     * objects, for the program] in heapd.h); for any other, a no-op */
+    v = heapd_root_get(m, base);
+    k = heapd_root_get(m, base + 1);
     /* entries are only ever added at a chain's head, so a failed CAS
      * means "look again" */
     heapd_write(m, e, &e->key, k);
@@ -657,12 +678,144 @@ out:
     return ok;
 }
 
+/* ---- benchmark mode ---- */
+
+#define BENCH_MAP_NAME "bench.map"
+#define BENCH_UPDATE_PERCENT 20
+
+static uint64_t bench_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* --bench: see the top of the file.  Returns the exit status. */
+static int bench_main(const char *sock, bool young, uint64_t ops)
+{
+    const char *name = young ? "heapd_young" : "heapd";
+    heapd_mutator_opts mo = { .flags = young ? HEAPD_MUTATOR_YOUNG : 0 };
+    /* the map's check wants worker-0's own key: this process is worker 0
+     * of 1 */
+    struct worker self = { .id = 0, .workers = 1 };
+    char key[24], val[STR_MAX];
+    unsigned seed = 12345;
+    uint64_t seq = 0, updates = 0, found_bytes = 0, t0, t1;
+    heapd_stats_t st0, st1;
+    heapd_young_stats ys;
+    struct map_report r;
+    heapd_mutator *m = NULL;
+    heapd_client *c;
+    bool created = false;
+    void **table;
+    int rc = 1, err;
+
+    if (!(c = connect_as(sock, "shared-map bench")))
+        return 1;
+    if ((err = heapd_attach_opts(c, &mo, &m)) < 0) {
+        fprintf(stderr, "bench: heapd_attach_opts: %s\n", heapd_last_error());
+        goto out;
+    }
+    /* the table is a global's target (published if young): a C pointer to
+     * it stays valid, Note [Shared map GC discipline] */
+    if (!(table = heapd_global_once(m, BENCH_MAP_NAME, map_create,
+                                    &created))) {
+        fprintf(stderr, "bench: heapd_global_once(\"%s\"): %s\n",
+                BENCH_MAP_NAME, strerror(errno));
+        goto out;
+    }
+    for (unsigned i = 0; i < MAP_KEYS; i++) {
+        snprintf(key, sizeof key, "k%03u", i);
+        snprintf(val, sizeof val, "%s by worker-0 #%" PRIu64, key, ++seq);
+        if (map_put(m, table, key, val, "bench") < 0)
+            goto out;
+    }
+    heapd_blocking_enter(m);
+    err = heapd_stats(c, &st0);
+    heapd_blocking_leave(m);
+    if (err < 0) {
+        fprintf(stderr, "bench: heapd_stats: %s\n", heapd_last_error());
+        goto out;
+    }
+
+    t0 = bench_now_ns();
+    for (uint64_t i = 0; i < ops; i++) {
+        unsigned x = (unsigned)rand_r(&seed);
+        unsigned k = x % MAP_KEYS;
+        snprintf(key, sizeof key, "k%03u", k);
+        if ((x / MAP_KEYS) % 100 < BENCH_UPDATE_PERCENT) {
+            snprintf(val, sizeof val, "%s by worker-0 #%" PRIu64, key, ++seq);
+            if (map_put(m, table, key, val, "bench") < 0)
+                goto out;
+            updates++;
+        } else {
+            /* no safepoint until the next update: the entry and its value
+             * stay valid (Note [Shared map GC discipline]) */
+            struct entry *e = chain_find(load_ref(&table[bucket_of(key)]),
+                                         key);
+            if (!e) {
+                fprintf(stderr, "bench: key %s is missing from the map\n",
+                        key);
+                goto out;
+            }
+            found_bytes += strlen(heapd_bytes(load_ref(&e->value)));
+        }
+    }
+    t1 = bench_now_ns();
+
+    heapd_young_stats_get(m, &ys);
+    heapd_blocking_enter(m);
+    err = heapd_stats(c, &st1);
+    heapd_blocking_leave(m);
+    if (err < 0) {
+        fprintf(stderr, "bench: heapd_stats: %s\n", heapd_last_error());
+        goto out;
+    }
+    printf("RESULT map impl=%s ops=%" PRIu64 " updates=%" PRIu64
+           " total_ms=%.1f ops_per_s=%.0f cycles=%" PRIu64
+           " pause_max_ns=%" PRIu64 " pause_total_ns=%" PRIu64
+           " bytes_allocated=%" PRIu64 " minor_collections=%" PRIu64
+           " minor_pause_max_ns=%" PRIu64 " minor_pause_p99_ns=%" PRIu64
+           " promoted_age_bytes=%" PRIu64 " promoted_published_bytes=%"
+           PRIu64 " value_bytes_read=%" PRIu64 "\n",
+           name, ops, updates, (t1 - t0) / 1e6,
+           (double)ops * 1e9 / (double)(t1 - t0),
+           st1.cycles_completed - st0.cycles_completed, st1.pause_max_ns,
+           st1.pause_total_ns - st0.pause_total_ns,
+           st1.bytes_allocated - st0.bytes_allocated, ys.minor_collections,
+           ys.minor_pause_max_ns, ys.minor_pause_p99_ns,
+           ys.promoted_age_bytes, ys.promoted_published_bytes, found_bytes);
+
+    /* not timed: the demo's own check of the map */
+    if (put_progress(m, table, &self, seq, "bench") < 0)
+        goto out;
+    if (!map_check(c, table, 1, &r)) {
+        printf("bench: FAILED: %s\n", r.problem);
+        goto out;
+    }
+    printf("bench: checked the map: %u/%u keys, every value well-formed\n",
+           r.keys, r.expected);
+    rc = 0;
+out:
+    fflush(stdout);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    return rc;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: heapd-shared-map [--socket PATH] [--workers N] "
                "[--seconds S]\n"
+               "       heapd-shared-map --bench [--young] [--ops N] "
+               "[--socket PATH]\n"
                "  --workers  worker processes, 2..%d (default 4)\n"
-               "  --seconds  length of phases 1 and 2 (default 3)\n",
+               "  --seconds  length of phases 1 and 2 (default 3)\n"
+               "  --bench    one process, timed map operations (20 %% "
+               "updates)\n"
+               "  --young    --bench with a young generation\n"
+               "  --ops      --bench's operations (default 5000000)\n",
             MAX_WORKERS);
 }
 
@@ -672,6 +825,9 @@ int main(int argc, char **argv)
         { "socket", required_argument, NULL, 's' },
         { "workers", required_argument, NULL, 'w' },
         { "seconds", required_argument, NULL, 't' },
+        { "bench", no_argument, NULL, 'b' },
+        { "young", no_argument, NULL, 'y' },
+        { "ops", required_argument, NULL, 'o' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -681,18 +837,33 @@ int main(int argc, char **argv)
     heapd_client *c = NULL;
     heapd_stats_t st;
     double t = 0;
-    bool ok = false;
+    bool ok = false, bench = false, young = false;
+    uint64_t ops = 5000000;
+    char *end;
 
     while ((opt = getopt_long(argc, argv, "s:w:t:h", opts, NULL)) != -1) {
         switch (opt) {
         case 's': sock = optarg; break;
         case 'w': workers = atoi(optarg); break;
         case 't': seconds = atoi(optarg); break;
+        case 'b': bench = true; break;
+        case 'y': young = true; break;
+        case 'o':
+            errno = 0;
+            ops = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end || ops == 0) {
+                fprintf(stderr, "--ops: expected a positive count, got "
+                        "\"%s\"\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (optind != argc || workers < 2 || workers > MAX_WORKERS ||
+    if (optind == argc && bench)
+        return bench_main(sock, young, ops);
+    if (optind != argc || young || workers < 2 || workers > MAX_WORKERS ||
         seconds < 1 || seconds > 10) {
         usage(stderr);
         return 2;
