@@ -286,7 +286,7 @@ void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
     }
     /* Note [Minor collections] in client/minor.c */
     if (m->young.on)
-        return young_alloc(m, nrefs, nbytes);
+        return young_alloc(&m->young, m, nrefs, nbytes);
     uint64_t size = layout_object_size(nrefs, nbytes);
     if (__builtin_expect(size > m->c->small_max, 0))
         return alloc_large(m, size, nrefs, nbytes);
@@ -348,7 +348,7 @@ static bool young_target(heapd_mutator *m, void **obj, void ***field)
 {
     if (!young_contains(&m->young, *obj))
         return false;
-    void *o = young_resolve(m, *obj);
+    void *o = young_resolve(&m->young, *obj);
     if (young_contains(&m->young, o)) {
         assert(check_field(*obj, *field));
         return true;
@@ -368,7 +368,8 @@ void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
             __atomic_store_n(field, val, __ATOMIC_RELEASE);
             return;
         }
-        val = young_publish(m, val);
+        if (young_contains(&m->young, val))
+            val = young_publish(m, val);
     }
     if (CHECKED(m->c)) { /* Note [Checked mode] */
         checked_field(m->c, obj, field, "heapd_write");
@@ -394,8 +395,9 @@ bool heapd_cas(heapd_mutator *m, void *obj, void **field, void *expected,
                                                __ATOMIC_SEQ_CST);
         }
         /* a stale young address of a published object means its copy */
-        expected = young_resolve(m, expected);
-        desired = young_publish(m, desired);
+        expected = young_resolve(&m->young, expected);
+        if (young_contains(&m->young, desired))
+            desired = young_publish(m, desired);
     }
     if (CHECKED(m->c)) { /* Note [Checked mode] */
         checked_field(m->c, obj, field, "heapd_cas");

@@ -56,9 +56,39 @@ int young_init(heapd_mutator *m, uint32_t first, uint32_t segs, uint32_t age);
 void young_release(heapd_mutator *m);
 void young_free(heapd_mutator *m);
 
-/* heapd_alloc of a young mutator, after the safepoint and the argument
- * checks. */
-void *young_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes);
+/* The size class an object of NREFS and NBYTES takes in the shared
+ * heap. */
+static inline unsigned young_class_of(size_t nrefs, size_t nbytes)
+{
+    uint64_t s = layout_object_size(nrefs, nbytes);
+    return layout_size_class((uint32_t)(s < LAYOUT_MIN_BLOCK ? LAYOUT_MIN_BLOCK
+                                                             : s));
+}
+
+/* heapd_alloc of a young mutator (Y is its young generation), after the
+ * safepoint and the argument checks: the bump (Note [Minor collections]
+ * and Note [Promotion never waits] in client/minor.c), inline, or
+ * young_alloc_slow. */
+void *young_alloc_slow(heapd_mutator *m, size_t nrefs, size_t nbytes);
+static inline void *young_alloc(struct young_gen *y, heapd_mutator *m,
+                                size_t nrefs, size_t nbytes)
+{
+    uint64_t size = layout_young_size(nrefs, nbytes);
+    uint8_t *p = y->top;
+    if (__builtin_expect(size > y->max_object ||
+                             (uint64_t)(y->end - p) < size, 0))
+        return young_alloc_slow(m, nrefs, nbytes);
+    unsigned cls = young_class_of(nrefs, nbytes);
+    if (__builtin_expect(y->count[cls] >= y->lim[cls], 0))
+        return young_alloc_slow(m, nrefs, nbytes);
+    y->count[cls]++;
+    y->top = p + size;
+    uint64_t *w = (uint64_t *)p;
+    for (uint64_t k = 1; k < size / LAYOUT_WORD; k++)
+        w[k] = 0;
+    w[0] = layout_header(nrefs, nbytes); /* age 0 */
+    return p + LAYOUT_WORD;
+}
 /* A shared allocation of class CLS by a young mutator took a block of its
  * current segment; SEG_CHANGED: the current segment of CLS was changed. */
 void young_shared_took(heapd_mutator *m, unsigned cls, bool seg_changed);
@@ -67,8 +97,18 @@ void young_shared_took(heapd_mutator *m, unsigned cls, bool seg_changed);
  * M's young objects, promoted now if it was not yet (Note [The young
  * invariant]).  Never waits. */
 void *young_publish(heapd_mutator *m, void *r);
-/* OBJ, or the copy a forwarded young object of M moved to. */
-void *young_resolve(const heapd_mutator *m, void *obj);
+/* OBJ, or the copy a forwarded young object of Y moved to: inline when
+ * OBJ is not a forwarded young object, which is nearly always. */
+void *young_resolve_slow(const struct young_gen *y, void *obj);
+static inline void *young_resolve(const struct young_gen *y, void *obj)
+{
+    if (__builtin_expect(!young_contains(y, obj) ||
+                             layout_header_tag(((const uint64_t *)obj)[-1]) !=
+                                 LAYOUT_YOUNG_FORWARDED,
+                         1))
+        return obj;
+    return young_resolve_slow(y, obj);
+}
 
 /* The stack barrier's young half: the preparatory push of every shared
  * reference M's young objects reachable from its roots hold (Note [The

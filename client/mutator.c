@@ -612,7 +612,7 @@ void *heapd_root_get(heapd_mutator *m, size_t slot)
     void *v = atomic_load_explicit(&m->roots[slot], memory_order_relaxed);
     /* a published young object: its copy (Note [The young invariant] in
      * client/minor.c) */
-    return young_contains(&m->young, v) ? young_resolve(m, v) : v;
+    return young_resolve(&m->young, v);
 }
 
 /* The safepoint before the slots go: what they held stays valid until the
