@@ -362,6 +362,9 @@ void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
 {
     if (__builtin_expect(m->young.on, 0)) {
         if (young_target(m, &obj, &field)) {
+            /* Note [Checked mode]: not another mutator's young object */
+            if (CHECKED(m->c) && !young_contains(&m->young, val))
+                checked_object(m->c, val, true, "heapd_write", "VAL");
             __atomic_store_n(field, val, __ATOMIC_RELEASE);
             return;
         }
@@ -382,10 +385,14 @@ bool heapd_cas(heapd_mutator *m, void *obj, void **field, void *expected,
                void *desired)
 {
     if (__builtin_expect(m->young.on, 0)) {
-        if (young_target(m, &obj, &field))
+        if (young_target(m, &obj, &field)) {
+            /* Note [Checked mode]: not another mutator's young object */
+            if (CHECKED(m->c) && !young_contains(&m->young, desired))
+                checked_object(m->c, desired, true, "heapd_cas", "DESIRED");
             return __atomic_compare_exchange_n(field, &expected, desired,
                                                false, __ATOMIC_SEQ_CST,
                                                __ATOMIC_SEQ_CST);
+        }
         /* a stale young address of a published object means its copy */
         expected = young_resolve(m, expected);
         desired = young_publish(m, desired);

@@ -273,10 +273,15 @@ static void print_clients_json(const heapd_client_info *cl, size_t n)
             printf("%s{\"slot\":%" PRIu32 ",\"state\":\"%s\","
                    "\"stalled_ms\":%" PRIu64 ",\"stalled_on\":\"%s\","
                    "\"alloc_bytes\":%" PRIu64 ",\"urs_backlog\":%" PRIu64
-                   ",\"root_depth\":%" PRIu64 "}",
+                   ",\"root_depth\":%" PRIu64 ",\"young_bytes\":%" PRIu64
+                   ",\"minor_collections\":%" PRIu64
+                   ",\"promoted_bytes\":%" PRIu64
+                   ",\"minor_pause_max_ns\":%" PRIu64 "}",
                    k ? "," : "", m->slot, state_name(m->state),
                    m->stalled_ms, stall_name(m->stalled_on), m->alloc_bytes,
-                   m->urs_backlog, m->root_depth);
+                   m->urs_backlog, m->root_depth, m->young_bytes,
+                   m->minor_collections, m->promoted_bytes,
+                   m->minor_pause_max_ns);
         }
         printf("]}");
     }
@@ -332,6 +337,14 @@ static void print_clients_text(const heapd_client_info *cl, size_t n)
                    "allocated, URS backlog %" PRIu64 ", %" PRIu64
                    " roots\n", m->slot, what, m->alloc_bytes,
                    m->urs_backlog, m->root_depth);
+            /* a young mutator's nursery (Note [Young objects, for the
+             * program] in heapd.h) on a line of its own */
+            if (m->young_bytes)
+                printf("                nursery %" PRIu64 " bytes, %" PRIu64
+                       " minor collections (longest %" PRIu64 " us), %" PRIu64
+                       " bytes promoted\n", m->young_bytes,
+                       m->minor_collections, m->minor_pause_max_ns / 1000,
+                       m->promoted_bytes);
         }
     }
 }
@@ -351,10 +364,11 @@ static void print_segments_json(const heapd_heap_segments *hs, size_t n)
                ",\"segments_large_tail\":%" PRIu32
                ",\"segments_orphaned\":%" PRIu32
                ",\"segments_punched\":%" PRIu32
-               ",\"segments_unformatted\":%" PRIu32 ",\"classes\":[",
+               ",\"segments_unformatted\":%" PRIu32
+               ",\"segments_young\":%" PRIu32 ",\"classes\":[",
                h->segment_size, h->total, h->free, h->owned, h->filled,
                h->large, h->large_tail, h->orphaned, h->punched,
-               h->unformatted);
+               h->unformatted, h->young);
         for (size_t k = 0; k < h->class_count; k++) {
             const heapd_class_segments *c = &h->classes[k];
             printf("%s{\"size_class\":%" PRIu32 ",\"object_size\":%" PRIu32
@@ -377,9 +391,12 @@ static void print_segments_text(const heapd_heap_segments *hs, size_t n)
                i ? "\n" : "", h->name, h->total, h->segment_size);
         printf("  free %" PRIu32 " (punched %" PRIu32 "), owned %" PRIu32
                ", filled %" PRIu32 ", large %" PRIu32 " (+%" PRIu32
-               " tail), orphaned %" PRIu32 ", unformatted %" PRIu32 "\n",
+               " tail), orphaned %" PRIu32 ", unformatted %" PRIu32 "%s",
                h->free, h->punched, h->owned, h->filled, h->large,
-               h->large_tail, h->orphaned, h->unformatted);
+               h->large_tail, h->orphaned, h->unformatted,
+               h->young ? "" : "\n");
+        if (h->young) /* only a heap with nurseries says so */
+            printf(", young %" PRIu32 "\n", h->young);
         if (h->class_count == 0) {
             printf("  no small segment has a size class\n");
             continue;

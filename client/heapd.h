@@ -486,6 +486,7 @@ typedef struct heapd_heap_segments {
     uint32_t orphaned;          /* left by a client gone, not yet adopted */
     uint32_t punched;           /* memory given back */
     uint32_t unformatted;       /* owned or filled, no size class known */
+    uint32_t young;             /* in mutators' nurseries */
     size_t class_count;         /* classes that have segments */
     heapd_class_segments classes[HEAPD_SEGMENTS_MAX_CLASSES];
 } heapd_heap_segments;

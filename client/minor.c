@@ -307,16 +307,35 @@ static int stash_one(heapd_mutator *m, unsigned cls)
     return 0;
 }
 
-/* Restore count <= lim for CLS, waiting if need be. */
-static int fill(heapd_mutator *m, unsigned cls, uint32_t want)
+/* Forget the blocks of current segments the agent took (Note [Remark
+ * requests] in client/remark.c). */
+static void recount_taken(heapd_mutator *m)
+{
+    struct young_gen *y = &m->young;
+    for (unsigned k = 0; k < LAYOUT_NCLASSES; k++)
+        if (!m->cur[k].index && y->avail[k])
+            set_avail(m, k, 0);
+}
+
+/* Make lim[CLS] at least WANT, and every other class's bound hold again
+ * (a wait may lose current segments to the agent): may wait, in blocking
+ * regions.  Returns 0 or the error of a segment request. */
+static int fill(heapd_mutator *m, unsigned cls, uint64_t want)
 {
     struct young_gen *y = &m->young;
     int rc = 0;
     if (y->filling)
         return 0; /* a wait inside stash_one resumed: its caller fills */
     y->filling = true;
-    while (y->lim[cls] < want && (rc = stash_one(m, cls)) == 0)
-        ;
+    for (bool again = true; again && rc == 0;) {
+        again = false;
+        recount_taken(m);
+        while (y->lim[cls] < want && (rc = stash_one(m, cls)) == 0)
+            again = true;
+        for (unsigned k = 0; k < LAYOUT_NCLASSES && rc == 0; k++)
+            while (y->count[k] > y->lim[k] && (rc = stash_one(m, k)) == 0)
+                again = true;
+    }
     y->filling = false;
     return rc;
 }
@@ -329,6 +348,7 @@ static void *promo_block(heapd_mutator *m, unsigned cls, uint64_t h)
     size_t nrefs = layout_header_nrefs(h), nbytes = layout_header_nbytes(h);
     void *p = alloc_take_current(m, cls, nrefs, nbytes);
     if (!p) {
+        set_avail(m, cls, 0);
         if (y->nstash[cls] == 0) {
             /* the bound is kept by every path that changes it: a bug */
             fprintf(stderr, "libheapd: bug: no block of class %u to promote "
@@ -541,10 +561,8 @@ young_alloc_slow(heapd_mutator *m, size_t nrefs, size_t nbytes)
 
     if ((uint64_t)(y->end - y->top) < size) {
         /* every class's bound holds before the collection promotes */
-        for (unsigned k = 0; k < LAYOUT_NCLASSES; k++)
-            if (y->count[k] > y->lim[k] &&
-                (rc = fill(m, k, y->count[k])) < 0)
-                goto fail;
+        if ((rc = fill(m, cls, y->count[cls])) < 0)
+            goto fail;
         minor(m);
         if ((uint64_t)(y->end - y->top) < size) {
             /* the survivors left no room: this one goes shared */
@@ -693,13 +711,9 @@ void young_resume(heapd_mutator *m)
     if (y->filling)
         return;
     /* Note [Promotion never waits]: the agent takes current segments from
-     * blocked mutators only */
-    for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
-        if (!m->cur[k].index && y->avail[k])
-            set_avail(m, k, 0);
-        if (y->count[k] > y->lim[k])
-            fill(m, k, y->count[k]); /* a failure: heapd_alloc fails next */
-    }
+     * a young mutator only while it is blocked (a failure to fill: the
+     * next heapd_alloc fails with it) */
+    fill(m, 0, 0);
 }
 
 /* ---- the public calls ---- */

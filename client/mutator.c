@@ -566,7 +566,8 @@ size_t heapd_root_push(heapd_mutator *m, void *ref)
         errno = client_errno(mutator_orphan_error(m));
         return (size_t)-1;
     }
-    if (CHECKED(m->c)) /* Note [Checked mode] */
+    /* Note [Checked mode]; its own young objects are the mutator's */
+    if (CHECKED(m->c) && !young_contains(&m->young, ref))
         checked_object(m->c, ref, true, "heapd_root_push", "REF");
     mutator_enter(m, ref, &parked);
     size_t i = m->depth;
@@ -593,7 +594,8 @@ void heapd_root_set(heapd_mutator *m, size_t slot, void *ref)
     mutator_check_evicted(m); /* Note [Evicted clients, client side] */
     if (mutator_orphaned(m))
         return; /* Note [A dead daemon] */
-    if (CHECKED(m->c)) /* Note [Checked mode] */
+    /* Note [Checked mode]; its own young objects are the mutator's */
+    if (CHECKED(m->c) && !young_contains(&m->young, ref))
         checked_object(m->c, ref, true, "heapd_root_set", "REF");
     mutator_enter(m, ref, &parked);
     if (slot < m->depth)

@@ -204,8 +204,12 @@ static void take_from_blocked(heapd_client *c, struct answers *a)
         size_t nback = 0;
         pthread_mutex_lock(&m->hold);
         uint32_t state = LAYOUT_STATUS_STATE(atomic_load(&m->slot->status));
-        /* a mutator waiting in a barrier touches no segment either */
-        if (state == LAYOUT_MUT_BLOCKED || state == LAYOUT_MUT_WAITING) {
+        /* a mutator waiting in a barrier touches no segment either; but a
+         * young one counts its current segments' blocks for promotions
+         * it may make before it blocks again (Note [Promotion never
+         * waits] in client/minor.c) */
+        if (state == LAYOUT_MUT_BLOCKED ||
+            (state == LAYOUT_MUT_WAITING && !m->young.on)) {
             pthread_mutex_lock(&r->mu);
             for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
                 if (m->cur[k].index && is_queued(r, m->cur[k].index)) {

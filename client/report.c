@@ -78,6 +78,10 @@ int heapd_clients(heapd_client *c, heapd_client_info **out, size_t *count)
             mut->alloc_bytes = mi->alloc_bytes;
             mut->urs_backlog = mi->urs_backlog;
             mut->root_depth = mi->root_depth;
+            mut->young_bytes = mi->young_bytes;
+            mut->minor_collections = mi->minor_collections;
+            mut->promoted_bytes = mi->promoted_bytes;
+            mut->minor_pause_max_ns = mi->minor_pause_max_ns;
         }
     }
     *out = list;
@@ -130,6 +134,7 @@ int heapd_segments(heapd_client *c, const char *heap,
         o->orphaned = h->segments_orphaned;
         o->punched = h->segments_punched;
         o->unformatted = h->segments_unformatted;
+        o->young = h->segments_young;
         for (size_t k = 0;
              k < h->n_classes && k < HEAPD_SEGMENTS_MAX_CLASSES; k++) {
             const Heapd__SizeClassSegments *s = h->classes[k];

@@ -60,6 +60,7 @@
 #include <ini.h>
 
 #include "layout.h"
+#include "young.h"
 
 #define LINE_MAX_BYTES 4096                     /* without the '\n' */
 #define USER_SPACE_END UINT64_C(0x800000000000) /* 47-bit user space */
@@ -101,7 +102,8 @@ static const struct key daemon_keys[DK_COUNT] = {
 enum { HK_BASE, HK_MAX_SIZE, HK_SEGMENT_SIZE, HK_GC_OVERHEAD,
        HK_MARK_STACK_LIMIT, HK_ALLOW_USERS, HK_ALLOW_GROUPS,
        HK_MAX_CLIENT_BYTES, HK_VERIFY, HK_STALL_WARN, HK_STALL_TIMEOUT,
-       HK_STALL_ACTION, HK_RECONNECT_TIMEOUT, HK_COUNT };
+       HK_STALL_ACTION, HK_RECONNECT_TIMEOUT, HK_YOUNG_SIZE, HK_YOUNG_AGE,
+       HK_COUNT };
 static const struct key heap_keys[HK_COUNT] = {
     { "base", K_ADDR, 0, 0, "" },
     { "max_size", K_SIZE, 0, UINT64_C(1) << 40, "" },
@@ -117,6 +119,9 @@ static const struct key heap_keys[HK_COUNT] = {
     { "stall_timeout", K_TIMEOUT, 10, 86400 * 1000, "" },
     { "stall_action", K_STALL_ACTION, 0, 0, "" },
     { "reconnect_timeout", K_DURATION, 10, 86400 * 1000, "" },
+    /* Note [Nurseries] in proto/young.h */
+    { "young_size", K_SIZE, 64 * KIB, 256 * MIB, "" },
+    { "young_age", K_UINT, 1, LAYOUT_YOUNG_AGE_MAX, "" },
 };
 
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
@@ -624,6 +629,8 @@ static void store(struct parse *p, int k, const char *v, const struct value *x)
     case HK_STALL_WARN: h->stall_warn_ms = x->u; break;
     case HK_STALL_TIMEOUT: h->stall_timeout_ms = x->u; break;
     case HK_RECONNECT_TIMEOUT: h->reconnect_timeout_ms = x->u; break;
+    case HK_YOUNG_SIZE: h->young_size = x->u; break;
+    case HK_YOUNG_AGE: h->young_age = (uint32_t)x->u; break;
     case HK_STALL_ACTION:
         h->stall_action = (enum config_stall_action)x->u;
         break;
@@ -745,6 +752,12 @@ static void finish_heap(struct parse *p)
         report_at(p, kl[HK_MAX_CLIENT_BYTES], "max_client_bytes %s is "
                   "larger than max_size %s; lower it or use 0 (= max_size)",
                   SIZE(h->max_client_bytes), SIZE(h->max_size));
+    if (kl[HK_MAX_SIZE] && !bad[HK_MAX_SIZE] && kl[HK_YOUNG_SIZE] &&
+        !bad[HK_YOUNG_SIZE] && h->young_size > h->max_size / 4)
+        report_at(p, kl[HK_YOUNG_SIZE], "young_size %s is more than a "
+                  "quarter of max_size %s; lower it (a nursery is a "
+                  "mutator's own, and at most a quarter of the heap)",
+                  SIZE(h->young_size), SIZE(h->max_size));
     check_stall(p);
     if (!kl[HK_BASE] || bad[HK_BASE] || !kl[HK_MAX_SIZE] ||
         bad[HK_MAX_SIZE] || bad[HK_SEGMENT_SIZE])
@@ -829,6 +842,8 @@ static void heap_section(struct parse *p, const char *name)
     h->stall_timeout_ms = 10000;
     h->stall_action = CONFIG_STALL_KILL;
     h->reconnect_timeout_ms = 10000;
+    h->young_size = MIB;
+    h->young_age = 2;
     p->heap = h;
     p->sec = SEC_HEAP;
 }

@@ -18,6 +18,29 @@
 
 /* ---- mutator slots ---- */
 
+/* *TO += *W: sums, but the longest pause, a maximum (statistics, so a
+ * sum wraps rather than saturates). */
+static void young_words_add(struct heap_young_words *to,
+                            const struct heap_young_words *w)
+{
+    to->minor += w->minor;
+    to->promoted_age += w->promoted_age;
+    to->promoted_pub += w->promoted_pub;
+    to->pause_total_ns += w->pause_total_ns;
+    if (w->pause_max_ns > to->pause_max_ns)
+        to->pause_max_ns = w->pause_max_ns;
+}
+
+/* A slot's young words start at 0 with each attachment. */
+static void young_words_clear(struct layout_mutator *m)
+{
+    atomic_store_explicit(&m->young_minor, 0, memory_order_relaxed);
+    atomic_store_explicit(&m->young_promoted_age, 0, memory_order_relaxed);
+    atomic_store_explicit(&m->young_promoted_pub, 0, memory_order_relaxed);
+    atomic_store_explicit(&m->young_pause_max_ns, 0, memory_order_relaxed);
+    atomic_store_explicit(&m->young_pause_total_ns, 0, memory_order_relaxed);
+}
+
 /* Note [Slots are the daemon's]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * Which mutator slots are attached, and to whom, is the daemon's own
@@ -47,6 +70,11 @@ int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
             return rc;
         struct layout_mutator *m = heap_slot(h, (unsigned)i);
         h->owners[i].region = region;
+        /* no nursery unless grant_young_bind gives it one; a record left
+         * by a client dropped after a restart is not this slot's */
+        h->owners[i].young_first = h->owners[i].young_segs = 0;
+        h->owners[i].young_age = 0;
+        h->owners[i].young_tracer = NULL;
         atomic_store(&h->owners[i].alloc_bound, granted);
         atomic_store(&h->owners[i].fault, SLOT_FAULT_NONE);
         m->client_id = client; /* for a debugger; never read back */
@@ -56,6 +84,7 @@ int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
         atomic_store(&m->pending_root, NULL);
         atomic_store(&m->stack_marking, 0);
         atomic_store(&m->stack_marked, 0);
+        young_words_clear(m);
         /* the URS ring starts empty: the tail catches up with the head */
         atomic_store(&m->urs_tail, atomic_load(&m->urs_head));
         /* ack 0 is never a stop generation: see Note [Stop the world] */
@@ -71,6 +100,7 @@ int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
         slots[i / 64] |= 1ull << (i % 64);
         h->mutators++;
         table_slot_set(h, (unsigned)i, client, region, granted);
+        table_slot_young(h, (unsigned)i, 0, 0, 0);
         return i;
     }
     return -ENOSPC;
@@ -81,6 +111,18 @@ void grant_free_slot(struct heap *h, uint64_t slots[2], unsigned slot, int fd)
     mark_urs(h, h->marking, slot);
     collector_retire_slot(h, slot);
     struct heap_slot_owner *o = &h->owners[slot];
+    /* Note [Nurseries]: its young words stay counted, its nursery goes
+     * (Note [A nursery in the segment table]) */
+    struct heap_young_words w;
+    grant_young_words(h, slot, &w);
+    young_words_add(&h->stats.young_retired, &w);
+    young_words_clear(heap_slot(h, slot));
+    if (o->young_segs)
+        seg_free_young(h, o->young_first);
+    mark_young_tracer_free(o->young_tracer);
+    o->young_tracer = NULL;
+    o->young_first = o->young_segs = o->young_age = 0;
+    table_slot_young(h, slot, 0, 0, 0);
     o->pid = 0;
     o->uid = 0;
     o->name[0] = '\0';
@@ -102,6 +144,74 @@ void grant_bound_slots(struct heap *h, const uint64_t slots[2],
         atomic_store(&h->owners[i].alloc_bound, granted);
         table_slot_set(h, i, atomic_load(&h->owners[i].client_id),
                        h->owners[i].region, granted);
+    }
+}
+
+/* ---- nurseries ---- */
+
+static uint32_t quota_segs(const struct heap *h, uint64_t client);
+
+int grant_young(struct heap *h, uint64_t client, uint32_t *held,
+                uint32_t segs, uint32_t *first, struct young_trace **tracer)
+{
+    int rc = seg_grant_young(h, client, held, quota_segs(h, client), segs,
+                             first);
+    if (rc < 0)
+        return rc;
+    *tracer = mark_young_tracer(h, *first, segs);
+    if (!*tracer) {
+        seg_free_young(h, *first);
+        *held -= segs;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void grant_young_bind(struct heap *h, unsigned slot, uint32_t first,
+                      uint32_t segs, uint32_t age, struct young_trace *tracer)
+{
+    struct heap_slot_owner *o = &h->owners[slot];
+    o->young_first = first;
+    o->young_segs = segs;
+    o->young_age = age;
+    o->young_tracer = tracer;
+    table_slot_young(h, slot, first, segs, age);
+}
+
+void grant_young_undo(struct heap *h, uint32_t *held, uint32_t first,
+                      struct young_trace *tracer)
+{
+    uint32_t segs = h->segs.segs[first].run;
+    seg_free_young(h, first);
+    *held -= segs;
+    mark_young_tracer_free(tracer);
+}
+
+void grant_young_words(const struct heap *h, unsigned slot,
+                       struct heap_young_words *out)
+{
+    const struct layout_mutator *m = heap_slot(h, slot);
+    memset(out, 0, sizeof *out);
+    if (h->owners[slot].young_segs == 0)
+        return; /* words nobody writes, whatever a client put there */
+#define YOUNG_WORD(f) atomic_load_explicit(&m->f, memory_order_relaxed)
+    out->minor = YOUNG_WORD(young_minor);
+    out->promoted_age = YOUNG_WORD(young_promoted_age);
+    out->promoted_pub = YOUNG_WORD(young_promoted_pub);
+    out->pause_max_ns = YOUNG_WORD(young_pause_max_ns);
+    out->pause_total_ns = YOUNG_WORD(young_pause_total_ns);
+#undef YOUNG_WORD
+}
+
+void grant_young_totals(const struct heap *h, struct heap_young_words *out)
+{
+    *out = h->stats.young_retired;
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+        if (!heap_slot_attached(h, i))
+            continue;
+        struct heap_young_words w;
+        grant_young_words(h, i, &w);
+        young_words_add(out, &w);
     }
 }
 

@@ -18,6 +18,7 @@
 struct collector;
 struct mark_job;
 struct handoff;
+struct young_trace;
 
 /* The field a line of HEAPD_HEAP_COUNTERS gives the daemon, by its source
  * (see Note [Counter table] in client/heapd_counters.h): LOCKED ones are
@@ -29,11 +30,22 @@ struct handoff;
 #define HEAP_STATS_FIELD_(name, type, kind, unit, source, help) \
     HEAP_STATS_FIELD_##source(name)
 
+/* A slot's young words (struct layout_mutator, Note [Nurseries] in
+ * proto/young.h), or their totals: sums, but pause_max_ns, a maximum.
+ * Client-written statistics: read relaxed, trusted for nothing else. */
+struct heap_young_words {
+    uint64_t minor, promoted_age, promoted_pub, pause_max_ns, pause_total_ns;
+};
+
 /* Counters of a heap: the table's, and the daemon's own bookkeeping. */
 struct heap_stats {
     HEAPD_HEAP_COUNTERS(HEAP_STATS_FIELD_)
     uint64_t alloc_retired;      /* bytes allocated by slots now freed;
                                     heap->lock */
+    struct heap_young_words young_retired; /* the young words of slots
+                                    now freed (Note [Nurseries] in
+                                    proto/young.h), folded in by
+                                    grant_free_slot; heap->lock */
     uint64_t created_unix_ns;    /* CLOCK_REALTIME when the heap was made:
                                     kept across restarts (Note [Saved
                                     state] in daemon/state.c) */
@@ -67,6 +79,14 @@ struct heap_slot_owner {
                                         collector waits for it; 0: it
                                         does not */
     _Atomic uint32_t stall_on;       /* enum layout_stall_on */
+    /* Note [Nurseries] in proto/young.h: the slot's nursery run, the
+     * daemon's own record (never read back from shared memory); set by
+     * grant_young with the slot, given back with it.  heap->lock */
+    uint32_t young_first;            /* its first segment */
+    uint32_t young_segs;             /* segments in it; 0: no nursery */
+    uint32_t young_age;              /* the age it promotes at */
+    struct young_trace *young_tracer; /* Note [Tracing a slot's nursery]
+                                        in daemon/mark.c */
     int pid;                         /* the rest: heap->lock */
     unsigned uid;
     char name[64];                   /* client_name from Hello */

@@ -55,6 +55,7 @@
 #include "grant.h"
 #include "heap.h"
 #include "log.h"
+#include "mark.h"
 #include "remark.h"
 #include "segment.h"
 #include "slotmem.h"
@@ -172,8 +173,40 @@ static void drop(struct daemon *d, struct resume_client *r, bool attached,
     free(r);
 }
 
+/* Slot I of R had the nursery heap->owners[I] names (from the saved
+ * state or the live table): give it back if the segment table agrees --
+ * a YOUNG run of R's of that length -- with a new tracer (Note [Tracing
+ * a slot's nursery] in mark.c); else the slot goes on without one, and a
+ * run the table holds for R is freed when R goes (seg_orphan).  Returns
+ * 0 or -ENOMEM.  With heap->lock held. */
+static int young_again(struct heap *h, struct resume_client *r, unsigned i)
+{
+    struct heap_slot_owner *o = &h->owners[i];
+    const struct segtab *t = &h->segs;
+    uint32_t first = o->young_first, segs = o->young_segs;
+    o->young_tracer = NULL;
+    if (segs == 0)
+        return 0;
+    if (first < t->first || first >= t->count ||
+        t->segs[first].state != SEG_YOUNG || t->segs[first].run != segs ||
+        t->segs[first].owner != r->id) {
+        log_warn("heap '%s': slot %u of kept client %llu named a nursery "
+                 "at segment %u the segment table does not hold for it; "
+                 "it resumes without one", h->cfg->name, i,
+                 (unsigned long long)r->id, first);
+        o->young_first = o->young_segs = o->young_age = 0;
+        table_slot_young(h, i, 0, 0, 0);
+        return 0;
+    }
+    o->young_tracer = mark_young_tracer(h, first, segs);
+    if (!o->young_tracer)
+        return -ENOMEM;
+    table_slot_young(h, i, first, segs, o->young_age);
+    return 0;
+}
+
 /* Attach R's slots again over their windows (heap->owners holds their
- * records from the state).  With heap->lock held. */
+ * records from the state), with their nurseries.  With heap->lock held. */
 static int attach_again(struct heap *h, struct resume_client *r)
 {
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
@@ -182,6 +215,8 @@ static int attach_again(struct heap *h, struct resume_client *r)
         struct heap_slot_owner *o = &h->owners[i];
         int rc = slotmem_map(h, i, r->mem_fd, o->region);
         if (rc < 0)
+            return rc;
+        if ((rc = young_again(h, r, i)) < 0)
             return rc;
         o->pid = r->pid;
         o->uid = r->uid;

@@ -557,6 +557,89 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
     return 0;
 }
 
+static void make_free(struct heap *h, uint32_t i);
+
+/* Note [A nursery in the segment table]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A mutator's nursery (Note [Nurseries] in proto/young.h) is a run of
+ * whole segments kept as a large run is: the head SEG_YOUNG with the
+ * run's length in seg.run, each other segment SEG_YOUNG_TAIL naming the
+ * head, all owned by the client, charged to no quota record but counted
+ * in the segments the client holds (conn.held, so max_client_bytes bounds
+ * it exactly like a reserve).  It is zeroed (punched) before the grant,
+ * as a large run is, for its owner to format; the daemon writes nothing
+ * into it.  Only the states say what it is: no sweep, remark, adoption,
+ * grant or validation treats a YOUNG segment as holding shared objects
+ * (Note [References into a nursery] in validate.c), and it stays YOUNG
+ * until its slot is freed (grant_free_slot), or its client goes
+ * (seg_orphan, which also covers a client dropped after a restart), when
+ * it is punched and FREE again at once -- nothing shared lives in it.  A
+ * fenced one (Note [Evicted clients] in stall.c: its evicted process may
+ * still write there) stays YOUNG, owned by nobody, until seg_unfence lifts
+ * the last fence; so no other client is given memory such a process may
+ * write.  A nursery freed at once rather than kept a cycle costs nothing
+ * in safety: only its own mutator's roots may point into it, and the slot
+ * is gone.
+ */
+int seg_grant_young(struct heap *h, uint64_t owner, uint32_t *held,
+                    uint32_t quota_segs, uint32_t segs, uint32_t *first)
+{
+    struct segtab *t = &h->segs;
+    uint32_t start = 0, len = 0;
+
+    if (segs == 0 || segs > t->count - t->first)
+        return -EFBIG;
+    if (segs > quota_left(*held, quota_segs))
+        return -EDQUOT;
+    for (uint32_t i = t->first; i < t->count && len < segs; i++) {
+        if (bit_test(t->free_bits, i) && !t->segs[i].fenced) {
+            if (len++ == 0)
+                start = i;
+        } else {
+            len = 0;
+        }
+    }
+    if (len < segs)
+        return -ENOSPC;
+    bool all_punched = true;
+    for (uint32_t i = start; i < start + segs; i++)
+        all_punched &= t->segs[i].punched;
+    off_t cur[2] = {(off_t)INT64_MAX, 0};
+    /* its owner formats it from zero (Note [Free memory stays free]) */
+    if (!all_punched || has_pages(h, start, segs, cur))
+        punch(h, start, segs);
+    for (uint32_t i = start; i < start + segs; i++) {
+        take(t, i, i == start ? SEG_YOUNG : SEG_YOUNG_TAIL, owner, 0,
+             i == start ? segs : start);
+        t->segs[i].punched = 0;
+    }
+    t->n_young += segs;
+    *held += segs;
+    *first = start;
+    return 0;
+}
+
+void seg_free_young(struct heap *h, uint32_t first)
+{
+    struct segtab *t = &h->segs;
+    if (first < t->first || first >= t->count ||
+        t->segs[first].state != SEG_YOUNG)
+        return;
+    uint32_t n = t->segs[first].run;
+    bool fenced = false;
+    for (uint32_t k = first; k < first + n; k++)
+        fenced |= t->segs[k].fenced != 0;
+    if (fenced) { /* Note [A nursery in the segment table] */
+        for (uint32_t k = first; k < first + n; k++)
+            t->segs[k].owner = 0;
+        return;
+    }
+    punch(h, first, n);
+    for (uint32_t k = first; k < first + n; k++)
+        make_free(h, k);
+    t->n_young -= n;
+}
+
 static void make_free(struct heap *h, uint32_t i)
 {
     struct seg *s = &h->segs.segs[i];
@@ -715,6 +798,11 @@ void seg_orphan(struct heap *h, uint64_t owner)
                 orphan(t, s);
             continue;
         }
+        if (s->state == SEG_YOUNG) { /* Note [A nursery in the segment
+                                          table] */
+            seg_free_young(h, i);
+            continue;
+        }
         if (s->state == SEG_LARGE)
             orphan(t, s);
         if (s->state == SEG_LARGE || s->state == SEG_LARGE_TAIL)
@@ -738,6 +826,10 @@ void seg_orphan(struct heap *h, uint64_t owner)
  *     its critical section, and a run given back is dead, so no client
  *     holds such a run and its segments become free (not punched: they may
  *     hold pages);
+ *   - so does a nursery run whose head and tails disagree, or that is
+ *     owned by nobody (its slot went while it was fenced, and the fences
+ *     are dropped): nothing shared lives in a nursery (Note [A nursery in
+ *     the segment table]);
  *   - the free bitmap, the counts and `high` are recounted from the states
  *     (a punch takes its segments out of the bitmap while it runs without
  *     the lock; a never-touched free segment is the only one with the
@@ -749,7 +841,9 @@ void seg_orphan(struct heap *h, uint64_t owner)
  *   - every client is gone with its connection, but those the live
  *     table's registry names (KEPT: Note [Resuming clients] in resume.c
  *     then decides whether they come back): each other owner's segments
- *     are orphaned as seg_orphan does for a client that crashed.
+ *     are orphaned as seg_orphan does for a client that crashed, and
+ *     its nurseries freed; a kept client's stay YOUNG, for attach_again
+ *     (resume.c) to give back to their slots.
  * Then segtab_check must pass.  The critical sections are short: in 100
  * kills at every moment of the cycle (tests/test_crash.c) no record was
  * ever found torn, so each repair is checked on a table cut short by hand
@@ -768,12 +862,12 @@ int seg_recover(struct heap *h, uint64_t cycles,
     memset(t->free_bits, 0, words * sizeof(uint64_t));
     memset(t->reuse_bits, 0, words * sizeof(uint64_t));
     t->high = t->first;
-    t->n_free = t->n_owned = t->n_filled = t->n_large = 0;
+    t->n_free = t->n_owned = t->n_filled = t->n_large = t->n_young = 0;
     t->n_reusable = t->n_fenced = 0;
     t->orphaned = t->adopted = 0;
     for (uint32_t i = t->first; i < t->count; i++) {
         struct seg *s = &t->segs[i];
-        if (s->state == SEG_CONTROL || s->state > SEG_LARGE_TAIL) {
+        if (s->state == SEG_CONTROL || s->state > SEG_STATE_MAX) {
             snprintf(why, n, "segment %u of its table is in state %u, "
                      "which no heapd writes", i, s->state);
             return -EINVAL;
@@ -795,27 +889,33 @@ int seg_recover(struct heap *h, uint64_t cycles,
         if (s->unknown_since > cycles)
             s->unknown_since = cycles;
     }
-    /* large runs whose head and tails disagree */
+    /* large and nursery runs whose head and tails disagree; a nursery owned
+     * by nobody (its fence dropped above) or whose segments disagree on
+     * their owner is as good as given back (Note [A nursery in the
+     * segment table]) */
     for (uint32_t i = t->first; i < t->count; i++) {
         struct seg *s = &t->segs[i];
-        bool bad = false;
-        if (s->state == SEG_LARGE) {
-            bad = s->run == 0 || s->run > t->count - i;
+        bool bad = false, young = s->state == SEG_YOUNG ||
+                                  s->state == SEG_YOUNG_TAIL;
+        uint8_t head_st = young ? SEG_YOUNG : SEG_LARGE;
+        uint8_t tail_st = young ? SEG_YOUNG_TAIL : SEG_LARGE_TAIL;
+        if (s->state == head_st) {
+            bad = s->run == 0 || s->run > t->count - i ||
+                  (young && s->owner == 0);
             for (uint32_t k = i + 1; !bad && k < i + s->run; k++)
-                bad = t->segs[k].state != SEG_LARGE_TAIL ||
-                      t->segs[k].run != i;
-        } else if (s->state == SEG_LARGE_TAIL) {
+                bad = t->segs[k].state != tail_st || t->segs[k].run != i ||
+                      (young && t->segs[k].owner != s->owner);
+        } else if (s->state == tail_st) {
             uint32_t hd = s->run;
-            bad = hd < t->first || hd >= i ||
-                  t->segs[hd].state != SEG_LARGE ||
+            bad = hd < t->first || hd >= i || t->segs[hd].state != head_st ||
                   hd + t->segs[hd].run <= i;
         }
         if (!bad)
             continue;
-        uint32_t end = s->state == SEG_LARGE ? i + s->run : i + 1;
+        uint32_t end = s->state == head_st ? i + s->run : i + 1;
         for (uint32_t k = i; k < end && k < t->count; k++) {
             struct seg *x = &t->segs[k];
-            if (k > i && (x->state != SEG_LARGE_TAIL || x->run != i))
+            if (k > i && (x->state != tail_st || x->run != i))
                 break;
             x->state = SEG_FREE;
             x->owner = 0;
@@ -838,6 +938,8 @@ int seg_recover(struct heap *h, uint64_t cycles,
         case SEG_OWNED: t->n_owned++; break;
         case SEG_FILLED: t->n_filled++; break;
         case SEG_LARGE: t->n_large++; break;
+        case SEG_YOUNG:
+        case SEG_YOUNG_TAIL: t->n_young++; break;
         default: break;
         }
         if (s->orphan)
@@ -856,8 +958,8 @@ int seg_recover(struct heap *h, uint64_t cycles,
             seg_orphan(h, owner);
     }
     if (repaired)
-        log_warn("heap '%s': %u segments of large runs cut short when heapd "
-                 "died are free again", h->cfg->name, repaired);
+        log_warn("heap '%s': %u segments of large or nursery runs cut short "
+                 "when heapd died are free again", h->cfg->name, repaired);
     if (unbitted)
         log_info("heap '%s': %u segments' free bits disagreed with their "
                  "states when heapd died (a punch or a grant under way); "
@@ -905,6 +1007,13 @@ void seg_unfence(struct heap *h, const uint32_t *segs, uint32_t n)
                          __ATOMIC_RELAXED);
         if (s->fenced == 0)
             t->n_fenced--;
+    }
+    /* a nursery whose slot went while it was fenced goes now (Note [A
+     * nursery in the segment table]) */
+    for (uint32_t k = 0; k < n; k++) {
+        struct seg *s = &t->segs[segs[k]];
+        if (s->state == SEG_YOUNG && s->owner == 0)
+            seg_free_young(h, segs[k]);
     }
 }
 
@@ -1157,7 +1266,10 @@ uint32_t seg_punch_strays(struct heap *h)
  *     FILLED segment (Note [Reusing partly free segments]);
  *   - every orphan is FILLED or LARGE, and orphaned - adopted is their
  *     number (Note [Segment supply]);
- *   - every LARGE_TAIL names a LARGE head whose run covers it;
+ *   - every LARGE_TAIL names a LARGE head whose run covers it, every
+ *     YOUNG_TAIL a YOUNG head of the same owner whose run covers it, and
+ *     n_young counts them all; a nursery owned by nobody is fenced (Note
+ *     [A nursery in the segment table]);
  *   - a segment charged to a client (Note [Quota]) holds objects (is
  *     not FREE) and names a record in use.
  * The recount walks the segments up to `high`: O(segments in use) under
@@ -1180,7 +1292,7 @@ static uint32_t popcount_bits(const uint64_t *b, uint32_t count)
 
 bool segtab_check(const struct segtab *t)
 {
-    uint32_t n[SEG_LARGE_TAIL + 1] = {0};
+    uint32_t n[SEG_STATE_MAX + 1] = {0};
     uint64_t orphans = 0;
     bool ok = true;
 
@@ -1195,7 +1307,7 @@ bool segtab_check(const struct segtab *t)
     for (uint32_t i = t->first; i < t->high && ok; i++) {
         const struct seg *s = &t->segs[i];
         uint8_t st = s->state;
-        if (st > SEG_LARGE_TAIL || st == SEG_CONTROL) {
+        if (st > SEG_STATE_MAX || st == SEG_CONTROL) {
             SEGTAB_BAD("segment %u has state %u", i, st);
             break;
         }
@@ -1227,6 +1339,16 @@ bool segtab_check(const struct segtab *t)
              s->run + t->segs[s->run].run <= i))
             SEGTAB_BAD("large tail %u names head %u, which does not cover it",
                        i, s->run);
+        /* Note [A nursery in the segment table] */
+        if (st == SEG_YOUNG_TAIL &&
+            (s->run >= i || s->run < t->first ||
+             t->segs[s->run].state != SEG_YOUNG ||
+             s->run + t->segs[s->run].run <= i ||
+             t->segs[s->run].owner != s->owner))
+            SEGTAB_BAD("nursery tail %u names head %u, which does not "
+                       "cover it or has another owner", i, s->run);
+        if (st == SEG_YOUNG && s->owner == 0 && !s->fenced)
+            SEGTAB_BAD("nursery %u is owned by nobody but not fenced", i);
     }
     if (!ok)
         return false;
@@ -1239,6 +1361,9 @@ bool segtab_check(const struct segtab *t)
     if (n[SEG_LARGE] != t->n_large)
         SEGTAB_BAD("n_large %u, but %u segments are LARGE", t->n_large,
                    n[SEG_LARGE]);
+    if (n[SEG_YOUNG] + n[SEG_YOUNG_TAIL] != t->n_young)
+        SEGTAB_BAD("n_young %u, but %u segments are in nurseries",
+                   t->n_young, n[SEG_YOUNG] + n[SEG_YOUNG_TAIL]);
     uint32_t nfree = popcount_bits(t->free_bits, t->count);
     if (nfree != t->n_free)
         SEGTAB_BAD("n_free %u, but free_bits has %u bits set", t->n_free,

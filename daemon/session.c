@@ -66,6 +66,7 @@
 #include "slotmem.h"
 #include "table.h"
 #include "validate.h"
+#include "young.h"
 #include "wire.h"
 
 struct heap *daemon_find_heap(struct daemon *d, const char *name)
@@ -266,6 +267,39 @@ static uint64_t stat_segments_adopted(const struct heap *h)
     return h->segs.adopted;
 }
 
+/* Note [Nurseries] in proto/young.h: the attached slots' young words,
+ * and the freed ones' totals (grant_free_slot). */
+static uint64_t stat_minor_collections(const struct heap *h)
+{
+    struct heap_young_words w;
+    grant_young_totals(h, &w);
+    return w.minor;
+}
+static uint64_t stat_promoted_age_bytes(const struct heap *h)
+{
+    struct heap_young_words w;
+    grant_young_totals(h, &w);
+    return w.promoted_age;
+}
+static uint64_t stat_promoted_published_bytes(const struct heap *h)
+{
+    struct heap_young_words w;
+    grant_young_totals(h, &w);
+    return w.promoted_pub;
+}
+static uint64_t stat_minor_pause_max_ns(const struct heap *h)
+{
+    struct heap_young_words w;
+    grant_young_totals(h, &w);
+    return w.pause_max_ns;
+}
+static uint64_t stat_minor_pause_total_ns(const struct heap *h)
+{
+    struct heap_young_words w;
+    grant_young_totals(h, &w);
+    return w.pause_total_ns;
+}
+
 #define STAT_LOCKED(h, name) ((h)->stats.name)
 #define STAT_ATOMIC(h, name) atomic_load(&(h)->stats.name)
 #define STAT_DERIVED(h, name) stat_##name(h)
@@ -395,9 +429,102 @@ static int defer(struct conn *c, struct heap *h, uint64_t seq,
 
 /* ---- mutator slots (Note [Mutator slots]) ---- */
 
-static int handle_attach(struct conn *c, uint64_t seq)
+/* Note [Nurseries] in proto/young.h: the nursery attach request R asks
+ * for, in *SEGS segments (0: none) promoting at *AGE.  Returns 1, or,
+ * for a request out of range, what answering it with an error returned
+ * (never 1). */
+static int young_asked(struct conn *c, struct heap *h, uint64_t seq,
+                        const Heapd__AttachRequest *r, uint32_t *segs,
+                        uint32_t *age)
+{
+    const struct config_heap *cfg = h->cfg;
+    *segs = 0;
+    *age = 0;
+    if (!r || !r->young)
+        return 1;
+    *age = r->young_age ? r->young_age : cfg->young_age;
+    if (*age > LAYOUT_YOUNG_AGE_MAX) {
+        c->d->frames_rejected++;
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                         "young_age %u is out of range: ask for 1 to %u, "
+                         "or 0 for the young_age of heap '%s' (%u)", *age,
+                         LAYOUT_YOUNG_AGE_MAX, cfg->name, cfg->young_age);
+    }
+    uint64_t bytes = r->young_bytes ? r->young_bytes : cfg->young_size;
+    if (bytes > cfg->max_size / 4) {
+        c->d->requests_refused++;
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                         "a nursery of %llu bytes is more than a quarter "
+                         "of heap '%s' (max_size %llu bytes); ask for a "
+                         "smaller young_size (or lower young_size in "
+                         "[heap %s] of %s)", (unsigned long long)bytes,
+                         cfg->name, (unsigned long long)cfg->max_size,
+                         cfg->name, c->d->cfg.path);
+    }
+    if (cfg->max_client_bytes && bytes > cfg->max_client_bytes) {
+        c->d->requests_refused++;
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+                         "a nursery of %llu bytes is more than this "
+                         "client's quota (max_client_bytes %llu in [heap "
+                         "%s] of %s); ask for a smaller young_size, or "
+                         "raise max_client_bytes",
+                         (unsigned long long)bytes,
+                         (unsigned long long)cfg->max_client_bytes,
+                         cfg->name, c->d->cfg.path);
+    }
+    /* whole segments, and room for two halves of a page each */
+    uint64_t min = LAYOUT_YOUNG_START + 2 * 4096;
+    bytes = bytes < min ? min : bytes;
+    *segs = (uint32_t)((bytes + cfg->segment_size - 1) >> h->seg_shift);
+    return 1;
+}
+
+/* Answer an attach whose nursery of SEGS segments grant_young refused
+ * with RC. */
+static int young_refused(struct conn *c, struct heap *h, uint64_t seq,
+                         int rc, uint32_t segs, uint32_t held)
+{
+    const struct config_heap *cfg = h->cfg;
+    unsigned long long bytes = (unsigned long long)segs << h->seg_shift;
+    switch (rc) {
+    case -EDQUOT:
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+                                "no room in this client's quota for a "
+                                "nursery of %llu bytes: it holds %u "
+                                "segments (%llu bytes) of heap '%s' and "
+                                "max_client_bytes is %llu; ask for a "
+                                "smaller young_size, detach a young "
+                                "mutator, or raise max_client_bytes in "
+                                "[heap %s]", bytes, held,
+                                (unsigned long long)held << h->seg_shift,
+                                cfg->name,
+                                (unsigned long long)cfg->max_client_bytes,
+                                cfg->name);
+    case -ENOSPC:
+    case -EFBIG:
+        collector_request(h); /* what is dead may make room */
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+                                "heap '%s' has no run of %u free segments "
+                                "for a nursery of %llu bytes (max_size "
+                                "%llu); try again after a collection, ask "
+                                "for a smaller young_size, or raise "
+                                "max_size in [heap %s]", cfg->name, segs,
+                                bytes, (unsigned long long)cfg->max_size,
+                                cfg->name);
+    default:
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+                                "heapd has no memory to trace a nursery of "
+                                "%llu bytes: %s; ask for a smaller "
+                                "young_size", bytes, strerror(-rc));
+    }
+}
+
+static int handle_attach(struct conn *c, uint64_t seq,
+                         const Heapd__AttachRequest *ar)
 {
     struct heap *h = mutator_heap(c, seq, "attach");
+    uint32_t young_segs, young_age, young_first = 0;
+    struct young_trace *tracer = NULL;
     int slot;
 
     if (!h)
@@ -421,12 +548,31 @@ static int handle_attach(struct conn *c, uint64_t seq)
             used[h->owners[i].region] = true;
     while (used[region])
         region++;
+    int asked = young_asked(c, h, seq, ar, &young_segs, &young_age);
+    if (asked != 1)
+        return asked;
     pthread_mutex_lock(&h->lock);
+    if (young_segs) {
+        int rc = grant_young(h, c->id, &c->held, young_segs, &young_first,
+                             &tracer);
+        if (rc < 0) {
+            uint32_t held = c->held;
+            pthread_mutex_unlock(&h->lock);
+            return young_refused(c, h, seq, rc, young_segs, held);
+        }
+    }
     slot = grant_slot(h, c->id, c->slots, c->mem_fd, region, c->granted);
-    if (slot >= 0)
+    if (slot >= 0) {
         safepoint_own_slot(h, (unsigned)slot, (int)c->peer.pid,
                            (unsigned)c->peer.uid, c->name);
+        if (young_segs)
+            grant_young_bind(h, (unsigned)slot, young_first, young_segs,
+                             young_age, tracer);
+    } else if (young_segs) {
+        grant_young_undo(h, &c->held, young_first, tracer);
+    }
     assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
+    segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
     if (slot == -ENOSPC)
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
@@ -442,6 +588,9 @@ static int handle_attach(struct conn *c, uint64_t seq)
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     r.slot = (uint32_t)slot;
     r.region = region;
+    r.young_first = young_first;
+    r.young_segments = young_segs;
+    r.young_age = young_age;
     env.body_case = HEAPD__ENVELOPE__BODY_ATTACH_REPLY;
     env.attach_reply = &r;
     return conn_reply(c, &env, seq);
@@ -461,6 +610,8 @@ static int handle_detach(struct conn *c, uint64_t seq,
                            r->slot);
     }
     pthread_mutex_lock(&h->lock);
+    /* its nursery goes with it (Note [A nursery in the segment table]) */
+    c->held -= grant_young_held(h, r->slot);
     grant_free_slot(h, c->slots, r->slot, c->mem_fd);
     assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
     segtab_assert(&h->segs); /* Note [Checking the segment table] */
@@ -970,7 +1121,7 @@ int session_handle(struct conn *c, Heapd__Envelope *env)
     case HEAPD__ENVELOPE__BODY_COLLECT_REQUEST:
         return handle_collect(c, env->seq, env->collect_request);
     case HEAPD__ENVELOPE__BODY_ATTACH_REQUEST:
-        return handle_attach(c, env->seq);
+        return handle_attach(c, env->seq, env->attach_request);
     case HEAPD__ENVELOPE__BODY_DETACH_REQUEST:
         return handle_detach(c, env->seq, env->detach_request);
     case HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST:

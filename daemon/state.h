@@ -9,7 +9,8 @@
 struct heap;
 struct resume_client;
 
-#define STATE_VERSION 2u
+/* 3: each kept slot's nursery (Note [Nurseries] in proto/young.h) */
+#define STATE_VERSION 3u
 
 /* With no cycle under way, every client gone or suspended (KEPT, a list
  * over all heaps: those of H are saved, Note [Resuming clients] in

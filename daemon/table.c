@@ -5,7 +5,8 @@
  * What a new heapd needs to trust a heap after the one before was killed
  * -- every segment's record, the free and reuse bitmaps, the globals'
  * records, the registry of connected mutator clients (id, token, pid,
- * start, name, bytes granted; each slot's client, region and bound) and
+ * start, name, bytes granted; each slot's client, region, bound and
+ * nursery) and
  * the last stop generation -- lives not in heapd's private memory but in
  * a daemon-only
  * memfd, heapd.table.NAME in the service manager's store from the heap's
@@ -55,7 +56,8 @@
 #include "resume.h"
 
 #define TABLE_MAGIC 0x3162746470616568ull /* "heapdtb1", little-endian */
-#define TABLE_VERSION 2u
+/* 3: a slot's nursery (young_first, young_segs, young_age) */
+#define TABLE_VERSION 3u
 
 struct table_stats_copy {
     _Atomic uint64_t seq;     /* odd while written; 0: never written */
@@ -74,11 +76,14 @@ struct table_client {
     uint64_t granted;
 };
 
-/* Who holds mutator slot I: its client (0: free), region, alloc_bound. */
+/* Who holds mutator slot I: its client (0: free), region, alloc_bound,
+ * and its nursery run (Note [Nurseries] in proto/young.h; young_segs 0:
+ * none), which seg_recover keeps YOUNG for a kept client. */
 struct table_slot {
     uint64_t client;
     uint32_t region;
     uint64_t alloc_bound;
+    uint32_t young_first, young_segs, young_age;
 };
 
 struct table_header {
@@ -275,11 +280,14 @@ int table_recover(struct heap *h, char *why, size_t n,
         goto out;
     for (struct resume_client *r = *kept; r; r = r->next)
         for (uint32_t i = h->segs.first; i < h->segs.high; i++)
-            r->held += h->segs.segs[i].state == SEG_OWNED &&
+            r->held += (h->segs.segs[i].state == SEG_OWNED ||
+                        seg_is_young(&h->segs, i)) &&
                        h->segs.segs[i].owner == r->id;
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
-        if (!kept_id(*kept, hd->slots[i].client))
+        if (!kept_id(*kept, hd->slots[i].client)) {
             table_slot_set(h, i, 0, 0, 0);
+            table_slot_young(h, i, 0, 0, 0);
+        }
     atomic_store(&h->control->phase, LAYOUT_PHASE_IDLE);
     h->stop_gen = atomic_load(&hd->stop_gen);
     h->stats.restarts_survived++;
@@ -354,6 +362,17 @@ void table_slot_set(struct heap *h, unsigned slot, uint64_t client,
     hd->slots[slot].client = client;
 }
 
+void table_slot_young(struct heap *h, unsigned slot, uint32_t first,
+                      uint32_t segs, uint32_t age)
+{
+    struct table_header *hd = h->table;
+    if (!hd)
+        return;
+    hd->slots[slot].young_first = first;
+    hd->slots[slot].young_segs = segs;
+    hd->slots[slot].young_age = age;
+}
+
 void table_stop_gen(struct heap *h, uint32_t gen)
 {
     struct table_header *hd = h->table;
@@ -398,6 +417,11 @@ static int registry_recover(struct heap *h, struct resume_client **kept,
             r->slots[i / 64] |= 1ull << (i % 64);
             h->owners[i].region = ts->region;
             atomic_store(&h->owners[i].alloc_bound, ts->alloc_bound);
+            /* checked against the segment table by attach_again */
+            h->owners[i].young_first = ts->young_first;
+            h->owners[i].young_segs = ts->young_segs;
+            h->owners[i].young_age = ts->young_age;
+            h->owners[i].young_tracer = NULL;
         }
         r->next = *kept;
         *kept = r;

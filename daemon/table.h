@@ -41,6 +41,10 @@ void table_client_remove(struct heap *h, uint64_t id);
 void table_client_granted(struct heap *h, uint64_t id, uint64_t granted);
 void table_slot_set(struct heap *h, unsigned slot, uint64_t client,
                     unsigned region, uint64_t alloc_bound);
+/* Slot SLOT's nursery (Note [Nurseries] in proto/young.h): the run at
+ * FIRST of SEGS segments (0: none), promoting at AGE. */
+void table_slot_young(struct heap *h, unsigned slot, uint32_t first,
+                      uint32_t segs, uint32_t age);
 /* The collector thread asked stop generation GEN. */
 void table_stop_gen(struct heap *h, uint32_t gen);
 

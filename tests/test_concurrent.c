@@ -9,6 +9,11 @@
  *     replaced structures on their root stacks, rebuild private trees with
  *     pushes and pops, and wait in blocking regions, while a control client
  *     runs at least 1000 cycles.  Everything read is checked.
+ *   young_board_under_1000_cycles: the same, where every process has a
+ *     young mutator (Note [Young objects, for the program] in heapd.h)
+ *     beside a shared-heap one: young structures are published into the
+ *     board by writes, CASes and the board's init, and age and are
+ *     promoted in the private trees, through the 1000 cycles.
  *   hot_global_overwritten_during_cycles: a writer keeps replacing global
  *     "hot" while 2 readers read, root and check it, through 200 cycles.
  *
@@ -266,7 +271,12 @@ enum {
 #define TREE_NODES ((1L << (TREE_DEPTH + 1)) - 1)
 #define BOARD_MAGIC 0x6472616f62L /* "board" */
 
-static const int threads_of[NPROC] = {1, 2, 1, 2};
+static const int threads_of_plain[NPROC] = {1, 2, 1, 2};
+/* the young board: every process has a young mutator (thread 0) and a
+ * shared-heap one (thread 1), Note [Young objects, for the program] */
+static const int threads_of_young[NPROC] = {2, 2, 2, 2};
+static const int *threads_of = threads_of_plain;
+static bool board_young;
 
 struct report {
     int proc, thread;
@@ -588,7 +598,12 @@ static void *worker_thread(void *arg)
 {
     struct worker *x = arg;
     heapd_mutator *m;
-    if (heapd_attach(x->c, &m) < 0) {
+    /* small nurseries: many minor collections; ages 1 and 2 */
+    heapd_mutator_opts o = {.flags = HEAPD_MUTATOR_YOUNG,
+                            .young_size = 256 * 1024,
+                            .young_age = 1 + (unsigned)(x->w.proc % 2)};
+    bool young = board_young && x->w.thread == 0;
+    if (heapd_attach_opts(x->c, young ? &o : NULL, &m) < 0) {
         fprintf(stderr, "process %d thread %d: attach: %s\n", x->w.proc,
                 x->w.thread, heapd_last_error());
         x->rc = E_ATTACH;
@@ -625,7 +640,7 @@ static int board_process(int proc, int stop_fd, int ready_fd, int report_fd)
         x->stop_fd = stop_fd;
         x->ready_fd = ready_fd;
         x->report_fd = report_fd;
-        x->may_init = proc == 0;
+        x->may_init = proc == 0 && t == 0;
         x->seed = 7919u * (unsigned)(proc * 2 + t + 1);
         x->stamp = (long)(proc * 2 + t + 1) << 40;
         x->rep.proc = proc;
@@ -738,9 +753,11 @@ static void run_cycles(heapd_client *c, uint64_t cycles, struct kid *kids,
     check_kids_running(kids, nkids);
 }
 
-START_TEST(shared_board_under_1000_cycles)
+static void board_test(bool young)
 {
     int stop[2], ready[2], report[2];
+    board_young = young;
+    threads_of = young ? threads_of_young : threads_of_plain;
     struct kid kids[NPROC];
     start();
     ck_assert_int_eq(pipe(stop), 0);
@@ -796,9 +813,39 @@ START_TEST(shared_board_under_1000_cycles)
             total.cas_lost, (unsigned long long)st.pause_max_ns,
             (unsigned long long)st.ttsp_max_ns);
     ck_assert_uint_ge(st.cycles_completed, before + CYCLES);
+    if (young) {
+        fprintf(stderr, "young board: %llu minor collections, %llu bytes "
+                "promoted by age, %llu by publication, longest minor %llu "
+                "ns\n", (unsigned long long)st.minor_collections,
+                (unsigned long long)st.promoted_age_bytes,
+                (unsigned long long)st.promoted_published_bytes,
+                (unsigned long long)st.minor_pause_max_ns);
+        ck_assert_msg(st.minor_collections > 0 &&
+                          st.promoted_age_bytes > 0 &&
+                          st.promoted_published_bytes > 0,
+                      "the young mutators collected %llu times, promoted "
+                      "%llu bytes by age and %llu by publication: the young "
+                      "paths were not exercised",
+                      (unsigned long long)st.minor_collections,
+                      (unsigned long long)st.promoted_age_bytes,
+                      (unsigned long long)st.promoted_published_bytes);
+    }
     harness_expect_healthy(&D);
     heapd_disconnect(c);
     harness_stop_clean(&D);
+}
+
+START_TEST(shared_board_under_1000_cycles)
+{
+    board_test(false);
+}
+END_TEST
+
+/* The same board with a young and a shared-heap mutator in every
+ * process: publications race with writes and CASes of the others. */
+START_TEST(young_board_under_1000_cycles)
+{
+    board_test(true);
 }
 END_TEST
 
@@ -965,6 +1012,10 @@ static Suite *concurrent_suite(void)
     tcase_add_test(t, shared_board_under_1000_cycles);
     tcase_add_test(t, hot_global_overwritten_during_cycles);
     suite_add_tcase(s, t);
+    TCase *y = tcase_create("young"); /* CK_RUN_CASE=young */
+    tcase_set_timeout(y, 600);
+    tcase_add_test(y, young_board_under_1000_cycles);
+    suite_add_tcase(s, y);
     return s;
 }
 

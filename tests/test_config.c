@@ -154,6 +154,8 @@ START_TEST(t_defaults)
     ck_assert_uint_eq(c.heaps[0].gc_overhead, 100);
     ck_assert_uint_eq(c.heaps[0].mark_stack_limit, 8 << 20);
     ck_assert_uint_eq(c.heaps[0].max_client_bytes, 0);
+    ck_assert_uint_eq(c.heaps[0].young_size, 1 << 20);
+    ck_assert_uint_eq(c.heaps[0].young_age, 2);
     ck_assert_uint_eq(c.heaps[0].n_allow_users, 0);
     ck_assert_uint_eq(c.heaps[0].n_allow_groups, 0);
     ck_assert(!c.heaps[0].verify);
@@ -728,7 +730,8 @@ START_TEST(t_unknown_key_heap)
                   "(expected one of: base, max_size, segment_size, "
                   "gc_overhead, mark_stack_limit, allow_users, allow_groups, "
                   "max_client_bytes, verify, stall_warn, stall_timeout, "
-                  "stall_action, reconnect_timeout)\n");
+                  "stall_action, reconnect_timeout, young_size, "
+                  "young_age)\n");
 }
 END_TEST
 
@@ -878,6 +881,41 @@ START_TEST(t_mark_stack_range)
     expect_errors(HEAP "mark_stack_limit = 2G\n",
                   "heapd:t.conf:4: mark_stack_limit 2G is too large (at most "
                   "1G)\n");
+}
+END_TEST
+
+/* Note [Nurseries] in proto/young.h: the heap's defaults for an attach
+ * that asks for none */
+START_TEST(t_young_keys)
+{
+    struct config c;
+    expect_ok(HEAP "young_size = 4M\nyoung_age = 8\n", &c);
+    ck_assert_uint_eq(c.heaps[0].young_size, 4 << 20);
+    ck_assert_uint_eq(c.heaps[0].young_age, 8);
+    expect_ok(HEAP "young_size = 64K\nyoung_age = 1\n", &c);
+    ck_assert_uint_eq(c.heaps[0].young_size, 64 << 10);
+    ck_assert_uint_eq(c.heaps[0].young_age, 1);
+    expect_errors(HEAP "young_size = 32K\n",
+                  "heapd:t.conf:4: young_size 32K is too small (at least "
+                  "64K)\n");
+    expect_errors(HEAP "young_size = 512M\n",
+                  "heapd:t.conf:4: young_size 512M is too large (at most "
+                  "256M)\n");
+    expect_errors(HEAP "young_size = big\n",
+                  "heapd:t.conf:4: young_size 'big' is not a size (use a "
+                  "number with an optional K, M or G suffix, e.g. 8M)\n");
+    expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 512M\n"
+                  "young_size = 256M\n",
+                  "heapd:t.conf:4: young_size 256M is more than a quarter "
+                  "of max_size 512M; lower it (a nursery is a mutator's "
+                  "own, and at most a quarter of the heap)\n");
+    expect_errors(HEAP "young_age = 0\n",
+                  "heapd:t.conf:4: young_age 0 is out of range (1..8)\n");
+    expect_errors(HEAP "young_age = 9\n",
+                  "heapd:t.conf:4: young_age 9 is out of range (1..8)\n");
+    expect_errors(HEAP "young_age = old\n",
+                  "heapd:t.conf:4: young_age 'old' is not a number (use "
+                  "decimal digits)\n");
 }
 END_TEST
 
@@ -1412,6 +1450,7 @@ static Suite *config_suite(void)
     tcase_add_test(key, t_size_not_a_number);
     tcase_add_test(key, t_size_overflow);
     tcase_add_test(key, t_mark_stack_range);
+    tcase_add_test(key, t_young_keys);
     tcase_add_test(key, t_log_level);
     tcase_add_test(key, t_socket_relative);
     tcase_add_test(key, t_socket_too_long);

@@ -530,7 +530,7 @@ END_TEST
 START_TEST(state_of_another_version_is_refused)
 {
     refused_case("state", newer_version,
-                 "version 99, and this heapd reads version 2");
+                 "version 99, and this heapd reads version 3");
 }
 END_TEST
 
@@ -549,7 +549,7 @@ END_TEST
 START_TEST(table_of_another_version_is_refused)
 {
     refused_case("table", newer_version,
-                 "its table is of version 99, and this heapd reads version 2");
+                 "its table is of version 99, and this heapd reads version 3");
 }
 END_TEST
 
