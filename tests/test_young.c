@@ -69,17 +69,31 @@ static void **new_shared_node(heapd_mutator *m, size_t nrefs, uint64_t id)
     return n;
 }
 
+/* The mapped heap of the test's clients (all map it at one address), so
+ * that a damaged reference fails a check instead of faulting. */
+static uintptr_t heap_lo, heap_hi;
+
+static bool in_heap(const void *p)
+{
+    return (uintptr_t)p - heap_lo < heap_hi - heap_lo &&
+           ((uintptr_t)p & 7) == 0;
+}
+
 static bool node_ok(void *n, size_t nrefs, uint64_t id)
 {
-    if (!n || heapd_nrefs(n) != nrefs ||
+    if (!n || !in_heap(n) || heapd_nrefs(n) != nrefs ||
         heapd_nbytes(n) != sizeof(struct payload))
         return false;
     const struct payload *p = heapd_bytes(n);
     return p->id == id && p->check == check_of(id);
 }
 
+/* Field K of OBJ; NULL if OBJ is not in the heap (a damaged reference:
+ * the check that follows fails). */
 static void *field(void *obj, size_t k)
 {
+    if (!in_heap(obj))
+        return NULL;
     return __atomic_load_n(&((void **)obj)[k], __ATOMIC_ACQUIRE);
 }
 
@@ -92,7 +106,10 @@ static uint32_t phase_of(heapd_client *c)
 /* Connect to the test's heapd (fails the test on error). */
 static heapd_client *connect_plain(unsigned flags)
 {
-    return harness_connect_ok(D.sock, flags);
+    heapd_client *c = harness_connect_ok(D.sock, flags);
+    heap_lo = (uintptr_t)heapd_heap_base(c);
+    heap_hi = heap_lo + heapd_heap_size(c);
+    return c;
 }
 
 /* Attach the calling thread to C as a young mutator. */
@@ -172,7 +189,37 @@ static void add_ballast(heapd_mutator *m)
     heapd_root_pop(m, 1);
 }
 
-#define ATTEMPTS 20 /* runs of a scenario that must happen while marking */
+/* A scenario that must happen while marking runs until RUNS runs did (at
+ * most ATTEMPTS): who takes the push is a race (below), so each run of it
+ * is one more chance for a broken side to show. */
+#define RUNS 8
+#define ATTEMPTS 40
+
+/* Note [The preparatory push] in client/minor.c: whoever takes a young
+ * mutator's stack handshake first, the mutator on its way out of the
+ * snapshot's stop or heapd marking its stack, does the push; heapd
+ * usually wins.  A blocked mutator with a deep stack, attached first (a
+ * lower slot, which heapd marks before), keeps heapd busy while the young
+ * mutator takes its own. */
+#define HELPER_ROOTS 50000
+
+static heapd_mutator *deep_blocked_helper(heapd_client *c)
+{
+    heapd_mutator *h;
+    ck_assert_int_eq(heapd_attach(c, &h), 0);
+    size_t s = heapd_root_push(h, heapd_alloc(h, 0, 8));
+    for (size_t i = 1; i < HELPER_ROOTS; i++)
+        ck_assert_uint_ne(heapd_root_push(h, heapd_root_get(h, s)),
+                          (size_t)-1);
+    heapd_blocking_enter(h);
+    return h;
+}
+
+static void helper_leave(heapd_mutator *h)
+{
+    heapd_blocking_leave(h);
+    heapd_detach(h);
+}
 
 /* Allocate garbage until M's next minor collection has run. */
 static void minor_now(heapd_mutator *m)
@@ -590,10 +637,11 @@ START_TEST(old_object_only_young_reaches_at_snapshot)
 {
     harness_start_with(&D, NULL);
     heapd_client *c = connect_plain(0);
+    heapd_mutator *h = deep_blocked_helper(c);
     heapd_mutator *m = attach_young(c, 0, 0);
     add_ballast(m);
     int attempt, conclusive = 0;
-    for (attempt = 0; attempt < ATTEMPTS && !conclusive; attempt++) {
+    for (attempt = 0; attempt < ATTEMPTS && conclusive < RUNS; attempt++) {
         size_t sb = old_through_young(m);
         void **a = heapd_global_get(m, "A");
         heapd_write(m, a, &a[0], NULL); /* idle: no barrier */
@@ -609,7 +657,7 @@ START_TEST(old_object_only_young_reaches_at_snapshot)
         heapd_write(m, a2, &a2[0], cc);
         heapd_write(m, b, &b[0], NULL);
         /* the move happened in the marking whose snapshot saw B -> C */
-        conclusive = phase_of(c) == LAYOUT_PHASE_MARK && epoch_of(c) == epoch;
+        conclusive += phase_of(c) == LAYOUT_PHASE_MARK && epoch_of(c) == epoch;
         size_t sa2 = heapd_root_push(m, a2);
         /* this cycle ends, and one more runs */
         harness_collect(m);
@@ -624,6 +672,7 @@ START_TEST(old_object_only_young_reaches_at_snapshot)
     ck_assert_msg(conclusive, "in %d attempts marking never lasted until the "
                   "move was done", attempt);
     heapd_detach(m);
+    helper_leave(h);
     heapd_disconnect(c);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
@@ -778,15 +827,16 @@ START_TEST(publication_into_dirty_object_while_marking)
 {
     harness_start_with(&D, NULL);
     heapd_client *c = connect_plain(0);
+    heapd_mutator *h = deep_blocked_helper(c);
     heapd_mutator *m = attach_young(c, 0, 0);
     add_ballast(m);
-    int attempt;
-    bool conclusive = false;
-    for (attempt = 0; attempt < ATTEMPTS && !conclusive; attempt++)
-        conclusive = dirty_publication(m, c, attempt);
+    int attempt, conclusive = 0;
+    for (attempt = 0; attempt < ATTEMPTS && conclusive < RUNS; attempt++)
+        conclusive += dirty_publication(m, c, attempt);
     ck_assert_msg(conclusive, "in %d attempts marking never lasted until the "
                   "publications were done", attempt);
     heapd_detach(m);
+    helper_leave(h);
     heapd_disconnect(c);
     harness_stop_clean(&D);
 }
@@ -891,6 +941,8 @@ static int run_checked(enum misuse what, char *err, size_t errlen)
         heapd_mutator *b;
         if (heapd_connect(&c, &co) != 0)
             kid_fail(heapd_last_error());
+        heap_lo = (uintptr_t)heapd_heap_base(c);
+        heap_hi = heap_lo + heapd_heap_size(c);
         if (what == OWN_OBJECTS) {
             /* a young mutator's ordinary use of its own young objects
              * passes every check */
