@@ -1173,6 +1173,7 @@ END_TEST
 #define CHAIN 3
 #define MAJOR_CYCLES 20
 #define MIN_ROUNDS 300
+#define MIN_MINORS 3   /* minor collections of each young worker */
 
 /* Chain ids: worker, round, place in the chain (CHAIN - 1 at the head). */
 static uint64_t chain_id(uint64_t w, uint64_t round, uint64_t k)
@@ -1279,7 +1280,12 @@ static void *young_worker(void *arg)
         return NULL;
     }
     size_t smap = heapd_root_push(m, heapd_global_get(m, "map"));
-    for (uint64_t r = 0; !atomic_load(&run->stop) || r < MIN_ROUNDS; r++) {
+    /* until the major cycles are done, and this mutator has had its minor
+     * collections */
+    for (uint64_t r = 0;
+         !atomic_load(&run->stop) || r < MIN_ROUNDS ||
+         (w->young && young_stats(m).minor_collections < MIN_MINORS);
+         r++) {
         if (!worker_round(m, w, smap, r))
             break;
         w->rounds = r + 1;
@@ -1357,11 +1363,13 @@ START_TEST(young_mutators_share_a_map_through_major_cycles)
     for (int i = 0; i < YOUNG_WORKERS + 2; i++)
         pthread_join(t[i], NULL);
     ck_assert_msg(ca.err[0] == '\0', "the collecting thread: %s", ca.err);
-    for (int i = 0; i <= YOUNG_WORKERS; i++)
+    for (int i = 0; i <= YOUNG_WORKERS; i++) {
         ck_assert_msg(w[i].err[0] == '\0', "worker %d (%s): %s", i,
                       w[i].young ? "young" : "not young", w[i].err);
+        ck_assert_uint_ge(w[i].rounds, MIN_ROUNDS);
+    }
     heapd_stats_t st = harness_stats(c);
-    ck_assert_uint_ge(st.minor_collections, YOUNG_WORKERS);
+    ck_assert_uint_ge(st.minor_collections, YOUNG_WORKERS * MIN_MINORS);
     ck_assert_uint_gt(st.promoted_published_bytes, 0);
     ck_assert_int_eq(heapd_attach(c, &m), 0);
     harness_collect(m);
