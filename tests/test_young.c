@@ -1,0 +1,1426 @@
+/* Young generations end to end (Note [Young objects, for the program] in
+ * client/heapd.h, the Notes of client/minor.c), against a real heapd with
+ * the verifier on: a young mutator's rooted data lives through many minor
+ * collections and is promoted by age; every store that makes a young
+ * graph shared publishes it (heapd_write, heapd_cas, heapd_global_set,
+ * heapd_publish) and another process reads the copy across cycles; an old
+ * object reachable at a snapshot only through young objects survives,
+ * whether the mutator pushes it (Note [The preparatory push]) or, while
+ * it is blocked, the daemon traces its nursery; a young graph published
+ * into a dirty object during marking is black; misuse is named (checked
+ * mode) or refused by the daemon (young_refs_refused); and several young
+ * mutators share a table with a non-young one through major cycles.
+ */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "harness.h"
+#include "heapd.h"
+#include "layout.h"
+#include "check_main.h"
+
+static struct daemon_proc D;
+
+#define MAGIC 0x796f756e67746573ull /* "youngtes" */
+
+/* Every node of these tests: NREFS reference fields, then this. */
+struct payload {
+    uint64_t id, check;
+};
+
+static uint64_t check_of(uint64_t id)
+{
+    return (id * 0x9e3779b97f4a7c15ull) ^ MAGIC;
+}
+
+static void fill_payload(void *n, uint64_t id)
+{
+    struct payload *p = heapd_bytes(n);
+    p->id = id;
+    p->check = check_of(id);
+}
+
+/* A young node (for a young mutator) with ID; NULL if heapd_alloc
+ * failed. */
+static void **new_node(heapd_mutator *m, size_t nrefs, uint64_t id)
+{
+    void **n = heapd_alloc(m, nrefs, sizeof(struct payload));
+    if (n)
+        fill_payload(n, id);
+    return n;
+}
+
+static void **new_shared_node(heapd_mutator *m, size_t nrefs, uint64_t id)
+{
+    void **n = heapd_alloc_shared(m, nrefs, sizeof(struct payload));
+    if (n)
+        fill_payload(n, id);
+    return n;
+}
+
+/* The mapped heap of the test's clients (all map it at one address), so
+ * that a damaged reference fails a check instead of faulting. */
+static uintptr_t heap_lo, heap_hi;
+
+static bool in_heap(const void *p)
+{
+    return (uintptr_t)p - heap_lo < heap_hi - heap_lo &&
+           ((uintptr_t)p & 7) == 0;
+}
+
+static bool node_ok(void *n, size_t nrefs, uint64_t id)
+{
+    if (!n || !in_heap(n) || heapd_nrefs(n) != nrefs ||
+        heapd_nbytes(n) != sizeof(struct payload))
+        return false;
+    const struct payload *p = heapd_bytes(n);
+    return p->id == id && p->check == check_of(id);
+}
+
+/* Field K of OBJ; NULL if OBJ is not in the heap (a damaged reference:
+ * the check that follows fails). */
+static void *field(void *obj, size_t k)
+{
+    if (!in_heap(obj))
+        return NULL;
+    return __atomic_load_n(&((void **)obj)[k], __ATOMIC_ACQUIRE);
+}
+
+/* The heap's phase, as every mutator of C sees it in the control area. */
+static uint32_t phase_of(heapd_client *c)
+{
+    return atomic_load(&c->ctl->phase);
+}
+
+/* Connect to the test's heapd (fails the test on error). */
+static heapd_client *connect_plain(unsigned flags)
+{
+    heapd_client *c = harness_connect_ok(D.sock, flags);
+    heap_lo = (uintptr_t)heapd_heap_base(c);
+    heap_hi = heap_lo + heapd_heap_size(c);
+    return c;
+}
+
+/* Attach the calling thread to C as a young mutator. */
+static heapd_mutator *attach_young(heapd_client *c, size_t size, unsigned age)
+{
+    heapd_mutator_opts o = {.flags = HEAPD_MUTATOR_YOUNG,
+                            .young_size = size,
+                            .young_age = age};
+    heapd_mutator *m;
+    int rc = heapd_attach_opts(c, &o, &m);
+    ck_assert_msg(rc == 0, "a young attach failed (%s): %s",
+                  heapd_strerror(rc), heapd_last_error());
+    return m;
+}
+
+static heapd_young_stats young_stats(const heapd_mutator *m)
+{
+    heapd_young_stats y;
+    heapd_young_stats_get(m, &y);
+    return y;
+}
+
+static uint32_t epoch_of(heapd_client *c)
+{
+    return atomic_load(&c->ctl->epoch);
+}
+
+static int64_t ms_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Ask for a cycle, then take safepoints until M's heap is marking: M has
+ * then taken the snapshot's stop, and its stack handshake is done (Note
+ * [The preparatory push] in client/minor.c).  A mutator that waits for
+ * heapd to finish its stack may see the whole marking pass meanwhile (a
+ * final sync passes a waiting mutator: Note [Straddling a cycle]); then
+ * the next cycle is asked for.  Returns false if marking was not seen
+ * within the bound (the caller fails, in its own thread). */
+static bool until_marking(heapd_mutator *m, heapd_client *c)
+{
+    int64_t end = ms_now() + HARNESS_WAIT_MS;
+    while (ms_now() < end) {
+        uint32_t epoch = epoch_of(c);
+        if (heapd_collect(m, 0) != 0)
+            return false;
+        while (ms_now() < end) {
+            heapd_safepoint(m);
+            if (phase_of(c) == LAYOUT_PHASE_MARK)
+                return true;
+            if (epoch_of(c) != epoch)
+                break; /* that cycle's marking passed by */
+        }
+    }
+    return false;
+}
+
+/* Live data that makes each marking last a while: a list of BALLAST
+ * shared nodes under global "ballast", so that a mutator that has seen
+ * marking begin usually does what it must before marking ends (the tests
+ * check whether it did, and try again if not). */
+#define BALLAST 100000
+
+static void add_ballast(heapd_mutator *m)
+{
+    size_t r = heapd_root_push(m, NULL);
+    for (uint64_t i = 0; i < BALLAST; i++) {
+        void **n = heapd_alloc_shared(m, 1, 0);
+        ck_assert_ptr_nonnull(n);
+        heapd_write(m, n, &n[0], heapd_root_get(m, r));
+        heapd_root_set(m, r, n);
+    }
+    ck_assert_int_eq(heapd_global_set(m, "ballast", heapd_root_get(m, r)),
+                     0);
+    heapd_root_pop(m, 1);
+}
+
+/* A scenario that must happen while marking runs until RUNS runs did (at
+ * most ATTEMPTS): who takes the push is a race (below), so each run of it
+ * is one more chance for a broken side to show. */
+#define RUNS 8
+#define ATTEMPTS 40
+
+/* Note [The preparatory push] in client/minor.c: whoever takes a young
+ * mutator's stack handshake first, the mutator on its way out of the
+ * snapshot's stop or heapd marking its stack, does the push; heapd
+ * usually wins.  A blocked mutator with a deep stack, attached first (a
+ * lower slot, which heapd marks before), keeps heapd busy while the young
+ * mutator takes its own. */
+#define HELPER_ROOTS 50000
+
+static heapd_mutator *deep_blocked_helper(heapd_client *c)
+{
+    heapd_mutator *h;
+    ck_assert_int_eq(heapd_attach(c, &h), 0);
+    size_t s = heapd_root_push(h, heapd_alloc(h, 0, 8));
+    for (size_t i = 1; i < HELPER_ROOTS; i++)
+        ck_assert_uint_ne(heapd_root_push(h, heapd_root_get(h, s)),
+                          (size_t)-1);
+    heapd_blocking_enter(h);
+    return h;
+}
+
+static void helper_leave(heapd_mutator *h)
+{
+    heapd_blocking_leave(h);
+    heapd_detach(h);
+}
+
+/* Allocate garbage until M's next minor collection has run. */
+static void minor_now(heapd_mutator *m)
+{
+    heapd_young_stats a = young_stats(m), b;
+    /* each 56 bytes: a half fills within young_bytes / 2 / 56 */
+    uint64_t bound = a.young_bytes / 56 + 64;
+    for (uint64_t k = 0;; k++) {
+        ck_assert_msg(k < bound, "no minor collection after %llu "
+                      "allocations of 56 bytes in a nursery of %llu bytes",
+                      (unsigned long long)k,
+                      (unsigned long long)a.young_bytes);
+        ck_assert_ptr_nonnull(heapd_alloc(m, 0, 48));
+        b = young_stats(m);
+        if (b.minor_collections != a.minor_collections)
+            break;
+    }
+    ck_assert_uint_eq(b.minor_collections, a.minor_collections + 1);
+}
+
+/* ---- 1. basics: minor collections, aging ---- */
+
+#define LIST_N 100000
+#define LIST_BATCH 1000
+#define LIST_GARBAGE 3 /* garbage objects allocated after each node */
+
+/* The list from HEAD holds the nodes TOP, TOP - 1, ..., 0 (each with one
+ * field, the next); *YOUNG gets how many of them are still young.  NULL if
+ * it is whole, else what is wrong. */
+static const char *list_broken(heapd_mutator *m, void *head, uint64_t top,
+                               uint64_t *young)
+{
+    uint64_t want = top, n = 0;
+    *young = 0;
+    for (void *p = head; p; p = field(p, 0), want--, n++) {
+        if (n > top || !node_ok(p, 1, want))
+            return "a node of the list is damaged or out of order";
+        *young += heapd_is_young(m, p);
+    }
+    return n == top + 1 ? NULL : "the list is too short";
+}
+
+START_TEST(young_list_through_minor_collections)
+{
+    harness_start_with(&D, "young_size = 256K\n");
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, 0, 0);
+    heapd_young_stats y = young_stats(m);
+    ck_assert_uint_ge(y.young_bytes, 256 << 10);
+    ck_assert_uint_eq(y.young_age, 2);
+    ck_assert_uint_eq(y.minor_collections, 0);
+    size_t r = heapd_root_push(m, NULL);
+    ck_assert_uint_ne(r, (size_t)-1);
+    bool saw_young_and_shared = false;
+    uint64_t born_young = 0;
+    for (uint64_t i = 0; i < LIST_N; i++) {
+        void **n = new_node(m, 1, i); /* may run a minor collection */
+        ck_assert_msg(n != NULL, "heapd_alloc %llu: %s",
+                      (unsigned long long)i, heapd_last_error());
+        /* young, unless the survivors of the minor collection it ran
+         * left the half no room (Note [Minor collections]) */
+        born_young += heapd_is_young(m, n);
+        heapd_write(m, n, &n[0], heapd_root_get(m, r)); /* a plain store */
+        heapd_root_set(m, r, n);
+        /* garbage: with every young object live, the survivors of a
+         * minor collection fill the new half, the next object goes
+         * shared, and storing the young list into it publishes all of it
+         * before any reaches its age */
+        for (int g = 0; g < LIST_GARBAGE; g++)
+            ck_assert_ptr_nonnull(heapd_alloc(m, 0, 24));
+        if ((i + 1) % LIST_BATCH != 0)
+            continue;
+        uint64_t young;
+        const char *why = list_broken(m, heapd_root_get(m, r), i, &young);
+        ck_assert_msg(!why, "after %llu nodes and %llu minor collections: "
+                      "%s", (unsigned long long)i + 1,
+                      (unsigned long long)young_stats(m).minor_collections,
+                      why);
+        /* the newest nodes are young, the oldest promoted by age */
+        if (young > 0 && young <= i)
+            saw_young_and_shared = true;
+    }
+    y = young_stats(m);
+    ck_assert_msg(y.minor_collections > 10, "only %llu minor collections",
+                  (unsigned long long)y.minor_collections);
+    ck_assert_msg(saw_young_and_shared, "the list never held young and "
+                  "promoted nodes at once");
+    ck_assert_msg(born_young >= LIST_N - y.minor_collections,
+                  "only %llu of %u nodes were allocated young",
+                  (unsigned long long)born_young, LIST_N);
+    ck_assert_uint_gt(y.promoted_age_bytes, 0);
+    ck_assert_uint_gt(y.minor_pause_max_ns, 0);
+    ck_assert_uint_ge(y.minor_pause_total_ns, y.minor_pause_max_ns);
+    /* the daemon's counters are the slot's words */
+    heapd_stats_t st = harness_stats(c);
+    ck_assert_uint_eq(st.minor_collections, y.minor_collections);
+    ck_assert_uint_eq(st.promoted_age_bytes, y.promoted_age_bytes);
+    /* and major cycles keep it: young nodes traced from the root */
+    harness_collect(m);
+    harness_collect(m);
+    uint64_t young;
+    const char *why = list_broken(m, heapd_root_get(m, r), LIST_N - 1, &young);
+    ck_assert_msg(!why, "after two cycles: %s", why);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* With the heap's young_age HEAP_AGE and the attach's ASKED (0: the
+ * heap's), a rooted object is young until it has survived the age, then
+ * shared, and then it never moves. */
+static void aging(unsigned heap_age, unsigned asked)
+{
+    char extra[64];
+    unsigned age = asked ? asked : heap_age;
+    snprintf(extra, sizeof extra, "young_age = %u\n", heap_age);
+    harness_start_with(&D, extra);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, 64 << 10, asked);
+    ck_assert_uint_eq(young_stats(m).young_age, age);
+    size_t r = heapd_root_push(m, new_node(m, 0, 42));
+    ck_assert(heapd_is_young(m, heapd_root_get(m, r)));
+    for (unsigned s = 1; s <= age; s++) {
+        uint64_t promoted = young_stats(m).promoted_age_bytes;
+        minor_now(m);
+        void *o = heapd_root_get(m, r);
+        ck_assert_msg(node_ok(o, 0, 42), "the object was damaged by minor "
+                      "collection %u", s);
+        ck_assert_msg(heapd_is_young(m, o) == (s < age),
+                      "young_age %u: after %u minor collections the object "
+                      "is %s", age, s, heapd_is_young(m, o) ? "young"
+                                                           : "shared");
+        if (s == age)
+            ck_assert_uint_gt(young_stats(m).promoted_age_bytes, promoted);
+    }
+    void *shared = heapd_root_get(m, r);
+    minor_now(m);
+    ck_assert_ptr_eq(heapd_root_get(m, r), shared);
+    harness_collect(m);
+    ck_assert(node_ok(heapd_root_get(m, r), 0, 42));
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+
+START_TEST(aging_default_two)
+{
+    aging(2, 0);
+}
+END_TEST
+
+START_TEST(aging_asked_one)
+{
+    aging(2, 1);
+}
+END_TEST
+
+START_TEST(aging_heap_one)
+{
+    aging(1, 0);
+}
+END_TEST
+
+START_TEST(aging_asked_three)
+{
+    aging(1, 3);
+}
+END_TEST
+
+/* ---- 2. publication ---- */
+
+#define TREE 50
+
+/* Build a young tree of TREE nodes (node i has ids BASE + i, children
+ * 2i + 1 and 2i + 2) and root it in a new slot, returned. */
+static size_t build_tree(heapd_mutator *m, uint64_t base)
+{
+    void **holder = heapd_alloc(m, TREE, 0);
+    ck_assert_ptr_nonnull(holder);
+    size_t s = heapd_root_push(m, holder);
+    ck_assert_uint_ne(s, (size_t)-1);
+    for (size_t i = 0; i < TREE; i++) {
+        void **n = new_node(m, 2, base + i);
+        ck_assert_ptr_nonnull(n);
+        holder = heapd_root_get(m, s); /* it may have moved */
+        heapd_write(m, holder, &holder[i], n);
+    }
+    holder = heapd_root_get(m, s);
+    for (size_t i = 0; i < TREE; i++) {
+        void **n = holder[i];
+        ck_assert(heapd_is_young(m, n));
+        for (size_t k = 0; k < 2; k++)
+            if (2 * i + 1 + k < TREE)
+                heapd_write(m, n, &n[k], holder[2 * i + 1 + k]);
+    }
+    heapd_root_set(m, s, holder[0]);
+    ck_assert(heapd_is_young(m, heapd_root_get(m, s)));
+    return s;
+}
+
+/* NULL if the tree from T is the one build_tree made with BASE (and, if
+ * SHARED, has no young node), else what is wrong. */
+static const char *tree_broken(const heapd_mutator *m, void *t, uint64_t base,
+                               bool shared)
+{
+    struct {
+        void *n;
+        size_t i;
+    } stack[TREE];
+    size_t depth = 0, seen = 0;
+    stack[depth].n = t;
+    stack[depth++].i = 0;
+    while (depth > 0) {
+        void *n = stack[--depth].n;
+        size_t i = stack[depth].i;
+        if (!node_ok(n, 2, base + i))
+            return "a node of the tree is damaged";
+        if (shared && heapd_is_young(m, n))
+            return "a node of a published tree is still young";
+        seen++;
+        for (size_t k = 0; k < 2; k++) {
+            size_t ci = 2 * i + 1 + k;
+            void *ch = field(n, k);
+            if ((ci < TREE) != (ch != NULL))
+                return "the tree has the wrong shape";
+            if (ch) {
+                if (depth == TREE)
+                    return "the tree has too many nodes";
+                stack[depth].n = ch;
+                stack[depth++].i = ci;
+            }
+        }
+    }
+    return seen == TREE ? NULL : "the tree has the wrong number of nodes";
+}
+
+#define ck_tree(m, t, base, shared)                                          \
+    do {                                                                     \
+        const char *why_ = tree_broken((m), (t), (base), (shared));          \
+        ck_assert_msg(!why_, "tree %llu: %s", (unsigned long long)(base),    \
+                      why_);                                                 \
+    } while (0)
+
+/* The published bytes grew by at least a tree's nodes since *LAST; *LAST
+ * moves on. */
+static void published_grew(heapd_mutator *m, uint64_t *last, const char *by)
+{
+    uint64_t now = young_stats(m).promoted_published_bytes;
+    ck_assert_msg(now >= *last + TREE * 40, "%s published %llu bytes, not a "
+                  "tree's %u", by, (unsigned long long)(now - *last),
+                  TREE * 40);
+    *last = now;
+}
+
+/* A second process reads global "tree" (base 300) across 20 major
+ * cycles, as a mutator without a nursery. */
+static void reader_kid(void)
+{
+    heapd_connect_opts o = {.socket_path = D.sock};
+    heapd_client *c;
+    heapd_mutator *m;
+    if (heapd_connect(&c, &o) != 0 || heapd_attach(c, &m) != 0) {
+        fprintf(stderr, "reader: %s\n", heapd_last_error());
+        _exit(2);
+    }
+    for (int k = 0; k < 20; k++) {
+        void *t = heapd_global_get(m, "tree");
+        const char *why = t ? tree_broken(m, t, 300, true) : "no tree";
+        if (why) {
+            fprintf(stderr, "reader, cycle %d: %s\n", k, why);
+            _exit(3);
+        }
+        if (heapd_collect(m, HEAPD_COLLECT_WAIT) != 0) {
+            fprintf(stderr, "reader: collect: %s\n", heapd_last_error());
+            _exit(4);
+        }
+    }
+    heapd_detach(m);
+    heapd_disconnect(c);
+    _exit(0);
+}
+
+START_TEST(publication_copies_young_graphs)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, 0, 0);
+    void **s = heapd_alloc_shared(m, 4, 0);
+    ck_assert_ptr_nonnull(s);
+    ck_assert(!heapd_is_young(m, s));
+    size_t ss = heapd_root_push(m, s);
+    size_t sx = heapd_root_push(m, new_shared_node(m, 0, 9999));
+    uint64_t pub = young_stats(m).promoted_published_bytes;
+
+    /* heapd_write: the field gets the copy */
+    size_t st = build_tree(m, 0);
+    void **t = heapd_root_get(m, st);
+    s = heapd_root_get(m, ss);
+    heapd_write(m, s, &s[0], t);
+    void **v = field(s, 0);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_ptr_ne(v, t);
+    ck_assert(!heapd_is_young(m, v));
+    ck_tree(m, v, 0, true);
+    published_grew(m, &pub, "heapd_write");
+    ck_assert_ptr_eq(heapd_root_get(m, st), v); /* the root follows */
+    /* a store through the stale young address lands in the copy */
+    void *right = field(v, 1), *x = heapd_root_get(m, sx);
+    heapd_write(m, t, &t[1], x);
+    ck_assert_ptr_eq(field(field(s, 0), 1), x);
+    heapd_write(m, v, &v[1], right);
+    ck_tree(m, field(s, 0), 0, true);
+
+    /* heapd_cas, succeeding: the copy; the stale address means it */
+    st = build_tree(m, 100);
+    t = heapd_root_get(m, st);
+    s = heapd_root_get(m, ss);
+    ck_assert(heapd_cas(m, s, &s[1], NULL, t));
+    void **v2 = field(s, 1);
+    ck_assert(!heapd_is_young(m, v2));
+    ck_tree(m, v2, 100, true);
+    published_grew(m, &pub, "heapd_cas");
+    ck_assert(heapd_cas(m, s, &s[2], NULL, t));
+    ck_assert_ptr_eq(field(s, 2), v2);
+    ck_assert(heapd_cas(m, s, &s[1], t, v2));
+    ck_assert_ptr_eq(field(s, 1), v2);
+    /* failing: nothing stored, the young tree whole */
+    st = build_tree(m, 200);
+    t = heapd_root_get(m, st);
+    s = heapd_root_get(m, ss);
+    ck_assert(!heapd_cas(m, s, &s[1], NULL, t));
+    ck_assert_ptr_eq(field(s, 1), v2);
+    ck_tree(m, heapd_root_get(m, st), 200, false);
+
+    /* heapd_global_set */
+    st = build_tree(m, 300);
+    t = heapd_root_get(m, st);
+    ck_assert_int_eq(heapd_global_set(m, "tree", t), 0);
+    void *g = heapd_global_get(m, "tree");
+    ck_assert_ptr_nonnull(g);
+    ck_assert(!heapd_is_young(m, g));
+    ck_tree(m, g, 300, true);
+    published_grew(m, &pub, "heapd_global_set");
+
+    /* heapd_publish */
+    st = build_tree(m, 400);
+    t = heapd_root_get(m, st);
+    void *p = heapd_publish(m, t);
+    ck_assert_ptr_ne(p, t);
+    ck_assert(!heapd_is_young(m, p));
+    ck_tree(m, p, 400, true);
+    published_grew(m, &pub, "heapd_publish");
+    ck_assert_ptr_eq(heapd_publish(m, p), p);
+    ck_assert_ptr_eq(heapd_publish(m, t), p);
+    ck_assert_ptr_eq(heapd_root_get(m, st), p);
+    s = heapd_root_get(m, ss);
+    ck_assert_ptr_eq(heapd_publish(m, s), s);
+    ck_assert_uint_eq(harness_stats(c).promoted_published_bytes, pub);
+
+    /* another process reads the published tree across 20 cycles; this
+     * mutator waits in a blocking region meanwhile */
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0)
+        reader_kid();
+    heapd_blocking_enter(m);
+    harness_wait_ok(kid, "the reading process");
+    heapd_blocking_leave(m);
+    s = heapd_root_get(m, ss);
+    ck_tree(m, field(s, 0), 0, true);
+    ck_tree(m, field(s, 1), 100, true);
+    ck_tree(m, heapd_global_get(m, "tree"), 300, true);
+    ck_tree(m, heapd_root_get(m, st), 400, true);
+    ck_assert(node_ok(heapd_root_get(m, sx), 0, 9999));
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* ---- 3. an old object reachable only through young ones ---- */
+
+#define C_ID 77
+
+/* Global "A" -> A (one field) -> C (shared, C_ID), and young B -> C in a
+ * root slot of M, returned; C is then referenced by those two only. */
+static size_t old_through_young(heapd_mutator *m)
+{
+    size_t sc = heapd_root_push(m, new_shared_node(m, 0, C_ID));
+    void **a = heapd_alloc_shared(m, 1, 0);
+    ck_assert_ptr_nonnull(a);
+    heapd_write(m, a, &a[0], heapd_root_get(m, sc));
+    ck_assert_int_eq(heapd_global_set(m, "A", a), 0);
+    void **b = heapd_alloc(m, 1, 0);
+    ck_assert_ptr_nonnull(b);
+    ck_assert(heapd_is_young(m, b));
+    heapd_write(m, b, &b[0], heapd_root_get(m, sc));
+    size_t sb = heapd_root_push(m, b);
+    heapd_root_set(m, sc, NULL);
+    return sb;
+}
+
+/* (After GHC's Note [Aging under the non-moving collector].)  C is
+ * reachable at the snapshot only through young B: A -> C is cut before
+ * it.  Marking, the mutator moves C from B into A2, allocated while
+ * marking (black: the marker never scans it, and a store into it is not
+ * logged), and clears B -> C (a young store, no barrier): only the
+ * preparatory push of B's fields, by the mutator or by the daemon, has
+ * marked C.  C must live through the cycle and after. */
+START_TEST(old_object_only_young_reaches_at_snapshot)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *h = deep_blocked_helper(c);
+    heapd_mutator *m = attach_young(c, 0, 0);
+    add_ballast(m);
+    int attempt, conclusive = 0;
+    for (attempt = 0; attempt < ATTEMPTS && conclusive < RUNS; attempt++) {
+        size_t sb = old_through_young(m);
+        void **a = heapd_global_get(m, "A");
+        heapd_write(m, a, &a[0], NULL); /* idle: no barrier */
+        ck_assert_uint_ne(phase_of(c), LAYOUT_PHASE_MARK);
+        ck_assert_msg(until_marking(m, c), "marking did not begin");
+        uint32_t epoch = epoch_of(c);
+        void **a2 = heapd_alloc_shared(m, 1, 0);
+        ck_assert_ptr_nonnull(a2);
+        void **b = heapd_root_get(m, sb);
+        ck_assert(heapd_is_young(m, b));
+        void *cc = field(b, 0);
+        ck_assert(node_ok(cc, 0, C_ID));
+        heapd_write(m, a2, &a2[0], cc);
+        heapd_write(m, b, &b[0], NULL);
+        /* the move happened in the marking whose snapshot saw B -> C */
+        conclusive += phase_of(c) == LAYOUT_PHASE_MARK && epoch_of(c) == epoch;
+        size_t sa2 = heapd_root_push(m, a2);
+        /* this cycle ends, and one more runs */
+        harness_collect(m);
+        ck_assert_msg(node_ok(field(heapd_root_get(m, sa2), 0), 0, C_ID),
+                      "attempt %d: C was freed: the cycle did not see what "
+                      "young B held at its snapshot", attempt);
+        harness_expect_healthy(&D);
+        harness_collect(m);
+        ck_assert(node_ok(field(heapd_root_get(m, sa2), 0), 0, C_ID));
+        heapd_root_pop(m, heapd_root_depth(m));
+    }
+    ck_assert_msg(conclusive, "in %d attempts marking never lasted until the "
+                  "move was done", attempt);
+    heapd_detach(m);
+    helper_leave(h);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+struct cutter {
+    heapd_client *c;
+    char err[256];
+};
+
+/* A second mutator of the process: after the snapshot cuts A -> C, then
+ * runs three whole cycles. */
+static void *cut_and_collect(void *arg)
+{
+    struct cutter *k = arg;
+    heapd_mutator *w;
+    if (heapd_attach(k->c, &w) != 0) {
+        snprintf(k->err, sizeof k->err, "attach: %s", heapd_last_error());
+        return NULL;
+    }
+    if (!until_marking(w, k->c)) {
+        snprintf(k->err, sizeof k->err, "marking did not begin");
+        goto out;
+    }
+    void **a = heapd_global_get(w, "A");
+    heapd_write(w, a, &a[0], NULL);
+    for (int i = 0; i < 3; i++) {
+        if (heapd_collect(w, HEAPD_COLLECT_WAIT) != 0) {
+            snprintf(k->err, sizeof k->err, "collect: %s",
+                     heapd_last_error());
+            break;
+        }
+    }
+out:
+    heapd_detach(w);
+    return NULL;
+}
+
+/* The daemon's side: the young mutator holds B -> C and is blocked from
+ * before the cycle to after three; A -> C is cut after the first
+ * snapshot, so in the next two C is reachable only through B, which only
+ * the daemon's tracing of the blocked mutator's nursery finds (Note [The
+ * preparatory push]). */
+START_TEST(blocked_young_mutator_keeps_old_object)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, 0, 0);
+    size_t sb = old_through_young(m);
+    uint64_t cycles = harness_stats(c).cycles_completed;
+    struct cutter k = {.c = c};
+    pthread_t t;
+    heapd_blocking_enter(m);
+    ck_assert_int_eq(pthread_create(&t, NULL, cut_and_collect, &k), 0);
+    pthread_join(t, NULL);
+    heapd_blocking_leave(m);
+    ck_assert_msg(k.err[0] == '\0', "the cutting thread: %s", k.err);
+    ck_assert_uint_ge(harness_stats(c).cycles_completed, cycles + 3);
+    void **b = heapd_root_get(m, sb);
+    ck_assert(heapd_is_young(m, b));
+    ck_assert_ptr_null(field(heapd_global_get(m, "A"), 0));
+    ck_assert_msg(node_ok(field(b, 0), 0, C_ID), "C was freed while young B "
+                  "of a blocked mutator held it");
+    harness_expect_healthy(&D);
+    /* and it goes once nothing holds it */
+    heapd_write(m, b, &b[0], NULL);
+    harness_collect(m);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* ---- 4. a young graph published into a dirty object ---- */
+
+/* (After GHC's Note [Dirty flags in the non-moving collector].)  While
+ * marking, O (allocated before) is made dirty by a write, its fields
+ * logged once, and N is allocated (black, and dirty from the start); a
+ * young graph published into either then is not logged: its promoted
+ * copies must be black.  Z, reachable at the snapshot only through young
+ * Y3, must have been pushed: the copy of Y3 in N is never scanned. */
+/* One run of publication_into_dirty_object_while_marking; true if the
+ * publications happened while marking, in the cycle of the snapshot. */
+static bool dirty_publication(heapd_mutator *m, heapd_client *c, int attempt)
+{
+    size_t so = heapd_root_push(m, heapd_alloc_shared(m, 3, 0));
+    size_t sx1 = heapd_root_push(m, new_shared_node(m, 0, 1));
+    size_t sx2 = heapd_root_push(m, new_shared_node(m, 0, 2));
+    size_t sz = heapd_root_push(m, new_shared_node(m, 0, 5));
+    void **y3 = new_node(m, 1, 3);
+    ck_assert_ptr_nonnull(y3);
+    heapd_write(m, y3, &y3[0], heapd_root_get(m, sz));
+    size_t sy = heapd_root_push(m, y3);
+    void **o = heapd_root_get(m, so);
+    heapd_write(m, o, &o[0], heapd_root_get(m, sx1));
+    heapd_root_set(m, sx1, NULL);
+    heapd_root_set(m, sz, NULL); /* Z: only young Y3 holds it */
+    ck_assert_msg(until_marking(m, c), "marking did not begin");
+    uint32_t epoch = epoch_of(c);
+    o = heapd_root_get(m, so);
+    heapd_write(m, o, &o[1], heapd_root_get(m, sx2)); /* O dirty */
+    size_t sn = heapd_root_push(m, heapd_alloc_shared(m, 1, 0));
+    size_t s6 = heapd_root_push(m, new_node(m, 0, 6));
+    void **y4 = new_node(m, 1, 4);
+    ck_assert_ptr_nonnull(y4);
+    heapd_write(m, y4, &y4[0], heapd_root_get(m, sy));
+    ck_assert(heapd_is_young(m, y4) && heapd_is_young(m, heapd_root_get(m, s6)));
+    void **n = heapd_root_get(m, sn);
+    heapd_write(m, n, &n[0], y4); /* published: Y4 and Y3 */
+    o = heapd_root_get(m, so);
+    heapd_write(m, o, &o[2], heapd_root_get(m, s6)); /* published: Y6 */
+    bool conclusive = phase_of(c) == LAYOUT_PHASE_MARK &&
+                      epoch_of(c) == epoch;
+    void *p4 = field(n, 0);
+    ck_assert(!heapd_is_young(m, p4) && !heapd_is_young(m, field(p4, 0)));
+    ck_assert(!heapd_is_young(m, field(o, 2)));
+    heapd_root_set(m, sx2, NULL);
+    heapd_root_set(m, sy, NULL);
+    heapd_root_set(m, s6, NULL);
+    for (int cycle = 0; cycle < 2; cycle++) {
+        harness_collect(m);
+        o = heapd_root_get(m, so);
+        ck_assert_msg(node_ok(field(o, 0), 0, 1) && node_ok(field(o, 1), 0, 2),
+                      "attempt %d, cycle %d: O's old fields are damaged",
+                      attempt, cycle);
+        ck_assert_msg(node_ok(field(o, 2), 0, 6), "attempt %d, cycle %d: "
+                      "the object published into dirty O while marking was "
+                      "freed", attempt, cycle);
+        n = heapd_root_get(m, sn);
+        void *q4 = field(n, 0), *q3 = q4 ? field(q4, 0) : NULL;
+        ck_assert_msg(node_ok(q4, 1, 4) && node_ok(q3, 1, 3),
+                      "attempt %d, cycle %d: the graph published into N "
+                      "while marking was freed", attempt, cycle);
+        ck_assert_msg(node_ok(field(q3, 0), 0, 5), "attempt %d, cycle %d: "
+                      "Z, reachable at the snapshot only through a young "
+                      "object, was freed", attempt, cycle);
+        harness_expect_healthy(&D);
+    }
+    heapd_root_pop(m, heapd_root_depth(m));
+    return conclusive;
+}
+
+/* (After GHC's Note [Dirty flags in the non-moving collector].)  While
+ * marking, O (allocated before) is made dirty by a write, its fields
+ * logged once, and N is allocated (black, and dirty from the start); a
+ * young graph published into either then is not logged: its promoted
+ * copies must be black.  Z, reachable at the snapshot only through young
+ * Y3, must have been pushed: the copy of Y3 in N is never scanned. */
+START_TEST(publication_into_dirty_object_while_marking)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *h = deep_blocked_helper(c);
+    heapd_mutator *m = attach_young(c, 0, 0);
+    add_ballast(m);
+    int attempt, conclusive = 0;
+    for (attempt = 0; attempt < ATTEMPTS && conclusive < RUNS; attempt++)
+        conclusive += dirty_publication(m, c, attempt);
+    ck_assert_msg(conclusive, "in %d attempts marking never lasted until the "
+                  "publications were done", attempt);
+    heapd_detach(m);
+    helper_leave(h);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* ---- 5. bad input ---- */
+
+/* Two threads of one process: a young mutator that allocates one young
+ * object and hands it over, then waits blocked. */
+struct young_owner {
+    heapd_client *c;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    void *obj;      /* the young object, once made */
+    bool ready, done;
+    char err[256];
+};
+
+static void *own_young(void *arg)
+{
+    struct young_owner *o = arg;
+    heapd_mutator_opts opts = {.flags = HEAPD_MUTATOR_YOUNG};
+    heapd_mutator *a;
+    void *obj = NULL;
+    if (heapd_attach_opts(o->c, &opts, &a) != 0) {
+        snprintf(o->err, sizeof o->err, "young attach: %s",
+                 heapd_last_error());
+    } else {
+        obj = heapd_alloc(a, 1, sizeof(struct payload));
+        if (obj) {
+            /* by hand: checked mode would name heapd_bytes of a young
+             * object here, which is not what this tests */
+            struct payload *p = (struct payload *)((void **)obj + 1);
+            p->id = 6;
+            p->check = check_of(6);
+        }
+        if (!obj || !heapd_is_young(a, obj))
+            snprintf(o->err, sizeof o->err, "no young object");
+    }
+    pthread_mutex_lock(&o->mu);
+    o->obj = obj;
+    o->ready = true;
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+    if (!obj)
+        return NULL;
+    heapd_blocking_enter(a);
+    pthread_mutex_lock(&o->mu);
+    while (!o->done)
+        pthread_cond_wait(&o->cv, &o->mu);
+    pthread_mutex_unlock(&o->mu);
+    heapd_blocking_leave(a);
+    heapd_detach(a);
+    return NULL;
+}
+
+static void owner_start(struct young_owner *o, heapd_client *c, pthread_t *t)
+{
+    memset(o, 0, sizeof *o);
+    o->c = c;
+    pthread_mutex_init(&o->mu, NULL);
+    pthread_cond_init(&o->cv, NULL);
+    if (pthread_create(t, NULL, own_young, o) != 0)
+        return;
+    pthread_mutex_lock(&o->mu);
+    while (!o->ready)
+        pthread_cond_wait(&o->cv, &o->mu);
+    pthread_mutex_unlock(&o->mu);
+}
+
+static void owner_finish(struct young_owner *o, pthread_t t)
+{
+    pthread_mutex_lock(&o->mu);
+    o->done = true;
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+    pthread_join(t, NULL);
+}
+
+enum misuse { GIVE_WRITE, GIVE_ROOT_PUSH, GIVE_GLOBAL_SET, OWN_OBJECTS };
+
+static void kid_fail(const char *what)
+{
+    fprintf(stderr, "young misuse kid: %s\n", what);
+    _exit(1);
+}
+
+/* A checked process that makes misuse WHAT; returns its wait status and
+ * its stderr in ERR. */
+static int run_checked(enum misuse what, char *err, size_t errlen)
+{
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        heapd_connect_opts co = {.socket_path = D.sock,
+                                 .flags = HEAPD_CONNECT_CHECKED};
+        heapd_client *c;
+        heapd_mutator *b;
+        if (heapd_connect(&c, &co) != 0)
+            kid_fail(heapd_last_error());
+        heap_lo = (uintptr_t)heapd_heap_base(c);
+        heap_hi = heap_lo + heapd_heap_size(c);
+        if (what == OWN_OBJECTS) {
+            /* a young mutator's ordinary use of its own young objects
+             * passes every check */
+            heapd_mutator_opts opts = {.flags = HEAPD_MUTATOR_YOUNG};
+            if (heapd_attach_opts(c, &opts, &b) != 0)
+                kid_fail(heapd_last_error());
+            void **y = new_node(b, 1, 8);
+            if (!y || !heapd_is_young(b, y))
+                kid_fail("no young object");
+            size_t s = heapd_root_push(b, y);
+            void **z = new_node(b, 1, 9);
+            y = heapd_root_get(b, s);
+            heapd_write(b, z, &z[0], y);
+            heapd_root_set(b, s, z);
+            if (!node_ok(heapd_root_get(b, s), 1, 9))
+                kid_fail("the young node is damaged");
+            void **shared = heapd_alloc_shared(b, 1, 0);
+            heapd_write(b, shared, &shared[0], heapd_root_get(b, s));
+            if (heapd_global_set(b, "own", heapd_root_get(b, s)) != 0)
+                kid_fail(heapd_last_error());
+            heapd_detach(b);
+            heapd_disconnect(c);
+            _exit(0);
+        }
+        if (heapd_attach(c, &b) != 0)
+            kid_fail(heapd_last_error());
+        void **s = heapd_alloc(b, 1, 0);
+        if (!s || heapd_root_push(b, s) == (size_t)-1)
+            kid_fail("no shared object");
+        struct young_owner o;
+        pthread_t t;
+        heapd_blocking_enter(b);
+        owner_start(&o, c, &t);
+        heapd_blocking_leave(b);
+        if (o.err[0])
+            kid_fail(o.err);
+        switch (what) {
+        case GIVE_WRITE:
+            heapd_write(b, s, &s[0], o.obj);
+            break;
+        case GIVE_ROOT_PUSH:
+            heapd_root_push(b, o.obj);
+            break;
+        case GIVE_GLOBAL_SET:
+            heapd_global_set(b, "stolen", o.obj);
+            break;
+        case OWN_OBJECTS:
+            break;
+        }
+        _exit(0); /* the check did not fire */
+    }
+    close(fds[1]);
+    size_t n = 0;
+    ssize_t r;
+    while (n + 1 < errlen && (r = read(fds[0], err + n, errlen - 1 - n)) > 0)
+        n += (size_t)r;
+    err[n] = '\0';
+    close(fds[0]);
+    return harness_wait_pid(kid, HARNESS_WAIT_MS);
+}
+
+START_TEST(checked_mode_names_a_young_object_handed_over)
+{
+    static const struct {
+        enum misuse what;
+        const char *call;
+    } cases[] = {
+        {GIVE_WRITE, "heapd_write: VAL"},
+        {GIVE_ROOT_PUSH, "heapd_root_push: REF"},
+        {GIVE_GLOBAL_SET, "heapd_global_set: REF"},
+    };
+    char err[4096];
+    harness_start_with(&D, NULL);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int status = run_checked(cases[i].what, err, sizeof err);
+        ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
+                      "case %s: the checked process was not aborted "
+                      "(status 0x%x): %s", cases[i].call, status, err);
+        ck_assert_msg(strstr(err, cases[i].call) &&
+                          strstr(err, "young object"),
+                      "case %s: the message does not name the call and "
+                      "'young object': %s", cases[i].call, err);
+    }
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+START_TEST(checked_mode_passes_own_young_objects)
+{
+    char err[4096];
+    harness_start_with(&D, NULL);
+    int status = run_checked(OWN_OBJECTS, err, sizeof err);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "a checked young mutator using its own young objects "
+                  "failed (status 0x%x): %s", status, err);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+#define OTHER_N 200
+
+/* Another client's shared list under global "other", OTHER_N nodes. */
+static void build_other_list(void)
+{
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m;
+    ck_assert_int_eq(heapd_attach(c, &m), 0);
+    size_t r = heapd_root_push(m, NULL);
+    for (uint64_t i = 0; i < OTHER_N; i++) {
+        void **n = new_node(m, 1, 1000 + i);
+        ck_assert_ptr_nonnull(n);
+        heapd_write(m, n, &n[0], heapd_root_get(m, r));
+        heapd_root_set(m, r, n);
+    }
+    ck_assert_int_eq(heapd_global_set(m, "other", heapd_root_get(m, r)), 0);
+    heapd_detach(m);
+    heapd_disconnect(c);
+}
+
+static void expect_other_list(heapd_mutator *m)
+{
+    uint64_t want = 1000 + OTHER_N - 1, n = 0;
+    for (void *p = heapd_global_get(m, "other"); p; p = field(p, 0), n++)
+        ck_assert_msg(n < OTHER_N && node_ok(p, 1, want - n),
+                      "another client's list is damaged at node %llu",
+                      (unsigned long long)n);
+    ck_assert_uint_eq(n, OTHER_N);
+}
+
+/* Unchecked, the store lands; the daemon refuses to follow it and counts
+ * it, and the verifier names the field; nobody else is harmed, and once
+ * the field is cleared the heap is whole again. */
+START_TEST(young_object_stored_by_another_mutator_is_refused)
+{
+    harness_start_with(&D, NULL);
+    build_other_list();
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *b;
+    ck_assert_int_eq(heapd_attach(c, &b), 0);
+    size_t ss = heapd_root_push(b, heapd_alloc(b, 1, 0));
+    struct young_owner o;
+    pthread_t t;
+    heapd_blocking_enter(b);
+    owner_start(&o, c, &t);
+    heapd_blocking_leave(b);
+    ck_assert_msg(o.err[0] == '\0', "the young thread: %s", o.err);
+    void **s = heapd_root_get(b, ss);
+    heapd_write(b, s, &s[0], o.obj);
+    ck_assert_ptr_eq(field(s, 0), o.obj);
+    heapd_stats_t st0 = harness_stats(c);
+    harness_collect(b);
+    heapd_stats_t st1 = harness_stats(c);
+    ck_assert_msg(st1.young_refs_refused > st0.young_refs_refused,
+                  "young_refs_refused %llu -> %llu",
+                  (unsigned long long)st0.young_refs_refused,
+                  (unsigned long long)st1.young_refs_refused);
+    ck_assert_uint_eq(st1.bad_refs, st0.bad_refs);
+    ck_assert_msg(st1.verify_failures > st0.verify_failures,
+                  "the verifier did not report a shared object that "
+                  "references a nursery");
+    expect_other_list(b);
+    /* repaired: no more refusals, no more failures */
+    s = heapd_root_get(b, ss);
+    heapd_write(b, s, &s[0], NULL);
+    harness_collect(b);
+    heapd_stats_t st2 = harness_stats(c);
+    harness_collect(b);
+    heapd_stats_t st3 = harness_stats(c);
+    ck_assert_uint_eq(st3.young_refs_refused, st2.young_refs_refused);
+    ck_assert_uint_eq(st3.verify_failures, st2.verify_failures);
+    ck_assert_uint_eq(st3.bad_refs, 0);
+    expect_other_list(b);
+    heapd_blocking_enter(b);
+    owner_finish(&o, t);
+    heapd_blocking_leave(b);
+    heapd_detach(b);
+    heapd_disconnect(c);
+    harness_still_serving(D.sock); /* fails the test if heapd is gone */
+    harness_stop_clean(&D);
+}
+END_TEST
+
+START_TEST(attach_opts_out_of_range)
+{
+    harness_start_with(&D, "max_client_bytes = 4M\n");
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = NULL;
+    heapd_mutator_opts o = {.flags = 0x80};
+    ck_assert_int_eq(heapd_attach_opts(c, &o, &m), -EINVAL);
+    ck_assert_ptr_null(m);
+    o = (heapd_mutator_opts){.flags = HEAPD_MUTATOR_YOUNG, .young_age = 9};
+    ck_assert_int_eq(heapd_attach_opts(c, &o, &m), -EINVAL);
+    ck_assert_msg(strstr(heapd_last_error(), "young_age"), "%s",
+                  heapd_last_error());
+    /* more than a quarter of the heap: out of range */
+    o = (heapd_mutator_opts){.flags = HEAPD_MUTATOR_YOUNG,
+                             .young_size = 512u << 20};
+    int rc = heapd_attach_opts(c, &o, &m);
+    ck_assert_msg(rc == -EINVAL, "a nursery of half the heap: %s (%d): %s",
+                  heapd_strerror(rc), rc, heapd_last_error());
+    /* more than the client's quota */
+    o = (heapd_mutator_opts){.flags = HEAPD_MUTATOR_YOUNG,
+                             .young_size = 8u << 20};
+    rc = heapd_attach_opts(c, &o, &m);
+    ck_assert_msg(rc == -ENOMEM, "a nursery over max_client_bytes: %s (%d): "
+                  "%s", heapd_strerror(rc), rc, heapd_last_error());
+    ck_assert_msg(strstr(heapd_last_error(), "max_client_bytes"), "%s",
+                  heapd_last_error());
+    ck_assert_ptr_null(m);
+    /* and the client attaches what fits */
+    o = (heapd_mutator_opts){.flags = HEAPD_MUTATOR_YOUNG,
+                             .young_size = 1u << 20};
+    ck_assert_int_eq(heapd_attach_opts(c, &o, &m), 0);
+    ck_assert_ptr_nonnull(new_node(m, 0, 1));
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* ---- 6. many young mutators ---- */
+
+#define MAP_SLOTS 64
+#define YOUNG_WORKERS 4
+#define CHAIN 3
+#define MAJOR_CYCLES 20
+#define MIN_ROUNDS 300
+#define MIN_MINORS 3   /* minor collections of each young worker */
+
+/* Chain ids: worker, round, place in the chain (CHAIN - 1 at the head). */
+static uint64_t chain_id(uint64_t w, uint64_t round, uint64_t k)
+{
+    return w << 48 | round << 8 | k;
+}
+
+/* NULL if the chain from HEAD (NULL: a slot not filled yet) is whole. */
+static const char *chain_broken(void *head)
+{
+    if (!head)
+        return NULL;
+    const struct payload *p0 = heapd_bytes(head);
+    uint64_t base = p0->id & ~(uint64_t)0xff;
+    int k = CHAIN - 1;
+    for (void *n = head; n; n = field(n, 0), k--)
+        if (k < 0 || !node_ok(n, 1, base | (uint64_t)k))
+            return "a chain in the map is damaged";
+    return k == -1 ? NULL : "a chain in the map is too short";
+}
+
+struct shared_run {
+    heapd_client *c;
+    _Atomic bool stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t cycles;        /* major cycles the collector thread saw end */
+};
+
+struct worker {
+    struct shared_run *run;
+    int id;
+    bool young;
+    uint64_t rounds;
+    char err[256];
+};
+
+static bool worker_round(heapd_mutator *m, struct worker *w, size_t smap,
+                         uint64_t r)
+{
+    size_t st = heapd_root_push(m, NULL); /* pushes and pops while marking */
+    if (st == (size_t)-1) {
+        snprintf(w->err, sizeof w->err, "push: %s", heapd_last_error());
+        return false;
+    }
+    for (uint64_t k = 0; k < CHAIN; k++) {
+        void **n = new_node(m, 1, chain_id((uint64_t)w->id, r, k));
+        if (!n) {
+            snprintf(w->err, sizeof w->err, "alloc: %s", heapd_last_error());
+            return false;
+        }
+        heapd_write(m, n, &n[0], heapd_root_get(m, st));
+        heapd_root_set(m, st, n);
+    }
+    for (int g = 0; g < 4; g++)
+        if (!heapd_alloc(m, 0, 32)) {
+            snprintf(w->err, sizeof w->err, "alloc: %s", heapd_last_error());
+            return false;
+        }
+    void **map = heapd_root_get(m, smap);
+    void *head = heapd_root_get(m, st);
+    size_t i = (size_t)((r * 7 + (uint64_t)w->id * 13) % MAP_SLOTS);
+    if (r % 2)
+        heapd_write(m, map, &map[i], head);
+    else
+        heapd_cas(m, map, &map[i], field(map, i), head);
+    if (w->young && heapd_is_young(m, field(map, i))) {
+        snprintf(w->err, sizeof w->err, "the map holds a young object");
+        return false;
+    }
+    const char *why = chain_broken(field(map, (i + 31) % MAP_SLOTS));
+    if (!why)
+        why = chain_broken(field(map, i));
+    if (why) {
+        snprintf(w->err, sizeof w->err, "round %llu: %s",
+                 (unsigned long long)r, why);
+        return false;
+    }
+    heapd_root_pop(m, 1);
+    return true;
+}
+
+/* Wait, blocked, until the collector thread has seen one more cycle end
+ * (or stopped). */
+static void blocked_through_a_cycle(heapd_mutator *m, struct shared_run *run)
+{
+    heapd_blocking_enter(m);
+    pthread_mutex_lock(&run->mu);
+    uint64_t seen = run->cycles;
+    while (run->cycles == seen && !atomic_load(&run->stop))
+        pthread_cond_wait(&run->cv, &run->mu);
+    pthread_mutex_unlock(&run->mu);
+    heapd_blocking_leave(m);
+}
+
+static void *young_worker(void *arg)
+{
+    struct worker *w = arg;
+    struct shared_run *run = w->run;
+    heapd_mutator *m;
+    heapd_mutator_opts o = {.flags = HEAPD_MUTATOR_YOUNG};
+    if (heapd_attach_opts(run->c, w->young ? &o : NULL, &m) != 0) {
+        snprintf(w->err, sizeof w->err, "attach: %s", heapd_last_error());
+        return NULL;
+    }
+    size_t smap = heapd_root_push(m, heapd_global_get(m, "map"));
+    /* until the major cycles are done, and this mutator has had its minor
+     * collections */
+    for (uint64_t r = 0;
+         !atomic_load(&run->stop) || r < MIN_ROUNDS ||
+         (w->young && young_stats(m).minor_collections < MIN_MINORS);
+         r++) {
+        if (!worker_round(m, w, smap, r))
+            break;
+        w->rounds = r + 1;
+        if (w->id == 0 && r % 50 == 49)
+            blocked_through_a_cycle(m, run);
+    }
+    heapd_detach(m);
+    return NULL;
+}
+
+struct collector_arg {
+    struct shared_run *run;
+    char err[256];
+};
+
+static void *collector(void *arg)
+{
+    struct collector_arg *ca = arg;
+    struct shared_run *run = ca->run;
+    heapd_mutator *m;
+    if (heapd_attach(run->c, &m) != 0) {
+        snprintf(ca->err, sizeof ca->err, "attach: %s", heapd_last_error());
+        goto out;
+    }
+    for (int k = 0; k < MAJOR_CYCLES; k++) {
+        if (heapd_collect(m, HEAPD_COLLECT_WAIT) != 0) {
+            snprintf(ca->err, sizeof ca->err, "collect: %s",
+                     heapd_last_error());
+            break;
+        }
+        void **map = heapd_global_get(m, "map");
+        for (size_t i = 0; i < MAP_SLOTS && !ca->err[0]; i++) {
+            const char *why = chain_broken(field(map, i));
+            if (why)
+                snprintf(ca->err, sizeof ca->err, "cycle %d: %s", k, why);
+        }
+        pthread_mutex_lock(&run->mu);
+        run->cycles++;
+        pthread_cond_broadcast(&run->cv);
+        pthread_mutex_unlock(&run->mu);
+        if (ca->err[0])
+            break;
+    }
+    heapd_detach(m);
+out:
+    pthread_mutex_lock(&run->mu);
+    atomic_store(&run->stop, true);
+    pthread_cond_broadcast(&run->cv);
+    pthread_mutex_unlock(&run->mu);
+    return NULL;
+}
+
+START_TEST(young_mutators_share_a_map_through_major_cycles)
+{
+    harness_start_with(&D, "young_size = 256K\n");
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m;
+    ck_assert_int_eq(heapd_attach(c, &m), 0);
+    ck_assert_int_eq(heapd_global_set(m, "map",
+                                      heapd_alloc(m, MAP_SLOTS, 0)), 0);
+    heapd_detach(m);
+    struct shared_run run = {.c = c};
+    pthread_mutex_init(&run.mu, NULL);
+    pthread_cond_init(&run.cv, NULL);
+    struct worker w[YOUNG_WORKERS + 1];
+    pthread_t t[YOUNG_WORKERS + 2];
+    struct collector_arg ca = {.run = &run};
+    for (int i = 0; i <= YOUNG_WORKERS; i++) {
+        w[i] = (struct worker){.run = &run, .id = i,
+                               .young = i < YOUNG_WORKERS};
+        ck_assert_int_eq(pthread_create(&t[i], NULL, young_worker, &w[i]), 0);
+    }
+    ck_assert_int_eq(pthread_create(&t[YOUNG_WORKERS + 1], NULL, collector,
+                                    &ca), 0);
+    for (int i = 0; i < YOUNG_WORKERS + 2; i++)
+        pthread_join(t[i], NULL);
+    ck_assert_msg(ca.err[0] == '\0', "the collecting thread: %s", ca.err);
+    for (int i = 0; i <= YOUNG_WORKERS; i++) {
+        ck_assert_msg(w[i].err[0] == '\0', "worker %d (%s): %s", i,
+                      w[i].young ? "young" : "not young", w[i].err);
+        ck_assert_uint_ge(w[i].rounds, MIN_ROUNDS);
+    }
+    heapd_stats_t st = harness_stats(c);
+    ck_assert_uint_ge(st.minor_collections, YOUNG_WORKERS * MIN_MINORS);
+    ck_assert_uint_gt(st.promoted_published_bytes, 0);
+    ck_assert_int_eq(heapd_attach(c, &m), 0);
+    harness_collect(m);
+    void **map = heapd_global_get(m, "map");
+    size_t filled = 0;
+    for (size_t i = 0; i < MAP_SLOTS; i++) {
+        const char *why = chain_broken(field(map, i));
+        ck_assert_msg(!why, "slot %zu at the end: %s", i, why);
+        filled += field(map, i) != NULL;
+    }
+    ck_assert_uint_gt(filled, MAP_SLOTS / 2);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("young");
+    TCase *t = tcase_create("minor");
+    tcase_add_test(t, young_list_through_minor_collections);
+    tcase_add_test(t, aging_default_two);
+    tcase_add_test(t, aging_asked_one);
+    tcase_add_test(t, aging_heap_one);
+    tcase_add_test(t, aging_asked_three);
+    suite_add_tcase(s, t);
+    t = tcase_create("publication");
+    tcase_add_test(t, publication_copies_young_graphs);
+    tcase_add_test(t, publication_into_dirty_object_while_marking);
+    suite_add_tcase(s, t);
+    t = tcase_create("push");
+    tcase_add_test(t, old_object_only_young_reaches_at_snapshot);
+    tcase_add_test(t, blocked_young_mutator_keeps_old_object);
+    suite_add_tcase(s, t);
+    t = tcase_create("misuse");
+    tcase_add_test(t, checked_mode_names_a_young_object_handed_over);
+    tcase_add_test(t, checked_mode_passes_own_young_objects);
+    tcase_add_test(t, young_object_stored_by_another_mutator_is_refused);
+    tcase_add_test(t, attach_opts_out_of_range);
+    suite_add_tcase(s, t);
+    t = tcase_create("many");
+    /* a bound on a hang, not on speed */
+    tcase_set_timeout(t, 600);
+    tcase_add_test(t, young_mutators_share_a_map_through_major_cycles);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    return check_main(suite());
+}
