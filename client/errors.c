@@ -61,6 +61,7 @@ int client_error_code(Heapd__ErrorCode code)
     case HEAPD__ERROR_CODE__ERROR_NO_MEMORY: return -ENOMEM;
     case HEAPD__ERROR_CODE__ERROR_BAD_REQUEST: return -EINVAL;
     case HEAPD__ERROR_CODE__ERROR_TOO_MANY_CONNECTIONS: return -EAGAIN;
+    case HEAPD__ERROR_CODE__ERROR_NO_SLOT: return -EAGAIN;
     case HEAPD__ERROR_CODE__ERROR_EVICTED: return HEAPD_ECLOSED;
     case HEAPD__ERROR_CODE__ERROR_NOT_RESUMED: return HEAPD_ECLOSED;
     default: return HEAPD_EPROTO;

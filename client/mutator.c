@@ -448,7 +448,7 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
     req.body_case = HEAPD__ENVELOPE__BODY_ATTACH_REQUEST;
     req.attach_request = &ar;
     if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
-        return rc == -ENOMEM ? -EAGAIN : rc; /* NO_MEMORY: no free slot */
+        return rc; /* -EAGAIN: no free slot; -ENOMEM: no room for a nursery */
     const Heapd__AttachReply *a = rep->attach_reply;
     uint32_t nsegs = (uint32_t)(c->size >> c->seg_shift);
     if (rep->body_case != HEAPD__ENVELOPE__BODY_ATTACH_REPLY ||

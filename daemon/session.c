@@ -533,7 +533,7 @@ static int handle_attach(struct conn *c, uint64_t seq,
                                __builtin_popcountll(c->slots[1]));
     if (mine >= c->d->cfg.max_mutators_per_client) {
         c->d->requests_refused++; /* Note [Per-client limits] */
-        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SLOT,
                            "this client has %u mutators attached to heap "
                            "'%s' (max_mutators_per_client in [daemon] of "
                            "%s); detach idle threads, or raise it", mine,
@@ -575,7 +575,7 @@ static int handle_attach(struct conn *c, uint64_t seq,
     segtab_assert(&h->segs); /* Note [Checking the segment table] */
     pthread_mutex_unlock(&h->lock);
     if (slot == -ENOSPC)
-        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SLOT,
                            "heap '%s' has all %d mutator slots attached; "
                            "detach idle threads", h->cfg->name,
                            LAYOUT_MAX_MUTATORS);
