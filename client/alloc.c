@@ -46,6 +46,7 @@
 #include "mutator.h"
 #include "remark.h"
 #include "reserve.h"
+#include "tsan.h"
 
 void alloc_client_init(heapd_client *c)
 {
@@ -153,23 +154,6 @@ alloc_large(heapd_mutator *m, uint64_t size, size_t nrefs, size_t nbytes)
     return blk + LAYOUT_WORD;
 }
 
-/* Zero an object's words after the header.  Most objects are a few words,
- * where stores beat a call to memset. */
-static inline void zero_object(uint64_t *w, uint64_t size)
-{
-    switch (size / LAYOUT_WORD) {
-    case 8: w[7] = 0; /* fall through */
-    case 7: w[6] = 0; /* fall through */
-    case 6: w[5] = 0; /* fall through */
-    case 5: w[4] = 0; /* fall through */
-    case 4: w[3] = 0; /* fall through */
-    case 3: w[2] = 0; /* fall through */
-    case 2: w[1] = 0; /* fall through */
-    case 1: break;
-    default: memset(w + 1, 0, size - LAYOUT_WORD); break;
-    }
-}
-
 /* The next free block of M's current segment of CLS, initialised, or
  * NULL when the segment is exhausted. */
 static inline void *take_block(heapd_mutator *m, struct alloc_seg *s,
@@ -185,7 +169,9 @@ static inline void *take_block(heapd_mutator *m, struct alloc_seg *s,
         uint8_t epoch = (uint8_t)atomic_load_explicit(&m->ctl->epoch,
                                                       memory_order_relaxed);
         __atomic_store_n(&s->marks[i], epoch, __ATOMIC_RELAXED);
-        zero_object((uint64_t *)b, size);
+        TSAN_REUSE_ACQUIRE(&m->c->tsan_reuse); /* Note [Reuse and
+                                                  ThreadSanitizer] */
+        alloc_zero_object((uint64_t *)b, size);
         /* black, and dirty from birth while marking: no barrier needed
          * for its first writes (Note [Snapshot write barrier]) */
         *(uint64_t *)b = layout_header_with_tag(layout_header(nrefs, nbytes),

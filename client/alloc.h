@@ -7,6 +7,24 @@
 #include <stdint.h>
 
 #include "heapd.h"
+#include "layout.h"
+
+/* Zero an object's words after the header.  Most objects are a few words,
+ * where stores beat a call to memset. */
+static inline void alloc_zero_object(uint64_t *w, uint64_t size)
+{
+    switch (size / LAYOUT_WORD) {
+    case 8: w[7] = 0; /* fall through */
+    case 7: w[6] = 0; /* fall through */
+    case 6: w[5] = 0; /* fall through */
+    case 5: w[4] = 0; /* fall through */
+    case 4: w[3] = 0; /* fall through */
+    case 3: w[2] = 0; /* fall through */
+    case 2: w[1] = 0; /* fall through */
+    case 1: break;
+    default: __builtin_memset(w + 1, 0, size - LAYOUT_WORD); break;
+    }
+}
 
 /* A mutator client's geometry, its reserve and its list of mutators,
  * once the heap is mapped. */

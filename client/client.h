@@ -46,6 +46,7 @@ struct heapd_client {
     char socket_path[108];
     char client_name[64];
     uint64_t heap_base, heap_max_size;
+    char tsan_reuse;                 /* Note [Reuse and ThreadSanitizer] */
 };
 
 /* The address of segment I of the heap. */

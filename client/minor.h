@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "alloc.h"
 #include "heapd.h"
 #include "layout.h"
 #include "young.h"
@@ -84,8 +85,7 @@ static inline void *young_alloc(struct young_gen *y, heapd_mutator *m,
     y->count[cls]++;
     y->top = p + size;
     uint64_t *w = (uint64_t *)p;
-    for (uint64_t k = 1; k < size / LAYOUT_WORD; k++)
-        w[k] = 0;
+    alloc_zero_object(w, size);
     w[0] = layout_header(nrefs, nbytes); /* age 0 */
     return p + LAYOUT_WORD;
 }

@@ -21,6 +21,7 @@
 #include "mutator.h"
 #include "remark.h"
 #include "reserve.h"
+#include "tsan.h"
 
 /* ---- safepoints ---- */
 
@@ -236,6 +237,8 @@ static void take_stop(heapd_mutator *m, uint32_t gen)
             return; /* the slot is not ours any more */
         /* acknowledge: everything this mutator wrote is visible to the
          * collector once it sees the ack (seq_cst store, futex wake) */
+        TSAN_REUSE_RELEASE(&m->c->tsan_reuse); /* Note [Reuse and
+                                                  ThreadSanitizer] */
         atomic_store(&m->slot->status,
                      LAYOUT_STATUS(gen, LAYOUT_MUT_RUNNING));
         futex_wake_all(&m->slot->status);
@@ -290,6 +293,8 @@ static void set_state(heapd_mutator *m, uint32_t state)
 
 void mutator_block(heapd_mutator *m)
 {
+    TSAN_REUSE_RELEASE(&m->c->tsan_reuse); /* Note [Reuse and
+                                              ThreadSanitizer] */
     set_state(m, LAYOUT_MUT_BLOCKED);
 }
 

@@ -479,8 +479,14 @@ static void published_grew(heapd_mutator *m, uint64_t *last, const char *by)
 
 /* A second process reads global "tree" (base 300) across 20 major
  * cycles, as a mutator without a nursery. */
-static void reader_kid(void)
+static void reader_kid(int go)
 {
+    char b;
+    /* forked before the test connects, so that it starts its threads
+     * in a process that had none (ThreadSanitizer and fork); it waits for
+     * the tree */
+    if (read(go, &b, 1) != 1)
+        _exit(5);
     heapd_connect_opts o = {.socket_path = D.sock};
     heapd_client *c;
     heapd_mutator *m;
@@ -488,6 +494,8 @@ static void reader_kid(void)
         fprintf(stderr, "reader: %s\n", heapd_last_error());
         _exit(2);
     }
+    heap_lo = (uintptr_t)heapd_heap_base(c);
+    heap_hi = heap_lo + heapd_heap_size(c);
     for (int k = 0; k < 20; k++) {
         void *t = heapd_global_get(m, "tree");
         const char *why = t ? tree_broken(m, t, 300, true) : "no tree";
@@ -508,6 +516,15 @@ static void reader_kid(void)
 START_TEST(publication_copies_young_graphs)
 {
     harness_start_with(&D, NULL);
+    int go[2];
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        close(go[1]);
+        reader_kid(go[0]);
+    }
+    close(go[0]);
     heapd_client *c = connect_plain(0);
     heapd_mutator *m = attach_young(c, 0, 0);
     void **s = heapd_alloc_shared(m, 4, 0);
@@ -584,10 +601,8 @@ START_TEST(publication_copies_young_graphs)
 
     /* another process reads the published tree across 20 cycles; this
      * mutator waits in a blocking region meanwhile */
-    pid_t kid = fork();
-    ck_assert_int_ge(kid, 0);
-    if (kid == 0)
-        reader_kid();
+    ck_assert_int_eq(write(go[1], "g", 1), 1);
+    close(go[1]);
     heapd_blocking_enter(m);
     harness_wait_ok(kid, "the reading process");
     heapd_blocking_leave(m);
