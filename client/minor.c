@@ -615,6 +615,12 @@ void *young_publish(heapd_mutator *m, void *r)
     r = resolve_young(y, r);
     if (!young_contains(y, r))
         return r;
+    /* Note [A dead daemon], Note [Clients and fork]: the current segments
+     * are not this mutator's to allocate in any more (a child's copy
+     * would allocate in its parent's); the young address is stored as it
+     * is, and a heapd that meets it refuses it */
+    if (mutator_orphaned(m))
+        return r;
     y->nwork = 0;
     void *copy = promote_one(m, r, false);
     promote_closure(m);

@@ -1142,6 +1142,44 @@ START_TEST(young_object_stored_by_another_mutator_is_refused)
 }
 END_TEST
 
+/* A child of fork() holding its parent's young mutator never promotes:
+ * a promotion would allocate in the parent's current segments (Note
+ * [Clients and fork] in client/agent.c).  Its store keeps the young
+ * address, which the parent then takes back out. */
+START_TEST(forked_child_never_promotes)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, 0, 0);
+    size_t ss = heapd_root_push(m, new_shared_node(m, 1, 1));
+    size_t sy = heapd_root_push(m, new_node(m, 0, 2));
+    void **s = heapd_root_get(m, ss), *y = heapd_root_get(m, sy);
+    ck_assert(heapd_is_young(m, y) && !heapd_is_young(m, s));
+    uint64_t pub = young_stats(m).promoted_published_bytes;
+    /* nothing moves in a blocking region: S and Y stay where they are */
+    heapd_blocking_enter(m);
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        heapd_write(m, s, &s[0], y); /* shared memory: the parent sees it */
+        _exit(field(s, 0) == y ? 0 : 1);
+    }
+    int st = harness_wait_pid(kid, HARNESS_WAIT_MS);
+    heapd_blocking_leave(m);
+    ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "the forked child promoted the young value (status 0x%x)",
+                  (unsigned)st);
+    s = heapd_root_get(m, ss);
+    ck_assert_ptr_eq(field(s, 0), heapd_root_get(m, sy));
+    ck_assert_uint_eq(young_stats(m).promoted_published_bytes, pub);
+    heapd_write(m, s, &s[0], NULL); /* the young address out again */
+    ck_assert(node_ok(heapd_root_get(m, sy), 0, 2));
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 START_TEST(attach_opts_out_of_range)
 {
     harness_start_with(&D, "max_client_bytes = 4M\n");
@@ -1425,6 +1463,7 @@ static Suite *suite(void)
     tcase_add_test(t, checked_mode_names_a_young_object_handed_over);
     tcase_add_test(t, checked_mode_passes_own_young_objects);
     tcase_add_test(t, young_object_stored_by_another_mutator_is_refused);
+    tcase_add_test(t, forked_child_never_promotes);
     tcase_add_test(t, attach_opts_out_of_range);
     suite_add_tcase(s, t);
     t = tcase_create("many");
