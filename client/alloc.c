@@ -205,8 +205,8 @@ alloc_slow(heapd_mutator *m, unsigned cls, uint64_t size, size_t nrefs,
 void *alloc_take_current(heapd_mutator *m, unsigned cls, size_t nrefs,
                          size_t nbytes)
 {
-    return take_block(m, &m->cur[cls], layout_object_size(nrefs, nbytes),
-                      nrefs, nbytes);
+    /* a size of one word zeroes nothing: the caller writes the rest */
+    return take_block(m, &m->cur[cls], LAYOUT_WORD, nrefs, nbytes);
 }
 
 void *alloc_shared(heapd_mutator *m, size_t nrefs, size_t nbytes)
