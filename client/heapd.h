@@ -242,11 +242,12 @@ HEAPD_API int heapd_attach(heapd_client *c, heapd_mutator **out);
  *     address.  A publication never waits: the mutator keeps enough
  *     shared memory aside for every young object it holds;
  *   - after a publication, a C local that still holds the young address
- *     may be handed to heapd_write, heapd_cas, heapd_publish, heapd_bytes
- *     and the other calls, which follow it to the shared copy, until the
- *     next heapd_alloc; reading its fields directly reads the object as it
- *     was published.  Use the shared address (the one stored, or the one
- *     heapd_publish returned) to see later changes;
+ *     may be handed to heapd_write, heapd_cas (as OBJ or as the expected
+ *     value), heapd_publish and the root calls, which follow it to the
+ *     shared copy, until the next heapd_alloc; but heapd_bytes and direct
+ *     reads through it see the object as it was published, and raw bytes
+ *     written there are lost.  Use the shared address (the one stored, or
+ *     the one heapd_publish returned) for anything after a publication;
  *   - a young object belongs to its mutator: handing it to another
  *     mutator, or storing it anywhere but this mutator's roots and young
  *     objects, is an error (checked mode names the call; heapd never
