@@ -926,6 +926,13 @@ int harness_run(const char *cmd, char *out, size_t outlen)
 void harness_stop_clean(struct daemon_proc *d)
 {
     int st = harness_stop(d);
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && d->log[0]) {
+        /* what heapd said last, for the test log */
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "tail -n 30 '%s' >&2", d->log);
+        if (system(cmd) != 0)
+            fprintf(stderr, "(heapd's log %s is gone)\n", d->log);
+    }
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
                   "heapd did not exit 0 after SIGTERM (status 0x%x)", st);
 }
