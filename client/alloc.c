@@ -124,7 +124,7 @@ static int next_segment(heapd_mutator *m, unsigned cls)
         return rc;
     alloc_install(m, cls, idx, formatted);
     /* Note [Promotion never waits] in client/minor.c */
-    if (m->young.on)
+    if (m->young_on)
         young_shared_took(m, cls, true);
     return 0;
 }
@@ -219,7 +219,7 @@ void *alloc_shared(heapd_mutator *m, size_t nrefs, size_t nbytes)
     if (!p)
         p = alloc_slow(m, cls, size, nrefs, nbytes);
     /* Note [Promotion never waits] in client/minor.c */
-    if (p && m->young.on)
+    if (p && m->young_on)
         young_shared_took(m, cls, false);
     return p;
 }
@@ -271,7 +271,7 @@ void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
         return NULL;
     }
     /* Note [Minor collections] in client/minor.c */
-    if (m->young.on)
+    if (m->young_on)
         return young_alloc(&m->young, m, nrefs, nbytes);
     uint64_t size = layout_object_size(nrefs, nbytes);
     if (__builtin_expect(size > m->c->small_max, 0))
@@ -346,7 +346,7 @@ static bool young_target(heapd_mutator *m, void **obj, void ***field)
 
 void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
 {
-    if (__builtin_expect(m->young.on, 0)) {
+    if (__builtin_expect(m->young_on, 0)) {
         if (young_target(m, &obj, &field)) {
             /* Note [Checked mode]: not another mutator's young object */
             if (CHECKED(m->c) && !young_contains(&m->young, val))
@@ -371,7 +371,7 @@ void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
 bool heapd_cas(heapd_mutator *m, void *obj, void **field, void *expected,
                void *desired)
 {
-    if (__builtin_expect(m->young.on, 0)) {
+    if (__builtin_expect(m->young_on, 0)) {
         if (young_target(m, &obj, &field)) {
             /* Note [Checked mode]: not another mutator's young object */
             if (CHECKED(m->c) && !young_contains(&m->young, desired))

@@ -217,6 +217,7 @@ int young_init(heapd_mutator *m, uint32_t first, uint32_t segs, uint32_t age)
     __atomic_store_n(&((struct layout_segment *)run)->kind, LAYOUT_SEG_YOUNG,
                      __ATOMIC_RELEASE);
     y->on = true;
+    m->young_on = true;
     return 0;
 fail:
     young_trace_destroy(&y->trace);
@@ -244,6 +245,7 @@ void young_free(heapd_mutator *m)
     young_trace_destroy(&y->trace);
     free(y->work);
     memset(y, 0, sizeof *y);
+    m->young_on = false;
 }
 
 /* ---- promotion capacity (Note [Promotion never waits]) ---- */
@@ -667,7 +669,7 @@ static void emit_log(void *ctx, uintptr_t ref)
 bool young_push_roots(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
-    if (!y->on)
+    if (!m->young_on)
         return false;
     young_trace_begin(&y->trace);
     for (size_t i = 0; i < m->depth; i++) {
@@ -686,7 +688,7 @@ bool young_push_roots(heapd_mutator *m)
 void young_resume(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
-    if (!y->on)
+    if (!m->young_on)
         return;
     /* Note [The preparatory push]: even inside fill, whose wait a snapshot
      * may have passed, before a minor collection it is about to run */
@@ -704,7 +706,7 @@ void young_resume(heapd_mutator *m)
 
 void *heapd_publish(heapd_mutator *m, void *obj)
 {
-    if (!m || !m->young.on)
+    if (!m || !m->young_on)
         return obj;
     mutator_check_evicted(m); /* Note [Evicted clients, client side] */
     return young_publish(m, obj);

@@ -33,6 +33,9 @@ struct alloc_seg {
 
 struct heapd_mutator {
     heapd_client *c;
+    bool young_on;                   /* young.on, in the line every call
+                                        reads: a mutator without a nursery
+                                        pays no other load for it */
     struct layout_control *ctl;
     struct layout_mutator *slot;
     unsigned slot_index;
