@@ -271,7 +271,7 @@ void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
         return NULL;
     }
     /* Note [Minor collections] in client/minor.c */
-    if (m->young_on)
+    if (__builtin_expect(m->young_on, 0))
         return young_alloc(&m->young, m, nrefs, nbytes);
     uint64_t size = layout_object_size(nrefs, nbytes);
     if (__builtin_expect(size > m->c->small_max, 0))

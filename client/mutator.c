@@ -617,7 +617,8 @@ void *heapd_root_get(heapd_mutator *m, size_t slot)
     void *v = atomic_load_explicit(&m->roots[slot], memory_order_relaxed);
     /* a published young object: its copy (Note [The young invariant] in
      * client/minor.c) */
-    return m->young_on ? young_resolve(&m->young, v) : v;
+    return __builtin_expect(m->young_on, 0) ? young_resolve(&m->young, v)
+                                             : v;
 }
 
 /* The safepoint before the slots go: what they held stays valid until the
