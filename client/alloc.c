@@ -215,10 +215,17 @@ void *alloc_shared(heapd_mutator *m, size_t nrefs, size_t nbytes)
     if (size > m->c->small_max)
         return alloc_large(m, size, nrefs, nbytes);
     unsigned cls = layout_size_class((uint32_t)size);
+    /* Note [Promotion never waits] in client/minor.c */
+    if (m->young_on) {
+        int rc = young_before_shared(m, cls);
+        if (rc < 0) {
+            errno = client_errno(rc);
+            return NULL;
+        }
+    }
     void *p = take_block(m, &m->cur[cls], size, nrefs, nbytes);
     if (!p)
         p = alloc_slow(m, cls, size, nrefs, nbytes);
-    /* Note [Promotion never waits] in client/minor.c */
     if (p && m->young_on)
         young_shared_took(m, cls, false);
     return p;

@@ -73,6 +73,10 @@
  * leaving a blocking region counts the current segments again.  The
  * price is address space: up to one block per young object, in segments
  * that stay blank (no memory is touched) until a promotion uses them.
+ * A shared allocation of the class (heapd_alloc_shared, an object too big
+ * for the nursery) may take one of the counted blocks, so it first makes
+ * the bound hold with one block to spare (young_before_shared), before
+ * the block is taken: afterwards the new object must not meet a wait.
  */
 #include <assert.h>
 #include <errno.h>
@@ -250,6 +254,8 @@ void young_free(heapd_mutator *m)
 
 /* ---- promotion capacity (Note [Promotion never waits]) ---- */
 
+static int fill(heapd_mutator *m, unsigned cls, uint64_t want);
+
 /* The free blocks of M's current segment of CLS, from its cursor on. */
 static uint32_t count_avail(const heapd_mutator *m, unsigned cls)
 {
@@ -267,6 +273,15 @@ static void set_avail(heapd_mutator *m, unsigned cls, uint32_t avail)
     struct young_gen *y = &m->young;
     y->lim[cls] = y->lim[cls] - y->avail[cls] + avail;
     y->avail[cls] = avail;
+}
+
+int young_before_shared(heapd_mutator *m, unsigned cls)
+{
+    struct young_gen *y = &m->young;
+    /* the block it takes may be one the bound counts */
+    if (y->count[cls] < y->lim[cls])
+        return 0;
+    return fill(m, cls, (uint64_t)y->count[cls] + 1);
 }
 
 void young_shared_took(heapd_mutator *m, unsigned cls, bool seg_changed)

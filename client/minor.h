@@ -89,6 +89,10 @@ static inline void *young_alloc(struct young_gen *y, heapd_mutator *m,
     w[0] = layout_header(nrefs, nbytes); /* age 0 */
     return p + LAYOUT_WORD;
 }
+/* Before a shared allocation of class CLS by a young mutator (a safepoint:
+ * it may wait): room for the block it may take from the bound.  Returns 0
+ * or the error of a segment request. */
+int young_before_shared(heapd_mutator *m, unsigned cls);
 /* A shared allocation of class CLS by a young mutator took a block of its
  * current segment; SEG_CHANGED: the current segment of CLS was changed. */
 void young_shared_took(heapd_mutator *m, unsigned cls, bool seg_changed);

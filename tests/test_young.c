@@ -1180,6 +1180,43 @@ START_TEST(forked_child_never_promotes)
 }
 END_TEST
 
+/* A shared allocation takes a block of the current segment its class's
+ * promotion bound counted on (Note [Promotion never waits]): with as many
+ * young objects of the class as the bound allows, it must first make
+ * room, or publishing them all finds one block short.  Class 0 (16
+ * bytes): one shared object installs the current segment, the young list
+ * then fills exactly its other blocks, one more shared object takes one
+ * of them, and the publication needs every one. */
+START_TEST(shared_allocation_keeps_the_promotion_bound)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, 0, 0);
+    uint32_t nblocks, first;
+    layout_small_geometry(128 * 1024, 0, &nblocks, &first);
+    size_t ss = heapd_root_push(m, heapd_alloc_shared(m, 1, 0));
+    ck_assert_ptr_nonnull(heapd_root_get(m, ss));
+    size_t sl = heapd_root_push(m, NULL);
+    uint64_t minors = young_stats(m).minor_collections;
+    for (uint32_t i = 0; i + 1 < nblocks; i++) {
+        void **n = heapd_alloc(m, 1, 0); /* 16 bytes: class 0 */
+        ck_assert_ptr_nonnull(n);
+        heapd_write(m, n, &n[0], heapd_root_get(m, sl));
+        heapd_root_set(m, sl, n);
+    }
+    ck_assert_uint_eq(young_stats(m).minor_collections, minors);
+    ck_assert_ptr_nonnull(heapd_alloc_shared(m, 1, 0));
+    void **head = heapd_publish(m, heapd_root_get(m, sl));
+    size_t len = 0;
+    for (void **n = head; n; n = field(n, 0), len++)
+        ck_assert(!heapd_is_young(m, n));
+    ck_assert_uint_eq(len, nblocks - 1);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 START_TEST(attach_opts_out_of_range)
 {
     harness_start_with(&D, "max_client_bytes = 4M\n");
@@ -1464,6 +1501,7 @@ static Suite *suite(void)
     tcase_add_test(t, checked_mode_passes_own_young_objects);
     tcase_add_test(t, young_object_stored_by_another_mutator_is_refused);
     tcase_add_test(t, forked_child_never_promotes);
+    tcase_add_test(t, shared_allocation_keeps_the_promotion_bound);
     tcase_add_test(t, attach_opts_out_of_range);
     suite_add_tcase(s, t);
     t = tcase_create("many");
