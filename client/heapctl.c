@@ -351,6 +351,23 @@ static void print_clients_text(const heapd_client_info *cl, size_t n)
 
 /* ---- segments ---- */
 
+/* V bytes in a column: "512 B", "3.5 KiB", "12.1 MiB". */
+static const char *size_text(uint64_t v, char *buf, size_t n)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double x = (double)v;
+    int k = 0;
+    while (k < 4 && x >= 1024) {
+        x /= 1024;
+        k++;
+    }
+    if (k == 0)
+        snprintf(buf, n, "%" PRIu64 " B", v);
+    else
+        snprintf(buf, n, "%.1f %s", x, unit[k]);
+    return buf;
+}
+
 static void print_segments_json(const heapd_heap_segments *hs, size_t n)
 {
     printf("{\"heaps\":[");
@@ -365,17 +382,23 @@ static void print_segments_json(const heapd_heap_segments *hs, size_t n)
                ",\"segments_orphaned\":%" PRIu32
                ",\"segments_punched\":%" PRIu32
                ",\"segments_unformatted\":%" PRIu32
-               ",\"segments_young\":%" PRIu32 ",\"classes\":[",
+               ",\"segments_young\":%" PRIu32
+               ",\"committed_bytes\":%" PRIu64 ",\"block_bytes\":%" PRIu64
+               ",\"classes\":[",
                h->segment_size, h->total, h->free, h->owned, h->filled,
                h->large, h->large_tail, h->orphaned, h->punched,
-               h->unformatted, h->young);
+               h->unformatted, h->young, h->committed_bytes, h->block_bytes);
         for (size_t k = 0; k < h->class_count; k++) {
             const heapd_class_segments *c = &h->classes[k];
             printf("%s{\"size_class\":%" PRIu32 ",\"object_size\":%" PRIu32
                    ",\"segments\":%" PRIu32 ",\"segments_owned\":%" PRIu32
-                   ",\"blocks\":%" PRIu64 ",\"blocks_in_use\":%" PRIu64 "}",
+                   ",\"blocks\":%" PRIu64 ",\"blocks_in_use\":%" PRIu64
+                   ",\"committed_bytes\":%" PRIu64 ",\"block_bytes\":%" PRIu64
+                   ",\"fragmentation_permille\":%" PRIu64 "}",
                    k ? "," : "", c->size_class, c->object_size, c->segments,
-                   c->segments_owned, c->blocks, c->blocks_in_use);
+                   c->segments_owned, c->blocks, c->blocks_in_use,
+                   c->committed_bytes, c->block_bytes,
+                   c->fragmentation_permille);
         }
         printf("]}");
     }
@@ -397,23 +420,36 @@ static void print_segments_text(const heapd_heap_segments *hs, size_t n)
                h->young ? "" : "\n");
         if (h->young) /* only a heap with nurseries says so */
             printf(", young %" PRIu32 "\n", h->young);
+        char cb[32], bb[32];
+        printf("  committed %s, in blocks kept by the last sweep %s\n",
+               size_text(h->committed_bytes, cb, sizeof cb),
+               size_text(h->block_bytes, bb, sizeof bb));
         if (h->class_count == 0) {
             printf("  no small segment has a size class\n");
             continue;
         }
-        printf("  %5s %6s %9s %6s %10s %10s %9s\n", "CLASS", "SIZE",
-               "SEGMENTS", "OWNED", "BLOCKS", "IN USE", "OCCUPANCY");
+        printf("  %5s %6s %9s %6s %10s %10s %9s %10s %10s %6s\n", "CLASS",
+               "SIZE", "SEGMENTS", "OWNED", "BLOCKS", "IN USE", "OCCUPANCY",
+               "COMMITTED", "IN BLOCKS", "FRAG");
         for (size_t k = 0; k < h->class_count; k++) {
             const heapd_class_segments *c = &h->classes[k];
             double occ = c->blocks ? 100.0 * (double)c->blocks_in_use /
                                          (double)c->blocks
                                    : 0;
             owned |= c->segments_owned != 0;
+            char com[32], inb[32], frag[16];
+            if (c->block_bytes)
+                snprintf(frag, sizeof frag, "%.2fx",
+                         (double)c->fragmentation_permille / 1000.0);
+            else
+                snprintf(frag, sizeof frag, "-");
             printf("  %5" PRIu32 " %6" PRIu32 " %9" PRIu32 " %6" PRIu32
-                   " %10" PRIu64 " %10" PRIu64 " %8.1f%%%s\n",
+                   " %10" PRIu64 " %10" PRIu64 " %8.1f%% %10s %10s %6s%s\n",
                    c->size_class, c->object_size, c->segments,
                    c->segments_owned, c->blocks, c->blocks_in_use, occ,
-                   c->segments_owned ? " ~" : "");
+                   size_text(c->committed_bytes, com, sizeof com),
+                   size_text(c->block_bytes, inb, sizeof inb),
+                   frag, c->segments_owned ? " ~" : "");
         }
         if (owned)
             printf("  ~ estimate: owners allocate in their OWNED segments "

@@ -476,6 +476,11 @@ typedef struct heapd_class_segments {
                                    blocks in use are an estimate */
     uint64_t blocks;
     uint64_t blocks_in_use;
+    uint64_t committed_bytes;   /* the memory its segments hold (mincore
+                                   on the daemon's mapping) */
+    uint64_t block_bytes;       /* blocks_in_use * object_size */
+    uint64_t fragmentation_permille; /* committed_bytes per 1000 of
+                                   block_bytes; 0 with no block in use */
 } heapd_class_segments;
 
 typedef struct heapd_heap_segments {
@@ -488,6 +493,9 @@ typedef struct heapd_heap_segments {
     uint32_t punched;           /* memory given back */
     uint32_t unformatted;       /* owned or filled, no size class known */
     uint32_t young;             /* in mutators' nurseries */
+    uint64_t committed_bytes;   /* what the heap's memory holds, all of it */
+    uint64_t block_bytes;       /* in blocks the last sweep kept (the
+                                   block_bytes counter) */
     size_t class_count;         /* classes that have segments */
     heapd_class_segments classes[HEAPD_SEGMENTS_MAX_CLASSES];
 } heapd_heap_segments;

@@ -135,6 +135,8 @@ int heapd_segments(heapd_client *c, const char *heap,
         o->punched = h->segments_punched;
         o->unformatted = h->segments_unformatted;
         o->young = h->segments_young;
+        o->committed_bytes = h->committed_bytes;
+        o->block_bytes = h->block_bytes;
         for (size_t k = 0;
              k < h->n_classes && k < HEAPD_SEGMENTS_MAX_CLASSES; k++) {
             const Heapd__SizeClassSegments *s = h->classes[k];
@@ -145,6 +147,11 @@ int heapd_segments(heapd_client *c, const char *heap,
             d->segments_owned = s->segments_owned;
             d->blocks = s->blocks;
             d->blocks_in_use = s->blocks_in_use;
+            d->committed_bytes = s->committed_bytes;
+            d->block_bytes = s->blocks_in_use * s->object_size;
+            d->fragmentation_permille =
+                d->block_bytes ? d->committed_bytes * 1000u / d->block_bytes
+                               : 0;
         }
     }
     rc = 0;

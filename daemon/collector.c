@@ -171,6 +171,40 @@ uint64_t collector_allocation_budget(const struct heap *h)
  */
 #define PACE_FACTOR 2
 
+/* Note [Memory counters]
+ * ~~~~~~~~~~~~~~~~~~~~~~~
+ * Four lines of the counter table (Note [Counter table] in
+ * client/heapd_counters.h) say how far the memory a heap holds tracks
+ * what is in it:
+ *   - bytes_committed: what the heap's memfds hold now, from fstat's
+ *     st_blocks (heap_committed_bytes), the same figure as the stats
+ *     reply's committed_bytes, as a line so that metrics see it;
+ *   - block_bytes: the bytes in the blocks the last sweep kept, small
+ *     blocks at their class size and large runs whole (the sweep's
+ *     live_bytes), set with live_bytes at the cycle's end.  It is not
+ *     live_bytes, which is what the marker reached at the snapshot: the
+ *     sweep also keeps the blocks allocated black during the cycle, and
+ *     that memory is held as much as the marked one;
+ *   - purged_bytes: every range punched out of the heap's memfd
+ *     (punch_memory, and the unused part of the control area), counted
+ *     by its length when fallocate succeeds.  A range may hold pages only
+ *     in part (a grant punches a run when any of it has pages), so it is
+ *     an upper bound of what went back: committed memory never falls by
+ *     more than purged_bytes grows, since nothing else frees the memfd's
+ *     pages;
+ *   - fragmentation_permille: bytes_committed per 1000 bytes of
+ *     block_bytes, 0 before a sweep kept anything.  1000 is a heap whose
+ *     memory is all in blocks; the reserves, the free pool kept committed
+ *     (Note [Segment supply]) and the free blocks of partly used segments
+ *     make it more.
+ * `heapctl segments` breaks the same figures down by size class (Note
+ * [Reports] in daemon/report.c).  Why the sweep's figure and not the
+ * marker's: in tests/test_heapctl.c's heap of 4000 blocks of 72 bytes and
+ * one 1 MiB object the cycle marked 1,336,584 bytes while the blocks kept
+ * held 1,467,648, the object's run of 9 segments being 131,072 bytes more
+ * than the object; the memory held is the run.
+ */
+
 uint64_t collector_allocated_this_cycle(const struct heap *h)
 {
     return collector_bytes_allocated(h) - h->gc->alloc_at_last;
@@ -385,6 +419,8 @@ static void run_cycle(struct collector *gc)
      * hold what mutators allocated (black) during the cycle, and a budget
      * made of those would grow with every cycle (Note [Pacing]) */
     h->stats.live_bytes = atomic_load(&mj.marked_bytes);
+    /* Note [Memory counters] */
+    h->stats.block_bytes = atomic_load(&sj.live_bytes);
     h->stats.mark_ns_last = t_sweep - t_mark;
     h->stats.sweep_ns_last = t_end - t_sweep;
     uint64_t cycle = h->stats.cycles_completed;

@@ -244,7 +244,11 @@ static void punch_memory(struct heap *h, uint32_t first, uint32_t n)
         log_warn("heap '%s': fallocate(PUNCH_HOLE): %s; zeroing instead",
                  h->cfg->name, strerror(errno));
         memset(heap_seg_addr(h, first), 0, len);
+        return;
     }
+    /* Note [Memory counters] in daemon/collector.c */
+    atomic_fetch_add_explicit(&h->stats.purged_bytes, len,
+                              memory_order_relaxed);
 }
 
 /* With heap->lock held: punch them and say so in the table. */
@@ -1177,8 +1181,13 @@ static bool punch_control_rest(struct heap *h)
     off_t d = off < end ? lseek(h->fd, off, SEEK_DATA) : -1;
     if (d < 0 || d >= end)
         return false;
-    return fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
-                     end - off) == 0;
+    if (fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
+                  end - off) != 0)
+        return false;
+    /* Note [Memory counters] in daemon/collector.c */
+    atomic_fetch_add_explicit(&h->stats.purged_bytes, (uint64_t)(end - off),
+                              memory_order_relaxed);
+    return true;
 }
 
 uint32_t seg_punch_strays(struct heap *h)

@@ -267,6 +267,17 @@ static uint64_t stat_segments_adopted(const struct heap *h)
     return h->segs.adopted;
 }
 
+/* Note [Memory counters] in daemon/collector.c: two fstat calls */
+static uint64_t stat_bytes_committed(const struct heap *h)
+{
+    return heap_committed_bytes(h);
+}
+static uint64_t stat_fragmentation_permille(const struct heap *h)
+{
+    uint64_t blocks = h->stats.block_bytes;
+    return blocks ? heap_committed_bytes(h) * 1000u / blocks : 0;
+}
+
 /* Note [Nurseries] in proto/young.h: the attached slots' young words,
  * and the freed ones' totals (grant_free_slot). */
 static uint64_t stat_minor_collections(const struct heap *h)

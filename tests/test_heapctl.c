@@ -300,6 +300,141 @@ START_TEST(segments_match_stats_and_show_occupancy)
 }
 END_TEST
 
+/* Stats on CTL once bytes_committed agrees with the reply's own
+ * committed_bytes and fragmentation_permille with both (three fstat
+ * calls of the daemon's: a page the client's reserve prefaults between
+ * them makes them differ, so ask again, a bounded number of times). */
+static heapd_stats_t settled_stats(heapd_client *ctl)
+{
+    heapd_stats_t st;
+    for (int tries = 0; tries < 1000; tries++) {
+        st = harness_stats(ctl);
+        uint64_t frag = st.block_bytes
+                            ? st.bytes_committed * 1000u / st.block_bytes
+                            : 0;
+        if (st.bytes_committed == st.heap_committed_bytes &&
+            st.fragmentation_permille == frag)
+            return st;
+    }
+    ck_abort_msg("bytes_committed %" PRIu64 " never agreed with "
+                 "committed_bytes %" PRIu64 " (fragmentation_permille %"
+                 PRIu64 ", block_bytes %" PRIu64 ") in 1000 replies",
+                 st.bytes_committed, st.heap_committed_bytes,
+                 st.fragmentation_permille, st.block_bytes);
+    return st;
+}
+
+#define SMALL_N 4000
+#define SMALL_BYTES 64
+#define LARGE_BYTES (1u << 20)
+
+/* Note [Memory counters] in daemon/collector.c, and the committed bytes
+ * per size class of Note [Reports]: each against a figure the test knows
+ * (what it allocated and rooted, what it let die). */
+START_TEST(memory_counters_follow_blocks_and_punches)
+{
+    static char out[65536];
+    heapd_client *c;
+    heapd_mutator *m;
+    start();
+    harness_attach(&D, &c, &m);
+    heapd_client *ctl = harness_control(&D);
+
+    for (int i = 0; i < SMALL_N; i++) {
+        void *o = heapd_alloc(m, 0, SMALL_BYTES);
+        ck_assert_ptr_nonnull(o);
+        memset(o, 0x5a, SMALL_BYTES);
+        ck_assert_uint_ne(heapd_root_push(m, o), (size_t)-1);
+    }
+    void *big = heapd_alloc(m, 0, LARGE_BYTES);
+    ck_assert_ptr_nonnull(big);
+    memset(big, 0x5a, LARGE_BYTES); /* every page of it committed */
+    ck_assert_uint_ne(heapd_root_push(m, big), (size_t)-1);
+    harness_collect(m);
+    heapd_blocking_enter(m); /* nothing allocates while the test reads */
+
+    heapd_stats_t st = settled_stats(ctl);
+    ck_assert_msg(st.block_bytes >= (uint64_t)SMALL_N * SMALL_BYTES +
+                                        LARGE_BYTES,
+                  "block_bytes %" PRIu64 " after a cycle that kept %d "
+                  "blocks of %d bytes and one of %u", st.block_bytes,
+                  SMALL_N, SMALL_BYTES, LARGE_BYTES);
+    ck_assert_msg(st.bytes_committed >= st.block_bytes,
+                  "committed %" PRIu64 " < block_bytes %" PRIu64
+                  ": the blocks were all written", st.bytes_committed,
+                  st.block_bytes);
+    ck_assert_uint_ge(st.fragmentation_permille, 1000);
+
+    /* per class: in blocks is in use times size, committed between that
+     * and the class's segments, all classes within the heap's */
+    heapctl("segments --json", out, sizeof out);
+    uint64_t heap_committed = json_number(out, "committed_bytes");
+    uint64_t seg_size = json_number(out, "segment_size");
+    const char *cls = strstr(out, "\"classes\":[");
+    ck_assert_msg(cls && heap_committed != UINT64_MAX &&
+                      json_number(out, "block_bytes") == st.block_bytes,
+                  "heap figures missing or not the stats' (block_bytes %"
+                  PRIu64 "): %s", st.block_bytes, out);
+    uint64_t sum = 0, ours = 0;
+    for (const char *p = cls; (p = strstr(p, "{\"size_class\"")) != NULL;
+         p++) {
+        uint64_t size = json_number(p, "object_size");
+        uint64_t segs = json_number(p, "segments");
+        uint64_t in_use = json_number(p, "blocks_in_use");
+        uint64_t com = json_number(p, "committed_bytes");
+        uint64_t inb = json_number(p, "block_bytes");
+        uint64_t frag = json_number(p, "fragmentation_permille");
+        ck_assert_msg(inb == in_use * size && com >= inb &&
+                          com <= segs * seg_size &&
+                          frag == (inb ? com * 1000u / inb : 0),
+                      "class of %" PRIu64 " bytes: %" PRIu64 " in use, %"
+                      PRIu64 " in blocks, %" PRIu64 " committed in %" PRIu64
+                      " segments, fragmentation %" PRIu64 ": %s", size,
+                      in_use, inb, com, segs, frag, out);
+        sum += com;
+        if (size >= SMALL_BYTES && in_use >= SMALL_N)
+            ours = inb;
+    }
+    ck_assert_msg(ours >= (uint64_t)SMALL_N * SMALL_BYTES,
+                  "no class holds the %d rooted blocks: %s", SMALL_N, out);
+    ck_assert_msg(sum <= heap_committed,
+                  "the classes' committed bytes %" PRIu64 " exceed the "
+                  "heap's %" PRIu64 ": %s", sum, heap_committed, out);
+    heapctl("segments", out, sizeof out);
+    ck_assert_msg(strstr(out, "COMMITTED") && strstr(out, "IN BLOCKS") &&
+                      strstr(out, "FRAG") && strstr(out, "committed "),
+                  "%s", out);
+
+    /* the large object dies: its run is punched at the sweep */
+    heapd_blocking_leave(m);
+    heapd_root_pop(m, 1);
+    harness_collect(m);
+    heapd_blocking_enter(m);
+    heapd_stats_t after = settled_stats(ctl);
+    ck_assert_msg(after.purged_bytes >= st.purged_bytes + LARGE_BYTES,
+                  "purged_bytes %" PRIu64 " -> %" PRIu64 " after a large "
+                  "object of %u bytes died", st.purged_bytes,
+                  after.purged_bytes, LARGE_BYTES);
+    ck_assert_msg(after.block_bytes + LARGE_BYTES <= st.block_bytes,
+                  "block_bytes %" PRIu64 " -> %" PRIu64, st.block_bytes,
+                  after.block_bytes);
+    /* nothing but a punch frees the memfd's pages */
+    ck_assert_msg(st.bytes_committed <= after.bytes_committed ||
+                      st.bytes_committed - after.bytes_committed <=
+                          after.purged_bytes - st.purged_bytes,
+                  "committed fell by %" PRIu64 ", more than the %" PRIu64
+                  " purged", st.bytes_committed - after.bytes_committed,
+                  after.purged_bytes - st.purged_bytes);
+
+    heapd_blocking_leave(m);
+    heapd_disconnect(ctl);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 static Suite *heapctl_suite(void)
 {
     Suite *s = suite_create("heapctl");
@@ -307,6 +442,7 @@ static Suite *heapctl_suite(void)
     tcase_set_timeout(t, 300);
     tcase_add_test(t, clients_shows_mutators_in_text_and_json);
     tcase_add_test(t, segments_match_stats_and_show_occupancy);
+    tcase_add_test(t, memory_counters_follow_blocks_and_punches);
     suite_add_tcase(s, t);
     return s;
 }
