@@ -1,0 +1,43 @@
+/* What the young generation's end-to-end tests share (tests/test_young.c,
+ * tests/test_young_misuse.c): their daemon, a node with a checked
+ * payload, and connecting and attaching.  See tests/young_util.c. */
+#ifndef HEAPD_TESTS_YOUNG_UTIL_H
+#define HEAPD_TESTS_YOUNG_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "harness.h"
+#include "heapd.h"
+
+#define MAGIC 0x796f756e67746573ull /* "youngtes" */
+
+/* Every node of these tests: NREFS reference fields, then this. */
+struct payload {
+    uint64_t id, check;
+};
+
+extern struct daemon_proc D;
+/* The mapped heap of the test's clients (all map it at one address), so
+ * that a damaged reference fails a check instead of faulting. */
+extern uintptr_t heap_lo, heap_hi;
+
+uint64_t check_of(uint64_t id);
+void fill_payload(void *n, uint64_t id);
+/* A young node (for a young mutator) with ID; NULL if heapd_alloc
+ * failed. */
+void **new_node(heapd_mutator *m, size_t nrefs, uint64_t id);
+void **new_shared_node(heapd_mutator *m, size_t nrefs, uint64_t id);
+bool in_heap(const void *p);
+bool node_ok(void *n, size_t nrefs, uint64_t id);
+/* Field K of OBJ; NULL if OBJ is not in the heap (a damaged reference:
+ * the check that follows fails). */
+void *field(void *obj, size_t k);
+/* Connect to the test's heapd (fails the test on error). */
+heapd_client *connect_plain(unsigned flags);
+/* Attach the calling thread to C as a young mutator. */
+heapd_mutator *attach_young(heapd_client *c, size_t size, unsigned age);
+heapd_young_stats young_stats(const heapd_mutator *m);
+
+#endif
