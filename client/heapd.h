@@ -168,8 +168,10 @@ HEAPD_API size_t heapd_heap_size(const heapd_client *c);
  *     life of any local;
  *   - every other process's safepoints do not matter: only your own end
  *     what your locals may hold.
- * Objects never move.  A reference kept in a C local across a safepoint
- * may point at a freed block, which is reused later; HEAPD_CHECK=1 in the
+ * Shared objects never move (a young mutator's own objects do: Note
+ * [Young objects, for the program] below).  A reference kept in a C local
+ * across a safepoint may point at a freed block, which is reused later;
+ * HEAPD_CHECK=1 in the
  * environment (or HEAPD_CONNECT_CHECKED) makes the library check every
  * object handed to it and abort with the name of the call (see below).
  *
