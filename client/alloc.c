@@ -154,6 +154,34 @@ alloc_large(heapd_mutator *m, uint64_t size, size_t nrefs, size_t nbytes)
     return blk + LAYOUT_WORD;
 }
 
+/* The index of the first mark from I on that is 0 (a free block), or N.
+ * A partly free segment (Note [Reusing partly free segments]) is mostly
+ * allocated blocks, so the marks are read eight at a time: a word with
+ * no zero byte is eight blocks in use.  The marks start 8-aligned (Note
+ * [Segments]); a word past the last mark reads the segment's padding or
+ * first block, and a zero found there is past N. */
+static __attribute__((noinline)) uint32_t next_free_mark(const uint8_t *marks,
+                                                         uint32_t i,
+                                                         uint32_t n)
+{
+    while (i < n && (i & 7) != 0) {
+        if (__atomic_load_n(&marks[i], __ATOMIC_RELAXED) == 0)
+            return i;
+        i++;
+    }
+    for (; i < n; i += 8) {
+        uint64_t w = __atomic_load_n((const uint64_t *)(marks + i),
+                                     __ATOMIC_RELAXED);
+        uint64_t zero = (w - 0x0101010101010101ull) & ~w &
+                        0x8080808080808080ull;
+        if (zero) {
+            i += (uint32_t)__builtin_ctzll(zero) >> 3;
+            return i < n ? i : n;
+        }
+    }
+    return n;
+}
+
 /* The next free block of M's current segment of CLS, initialised, or
  * NULL when the segment is exhausted. */
 static inline void *take_block(heapd_mutator *m, struct alloc_seg *s,
@@ -163,8 +191,10 @@ static inline void *take_block(heapd_mutator *m, struct alloc_seg *s,
         uint32_t i = s->cursor++;
         /* relaxed atomics: the marker and other threads' barriers read
          * and set mark bytes of this segment's allocated blocks */
-        if (__atomic_load_n(&s->marks[i], __ATOMIC_RELAXED) != 0)
+        if (__atomic_load_n(&s->marks[i], __ATOMIC_RELAXED) != 0) {
+            s->cursor = next_free_mark(s->marks, s->cursor, s->nblocks);
             continue;
+        }
         uint8_t *b = s->blocks + (size_t)i * s->block_size;
         uint8_t epoch = (uint8_t)atomic_load_explicit(&m->ctl->epoch,
                                                       memory_order_relaxed);
