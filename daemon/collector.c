@@ -90,6 +90,17 @@ struct collector {
     uint64_t alloc_at_last;      /* heap->lock: allocation at last start */
     uint64_t marked_last;        /* heap->lock: bytes the cycle marked, once
                                   * its marking is over (Note [Pacing]) */
+    /* Note [Heap goal]; heap->lock */
+    uint64_t alloc_in_last;      /* allocated while the last cycle ran */
+    uint64_t alloc_between;      /* allocated from the start of the cycle
+                                    before the last to the last's */
+    uint64_t demand_last;        /* the last cycle's alloc_between plus
+                                    alloc_in_last */
+    uint64_t cap_floor;          /* committed after the last purge, plus
+                                    GROWTH_MIN of a budget */
+    uint64_t trigger_at;         /* allocation since the last start that
+                                    starts a cycle, before the runway;
+                                    0: a budget */
     struct notify cycle_done;    /* Note [Collector handoff] */
     struct notify outbox;
     /* Note [Recovery cycles]: the cycle before may have been cut short */
@@ -143,33 +154,90 @@ uint64_t collector_allocation_budget(const struct heap *h)
     return budget_of(h, h->stats.live_bytes);
 }
 
-/* Note [Pacing]
+/* With heap->lock held: the most recent lower bound of the live bytes:
+ * the last cycle's, or what the running one has marked so far (Note
+ * [Pacing]). */
+static uint64_t live_now(const struct heap *h)
+{
+    uint64_t marked = h->marking ? atomic_load(&h->marking->marked_bytes)
+                                 : h->gc->marked_last;
+    return marked > h->stats.live_bytes ? marked : h->stats.live_bytes;
+}
+
+/* Note [Heap goal]
+ * ~~~~~~~~~~~~~~~~
+ * A heap's goal is the memory it may hold: its live bytes plus
+ * gc_overhead percent of them (the live bytes at least TRIGGER_FLOOR),
+ * the bound gc_overhead stands for (Go's heap goal under GOGC).  What is
+ * measured against it is the memory the segment table accounts for as
+ * committed (seg_committed: segments not punched, less the pages punched
+ * out of them), nurseries left out: they are per mutator and fixed.
+ * The rules that keep the heap near it:
+ *   - start when the memory is used up: after a sweep, the next cycle is
+ *     due once the mutators have allocated what the heap holds free --
+ *     the free memory grants hand out first (seg_purge's `usable`) and
+ *     the segments clients hold -- plus the room left under the goal,
+ *     counted from the cycle's start (so with what it allocated while it
+ *     ran), between TRIGGER_MIN of a budget and a budget.  The trigger of
+ *     a budget alone left the free blocks partly used segments keep
+ *     (fragmentation, reserves) on top of the goal: 2.3 times the live
+ *     bytes on the shared map below, against 1.9 with this rule;
+ *   - a runway early: it starts when that allocation less the runway is
+ *     reached, the runway being what the heap allocated while its last
+ *     cycle ran (between RUNWAY_MIN and RUNWAY_MAX of a budget): what is
+ *     allocated during a cycle survives it (Go's trigger);
+ *   - pace within it: while a cycle runs, grants wait once a runway has
+ *     been allocated since it started, and a grant that would take the
+ *     committed memory past the cap waits at any time (Note [Pacing]).
+ *     The cap is the goal, or, where the last cycle's purge left more
+ *     than that (live blocks spread thin, or a live set that grew since
+ *     its mark), that plus GROWTH_MIN of a budget, so that such a heap
+ *     still grows a little each cycle instead of making every grant
+ *     wait;
+ *   - give the rest back: after the sweep, free memory stays committed
+ *     only as far as the heap will allocate it again soon -- what it
+ *     allocated from the start of the cycle before to the end of this
+ *     one, the larger of the last two such figures, at most two budgets
+ *     -- and the rest is punched (Note [Purging free memory] in
+ *     purge.c).  A cycle nobody allocated during keeps nothing: an idle
+ *     heap holds its live blocks and little more.
+ * Measured on the shared-map workload (100,000 keys, 2 worker
+ * processes, gc_overhead 100): with pacing by allocation alone (grants
+ * waited once a running cycle had seen two budgets allocated) the heap
+ * held 5 to 7 times its 17.8 MB live set, its markers starved by the
+ * workers: a cycle took 1 to 2 s while they ran, 18 ms after.
+ *
+ * Note [Pacing]
  * ~~~~~~~~~~~~~
  * A concurrent collector that mutators outrun never catches up: the heap
  * grows by whatever they allocate while a cycle runs, the next cycle has
  * more to mark and sweep and takes longer, and so on until max_size (seen
- * under ThreadSanitizer: 480 MB committed for 8 MB live).  So allocation is
+ * under ThreadSanitizer: 480 MB committed for 8 MB live).  So growth is
  * paced by the segment supply, the one place every mutator comes to for
- * memory: while a cycle runs, once the heap has allocated PACE_FACTOR
- * allocation budgets since that cycle started, grants wait for the cycle to
- * end (grant_segments in daemon/grant.c), and the mutators that need them
- * wait with them, in blocking regions (Note [Segment supply]).  The heap
- * then stays within the live bytes plus PACE_FACTOR + 1 budgets, plus what reserves hold.  A
- * grant that waited is given when the cycle ends without being paced again,
- * so no client waits longer than one cycle.  A mutator that keeps up with
- * the collector never waits: a budget is gc_overhead percent of the live
- * bytes.  (Go's GC assists and OCaml's major slices pace the same way, by
- * making the allocator pay.)
+ * memory: a grant that would take the heap's committed memory past its
+ * cap (Note [Heap goal]) waits for the cycle under way, or for a new
+ * one (grant_segments in daemon/grant.c), and the mutators that need it
+ * wait with it, in blocking regions (Note [Segment supply]); a request
+ * that waits makes the collector's workers urgent (Note [Worker
+ * priority]), so the cycle they wait for ends soon.  A grant that waited
+ * is given when the cycle ends without being paced again, so no client
+ * waits longer than one cycle.  Allocation into blocks the heap already
+ * holds (partly free segments, Note [Reusing partly free segments])
+ * never waits: it costs no memory.  (Go's GC assists and OCaml's major
+ * slices pace the same way, by making the allocator pay.)
  *
  * The live bytes here are the most recent lower bound: the last cycle's,
  * or what the running cycle has marked so far when that is more (the
  * workers add to it every few hundred objects).  A program whose live set
  * has just grown -- a cache filled since the last cycle -- would otherwise
- * be held to the old, small budget while the collector marks the new one,
+ * be held to the old, small goal while the collector marks the new one,
  * and wait for most of that cycle (measured: 12 ms in latency_bench right
  * after filling a ring of a million nodes).
  */
-#define PACE_FACTOR 2
+#define GROWTH_MIN_DEN 4 /* a quarter of a budget */
+#define TRIGGER_MIN_DEN 4 /* a cycle per quarter budget, at most */
+#define RUNWAY_MIN_DEN 8 /* the runway: at least an eighth of a budget, */
+#define RUNWAY_MAX_DEN 2 /* at most half of one */
 
 /* Note [Memory counters]
  * ~~~~~~~~~~~~~~~~~~~~~~~
@@ -210,27 +278,66 @@ uint64_t collector_allocated_this_cycle(const struct heap *h)
     return collector_bytes_allocated(h) - h->gc->alloc_at_last;
 }
 
+uint64_t collector_running(const struct heap *h)
+{
+    uint64_t running =
+        __atomic_load_n(&h->gc->cycles_started, __ATOMIC_ACQUIRE);
+    return running > h->stats.cycles_completed ? running : 0;
+}
+
+/* With heap->lock held: the runway (Note [Heap goal]): what the heap
+ * allocated while its last cycle ran, within RUNWAY_MIN_DEN and
+ * RUNWAY_MAX_DEN of a budget of the live bytes LIVE. */
+static uint64_t runway_of(const struct heap *h, uint64_t live)
+{
+    uint64_t budget = budget_of(h, live), r = h->gc->alloc_in_last;
+    return r < budget / RUNWAY_MIN_DEN   ? budget / RUNWAY_MIN_DEN
+           : r > budget / RUNWAY_MAX_DEN ? budget / RUNWAY_MAX_DEN
+                                         : r;
+}
+
 uint64_t collector_paced_until(const struct heap *h)
 {
-    const struct collector *gc = h->gc;
     /* Note [Recovery cycles]: nothing is granted before they passed */
     uint32_t left = atomic_load(&h->recovery_left);
     if (left)
         return h->stats.cycles_completed + left;
-    uint64_t running = __atomic_load_n(&gc->cycles_started, __ATOMIC_ACQUIRE);
-    if (running <= h->stats.cycles_completed)
-        return 0; /* no cycle under way */
-    uint64_t since = collector_allocated_this_cycle(h);
-    uint64_t marked = h->marking ? atomic_load(&h->marking->marked_bytes)
-                                 : gc->marked_last;
-    uint64_t live = marked > h->stats.live_bytes ? marked
-                                                 : h->stats.live_bytes;
-    return since > PACE_FACTOR * budget_of(h, live) ? running : 0;
+    /* Note [Pacing]: a cycle under way may see a runway allocated */
+    uint64_t running = collector_running(h);
+    return running && collector_allocated_this_cycle(h) >
+                          runway_of(h, live_now(h))
+               ? running
+               : 0;
+}
+
+/* The goal for LIVE bytes: Note [Heap goal] */
+static uint64_t goal_of(const struct heap *h, uint64_t live)
+{
+    return (live > TRIGGER_FLOOR ? live : TRIGGER_FLOOR) +
+           budget_of(h, live);
+}
+
+uint64_t collector_growth_cap(const struct heap *h)
+{
+    uint64_t goal = goal_of(h, live_now(h));
+    return goal > h->gc->cap_floor ? goal : h->gc->cap_floor;
+}
+
+uint64_t collector_committed(const struct heap *h)
+{
+    const struct segtab *t = &h->segs;
+    return seg_committed(t, h->seg_shift) -
+           ((uint64_t)t->n_young << h->seg_shift);
 }
 
 void collector_check_trigger(struct heap *h)
 {
-    if (collector_allocated_this_cycle(h) >= collector_allocation_budget(h))
+    /* Note [Heap goal]: when the memory the heap holds is used up, a
+     * runway early */
+    uint64_t live = h->stats.live_bytes;
+    uint64_t at = h->gc->trigger_at ? h->gc->trigger_at : budget_of(h, live);
+    uint64_t runway = runway_of(h, live);
+    if (collector_allocated_this_cycle(h) + runway >= at)
         collector_request(h);
 }
 
@@ -275,7 +382,9 @@ static uint8_t snapshot(struct collector *gc, struct mark_job *mj)
     }
     globals_snapshot(h); /* Note [Global roots] */
     atomic_store(&h->bad_logged, 0);
-    gc->alloc_at_last = collector_bytes_allocated(h);
+    uint64_t allocated = collector_bytes_allocated(h);
+    gc->alloc_between = allocated - gc->alloc_at_last;
+    gc->alloc_at_last = allocated;
     mark_job_init(mj, h, epoch, gc->workers->n);
     mj->outbox_notify = gc->outbox;
     h->marking = mj;
@@ -424,11 +533,15 @@ static void run_cycle(struct collector *gc)
     h->stats.mark_ns_last = t_sweep - t_mark;
     h->stats.sweep_ns_last = t_end - t_sweep;
     uint64_t cycle = h->stats.cycles_completed;
-    /* as much as the heap may allocate before the next cycle ends (Note
-     * [Pacing]): punching it would only buy page faults and zeroing */
-    uint32_t keep = (uint32_t)((PACE_FACTOR + 1) *
-                                   collector_allocation_budget(h) >>
-                               h->seg_shift);
+    /* Note [Heap goal]: what is kept of the free memory */
+    uint64_t budget = collector_allocation_budget(h);
+    gc->alloc_in_last = collector_bytes_allocated(h) - gc->alloc_at_last;
+    uint64_t demand = gc->alloc_between + gc->alloc_in_last;
+    uint64_t d2 = demand > gc->demand_last ? demand : gc->demand_last;
+    gc->demand_last = demand;
+    demand = gc->alloc_in_last == 0 ? 0 : d2 < 2 * budget ? d2 : 2 * budget;
+    uint64_t goal = goal_of(h, h->stats.live_bytes);
+    gc->cap_floor = 0; /* the goal alone, until the purge says more */
     atomic_store(&h->control->phase, LAYOUT_PHASE_IDLE);
     if (left) { /* one verifying cycle passed */
         atomic_store(&h->recovery_left, left - 1);
@@ -444,19 +557,42 @@ static void run_cycle(struct collector *gc)
     }
     table_save_stats(h); /* Note [The live table] */
     pthread_mutex_unlock(&h->lock);
-    uint32_t punched = seg_punch_idle(h, cycle, keep);
+    struct seg_purged purged;
+    seg_purge(h, demand, &purged);
+    pthread_mutex_lock(&h->lock);
+    uint64_t committed = collector_committed(h);
+    if (committed > goal)
+        gc->cap_floor = committed + budget / GROWTH_MIN_DEN;
+    /* the next cycle starts when what the heap holds free -- the free
+     * memory grants hand out first and the segments clients hold -- and
+     * the room under its goal are allocated (what this cycle allocated
+     * counts from its start), between TRIGGER_MIN of a budget and a
+     * budget */
+    uint64_t held = (uint64_t)h->segs.n_owned << h->seg_shift;
+    int64_t at = (int64_t)(purged.usable + held + gc->alloc_in_last + goal) -
+                 (int64_t)committed;
+    int64_t least = (int64_t)(budget / TRIGGER_MIN_DEN);
+    gc->trigger_at = (uint64_t)(at < least               ? least
+                                : at > (int64_t)budget ? (int64_t)budget
+                                                       : at);
+    pthread_mutex_unlock(&h->lock);
 
     log_debug("heap '%s': cycle %llu: epoch %u, %llu objects marked in %u "
               "round(s) (%llu URS entries), %llu blocks and %llu segments "
               "freed, %llu bytes marked, %llu in surviving blocks, %u "
-              "segments given back; mark %llu us, "
-              "sweep %llu us", h->cfg->name, (unsigned long long)cycle, epoch,
+              "segments and %llu pages given back, %llu committed (goal "
+              "%llu), next at %llu allocated; mark %llu us, sweep %llu us",
+              h->cfg->name,
+              (unsigned long long)cycle, epoch,
               (unsigned long long)atomic_load(&mj.marked), rounds,
               (unsigned long long)atomic_load(&mj.urs_entries),
               (unsigned long long)atomic_load(&sj.freed_blocks),
               (unsigned long long)atomic_load(&sj.freed_segments),
               (unsigned long long)atomic_load(&mj.marked_bytes),
-              (unsigned long long)atomic_load(&sj.live_bytes), punched,
+              (unsigned long long)atomic_load(&sj.live_bytes),
+              purged.segments, (unsigned long long)purged.pages,
+              (unsigned long long)committed, (unsigned long long)goal,
+              (unsigned long long)gc->trigger_at,
               (unsigned long long)((t_sweep - t_mark) / 1000),
               (unsigned long long)((t_end - t_sweep) / 1000));
     mark_job_destroy(&mj);

@@ -49,13 +49,20 @@ uint64_t collector_allocation_budget(const struct heap *h);
 /* With heap->lock held: bytes allocated since the running (or last) cycle
  * started. */
 uint64_t collector_allocated_this_cycle(const struct heap *h);
-/* With heap->lock held: the number of the cycle under way if allocation
- * since it started has outrun the collector and grants must wait for it
- * (Note [Pacing]), else 0. */
+/* With heap->lock held: the cycle every grant waits for (Note [Recovery
+ * cycles]), else 0. */
 uint64_t collector_paced_until(const struct heap *h);
+/* With heap->lock held: the number of the cycle under way, 0 if none. */
+uint64_t collector_running(const struct heap *h);
+/* With heap->lock held: how far the heap's committed memory may grow
+ * before grants wait for a cycle, and that memory (nurseries left out):
+ * Note [Heap goal]. */
+uint64_t collector_growth_cap(const struct heap *h);
+uint64_t collector_committed(const struct heap *h);
 
 /* With heap->lock held: start a cycle if allocation since the last one
- * exceeds gc_overhead percent of the live bytes (Note [Collection cycle]). */
+ * started reaches gc_overhead percent of the live bytes, less the runway
+ * (Note [Heap goal]). */
 void collector_check_trigger(struct heap *h);
 
 /* With heap->lock held: a slot is being freed; keep its allocation count. */

@@ -273,6 +273,20 @@ static unsigned quota_over(const struct heap *h, uint64_t client,
     return all > 2 * q ? 2 : all > q ? 1 : 0;
 }
 
+/* With h->lock held: the segments of punched memory a grant may take
+ * (Note [Heap goal]): as many as fit under the growth cap, any number
+ * for a FINAL grant. */
+static uint32_t growth_room(const struct heap *h, bool final)
+{
+    uint64_t cap = collector_growth_cap(h), committed = collector_committed(h);
+    if (final)
+        return UINT32_MAX;
+    return committed >= cap ? 0
+           : (cap - committed) >> h->seg_shift > UINT32_MAX
+               ? UINT32_MAX
+               : (uint32_t)((cap - committed) >> h->seg_shift);
+}
+
 /* With h->lock held: the most small segments one grant gives.  Blank
  * segments in clients' reserves are neither allocated (the trigger does
  * not see them) nor free (no other client can have them), so a grant is
@@ -295,18 +309,14 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
     out->count = count;
     out->run = 0;
     out->any_formatted = false;
-    /* Note [Pacing]: heap memory waits for the cycle that is behind */
+    /* Note [Pacing]: allocation waits for the cycle that is behind */
     uint64_t paced = final ? 0 : collector_paced_until(h);
     if (paced) {
         h->stats.grants_paced++;
         log_debug("heap '%s': grant paced: %llu bytes allocated since the "
-                  "cycle started, %llu live at the last one, %llu marked "
-                  "so far", h->cfg->name,
+                  "cycle started, %llu live at the last one", h->cfg->name,
                   (unsigned long long)collector_allocated_this_cycle(h),
-                  (unsigned long long)h->stats.live_bytes,
-                  (unsigned long long)(h->marking ? atomic_load(
-                                                        &h->marking->marked_bytes)
-                                                  : 0));
+                  (unsigned long long)h->stats.live_bytes);
         *wait_cycle = paced;
         return -EAGAIN;
     }
@@ -322,21 +332,30 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
     }
     if (over > 0)
         collector_request(h);
+    /* Note [Heap goal]: growth within the cap, but for a grant that has
+     * waited for its cycle already */
+    uint32_t grow = growth_room(h, final);
     switch (r->kind) {
     case GRANT_SMALL:
         count = count < 1 ? 1 : count > GRANT_MAX ? GRANT_MAX : count;
         count = count > grant_cap(h) ? grant_cap(h) : count;
         out->count = count;
-        rc = seg_grant_small(h, client, held, quota_segs(h, client), count,
-                             r->classes, out->segs, out->formatted);
+        rc = r->reuse_only
+                 ? seg_grant_reusable(h, client, held, quota_segs(h, client),
+                                      count, r->classes, out->segs,
+                                      out->formatted)
+                 : seg_grant_small(h, client, held, quota_segs(h, client),
+                                   count, r->classes, grow, out->segs,
+                                   out->formatted);
         out->n = rc > 0 ? rc : 0;
         for (int k = 0; k < out->n; k++)
             out->any_formatted |= out->formatted[k] != 0;
-        rc = rc > 0 ? 0 : rc;
+        rc = rc >= 0 ? 0 : rc; /* none may be an answer: reuse_only */
         break;
     case GRANT_LARGE:
-        rc = r->bytes == 0 || r->bytes > h->cfg->max_size
-                 ? -EFBIG
+        /* a run is new memory, all of it (it is punched to read as zero) */
+        rc = r->bytes == 0 || r->bytes > h->cfg->max_size ? -EFBIG
+             : seg_run_segments(h, r->bytes) > grow     ? -EAGAIN
                  : seg_grant_large(h, client, held, quota_segs(h, client),
                                    r->bytes, &out->segs[0], &out->run);
         out->n = rc == 0;
@@ -345,6 +364,19 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
         rc = -EPROTO;
         break;
     }
+    if (rc == -EAGAIN) { /* Note [Pacing] */
+        h->stats.grants_paced++;
+        log_debug("heap '%s': grant paced: %llu bytes committed, the cap "
+                  "%llu, %llu live at the last cycle", h->cfg->name,
+                  (unsigned long long)collector_committed(h),
+                  (unsigned long long)collector_growth_cap(h),
+                  (unsigned long long)h->stats.live_bytes);
+        *wait_cycle = collector_running(h); /* or a new one: 0 */
+        return -EAGAIN;
+    }
+    if (rc == -EDQUOT && r->reuse_only)
+        rc = 0; /* none: the client takes a blank segment, or is refused
+                   that (Note [Reuse before growth]) */
     if (rc == -EDQUOT && !final && seg_charged_bytes(h, client, false) > 0) {
         /* refused for what it keeps alive as of the last sweep: the
          * next one may find it dead (as a full heap waits for one) */

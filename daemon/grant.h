@@ -86,6 +86,9 @@ struct grant_req {
     uint32_t count;         /* SMALL: segments wanted */
     uint64_t bytes;         /* LARGE: the object's bytes, header included */
     uint64_t classes[GRANT_CLASS_WORDS]; /* SMALL: classes it allocates */
+    bool reuse_only;        /* SMALL: partly free segments only, maybe none
+                               (Note [Reuse before growth] in
+                               client/reserve.c) */
 };
 
 struct grant {

@@ -173,7 +173,15 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
         h->fd = -1;
         goto out;
     }
-    seg_init(h);
+    if ((rc = seg_init(h)) < 0) {
+        log_error("heap '%s': out of memory for its segment table",
+                  cfg->name);
+        munmap(p, cfg->max_size);
+        h->base = NULL;
+        h->control = NULL;
+        h->fd = -1;
+        goto out;
+    }
     if (kept_table >= 0) {
         char why[512];
         rc = table_adopt(h, kept_table, why, sizeof why);

@@ -146,19 +146,13 @@
 #include "log.h"
 #include "resume.h"
 
-static void bit_set(uint64_t *b, uint32_t i) { b[i >> 6] |= 1ull << (i & 63); }
-static void bit_clear(uint64_t *b, uint32_t i) { b[i >> 6] &= ~(1ull << (i & 63)); }
-static bool bit_test(const uint64_t *b, uint32_t i)
-{
-    return b[i >> 6] >> (i & 63) & 1;
-}
 
 static void set_state(struct seg *s, enum seg_state st)
 {
     __atomic_store_n(&s->state, (uint8_t)st, __ATOMIC_RELEASE);
 }
 
-void seg_init(struct heap *h)
+int seg_init(struct heap *h)
 {
     struct segtab *t = &h->segs;
     uint64_t segsize = h->cfg->segment_size;
@@ -168,6 +162,15 @@ void seg_init(struct heap *h)
     t->first = layout_control_segments(segsize);
     t->high = t->first;
     t->small_max = layout_small_max(segsize);
+    /* Note [Purging free memory] in purge.c */
+    long page = sysconf(_SC_PAGESIZE);
+    t->page_shift = (unsigned)__builtin_ctzl(page > 0 ? (unsigned long)page
+                                                      : 4096ul);
+    t->seg_pages = (uint32_t)(segsize >> t->page_shift);
+    t->page_words = (t->seg_pages + 63) / 64;
+    size_t words = (size_t)t->count * t->page_words;
+    t->page_free = calloc(words, sizeof *t->page_free);
+    t->page_purged = calloc(words, sizeof *t->page_purged);
     for (unsigned c = 0; c < LAYOUT_NCLASSES; c++) {
         if (layout_class_size[c] > t->small_max)
             break;
@@ -175,6 +178,11 @@ void seg_init(struct heap *h)
                               &t->small_first[c]);
         t->small_magic[c] = layout_block_magic(layout_class_size[c]);
     }
+    if (!t->page_free || !t->page_purged) {
+        seg_destroy(h);
+        return -ENOMEM;
+    }
+    return 0;
 }
 
 void seg_format(struct heap *h)
@@ -183,9 +191,10 @@ void seg_format(struct heap *h)
     for (uint32_t i = t->first; i < t->count; i++) {
         t->segs[i].state = SEG_FREE;
         t->segs[i].punched = 1; /* never touched: reads as zero */
-        bit_set(t->free_bits, i);
+        seg_bit_set(t->free_bits, i);
     }
     t->n_free = t->count - t->first;
+    seg_recount_memory(t);
 }
 
 void seg_destroy(struct heap *h)
@@ -193,6 +202,44 @@ void seg_destroy(struct heap *h)
     free(h->segs.charges);
     h->segs.charges = NULL;
     h->segs.n_charges = 0;
+    free((void *)h->segs.page_free);
+    free(h->segs.page_purged);
+    h->segs.page_free = NULL;
+    h->segs.page_purged = NULL;
+}
+
+/* The page bitmaps of segment I. */
+static uint64_t *purged_of(const struct segtab *t, uint32_t i)
+{
+    return t->page_purged + (size_t)i * t->page_words;
+}
+
+void seg_set_punched(struct segtab *t, uint32_t i, bool punched)
+{
+    struct seg *s = &t->segs[i];
+    uint64_t *pp = purged_of(t, i);
+    /* whole or in use again: its punched pages are forgotten */
+    t->pages_purged -= seg_popcount(pp, t->page_words);
+    memset(pp, 0, t->page_words * sizeof *pp);
+    for (uint32_t k = 0; k < t->page_words; k++)
+        atomic_store_explicit(&t->page_free[(size_t)i * t->page_words + k],
+                              0, memory_order_relaxed);
+    if (s->punched != punched)
+        t->n_unpunched += punched ? (uint32_t)-1 : 1u;
+    s->punched = punched;
+}
+
+void seg_recount_memory(struct segtab *t)
+{
+    t->n_unpunched = 0;
+    t->pages_purged = 0;
+    for (uint32_t i = t->first; i < t->count; i++) {
+        t->n_unpunched += !t->segs[i].punched;
+        t->segs[i].purging = 0; /* no punch outlives its heapd */
+    }
+    if (t->page_purged)
+        memset(t->page_purged, 0,
+               (size_t)t->count * t->page_words * sizeof *t->page_purged);
 }
 
 /* Lowest segment at or after FROM whose bit is set in BITS, or 0. */
@@ -222,7 +269,7 @@ static void take(struct segtab *t, uint32_t i, enum seg_state st,
                  uint64_t owner, uint16_t charge, uint32_t run)
 {
     struct seg *s = &t->segs[i];
-    bit_clear(t->free_bits, i);
+    seg_bit_clear(t->free_bits, i);
     t->n_free--;
     if (i >= t->high)
         __atomic_store_n(&t->high, i + 1, __ATOMIC_RELEASE);
@@ -231,49 +278,6 @@ static void take(struct segtab *t, uint32_t i, enum seg_state st,
     __atomic_store_n(&s->cls, SEG_CLASS_UNKNOWN, __ATOMIC_RELAXED);
     s->run = run;
     set_state(s, st);
-}
-
-/* Give back the memory of segments [FIRST, FIRST + N); needs no lock. */
-static void punch_memory(struct heap *h, uint32_t first, uint32_t n)
-{
-    uint64_t off = (uint64_t)first << h->seg_shift;
-    uint64_t len = (uint64_t)n << h->seg_shift;
-    if (fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                  (off_t)off, (off_t)len) < 0) {
-        /* cannot give memory back: zero it so grants stay correct */
-        log_warn("heap '%s': fallocate(PUNCH_HOLE): %s; zeroing instead",
-                 h->cfg->name, strerror(errno));
-        memset(heap_seg_addr(h, first), 0, len);
-        return;
-    }
-    /* Note [Memory counters] in daemon/collector.c */
-    atomic_fetch_add_explicit(&h->stats.purged_bytes, len,
-                              memory_order_relaxed);
-}
-
-/* With heap->lock held: punch them and say so in the table. */
-static void punch(struct heap *h, uint32_t first, uint32_t n)
-{
-    punch_memory(h, first, n);
-    for (uint32_t i = first; i < first + n; i++)
-        h->segs.segs[i].punched = 1;
-}
-
-/* Does the memfd have pages in [FIRST, FIRST + N) segments?  *CUR caches
- * where the last lseek found data (from the offset in CUR[0]): a run of
- * questions in increasing order costs one system call per data extent. */
-static bool has_pages(const struct heap *h, uint32_t first, uint32_t n,
-                      off_t cur[2])
-{
-    off_t from = (off_t)first << h->seg_shift;
-    off_t to = (off_t)(first + n) << h->seg_shift;
-    if (from < cur[0] || from > cur[1]) {
-        off_t d = lseek(h->fd, from, SEEK_DATA);
-        cur[0] = from;
-        /* ENXIO: no data from here on; any other error: assume there is */
-        cur[1] = d >= 0 ? d : errno == ENXIO ? (off_t)INT64_MAX : from;
-    }
-    return cur[1] < to;
 }
 
 static uint32_t quota_left(uint32_t held, uint32_t quota)
@@ -375,8 +379,8 @@ void seg_sweep_charged(struct heap *h, const _Atomic uint64_t *tally,
 /* FILLED segment I is no longer reusable (granted, or freed). */
 static void unfile_reusable(struct segtab *t, uint32_t i)
 {
-    if (bit_test(t->reuse_bits, i)) {
-        bit_clear(t->reuse_bits, i);
+    if (seg_bit_test(t->reuse_bits, i)) {
+        seg_bit_clear(t->reuse_bits, i);
         t->n_reusable--;
     }
 }
@@ -393,8 +397,8 @@ void seg_swept_filled(struct heap *h, uint32_t i, uint32_t nfree,
         return;
     pthread_mutex_lock(&h->lock);
     if (t->segs[i].state == SEG_FILLED && !t->segs[i].fenced &&
-        !bit_test(t->reuse_bits, i)) {
-        bit_set(t->reuse_bits, i);
+        !seg_bit_test(t->reuse_bits, i)) {
+        seg_bit_set(t->reuse_bits, i);
         t->n_reusable++;
     }
     segtab_assert(&h->segs); /* Note [Checking the segment table] */
@@ -441,9 +445,12 @@ static uint32_t grant_reusable(struct heap *h, uint64_t owner,
          * [Quota] */
         bool ours = h->cfg->max_client_bytes == 0 || s->charge == 0 ||
                     s->charge == charge;
-        if (ours && !s->fenced && cls < LAYOUT_NCLASSES &&
+        if (ours && !s->fenced && !s->purging && cls < LAYOUT_NCLASSES &&
             (classes[cls >> 6] >> (cls & 63) & 1)) {
             adopt(t, s);
+            /* its new owner may touch any page: Note [Purging free
+             * memory] */
+            seg_set_punched(t, i, false);
             __atomic_store_n(&s->charge, charge, __ATOMIC_RELAXED);
             unfile_reusable(t, i);
             t->n_filled--;
@@ -459,11 +466,28 @@ static uint32_t grant_reusable(struct heap *h, uint64_t owner,
     return n;
 }
 
+int seg_grant_reusable(struct heap *h, uint64_t owner, uint32_t *held,
+                       uint32_t quota_segs, uint32_t count,
+                       const uint64_t *classes, uint32_t *out,
+                       uint32_t *out_formatted)
+{
+    if (count > quota_left(*held, quota_segs))
+        count = quota_left(*held, quota_segs);
+    uint16_t charge = count ? charge_find(h, owner, true) : 0;
+    if (charge == 0)
+        return -EDQUOT;
+    uint32_t n = grant_reusable(h, owner, charge, classes, count, out,
+                                out_formatted);
+    *held += n;
+    return (int)n;
+}
+
 int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
                     uint32_t quota_segs, uint32_t count,
-                    const uint64_t *classes, uint32_t *out,
+                    const uint64_t *classes, uint32_t grow, uint32_t *out,
                     uint32_t *out_formatted)
 {
+    bool held_back = false; /* a punched segment left for want of GROW */
     struct segtab *t = &h->segs;
     uint32_t n = 0, i = t->first;
     /* bytes a blank small segment must have zeroed: the largest mark
@@ -482,30 +506,50 @@ int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
                                                count, out, out_formatted)
                               : 0;
     n = reused;
+    /* committed free segments first, then punched ones: Note [Purging
+     * free memory] in purge.c keeps the first to be used before any new
+     * memory */
+    for (int pass = 0; pass < 2; pass++, i = t->first)
     while (n < count && (i = find_free(t, i)) != 0) {
-        if (t->segs[i].fenced) { /* Note [Evicted clients] */
+        bool punched = t->segs[i].punched;
+        if (t->segs[i].fenced || punched != pass) {
+            /* Note [Evicted clients]; or not in this pass */
+            if (pass == 0 && i >= t->high)
+                break; /* none above high is committed */
             i++;
             continue;
         }
+        /* Note [Heap goal] in collector.c: punched memory is growth */
+        if (punched && grow == 0) {
+            held_back = true;
+            break;
+        }
+        grow -= punched;
         /* the header is blank before the state says OWNED: a sweeper or
          * marker that sees OWNED must never read the class of the
          * segment's previous life (seg_class caches it) */
         /* a punched segment reads as zero and so is blank already: not
          * one of its pages is touched here (Note [Segments]), unless a
          * client wrote there (Note [Free memory stays free]) */
-        if (!t->segs[i].punched || has_pages(h, i, 1, cur))
+        if (!t->segs[i].punched || seg_has_pages(h, i, 1, cur))
             zero_header(heap_seg_addr(h, i), hdr_bytes);
         take(t, i, SEG_OWNED, owner, charge, 0);
-        t->segs[i].punched = 0;
+        seg_set_punched(t, i, false);
         out_formatted[n] = 0;
         out[n++] = i;
         i++;
     }
     if (n == 0)
-        return -ENOSPC;
+        return held_back ? -EAGAIN : -ENOSPC;
     t->n_owned += n - reused; /* grant_reusable counted its own */
     *held += n;
     return (int)n;
+}
+
+uint64_t seg_run_segments(const struct heap *h, uint64_t bytes)
+{
+    return (LAYOUT_LARGE_OBJECT + bytes + h->cfg->segment_size - 1) >>
+           h->seg_shift;
 }
 
 int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
@@ -513,8 +557,7 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
                     uint32_t *run)
 {
     struct segtab *t = &h->segs;
-    uint64_t need = (LAYOUT_LARGE_OBJECT + bytes + h->cfg->segment_size - 1)
-                    >> h->seg_shift;
+    uint64_t need = seg_run_segments(h, bytes);
     uint32_t start = 0, len = 0;
 
     if (need > t->count - t->first)
@@ -525,7 +568,7 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
     if (charge == 0)
         return -EDQUOT;
     for (uint32_t i = t->first; i < t->count && len < need; i++) {
-        if (bit_test(t->free_bits, i) && !t->segs[i].fenced) {
+        if (seg_bit_test(t->free_bits, i) && !t->segs[i].fenced) {
             if (len++ == 0)
                 start = i;
         } else {
@@ -540,8 +583,8 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
         all_punched &= t->segs[i].punched;
     off_t cur[2] = {(off_t)INT64_MAX, 0};
     /* the object must read as zero (Note [Free memory stays free]) */
-    if (!all_punched || has_pages(h, start, (uint32_t)need, cur))
-        punch(h, start, (uint32_t)need);
+    if (!all_punched || seg_has_pages(h, start, (uint32_t)need, cur))
+        seg_punch(h, start, (uint32_t)need);
     struct layout_segment *hd = heap_seg_addr(h, start);
     /* atomic: a sweeper that saw one of these segments OWNED before a
      * crashed client's blank segments were freed may still read the kind
@@ -552,7 +595,7 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
     for (uint32_t i = start; i < start + need; i++) {
         take(t, i, i == start ? SEG_LARGE : SEG_LARGE_TAIL, owner, charge,
              i == start ? (uint32_t)need : start);
-        t->segs[i].punched = 0;
+        seg_set_punched(t, i, false);
     }
     t->n_large++;
     charge_fresh(t, &t->segs[start], need << h->seg_shift);
@@ -596,7 +639,7 @@ int seg_grant_young(struct heap *h, uint64_t owner, uint32_t *held,
     if (segs > quota_left(*held, quota_segs))
         return -EDQUOT;
     for (uint32_t i = t->first; i < t->count && len < segs; i++) {
-        if (bit_test(t->free_bits, i) && !t->segs[i].fenced) {
+        if (seg_bit_test(t->free_bits, i) && !t->segs[i].fenced) {
             if (len++ == 0)
                 start = i;
         } else {
@@ -610,12 +653,12 @@ int seg_grant_young(struct heap *h, uint64_t owner, uint32_t *held,
         all_punched &= t->segs[i].punched;
     off_t cur[2] = {(off_t)INT64_MAX, 0};
     /* its owner formats it from zero (Note [Free memory stays free]) */
-    if (!all_punched || has_pages(h, start, segs, cur))
-        punch(h, start, segs);
+    if (!all_punched || seg_has_pages(h, start, segs, cur))
+        seg_punch(h, start, segs);
     for (uint32_t i = start; i < start + segs; i++) {
         take(t, i, i == start ? SEG_YOUNG : SEG_YOUNG_TAIL, owner, 0,
              i == start ? segs : start);
-        t->segs[i].punched = 0;
+        seg_set_punched(t, i, false);
     }
     t->n_young += segs;
     *held += segs;
@@ -638,7 +681,7 @@ void seg_free_young(struct heap *h, uint32_t first)
             t->segs[k].owner = 0;
         return;
     }
-    punch(h, first, n);
+    seg_punch(h, first, n);
     for (uint32_t k = first; k < first + n; k++)
         make_free(h, k);
     t->n_young -= n;
@@ -656,7 +699,7 @@ static void make_free(struct heap *h, uint32_t i)
     s->run = 0;
     s->free_since = h->stats.cycles_completed;
     set_state(s, SEG_FREE);
-    bit_set(h->segs.free_bits, i);
+    seg_bit_set(h->segs.free_bits, i);
     h->segs.n_free++;
 }
 
@@ -862,7 +905,7 @@ int seg_recover(struct heap *h, uint64_t cycles,
 
     for (uint32_t i = t->first; i < t->count; i++)
         unbitted += (t->segs[i].state == SEG_FREE) !=
-                    bit_test(t->free_bits, i);
+                    seg_bit_test(t->free_bits, i);
     memset(t->free_bits, 0, words * sizeof(uint64_t));
     memset(t->reuse_bits, 0, words * sizeof(uint64_t));
     t->high = t->first;
@@ -934,7 +977,7 @@ int seg_recover(struct heap *h, uint64_t cycles,
         struct seg *s = &t->segs[i];
         switch (s->state) {
         case SEG_FREE:
-            bit_set(t->free_bits, i);
+            seg_bit_set(t->free_bits, i);
             t->n_free++;
             s->owner = 0;
             s->orphan = 0;
@@ -968,6 +1011,7 @@ int seg_recover(struct heap *h, uint64_t cycles,
         log_info("heap '%s': %u segments' free bits disagreed with their "
                  "states when heapd died (a punch or a grant under way); "
                  "recounted", h->cfg->name, unbitted);
+    seg_recount_memory(t);
     if (!segtab_check(t)) {
         snprintf(why, n, "its segment table disagrees with itself after "
                  "repair (the log says how)");
@@ -991,7 +1035,7 @@ int seg_fence(struct heap *h, uint32_t **out, uint32_t *n)
                          __ATOMIC_RELAXED);
         if (s->fenced == 1)
             t->n_fenced++;
-        if (bit_test(t->reuse_bits, i))
+        if (seg_bit_test(t->reuse_bits, i))
             unfile_reusable(t, i);
         segs[k++] = i;
     }
@@ -1028,7 +1072,7 @@ void seg_release(struct heap *h, uint32_t i)
     if (s->state == SEG_LARGE) {
         uint32_t n = s->run;
         t->n_large--;
-        punch(h, i, n); /* a large run's memory goes back at once */
+        seg_punch(h, i, n); /* a large run's memory goes back at once */
         for (uint32_t k = i; k < i + n; k++)
             make_free(h, k);
         return;
@@ -1037,227 +1081,6 @@ void seg_release(struct heap *h, uint32_t i)
         t->n_filled--;
         make_free(h, i);
     }
-}
-
-static bool idle(const struct seg *s, uint64_t cycles_now)
-{
-    return s->state == SEG_FREE && !s->punched &&
-           cycles_now >= s->free_since + 2;
-}
-
-/* Runs of free segments taken out of the pool to be punched without the
- * lock: nobody is granted a segment while its memory goes away. */
-enum { PUNCH_MAX_RUNS = 256 };
-struct punch_runs {
-    uint32_t n, segs;
-    uint32_t first[PUNCH_MAX_RUNS], len[PUNCH_MAX_RUNS];
-};
-
-/* With heap->lock held: take free segments [I, K) out of the pool. */
-static void runs_take(struct segtab *t, struct punch_runs *r, uint32_t i,
-                      uint32_t k)
-{
-    for (uint32_t x = i; x < k; x++)
-        bit_clear(t->free_bits, x);
-    t->n_free -= k - i;
-    r->first[r->n] = i;
-    r->len[r->n++] = k - i;
-    r->segs += k - i;
-}
-
-/* With heap->lock held: punch R's runs without it, and put them back. */
-static void runs_punch(struct heap *h, struct punch_runs *r)
-{
-    struct segtab *t = &h->segs;
-    if (r->n == 0)
-        return;
-    pthread_mutex_unlock(&h->lock);
-    for (uint32_t k = 0; k < r->n; k++)
-        punch_memory(h, r->first[k], r->len[k]);
-    pthread_mutex_lock(&h->lock);
-    /* the table only under the lock (TSan: the stray check's count of
-     * punched segments raced with a punch that set the flags without it) */
-    for (uint32_t k = 0; k < r->n; k++) {
-        for (uint32_t x = r->first[k]; x < r->first[k] + r->len[k]; x++) {
-            t->segs[x].punched = 1;
-            bit_set(t->free_bits, x);
-        }
-        t->n_free += r->len[k];
-    }
-    r->n = 0;
-}
-
-uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep)
-{
-    struct segtab *t = &h->segs;
-    struct punch_runs r = {0};
-
-    pthread_mutex_lock(&h->lock);
-    for (uint32_t i = t->first; i < t->high && r.n < PUNCH_MAX_RUNS; i++) {
-        struct seg *s = &t->segs[i];
-        if (s->state == SEG_FREE && !s->punched && keep > 0) {
-            keep--; /* committed and about to be reused: keep it */
-            continue;
-        }
-        if (idle(s, cycles_now)) {
-            uint32_t k = i;
-            while (k < t->high && idle(&t->segs[k], cycles_now))
-                k++;
-            runs_take(t, &r, i, k);
-            i = k - 1;
-        }
-    }
-    /* the system calls without the lock (Note [Segment supply]) */
-    runs_punch(h, &r);
-    segtab_assert(&h->segs); /* Note [Checking the segment table] */
-    pthread_mutex_unlock(&h->lock);
-    return r.segs + seg_punch_strays(h);
-}
-
-/* Note [Free memory stays free]
- * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * Every client maps the whole heap writable, so a client can write into
- * segments the daemon believes punched (FREE and punched: never granted,
- * or given back) and make memory committed that no segment accounts for:
- * 512 MiB written into never-granted segments stayed committed for good.
- * The daemon's bound is its own accounting: the memfd holds at most the
- * used part of the control segments (the control area; nobody uses the
- * rest, which is punched again as well) and the segments not punched (granted ones, FILLED ones,
- * large runs, the free pool kept committed on purpose:
- * Note [Segment supply]).  At the end of every cycle, whenever a client
- * leaves and every SEG_STRAYS_EVERY_MS (a timer of the loop thread: a
- * client that writes and then idles makes no cycle), seg_punch_strays
- * compares that with the memfd's allocated blocks
- * (fstat, as heap_committed_bytes); only when the memfd holds more does it
- * walk the memfd's data extents (lseek SEEK_DATA / SEEK_HOLE) and punch
- * again every FREE segment believed punched that has pages.  The check
- * is two system calls and a walk of the table up to `high`; the extent
- * walk, 2.3 us an extent on a 16 GiB memfd (1.4 ms for 612 extents), is
- * paid only after stray writes.  A grant of a segment believed punched
- * asks the memfd whether it has pages there (SEEK_DATA: 0.17 us a
- * segment, against 0.5 us for mincore on 128 KiB) and, if so, zeroes its
- * header and marks (small) or punches it (large: the object must read as
- * zero), so a granted blank segment reads as blank however it was
- * scribbled on; what else is in a small segment's blocks is harmless, as
- * the allocator zeroes every object it hands out
- * (Note [Allocation fast path] in client/alloc.c).  Writes into the kept pool stay committed
- * only as long as the pool does, and its headers are zeroed at the grant
- * as before.  A client that writes into memory the daemon accounts for
- * but has not touched (a large object's untouched pages, a reserve's
- * blank segments) is not caught: the committed bytes still never exceed
- * the daemon's own count for longer than a cycle.  Nor, by the counts
- * alone, is the tail of a scribble still being written when the walk
- * passed it, once it fits in that slack; so after a walk that found
- * strays the next STRAYS_AGAIN calls walk whatever the counts say (a test
- * writing 256 MiB met a timer tick mid-write under load, and 35 segments
- * stayed committed, hidden by 5.6 MiB of granted but untouched memory).
- */
-#define STRAYS_AGAIN 3
-
-/* The bytes of the control segments that hold the control area; the
- * rest of them nobody uses (the mutator slots are in clients' own memory:
- * Note [Client control memory]). */
-#define CONTROL_USED                                                         \
-    ((sizeof(struct layout_control) + 4095u) & ~(uint64_t)4095u)
-
-/* With heap->lock held: the bytes the daemon counts as committed (Note
- * [Free memory stays free]): the control area and every segment not
- * punched (none at or above `high` was ever taken). */
-static uint64_t accounted_bytes(const struct heap *h)
-{
-    const struct segtab *t = &h->segs;
-    uint64_t n = 0;
-    for (uint32_t i = t->first; i < t->high; i++)
-        n += !t->segs[i].punched;
-    return CONTROL_USED + (n << h->seg_shift);
-}
-
-/* Give back what a client wrote into the unused rest of the control
- * segments; true if it had pages. */
-static bool punch_control_rest(struct heap *h)
-{
-    off_t off = (off_t)CONTROL_USED;
-    off_t end = (off_t)h->segs.first << h->seg_shift;
-    off_t d = off < end ? lseek(h->fd, off, SEEK_DATA) : -1;
-    if (d < 0 || d >= end)
-        return false;
-    if (fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
-                  end - off) != 0)
-        return false;
-    /* Note [Memory counters] in daemon/collector.c */
-    atomic_fetch_add_explicit(&h->stats.purged_bytes, (uint64_t)(end - off),
-                              memory_order_relaxed);
-    return true;
-}
-
-uint32_t seg_punch_strays(struct heap *h)
-{
-    struct segtab *t = &h->segs;
-    struct punch_runs r = {0};
-    uint32_t total = 0;
-    /* first the memfd, then the table: a grant in between only makes the
-     * table count more, never a stray page look accounted for for good */
-    uint64_t committed = heap_committed_bytes(h);
-
-    pthread_mutex_lock(&h->lock);
-    uint64_t accounted = accounted_bytes(h);
-    pthread_mutex_unlock(&h->lock);
-    uint32_t again = atomic_load(&t->strays_again);
-    if (committed <= accounted &&
-        (again == 0 ||
-         !atomic_compare_exchange_strong(&t->strays_again, &again,
-                                         again - 1)))
-        return 0;
-    if (punch_control_rest(h))
-        log_info("heap '%s': the unused part of the control area had pages "
-                 "(a client wrote there): punched again", h->cfg->name);
-
-    off_t end = (off_t)t->count << h->seg_shift;
-    off_t off = (off_t)t->first << h->seg_shift;
-    pthread_mutex_lock(&h->lock);
-    while (off < end) {
-        /* the kernel's view of the memfd needs no lock, but the table
-         * does: hold it, and drop it to punch */
-        off_t d = lseek(h->fd, off, SEEK_DATA);
-        if (d < 0)
-            break; /* ENXIO: no data beyond */
-        off_t e = lseek(h->fd, d, SEEK_HOLE);
-        e = e < 0 || e > end ? end : e;
-        uint32_t a = (uint32_t)(d >> h->seg_shift);
-        uint32_t b = (uint32_t)((e - 1) >> h->seg_shift) + 1;
-        for (uint32_t i = a; i < b; i++) {
-            if (r.n == PUNCH_MAX_RUNS) { /* drops the lock: look again */
-                total += r.segs;
-                r.segs = 0;
-                runs_punch(h, &r);
-            }
-            const struct seg *s = &t->segs[i];
-            if (s->state != SEG_FREE || !s->punched ||
-                !bit_test(t->free_bits, i))
-                continue;
-            uint32_t k = i + 1;
-            while (k < b && t->segs[k].state == SEG_FREE &&
-                   t->segs[k].punched && bit_test(t->free_bits, k))
-                k++;
-            runs_take(t, &r, i, k);
-            i = k - 1;
-        }
-        off = (off_t)b << h->seg_shift;
-    }
-    total += r.segs;
-    runs_punch(h, &r);
-    h->stats.segments_repunched += total;
-    if (total)
-        atomic_store(&t->strays_again, STRAYS_AGAIN);
-    segtab_assert(&h->segs); /* Note [Checking the segment table] */
-    pthread_mutex_unlock(&h->lock);
-    if (total)
-        log_info("heap '%s': %u free segment(s) had pages no grant made "
-                 "(a client wrote where it was given nothing): punched "
-                 "again (%llu bytes committed, %llu accounted for)",
-                 h->cfg->name, total, (unsigned long long)committed,
-                 (unsigned long long)accounted);
-    return total;
 }
 
 /* Note [Checking the segment table]
@@ -1291,18 +1114,12 @@ uint32_t seg_punch_strays(struct heap *h)
  * the first bad release).  The checker logs what disagrees and returns
  * false; the assert then stops the daemon at the release that broke it.
  */
-static uint32_t popcount_bits(const uint64_t *b, uint32_t count)
-{
-    uint32_t n = 0;
-    for (uint32_t w = 0; w < (count + 63) / 64; w++)
-        n += (uint32_t)__builtin_popcountll(b[w]);
-    return n;
-}
 
 bool segtab_check(const struct segtab *t)
 {
     uint32_t n[SEG_STATE_MAX + 1] = {0};
-    uint64_t orphans = 0;
+    uint64_t orphans = 0, purged = 0;
+    uint32_t unpunched = 0;
     bool ok = true;
 
 #define SEGTAB_BAD(...)                                                     \
@@ -1321,12 +1138,12 @@ bool segtab_check(const struct segtab *t)
             break;
         }
         n[st]++;
-        if (bit_test(t->free_bits, i) && st != SEG_FREE)
+        if (seg_bit_test(t->free_bits, i) && st != SEG_FREE)
             SEGTAB_BAD("segment %u is in free_bits but has state %u", i, st);
-        if (s->fenced && (st == SEG_FREE || bit_test(t->reuse_bits, i)))
+        if (s->fenced && (st == SEG_FREE || seg_bit_test(t->reuse_bits, i)))
             SEGTAB_BAD("segment %u is fenced but %s", i,
                        st == SEG_FREE ? "free" : "reusable");
-        if (bit_test(t->reuse_bits, i) && st != SEG_FILLED)
+        if (seg_bit_test(t->reuse_bits, i) && st != SEG_FILLED)
             SEGTAB_BAD("segment %u is in reuse_bits but has state %u", i,
                        st);
         /* Note [Quota]: only segments that may hold objects are
@@ -1358,6 +1175,15 @@ bool segtab_check(const struct segtab *t)
                        "cover it or has another owner", i, s->run);
         if (st == SEG_YOUNG && s->owner == 0 && !s->fenced)
             SEGTAB_BAD("nursery %u is owned by nobody but not fenced", i);
+        /* Note [Purging free memory] in purge.c */
+        if (s->purging && st != SEG_FILLED)
+            SEGTAB_BAD("segment %u is being purged in state %u", i, st);
+        uint32_t pp = seg_popcount(purged_of(t, i), t->page_words);
+        if (pp && s->punched)
+            SEGTAB_BAD("punched segment %u has %u pages punched besides", i,
+                       pp);
+        unpunched += !s->punched;
+        purged += pp;
     }
     if (!ok)
         return false;
@@ -1373,11 +1199,11 @@ bool segtab_check(const struct segtab *t)
     if (n[SEG_YOUNG] + n[SEG_YOUNG_TAIL] != t->n_young)
         SEGTAB_BAD("n_young %u, but %u segments are in nurseries",
                    t->n_young, n[SEG_YOUNG] + n[SEG_YOUNG_TAIL]);
-    uint32_t nfree = popcount_bits(t->free_bits, t->count);
+    uint32_t nfree = seg_popcount(t->free_bits, (t->count + 63) / 64);
     if (nfree != t->n_free)
         SEGTAB_BAD("n_free %u, but free_bits has %u bits set", t->n_free,
                    nfree);
-    uint32_t nreuse = popcount_bits(t->reuse_bits, t->count);
+    uint32_t nreuse = seg_popcount(t->reuse_bits, (t->count + 63) / 64);
     if (nreuse != t->n_reusable)
         SEGTAB_BAD("n_reusable %u, but reuse_bits has %u bits set",
                    t->n_reusable, nreuse);
@@ -1387,6 +1213,11 @@ bool segtab_check(const struct segtab *t)
     if (fenced != t->n_fenced)
         SEGTAB_BAD("n_fenced %u, but %u segments are fenced", t->n_fenced,
                    fenced);
+    if (unpunched != t->n_unpunched || purged != t->pages_purged)
+        SEGTAB_BAD("n_unpunched %u and pages_purged %llu, but %u segments "
+                   "are not punched and %llu pages of theirs are",
+                   t->n_unpunched, (unsigned long long)t->pages_purged,
+                   unpunched, (unsigned long long)purged);
     if (t->orphaned - t->adopted != orphans)
         SEGTAB_BAD("orphaned %llu - adopted %llu, but %llu segments are "
                    "orphans", (unsigned long long)t->orphaned,

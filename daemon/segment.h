@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct heap;
 struct resume_client;
@@ -37,6 +38,10 @@ struct seg {
     uint8_t unknown_ref;/* FILLED with no class: the epoch a reference
                            into it was last met (Note [A segment leaves
                            its owner]); written by markers */
+    uint8_t purging;    /* FILLED: some of its free pages are being
+                           punched without the lock, and it is granted to
+                           nobody meanwhile (Note [Purging free memory]
+                           in daemon/purge.c) */
     uint32_t run;       /* large and young: segments in the run; their
                            tails: the head's index */
     uint64_t owner;     /* client id, 0 for none */
@@ -88,6 +93,21 @@ struct segtab {
                               whatever the counts say (Note [Free memory
                               stays free]) */
     uint64_t orphaned, adopted;   /* stats segments_orphaned/_adopted */
+    /* Note [Purging free memory] in daemon/purge.c: the memory the table
+     * accounts for.  heap->lock */
+    uint32_t n_unpunched;   /* segments whose memory is not punched */
+    uint64_t pages_purged;  /* pages of theirs punched since they were
+                               last granted (bits set in page_purged) */
+    unsigned page_shift;    /* log2 of the kernel's page size */
+    uint32_t seg_pages;     /* pages in a segment */
+    uint32_t page_words;    /* 64-bit words of a segment's page bitmap */
+    /* per segment, page_words each, in heapd's private memory (a restart
+     * starts them empty: Note [Purging free memory]) */
+    _Atomic uint64_t *page_free;  /* pages no block in use overlapped at
+                                     its last sweep (FILLED); written by
+                                     the sweeper without the lock */
+    uint64_t *page_purged;  /* pages punched since it was last granted;
+                               heap->lock */
     uint32_t small_max;     /* largest small object size */
     uint32_t small_nblocks[256];  /* per class; 0 = class not usable */
     uint32_t small_first[256];
@@ -96,10 +116,12 @@ struct segtab {
     uint32_t n_charges;           /* records allocated */
 };
 
-/* The table's geometry for H's configuration; the records themselves
- * live in the live table (Note [The live table] in daemon/table.c), which
- * points t->segs and the bitmaps at them. */
-void seg_init(struct heap *h);
+/* The table's geometry for H's configuration, and its private page
+ * bitmaps (Note [Purging free memory] in daemon/purge.c); the records
+ * themselves live in the live table (Note [The live table] in
+ * daemon/table.c), which points t->segs and the bitmaps at them.
+ * Returns 0 or -ENOMEM. */
+int seg_init(struct heap *h);
 /* A new heap's records: every segment free and never touched. */
 void seg_format(struct heap *h);
 /* Note [Recovering the segment table] in segment.c: the records as a
@@ -116,20 +138,74 @@ static inline uint8_t seg_state(const struct segtab *t, uint32_t i)
     return __atomic_load_n(&t->segs[i].state, __ATOMIC_ACQUIRE);
 }
 
+/* Bitmaps of the table (free_bits, reuse_bits, the page bitmaps). */
+static inline void seg_bit_set(uint64_t *b, uint32_t i)
+{
+    b[i >> 6] |= 1ull << (i & 63);
+}
+static inline void seg_bit_clear(uint64_t *b, uint32_t i)
+{
+    b[i >> 6] &= ~(1ull << (i & 63));
+}
+static inline bool seg_bit_test(const uint64_t *b, uint32_t i)
+{
+    return b[i >> 6] >> (i & 63) & 1;
+}
+/* Bits set in the N words at W. */
+static inline uint32_t seg_popcount(const uint64_t *w, uint32_t n)
+{
+    uint32_t c = 0;
+    for (uint32_t k = 0; k < n; k++)
+        c += (uint32_t)__builtin_popcountll(w[k]);
+    return c;
+}
+
+/* With heap->lock held: the bytes of heap memory the table accounts for
+ * as committed (Note [Purging free memory] in daemon/purge.c): every
+ * segment not punched, less the pages punched out of them.  Nurseries
+ * included. */
+static inline uint64_t seg_committed(const struct segtab *t,
+                                     unsigned seg_shift)
+{
+    return ((uint64_t)t->n_unpunched << seg_shift) -
+           (t->pages_purged << t->page_shift);
+}
+/* With heap->lock held: segment I's memory is punched (PUNCHED) or about
+ * to be used again (its punched pages forgotten: whoever takes it may
+ * touch any of them). */
+void seg_set_punched(struct segtab *t, uint32_t i, bool punched);
+/* The table's derived memory counts, recounted from the records (a new
+ * table, or one taken over from the heapd before). */
+void seg_recount_memory(struct segtab *t);
+
 /* Grant up to COUNT small segments to OWNER, whose *HELD segments count
  * toward QUOTA_SEGS: partly free ones of the size classes set in CLASSES
  * (a bitmap of LAYOUT_NCLASSES bits; NULL: none) first, blank ones for the
- * rest; OUT_FORMATTED[k] is 0 for a blank OUT[k], else 1 + its class.
- * Returns the number granted (>= 1), -EDQUOT
- * when the client's quota is reached or -ENOSPC when the heap is full. */
+ * rest, of which at most GROW from punched memory (Note [Heap goal] in
+ * daemon/collector.c); OUT_FORMATTED[k] is 0 for a blank OUT[k], else
+ * 1 + its class.  Returns the number granted (>= 1), -EDQUOT
+ * when the client's quota is reached, -ENOSPC when the heap is full, or
+ * -EAGAIN when nothing could be granted without growing by more than
+ * GROW. */
 int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
                     uint32_t quota_segs, uint32_t count,
-                    const uint64_t *classes, uint32_t *out,
+                    const uint64_t *classes, uint32_t grow, uint32_t *out,
                     uint32_t *out_formatted);
+/* Note [Reuse before growth] in client/reserve.c: grant OWNER up to
+ * COUNT partly free segments of CLASSES as seg_grant_small would, and no
+ * blank one.  Returns the number granted, 0 if the heap has none, or
+ * -EDQUOT. */
+int seg_grant_reusable(struct heap *h, uint64_t owner, uint32_t *held,
+                       uint32_t quota_segs, uint32_t count,
+                       const uint64_t *classes, uint32_t *out,
+                       uint32_t *out_formatted);
 /* The sweep left FILLED segment I with NFREE free blocks of NBLOCKS: make
  * it reusable if that is enough (takes the heap lock). */
 void seg_swept_filled(struct heap *h, uint32_t i, uint32_t nfree,
                       uint32_t nblocks);
+/* The segments of the run a large object of BYTES (header included)
+ * takes. */
+uint64_t seg_run_segments(const struct heap *h, uint64_t bytes);
 /* Grant a run of segments for one large object of BYTES (header
  * included).  Returns 0 with *first and *run set, -EDQUOT, -ENOSPC, or
  * -EFBIG when it can never fit. */
@@ -208,16 +284,49 @@ uint8_t seg_class(struct heap *h, uint32_t i);
 /* Sweep side: give back a small segment that holds no live block, or a
  * dead large run. */
 void seg_release(struct heap *h, uint32_t i);
-/* Punch the memory of segments free for at least two cycles, except the
- * KEEP lowest free ones (granted first: Note [Segment supply]), then any
- * stray pages (seg_punch_strays).  Takes heap->lock itself (not held by
- * the caller) and drops it around the system calls.  Returns the
- * segments punched. */
-uint32_t seg_punch_idle(struct heap *h, uint64_t cycles_now, uint32_t keep);
-/* Note [Free memory stays free] in segment.c: if the heap's memfd holds
+
+/* ---- memory given back: daemon/purge.c ---- */
+
+/* With heap->lock held: punch segments [FIRST, FIRST + N) now (they read
+ * as zero afterwards), and say so in the table. */
+void seg_punch(struct heap *h, uint32_t first, uint32_t n);
+/* Does the memfd have pages in segments [FIRST, FIRST + N)?  CUR caches
+ * what the last lseek found: start it at {INT64_MAX, 0}, and ask in
+ * increasing order. */
+bool seg_has_pages(const struct heap *h, uint32_t first, uint32_t n,
+                   off_t cur[2]);
+/* Note [Purging free memory]: the sweeper found FILLED segment I with the
+ * marks MARKS of its NBLOCKS blocks of BS bytes from offset FIRST; record
+ * which pages no block in use overlaps.  Any thread, no lock. */
+void seg_swept_pages(struct heap *h, uint32_t i, const uint8_t *marks,
+                     uint32_t nblocks, uint32_t first, uint32_t bs);
+/* Is page P of segment I punched since the segment was last granted?
+ * With heap->lock held, or where nothing changes the table (the
+ * verifier, in a pause). */
+static inline bool seg_page_purged(const struct segtab *t, uint32_t i,
+                                   uint32_t p)
+{
+    return seg_bit_test(t->page_purged + (size_t)i * t->page_words, p);
+}
+/* What seg_purge did and left. */
+struct seg_purged {
+    uint32_t segments;  /* free segments punched (strays included) */
+    uint64_t pages;     /* pages punched out of FILLED segments */
+    uint64_t usable;    /* committed free memory grants hand out first:
+                           the free blocks of reusable segments (less
+                           their punched pages) and the free segments kept */
+};
+/* Note [Purging free memory]: after a sweep, keep at most KEEP bytes of
+ * free memory committed -- the free pages of reusable segments and the
+ * free segments, in the order grants take them -- and punch the rest:
+ * free pages of FILLED segments and whole free segments.  Then any stray
+ * pages (seg_punch_strays).  Takes heap->lock itself (not held by the
+ * caller) and drops it around the system calls. */
+void seg_purge(struct heap *h, uint64_t keep, struct seg_purged *out);
+/* Note [Free memory stays free] in purge.c: if the heap's memfd holds
  * more than the segments the daemon counts as committed, punch every
  * segment it believes punched that has pages again.  Locks as
- * seg_punch_idle.  Returns the segments punched. */
+ * seg_purge.  Returns the segments punched. */
 uint32_t seg_punch_strays(struct heap *h);
 /* How often the loop thread runs seg_punch_strays besides cycles' ends
  * and departures (Note [Free memory stays free]): cheap (an fstat and a

@@ -681,6 +681,7 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
         sg.run = g.run;
         sg.n_formatted = g.any_formatted ? (size_t)g.n : 0;
         sg.formatted = g.formatted;
+        sg.waited = final;
         env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_GRANT;
         env.segment_grant = &sg;
         return conn_reply(c, &env, seq);
@@ -731,7 +732,8 @@ static int handle_segment_request(struct conn *c, uint64_t seq,
     struct grant_req gr = {.kind = grant_kind_of(r->kind),
                            .asked_kind = (int)r->kind,
                            .count = r->count,
-                           .bytes = r->bytes};
+                           .bytes = r->bytes,
+                           .reuse_only = r->reuse_only};
     class_bitmap(r, gr.classes);
     return grant(c, h, seq, &gr, false);
 }

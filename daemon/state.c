@@ -403,6 +403,7 @@ int state_restore(struct heap *h, int fd, char *why, size_t n,
         t->charges[c] = (struct seg_charge){0}; /* no client is connected */
     for (uint32_t i = t->first; i < t->count; i++)
         t->segs[i].charge = 0;
+    seg_recount_memory(t); /* Note [Purging free memory] in purge.c */
     if (!segtab_check(t))
         REFUSE("the saved segment table disagrees with itself (the log "
                "says how)");

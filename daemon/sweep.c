@@ -12,7 +12,9 @@
  *     SWEEP_POISON, and then its mark becomes 0 (a release store);
  *   - a FILLED segment left with no live block goes back to the free pool,
  *     one left with enough free blocks becomes reusable (Note [Reusing
- *     partly free segments] in daemon/segment.c);
+ *     partly free segments] in daemon/segment.c), and the pages of one
+ *     that no block in use overlaps are recorded for seg_purge (Note
+ *     [Purging free memory] in daemon/purge.c);
  *   - a dead large run goes back at once, its memory punched;
  *   - in a fenced segment nothing is freed: a dead block's mark becomes
  *     the epoch, as if marked (Note [Evicted clients] in
@@ -190,8 +192,9 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
                                       memory_order_relaxed);
     } else if (state == SEG_FILLED && !fenced) {
         /* every block not live is free now: Note [Reusing partly free
-         * segments] */
+         * segments], Note [Purging free memory] in purge.c */
         seg_swept_filled(h, i, n - nlive, n);
+        seg_swept_pages(h, i, marks, n, t->small_first[cls], bs);
     }
 }
 

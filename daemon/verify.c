@@ -273,11 +273,25 @@ static void check_roots(struct verifier *v)
     }
 }
 
-static bool poison_or_zero(const uint8_t *p, size_t n)
+/* Is every byte of the free block at OFF (BS bytes) of segment I poison
+ * or zero?  Pages punched out of the segment are not read: they read as
+ * zero, and reading them would commit them again (Note [Purging free
+ * memory] in purge.c). */
+static bool free_block_clean(const struct heap *h, uint32_t i, uint64_t off,
+                             uint32_t bs)
 {
-    for (size_t i = 0; i < n; i++)
-        if (p[i] != 0 && p[i] != SWEEP_POISON)
-            return false;
+    const struct segtab *t = &h->segs;
+    const uint8_t *seg = heap_seg_addr(h, i);
+    uint64_t page = (uint64_t)1 << t->page_shift;
+    for (uint64_t o = off; o < off + bs;) {
+        uint64_t next = (o | (page - 1)) + 1;
+        uint64_t end = next < off + bs ? next : off + bs;
+        if (!seg_page_purged(t, i, (uint32_t)(o >> t->page_shift)))
+            for (uint64_t k = o; k < end; k++)
+                if (seg[k] != 0 && seg[k] != SWEEP_POISON)
+                    return false;
+        o = end;
+    }
     return true;
 }
 
@@ -309,7 +323,9 @@ static void check_segments(struct verifier *v)
                 fail(v, obj, 0, NO_ROOT, i, "block survived a sweep with a "
                                             "stale mark");
             else if (marks[b] == 0 && h->poison &&
-                     !poison_or_zero(blocks + (size_t)b * bs, bs))
+                     !free_block_clean(h, i,
+                                       t->small_first[cls] + (uint64_t)b * bs,
+                                       bs))
                 fail(v, obj, 0, NO_ROOT, i, "free block was written after it "
                                             "was freed");
         }

@@ -50,8 +50,10 @@ static void setup(void)
         if (st == SEG_FREE) {
             t->free_bits[i / 64] |= 1ull << (i % 64);
             t->n_free++;
+            t->segs[i].punched = 1; /* never taken, or given back */
         }
     }
+    seg_recount_memory(t); /* Note [Purging free memory] */
     t->segs[6].run = 3;
     t->segs[7].run = t->segs[8].run = 6;
     t->reuse_bits[0] |= 1ull << 5;
@@ -100,6 +102,23 @@ START_TEST(segtab_counters_are_recounted)
     H.segs.adopted++; /* one orphan more than the counters say */
     ck_assert(!segtab_check(&H.segs));
     H.segs.adopted--;
+    H.segs.n_unpunched--; /* Note [Purging free memory] */
+    ck_assert(!segtab_check(&H.segs));
+    H.segs.n_unpunched++;
+    ck_assert(segtab_check(&H.segs));
+}
+END_TEST
+
+/* Note [Purging free memory]: only a FILLED segment is purged, and a
+ * punched segment has no page punched besides. */
+START_TEST(segtab_purging_is_filled_only)
+{
+    H.segs.segs[3].purging = 1; /* OWNED */
+    ck_assert(!segtab_check(&H.segs));
+    H.segs.segs[3].purging = 0;
+    H.segs.segs[5].purging = 1; /* FILLED: its free pages go */
+    ck_assert(segtab_check(&H.segs));
+    H.segs.segs[5].purging = 0;
     ck_assert(segtab_check(&H.segs));
 }
 END_TEST
@@ -194,6 +213,7 @@ int main(void)
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, consistent_tables_pass);
     tcase_add_test(t, segtab_counters_are_recounted);
+    tcase_add_test(t, segtab_purging_is_filled_only);
     tcase_add_test(t, segtab_bitmaps_match_states);
     tcase_add_test(t, segtab_large_tails_name_their_head);
     tcase_add_test(t, remark_outstanding_is_recounted);

@@ -46,7 +46,7 @@ static void setup(void)
     ck_assert(H.base != MAP_FAILED);
     pthread_mutex_init(&H.lock, NULL);
     pthread_mutex_init(&H.adoption, NULL);
-    seg_init(&H);
+    ck_assert_int_eq(seg_init(&H), 0);
     H.table_fd = -1;
     ck_assert_int_eq(table_create(&H), 0); /* Note [The live table] */
     seg_format(&H);
@@ -87,8 +87,8 @@ static uint32_t reusable_segment(void)
 {
     uint32_t seg, fmt, held = 0;
     pthread_mutex_lock(&H.lock);
-    ck_assert_int_eq(seg_grant_small(&H, 1, &held, SEGS, 1, NULL, &seg,
-                                     &fmt), 1);
+    ck_assert_int_eq(seg_grant_small(&H, 1, &held, SEGS, 1, NULL,
+                                     UINT32_MAX, &seg, &fmt), 1);
     struct layout_segment *hd = heap_seg_addr(&H, seg);
     hd->size_class = cls;
     __atomic_store_n(&hd->kind, LAYOUT_SEG_SMALL, __ATOMIC_RELEASE);
@@ -155,8 +155,8 @@ START_TEST(adopted_meanwhile_is_kept)
     uint64_t classes[(LAYOUT_NCLASSES + 63) / 64] = {0};
     classes[cls / 64] |= 1ull << (cls % 64);
     uint32_t got, fmt, held = 0;
-    ck_assert_int_eq(seg_grant_small(&H, 2, &held, SEGS, 1, classes, &got,
-                                     &fmt), 1);
+    ck_assert_int_eq(seg_grant_small(&H, 2, &held, SEGS, 1, classes,
+                                     UINT32_MAX, &got, &fmt), 1);
     ck_assert_uint_eq(got, seg);
     ck_assert_uint_eq(fmt, 1 + cls); /* adopted, formatted */
     allocate(seg, 0, EPOCH);
