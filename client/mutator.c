@@ -511,7 +511,8 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
     return 0;
 }
 
-static void forget(heapd_mutator *m)
+/* Take M off its client's list; true if it was the last mutator. */
+static bool forget(heapd_mutator *m)
 {
     heapd_client *c = m->c;
     pthread_mutex_lock(&c->mutators_mu);
@@ -521,7 +522,9 @@ static void forget(heapd_mutator *m)
             break;
         }
     }
+    bool last = c->mutators == NULL;
     pthread_mutex_unlock(&c->mutators_mu);
+    return last;
 }
 
 void heapd_detach(heapd_mutator *m)
@@ -542,7 +545,9 @@ void heapd_detach(heapd_mutator *m)
     heapd_blocking_enter(m);
     if (agent_call(&m->c->agent, &req, &rep) == 0)
         heapd__envelope__free_unpacked(rep, NULL);
-    forget(m);
+    /* Note [Reserve sizing]: a client with no mutator holds no reserve */
+    if (forget(m))
+        reserve_drain(m->c);
     young_free(m);
     pthread_mutex_destroy(&m->hold);
     free(m);

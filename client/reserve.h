@@ -26,6 +26,9 @@ struct reserve {
     uint32_t segs[RESERVE_MAX];      /* a ring: first in, first out */
     unsigned head, n;
     bool refilling;                  /* an async request is out */
+    bool starved;                    /* a mutator found the ready reserve
+                                        empty since the last refill */
+    uint32_t asked;                  /* segments the refill out asks for */
     _Atomic uint32_t refills;        /* futex: bumped when its answer is in */
     uint32_t full[RETURN_BATCH];     /* full segments not yet sent back */
     unsigned nfull;
@@ -38,6 +41,12 @@ struct reserve {
     } reuse[RESERVE_MAX];
     unsigned nreuse;
     uint64_t classes[(LAYOUT_NCLASSES + 63) / 64];
+    /* Note [Reuse before growth] in client/reserve.c */
+    bool reusing;                    /* a reuse_only request is out */
+    uint32_t reusing_cls;            /* its class */
+    uint32_t reuse_dry[LAYOUT_NCLASSES]; /* the cycle stamp at which the
+                                        heap had no partly free segment of
+                                        the class; 0: none known */
 };
 
 #define PREFAULT_QUEUE 256 /* segments queued for pre-faulting, at most */
