@@ -1,0 +1,294 @@
+/* Memory that follows the live data, against a real heapd: free pages of
+ * partly used segments go back (Note [Purging free memory] in
+ * daemon/purge.c), an idle heap keeps nothing it does not hold objects in
+ * (Note [Heap goal] in daemon/collector.c), and a client refills the
+ * holes of its size class before it takes new memory (Note [Reuse before
+ * growth] in client/reserve.c). */
+#include <check.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "heapd.h"
+#include "layout.h"
+#include "check_main.h"
+
+static struct daemon_proc D;
+
+/* Objects of 2 KiB with their header: two blocks to a page, each block
+ * straddling a page boundary (the blocks start past the marks). */
+#define BIG_BYTES (2048 - 8)
+#define BIG_N 4000
+#define KEEP_EVERY 16
+
+static void start(void)
+{
+    harness_start(&D, harness_default_config("@SOCK@", "verify = true\n"));
+}
+
+/* A rooted holder of N references, in root slot *SLOT. */
+static void **holder(heapd_mutator *m, size_t n, size_t *slot)
+{
+    void **h = heapd_alloc(m, n, 0);
+    ck_assert_ptr_nonnull(h);
+    *slot = heapd_root_push(m, h);
+    ck_assert_uint_ne(*slot, (size_t)-1);
+    return h;
+}
+
+static void fill(void *o, size_t n, unsigned i)
+{
+    memset(o, (int)(i & 0x7f) + 1, n);
+}
+
+/* Stats with the heap idle: what a cycle's purge left. */
+static heapd_stats_t idle_stats(heapd_mutator *m, heapd_client *ctl)
+{
+    harness_collect(m);
+    heapd_blocking_enter(m);
+    heapd_stats_t st = harness_stats(ctl);
+    heapd_blocking_leave(m);
+    return st;
+}
+
+/* Note [Purging free memory]: a heap of 2 KiB blocks of which one in 16
+ * stays alive gives back the pages no block in use overlaps, at the first
+ * cycle after the drop (nobody allocated while it ran: an idle heap keeps
+ * no free memory); the blocks kept are intact, new ones on punched pages
+ * read as zero, and refilling the holes takes no new memory. */
+START_TEST(free_pages_of_partly_used_segments_go_back)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    size_t slot;
+    start();
+    harness_attach(&D, &c, &m);
+    heapd_client *ctl = harness_control(&D);
+    void **h = holder(m, BIG_N, &slot);
+    for (unsigned i = 0; i < BIG_N; i++) {
+        void *o = heapd_alloc(m, 0, BIG_BYTES);
+        ck_assert_ptr_nonnull(o);
+        fill(o, BIG_BYTES, i);
+        heapd_write(m, h, &h[i], o);
+    }
+    heapd_stats_t full = idle_stats(m, ctl);
+    for (unsigned i = 0; i < BIG_N; i++)
+        if (i % KEEP_EVERY != 0)
+            heapd_write(m, h, &h[i], NULL);
+    heapd_stats_t sparse = idle_stats(m, ctl);
+    /* of 8 MB of blocks, one in 16 survives; a page overlaps three
+     * blocks (they start past the marks), so each survivor keeps two
+     * pages: at least half the memory holds nothing */
+    const uint64_t freed = 4u << 20;
+    fprintf(stderr, "free_pages: committed %" PRIu64 " -> %" PRIu64
+            ", purged %" PRIu64 " -> %" PRIu64 "\n", full.bytes_committed,
+            sparse.bytes_committed, full.purged_bytes, sparse.purged_bytes);
+    ck_assert_msg(sparse.purged_bytes >= full.purged_bytes + freed,
+                  "purged_bytes %" PRIu64 " -> %" PRIu64 ": the free pages "
+                  "of the partly used segments were not given back",
+                  full.purged_bytes, sparse.purged_bytes);
+    ck_assert_msg(sparse.bytes_committed + freed <= full.bytes_committed,
+                  "committed %" PRIu64 " -> %" PRIu64 " after dropping 15 "
+                  "of every 16 blocks", full.bytes_committed,
+                  sparse.bytes_committed);
+    for (unsigned i = 0; i < BIG_N; i += KEEP_EVERY) {
+        const unsigned char *b = h[i];
+        ck_assert_msg(b[0] == (i & 0x7f) + 1 &&
+                          b[BIG_BYTES - 1] == (i & 0x7f) + 1,
+                      "kept block %u was damaged by the purge", i);
+    }
+    /* refill the holes: zeroed blocks, and no memory beyond the first
+     * fill's (Note [Reuse before growth]) */
+    for (unsigned i = 0; i < BIG_N; i++) {
+        if (i % KEEP_EVERY == 0)
+            continue;
+        unsigned char *o = heapd_alloc(m, 0, BIG_BYTES);
+        ck_assert_ptr_nonnull(o);
+        for (unsigned k = 0; k < BIG_BYTES; k += 509)
+            if (o[k] != 0)
+                ck_abort_msg("new block %u byte %u is %u, not 0", i, k,
+                             o[k]);
+        fill(o, BIG_BYTES, i);
+        heapd_write(m, h, &h[i], o);
+    }
+    heapd_stats_t refilled = idle_stats(m, ctl);
+    ck_assert_msg(refilled.bytes_committed <=
+                      full.bytes_committed + (1u << 20),
+                  "committed %" PRIu64 " after refilling the holes, %"
+                  PRIu64 " after the first fill", refilled.bytes_committed,
+                  full.bytes_committed);
+    for (unsigned i = 0; i < BIG_N; i++) {
+        const unsigned char *b = h[i];
+        ck_assert_msg(b[0] == (i & 0x7f) + 1 &&
+                          b[BIG_BYTES / 2] == (i & 0x7f) + 1,
+                      "block %u lost its bytes", i);
+    }
+    heapd_root_pop(m, 1);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    heapd_disconnect(ctl);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* Note [Heap goal]: memory freed by a cycle nobody allocated during is
+ * not kept for allocation that will not come: 40 MB of small objects,
+ * all dropped, leave the heap holding less than 4 MB beside the segments
+ * the client holds (its reserve, Note [Reserve sizing]). */
+START_TEST(an_idle_heap_keeps_no_free_memory)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start();
+    harness_attach(&D, &c, &m);
+    heapd_client *ctl = harness_control(&D);
+    size_t r = heapd_root_push(m, NULL);
+    for (unsigned i = 0; i < 40u * 1024 * 1024 / 64; i++) {
+        void **o = heapd_alloc(m, 1, 48);
+        ck_assert_ptr_nonnull(o);
+        heapd_write(m, o, &o[0], heapd_root_get(m, r));
+        heapd_root_set(m, r, o);
+    }
+    heapd_stats_t full = idle_stats(m, ctl);
+    ck_assert_uint_ge(full.bytes_committed, 40u << 20);
+    heapd_root_set(m, r, NULL);
+    heapd_stats_t empty = idle_stats(m, ctl);
+    const struct layout_control *ctl_area = heapd_heap_base(c);
+    uint64_t held = empty.segments_owned * ctl_area->segment_size;
+    fprintf(stderr, "idle heap: committed %" PRIu64 " -> %" PRIu64
+            " (%" PRIu64 " bytes in blocks, %" PRIu64 " held)\n",
+            full.bytes_committed, empty.bytes_committed, empty.block_bytes,
+            held);
+    ck_assert_msg(empty.bytes_committed < held + (4u << 20),
+                  "an idle heap of no live objects holds %" PRIu64
+                  " bytes, %" PRIu64 " of them in segments its client "
+                  "holds", empty.bytes_committed, held);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    heapd_disconnect(ctl);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* The segments of size class CLS in the heap, reserves included. */
+static uint32_t class_segments(heapd_client *ctl, uint32_t object_size)
+{
+    static heapd_heap_segments hs[HEAPD_STATS_MAX_HEAPS];
+    size_t n = 0;
+    ck_assert_int_eq(heapd_segments(ctl, NULL, hs, HEAPD_STATS_MAX_HEAPS,
+                                    &n), 0);
+    ck_assert_uint_ge(n, 1);
+    for (size_t k = 0; k < hs[0].class_count; k++)
+        if (hs[0].classes[k].object_size == object_size)
+            return hs[0].classes[k].segments;
+    return 0;
+}
+
+/* Note [Reuse before growth]: a client that drops half its objects of a
+ * size class at random and then allocates as many again fills the holes:
+ * the class's segments do not grow by more than the client's current
+ * segment. */
+START_TEST(holes_are_refilled_before_new_segments)
+{
+    enum { N = 60000 };
+    heapd_client *c;
+    heapd_mutator *m;
+    size_t slot;
+    start();
+    harness_attach(&D, &c, &m);
+    heapd_client *ctl = harness_control(&D);
+    void **h = holder(m, N, &slot);
+    const uint32_t size = 104; /* 96 bytes and the header: class 104 */
+    for (unsigned i = 0; i < N; i++) {
+        void *o = heapd_alloc(m, 0, size - 8);
+        ck_assert_ptr_nonnull(o);
+        heapd_write(m, h, &h[i], o);
+    }
+    uint64_t seed = 88172645463325252ull;
+    for (unsigned i = 0; i < N; i++) {
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        if (seed & 1)
+            heapd_write(m, h, &h[i], NULL);
+    }
+    idle_stats(m, ctl);
+    uint32_t before = class_segments(ctl, size);
+    for (unsigned i = 0; i < N; i++) {
+        if (h[i])
+            continue;
+        void *o = heapd_alloc(m, 0, size - 8);
+        ck_assert_ptr_nonnull(o);
+        heapd_write(m, h, &h[i], o);
+    }
+    idle_stats(m, ctl);
+    uint32_t after = class_segments(ctl, size);
+    fprintf(stderr, "holes: %u segments of class %u before the refill, %u "
+            "after\n", before, size, after);
+    ck_assert_msg(after <= before + 1,
+                  "refilling the holes of %u segments of class %u took %u "
+                  "new ones", before, size, after - before);
+    heapd_root_pop(m, 1);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    heapd_disconnect(ctl);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* SegmentRequest.reuse_only over the raw protocol: partly free segments
+ * only, possibly none -- an empty grant, at once, never a blank segment
+ * and never an error -- whatever classes it names. */
+START_TEST(reuse_only_requests_are_answered_at_once)
+{
+    harness_start_with(&D, NULL);
+    int fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
+    uint32_t classes[4] = {3, LAYOUT_NCLASSES, 9999, UINT32_MAX};
+    sr.kind = HEAPD__SEGMENT_KIND__SEGMENT_SMALL;
+    sr.reuse_only = true;
+    env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
+    env.segment_request = &sr;
+    for (unsigned k = 0; k < 3; k++) {
+        /* a class, classes that are none, and none at all; a count of
+         * 0 and one far above any grant */
+        sr.n_classes = k == 0 ? 1 : k == 1 ? 4 : 0;
+        sr.classes = classes;
+        sr.count = k == 1 ? 0 : 1000000;
+        env.seq = 10 + k;
+        harness_send_env(fd, &env);
+        Heapd__Envelope *g = harness_read_env(fd, NULL);
+        ck_assert_ptr_nonnull(g);
+        ck_assert_int_eq(g->body_case, HEAPD__ENVELOPE__BODY_SEGMENT_GRANT);
+        ck_assert_uint_eq(g->seq, 10 + k);
+        ck_assert_uint_eq(g->segment_grant->n_segments, 0);
+        heapd__envelope__free_unpacked(g, NULL);
+    }
+    close(fd);
+    harness_still_serving(D.sock);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+static Suite *memory_suite(void)
+{
+    Suite *s = suite_create("memory");
+    TCase *t = tcase_create("memory");
+    tcase_add_test(t, free_pages_of_partly_used_segments_go_back);
+    tcase_add_test(t, an_idle_heap_keeps_no_free_memory);
+    tcase_add_test(t, holes_are_refilled_before_new_segments);
+    tcase_add_test(t, reuse_only_requests_are_answered_at_once);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    return check_main(memory_suite());
+}
