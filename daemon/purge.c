@@ -328,6 +328,7 @@ void seg_purge(struct heap *h, uint64_t keep, struct seg_purged *out)
     struct segtab *t = &h->segs;
     struct punch_runs r = {0};
     struct page_runs pr = {0};
+    uint32_t segments = 0;
     uint64_t *bits = calloc(t->page_words, sizeof *bits);
 
     pthread_mutex_lock(&h->lock);
@@ -349,10 +350,17 @@ void seg_purge(struct heap *h, uint64_t keep, struct seg_purged *out)
     }
     page_runs_punch(h, &pr);
     /* then the free segments, lowest first */
-    for (uint32_t i = t->first; i < t->high && r.n < PUNCH_MAX_RUNS; i++) {
+    for (uint32_t i = t->first; i < t->high; i++) {
         if (t->segs[i].state != SEG_FREE || t->segs[i].punched ||
             !seg_bit_test(t->free_bits, i))
             continue;
+        if (r.n == PUNCH_MAX_RUNS) { /* drops the lock: look again */
+            segments += r.segs;
+            r.segs = 0;
+            runs_punch(h, &r);
+            i--;
+            continue;
+        }
         if (keep >= ((uint64_t)1 << h->seg_shift)) {
             keep -= (uint64_t)1 << h->seg_shift;
             continue; /* committed and about to be reused: keep it */
@@ -371,7 +379,7 @@ void seg_purge(struct heap *h, uint64_t keep, struct seg_purged *out)
     pthread_mutex_unlock(&h->lock);
     free(bits);
     out->pages = pr.pages;
-    out->segments = r.segs + seg_punch_strays(h);
+    out->segments = segments + r.segs + seg_punch_strays(h);
 }
 
 /* Note [Free memory stays free]
