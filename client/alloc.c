@@ -53,6 +53,10 @@ void alloc_client_init(heapd_client *c)
     c->segment_size = c->ctl->segment_size;
     c->seg_shift = (unsigned)__builtin_ctzll(c->segment_size);
     c->small_max = layout_small_max(c->segment_size);
+    /* Note [Runs]: the run class where it holds more than the others */
+    c->run_max = layout_run_max(c->segment_size) > c->small_max
+                     ? layout_run_max(c->segment_size)
+                     : 0;
     c->first_segment = layout_control_segments(c->segment_size);
     for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
         layout_small_geometry(c->segment_size, k, &c->small_nblocks[k],
@@ -108,6 +112,7 @@ void alloc_install(heapd_mutator *m, unsigned cls, uint32_t idx,
     s->blocks = seg + c->small_first[cls];
     s->nblocks = c->small_nblocks[cls];
     s->block_size = layout_class_size[cls];
+    s->cls = (uint8_t)cls;
     s->cursor = 0;
     remark_recheck(m); /* Note [Remark requests] in client/remark.c */
 }
@@ -127,6 +132,58 @@ static int next_segment(heapd_mutator *m, unsigned cls)
     if (m->young_on)
         young_shared_took(m, cls, true);
     return 0;
+}
+
+/* Note [Runs] in proto/layout.h: K free blocks in a row of the current
+ * run segment S from its cursor on, as its first index, or UINT32_MAX. */
+static uint32_t find_run(const struct alloc_seg *s, uint32_t k)
+{
+    uint32_t i = s->cursor;
+    while (i + k <= s->nblocks) {
+        uint32_t have = 0;
+        while (have < k &&
+               __atomic_load_n(&s->marks[i + have], __ATOMIC_RELAXED) == 0)
+            have++;
+        if (have == k)
+            return i;
+        i += have + 1; /* past the block in use */
+    }
+    return UINT32_MAX;
+}
+
+/* An object of SIZE bytes in the run class: blocks of M's current run
+ * segment, or of the next one (Note [Runs]). */
+static __attribute__((noinline)) void *
+alloc_run(heapd_mutator *m, uint64_t size, size_t nrefs, size_t nbytes)
+{
+    struct alloc_seg *s = &m->cur[LAYOUT_CLASS_RUN];
+    uint32_t k = (uint32_t)((size + LAYOUT_RUN_GRANULE - 1) /
+                            LAYOUT_RUN_GRANULE);
+    uint32_t i;
+    while (!s->index || (i = find_run(s, k)) == UINT32_MAX) {
+        int rc = next_segment(m, LAYOUT_CLASS_RUN);
+        if (rc < 0) {
+            errno = client_errno(rc);
+            return NULL;
+        }
+    }
+    uint8_t epoch = (uint8_t)atomic_load_explicit(&m->ctl->epoch,
+                                                  memory_order_relaxed);
+    /* the first block's mark before the others' (Note [Runs]) */
+    __atomic_store_n(&s->marks[i], epoch, __ATOMIC_RELAXED);
+    for (uint32_t x = i + 1; x < i + k; x++)
+        __atomic_store_n(&s->marks[x], LAYOUT_MARK_CONT, __ATOMIC_RELAXED);
+    s->cursor = i + k;
+    TSAN_REUSE_ACQUIRE(&m->c->tsan_reuse); /* Note [Reuse and
+                                              ThreadSanitizer] */
+    uint8_t *b = s->blocks + (size_t)i * LAYOUT_RUN_GRANULE;
+    alloc_zero_object((uint64_t *)b, size);
+    *(uint64_t *)b = layout_header_with_tag(layout_header(nrefs, nbytes),
+                                            barrier_on(m) ? epoch : 0);
+    m->alloc_bytes += (uint64_t)k * LAYOUT_RUN_GRANULE;
+    atomic_store_explicit(&m->slot->alloc_bytes, m->alloc_bytes,
+                          memory_order_relaxed);
+    return b + LAYOUT_WORD;
 }
 
 static __attribute__((noinline)) void *
@@ -243,7 +300,8 @@ void *alloc_shared(heapd_mutator *m, size_t nrefs, size_t nbytes)
 {
     uint64_t size = layout_object_size(nrefs, nbytes);
     if (size > m->c->small_max)
-        return alloc_large(m, size, nrefs, nbytes);
+        return size <= m->c->run_max ? alloc_run(m, size, nrefs, nbytes)
+                                     : alloc_large(m, size, nrefs, nbytes);
     unsigned cls = layout_size_class((uint32_t)size);
     /* Note [Promotion never waits] in client/minor.c */
     if (m->young_on) {
@@ -312,7 +370,8 @@ void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
         return young_alloc(&m->young, m, nrefs, nbytes);
     uint64_t size = layout_object_size(nrefs, nbytes);
     if (__builtin_expect(size > m->c->small_max, 0))
-        return alloc_large(m, size, nrefs, nbytes);
+        return size <= m->c->run_max ? alloc_run(m, size, nrefs, nbytes)
+                                     : alloc_large(m, size, nrefs, nbytes);
     unsigned cls = layout_size_class((uint32_t)size);
     void *p = take_block(m, &m->cur[cls], size, nrefs, nbytes);
     return __builtin_expect(p != NULL, 1) ? p

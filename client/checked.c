@@ -113,6 +113,9 @@ static const char *why_not_live(const heapd_client *c, const void *ref,
         if (idx == UINT32_MAX)
             return "it is not the start of an object (an interior pointer?)";
         mark = __atomic_load_n(layout_seg_marks(seg) + idx, __ATOMIC_RELAXED);
+        if (mark == LAYOUT_MARK_CONT && cls == LAYOUT_CLASS_RUN)
+            return "it points inside a larger object (an interior "
+                   "pointer?)"; /* Note [Runs] */
     } else if (kind == LAYOUT_SEG_LARGE) {
         if ((uint8_t *)ref != seg + LAYOUT_LARGE_OBJECT + LAYOUT_WORD)
             return "it is not the start of an object (an interior pointer?)";
@@ -124,7 +127,7 @@ static const char *why_not_live(const heapd_client *c, const void *ref,
         return "its segment holds no objects (freed, or never allocated)";
     }
     uint32_t epoch = atomic_load(&c->ctl->epoch);
-    uint32_t before = epoch == 1 ? 255 : epoch - 1;
+    uint32_t before = layout_prev_epoch(epoch);
     bool marking = atomic_load(&c->ctl->phase) == LAYOUT_PHASE_MARK;
     if (mark == 0)
         return "its block is free: a collection freed it";

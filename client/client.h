@@ -30,6 +30,9 @@ struct heapd_client {
     uint64_t segment_size;
     unsigned seg_shift;
     uint32_t small_max;
+    uint32_t run_max;                /* Note [Runs]: objects up to this
+                                        size (above small_max) go to the
+                                        run class; 0: none */
     uint32_t small_nblocks[LAYOUT_NCLASSES];
     uint32_t small_first[LAYOUT_NCLASSES];
     uint64_t small_magic[LAYOUT_NCLASSES]; /* layout_block_magic */

@@ -29,6 +29,7 @@ struct alloc_seg {
     uint32_t nblocks;
     uint32_t block_size;
     uint32_t index;       /* segment index, 0 = none */
+    uint8_t cls;          /* its size class */
 };
 
 struct heapd_mutator {

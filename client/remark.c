@@ -184,7 +184,9 @@ static void rescan(heapd_mutator *m, const struct alloc_seg *cur)
         uint64_t *hp = (uint64_t *)obj - 1;
         uint64_t hdr = __atomic_load_n(hp, __ATOMIC_RELAXED);
         size_t nrefs = layout_header_nrefs(hdr);
-        if (layout_object_size(nrefs, 0) > cur->block_size)
+        /* a run object spans its continuations (Note [Runs]) */
+        if (layout_object_size(nrefs, 0) >
+            layout_block_span(cur->marks, b, cur->nblocks, cur->cls))
             continue; /* not ours to trust: the daemon validates anyway */
         layout_clear_stale_tag(hp, hdr, epoch); /* as the marker does */
         for (size_t f = 0; f < nrefs; f++)

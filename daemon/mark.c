@@ -297,7 +297,19 @@ static uint64_t block_size_of(const struct heap *h, uintptr_t obj)
     case SEG_OWNED:
     case SEG_FILLED: {
         uint8_t cls = seg_class((struct heap *)h, i);
-        return cls < LAYOUT_NCLASSES ? layout_class_size[cls] : 0;
+        if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
+            return 0;
+        if (cls != LAYOUT_CLASS_RUN)
+            return layout_class_size[cls];
+        /* Note [Runs]: the span, from the marks */
+        uint8_t *seg = heap_seg_addr(h, i);
+        uint32_t idx = layout_small_block(
+            obj - (uintptr_t)seg, t->small_first[cls], t->small_nblocks[cls],
+            layout_class_size[cls], t->small_magic[cls]);
+        return idx == UINT32_MAX ? 0
+                                 : layout_block_span(layout_seg_marks(seg),
+                                                     idx, t->small_nblocks[cls],
+                                                     cls);
     }
     case SEG_LARGE:
         return ((uint64_t)t->segs[i].run << h->seg_shift) - LAYOUT_LARGE_OBJECT;
@@ -371,7 +383,8 @@ static void rescan(struct mark_job *j, struct mark_stack *s, uint32_t i)
     uintptr_t first = (uintptr_t)seg + t->small_first[cls] + LAYOUT_WORD;
     for (uint32_t b = 0; b < n; b++)
         if (__atomic_load_n(&marks[b], __ATOMIC_ACQUIRE) == j->epoch)
-            scan_block(j, s, first + (uintptr_t)b * bs, bs, true);
+            scan_block(j, s, first + (uintptr_t)b * bs,
+                       layout_block_span(marks, b, n, cls), true);
 }
 
 static uint64_t poll_urs(struct mark_job *j);

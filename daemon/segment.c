@@ -172,8 +172,11 @@ int seg_init(struct heap *h)
     t->page_free = calloc(words, sizeof *t->page_free);
     t->page_purged = calloc(words, sizeof *t->page_purged);
     for (unsigned c = 0; c < LAYOUT_NCLASSES; c++) {
-        if (layout_class_size[c] > t->small_max)
-            break;
+        /* Note [Runs]: the run class above the others, if it holds more */
+        if (c == LAYOUT_CLASS_RUN
+                ? layout_run_max(segsize) <= t->small_max
+                : layout_class_size[c] > t->small_max)
+            continue;
         layout_small_geometry(segsize, c, &t->small_nblocks[c],
                               &t->small_first[c]);
         t->small_magic[c] = layout_block_magic(layout_class_size[c]);

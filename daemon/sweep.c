@@ -9,7 +9,8 @@
  *     live_bytes;
  *   - a block with any other non-zero mark is dead: when the heap poisons
  *     (verify = true, or a build with assertions) its bytes become
- *     SWEEP_POISON, and then its mark becomes 0 (a release store);
+ *     SWEEP_POISON, and then its mark becomes 0 (a release store); a run
+ *     object's blocks go together (Note [Runs] in proto/layout.h);
  *   - a FILLED segment left with no live block goes back to the free pool,
  *     one left with enough free blocks becomes reusable (Note [Reusing
  *     partly free segments] in daemon/segment.c), and the pages of one
@@ -162,10 +163,15 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
 
     for (uint32_t b = 0; b < n; b++) {
         uint8_t m = __atomic_load_n(&marks[b], __ATOMIC_RELAXED);
-        if (m == 0)
-            continue;
+        if (m == 0 || (m == LAYOUT_MARK_CONT && cls == LAYOUT_CLASS_RUN))
+            continue; /* free, or a continuation that follows no object:
+                         Note [Runs] */
+        /* the blocks it spans, its continuations read before any of them
+         * is freed (Note [Runs]) */
+        uint32_t k = (uint32_t)(layout_block_span(marks, b, n, cls) / bs);
         if (m == j->epoch) {
-            nlive++;
+            nlive += k;
+            b += k - 1;
             continue;
         }
         if (fenced) {
@@ -173,15 +179,20 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
              * into it (Note [Evicted clients]); the epoch, not its old
              * mark, keeps Note [Epoch reuse] true */
             __atomic_store_n(&marks[b], j->epoch, __ATOMIC_RELAXED);
-            nlive++;
+            nlive += k;
+            b += k - 1;
             continue;
         }
-        /* poison, then free: an owner allocating into this segment right
-         * now takes the block only once it reads the 0 */
+        /* poison, then free, the first block last: an owner allocating
+         * into this segment right now takes a block only once it reads
+         * its 0 */
         if (h->poison)
-            memset(blocks + (size_t)b * bs, SWEEP_POISON, bs);
+            memset(blocks + (size_t)b * bs, SWEEP_POISON, (size_t)k * bs);
+        for (uint32_t x = b + k - 1; x > b; x--)
+            __atomic_store_n(&marks[x], 0, __ATOMIC_RELEASE);
         __atomic_store_n(&marks[b], 0, __ATOMIC_RELEASE);
         (*freed)++;
+        b += k - 1;
     }
     *live += (uint64_t)nlive * bs;
     if (state == SEG_FILLED) /* an OWNED one counts whole, as held */

@@ -11,13 +11,15 @@
  *     segment of a large run) -- never a header, the control
  *     area or a free segment;
  *   - exactly the first-field address of a block of that segment;
- *   - whose mark byte is non-zero (the block is allocated).
+ *   - whose mark byte is an epoch (the block is allocated; 0 is free and
+ *     LAYOUT_MARK_CONT the inside of a run object, Note [Runs]).
  * The geometry comes from the daemon's table and layout_small_geometry,
  * never from the segment header, so nothing a client writes can make a
  * marker read outside the heap.  A bad reference is counted (stats
  * `bad_refs`) and not followed; marking goes on.  An object whose header
- * claims more reference fields or bytes than its block holds is counted
- * the same way and its fields are not traced.
+ * claims more reference fields or bytes than its block holds (a run
+ * object: than its span) is counted the same way and its fields are not
+ * traced.
  *
  * Note [References into a nursery]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -65,7 +67,9 @@ bool validate_ref(const struct heap *h, uintptr_t r, struct valid_ref *out)
                                  t->small_magic[cls]);
         if (idx == UINT32_MAX)
             return false;
-        out->block_size = layout_class_size[cls];
+        /* Note [Runs]: the object's extent, from the marks */
+        out->block_size = layout_block_span(layout_seg_marks((void *)seg),
+                                            idx, t->small_nblocks[cls], cls);
         break;
     }
     case SEG_LARGE:
@@ -80,7 +84,7 @@ bool validate_ref(const struct heap *h, uintptr_t r, struct valid_ref *out)
     }
     out->obj = r;
     out->mark = layout_seg_marks((void *)seg) + idx;
-    return __atomic_load_n(out->mark, __ATOMIC_RELAXED) != 0;
+    return layout_mark_in_use(__atomic_load_n(out->mark, __ATOMIC_RELAXED));
 }
 
 uint64_t validate_header(const struct valid_ref *ref)

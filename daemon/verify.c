@@ -14,11 +14,14 @@
  *      (it survived the sweep), is not poisoned and has a header that fits
  *      its block;
  *   2. Note [Epoch-tagged marks] holds: every non-zero mark byte of every
- *      small segment and large run equals the epoch;
+ *      small segment and large run equals the epoch, or is a continuation
+ *      in a segment of the run class (Note [Runs]);
  *   3. every byte of every free block of a small segment is poison (freed
  *      by a sweep) or zero (never written: a segment reformatted for
- *      another class has blocks that straddle old poison and old zeroes).
- *      A use after free that stores a pointer or data shows up here.
+ *      another class has blocks that straddle old poison and old zeroes;
+ *      or punched: pages punched out of the segment are not read, Note
+ *      [Purging free memory] in purge.c).  A use after free that stores a
+ *      pointer or data shows up here.
  *   4. no field of a reachable shared object, no global root and no root
  *      of another slot references a YOUNG segment (Note [References into
  *      a nursery] in validate.c); a slot's roots into its own nursery are
@@ -315,14 +318,21 @@ static void check_segments(struct verifier *v)
         uint8_t cls = seg_class(h, i);
         if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
             continue;
-        uint32_t bs = layout_class_size[cls];
+        uint32_t bs = layout_class_size[cls], n = t->small_nblocks[cls];
         uint8_t *blocks = seg + t->small_first[cls];
-        for (uint32_t b = 0; b < t->small_nblocks[cls]; b++) {
+        for (uint32_t b = 0; b < n; b++) {
             uintptr_t obj = (uintptr_t)(blocks + (size_t)b * bs + 8);
-            if (marks[b] != 0 && marks[b] != v->epoch)
+            if (marks[b] == v->epoch)
+                /* and its continuations: Note [Runs] */
+                b += (uint32_t)(layout_block_span(marks, b, n, cls) / bs) -
+                     1;
+            else if (marks[b] != 0 && (cls != LAYOUT_CLASS_RUN ||
+                                       marks[b] != LAYOUT_MARK_CONT))
+                /* a continuation that follows no object is a client's,
+                 * left to the segment's next life (Note [Runs]) */
                 fail(v, obj, 0, NO_ROOT, i, "block survived a sweep with a "
                                             "stale mark");
-            else if (marks[b] == 0 && h->poison &&
+            else if (h->poison &&
                      !free_block_clean(h, i,
                                        t->small_first[cls] + (uint64_t)b * bs,
                                        bs))

@@ -15,18 +15,26 @@ const uint32_t layout_class_size[LAYOUT_NCLASSES] = {
     2304,  2560,  2816,  3072,  3328,  3584,  3840,  4096,
     4608,  5120,  5632,  6144,  6656,  7168,  7680,  8192,
     9216,  10240, 11264, 12288, 13312, 14336, 15360, 16384,
+    LAYOUT_RUN_GRANULE, /* the run class: Note [Runs] */
 };
 
 uint32_t layout_small_max(uint64_t segment_size)
 {
     uint32_t best = 0;
-    for (unsigned c = 0; c < LAYOUT_NCLASSES; c++) {
+    for (unsigned c = 0; c < LAYOUT_CLASS_RUN; c++) {
         uint32_t n, first;
         layout_small_geometry(segment_size, c, &n, &first);
         if (n >= 4)
             best = layout_class_size[c];
     }
     return best;
+}
+
+uint32_t layout_run_max(uint64_t segment_size)
+{
+    uint32_t n, first;
+    layout_small_geometry(segment_size, LAYOUT_CLASS_RUN, &n, &first);
+    return n * LAYOUT_RUN_GRANULE;
 }
 
 void layout_small_geometry(uint64_t segment_size, unsigned cls,

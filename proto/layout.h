@@ -95,9 +95,10 @@
  * Note [Epoch-tagged marks]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~
  * Each block has one mark byte.  0 means the block is free;
- * any other value is the epoch in which the block was last marked or
- * allocated.  The control area's epoch rotates through 1..255, never 0, and
- * changes only while every mutator is stopped.  So:
+ * LAYOUT_MARK_CONT (255) that it is part of the object of the block before
+ * it (Note [Runs]); any other value is the epoch in which the block was
+ * last marked or allocated.  The control area's epoch rotates through
+ * 1..254, never 0, and changes only while every mutator is stopped.  So:
  *   - a mutator allocating a block sets its mark to the current epoch (the
  *     block is "allocated black"), and the daemon never writes the mark of a
  *     block it did not trace;
@@ -105,9 +106,9 @@
  *     a block is live at the end of marking iff mark == epoch;
  *   - sweep sets every other non-zero mark to 0 (and poisons the block).
  * Marks are never bulk-cleared.  After a completed sweep every non-zero mark
- * in the heap equals the current epoch, which is what lets the next epoch
- * value be any other non-zero value, including one used 255 cycles ago: no
- * location can still hold it.  A cycle must therefore sweep every segment
+ * in the heap equals the current epoch (or continues a block that does),
+ * which is what lets the next epoch value be any other epoch, including
+ * one used 254 cycles ago: no location can still hold it.  A cycle must therefore sweep every segment
  * that holds blocks, owned ones included (checked by the verifier).
  */
 #ifndef HEAPD_PROTO_LAYOUT_H
@@ -124,8 +125,9 @@
  * values in global_values[] after it (Note [Global roots]).
  * 10: client control memory (Note [Client control memory]).
  * 12: nurseries (Note [Nurseries] in proto/young.h): the YOUNG segment
- * kind and a slot's young words. */
-#define LAYOUT_VERSION 12u
+ * kind and a slot's young words.
+ * 13: the run class and LAYOUT_MARK_CONT (Note [Runs]); epochs 1..254. */
+#define LAYOUT_VERSION 13u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
@@ -185,8 +187,41 @@ static inline uint64_t layout_object_size(uint64_t nrefs, uint64_t nbytes)
 /* ---- size classes ----
  * 16..128 bytes in steps of 8 (every object size is a multiple of 8, so
  * these waste nothing), then 8 classes per doubling up to 16 KiB: a block
- * wastes at most 1/8 of its size. */
-#define LAYOUT_NCLASSES 71
+ * wastes at most 1/8 of its size.  The last class is the run class (Note
+ * [Runs]), for objects above the largest of the others.
+ *
+ * Note [Runs]
+ * ~~~~~~~~~~~
+ * An object too large for a size class but smaller than a segment's
+ * blocks together (16 KiB to about 127 KiB with 128 KiB segments) lives
+ * in a small segment of the run class: blocks of LAYOUT_RUN_GRANULE
+ * bytes, of which it takes as many consecutive ones as it needs.  Its
+ * first block's mark is an epoch as any block's (Note [Epoch-tagged
+ * marks]); each other one's is LAYOUT_MARK_CONT, which no epoch is.  So a
+ * run object wastes less than a granule, at most 1/16 of it, where a run
+ * of whole segments of its own wasted up to 7/8 of a segment; and it is
+ * allocated by its mutator from its own segment, with no round trip to
+ * heapd.  Everything that reads marks knows the object's extent from them
+ * alone (layout_block_span), never from its header:
+ *   - a reference is to a block whose mark is an epoch, never 0 or
+ *     LAYOUT_MARK_CONT, and the object must fit its span;
+ *   - the owner sets the marks of free blocks only (0), the first block's
+ *     before the others; so a block that reads LAYOUT_MARK_CONT right
+ *     after a block in use is part of it, whoever reads it;
+ *   - the sweep frees a dead object's span -- its continuation marks
+ *     read before any of them is freed, then freed, then its first mark;
+ *     an owner that allocates meanwhile claims only blocks already freed,
+ *     and so never writes a mark the sweep has still to read.  A
+ *     continuation mark that follows no object (a client that wrote
+ *     marks) is left to its segment's next life;
+ *   - a page is free when no block in use and no continuation overlaps
+ *     it (Note [Purging free memory] in daemon/purge.c).
+ * Measured: a heap of objects of 16 to 128 KiB at random held one whole
+ * segment per object, and each cost its mutator a round trip. */
+#define LAYOUT_NCLASSES 72
+#define LAYOUT_CLASS_RUN (LAYOUT_NCLASSES - 1)
+#define LAYOUT_RUN_GRANULE 1024u
+#define LAYOUT_MARK_CONT 255u
 #define LAYOUT_MIN_BLOCK 16u
 #define LAYOUT_MAX_SMALL 16384u
 
@@ -205,8 +240,33 @@ static inline unsigned layout_size_class(uint32_t size)
 
 /* Largest object size that goes to a small segment of this size: at least
  * 4 blocks per segment (16 KiB with the default 128 KiB segments).  Larger
- * objects get a run of whole segments of their own. */
+ * objects go to the run class up to layout_run_max, and beyond it get a
+ * run of whole segments of their own. */
 uint32_t layout_small_max(uint64_t segment_size);
+/* Largest object size (header included) the run class holds in a
+ * segment of this size (Note [Runs]). */
+uint32_t layout_run_max(uint64_t segment_size);
+
+/* The bytes the block IDX of NBLOCKS, whose marks are MARKS, of a small
+ * segment of class CLS spans: its class's size, or in the run class the
+ * granule times it and the continuation marks that follow it (Note
+ * [Runs]). */
+static inline uint64_t layout_block_span(const uint8_t *marks, uint32_t idx,
+                                         uint32_t nblocks, unsigned cls)
+{
+    if (cls != LAYOUT_CLASS_RUN)
+        return layout_class_size[cls];
+    uint32_t k = idx + 1;
+    while (k < nblocks &&
+           __atomic_load_n(&marks[k], __ATOMIC_RELAXED) == LAYOUT_MARK_CONT)
+        k++;
+    return (uint64_t)(k - idx) * LAYOUT_RUN_GRANULE;
+}
+/* Is MARK that of an object's first block? */
+static inline bool layout_mark_in_use(uint8_t mark)
+{
+    return mark != 0 && mark != LAYOUT_MARK_CONT;
+}
 
 /* ---- segments (Note [Segments]) ---- */
 
@@ -532,9 +592,14 @@ static inline uint32_t layout_control_segments(uint64_t segment_size)
     return (uint32_t)((LAYOUT_CONTROL_BYTES + segment_size - 1) / segment_size);
 }
 
+/* Epochs rotate through 1..254 (Note [Epoch-tagged marks]). */
 static inline uint32_t layout_next_epoch(uint32_t e)
 {
-    return e % 255u + 1u;
+    return e % 254u + 1u;
+}
+static inline uint32_t layout_prev_epoch(uint32_t e)
+{
+    return e == 1 ? 254u : e - 1u;
 }
 
 /* Check a mapped control area against the geometry the daemon announced.
