@@ -95,6 +95,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -554,21 +555,27 @@ void reserve_flush_returns(heapd_client *c)
  * that name the classes the client allocates in; but a refill is asked
  * for when the ready reserve of blank segments runs low, and a reserve
  * full of blank ones meant up to two batches of them taken while the
- * heap held partly free segments of the class.  So a mutator that finds
- * no partly free segment of its class in the reserve asks for some of
- * that class alone (SegmentRequest.reuse_only), which the daemon answers
- * with what it has, maybe none, never a blank segment and never after a
- * wait for memory (only pacing holds it, as any grant), and waits for
- * the answer in a blocking region.  Only an answer with none lets it take
- * a blank segment; it also marks the class dry until the heap's epoch or
- * phase changes (a sweep makes new partly free segments), so a class the
- * heap has none of costs one round trip a phase.  One such request is
+ * heap held partly free segments of the class.  So partly free segments
+ * of a class are asked for alone (SegmentRequest.reuse_only), which the
+ * daemon answers with what it has, maybe none, never a blank segment and
+ * never after a wait for memory (only pacing holds it, as any grant):
+ * ahead, when a mutator takes the last one of its class the reserve
+ * holds, and when it finds none, in which case it waits for the answer
+ * in a blocking region, REUSE_WAIT_NS at most, and only then takes a
+ * blank segment.  An answer with none marks the class dry until the
+ * heap's epoch or phase changes (a sweep makes new partly free
+ * segments), so a class the heap has none of costs one round trip a
+ * phase.  The bound is latency's: waiting for every answer made
+ * latency_bench's longest iteration 4-12 ms (0.7 ms before), a round trip
+ * that the agent and heapd need cores for; 200 us costs the shared map
+ * some of its reuse.  One such request is
  * out at a time; partly free and blank segments together fill the
  * reserve to its size (Note [Reserve sizing]), so refills do not pile
  * partly free ones up.  Measured on the shared map (2 worker processes,
  * 112-byte values): the values took 333 segments, 26 % occupied after
  * the workers left, taking blank segments while partly free ones waited
- * and piling partly free ones up in the reserves; 245 (35 %) with this.
+ * and piling partly free ones up in the reserves; 245 (35 %) when it
+ * waited for every answer.
  */
 
 /* The heap's cycle, as a stamp that changes with its epoch and phase. */
@@ -644,17 +651,15 @@ static void reuse_async_locked(heapd_client *c, unsigned cls)
     }
 }
 
-/* With reserve.mu held: wait, in a blocking region, until the answer
- * *OUT is in (a refill or a reuse_only request: their answers bump
- * `refills`), or, if READY, until the ready reserve holds a segment. */
-static void wait_reserve_locked(heapd_mutator *m, const bool *out,
-                                bool ready)
+/* With reserve.mu held: wait, in a blocking region, until the refill
+ * out is in or the ready reserve holds a segment. */
+static void wait_refill_locked(heapd_mutator *m)
 {
     struct reserve *r = &m->c->reserve;
     unlock_reserve(r);
     heapd_blocking_enter(m);
     pthread_mutex_lock(&r->mu);
-    while (!(ready && r->n > 0) && *out) {
+    while (r->n == 0 && r->refilling) {
         uint32_t gen = atomic_load(&r->refills);
         unlock_reserve(r);
         /* Note [Spinning through a pause]; the word is this client's own,
@@ -663,6 +668,51 @@ static void wait_reserve_locked(heapd_mutator *m, const bool *out,
          * outlives the connection (Note [A dead daemon] in
          * client/mutator.c) */
         futex_spin_wait(&r->refills, gen, MUTATOR_SPIN_NS, 0);
+        pthread_mutex_lock(&r->mu);
+    }
+    unlock_reserve(r);
+    heapd_blocking_leave(m);
+    pthread_mutex_lock(&r->mu);
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* With reserve.mu held: does the reserve hold a partly free segment of
+ * class CLS? */
+static bool has_reusable_locked(const struct reserve *r, unsigned cls)
+{
+    for (unsigned k = 0; k < r->nreuse; k++)
+        if (r->reuse[k].cls == cls)
+            return true;
+    return false;
+}
+
+/* With reserve.mu held: wait, in a blocking region, for the reuse_only
+ * answer that is out, at most REUSE_WAIT_NS (Note [Reuse before
+ * growth]). */
+static void wait_reuse_locked(heapd_mutator *m)
+{
+    struct reserve *r = &m->c->reserve;
+    uint64_t t0 = mono_ns();
+    unlock_reserve(r);
+    heapd_blocking_enter(m);
+    pthread_mutex_lock(&r->mu);
+    while (r->reusing) {
+        uint64_t waited = mono_ns() - t0;
+        if (waited >= REUSE_WAIT_NS)
+            break;
+        uint32_t gen = atomic_load(&r->refills);
+        unlock_reserve(r);
+        uint64_t left = REUSE_WAIT_NS - waited;
+        /* Note [Spinning through a pause]: spin a little, then sleep, so
+         * that the agent and heapd get the core the answer needs */
+        futex_spin_wait(&r->refills, gen,
+                        left < MUTATOR_SPIN_NS ? left : MUTATOR_SPIN_NS, left);
         pthread_mutex_lock(&r->mu);
     }
     unlock_reserve(r);
@@ -704,16 +754,19 @@ int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
         /* the next refills ask for partly free segments of this class
          * too */
         r->classes[cls >> 6] |= 1ull << (cls & 63);
-        /* Note [Reuse before growth]: partly free first, asked for and
-         * waited for while the heap may have some */
-        while (!(*formatted = take_reusable_locked(r, cls, out)) &&
-               r->reuse_dry[cls] != cycle_stamp(c)) {
+        /* Note [Reuse before growth]: partly free first, asked for
+         * ahead, and waited for a little while the heap may have some */
+        *formatted = take_reusable_locked(r, cls, out);
+        if (!*formatted && r->reuse_dry[cls] != cycle_stamp(c)) {
             reuse_async_locked(c, cls);
-            if (!r->reusing)
-                break; /* no room, or the request could not go out */
-            wait_reserve_locked(m, &r->reusing, false);
+            if (r->reusing && r->reusing_cls == cls) {
+                wait_reuse_locked(m);
+                *formatted = take_reusable_locked(r, cls, out);
+            }
         }
         if (*formatted) {
+            if (!has_reusable_locked(r, cls))
+                reuse_async_locked(c, cls); /* the next one, ahead */
             unlock_reserve(r);
             return 0;
         }
@@ -721,7 +774,7 @@ int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
     if (r->n == 0) {
         r->starved = true; /* the batch grows with the answer (on_refill) */
         if (r->refilling)
-            wait_reserve_locked(m, &r->refilling, true);
+            wait_refill_locked(m);
     }
     if (take_locked(r, out)) {
         if (r->n + r->nreuse < r->low)

@@ -18,6 +18,8 @@
 #define RESERVE_BATCH 64   /* asked for at once, at most (MAX_GRANT) */
 #define RESERVE_MAX (2 * RESERVE_BATCH) /* blank segments kept at most */
 #define RETURN_BATCH 16    /* full segments sent back in one message */
+#define REUSE_WAIT_NS 200000u /* a reuse_only answer waited for, at most
+                                 (Note [Reuse before growth]) */
 
 /* Blank segments granted to this client, shared by its mutators
  * (Note [Segment supply] in daemon/segment.c; client/reserve.c). */

@@ -101,6 +101,9 @@ struct collector {
     uint64_t trigger_at;         /* allocation since the last start that
                                     starts a cycle, before the runway;
                                     0: a budget */
+    _Atomic bool starved;        /* the running cycle's workers have no
+                                    core mutators leave them (Note
+                                    [Pacing]) */
     struct notify cycle_done;    /* Note [Collector handoff] */
     struct notify outbox;
     /* Note [Recovery cycles]: the cycle before may have been cut short */
@@ -172,7 +175,10 @@ static uint64_t live_now(const struct heap *h)
  * measured against it is the memory the segment table accounts for as
  * committed (seg_committed: segments not punched, less the pages punched
  * out of them), nurseries left out: they are per mutator and fixed.
- * The rules that keep the heap near it:
+ * Where the heap's collector has no core of its own -- as many mutators
+ * attached as there are cores, so that its workers run only when
+ * mutators wait (Note [Worker priority]) -- these rules keep the heap near
+ * its goal (where it has one, pacing is looser: Note [Pacing]):
  *   - start when the memory is used up: after a sweep, the next cycle is
  *     due once the mutators have allocated what the heap holds free --
  *     the free memory grants hand out first (seg_purge's `usable`) and
@@ -189,12 +195,15 @@ static uint64_t live_now(const struct heap *h)
  *   - pace within it: while a cycle runs, grants wait once a runway has
  *     been allocated since it started, and a grant that would take the
  *     committed memory past the cap waits at any time (Note [Pacing]).
- *     The cap is the goal, or, where the last cycle's purge left more
- *     than that (live blocks spread thin, or a live set that grew since
- *     its mark), that plus GROWTH_MIN of a budget, so that such a heap
- *     still grows a little each cycle instead of making every grant
- *     wait;
- *   - give the rest back: after the sweep, free memory stays committed
+ *     The cap is the goal, or, where what the last cycle's purge left in
+ *     use -- committed memory less what grants can hand out again --
+ *     is more than that (live blocks spread thin, or a live set that
+ *     grew since its mark), that plus GROWTH_MIN of a budget, so that
+ *     such a heap still grows a little each cycle instead of making
+ *     every grant wait (the free memory it keeps does not count: it
+ *     grew the cap a quarter budget a cycle, for good);
+ *   - and, for every heap, give the rest back: after the sweep, free
+ *     memory stays committed
  *     only as far as the heap will allocate it again soon -- what it
  *     allocated from the start of the cycle before to the end of this
  *     one, the larger of the last two such figures, at most two budgets
@@ -212,14 +221,28 @@ static uint64_t live_now(const struct heap *h)
  * A concurrent collector that mutators outrun never catches up: the heap
  * grows by whatever they allocate while a cycle runs, the next cycle has
  * more to mark and sweep and takes longer, and so on until max_size (seen
- * under ThreadSanitizer: 480 MB committed for 8 MB live).  So growth is
- * paced by the segment supply, the one place every mutator comes to for
- * memory: a grant that would take the heap's committed memory past its
- * cap (Note [Heap goal]) waits for the cycle under way, or for a new
- * one (grant_segments in daemon/grant.c), and the mutators that need it
- * wait with it, in blocking regions (Note [Segment supply]); a request
- * that waits makes the collector's workers urgent (Note [Worker
- * priority]), so the cycle they wait for ends soon.  A grant that waited
+ * under ThreadSanitizer: 480 MB committed for 8 MB live).  So allocation
+ * is paced by the segment supply, the one place every mutator comes to
+ * for memory: a grant waits for the cycle under way once that cycle has
+ * seen too much allocated, and one that would take the heap's committed
+ * memory past its cap waits for it, or for a new one (grant_segments in
+ * daemon/grant.c); the mutators that need the grant wait with it, in
+ * blocking regions (Note [Segment supply]), and a request that waits
+ * makes the collector's workers urgent (Note [Worker priority]), so the
+ * cycle they wait for ends soon.  How much is too much depends on
+ * whether the collector has a core of its own (fewer mutators attached
+ * than cores, judged at each cycle's start):
+ *   - without one, the heap keeps to its goal (Note [Heap goal]): a
+ *     runway allocated during a cycle, the goal as the cap, the next
+ *     cycle when the memory the heap holds is used up.  Its workers run
+ *     only when mutators wait, so only pacing makes a cycle end: the
+ *     shared map's two workers on two cores held 5 to 7 times the live
+ *     set while a cycle took 1 to 2 s;
+ *   - with one, PACE_FACTOR budgets may be allocated during a cycle and
+ *     the cap is as many budgets past the goal, a cycle a budget: the
+ *     workers keep up on their core, and pacing a mutator to the goal
+ *     only makes it wait (latency_bench's longest iteration went from
+ *     0.7 ms to 4-25 ms, GCBench took twice as long).  A grant that waited
  * is given when the cycle ends without being paced again, so no client
  * waits longer than one cycle.  Allocation into blocks the heap already
  * holds (partly free segments, Note [Reusing partly free segments])
@@ -234,6 +257,8 @@ static uint64_t live_now(const struct heap *h)
  * and wait for most of that cycle (measured: 12 ms in latency_bench right
  * after filling a ring of a million nodes).
  */
+#define PACE_FACTOR 2    /* budgets a cycle with a core of its own may
+                            see allocated */
 #define GROWTH_MIN_DEN 4 /* a quarter of a budget */
 #define TRIGGER_MIN_DEN 4 /* a cycle per quarter budget, at most */
 #define RUNWAY_MIN_DEN 8 /* the runway: at least an eighth of a budget, */
@@ -302,12 +327,13 @@ uint64_t collector_paced_until(const struct heap *h)
     uint32_t left = atomic_load(&h->recovery_left);
     if (left)
         return h->stats.cycles_completed + left;
-    /* Note [Pacing]: a cycle under way may see a runway allocated */
+    /* Note [Pacing]: a cycle under way may see a runway allocated, or
+     * PACE_FACTOR budgets where its workers have a core of their own */
     uint64_t running = collector_running(h);
-    return running && collector_allocated_this_cycle(h) >
-                          runway_of(h, live_now(h))
-               ? running
-               : 0;
+    uint64_t live = live_now(h);
+    uint64_t lim = atomic_load(&h->gc->starved) ? runway_of(h, live)
+                                                : PACE_FACTOR * budget_of(h, live);
+    return running && collector_allocated_this_cycle(h) > lim ? running : 0;
 }
 
 /* The goal for LIVE bytes: Note [Heap goal] */
@@ -319,7 +345,11 @@ static uint64_t goal_of(const struct heap *h, uint64_t live)
 
 uint64_t collector_growth_cap(const struct heap *h)
 {
-    uint64_t goal = goal_of(h, live_now(h));
+    uint64_t live = live_now(h), goal = goal_of(h, live);
+    /* Note [Pacing]: a cycle with a core of its own, PACE_FACTOR budgets
+     * more */
+    if (!atomic_load(&h->gc->starved))
+        goal += PACE_FACTOR * budget_of(h, live);
     return goal > h->gc->cap_floor ? goal : h->gc->cap_floor;
 }
 
@@ -335,7 +365,11 @@ void collector_check_trigger(struct heap *h)
     /* Note [Heap goal]: when the memory the heap holds is used up, a
      * runway early */
     uint64_t live = h->stats.live_bytes;
-    uint64_t at = h->gc->trigger_at ? h->gc->trigger_at : budget_of(h, live);
+    /* Note [Pacing]: a heap whose collector has a core of its own
+     * collects a budget at a time */
+    uint64_t at = h->gc->trigger_at && atomic_load(&h->gc->starved)
+                      ? h->gc->trigger_at
+                      : budget_of(h, live);
     uint64_t runway = runway_of(h, live);
     if (collector_allocated_this_cycle(h) + runway >= at)
         collector_request(h);
@@ -461,6 +495,9 @@ static unsigned concurrent_workers(struct heap *h, unsigned max)
         heap_slot_leave(h, i);
     }
     long n = cores - running;
+    /* Note [Pacing]: by the mutators attached, not those running now: a
+     * mutator that waits at the snapshot's end runs again a moment later */
+    atomic_store(&h->gc->starved, (long)h->mutators >= cores);
     return n < 1 ? 1 : n > (long)max ? max : (unsigned)n;
 }
 
@@ -561,8 +598,13 @@ static void run_cycle(struct collector *gc)
     seg_purge(h, demand, &purged);
     pthread_mutex_lock(&h->lock);
     uint64_t committed = collector_committed(h);
-    if (committed > goal)
-        gc->cap_floor = committed + budget / GROWTH_MIN_DEN;
+    /* Note [Heap goal]: past the goal with what it cannot hand out again
+     * (live blocks spread thin, a live set that grew), a heap may still
+     * grow a little each cycle */
+    uint64_t in_use = committed > purged.usable ? committed - purged.usable
+                                                : 0;
+    if (in_use > goal)
+        gc->cap_floor = in_use + budget / GROWTH_MIN_DEN;
     /* the next cycle starts when what the heap holds free -- the free
      * memory grants hand out first and the segments clients hold -- and
      * the room under its goal are allocated (what this cycle allocated
