@@ -104,6 +104,8 @@ struct collector {
     _Atomic bool starved;        /* the running cycle's workers have no
                                     core mutators leave them (Note
                                     [Pacing]) */
+    uint64_t slot_alloc[LAYOUT_MAX_MUTATORS]; /* each slot's allocation
+                                    count at the last cycle's start */
     struct notify cycle_done;    /* Note [Collector handoff] */
     struct notify outbox;
     /* Note [Recovery cycles]: the cycle before may have been cut short */
@@ -176,7 +178,7 @@ static uint64_t live_now(const struct heap *h)
  * committed (seg_committed: segments not punched, less the pages punched
  * out of them), nurseries left out: they are per mutator and fixed.
  * Where the heap's collector has no core of its own -- as many mutators
- * attached as there are cores, so that its workers run only when
+ * allocating as there are cores, so that its workers run only when
  * mutators wait (Note [Worker priority]) -- these rules keep the heap near
  * its goal (where it has one, pacing is looser: Note [Pacing]):
  *   - start when the memory is used up: after a sweep, the next cycle is
@@ -230,8 +232,9 @@ static uint64_t live_now(const struct heap *h)
  * blocking regions (Note [Segment supply]), and a request that waits
  * makes the collector's workers urgent (Note [Worker priority]), so the
  * cycle they wait for ends soon.  How much is too much depends on
- * whether the collector has a core of its own (fewer mutators attached
- * than cores, judged at each cycle's start):
+ * whether the collector has a core of its own (fewer mutators allocated
+ * since the last cycle started than there are cores, judged at each
+ * cycle's start):
  *   - without one, the heap keeps to its goal (Note [Heap goal]): a
  *     runway allocated during a cycle, the goal as the cap, the next
  *     cycle when the memory the heap holds is used up.  Its workers run
@@ -486,18 +489,25 @@ static bool final_sync(struct collector *gc, struct mark_job *mj)
 static unsigned concurrent_workers(struct heap *h, unsigned max)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    long running = 0;
+    long running = 0, allocating = 0;
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
-        if (!heap_slot_enter(h, i)) /* Note [Slot windows] */
-            continue;
-        running += LAYOUT_STATUS_STATE(atomic_load(&heap_slot(h, i)->status)) ==
-                   LAYOUT_MUT_RUNNING;
-        heap_slot_leave(h, i);
+        uint64_t a = 0;
+        if (heap_slot_enter(h, i)) { /* Note [Slot windows] */
+            running += LAYOUT_STATUS_STATE(
+                           atomic_load(&heap_slot(h, i)->status)) ==
+                       LAYOUT_MUT_RUNNING;
+            a = slotmem_alloc_bytes(h, i);
+            heap_slot_leave(h, i);
+        }
+        /* Note [Pacing]: the mutators that allocated since the last
+         * cycle started, not those running now: one that waits at the
+         * snapshot's end runs again a moment later, one in a long
+         * blocking region allocates nothing */
+        allocating += a != h->gc->slot_alloc[i];
+        h->gc->slot_alloc[i] = a;
     }
     long n = cores - running;
-    /* Note [Pacing]: by the mutators attached, not those running now: a
-     * mutator that waits at the snapshot's end runs again a moment later */
-    atomic_store(&h->gc->starved, (long)h->mutators >= cores);
+    atomic_store(&h->gc->starved, allocating >= cores);
     return n < 1 ? 1 : n > (long)max ? max : (unsigned)n;
 }
 

@@ -5,10 +5,7 @@
  * holes of its size class before it takes new memory (Note [Reuse before
  * growth] in client/reserve.c). */
 #include <check.h>
-#include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,8 +95,10 @@ START_TEST(free_pages_of_partly_used_segments_go_back)
     heapd_stats_t sparse = idle_stats(m, ctl);
     /* of 8 MB of blocks, one in 16 survives; a page overlaps three
      * blocks (they start past the marks), so each survivor keeps two
-     * pages: at least half the memory holds nothing */
-    const uint64_t freed = 4u << 20;
+     * pages: some 5 MB of pages hold nothing (4.9 to 5.0 MB punched in
+     * every run seen; 3.5 MB leaves room for the client's current
+     * segment, which is not punched) */
+    const uint64_t freed = 7u << 19;
     fprintf(stderr, "free_pages: committed %" PRIu64 " -> %" PRIu64
             ", purged %" PRIu64 " -> %" PRIu64 "\n", full.bytes_committed,
             sparse.bytes_committed, full.purged_bytes, sparse.purged_bytes);
@@ -403,100 +402,6 @@ START_TEST(run_marks_a_client_forges_are_harmless)
 }
 END_TEST
 
-/* Note [Pacing]: with as many mutators attached as there are cores, the
- * collector's workers run only when mutators wait, and the heap keeps to
- * its goal (Note [Heap goal]): live bytes plus a budget, with a client's
- * reserve of slack, while every mutator allocates garbage as fast as it
- * can next to a live set. */
-struct garbage_arg {
-    heapd_client *c;
-    long n;
-    _Atomic int *attached;
-    _Atomic int *running;
-};
-
-/* Attach a mutator of its own, wait for every thread's, then allocate
- * garbage and detach. */
-static void *garbage_thread(void *p)
-{
-    struct garbage_arg *a = p;
-    heapd_mutator *m;
-    if (heapd_attach(a->c, &m) < 0)
-        return (void *)1;
-    atomic_fetch_sub(a->attached, 1);
-    heapd_blocking_enter(m);
-    while (atomic_load(a->attached) > 0)
-        usleep(1000);
-    heapd_blocking_leave(m);
-    void *rc = NULL;
-    for (long i = 0; i < a->n && !rc; i++)
-        if (!heapd_alloc(m, 0, 56))
-            rc = (void *)1;
-    heapd_detach(m);
-    atomic_fetch_sub(a->running, 1);
-    return rc;
-}
-
-START_TEST(a_heap_without_a_spare_core_keeps_to_its_goal)
-{
-    enum { GC_OVERHEAD = 100, MAXM = 16 };
-    heapd_client *c;
-    heapd_mutator *ms[MAXM];
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int nm = cores < 2 ? 2 : cores > MAXM ? MAXM : (int)cores;
-    char conf[512];
-    snprintf(conf, sizeof conf,
-             "[daemon]\nsocket = @SOCK@\nlog_level = info\n"
-             "[heap default]\nbase = 0x7e8000000000\n"
-             "max_size = 4G\ngc_overhead = %d\n", GC_OVERHEAD);
-    harness_start(&D, conf);
-    harness_attach(&D, &c, &ms[0]);
-    heapd_client *ctl = harness_control(&D);
-    /* 24 MB of 40-byte objects in a list */
-    size_t r = heapd_root_push(ms[0], NULL);
-    for (long i = 0; i < 600000; i++) {
-        void **o = heapd_alloc(ms[0], 1, 24);
-        ck_assert_ptr_nonnull(o);
-        heapd_write(ms[0], o, &o[0], heapd_root_get(ms[0], r));
-        heapd_root_set(ms[0], r, o);
-    }
-    heapd_stats_t st = idle_stats(ms[0], ctl);
-    const uint64_t live = st.live_bytes;
-    const uint64_t bound = live + live / 100 * GC_OVERHEAD + (24u << 20);
-    pthread_t th[MAXM];
-    struct garbage_arg args[MAXM];
-    _Atomic int attached = nm - 1, running = nm - 1;
-    heapd_blocking_enter(ms[0]);
-    for (int k = 1; k < nm; k++) {
-        args[k] = (struct garbage_arg){c, 3000000, &attached, &running};
-        ck_assert_int_eq(pthread_create(&th[k], NULL, garbage_thread,
-                                        &args[k]), 0);
-    }
-    uint64_t most = 0;
-    while (atomic_load(&running) > 0) {
-        heapd_stats_t s = harness_stats(ctl);
-        most = s.bytes_committed > most ? s.bytes_committed : most;
-        usleep(20000);
-    }
-    for (int k = 1; k < nm; k++) {
-        void *rc;
-        pthread_join(th[k], &rc);
-        ck_assert_msg(rc == NULL, "a garbage thread's allocation failed");
-    }
-    fprintf(stderr, "without a spare core: %d mutators, at most %" PRIu64
-            " committed for %" PRIu64 " live\n", nm, most, live);
-    ck_assert_msg(most <= bound,
-                  "%d mutators on %ld cores held %" PRIu64 " bytes for %"
-                  PRIu64 " live: more than the goal and 24 MiB",
-                  nm, cores, most, live);
-    heapd_blocking_leave(ms[0]);
-    heapd_detach(ms[0]);
-    heapd_disconnect(c);
-    heapd_disconnect(ctl);
-    harness_stop_clean(&D);
-}
-END_TEST
-
 static Suite *memory_suite(void)
 {
     Suite *s = suite_create("memory");
@@ -507,7 +412,6 @@ static Suite *memory_suite(void)
     tcase_add_test(t, reuse_only_requests_are_answered_at_once);
     tcase_add_test(t, run_objects_share_segments);
     tcase_add_test(t, run_marks_a_client_forges_are_harmless);
-    tcase_add_test(t, a_heap_without_a_spare_core_keeps_to_its_goal);
     suite_add_tcase(s, t);
     return s;
 }
