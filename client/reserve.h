@@ -49,6 +49,7 @@ struct reserve {
     uint32_t reuse_dry[LAYOUT_NCLASSES]; /* the cycle stamp at which the
                                         heap had no partly free segment of
                                         the class; 0: none known */
+    bool reuse_hit[LAYOUT_NCLASSES]; /* the class's last answer had some */
 };
 
 #define PREFAULT_QUEUE 256 /* segments queued for pre-faulting, at most */

@@ -370,10 +370,10 @@ void collector_check_trigger(struct heap *h)
     uint64_t live = h->stats.live_bytes;
     /* Note [Pacing]: a heap whose collector has a core of its own
      * collects a budget at a time */
-    uint64_t at = h->gc->trigger_at && atomic_load(&h->gc->starved)
-                      ? h->gc->trigger_at
-                      : budget_of(h, live);
-    uint64_t runway = runway_of(h, live);
+    bool starved = atomic_load(&h->gc->starved);
+    uint64_t at = h->gc->trigger_at && starved ? h->gc->trigger_at
+                                               : budget_of(h, live);
+    uint64_t runway = starved ? runway_of(h, live) : 0;
     if (collector_allocated_this_cycle(h) + runway >= at)
         collector_request(h);
 }
