@@ -44,6 +44,20 @@ static void fill(void *o, size_t n, unsigned i)
     memset(o, (int)(i & 0x7f) + 1, n);
 }
 
+/* Leave as every test does: M's holder popped (POP roots), M detached,
+ * both clients gone, the heap sound, heapd stopped cleanly. */
+static void finish(heapd_client *c, heapd_mutator *m, heapd_client *ctl,
+                   size_t pop)
+{
+    if (pop)
+        heapd_root_pop(m, pop);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    heapd_disconnect(ctl);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+
 /* Stats with the heap idle: what a cycle's purge left. */
 static heapd_stats_t idle_stats(heapd_mutator *m, heapd_client *ctl)
 {
@@ -143,12 +157,7 @@ START_TEST(free_pages_of_partly_used_segments_go_back)
                           b[BIG_BYTES / 2] == (i & 0x7f) + 1,
                       "block %u lost its bytes", i);
     }
-    heapd_root_pop(m, 1);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    heapd_disconnect(ctl);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    finish(c, m, ctl, 1);
 }
 END_TEST
 
@@ -184,11 +193,7 @@ START_TEST(an_idle_heap_keeps_no_free_memory)
                   "an idle heap of no live objects holds %" PRIu64
                   " bytes, %" PRIu64 " of them in segments its client "
                   "holds", empty.bytes_committed, held);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    heapd_disconnect(ctl);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    finish(c, m, ctl, 0);
 }
 END_TEST
 
@@ -236,12 +241,7 @@ START_TEST(holes_are_refilled_before_new_segments)
     ck_assert_msg(after <= before + before / 8 + 1,
                   "refilling the holes of %u segments of class %u took %u "
                   "new ones", before, size, after - before);
-    heapd_root_pop(m, 1);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    heapd_disconnect(ctl);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    finish(c, m, ctl, 1);
 }
 END_TEST
 
@@ -341,12 +341,7 @@ START_TEST(run_objects_share_segments)
     ck_assert_msg(one.block_bytes < 256u * 1024 + 8 * N + 4096,
                   "%" PRIu64 " bytes in blocks with one run object left",
                   one.block_bytes);
-    heapd_root_pop(m, 1);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    heapd_disconnect(ctl);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    finish(c, m, ctl, 1);
 }
 END_TEST
 
