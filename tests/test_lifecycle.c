@@ -493,18 +493,30 @@ START_TEST(crash_matrix)
     heapd_stats_t st = harness_stats(c);
     ck_assert_uint_eq(st.clients_crashed, 1);
     ck_assert_msg(segments_in_use(&st) == segments_in_use(&base) &&
-                  st.segments_orphaned >= 1 &&
-                  st.segments_orphaned == st.segments_adopted,
+                  st.segments_orphaned >= 1,
                   "killed at %s: %llu segments in use (%llu before), "
-                  "%llu orphaned, %llu adopted", crash_names[at],
+                  "%llu orphaned", crash_names[at],
                   (unsigned long long)segments_in_use(&st),
                   (unsigned long long)segments_in_use(&base),
-                  (unsigned long long)st.segments_orphaned,
-                  (unsigned long long)st.segments_adopted);
+                  (unsigned long long)st.segments_orphaned);
     if (at == AT_REMARK)
         ck_assert_uint_ge(st.remark_requests, 1);
     heapd_blocking_leave(m);
     ck_assert_uint_eq(check_fan(fan, 3000, 0x5u), 3000);
+    /* every orphan is freed or adopted once nothing in it lives: the
+     * victim may have refilled holes of segments this client's agent gave
+     * back for remark (Note [Reuse before growth]), which hold this
+     * client's fan and stay orphans while it lives */
+    heapd_root_pop(m, heapd_root_depth(m));
+    heapd_blocking_enter(m);
+    cycles(2);
+    st = harness_stats(c);
+    ck_assert_msg(st.segments_orphaned == st.segments_adopted,
+                  "killed at %s: %llu orphaned, %llu adopted once every "
+                  "object died", crash_names[at],
+                  (unsigned long long)st.segments_orphaned,
+                  (unsigned long long)st.segments_adopted);
+    heapd_blocking_leave(m);
     heapd_detach(m);
     heapd_disconnect(c);
     harness_expect_healthy(&D);
