@@ -49,8 +49,9 @@ uint64_t collector_allocation_budget(const struct heap *h);
 /* With heap->lock held: bytes allocated since the running (or last) cycle
  * started. */
 uint64_t collector_allocated_this_cycle(const struct heap *h);
-/* With heap->lock held: the cycle every grant waits for (Note [Recovery
- * cycles]), else 0. */
+/* With heap->lock held: the cycle a grant waits for -- the recovery
+ * cycles (Note [Recovery cycles]), or the cycle under way once it has
+ * seen too much allocated (Note [Pacing]) -- else 0. */
 uint64_t collector_paced_until(const struct heap *h);
 /* With heap->lock held: the number of the cycle under way, 0 if none. */
 uint64_t collector_running(const struct heap *h);

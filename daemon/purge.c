@@ -12,8 +12,9 @@
  *     spans a page boundary keeps both pages.  The sweeper records them
  *     from the marks it leaves (seg_swept_pages).
  * seg_purge keeps KEEP bytes of it committed (Note [Heap goal] in
- * collector.c says how much: what the heap will allocate before its next
- * cycle ends, within its goal; nothing when the cycle saw no allocation)
+ * collector.c says how much: what the heap allocated over its last cycle
+ * interval, at most two budgets; nothing when the cycle saw no
+ * allocation)
  * and punches the rest (fallocate(PUNCH_HOLE)).  What it keeps is what
  * grants hand out first: the free pages of reusable segments, lowest
  * first (Note [Reusing partly free segments] in segment.c), then the
@@ -184,7 +185,7 @@ void seg_swept_pages(struct heap *h, uint32_t i, const uint8_t *marks,
                      uint32_t nblocks, uint32_t first, uint32_t bs)
 {
     struct segtab *t = &h->segs;
-    _Atomic uint64_t *pf = t->page_free + (size_t)i * t->page_words;
+    _Atomic uint64_t *pf = seg_pages_free(t, i);
     for (uint32_t w = 0; w < t->page_words; w++) {
         uint64_t bits = 0;
         for (uint32_t k = 0; k < 64 && w * 64 + k < t->seg_pages; k++)
@@ -229,7 +230,7 @@ static void page_runs_punch(struct heap *h, struct page_runs *r)
             r->failed = true;
             continue;
         }
-        uint64_t *pp = t->page_purged + (size_t)r->seg[k] * t->page_words;
+        uint64_t *pp = seg_pages_purged(t, r->seg[k]);
         for (uint32_t p = r->page[k]; p < r->page[k] + r->len[k]; p++)
             seg_bit_set(pp, p);
         t->pages_purged += r->len[k];
@@ -246,8 +247,8 @@ static uint32_t purgeable_pages(const struct heap *h, uint32_t i,
 {
     const struct segtab *t = &h->segs;
     const struct seg *s = &t->segs[i];
-    const uint64_t *pp = t->page_purged + (size_t)i * t->page_words;
-    const _Atomic uint64_t *pf = t->page_free + (size_t)i * t->page_words;
+    const uint64_t *pp = seg_pages_purged(t, i);
+    const _Atomic uint64_t *pf = seg_pages_free(t, i);
     uint32_t n = 0;
     uint8_t cls = s->cls;
     if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
@@ -314,9 +315,8 @@ static uint64_t usable_bytes(const struct heap *h)
         for (uint32_t b = 0; b < t->small_nblocks[s->cls]; b++)
             nfree += __atomic_load_n(&marks[b], __ATOMIC_RELAXED) == 0;
         uint64_t holes = nfree * layout_class_size[s->cls];
-        uint64_t gone = (uint64_t)seg_popcount(t->page_purged +
-                                                     (size_t)i * t->page_words,
-                                                 t->page_words)
+        uint64_t gone = (uint64_t)seg_popcount(seg_pages_purged(t, i),
+                                               t->page_words)
                         << t->page_shift;
         n += holes > gone ? holes - gone : 0;
     }

@@ -124,11 +124,11 @@
  * OWNED neither frees nor re-files it.
  *
  * The free pool is a bitmap searched from the lowest address, which keeps a
- * heap's memory packed towards its base.  Memory of segments free for two
- * completed cycles goes back to the kernel with fallocate(PUNCH_HOLE),
- * except as many of the lowest free segments as the heap may allocate
- * before its next cycle ends (PACE_FACTOR + 1 budgets, Note [Pacing] in
- * daemon/collector.c): those are granted again soon, and punching them
+ * heap's memory packed towards its base; a grant takes the free segments
+ * whose memory is still committed before punched ones.  After each sweep
+ * the free memory the heap will not allocate again soon goes back to the
+ * kernel with fallocate(PUNCH_HOLE) (Note [Purging free memory] in
+ * daemon/purge.c); what it keeps is granted again soon, and punching it
  * would only buy page faults and zeroing (GCBench: half its faults).
  */
 #include "segment.h"
@@ -211,22 +211,16 @@ void seg_destroy(struct heap *h)
     h->segs.page_purged = NULL;
 }
 
-/* The page bitmaps of segment I. */
-static uint64_t *purged_of(const struct segtab *t, uint32_t i)
-{
-    return t->page_purged + (size_t)i * t->page_words;
-}
-
 void seg_set_punched(struct segtab *t, uint32_t i, bool punched)
 {
     struct seg *s = &t->segs[i];
-    uint64_t *pp = purged_of(t, i);
+    uint64_t *pp = seg_pages_purged(t, i);
+    _Atomic uint64_t *pf = seg_pages_free(t, i);
     /* whole or in use again: its punched pages are forgotten */
     t->pages_purged -= seg_popcount(pp, t->page_words);
     memset(pp, 0, t->page_words * sizeof *pp);
     for (uint32_t k = 0; k < t->page_words; k++)
-        atomic_store_explicit(&t->page_free[(size_t)i * t->page_words + k],
-                              0, memory_order_relaxed);
+        atomic_store_explicit(&pf[k], 0, memory_order_relaxed);
     if (s->punched != punched)
         t->n_unpunched += punched ? (uint32_t)-1 : 1u;
     s->punched = punched;
@@ -1181,7 +1175,7 @@ bool segtab_check(const struct segtab *t)
         /* Note [Purging free memory] in purge.c */
         if (s->purging && st != SEG_FILLED)
             SEGTAB_BAD("segment %u is being purged in state %u", i, st);
-        uint32_t pp = seg_popcount(purged_of(t, i), t->page_words);
+        uint32_t pp = seg_popcount(seg_pages_purged(t, i), t->page_words);
         if (pp && s->punched)
             SEGTAB_BAD("punched segment %u has %u pages punched besides", i,
                        pp);

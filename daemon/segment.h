@@ -300,13 +300,24 @@ bool seg_has_pages(const struct heap *h, uint32_t first, uint32_t n,
  * which pages no block in use overlaps.  Any thread, no lock. */
 void seg_swept_pages(struct heap *h, uint32_t i, const uint8_t *marks,
                      uint32_t nblocks, uint32_t first, uint32_t bs);
+/* Segment I's page bitmaps (page_words words each): the pages punched
+ * since it was last granted, and those its last sweep found free. */
+static inline uint64_t *seg_pages_purged(const struct segtab *t, uint32_t i)
+{
+    return t->page_purged + (size_t)i * t->page_words;
+}
+static inline _Atomic uint64_t *seg_pages_free(const struct segtab *t,
+                                               uint32_t i)
+{
+    return t->page_free + (size_t)i * t->page_words;
+}
 /* Is page P of segment I punched since the segment was last granted?
  * With heap->lock held, or where nothing changes the table (the
  * verifier, in a pause). */
 static inline bool seg_page_purged(const struct segtab *t, uint32_t i,
                                    uint32_t p)
 {
-    return seg_bit_test(t->page_purged + (size_t)i * t->page_words, p);
+    return seg_bit_test(seg_pages_purged(t, i), p);
 }
 /* What seg_purge did and left. */
 struct seg_purged {
