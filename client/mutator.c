@@ -598,6 +598,46 @@ size_t heapd_root_push(heapd_mutator *m, void *ref)
     return i;
 }
 
+/* Note [Pushing roots without a safepoint]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A library call handed several references (heapd_map_put's map, key
+ * and value) must root them all before its first allocation; pushed one
+ * by one with heapd_root_push, the first push's safepoint would end the
+ * life of the others, which only C locals held (the map test's iteration
+ * read freed values, one run in three).  mutator_roots_push pushes them
+ * together and takes no safepoint: like a write barrier it runs only the
+ * stack barrier (Note [Stack marking handshake]), whose wait no snapshot
+ * passes, so the values are covered as a stored reference is: reachable
+ * at the snapshot, or allocated black.  Returns the first slot, or
+ * (size_t)-1 with errno ENOMEM (the stack is full) or the daemon's
+ * error. */
+size_t mutator_roots_push(heapd_mutator *m, void *const *refs, size_t n)
+{
+    mutator_check_evicted(m); /* Note [Evicted clients, client side] */
+    if (mutator_orphaned(m)) { /* Note [A dead daemon] */
+        errno = client_errno(mutator_orphan_error(m));
+        return (size_t)-1;
+    }
+    for (size_t k = 0; k < n; k++) /* Note [Checked mode] */
+        if (CHECKED(m->c) && !young_contains(&m->young, refs[k]))
+            checked_object(m->c, refs[k], true, "heapd_root_push", "REF");
+    size_t i = m->depth;
+    if (n > LAYOUT_MAX_ROOTS - i) {
+        client_set_error(-ENOMEM, "the root stack is full (%u roots): pop "
+                         "roots a caller no longer needs, or keep many "
+                         "objects under one", LAYOUT_MAX_ROOTS);
+        errno = ENOMEM;
+        return (size_t)-1;
+    }
+    if (barrier_stack_due(m))
+        barrier_stack_slow(m);
+    for (size_t k = 0; k < n; k++)
+        atomic_store_explicit(&m->roots[i + k], refs[k], memory_order_relaxed);
+    m->depth = i + n;
+    atomic_store_explicit(&m->slot->root_depth, m->depth, memory_order_release);
+    return i;
+}
+
 void heapd_root_set(heapd_mutator *m, size_t slot, void *ref)
 {
     bool parked = false;

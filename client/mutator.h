@@ -143,5 +143,8 @@ int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
                              uint32_t max, uint32_t *run);
 /* heapd_disconnect: free mutators the application did not detach. */
 void mutator_free_all(heapd_client *c);
+/* Push N roots at once, no safepoint taken (Note [Pushing roots without a
+ * safepoint] in client/mutator.c): the first slot, or (size_t)-1. */
+size_t mutator_roots_push(heapd_mutator *m, void *const *refs, size_t n);
 
 #endif
