@@ -1,0 +1,180 @@
+/* libheapd's shared collections: strings, a concurrent hash map and a
+ * multi-producer multi-consumer queue, built on heapd.h.
+ *
+ * Every structure here is a graph of ordinary heapd objects: any process
+ * of the heap that holds one (from a global, a root or another object)
+ * may use it, and it lives as long as it is reachable.  They keep Note
+ * [Client GC discipline] in heapd.h: the calls that allocate or wait
+ * (marked "safepoint" below) end the life of the caller's C locals like
+ * heapd_alloc does; the arguments handed to a call are kept alive by the
+ * call.  The others are plain loads and compare-and-swaps: no lock, no
+ * system call, never a safepoint.
+ *
+ * None holds a lock, so no process's death can leave one stuck; Note
+ * [Collections survive a kill] in client/map.c says what a death in the
+ * middle of each operation leaves.  Errors: 0 or a negative errno code,
+ * with heapd_last_error() saying what to do; a call returning a pointer
+ * returns NULL and sets errno.
+ */
+#ifndef HEAPD_COLLECTIONS_H
+#define HEAPD_COLLECTIONS_H
+
+#include "heapd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- strings ----
+ *
+ * An immutable byte string: LEN bytes (any bytes, NUL too) and a NUL
+ * after them, with its length and its 64-bit hash computed once at
+ * creation.  Readers get the bytes in place (zero copy); nothing ever
+ * writes them again.  The longest is HEAPD_STR_MAX bytes. */
+#define HEAPD_STR_MAX ((size_t)(1u << 27))
+
+/* A new string of BYTES[0..LEN).  Safepoint.  NULL with errno EINVAL
+ * (LEN over HEAPD_STR_MAX, or BYTES NULL with LEN > 0), or heapd_alloc's
+ * errors. */
+HEAPD_API void *heapd_str_new(heapd_mutator *m, const void *bytes, size_t len);
+/* True if OBJ is a string made by heapd_str_new (false for NULL). */
+HEAPD_API bool heapd_is_str(const void *obj);
+HEAPD_API size_t heapd_str_len(const void *s);
+/* The bytes, NUL-terminated: valid as long as S is. */
+HEAPD_API const char *heapd_str_data(const void *s);
+HEAPD_API uint64_t heapd_str_hash(const void *s);
+/* heapd_str_new's hash of any bytes: equal to heapd_str_hash of a string
+ * of the same bytes. */
+HEAPD_API uint64_t heapd_hash_bytes(const void *bytes, size_t len);
+/* Byte-wise order, like memcmp then length: <0, 0 or >0. */
+HEAPD_API int heapd_str_cmp(const void *a, const void *b);
+HEAPD_API bool heapd_str_eq(const void *a, const void *b);
+
+/* ---- the concurrent hash map ----
+ *
+ * A map from keys to values, both heapd objects, shared by every process
+ * that can reach it.  What makes two keys the same is the map's kind:
+ *   HEAPD_MAP_STR       keys are strings (heapd_str_new), equal by bytes;
+ *                       the *_str calls look up by C bytes, no allocation
+ *   HEAPD_MAP_BYTES     keys are any objects, equal by their raw bytes
+ *                       (heapd_bytes, heapd_nbytes); reference fields are
+ *                       not part of the key
+ *   HEAPD_MAP_IDENTITY  keys are any objects, equal by address (a young
+ *                       mutator's key is published first: its address is
+ *                       the shared copy's)
+ * Lookups are plain loads.  Insert, replace and delete each take effect
+ * at one compare-and-swap.  Deleting is safe while other processes read:
+ * an entry a reader found stays valid until the reader's next safepoint
+ * (the collector frees it only after).  The map grows (doubles) without
+ * stopping anyone (Note [Map resize]).  Values are never NULL: a lookup
+ * returns NULL for "no such key". */
+enum {
+    HEAPD_MAP_STR = 0,
+    HEAPD_MAP_BYTES = 1,
+    HEAPD_MAP_IDENTITY = 2,
+};
+
+/* A new empty map of KIND sized for about CAPACITY keys (0: a small
+ * one; it grows as needed).  Safepoint.  NULL with errno EINVAL (unknown
+ * kind) or heapd_alloc's errors.  Store it somewhere reachable (a
+ * global, heapd_global_once, a root) before the next safepoint. */
+HEAPD_API void *heapd_map_new(heapd_mutator *m, unsigned kind,
+                              size_t capacity);
+/* True if OBJ is a map made by heapd_map_new. */
+HEAPD_API bool heapd_is_map(const void *obj);
+
+/* The value of KEY, or NULL.  Not a safepoint: plain loads; the value may
+ * be used until the caller's next safepoint. */
+HEAPD_API void *heapd_map_get(heapd_mutator *m, void *map, const void *key);
+/* The same for a key of BYTES[0..LEN) in a HEAPD_MAP_STR or
+ * HEAPD_MAP_BYTES map. */
+HEAPD_API void *heapd_map_get_str(heapd_mutator *m, void *map,
+                                  const void *bytes, size_t len);
+
+/* Flags of heapd_map_put. */
+#define HEAPD_MAP_IF_ABSENT 0x1u  /* insert only: -EEXIST if KEY is there */
+#define HEAPD_MAP_IF_PRESENT 0x2u /* replace only: -ENOENT if it is not */
+
+/* Set KEY to VALUE (not NULL).  Safepoint.  Returns 1 if it replaced a
+ * value, 0 if it inserted KEY, or -EEXIST / -ENOENT (FLAGS), -EINVAL (a
+ * NULL value, a key the map's kind does not take, not a map, unknown
+ * flags), -ENOMEM, -EPIPE (the daemon is gone). */
+HEAPD_API int heapd_map_put(heapd_mutator *m, void *map, void *key,
+                            void *value, unsigned flags);
+/* heapd_map_put with a key of BYTES[0..LEN), made a string only if it is
+ * inserted (HEAPD_MAP_STR maps only). */
+HEAPD_API int heapd_map_put_str(heapd_mutator *m, void *map,
+                                const void *bytes, size_t len, void *value,
+                                unsigned flags);
+/* Set KEY's value to DESIRED if it is EXPECTED (compared by address).
+ * Safepoint.  Returns 0 if it did, -EAGAIN if KEY's value is another,
+ * -ENOENT if KEY is absent, or the errors of heapd_map_put. */
+HEAPD_API int heapd_map_replace(heapd_mutator *m, void *map, void *key,
+                                void *expected, void *desired);
+/* Remove KEY.  Safepoint.  Returns 0, -ENOENT, or the errors of
+ * heapd_map_put. */
+HEAPD_API int heapd_map_delete(heapd_mutator *m, void *map, const void *key);
+HEAPD_API int heapd_map_delete_str(heapd_mutator *m, void *map,
+                                   const void *bytes, size_t len);
+/* Keys in the map: exact when no operation is under way; a process that
+ * dies inside an insert or a delete may leave it off by one. */
+HEAPD_API size_t heapd_map_count(const void *map);
+
+/* Check MAP's invariants (Note [Map invariants] in client/map.c): the
+ * number of keys it holds, or -EUCLEAN with heapd_last_error() naming the
+ * first damage, -EINVAL if MAP is not a map.  Plain loads, O(size): for
+ * tests and for a program that wants to know after a crash. */
+HEAPD_API int heapd_map_verify(const void *map);
+
+/* Iteration: every key that is in the map for the whole iteration is
+ * seen exactly once, whatever is inserted, deleted or resized meanwhile;
+ * a key inserted or deleted meanwhile is seen at most once.  The value
+ * seen is one the key had during the iteration.  heapd_map_iter_begin
+ * pushes two root slots (the table and the bucket being read) and
+ * heapd_map_iter_end pops them: the caller's own pushes in between must
+ * be popped before.  Begin, next and end are safepoints; a key and value
+ * next returns stay valid until the next call of next or end. */
+typedef struct heapd_map_iter {
+    heapd_mutator *m;
+    size_t root;        /* the first of the two root slots */
+    size_t bucket;      /* the next bucket of the table to read */
+    size_t pos;         /* the next entry of the bucket in the root */
+    size_t nbuckets;
+} heapd_map_iter;
+
+HEAPD_API int heapd_map_iter_begin(heapd_mutator *m, void *map,
+                                   heapd_map_iter *it);
+/* True with *KEY and *VALUE set, or false at the end. */
+HEAPD_API bool heapd_map_iter_next(heapd_map_iter *it, void **key,
+                                   void **value);
+HEAPD_API void heapd_map_iter_end(heapd_map_iter *it);
+
+/* ---- the multi-producer multi-consumer queue ----
+ *
+ * A FIFO of heapd objects (not NULL) that any process may push to and pop
+ * from: lock-free (a linked list of nodes: Note [Shared queue] in
+ * client/queue.c).  heapd_queue_pop_wait sleeps on a futex in the queue
+ * itself, inside a blocking region, so a waiting consumer never holds up
+ * a collection. */
+HEAPD_API void *heapd_queue_new(heapd_mutator *m);
+HEAPD_API bool heapd_is_queue(const void *obj);
+/* Append VALUE.  Safepoint.  0, -EINVAL (NULL value, not a queue),
+ * -ENOMEM, -EPIPE. */
+HEAPD_API int heapd_queue_push(heapd_mutator *m, void *queue, void *value);
+/* The oldest value, removed, or NULL when the queue is empty (errno
+ * EAGAIN) or on a bad argument (errno EINVAL).  Not a safepoint. */
+HEAPD_API void *heapd_queue_pop(heapd_mutator *m, void *queue);
+/* heapd_queue_pop, waiting for a value up to TIMEOUT_MS (0: no limit).
+ * Safepoint.  NULL with errno ETIMEDOUT, EINVAL, or EPIPE (the daemon is
+ * gone). */
+HEAPD_API void *heapd_queue_pop_wait(heapd_mutator *m, void *queue,
+                                     unsigned timeout_ms);
+/* Values in the queue now: a snapshot, exact when nothing is under way;
+ * a process killed inside a push or a pop leaves it off by one. */
+HEAPD_API size_t heapd_queue_length(const void *queue);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HEAPD_COLLECTIONS_H */

@@ -1,0 +1,994 @@
+/* The concurrent hash map shared by processes (heapd_collections.h).
+ *
+ * Note [Shared map]
+ * ~~~~~~~~~~~~~~~~~
+ * A map is four kinds of heapd objects:
+ *   map     refs: table, empty, frozen_empty  bytes: tag, kind, count
+ *   table   refs: next, bucket[0..n)          bytes: tag, has_prev, n, cursor
+ *   bucket  refs: key0, value0, key1, ...     bytes: tag, flags, hash[]
+ * A bucket is immutable once a slot holds it: every change of a key's
+ * value, every insert and every delete builds a new bucket (a copy with
+ * the change) and installs it with ONE compare-and-swap of the table's
+ * slot.  So:
+ *   - a lookup is plain loads: the table, the slot, the bucket's hashes,
+ *     then the key of a matching hash; nothing it reads changes under it;
+ *   - each operation takes effect at its compare-and-swap, and a process
+ *     that dies before it has changed nothing (Note [Collections survive
+ *     a kill]);
+ *   - a delete is safe while other processes read, with no hazard pointer
+ *     and no epoch: a reader that found the old bucket holds it in a C
+ *     local, which is valid until the reader's next safepoint (Note
+ *     [Client GC discipline] in heapd.h), and the collector frees the
+ *     bucket only after.  For the same reason there is no ABA: between
+ *     the load of a slot and its compare-and-swap no safepoint is taken,
+ *     so the bucket loaded cannot be freed and its address reused.
+ * A slot of the first table holds NULL for "no keys"; an emptied slot
+ * holds the map's shared empty bucket.  The copy costs a bucket per
+ * update: 16 + 24 k bytes for k keys, k about 1 at the map's load (one
+ * key per slot at most before it grows).  In the shared-cache benchmark
+ * an update allocates that and the new value, and the collector takes
+ * the old ones back concurrently.
+ *
+ * Keys are compared by kind (heapd_collections.h); each bucket keeps its
+ * keys' 64-bit hashes beside them, so a lookup reads a key only when its
+ * hash matches.
+ *
+ * Note [Map resize]
+ * ~~~~~~~~~~~~~~~~~
+ * The map doubles, incrementally, without stopping readers or writers,
+ * when it holds more keys than its table has slots.  Split-ordered lists
+ * would avoid copying, but need a mark bit in a list's next pointer, and a
+ * reference field here holds only object addresses (the collector
+ * refuses anything else); doubling with frozen buckets needs none.
+ *   1. A writer that inserts past the load allocates a table twice the
+ *      size and installs it as the old table's `next` (compare-and-swap).
+ *   2. Old slot i is FROZEN: replaced (compare-and-swap) by a copy of its
+ *      bucket flagged frozen.  From then on no writer changes it: a writer
+ *      that finds a frozen bucket goes on to `next`.
+ *   3. The new slots i and i + n are FILLED from the frozen bucket, each
+ *      with the keys whose hash has bit n clear or set, by a
+ *      compare-and-swap from NULL: in a table with has_prev, NULL means
+ *      "not filled yet", and the frozen bucket holds the truth meanwhile.
+ *      A reader that meets a frozen bucket and an unfilled slot reads the
+ *      frozen bucket; a writer fills the slot first.
+ *   4. Writers share the work: each writer that sees a resize under way
+ *      claims the next CHUNK slots (an atomic add to the old table's
+ *      cursor, modulo n: claims go round in laps) and migrates them.  The
+ *      one that claims the last chunk of a lap then checks every slot
+ *      (migrating what is not) and makes `next` the map's table.
+ * Freezing and filling are idempotent, and the check at each lap's end
+ * does what a writer that died mid-chunk left undone, so no death can
+ * leave a resize stuck: any writer finishes it.  Readers never help and
+ * never wait.  A resize costs about three allocations per old slot
+ * (frozen copy, two halves; an empty one shares the map's buckets), paid
+ * by the writers of the map while it runs.  The map never shrinks.
+ *
+ * Note [Collections survive a kill]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A process may be SIGKILLed at any instant.  Every change to a map or a
+ * queue that other processes can see is one compare-and-swap of a
+ * reference, of an object the dying process filled in completely before;
+ * so a death leaves each structure as it was before the operation or as
+ * it is after, never between: no entry is torn or lost, and there is no
+ * lock to be left held.  What a death mid-way can leave:
+ *   - a map's count off by one (it is an atomic add after the swap);
+ *   - a resize half done: slots frozen and not filled, a lap unchecked,
+ *     the new table not installed.  Readers read frozen buckets; the next
+ *     writers finish it (Note [Map resize]);
+ *   - a queue whose tail lags its last node (Note [Shared queue]): the
+ *     next push or pop moves it;
+ *   - a value a consumer popped: it was delivered to that consumer.
+ * tests/test_collections.c stops processes at each of these points (the
+ * HEAPD_COLL_STOP_IN hook) and SIGKILLs them there.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "coll.h"
+#include "errors.h"
+#include "layout.h"
+#include "mutator.h"
+
+/* ---- the objects ---- */
+
+enum { MAP_TABLE, MAP_EMPTY, MAP_FROZEN_EMPTY, MAP_NREFS };
+
+struct map_meta {
+    uint32_t tag;
+    uint32_t kind;
+    _Atomic uint64_t count;
+};
+
+struct table_meta {
+    uint32_t tag;
+    uint32_t has_prev;          /* NULL slots are "not filled yet" */
+    uint64_t n;                 /* slots, a power of two */
+    _Atomic uint64_t cursor;    /* resize claims (Note [Map resize]) */
+};
+
+#define BUCKET_FROZEN 0x1u
+struct bucket_meta {
+    uint32_t tag;
+    uint32_t flags;
+    uint64_t hash[];
+};
+
+#define MAP_MIN_SLOTS 8u
+#define MAP_MAX_SLOTS ((uint64_t)1 << 27) /* a table's refs <= HEAPD_MAX_NREFS */
+#define CHUNK 64u                         /* slots one resize claim migrates */
+/* Keys a bucket may hold: its two refs per key fit an object. */
+#define BUCKET_MAX_KEYS ((size_t)HEAPD_MAX_NREFS / 2)
+
+/* Object headers are read directly (not through heapd_nrefs, which checked
+ * mode makes check every object): these objects were found in reference
+ * fields, so they are objects of the heap. */
+static inline size_t nrefs_of(const void *obj)
+{
+    return layout_header_nrefs(
+        __atomic_load_n((const uint64_t *)obj - 1, __ATOMIC_RELAXED));
+}
+
+static inline struct map_meta *map_meta(void *map)
+{
+    return COLL_META(struct map_meta, map, MAP_NREFS);
+}
+
+static inline void **table_slots(void *t)
+{
+    return (void **)t + 1;
+}
+
+static inline struct table_meta *table_meta(void *t)
+{
+    return COLL_META(struct table_meta, t, nrefs_of(t));
+}
+
+static inline struct bucket_meta *bucket_meta(void *b)
+{
+    return COLL_META(struct bucket_meta, b, nrefs_of(b));
+}
+
+static inline size_t bucket_keys(const void *b)
+{
+    return nrefs_of(b) / 2;
+}
+
+static inline bool frozen(void *b)
+{
+    return b && (bucket_meta(b)->flags & BUCKET_FROZEN);
+}
+
+bool heapd_is_map(const void *obj)
+{
+    if (!obj || heapd_nrefs(obj) != MAP_NREFS ||
+        heapd_nbytes(obj) != sizeof(struct map_meta))
+        return false;
+    const struct map_meta *mm = map_meta((void *)obj);
+    return mm->tag == COLL_TAG_MAP && mm->kind <= HEAPD_MAP_IDENTITY;
+}
+
+/* ---- keys ---- */
+
+/* What an operation looks for: the hash, and the key as bytes (STR and
+ * BYTES maps) or as an address (IDENTITY). */
+struct probe {
+    uint64_t hash;
+    const void *bytes;
+    size_t len;
+    const void *obj;
+};
+
+static inline uint64_t identity_hash(const void *obj)
+{
+    uint64_t x = (uint64_t)(uintptr_t)obj;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+/* KEY's bytes in a map of KIND (KIND is not IDENTITY). */
+static inline void key_bytes(unsigned kind, void *key, const void **bytes,
+                             size_t *len)
+{
+    if (kind == HEAPD_MAP_STR) {
+        *bytes = heapd_str_data(key);
+        *len = heapd_str_len(key);
+    } else {
+        *bytes = (void **)key + nrefs_of(key);
+        *len = layout_header_nbytes(
+            __atomic_load_n((const uint64_t *)key - 1, __ATOMIC_RELAXED));
+    }
+}
+
+/* Fill P for key object KEY.  The caller checked KEY against the kind. */
+static void probe_key(struct probe *p, unsigned kind, void *key)
+{
+    p->obj = key;
+    if (kind == HEAPD_MAP_IDENTITY) {
+        p->bytes = NULL;
+        p->len = 0;
+        p->hash = identity_hash(key);
+        return;
+    }
+    key_bytes(kind, key, &p->bytes, &p->len);
+    p->hash = kind == HEAPD_MAP_STR ? heapd_str_hash(key)
+                                    : heapd_hash_bytes(p->bytes, p->len);
+}
+
+static inline bool key_matches(unsigned kind, const struct probe *p,
+                               void *stored)
+{
+    if (kind == HEAPD_MAP_IDENTITY)
+        return stored == p->obj;
+    const void *b;
+    size_t n;
+    key_bytes(kind, stored, &b, &n);
+    return n == p->len && memcmp(b, p->bytes, n) == 0;
+}
+
+/* Index of P's key in bucket B, or -1. */
+static long bucket_find(unsigned kind, void *b, const struct probe *p)
+{
+    if (!b)
+        return -1;
+    size_t k = bucket_keys(b);
+    const struct bucket_meta *bm = bucket_meta(b);
+    void **refs = b;
+    for (size_t i = 0; i < k; i++)
+        if (bm->hash[i] == p->hash &&
+            key_matches(kind, p, coll_load(&refs[2 * i])))
+            return (long)i;
+    return -1;
+}
+
+/* Check KEY against MAP's kind; a young key of an IDENTITY map is
+ * published first (its address is the shared copy's).  0 or -EINVAL. */
+static int check_key(heapd_mutator *m, unsigned kind, void **key,
+                     const char *call)
+{
+    if (!*key)
+        return client_set_error(-EINVAL, "%s: KEY is NULL", call);
+    if (kind == HEAPD_MAP_STR && !heapd_is_str(*key))
+        return client_set_error(-EINVAL, "%s: the map's keys are strings "
+                                "(HEAPD_MAP_STR): make KEY with "
+                                "heapd_str_new", call);
+    if (kind == HEAPD_MAP_IDENTITY && heapd_is_young(m, *key))
+        *key = heapd_publish(m, *key);
+    return 0;
+}
+
+/* ---- lookups: plain loads ---- */
+
+/* The bucket that holds P's key now, or NULL: the first bucket on the
+ * path that is not frozen, or the last frozen one when the next table's
+ * slot is not filled yet (Note [Map resize]). */
+static void *lookup_bucket(void *map, uint64_t hash)
+{
+    void *t = coll_load(&((void **)map)[MAP_TABLE]);
+    void *parent = NULL;
+    for (;;) {
+        size_t n = nrefs_of(t) - 1;
+        void *b = coll_load(&table_slots(t)[hash & (n - 1)]);
+        if (!b)
+            return parent;
+        if (!frozen(b))
+            return b;
+        parent = b;
+        t = coll_load(&((void **)t)[0]);
+        if (!t) /* a frozen bucket's table has a next: damage */
+            return parent;
+    }
+}
+
+static void *lookup(void *map, const struct probe *p)
+{
+    unsigned kind = map_meta(map)->kind;
+    void *b = lookup_bucket(map, p->hash);
+    long i = bucket_find(kind, b, p);
+    return i < 0 ? NULL : coll_load(&((void **)b)[2 * i + 1]);
+}
+
+void *heapd_map_get(heapd_mutator *m, void *map, const void *key)
+{
+    if (!heapd_is_map(map) || !key) {
+        client_set_error(-EINVAL, "heapd_map_get: %s",
+                         key ? "MAP is not a map" : "KEY is NULL");
+        errno = EINVAL;
+        return NULL;
+    }
+    unsigned kind = map_meta(map)->kind;
+    void *k = (void *)key;
+    if (kind == HEAPD_MAP_STR && !heapd_is_str(k)) {
+        client_set_error(-EINVAL, "heapd_map_get: the map's keys are "
+                         "strings: make KEY with heapd_str_new, or use "
+                         "heapd_map_get_str");
+        errno = EINVAL;
+        return NULL;
+    }
+    if (kind == HEAPD_MAP_IDENTITY && heapd_is_young(m, k))
+        k = heapd_publish(m, k);
+    struct probe p;
+    probe_key(&p, kind, k);
+    return lookup(map, &p);
+}
+
+void *heapd_map_get_str(heapd_mutator *m, void *map, const void *bytes,
+                        size_t len)
+{
+    (void)m;
+    if (!heapd_is_map(map) || map_meta(map)->kind == HEAPD_MAP_IDENTITY ||
+        (!bytes && len)) {
+        client_set_error(-EINVAL, "heapd_map_get_str: %s",
+                         !heapd_is_map(map) ? "MAP is not a map"
+                         : (!bytes && len) ? "BYTES is NULL"
+                                           : "an IDENTITY map has no "
+                                             "keys by bytes");
+        errno = EINVAL;
+        return NULL;
+    }
+    struct probe p = {.hash = heapd_hash_bytes(bytes, len), .bytes = bytes,
+                      .len = len, .obj = NULL};
+    return lookup(map, &p);
+}
+
+size_t heapd_map_count(const void *map)
+{
+    if (!heapd_is_map(map))
+        return 0;
+    return (size_t)atomic_load_explicit(&map_meta((void *)map)->count,
+                                        memory_order_relaxed);
+}
+
+/* ---- writers ---- */
+
+/* A writer's state.  Its references live in four root slots, from ROOT:
+ * the map, the key, the value and the table being migrated, so that they
+ * survive the allocations (safepoints) of the operation; C locals are
+ * read back from them after each.  PRE is a bucket allocated for the
+ * next copy: valid only until the next allocation, so every path that
+ * allocates drops it first. */
+enum { R_MAP, R_KEY, R_VALUE, R_TABLE, R_COUNT };
+
+struct op {
+    heapd_mutator *m;
+    size_t root;
+    unsigned kind;
+    void *pre;
+    size_t pre_keys;
+};
+
+static inline void *op_root(struct op *o, unsigned r)
+{
+    return heapd_root_get(o->m, o->root + r);
+}
+
+/* A fresh bucket for K keys in o->pre (K > 0).  A safepoint: returns 0
+ * and the caller starts its step over (re-reading what it had), or a
+ * negative errno. */
+static int op_alloc(struct op *o, size_t k)
+{
+    o->pre = NULL;
+    if (k > BUCKET_MAX_KEYS)
+        return client_set_error(-E2BIG, "a map bucket would hold more than "
+                                "%zu keys: too many keys share one hash",
+                                BUCKET_MAX_KEYS);
+    void *b = heapd_alloc_shared(o->m, 2 * k,
+                                 sizeof(struct bucket_meta) + 8 * k);
+    if (!b)
+        return -errno;
+    struct bucket_meta *bm = COLL_META(struct bucket_meta, b, 2 * k);
+    bm->tag = COLL_TAG_BUCKET;
+    o->pre = b;
+    o->pre_keys = k;
+    return 0;
+}
+
+/* Copy entry I of bucket FROM into entry J of o->pre. */
+static inline void copy_entry(struct op *o, void *from, size_t i, size_t j)
+{
+    void **src = from, **dst = o->pre;
+    heapd_write(o->m, dst, &dst[2 * j], coll_load(&src[2 * i]));
+    heapd_write(o->m, dst, &dst[2 * j + 1], coll_load(&src[2 * i + 1]));
+    bucket_meta(dst)->hash[j] = bucket_meta(from)->hash[i];
+}
+
+static int migrate(struct op *o, size_t i);
+
+/* Fill the two slots of the next table that old slot I of the table in
+ * R_TABLE splits into, from its frozen bucket (Note [Map resize]). */
+static int fill(struct op *o, size_t i)
+{
+    for (unsigned half = 0; half < 2;) {
+        void *t = op_root(o, R_TABLE);
+        size_t n = nrefs_of(t) - 1;
+        void *next = coll_load(&((void **)t)[0]);
+        void **slot = &table_slots(next)[i + half * n];
+        void *fb = coll_load(&table_slots(t)[i]);
+        if (coll_load(slot)) {
+            half++;
+            continue;
+        }
+        size_t keys = bucket_keys(fb), k = 0;
+        const struct bucket_meta *fm = bucket_meta(fb);
+        for (size_t e = 0; e < keys; e++)
+            k += ((fm->hash[e] & n) != 0) == half;
+        if (k == 0) {
+            void *map = op_root(o, R_MAP);
+            heapd_cas(o->m, next, slot, NULL,
+                      coll_load(&((void **)map)[MAP_EMPTY]));
+            continue;
+        }
+        if (!o->pre || o->pre_keys != k) {
+            int rc = op_alloc(o, k);
+            if (rc)
+                return rc;
+            continue; /* a safepoint: read everything again */
+        }
+        size_t j = 0;
+        for (size_t e = 0; e < keys; e++)
+            if (((fm->hash[e] & n) != 0) == half)
+                copy_entry(o, fb, e, j++);
+        if (heapd_cas(o->m, next, slot, NULL, o->pre))
+            o->pre = NULL;
+    }
+    return 0;
+}
+
+/* Freeze old slot I of the table in R_TABLE, then fill its two new slots
+ * (Note [Map resize]). */
+static int migrate(struct op *o, size_t i)
+{
+    for (;;) {
+        void *t = op_root(o, R_TABLE);
+        void **slot = &table_slots(t)[i];
+        void *b = coll_load(slot);
+        if (frozen(b))
+            break;
+        size_t k = b ? bucket_keys(b) : 0;
+        if (k == 0) {
+            void *map = op_root(o, R_MAP);
+            if (heapd_cas(o->m, t, slot, b,
+                          coll_load(&((void **)map)[MAP_FROZEN_EMPTY])))
+                break;
+            continue;
+        }
+        if (!o->pre || o->pre_keys != k) {
+            int rc = op_alloc(o, k);
+            if (rc)
+                return rc;
+            continue;
+        }
+        for (size_t e = 0; e < k; e++)
+            copy_entry(o, b, e, e);
+        bucket_meta(o->pre)->flags = BUCKET_FROZEN;
+        if (heapd_cas(o->m, t, slot, b, o->pre)) {
+            o->pre = NULL;
+            break;
+        }
+        bucket_meta(o->pre)->flags = 0;
+    }
+    coll_stop_in("map.resize.frozen");
+    return fill(o, i);
+}
+
+/* The end of a lap: migrate whatever is not, then install the next table
+ * as the map's. */
+static int finish_resize(struct op *o)
+{
+    void *t = op_root(o, R_TABLE);
+    size_t n = nrefs_of(t) - 1;
+    for (size_t i = 0; i < n; i++) {
+        t = op_root(o, R_TABLE);
+        void *next = coll_load(&((void **)t)[0]);
+        if (frozen(coll_load(&table_slots(t)[i])) &&
+            coll_load(&table_slots(next)[i]) &&
+            coll_load(&table_slots(next)[i + n]))
+            continue;
+        int rc = migrate(o, i);
+        if (rc)
+            return rc;
+    }
+    coll_stop_in("map.resize.switch");
+    t = op_root(o, R_TABLE);
+    void *map = op_root(o, R_MAP);
+    heapd_cas(o->m, map, &((void **)map)[MAP_TABLE], t,
+              coll_load(&((void **)t)[0]));
+    return 0;
+}
+
+/* Migrate one chunk of the resize of table T (Note [Map resize]). */
+static int help_resize(struct op *o, void *t)
+{
+    heapd_root_set(o->m, o->root + R_TABLE, t);
+    o->pre = NULL;
+    t = op_root(o, R_TABLE);
+    size_t n = nrefs_of(t) - 1;
+    size_t chunk = n < CHUNK ? n : CHUNK;
+    uint64_t c = atomic_fetch_add(&table_meta(t)->cursor, chunk);
+    size_t start = (size_t)(c % n);
+    coll_stop_in("map.resize.claimed");
+    for (size_t i = start; i < start + chunk; i++) {
+        int rc = migrate(o, i);
+        if (rc)
+            return rc;
+    }
+    return start + chunk == n ? finish_resize(o) : 0;
+}
+
+/* After an insert: start a resize if the map holds more keys than its
+ * table has slots (Note [Map resize]), and do a chunk of it. */
+static int maybe_grow(struct op *o)
+{
+    void *map = op_root(o, R_MAP);
+    void *t = coll_load(&((void **)map)[MAP_TABLE]);
+    size_t n = nrefs_of(t) - 1;
+    if (coll_load(&((void **)t)[0]) || n >= MAP_MAX_SLOTS ||
+        atomic_load_explicit(&map_meta(map)->count, memory_order_relaxed) <= n)
+        return 0;
+    heapd_root_set(o->m, o->root + R_TABLE, t);
+    o->pre = NULL;
+    void *next = heapd_alloc_shared(o->m, 2 * n + 1, sizeof(struct table_meta));
+    if (!next)
+        return -errno;
+    struct table_meta *nm = COLL_META(struct table_meta, next, 2 * n + 1);
+    nm->tag = COLL_TAG_TABLE;
+    nm->has_prev = 1;
+    nm->n = 2 * n;
+    t = op_root(o, R_TABLE);
+    if (!heapd_cas(o->m, t, &((void **)t)[0], NULL, next))
+        return 0; /* another writer started it */
+    coll_stop_in("map.resize.begun");
+    return help_resize(o, t);
+}
+
+enum op_mode { MODE_PUT, MODE_REPLACE, MODE_DELETE };
+
+/* One insert, replace or delete (Note [Shared map]).  The key, value and
+ * map are in the op's roots; BYTES/LEN is the key of a *_str call whose
+ * key object is not made yet (R_KEY NULL).  EXPECTED: MODE_REPLACE's. */
+static int update(struct op *o, enum op_mode mode, unsigned flags,
+                  const void *bytes, size_t len, void *expected)
+{
+    bool helped = false;
+    for (;;) {
+        void *map = op_root(o, R_MAP);
+        void *key = op_root(o, R_KEY);
+        struct probe p;
+        if (key)
+            probe_key(&p, o->kind, key);
+        else
+            p = (struct probe){.hash = heapd_hash_bytes(bytes, len),
+                               .bytes = bytes, .len = len};
+        void *t = coll_load(&((void **)map)[MAP_TABLE]);
+        if (!helped && coll_load(&((void **)t)[0])) {
+            helped = true; /* one chunk per operation */
+            int rc = help_resize(o, t);
+            if (rc)
+                return rc;
+            continue;
+        }
+        /* the slot to change: past frozen buckets, filled first */
+        void **slot, *b;
+        for (;;) {
+            size_t n = nrefs_of(t) - 1;
+            size_t i = p.hash & (n - 1);
+            slot = &table_slots(t)[i];
+            b = coll_load(slot);
+            if (!frozen(b))
+                break;
+            void *next = coll_load(&((void **)t)[0]);
+            void *nb = coll_load(&table_slots(next)[p.hash & (2 * n - 1)]);
+            if (!nb) {
+                heapd_root_set(o->m, o->root + R_TABLE, t);
+                o->pre = NULL;
+                int rc = fill(o, i);
+                if (rc)
+                    return rc;
+                slot = NULL;
+                break;
+            }
+            t = next;
+        }
+        if (!slot)
+            continue; /* fill took safepoints */
+        long at = bucket_find(o->kind, b, &p);
+        void *value = op_root(o, R_VALUE);
+        size_t keys = b ? bucket_keys(b) : 0, want;
+        switch (mode) {
+        case MODE_PUT:
+            if (at >= 0 && (flags & HEAPD_MAP_IF_ABSENT))
+                return -EEXIST;
+            if (at < 0 && (flags & HEAPD_MAP_IF_PRESENT))
+                return -ENOENT;
+            if (at >= 0 && coll_load(&((void **)b)[2 * at + 1]) == value)
+                return 1;
+            want = at >= 0 ? keys : keys + 1;
+            break;
+        case MODE_REPLACE:
+            if (at < 0)
+                return -ENOENT;
+            if (coll_load(&((void **)b)[2 * at + 1]) != expected)
+                return -EAGAIN;
+            want = keys;
+            break;
+        default:
+            if (at < 0)
+                return -ENOENT;
+            want = keys - 1;
+            break;
+        }
+        if (at < 0 && !key) { /* a *_str insert: make the key now */
+            o->pre = NULL;
+            void *s = heapd_str_new(o->m, bytes, len);
+            if (!s)
+                return -errno;
+            heapd_root_set(o->m, o->root + R_KEY, s);
+            continue;
+        }
+        void *nb;
+        if (want == 0) {
+            nb = coll_load(&((void **)map)[MAP_EMPTY]);
+        } else {
+            if (!o->pre || o->pre_keys != want) {
+                int rc = op_alloc(o, want);
+                if (rc)
+                    return rc;
+                continue;
+            }
+            nb = o->pre;
+            size_t j = 0;
+            for (size_t e = 0; e < keys; e++) {
+                if ((long)e == at && mode == MODE_DELETE)
+                    continue;
+                copy_entry(o, b, e, j);
+                if ((long)e == at) /* the new value (DESIRED for replace) */
+                    heapd_write(o->m, nb, &((void **)nb)[2 * j + 1], value);
+                j++;
+            }
+            if (at < 0) {
+                heapd_write(o->m, nb, &((void **)nb)[2 * j], key);
+                heapd_write(o->m, nb, &((void **)nb)[2 * j + 1], value);
+                bucket_meta(nb)->hash[j] = p.hash;
+            }
+        }
+        coll_stop_in("map.update.built");
+        if (!heapd_cas(o->m, t, slot, b, nb))
+            continue;
+        if (nb == o->pre)
+            o->pre = NULL;
+        if (mode == MODE_DELETE) {
+            atomic_fetch_sub(&map_meta(map)->count, 1);
+            return 0;
+        }
+        if (at >= 0)
+            return mode == MODE_PUT; /* 1: replaced; replace's 0 */
+        atomic_fetch_add(&map_meta(map)->count, 1);
+        int rc = maybe_grow(o);
+        return rc ? rc : 0;
+    }
+}
+
+/* Push the op's roots, run it, pop them. */
+static int run_op(heapd_mutator *m, void *map, void *key, void *value,
+                  enum op_mode mode, unsigned flags, const void *bytes,
+                  size_t len, void *expected)
+{
+    struct op o = {.m = m, .kind = map_meta(map)->kind};
+    /* all at once: Note [Pushing roots without a safepoint] */
+    void *refs[R_COUNT] = {[R_MAP] = map, [R_KEY] = key, [R_VALUE] = value};
+    o.root = mutator_roots_push(m, refs, R_COUNT);
+    if (o.root == (size_t)-1)
+        return -errno;
+    int rc = update(&o, mode, flags, bytes, len, expected);
+    heapd_root_pop(m, R_COUNT);
+    return rc;
+}
+
+static int check_map(void *map, const char *call)
+{
+    if (!heapd_is_map(map))
+        return client_set_error(-EINVAL, "%s: MAP is not a map made by "
+                                "heapd_map_new", call);
+    return 0;
+}
+
+int heapd_map_put(heapd_mutator *m, void *map, void *key, void *value,
+                  unsigned flags)
+{
+    int rc = check_map(map, "heapd_map_put");
+    if (rc)
+        return rc;
+    if (!value)
+        return client_set_error(-EINVAL, "heapd_map_put: VALUE is NULL "
+                                "(heapd_map_delete removes a key)");
+    if (flags & ~(HEAPD_MAP_IF_ABSENT | HEAPD_MAP_IF_PRESENT) ||
+        flags == (HEAPD_MAP_IF_ABSENT | HEAPD_MAP_IF_PRESENT))
+        return client_set_error(-EINVAL, "heapd_map_put: flags 0x%x: "
+                                "HEAPD_MAP_IF_ABSENT or HEAPD_MAP_IF_PRESENT, "
+                                "not both", flags);
+    if ((rc = check_key(m, map_meta(map)->kind, &key, "heapd_map_put")))
+        return rc;
+    return run_op(m, map, key, value, MODE_PUT, flags, NULL, 0, NULL);
+}
+
+int heapd_map_put_str(heapd_mutator *m, void *map, const void *bytes,
+                      size_t len, void *value, unsigned flags)
+{
+    int rc = check_map(map, "heapd_map_put_str");
+    if (rc)
+        return rc;
+    if (map_meta(map)->kind != HEAPD_MAP_STR)
+        return client_set_error(-EINVAL, "heapd_map_put_str: the map's "
+                                "keys are not strings (HEAPD_MAP_STR)");
+    if (!value || (!bytes && len) || len > HEAPD_STR_MAX ||
+        flags & ~(HEAPD_MAP_IF_ABSENT | HEAPD_MAP_IF_PRESENT) ||
+        flags == (HEAPD_MAP_IF_ABSENT | HEAPD_MAP_IF_PRESENT))
+        return client_set_error(-EINVAL, "heapd_map_put_str: %s",
+                                !value ? "VALUE is NULL"
+                                : (!bytes && len) ? "BYTES is NULL"
+                                : len > HEAPD_STR_MAX ? "the key is longer "
+                                                        "than HEAPD_STR_MAX"
+                                                      : "bad flags");
+    return run_op(m, map, NULL, value, MODE_PUT, flags, bytes, len, NULL);
+}
+
+int heapd_map_replace(heapd_mutator *m, void *map, void *key,
+                      void *expected, void *desired)
+{
+    int rc = check_map(map, "heapd_map_replace");
+    if (rc)
+        return rc;
+    if (!expected || !desired)
+        return client_set_error(-EINVAL, "heapd_map_replace: EXPECTED and "
+                                "DESIRED are values, not NULL");
+    if ((rc = check_key(m, map_meta(map)->kind, &key, "heapd_map_replace")))
+        return rc;
+    /* a stale young address of a published value means its copy */
+    if (heapd_is_young(m, expected))
+        expected = heapd_publish(m, expected);
+    /* EXPECTED needs no root: it is only compared, never stored */
+    return run_op(m, map, key, desired, MODE_REPLACE, 0, NULL, 0, expected);
+}
+
+int heapd_map_delete(heapd_mutator *m, void *map, const void *key)
+{
+    int rc = check_map(map, "heapd_map_delete");
+    if (rc)
+        return rc;
+    void *k = (void *)key;
+    if ((rc = check_key(m, map_meta(map)->kind, &k, "heapd_map_delete")))
+        return rc;
+    return run_op(m, map, k, NULL, MODE_DELETE, 0, NULL, 0, NULL);
+}
+
+int heapd_map_delete_str(heapd_mutator *m, void *map, const void *bytes,
+                         size_t len)
+{
+    int rc = check_map(map, "heapd_map_delete_str");
+    if (rc)
+        return rc;
+    if (map_meta(map)->kind == HEAPD_MAP_IDENTITY || (!bytes && len))
+        return client_set_error(-EINVAL, "heapd_map_delete_str: %s",
+                                (!bytes && len) ? "BYTES is NULL"
+                                                : "an IDENTITY map has no "
+                                                  "keys by bytes");
+    /* delete never makes the key: R_KEY stays NULL */
+    return run_op(m, map, NULL, NULL, MODE_DELETE, 0, bytes, len, NULL);
+}
+
+/* ---- making one ---- */
+
+static void *new_bucket0(heapd_mutator *m, uint32_t flags)
+{
+    void *b = heapd_alloc_shared(m, 0, sizeof(struct bucket_meta));
+    if (b) {
+        struct bucket_meta *bm = COLL_META(struct bucket_meta, b, 0);
+        bm->tag = COLL_TAG_BUCKET;
+        bm->flags = flags;
+    }
+    return b;
+}
+
+void *heapd_map_new(heapd_mutator *m, unsigned kind, size_t capacity)
+{
+    if (kind > HEAPD_MAP_IDENTITY) {
+        client_set_error(-EINVAL, "heapd_map_new: unknown kind %u: "
+                         "HEAPD_MAP_STR, HEAPD_MAP_BYTES or "
+                         "HEAPD_MAP_IDENTITY", kind);
+        errno = EINVAL;
+        return NULL;
+    }
+    uint64_t n = MAP_MIN_SLOTS;
+    while (n < capacity && n < MAP_MAX_SLOTS)
+        n *= 2;
+    void *map = heapd_alloc_shared(m, MAP_NREFS, sizeof(struct map_meta));
+    if (!map)
+        return NULL;
+    struct map_meta *mm = map_meta(map);
+    mm->tag = COLL_TAG_MAP;
+    mm->kind = kind;
+    size_t root = heapd_root_push(m, map);
+    if (root == (size_t)-1)
+        return NULL;
+    void *out = NULL;
+    void *t = heapd_alloc_shared(m, n + 1, sizeof(struct table_meta));
+    if (!t)
+        goto out;
+    struct table_meta *tm = COLL_META(struct table_meta, t, n + 1);
+    tm->tag = COLL_TAG_TABLE;
+    tm->n = n;
+    map = heapd_root_get(m, root);
+    heapd_write(m, map, &((void **)map)[MAP_TABLE], t);
+    void *b = new_bucket0(m, 0);
+    if (!b)
+        goto out;
+    map = heapd_root_get(m, root);
+    heapd_write(m, map, &((void **)map)[MAP_EMPTY], b);
+    if (!(b = new_bucket0(m, BUCKET_FROZEN)))
+        goto out;
+    map = heapd_root_get(m, root);
+    heapd_write(m, map, &((void **)map)[MAP_FROZEN_EMPTY], b);
+    out = map;
+out:
+    {
+        int e = errno;
+        heapd_root_pop(m, 1);
+        errno = e;
+    }
+    return out;
+}
+
+/* ---- iteration ---- */
+
+int heapd_map_iter_begin(heapd_mutator *m, void *map, heapd_map_iter *it)
+{
+    int rc = check_map(map, "heapd_map_iter_begin");
+    if (rc)
+        return rc;
+    /* finish a resize under way: then every frozen slot the iteration
+     * meets was frozen after it began, and holds what the slot held then
+     * (Note [Map iteration]) */
+    struct op o = {.m = m, .kind = map_meta(map)->kind};
+    void *refs[R_COUNT] = {[R_MAP] = map};
+    o.root = mutator_roots_push(m, refs, R_COUNT);
+    if (o.root == (size_t)-1)
+        return -errno;
+    for (;;) {
+        void *t = coll_load(&((void **)op_root(&o, R_MAP))[MAP_TABLE]);
+        if (!coll_load(&((void **)t)[0]))
+            break;
+        if ((rc = help_resize(&o, t)))
+            goto out;
+    }
+    /* the two iteration roots replace the op's: the table, the bucket */
+    map = op_root(&o, R_MAP);
+    heapd_root_set(m, o.root, coll_load(&((void **)map)[MAP_TABLE]));
+    heapd_root_set(m, o.root + 1, NULL);
+    heapd_root_pop(m, R_COUNT - 2);
+    void *t = heapd_root_get(m, o.root);
+    *it = (heapd_map_iter){.m = m, .root = o.root, .bucket = 0, .pos = 0,
+                           .nbuckets = nrefs_of(t) - 1};
+    return 0;
+out:
+    heapd_root_pop(m, heapd_root_depth(m) - o.root);
+    return rc;
+}
+
+/* Note [Map iteration]
+ * ~~~~~~~~~~~~~~~~~~~~
+ * The iteration reads the slots of the table that was the map's when it
+ * began, in order, each once, and takes each slot's bucket whole (held
+ * in a root while its keys are handed out).  A key lives in exactly one
+ * slot of a table, so no key is seen twice.  A key that is in the map for
+ * the whole iteration is in its slot's bucket when the slot is read:
+ * either the slot is live then, or it was frozen during the iteration
+ * (begin finished any earlier resize) and the frozen copy holds what the
+ * slot held at that moment. */
+bool heapd_map_iter_next(heapd_map_iter *it, void **key, void **value)
+{
+    for (;;) {
+        void *b = heapd_root_get(it->m, it->root + 1);
+        if (b && it->pos < bucket_keys(b)) {
+            *key = coll_load(&((void **)b)[2 * it->pos]);
+            *value = coll_load(&((void **)b)[2 * it->pos + 1]);
+            it->pos++;
+            return true;
+        }
+        if (it->bucket >= it->nbuckets)
+            return false;
+        void *t = heapd_root_get(it->m, it->root);
+        b = coll_load(&table_slots(t)[it->bucket]);
+        it->bucket++;
+        it->pos = 0;
+        heapd_root_set(it->m, it->root + 1, b);
+    }
+}
+
+void heapd_map_iter_end(heapd_map_iter *it)
+{
+    heapd_root_pop(it->m, heapd_root_depth(it->m) - it->root);
+}
+
+/* ---- the invariant checker ---- */
+
+/* Note [Map invariants], checked by heapd_map_verify (the tests call it
+ * after every kill):
+ *   - the map's table has no next, or a next of twice its slots with
+ *     has_prev; slot counts are powers of two;
+ *   - every bucket is tagged, and a frozen one sits only in a table with
+ *     a next;
+ *   - every key of a live (not frozen) bucket hashes to that slot, and
+ *     its stored hash is its hash; no key is in the map twice, and no key
+ *     or value is NULL.
+ * It returns the number of keys, which heapd_map_count equals when no
+ * operation is under way (a death mid-insert may leave the count off). */
+int heapd_map_verify(const void *obj)
+{
+    void *map = (void *)obj;
+    if (!heapd_is_map(map))
+        return client_set_error(-EINVAL, "heapd_map_verify: not a map");
+    unsigned kind = map_meta(map)->kind;
+    void *t = coll_load(&((void **)map)[MAP_TABLE]);
+    void *next = coll_load(&((void **)t)[0]);
+    size_t n = nrefs_of(t) - 1, found = 0;
+    if (n == 0 || (n & (n - 1)) || table_meta(t)->tag != COLL_TAG_TABLE)
+        return client_set_error(-EUCLEAN, "map %p: its table has %zu slots",
+                                map, n);
+    if (next && (nrefs_of(next) - 1 != 2 * n || !table_meta(next)->has_prev))
+        return client_set_error(-EUCLEAN, "map %p: the next table is not "
+                                "twice the size", map);
+    /* every key once, through the slots of the newest table: an unfilled
+     * one's keys are in the old table's bucket, which lookup reads */
+    size_t span = next ? 2 * n : n;
+    void *tt = next ? next : t;
+    for (size_t i = 0; i < span; i++) {
+        void *b = coll_load(&table_slots(tt)[i]);
+        if (frozen(b))
+            return client_set_error(-EUCLEAN, "map %p: a frozen bucket in "
+                                    "the newest table", map);
+        bool old = !b; /* the old table's, shared by two new slots */
+        if (old)
+            b = lookup_bucket(map, i);
+        if (!b)
+            continue;
+        if (bucket_meta(b)->tag != COLL_TAG_BUCKET || nrefs_of(b) % 2)
+            return client_set_error(-EUCLEAN, "map %p: slot %zu holds "
+                                    "something that is not a bucket",
+                                    map, i);
+        size_t k = bucket_keys(b);
+        for (size_t e = 0; e < k; e++) {
+            void *key = coll_load(&((void **)b)[2 * e]);
+            void *val = coll_load(&((void **)b)[2 * e + 1]);
+            uint64_t h = bucket_meta(b)->hash[e];
+            if (!key || !val)
+                return client_set_error(-EUCLEAN, "map %p: slot %zu entry "
+                                        "%zu has a NULL key or value",
+                                        map, i, e);
+            if ((h & (span - 1)) != i) {
+                if (old)
+                    continue; /* the other new slot's half */
+                return client_set_error(-EUCLEAN, "map %p: a key of hash "
+                                        "%016llx in slot %zu", map,
+                                        (unsigned long long)h, i);
+            }
+            if (kind == HEAPD_MAP_STR && !heapd_is_str(key))
+                return client_set_error(-EUCLEAN, "map %p: a key that is "
+                                        "not a string", map);
+            struct probe p;
+            probe_key(&p, kind, key);
+            if (p.hash != h)
+                return client_set_error(-EUCLEAN, "map %p: slot %zu entry "
+                                        "%zu: stored hash %016llx, key's "
+                                        "%016llx", map, i, e,
+                                        (unsigned long long)h,
+                                        (unsigned long long)p.hash);
+            if (bucket_find(kind, b, &p) != (long)e)
+                return client_set_error(-EUCLEAN, "map %p: a key twice in "
+                                        "slot %zu", map, i);
+            found++;
+        }
+    }
+    return (int)(found > INT32_MAX ? INT32_MAX : found);
+}

@@ -1,0 +1,252 @@
+/* The multi-producer multi-consumer queue shared by processes
+ * (heapd_collections.h).
+ *
+ * Note [Shared queue]
+ * ~~~~~~~~~~~~~~~~~~~
+ * A queue is a linked list of nodes (refs: next, value) with a head and a
+ * tail reference in the queue object: the lock-free queue of Michael and
+ * Scott ("Simple, Fast, and Practical Non-Blocking and Blocking Concurrent
+ * Queue Algorithms"), which a garbage collector makes simple:
+ *   - the head node is a dummy; a value is in the node after it.  A push
+ *     links a new node after the last (compare-and-swap of its NULL
+ *     next), then swings the tail to it; a pop swings the head to the
+ *     node after it and takes that node's value;
+ *   - the tail may lag the last node by one: whoever sees it lag moves
+ *     it on before doing anything else.  So a pusher killed between its
+ *     link and its swing leaves a queue that works (Note [Collections
+ *     survive a kill] in client/map.c);
+ *   - a node is never reused while anyone holds it: a process that loaded
+ *     the head holds it in a C local until its compare-and-swap, with no
+ *     safepoint in between, and the collector frees nothing a mutator
+ *     holds before its next safepoint.  That is what the paper's counted
+ *     pointers are for; here there is no ABA and nothing to free;
+ *   - a popped value is cleared from the node it leaves (now the dummy),
+ *     so the queue does not keep it alive.
+ *
+ * Note [Waiting for a value]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * heapd_queue_pop_wait sleeps on a futex word in the queue object (the
+ * heap is a MAP_SHARED mapping, so a futex there is shared by processes).
+ * A waiter reads the word, counts itself in `waiters`, tries the pop again
+ * (a push between the first try and the count is seen there), then
+ * sleeps while the word is unchanged.  A push adds one to the word after
+ * linking its node, and wakes every sleeper if `waiters` is not zero.
+ * The sleep is a blocking region (heapd_blocking_enter): a collection
+ * never waits for a consumer that waits for a value.  The queue is on the
+ * waiter's root stack while it sleeps, so the word stays where it is.  A
+ * waiter killed while counted leaves `waiters` one too high: pushes then
+ * make a futex wake call that wakes nobody, nothing worse.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "coll.h"
+#include "errors.h"
+#include "futex.h"
+#include "mutator.h"
+
+enum { Q_HEAD, Q_TAIL, Q_NREFS };
+enum { N_NEXT, N_VALUE, N_NREFS };
+
+struct queue_meta {
+    uint32_t tag;
+    _Atomic uint32_t seq;       /* the futex word */
+    _Atomic uint32_t waiters;
+    uint32_t unused;
+    _Atomic uint64_t pushed;
+    _Atomic uint64_t popped;
+};
+
+struct node_meta {
+    uint32_t tag;
+    uint32_t unused;
+};
+
+static inline struct queue_meta *queue_meta(void *q)
+{
+    return COLL_META(struct queue_meta, q, Q_NREFS);
+}
+
+bool heapd_is_queue(const void *obj)
+{
+    return obj && heapd_nrefs(obj) == Q_NREFS &&
+           heapd_nbytes(obj) == sizeof(struct queue_meta) &&
+           queue_meta((void *)obj)->tag == COLL_TAG_QUEUE;
+}
+
+static void *new_node(heapd_mutator *m)
+{
+    void *n = heapd_alloc_shared(m, N_NREFS, sizeof(struct node_meta));
+    if (n)
+        COLL_META(struct node_meta, n, N_NREFS)->tag = COLL_TAG_NODE;
+    return n;
+}
+
+void *heapd_queue_new(heapd_mutator *m)
+{
+    void *q = heapd_alloc_shared(m, Q_NREFS, sizeof(struct queue_meta));
+    if (!q)
+        return NULL;
+    queue_meta(q)->tag = COLL_TAG_QUEUE;
+    size_t root = heapd_root_push(m, q);
+    if (root == (size_t)-1)
+        return NULL;
+    void *out = NULL;
+    void *d = new_node(m);
+    if (d) {
+        q = heapd_root_get(m, root);
+        heapd_write(m, q, &((void **)q)[Q_HEAD], d);
+        heapd_write(m, q, &((void **)q)[Q_TAIL], d);
+        out = q;
+    }
+    int e = errno;
+    heapd_root_pop(m, 1);
+    errno = e;
+    return out;
+}
+
+int heapd_queue_push(heapd_mutator *m, void *queue, void *value)
+{
+    if (!heapd_is_queue(queue) || !value)
+        return client_set_error(-EINVAL, "heapd_queue_push: %s",
+                                value ? "QUEUE is not a queue made by "
+                                        "heapd_queue_new"
+                                      : "VALUE is NULL");
+    /* both at once: Note [Pushing roots without a safepoint] in
+     * client/mutator.c */
+    void *refs[2] = {queue, value};
+    size_t root = mutator_roots_push(m, refs, 2);
+    if (root == (size_t)-1)
+        return -errno;
+    int rc = 0;
+    void *node = new_node(m);
+    if (!node) {
+        rc = -errno;
+        goto out;
+    }
+    void **q = heapd_root_get(m, root);
+    /* a young value is published here, before the node is linked */
+    heapd_write(m, node, &((void **)node)[N_VALUE],
+                heapd_root_get(m, root + 1));
+    for (;;) {
+        void **tail = coll_load(&q[Q_TAIL]);
+        void *next = coll_load(&tail[N_NEXT]);
+        if (tail != coll_load(&q[Q_TAIL]))
+            continue;
+        if (next) { /* the tail lags: move it on */
+            heapd_cas(m, q, &q[Q_TAIL], tail, next);
+            continue;
+        }
+        if (heapd_cas(m, tail, &tail[N_NEXT], NULL, node)) {
+            coll_stop_in("queue.push.linked");
+            heapd_cas(m, q, &q[Q_TAIL], tail, node);
+            break;
+        }
+    }
+    struct queue_meta *qm = queue_meta(q);
+    atomic_fetch_add(&qm->pushed, 1);
+    atomic_fetch_add(&qm->seq, 1); /* Note [Waiting for a value] */
+    if (atomic_load(&qm->waiters))
+        futex_wake_all(&qm->seq);
+out:
+    heapd_root_pop(m, 2);
+    return rc;
+}
+
+void *heapd_queue_pop(heapd_mutator *m, void *queue)
+{
+    if (!heapd_is_queue(queue)) {
+        client_set_error(-EINVAL, "heapd_queue_pop: QUEUE is not a queue "
+                         "made by heapd_queue_new");
+        errno = EINVAL;
+        return NULL;
+    }
+    void **q = queue;
+    for (;;) {
+        void **head = coll_load(&q[Q_HEAD]);
+        void **tail = coll_load(&q[Q_TAIL]);
+        void **next = coll_load(&head[N_NEXT]);
+        if (head != coll_load(&q[Q_HEAD]))
+            continue;
+        if (head == tail) {
+            if (!next) {
+                errno = EAGAIN;
+                return NULL;
+            }
+            heapd_cas(m, q, &q[Q_TAIL], tail, next); /* it lags */
+            continue;
+        }
+        void *value = coll_load(&next[N_VALUE]);
+        if (!heapd_cas(m, q, &q[Q_HEAD], head, next))
+            continue;
+        coll_stop_in("queue.pop.taken");
+        /* NEXT is the dummy now: it must not keep VALUE alive */
+        heapd_write(m, next, &next[N_VALUE], NULL);
+        atomic_fetch_add(&queue_meta(q)->popped, 1);
+        return value;
+    }
+}
+
+void *heapd_queue_pop_wait(heapd_mutator *m, void *queue, unsigned timeout_ms)
+{
+    uint64_t deadline = timeout_ms ? futex_now_ns() + timeout_ms * 1000000ull
+                                   : 0;
+    for (;;) {
+        void *v = heapd_queue_pop(m, queue);
+        if (v || errno != EAGAIN)
+            return v;
+        if (mutator_orphaned(m)) { /* Note [A dead daemon] */
+            client_set_error(HEAPD_ECLOSED, "heapd_queue_pop_wait: the "
+                             "connection to heapd is gone");
+            errno = EPIPE;
+            return NULL;
+        }
+        uint64_t now = futex_now_ns();
+        if (deadline && now >= deadline) {
+            errno = ETIMEDOUT;
+            return NULL;
+        }
+        /* Note [Waiting for a value] */
+        struct queue_meta *qm = queue_meta(queue);
+        uint32_t seq = atomic_load(&qm->seq);
+        atomic_fetch_add(&qm->waiters, 1);
+        if ((v = heapd_queue_pop(m, queue))) {
+            atomic_fetch_sub(&qm->waiters, 1);
+            return v;
+        }
+        size_t root = heapd_root_push(m, queue);
+        if (root == (size_t)-1) {
+            int e = errno;
+            atomic_fetch_sub(&qm->waiters, 1);
+            errno = e;
+            return NULL;
+        }
+        queue = heapd_root_get(m, root);
+        qm = queue_meta(queue);
+        coll_stop_in("queue.pop_wait.waiting");
+        heapd_blocking_enter(m);
+        futex_wait(&qm->seq, seq, deadline ? deadline - now : 0);
+        heapd_blocking_leave(m);
+        atomic_fetch_sub(&qm->waiters, 1);
+        queue = heapd_root_get(m, root);
+        /* the pop's safepoint comes before the slot goes: QUEUE stays
+         * valid until the next one */
+        heapd_root_pop(m, 1);
+        if (mutator_orphaned(m)) {
+            client_set_error(HEAPD_ECLOSED, "heapd_queue_pop_wait: the "
+                             "connection to heapd is gone");
+            errno = EPIPE;
+            return NULL;
+        }
+    }
+}
+
+size_t heapd_queue_length(const void *queue)
+{
+    if (!heapd_is_queue(queue))
+        return 0;
+    struct queue_meta *qm = queue_meta((void *)queue);
+    uint64_t popped = atomic_load(&qm->popped);
+    uint64_t pushed = atomic_load(&qm->pushed);
+    return pushed > popped ? (size_t)(pushed - popped) : 0;
+}
