@@ -4,10 +4,10 @@
  * fork (a client is never used across fork), attaches a mutator and finds
  * the map by its global name "demo.map": the first worker creates it with
  * heapd_global_once, the others wait for it and get the same object at the
- * same address.  The map is a table object of MAP_BUCKETS reference fields;
- * each bucket is a chain of entry objects (next, key, value) and keys and
- * values are string objects.  The workers replace values all the time, so
- * old values become garbage, and heapd collects it while they work.
+ * same address.  The map is libheapd's concurrent hash map
+ * (heapd_collections.h), keys and values are its strings.  The workers
+ * replace values all the time, so old values become garbage, and heapd
+ * collects it while they work.
  *
  *   phase 1  all workers update the map; the parent prints heapd_stats
  *   phase 2  the parent SIGKILLs one worker in the middle of its updates;
@@ -40,17 +40,16 @@
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * The example follows Note [Client GC discipline] in heapd.h: what was
  * reachable from a root at a mutator's last safepoint stays valid until its
- * next one.  Entries are never unlinked, so the table (a global) and every
- * entry stay reachable for good, and C pointers to them are safe at any
- * time.  A new string or entry is held in a C local only until the next
- * safepoint: either it is stored into the map (heapd_write / heapd_cas)
- * before that, or it is pushed on the root stack (which stores the root
- * before its safepoint) and stays there until it is stored.  Roots are
- * popped only after the store, because heapd_root_pop is a safepoint too.
- * scripts/demo runs heapd with verify = true, which checks after every
- * cycle that everything reachable is allocated and logs what is not (as
- * verify_failures), and the map checks here would see a damaged string: a
- * demo run of about 100 cycles and 12 million updates shows neither.
+ * next one.  The map is a global's target, so a C pointer to it stays
+ * valid for good.  A new value string is handed straight to
+ * heapd_map_put_str, which keeps what it is handed alive.  A value a
+ * lookup returns is used before the next safepoint (heapd_map_get_str is
+ * not one), even when another worker replaces it meanwhile: the map's
+ * Note [Shared map] says why that is safe.  scripts/demo runs heapd with
+ * verify = true, which checks after every cycle that everything reachable
+ * is allocated and logs what is not (as verify_failures), and the map
+ * checks here would see a damaged string: a demo run of about 100 cycles
+ * and 12 million updates shows neither.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -67,9 +66,9 @@
 #include <unistd.h>
 
 #include "heapd.h"
+#include "heapd_collections.h"
 
 #define MAP_NAME "demo.map"
-#define MAP_BUCKETS 64
 #define MAP_KEYS 256            /* shared keys "k000" .. "k255" */
 #define MAX_WORKERS 8           /* each also owns a key "worker-N" */
 #define BATCH 2000              /* updates between two looks at the parent */
@@ -79,136 +78,36 @@
 #define CRASH_TIMEOUT_S 10
 #define STOP_TIMEOUT_S 20
 
-/* An entry of a bucket's chain: three reference fields, no raw bytes. */
-struct entry {
-    void *next;     /* the next entry of the chain, or NULL */
-    void *key;      /* a string object, never changed */
-    void *value;    /* a string object, replaced with heapd_write */
-};
-#define ENTRY_NREFS 3
-
 /* ---- the map ---- */
 
-/* Reference fields are written by other processes: load them with acquire
- * (heapd_write stores with release), so what they point to is seen
- * initialised. */
-static void *load_ref(void **field)
-{
-    return __atomic_load_n(field, __ATOMIC_ACQUIRE);
-}
-
-static unsigned bucket_of(const char *key)
-{
-    uint32_t h = 2166136261u;           /* FNV-1a */
-
-    for (; *key; key++)
-        h = (h ^ (unsigned char)*key) * 16777619u;
-    return h % MAP_BUCKETS;
-}
-
-/* A new string object holding S.  Only a C local refers to it: the caller
- * roots or stores it before its next safepoint. */
-static void *string_new(heapd_mutator *m, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    void *obj = heapd_alloc(m, 0, n);
-
-    if (obj)
-        memcpy(heapd_bytes(obj), s, n);
-    return obj;
-}
-
-static struct entry *chain_find(struct entry *e, const char *key)
-{
-    for (; e; e = load_ref(&e->next))
-        if (strcmp(heapd_bytes(load_ref(&e->key)), key) == 0)
-            return e;
-    return NULL;
-}
-
-/* heapd_global_once's initialiser: the table goes from heapd_alloc straight
- * into the global, with no safepoint in between. */
+/* heapd_global_once's initialiser: the map goes from heapd_map_new
+ * straight into the global, with no safepoint in between. */
 static void *map_create(heapd_mutator *m, void *arg)
 {
-    void *table = heapd_alloc(m, MAP_BUCKETS, 0);
+    void *map = heapd_map_new(m, HEAPD_MAP_STR, MAP_KEYS + MAX_WORKERS);
 
-    if (table)
+    if (map)
         *(bool *)arg = true;
-    return table;
+    return map;
 }
 
 /* Set KEY to a new string VAL.  Returns 0, or -errno with a message on
  * stderr.  See Note [Shared map GC discipline]. */
-static int map_put(heapd_mutator *m, void **table, const char *key,
+static int map_put(heapd_mutator *m, void *map, const char *key,
                    const char *val, const char *who)
 {
-    void **head = &table[bucket_of(key)];
-    size_t base = heapd_root_depth(m);
-    struct entry *e, *found;
-    void *v, *k, *first;
-    const char *what;
-    int rc = 0;
+    const char *what = "heapd_str_new (value)";
+    void *v = heapd_str_new(m, val, strlen(val));
+    int rc = v ? 0 : -errno;
 
-    if (!(v = string_new(m, val))) {
-        what = "heapd_alloc (value)";
-        goto fail;
+    if (v) {
+        what = "heapd_map_put_str";
+        rc = heapd_map_put_str(m, map, key, strlen(key), v, 0);
     }
-    /* an existing key: V is stored before any safepoint, and the value it
-     * replaces is garbage from now on */
-    if ((found = chain_find(load_ref(head), key))) {
-        heapd_write(m, found, &found->value, v);
+    if (rc >= 0)
         return 0;
-    }
-    /* a new key: V, K and the entry are rooted while the entry is built
-     * and linked */
-    if (heapd_root_push(m, v) == (size_t)-1) {
-        what = "heapd_root_push";
-        goto fail;
-    }
-    if (!(k = string_new(m, key))) {
-        what = "heapd_alloc (key)";
-        goto fail;
-    }
-    if (heapd_root_push(m, k) == (size_t)-1) {
-        what = "heapd_root_push";
-        goto fail;
-    }
-    if (!(e = heapd_alloc(m, ENTRY_NREFS, 0))) {
-        what = "heapd_alloc (entry)";
-        goto fail;
-    }
-    if (heapd_root_push(m, e) == (size_t)-1) {
-        what = "heapd_root_push";
-        goto fail;
-    }
-    /* for a young mutator (--bench --young) V and K may have moved at the
-     * allocations since they were rooted: read them back (Note [Young
-     * objects, for the program] in heapd.h); for any other, a no-op */
-    v = heapd_root_get(m, base);
-    k = heapd_root_get(m, base + 1);
-    /* entries are only ever added at a chain's head, so a failed CAS
-     * means "look again" */
-    heapd_write(m, e, &e->key, k);
-    heapd_write(m, e, &e->value, v);
-    for (;;) {
-        first = load_ref(head);
-        if ((found = chain_find(first, key))) {
-            /* another worker added KEY meanwhile; E becomes garbage */
-            heapd_write(m, found, &found->value, v);
-            break;
-        }
-        heapd_write(m, e, &e->next, first);
-        if (heapd_cas(m, table, head, first, e))
-            break;
-    }
-    goto out;
-fail:
-    rc = -errno;
     fprintf(stderr, "%s: %s failed for key %s: %s\n", who, what, key,
-            strerror(errno));
-out:
-    /* everything rooted here is stored in the map (or garbage) by now */
-    heapd_root_pop(m, heapd_root_depth(m) - base);
+            heapd_last_error());
     return rc;
 }
 
@@ -221,26 +120,14 @@ struct map_report {
     char problem[200];                  /* the first problem, "" if none */
 };
 
-static bool in_heap(heapd_client *c, const void *p)
+/* The text of string S, or NULL if S is not one. */
+static const char *string_text(void *s)
 {
-    uintptr_t b = (uintptr_t)heapd_heap_base(c), a = (uintptr_t)p;
-
-    return a % 8 == 0 && a > b && a < b + heapd_heap_size(c);
-}
-
-/* The text of string object S, or NULL if S is not one. */
-static const char *string_text(heapd_client *c, void *s)
-{
-    const char *b;
-    size_t n;
-
-    if (!in_heap(c, s) || heapd_nrefs(s) != 0)
+    if (!heapd_is_str(s) || heapd_str_len(s) < 1 ||
+        heapd_str_len(s) >= STR_MAX ||
+        strlen(heapd_str_data(s)) != heapd_str_len(s))
         return NULL;
-    n = heapd_nbytes(s);
-    b = heapd_bytes(s);
-    if (n < 2 || n > STR_MAX || memchr(b, '\0', n) != b + n - 1)
-        return NULL;
-    return b;
+    return heapd_str_data(s);
 }
 
 /* KEY's index in report order: "kNNN", then "worker-N"; -1 if unknown.
@@ -278,58 +165,54 @@ static bool value_ok(int idx, const char *key, const char *val, int workers)
                   &end) == 2 && !val[klen + end] && w < (unsigned)workers;
 }
 
-/* Walk every chain of TABLE (no safepoint meanwhile) and check it: each
- * entry well-formed and in the right bucket, each expected key there once,
- * no other key.  Returns true if all is well; R says what was found. */
-static bool map_check(heapd_client *c, void **table, int workers,
+/* Check MAP: its invariants (heapd_map_verify), then every entry, by
+ * iteration: each well-formed, each expected key there once, no other
+ * key.  Returns true if all is well; R says what was found. */
+static bool map_check(heapd_mutator *m, void *map, int workers,
                       struct map_report *r)
 {
     bool seen[MAP_KEYS + MAX_WORKERS] = { false };
+    heapd_map_iter it;
+    void *k, *v;
+    int n;
 
     memset(r, 0, sizeof *r);
     r->expected = MAP_KEYS + (unsigned)workers;
-    for (unsigned b = 0; b < MAP_BUCKETS && !r->problem[0]; b++) {
-        unsigned len = 0;
-        for (struct entry *e = load_ref(&table[b]); e;
-             e = load_ref(&e->next)) {
-            const char *key, *val;
-            int idx;
-
-            if (!in_heap(c, e) || heapd_nrefs(e) != ENTRY_NREFS) {
-                snprintf(r->problem, sizeof r->problem, "bucket %u: entry "
-                         "%u at %p is not an entry object", b, len, (void *)e);
-                break;
-            }
-            if (++len > MAP_KEYS + MAX_WORKERS) {
-                snprintf(r->problem, sizeof r->problem, "bucket %u: the "
-                         "chain is longer than the number of keys", b);
-                break;
-            }
-            key = string_text(c, load_ref(&e->key));
-            val = string_text(c, load_ref(&e->value));
-            idx = key ? key_index(key) : -1;
-            if (idx < 0 || bucket_of(key) != b) {
-                snprintf(r->problem, sizeof r->problem, "bucket %u: "
-                         "unexpected or damaged key at %p", b, (void *)e);
-                break;
-            }
-            if (seen[idx]) {
-                snprintf(r->problem, sizeof r->problem, "key %s is in the "
-                         "map twice", key);
-                break;
-            }
-            seen[idx] = true;
-            if (!val || !value_ok(idx, key, val, workers)) {
-                snprintf(r->problem, sizeof r->problem, "key %s: the value "
-                         "is missing or not well-formed", key);
-                break;
-            }
-            if (idx < MAP_KEYS + workers)
-                r->keys++;
-            if (idx >= MAP_KEYS)
-                snprintf(r->progress[idx - MAP_KEYS], STR_MAX, "%s", val);
-        }
+    if ((n = heapd_map_verify(map)) < 0) {
+        snprintf(r->problem, sizeof r->problem, "%s", heapd_last_error());
+        return false;
     }
+    if ((n = heapd_map_iter_begin(m, map, &it)) < 0) {
+        snprintf(r->problem, sizeof r->problem, "heapd_map_iter_begin: %s",
+                 heapd_last_error());
+        return false;
+    }
+    while (heapd_map_iter_next(&it, &k, &v)) {
+        const char *key = string_text(k), *val = string_text(v);
+        int idx = key ? key_index(key) : -1;
+
+        if (idx < 0) {
+            snprintf(r->problem, sizeof r->problem, "an unexpected or "
+                     "damaged key at %p", k);
+            break;
+        }
+        if (seen[idx]) {
+            snprintf(r->problem, sizeof r->problem, "key %s is in the map "
+                     "twice", key);
+            break;
+        }
+        seen[idx] = true;
+        if (!val || !value_ok(idx, key, val, workers)) {
+            snprintf(r->problem, sizeof r->problem, "key %s: the value is "
+                     "missing or not well-formed", key);
+            break;
+        }
+        if (idx < MAP_KEYS + workers)
+            r->keys++;
+        if (idx >= MAP_KEYS)
+            snprintf(r->progress[idx - MAP_KEYS], STR_MAX, "%s", val);
+    }
+    heapd_map_iter_end(&it);
     if (!r->problem[0] && r->keys != r->expected)
         snprintf(r->problem, sizeof r->problem, "%u of %u keys missing",
                  r->expected - r->keys, r->expected);
@@ -358,7 +241,7 @@ static heapd_client *connect_as(const char *sock, const char *name)
 }
 
 /* Put the worker's own key, "worker-N" = "pid P, SEQ updates". */
-static int put_progress(heapd_mutator *m, void **table, const struct worker *w,
+static int put_progress(heapd_mutator *m, void *table, const struct worker *w,
                         uint64_t seq, const char *name)
 {
     char key[24], val[STR_MAX];
@@ -377,7 +260,7 @@ static int worker_main(const struct worker *w)
     struct map_report r;
     heapd_client *c;
     heapd_mutator *m = NULL;
-    void **table;
+    void *table;
     uint64_t seq = 0;
     bool created = false;
     int rc = 1, err;
@@ -440,7 +323,7 @@ static int worker_main(const struct worker *w)
         }
     }
 
-    if (!map_check(c, table, w->workers, &r)) {
+    if (!map_check(m, table, w->workers, &r)) {
         printf("  %s: FAILED: %s\n", name, r.problem);
         goto out;
     }
@@ -632,7 +515,7 @@ static bool final_check(heapd_client *c, int workers, int victim)
     struct map_report r;
     heapd_mutator *m = NULL;
     heapd_stats_t st;
-    void **table;
+    void *table;
     bool ok = false;
     int err;
 
@@ -651,7 +534,7 @@ static bool final_check(heapd_client *c, int workers, int victim)
         fprintf(stderr, "parent: global \"%s\" is not set\n", MAP_NAME);
         goto out;
     }
-    if (!map_check(c, table, workers, &r)) {
+    if (!map_check(m, table, workers, &r)) {
         printf("  parent: FAILED: %s\n", r.problem);
         goto out;
     }
@@ -708,7 +591,7 @@ static int bench_main(const char *sock, bool young, uint64_t ops)
     heapd_mutator *m = NULL;
     heapd_client *c;
     bool created = false;
-    void **table;
+    void *table;
     int rc = 1, err;
 
     if (!(c = connect_as(sock, "shared-map bench")))
@@ -750,16 +633,15 @@ static int bench_main(const char *sock, bool young, uint64_t ops)
                 goto out;
             updates++;
         } else {
-            /* no safepoint until the next update: the entry and its value
-             * stay valid (Note [Shared map GC discipline]) */
-            struct entry *e = chain_find(load_ref(&table[bucket_of(key)]),
-                                         key);
-            if (!e) {
+            /* no safepoint until the next update: the value stays valid
+             * (Note [Shared map GC discipline]) */
+            void *v = heapd_map_get_str(m, table, key, strlen(key));
+            if (!v) {
                 fprintf(stderr, "bench: key %s is missing from the map\n",
                         key);
                 goto out;
             }
-            found_bytes += strlen(heapd_bytes(load_ref(&e->value)));
+            found_bytes += heapd_str_len(v);
         }
     }
     t1 = bench_now_ns();
@@ -790,7 +672,7 @@ static int bench_main(const char *sock, bool young, uint64_t ops)
     /* not timed: the demo's own check of the map */
     if (put_progress(m, table, &self, seq, "bench") < 0)
         goto out;
-    if (!map_check(c, table, 1, &r)) {
+    if (!map_check(m, table, 1, &r)) {
         printf("bench: FAILED: %s\n", r.problem);
         goto out;
     }
@@ -874,8 +756,8 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    printf("phase 1: %d worker processes share a hash map in the heap "
-           "(%d buckets, %d keys + one per worker)\n", workers, MAP_BUCKETS,
+    printf("phase 1: %d worker processes share a concurrent hash map "
+           "(heapd_map) in the heap: %d keys + one per worker\n", workers,
            MAP_KEYS);
     fflush(stdout);
     /* every fork before the parent connects: a client is never used
