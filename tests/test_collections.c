@@ -399,6 +399,69 @@ START_TEST(map_kinds)
 }
 END_TEST
 
+/* A client that writes garbage into the raw bytes of a map (a stored
+ * hash, the map's kind) costs only that map: lookups find nothing where
+ * the bytes lie, heapd_map_verify names the damage, calls on a map whose
+ * kind is garbage are refused, and heapd and everything else are whole. */
+START_TEST(map_damaged_by_a_client)
+{
+    start();
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    size_t r = heapd_root_push(m, heapd_map_new(m, HEAPD_MAP_STR, 0));
+    for (unsigned i = 0; i < 100; i++)
+        ck_assert_int_eq(put_key(m, r, i, 1, 0), 0);
+    size_t other = heapd_root_push(m, heapd_map_new(m, HEAPD_MAP_STR, 0));
+    for (unsigned i = 0; i < 100; i++)
+        ck_assert_int_eq(put_key(m, other, i, 1, 0), 0);
+    /* the hash stored beside key 7: the bucket is the only object with
+     * two reference fields per key whose first key is key 7's string */
+    void *map = heapd_root_get(m, r);
+    void *v7 = heapd_map_get_str(m, map, "key:00000007", 12);
+    ck_assert_ptr_nonnull(v7);
+    void **t = ((void **)map)[0];
+    size_t n = heapd_nrefs(t) - 1;
+    bool hit = false;
+    for (size_t i = 0; i < n && !hit; i++) {
+        void **b = t[1 + i];
+        for (size_t e = 0; b && e < heapd_nrefs(b) / 2; e++)
+            if (b[2 * e + 1] == v7) {
+                uint64_t *hash = (uint64_t *)((char *)heapd_bytes(b) + 8);
+                hash[e] ^= 0x5a5a5a5a5a5a5a5aull; /* a raw store */
+                hit = true;
+            }
+    }
+    ck_assert(hit);
+    ck_assert_ptr_null(heapd_map_get_str(m, map, "key:00000007", 12));
+    ck_assert_int_eq(heapd_map_verify(map), -EUCLEAN);
+    ck_assert_msg(strstr(heapd_last_error(), "hash"), "verify said: %s",
+                  heapd_last_error());
+    /* the kind */
+    uint32_t *kind = (uint32_t *)heapd_bytes(map) + 1;
+    *kind = 0x77;
+    ck_assert(!heapd_is_map(map));
+    ck_assert_int_eq(put_key(m, r, 1, 2, 0), -EINVAL);
+    ck_assert_ptr_null(heapd_map_get_str(m, heapd_root_get(m, r),
+                                         "key:00000001", 12));
+    ck_assert_int_eq(errno, EINVAL);
+    /* the other map, and the heap, are whole */
+    harness_collect(m);
+    ck_assert_int_eq(heapd_map_verify(heapd_root_get(m, other)), 100);
+    for (unsigned i = 0; i < 100; i++) {
+        char k[32];
+        key_name(k, sizeof k, i);
+        ck_assert(value_ok(heapd_map_get_str(m, heapd_root_get(m, other), k,
+                                             strlen(k)), k, NULL));
+    }
+    heapd_root_pop(m, 2);
+    harness_expect_healthy(&D);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* ---- the map, several processes ---- */
 
 #define SHARED_KEYS 2000
@@ -1168,6 +1231,7 @@ static Suite *suite(void)
     tcase_add_test(t, strings);
     tcase_add_test(t, map_operations);
     tcase_add_test(t, map_kinds);
+    tcase_add_test(t, map_damaged_by_a_client);
     tcase_add_test(t, queue_operations);
     suite_add_tcase(s, t);
     t = tcase_create("concurrent");
