@@ -288,6 +288,26 @@ START_TEST(map_operations)
     ck_assert_int_eq(heapd_map_verify(heapd_root_get(m, r)), 0);
     heapd_root_pop(m, 3);
 
+    /* keys longer than what a bucket keeps of them, alike up to there */
+    const char *long1 = "a-long-key-with-a-shared-prefix:1";
+    const char *long2 = "a-long-key-with-a-shared-prefix:2";
+    ck_assert_int_eq(heapd_map_put_str(m, heapd_root_get(m, r), long1,
+                                       strlen(long1),
+                                       make_value(m, long1, 1), 0), 0);
+    ck_assert_int_eq(heapd_map_put_str(m, heapd_root_get(m, r), long2,
+                                       strlen(long2),
+                                       make_value(m, long2, 2), 0), 0);
+    map = heapd_root_get(m, r);
+    ck_assert(value_ok(heapd_map_get_str(m, map, long1, strlen(long1)),
+                       long1, &g) && g == 1);
+    ck_assert(value_ok(heapd_map_get_str(m, map, long2, strlen(long2)),
+                       long2, &g) && g == 2);
+    ck_assert_ptr_null(heapd_map_get_str(m, map, long1, strlen(long1) - 1));
+    ck_assert_int_eq(heapd_map_verify(map), 2);
+    ck_assert_int_eq(heapd_map_delete_str(m, map, long1, strlen(long1)), 0);
+    ck_assert_int_eq(heapd_map_delete_str(m, heapd_root_get(m, r), long2,
+                                          strlen(long2)), 0);
+
     /* it grows from 8 slots, through eleven resizes, with collections */
     enum { N = 20000 };
     for (unsigned i = 0; i < N; i++)
@@ -427,8 +447,11 @@ START_TEST(map_damaged_by_a_client)
         void **b = t[1 + i];
         for (size_t e = 0; b && e < heapd_nrefs(b) / 2; e++)
             if (b[2 * e + 1] == v7) {
-                uint64_t *hash = (uint64_t *)((char *)heapd_bytes(b) + 8);
-                hash[e] ^= 0x5a5a5a5a5a5a5a5aull; /* a raw store */
+                /* its record: 8 bytes of tag and flags, then 32 a key,
+                 * the hash first (Note [Shared map]) */
+                uint64_t *hash = (uint64_t *)((char *)heapd_bytes(b) + 8 +
+                                              32 * e);
+                *hash ^= 0x5a5a5a5a5a5a5a5aull; /* a raw store */
                 hit = true;
             }
     }
