@@ -1,0 +1,1291 @@
+/* cache_bench: a cache that every worker process reads and updates, on
+ * heapd's shared hash map, Redis, LMDB and a mutex-guarded shared table.
+ *
+ *   cache_bench --impl heapd|redis|redis_pipe|lmdb|mutex [--workers W]
+ *               [--update-pct U] [--ops N] [--keys N] [--batch B]
+ *               [--socket PATH] [--redis-socket PATH] [--dir PATH]
+ *               [--daemon-pid PID] [--sample-ms MS] [--quick]
+ *
+ * The workload: KEYS keys (100,000) of exactly 16 bytes ("key:" and 12
+ * digits), each with a 100-byte value.  The parent fills the store, then
+ * forks W workers; each opens the store for itself (a heapd client, a
+ * Redis connection, an LMDB environment do not survive fork), and all
+ * start together once every one is ready.  Each runs OPS operations on
+ * random keys (a per-worker xorshift, the same sequence for every
+ * implementation): U percent updates (replace the key's value with a new
+ * 100-byte value), the rest lookups (find the value, check its length,
+ * add its first and last byte to a checksum).  Values carry their key's
+ * digits: afterwards (not timed) the parent checks every key.
+ *
+ *   heapd       heapd_map_new(HEAPD_MAP_STR, KEYS) in a global; lookup
+ *               heapd_map_get_str + heapd_str_data (zero copy); update
+ *               heapd_str_new + heapd_map_put_str.  A lookup is not a
+ *               safepoint: a worker calls heapd_safepoint every 256
+ *               operations (Note [Client GC discipline] in heapd.h) and
+ *               waits for the start in a blocking region.
+ *   redis       Redis on its Unix socket (hiredis): GET / SET, one command
+ *               then its reply.
+ *   redis_pipe  the same, BATCH (16) commands appended, then their replies;
+ *               each operation's latency is the batch's time / its size.
+ *   lmdb        a fresh directory on /dev/shm (--dir), MDB_NOSYNC |
+ *               MDB_WRITEMAP, map size 1 GiB, opened by each worker after
+ *               fork; lookup: renew a per-worker read transaction, mdb_get,
+ *               reset; update: a write transaction of its own.
+ *   mutex       open addressing over fixed 120-byte slots (flag, key,
+ *               value) in a MAP_SHARED anonymous mapping made before the
+ *               fork, under ONE process-shared robust mutex (APCu /
+ *               boost.interprocess); a lookup copies the value out under
+ *               the lock.
+ *
+ * Timing: one CLOCK_MONOTONIC reading after each operation, its time the
+ * difference from the previous one (no gaps: it includes making the key
+ * and value, a few ns, and heapd's safepoint when it falls on it), in a
+ * log-linear histogram per kind (exact below 64 ns, then at most 3.2 %
+ * high; the maximum is exact).  Workers send their counts, first and last
+ * readings and histograms through a pipe each; the parent merges the
+ * histograms (p99 over every worker's operations) and reports
+ * lookups_per_s = all lookups / the wall time from the first worker's
+ * start to the last one's end (and the same for updates).
+ * daemon_cpu_ms: utime + stime of /proc/PID/stat of --daemon-pid (heapd or
+ * redis-server; Redis' own process_id without it) over the run, in 10 ms
+ * ticks; "-" for lmdb and mutex.
+ *
+ * Memory, sampled every SAMPLE_MS (100) during the run and at its end:
+ *   mem_kib      the store's peak: heapd's committed bytes (heapd_stats,
+ *                its memfds), redis-server's RSS (INFO used_memory_rss),
+ *                LMDB's files' allocated blocks on tmpfs, the mutex
+ *                table's mapping;
+ *   live_kib     its data at the end: heapd, what a collection run after
+ *                the workers exited marks (objects with headers: map,
+ *                table, buckets, key and value strings), as memory_bench
+ *                counts a map's live data; Redis, INFO used_memory; LMDB,
+ *                the tree's pages; mutex, the slots in use;
+ *   payload_kib  KEYS * (16 + 100); workers_anon_kib: the workers' RssAnon.
+ *
+ * Output, one line (scripts/bench makes the "Shared cache" section of
+ * docs/benchmarks.md from them):
+ *   RESULT cache impl=NAME workers=W update_pct=U keys=K ops=N
+ *          lookups_per_s=.. updates_per_s=.. lookup_p50_ns=.. lookup_p99_ns=..
+ *          lookup_max_ns=.. update_p50_ns=.. update_p99_ns=.. update_max_ns=..
+ *          mem_kib=.. mem_end_kib=.. live_kib=.. payload_kib=..
+ *          workers_anon_kib=.. daemon_cpu_ms=.. wall_ms=.. fill_ms=..
+ *          lookups=.. updates=.. checksum=.. [gc_cycles=..
+ *          committed_after_gc_kib=..] [batch=..]
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+#include <lmdb.h>
+
+#include "bench_util.h"
+#include "heapd.h"
+#include "heapd_collections.h"
+
+#define KEY_BYTES 16
+#define VALUE_BYTES 100
+#define MAX_WORKERS 64
+#define SAFEPOINT_EVERY 256 /* heapd: operations between safepoints */
+
+struct opts {
+    const char *impl;
+    const char *sock;       /* heapd's socket */
+    const char *redis_sock;
+    const char *dir;        /* lmdb: the parent of its directory */
+    unsigned long keys, ops, workers, update_pct, batch, sample_ms;
+    long daemon_pid;
+};
+
+static struct opts O = {
+    .impl = "heapd", .redis_sock = "/tmp/redis.sock", .dir = "/dev/shm",
+    .keys = 100000, .ops = 1000000, .workers = 1, .update_pct = 20,
+    .batch = 16, .sample_ms = 100, .daemon_pid = 0,
+};
+
+/* A 64-bit xorshift; each worker seeds its own. */
+static inline uint64_t rnd(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+/* "key:" and K in 12 digits: exactly KEY_BYTES, no NUL. */
+static inline void key_of(char out[KEY_BYTES], unsigned long k)
+{
+    memcpy(out, "key:", 4);
+    for (int i = KEY_BYTES - 1; i >= 4; i--) {
+        out[i] = (char)('0' + k % 10);
+        k /= 10;
+    }
+}
+
+/* Key KEY's value number GEN written by worker W: "val:" and the key's
+ * digits, then filler that changes with GEN, the last byte W's digit. */
+static inline void value_of(char out[VALUE_BYTES], const char key[KEY_BYTES],
+                            unsigned w, uint64_t gen)
+{
+    memset(out, 'a' + (int)(gen % 26), VALUE_BYTES);
+    memcpy(out, "val:", 4);
+    memcpy(out + 4, key + 4, KEY_BYTES - 4);
+    out[VALUE_BYTES - 1] = (char)('0' + w % 10);
+}
+
+/* The check every key's value must pass after the run. */
+static void check_value(const char key[KEY_BYTES], const void *v, size_t len)
+{
+    if (!v)
+        die("check: key %.16s is missing", key);
+    if (len != VALUE_BYTES)
+        die("check: key %.16s has a value of %zu bytes, not %d", key, len,
+            VALUE_BYTES);
+    if (memcmp(v, "val:", 4) != 0 ||
+        memcmp((const char *)v + 4, key + 4, KEY_BYTES - 4) != 0)
+        die("check: key %.16s holds the value \"%.16s...\"", key,
+            (const char *)v);
+}
+
+/* ---- the histogram (as bench/latency_bench.c's) ----
+ * Values below 2 * HSUB are counted exactly; a value with highest set bit e
+ * (e > HSUB_BITS) goes to one of HSUB sub-buckets of [2^e, 2^(e+1)). */
+enum {
+    HSUB_BITS = 5,
+    HSUB = 1 << HSUB_BITS,
+    HMAX_EXP = 40,
+    HBUCKETS = 2 * HSUB + (HMAX_EXP - HSUB_BITS - 1) * HSUB,
+};
+
+typedef struct hist {
+    uint64_t count[HBUCKETS];
+    uint64_t n, max;
+} hist;
+
+static inline size_t hist_index(uint64_t v)
+{
+    if (v >= (1ull << HMAX_EXP))
+        v = (1ull << HMAX_EXP) - 1;
+    if (v < 2 * HSUB)
+        return (size_t)v;
+    unsigned e = 63u - (unsigned)__builtin_clzll(v);
+    unsigned shift = e - HSUB_BITS;
+    return 2 * HSUB + (size_t)(e - HSUB_BITS - 1) * HSUB +
+           (size_t)((v >> shift) - HSUB);
+}
+
+static uint64_t hist_upper(size_t i)
+{
+    if (i < 2 * HSUB)
+        return i;
+    size_t j = i - 2 * HSUB;
+    unsigned e = (unsigned)(j / HSUB) + HSUB_BITS + 1;
+    uint64_t top = j % HSUB + HSUB;
+    return ((top + 1) << (e - HSUB_BITS)) - 1;
+}
+
+static inline void hist_record(hist *h, uint64_t d)
+{
+    h->count[hist_index(d)]++;
+    h->n++;
+    if (d > h->max)
+        h->max = d;
+}
+
+static void hist_merge(hist *into, const hist *h)
+{
+    for (size_t i = 0; i < HBUCKETS; i++)
+        into->count[i] += h->count[i];
+    into->n += h->n;
+    if (h->max > into->max)
+        into->max = h->max;
+}
+
+/* The bucket bound at or below which a fraction Q of the values lie
+ * (capped at the exact maximum); 0 for no values. */
+static uint64_t hist_quantile(const hist *h, double q)
+{
+    if (h->n == 0)
+        return 0;
+    uint64_t rank = (uint64_t)(q * (double)h->n + 0.999999999);
+    if (rank == 0)
+        rank = 1;
+    uint64_t seen = 0;
+    for (size_t i = 0; i < HBUCKETS; i++) {
+        seen += h->count[i];
+        if (seen >= rank) {
+            uint64_t u = hist_upper(i);
+            return u < h->max ? u : h->max;
+        }
+    }
+    return h->max;
+}
+
+static inline uint64_t tick(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* What a worker sends the parent through its pipe. */
+struct wres {
+    uint64_t lookups, updates, start_ns, end_ns, checksum, anon_kib;
+    hist lk, up;
+};
+
+/* ---- processes ---- */
+
+static pid_t parent_pid;
+
+/* This process's private memory (RssAnon of /proc/self/status), kB. */
+static uint64_t anon_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    uint64_t v = 0;
+    if (!f)
+        die("/proc/self/status: %s", strerror(errno));
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "RssAnon:", 8) == 0)
+            v = strtoull(line + 8, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+/* CPU time (user + system, every thread, dead ones included) of process
+ * PID, in ms. */
+static uint64_t proc_cpu_ms(long pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        die("%s: %s (--daemon-pid)", path, strerror(errno));
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    /* the fields after the command's closing parenthesis: state is the
+     * 3rd field of the line, utime the 14th, stime the 15th */
+    char *p = strrchr(buf, ')');
+    unsigned long long ut, st;
+    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                     "%llu %llu", &ut, &st) != 2)
+        die("%s: cannot read utime and stime", path);
+    return (ut + st) * 1000u / (uint64_t)sysconf(_SC_CLK_TCK);
+}
+
+static void sleep_ms(unsigned long ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void write_all(int fd, const void *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            die("write to the parent: %s", strerror(errno));
+        p = (const char *)p + w;
+        n -= (size_t)w;
+    }
+}
+
+/* Read what FD has of the N bytes at P, *GOT of them read before; the
+ * parent drains the result pipes while it waits (a worker's 18 KiB may be
+ * more than a pipe holds: it could not exit before). */
+static void drain(int fd, void *p, size_t n, size_t *got)
+{
+    while (*got < n) {
+        ssize_t r = read(fd, (char *)p + *got, n - *got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return; /* nothing more now (EAGAIN), or the end */
+        *got += (size_t)r;
+    }
+}
+
+/* ---- the implementations ----
+ * Each has: fill (the parent, before the fork), open and close (a worker,
+ * after it), lookup (the sum of the value's first and last byte), update,
+ * and in the parent sample (the store's memory now), finish (after the
+ * workers: the live data, the check of every key, cleaning up). */
+
+struct mem {
+    uint64_t peak, end, live;    /* bytes */
+    uint64_t after_gc;           /* heapd: committed after a final cycle */
+    uint64_t cycles;             /* heapd: cycles during the run */
+    bool has_gc;
+};
+
+struct impl {
+    const char *name;
+    void (*fill)(void);
+    void (*open)(unsigned w);
+    uint64_t (*lookup)(const char key[KEY_BYTES]);
+    void (*update)(const char key[KEY_BYTES], const char val[VALUE_BYTES]);
+    void (*every)(void);         /* every SAFEPOINT_EVERY operations */
+    void (*waiting)(bool);       /* before and after the wait to start */
+    void (*close)(void);
+    uint64_t (*sample)(void);    /* the store's memory now, bytes */
+    void (*finish)(struct mem *);
+    bool has_daemon;
+};
+
+/* ---- heapd ---- */
+
+static heapd_client *h_c;
+static heapd_mutator *h_m;
+static void *h_map;              /* rooted in the process that uses it */
+static char h_global[64];        /* the map's global: named per parent */
+static uint64_t h_cycles0;
+
+static void *h_make_map(heapd_mutator *m, void *arg)
+{
+    return heapd_map_new(m, HEAPD_MAP_STR, *(unsigned long *)arg);
+}
+
+/* The map from its global, rooted: a rooted shared object stays where it
+ * is, so the local may be used across safepoints from here on. */
+static void h_root_map(void)
+{
+    h_map = heapd_global_get(h_m, h_global);
+    if (!h_map)
+        die("heapd: no global %s", h_global);
+    if (heapd_root_push(h_m, h_map) == (size_t)-1)
+        die("heapd_root_push: %s", strerror(errno));
+    if (!heapd_is_map(h_map))
+        die("heapd: global %s is not a map", h_global);
+}
+
+static void heapd_fill(void)
+{
+    char key[KEY_BYTES], val[VALUE_BYTES];
+    snprintf(h_global, sizeof h_global, "cache_bench.map.%ld",
+             (long)getpid());
+    heapd_open(O.sock, "cache_bench", &h_c, &h_m);
+    if (!heapd_global_once(h_m, h_global, h_make_map, &O.keys))
+        die("heapd_map_new: %s (%s)", strerror(errno), heapd_last_error());
+    h_root_map();
+    for (unsigned long k = 0; k < O.keys; k++) {
+        key_of(key, k);
+        value_of(val, key, 0, 0);
+        /* no safepoint between the string's birth and the put, which
+         * keeps its arguments alive */
+        void *v = heapd_str_new(h_m, val, VALUE_BYTES);
+        if (!v)
+            die("heapd_str_new: %s (%s)", strerror(errno),
+                heapd_last_error());
+        int rc = heapd_map_put_str(h_m, h_map, key, KEY_BYTES, v,
+                                   HEAPD_MAP_IF_ABSENT);
+        if (rc != 0)
+            die("heapd_map_put_str(%.16s) while filling: %d %s (%s)", key,
+                rc, heapd_strerror(rc), heapd_last_error());
+    }
+    if (heapd_map_count(h_map) != O.keys)
+        die("heapd: the map holds %zu keys after %lu puts",
+            heapd_map_count(h_map), O.keys);
+    /* the parent's mutator would hold up every collection while the
+     * parent sleeps between samples: the global keeps the map */
+    heapd_root_pop(h_m, 1);
+    heapd_detach(h_m);
+    h_m = NULL;
+    heapd_stats_t st;
+    heapd_stats_or_die(h_c, NULL, &st);
+    h_cycles0 = st.heaps[0].cycles_completed;
+}
+
+static void heapd_wopen(unsigned w)
+{
+    char name[48];
+    snprintf(name, sizeof name, "cache_bench-%u", w);
+    heapd_open(O.sock, name, &h_c, &h_m);
+    h_root_map();
+}
+
+static uint64_t heapd_lookup(const char key[KEY_BYTES])
+{
+    void *v = heapd_map_get_str(h_m, h_map, key, KEY_BYTES);
+    if (!v)
+        die("heapd_map_get_str(%.16s): no value (%s)", key,
+            heapd_last_error());
+    if (heapd_str_len(v) != VALUE_BYTES)
+        die("heapd: key %.16s has a value of %zu bytes", key,
+            heapd_str_len(v));
+    const unsigned char *d = (const unsigned char *)heapd_str_data(v);
+    return (uint64_t)d[0] + d[VALUE_BYTES - 1];
+}
+
+static void heapd_update(const char key[KEY_BYTES],
+                         const char val[VALUE_BYTES])
+{
+    void *v = heapd_str_new(h_m, val, VALUE_BYTES);
+    if (!v)
+        die("heapd_str_new: %s (%s)", strerror(errno), heapd_last_error());
+    int rc = heapd_map_put_str(h_m, h_map, key, KEY_BYTES, v, 0);
+    if (rc != 1)
+        die("heapd_map_put_str(%.16s): %d %s (%s)", key, rc,
+            rc < 0 ? heapd_strerror(rc) : "inserted: the key was missing",
+            heapd_last_error());
+}
+
+static void heapd_every(void)
+{
+    heapd_safepoint(h_m);
+}
+
+static void heapd_waiting(bool start)
+{
+    if (start)
+        heapd_blocking_enter(h_m);
+    else
+        heapd_blocking_leave(h_m);
+}
+
+static void heapd_wclose(void)
+{
+    heapd_root_pop(h_m, 1);
+    heapd_detach(h_m);
+    heapd_disconnect(h_c);
+}
+
+static uint64_t heapd_sample(void)
+{
+    heapd_stats_t st;
+    heapd_stats_or_die(h_c, h_m, &st);
+    return st.heaps[0].bytes_committed;
+}
+
+static void heapd_finish(struct mem *mem)
+{
+    char key[KEY_BYTES];
+    heapd_stats_t st;
+    heapd_stats_or_die(h_c, NULL, &st);
+    mem->cycles = st.heaps[0].cycles_completed - h_cycles0;
+    int rc = heapd_attach(h_c, &h_m);
+    if (rc < 0)
+        die("heapd_attach: %s (%s)", heapd_strerror(rc), heapd_last_error());
+    h_root_map();
+    for (unsigned long k = 0; k < O.keys; k++) {
+        key_of(key, k);
+        void *v = heapd_map_get_str(h_m, h_map, key, KEY_BYTES);
+        check_value(key, v ? heapd_str_data(v) : NULL,
+                    v ? heapd_str_len(v) : 0);
+        if (k % SAFEPOINT_EVERY == 0)
+            heapd_safepoint(h_m);
+    }
+    rc = heapd_map_verify(h_map);
+    if (rc < 0 || (unsigned long)rc != O.keys)
+        die("heapd_map_verify: %d (%s)", rc, rc < 0 ? heapd_last_error()
+                                                     : "keys");
+    /* the live data: what one cycle run now marks (the workers are gone;
+     * the map is the heap's only data) */
+    rc = heapd_collect(h_m, HEAPD_COLLECT_WAIT);
+    if (rc < 0)
+        die("heapd_collect: %s", heapd_strerror(rc));
+    heapd_stats_or_die(h_c, h_m, &st);
+    mem->live = st.heaps[0].live_bytes;
+    mem->after_gc = st.heaps[0].bytes_committed;
+    mem->has_gc = true;
+    heapd_root_pop(h_m, 1);
+    rc = heapd_global_delete(h_m, h_global);
+    if (rc < 0)
+        die("heapd_global_delete: %s", heapd_strerror(rc));
+    heapd_detach(h_m);
+    heapd_disconnect(h_c);
+}
+
+/* ---- Redis ---- */
+
+static redisContext *r_c;
+
+static redisContext *redis_connect(void)
+{
+    redisContext *c = redisConnectUnix(O.redis_sock);
+    if (!c)
+        die("redisConnectUnix(%s): out of memory", O.redis_sock);
+    if (c->err)
+        die("redisConnectUnix(%s): %s", O.redis_sock, c->errstr);
+    return c;
+}
+
+static redisReply *redis_reply(void)
+{
+    void *r;
+    if (redisGetReply(r_c, &r) != REDIS_OK || !r)
+        die("redis: %s", r_c->errstr[0] ? r_c->errstr : "no reply");
+    return r;
+}
+
+static void redis_check_ok(redisReply *r, const char *what)
+{
+    if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "OK") != 0)
+        die("redis %s: %s", what,
+            r->type == REDIS_REPLY_ERROR ? r->str : "not OK");
+    freeReplyObject(r);
+}
+
+/* GET's reply: first + last byte, the length checked. */
+static uint64_t redis_get_sum(redisReply *r, const char key[KEY_BYTES])
+{
+    if (r->type != REDIS_REPLY_STRING || r->len != VALUE_BYTES)
+        die("redis GET %.16s: %s", key,
+            r->type == REDIS_REPLY_NIL      ? "no such key"
+            : r->type == REDIS_REPLY_ERROR ? r->str
+                                           : "not a 100-byte string");
+    const unsigned char *d = (const unsigned char *)r->str;
+    uint64_t s = (uint64_t)d[0] + d[VALUE_BYTES - 1];
+    freeReplyObject(r);
+    return s;
+}
+
+/* INFO's field NAME (a number), or 0. */
+static uint64_t redis_info(const char *section, const char *name)
+{
+    redisReply *r = redisCommand(r_c, "INFO %s", section);
+    if (!r)
+        die("redis INFO: %s", r_c->errstr);
+    if (r->type != REDIS_REPLY_STRING)
+        die("redis INFO: not a string");
+    char pat[64];
+    snprintf(pat, sizeof pat, "\n%s:", name);
+    const char *p = strstr(r->str, pat);
+    uint64_t v = p ? strtoull(p + strlen(pat), NULL, 10) : 0;
+    freeReplyObject(r);
+    return v;
+}
+
+static void redis_fill(void)
+{
+    char key[KEY_BYTES], val[VALUE_BYTES];
+    r_c = redis_connect();
+    redis_check_ok(redisCommand(r_c, "FLUSHALL"), "FLUSHALL");
+    for (unsigned long k = 0; k < O.keys; k += 1000) {
+        unsigned long n = O.keys - k < 1000 ? O.keys - k : 1000;
+        for (unsigned long i = 0; i < n; i++) {
+            key_of(key, k + i);
+            value_of(val, key, 0, 0);
+            if (redisAppendCommand(r_c, "SET %b %b", key, (size_t)KEY_BYTES,
+                                   val, (size_t)VALUE_BYTES) != REDIS_OK)
+                die("redis: %s", r_c->errstr);
+        }
+        for (unsigned long i = 0; i < n; i++)
+            redis_check_ok(redis_reply(), "SET");
+    }
+    if (O.daemon_pid <= 0)
+        O.daemon_pid = (long)redis_info("server", "process_id");
+}
+
+static void redis_wopen(unsigned w)
+{
+    (void)w;
+    r_c = redis_connect();
+}
+
+static uint64_t redis_lookup(const char key[KEY_BYTES])
+{
+    redisReply *r = redisCommand(r_c, "GET %b", key, (size_t)KEY_BYTES);
+    if (!r)
+        die("redis GET: %s", r_c->errstr);
+    return redis_get_sum(r, key);
+}
+
+static void redis_update(const char key[KEY_BYTES],
+                         const char val[VALUE_BYTES])
+{
+    redisReply *r = redisCommand(r_c, "SET %b %b", key, (size_t)KEY_BYTES,
+                                 val, (size_t)VALUE_BYTES);
+    if (!r)
+        die("redis SET: %s", r_c->errstr);
+    redis_check_ok(r, "SET");
+}
+
+static void redis_wclose(void)
+{
+    redisFree(r_c);
+}
+
+static uint64_t redis_sample(void)
+{
+    return redis_info("memory", "used_memory_rss");
+}
+
+static void redis_finish(struct mem *mem)
+{
+    char key[KEY_BYTES];
+    mem->live = redis_info("memory", "used_memory");
+    for (unsigned long k = 0; k < O.keys; k += 1000) {
+        unsigned long n = O.keys - k < 1000 ? O.keys - k : 1000;
+        for (unsigned long i = 0; i < n; i++) {
+            key_of(key, k + i);
+            if (redisAppendCommand(r_c, "GET %b", key,
+                                   (size_t)KEY_BYTES) != REDIS_OK)
+                die("redis: %s", r_c->errstr);
+        }
+        for (unsigned long i = 0; i < n; i++) {
+            redisReply *r = redis_reply();
+            key_of(key, k + i);
+            check_value(key, r->type == REDIS_REPLY_STRING ? r->str : NULL,
+                        (size_t)r->len);
+            freeReplyObject(r);
+        }
+    }
+    redisFree(r_c);
+}
+
+/* redis_pipe: the worker loop batches (see run_pipe); the rest is redis's */
+
+/* ---- LMDB ---- */
+
+static MDB_env *l_env;
+static MDB_dbi l_dbi;
+static MDB_txn *l_rtxn;
+static char l_dir[256];
+
+#define LMDB_FLAGS (MDB_NOSYNC | MDB_WRITEMAP)
+#define LMDB_MAPSIZE ((size_t)1 << 30)
+
+static void lmdb_ok(int rc, const char *what)
+{
+    if (rc != 0)
+        die("lmdb %s: %s", what, mdb_strerror(rc));
+}
+
+static void lmdb_open_env(void)
+{
+    lmdb_ok(mdb_env_create(&l_env), "mdb_env_create");
+    lmdb_ok(mdb_env_set_mapsize(l_env, LMDB_MAPSIZE), "mdb_env_set_mapsize");
+    lmdb_ok(mdb_env_set_maxreaders(l_env, 256), "mdb_env_set_maxreaders");
+    lmdb_ok(mdb_env_open(l_env, l_dir, LMDB_FLAGS, 0600), "mdb_env_open");
+    MDB_txn *t;
+    lmdb_ok(mdb_txn_begin(l_env, NULL, MDB_RDONLY, &t), "mdb_txn_begin");
+    lmdb_ok(mdb_dbi_open(t, NULL, 0, &l_dbi), "mdb_dbi_open");
+    lmdb_ok(mdb_txn_commit(t), "mdb_txn_commit");
+}
+
+static void lmdb_cleanup(void)
+{
+    char path[300];
+    if (!l_dir[0] || getpid() != parent_pid)
+        return;
+    snprintf(path, sizeof path, "%s/data.mdb", l_dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/lock.mdb", l_dir);
+    unlink(path);
+    rmdir(l_dir);
+    l_dir[0] = 0;
+}
+
+static void lmdb_fill(void)
+{
+    char key[KEY_BYTES], val[VALUE_BYTES];
+    snprintf(l_dir, sizeof l_dir, "%s/cache_bench.XXXXXX", O.dir);
+    if (!mkdtemp(l_dir))
+        die("mkdtemp(%s): %s", l_dir, strerror(errno));
+    atexit(lmdb_cleanup);
+    lmdb_open_env();
+    MDB_txn *t;
+    lmdb_ok(mdb_txn_begin(l_env, NULL, 0, &t), "mdb_txn_begin");
+    for (unsigned long k = 0; k < O.keys; k++) {
+        key_of(key, k);
+        value_of(val, key, 0, 0);
+        MDB_val mk = {KEY_BYTES, key}, mv = {VALUE_BYTES, val};
+        lmdb_ok(mdb_put(t, l_dbi, &mk, &mv, 0), "mdb_put");
+    }
+    lmdb_ok(mdb_txn_commit(t), "mdb_txn_commit");
+    /* an environment must not be used across fork: each worker opens it */
+    mdb_env_close(l_env);
+    l_env = NULL;
+}
+
+static void lmdb_wopen(unsigned w)
+{
+    (void)w;
+    lmdb_open_env();
+    lmdb_ok(mdb_txn_begin(l_env, NULL, MDB_RDONLY, &l_rtxn), "mdb_txn_begin");
+    mdb_txn_reset(l_rtxn);
+}
+
+static uint64_t lmdb_lookup(const char key[KEY_BYTES])
+{
+    MDB_val mk = {KEY_BYTES, (void *)key}, mv;
+    lmdb_ok(mdb_txn_renew(l_rtxn), "mdb_txn_renew");
+    int rc = mdb_get(l_rtxn, l_dbi, &mk, &mv);
+    if (rc != 0)
+        die("lmdb mdb_get(%.16s): %s", key, mdb_strerror(rc));
+    if (mv.mv_size != VALUE_BYTES)
+        die("lmdb: key %.16s has a value of %zu bytes", key, mv.mv_size);
+    const unsigned char *d = mv.mv_data;
+    uint64_t s = (uint64_t)d[0] + d[VALUE_BYTES - 1];
+    mdb_txn_reset(l_rtxn);
+    return s;
+}
+
+static void lmdb_update(const char key[KEY_BYTES],
+                        const char val[VALUE_BYTES])
+{
+    MDB_txn *t;
+    MDB_val mk = {KEY_BYTES, (void *)key}, mv = {VALUE_BYTES, (void *)val};
+    lmdb_ok(mdb_txn_begin(l_env, NULL, 0, &t), "mdb_txn_begin");
+    lmdb_ok(mdb_put(t, l_dbi, &mk, &mv, 0), "mdb_put");
+    lmdb_ok(mdb_txn_commit(t), "mdb_txn_commit");
+}
+
+static void lmdb_wclose(void)
+{
+    mdb_txn_abort(l_rtxn);
+    mdb_env_close(l_env);
+}
+
+/* The data and lock files' allocated blocks: tmpfs pages are memory. */
+static uint64_t lmdb_sample(void)
+{
+    char path[300];
+    uint64_t b = 0;
+    struct stat st;
+    snprintf(path, sizeof path, "%s/data.mdb", l_dir);
+    if (stat(path, &st) != 0)
+        die("stat(%s): %s", path, strerror(errno));
+    b += (uint64_t)st.st_blocks * 512;
+    snprintf(path, sizeof path, "%s/lock.mdb", l_dir);
+    if (stat(path, &st) == 0)
+        b += (uint64_t)st.st_blocks * 512;
+    return b;
+}
+
+static void lmdb_finish(struct mem *mem)
+{
+    char key[KEY_BYTES];
+    lmdb_open_env();
+    MDB_stat ms;
+    MDB_txn *t;
+    lmdb_ok(mdb_txn_begin(l_env, NULL, MDB_RDONLY, &t), "mdb_txn_begin");
+    lmdb_ok(mdb_stat(t, l_dbi, &ms), "mdb_stat");
+    if (ms.ms_entries != O.keys)
+        die("lmdb: %zu entries after the run, not %lu", ms.ms_entries,
+            O.keys);
+    mem->live = (uint64_t)(ms.ms_branch_pages + ms.ms_leaf_pages +
+                           ms.ms_overflow_pages) * ms.ms_psize;
+    for (unsigned long k = 0; k < O.keys; k++) {
+        key_of(key, k);
+        MDB_val mk = {KEY_BYTES, key}, mv = {0, NULL};
+        int rc = mdb_get(t, l_dbi, &mk, &mv);
+        if (rc != 0 && rc != MDB_NOTFOUND)
+            die("lmdb mdb_get: %s", mdb_strerror(rc));
+        check_value(key, rc ? NULL : mv.mv_data, mv.mv_size);
+    }
+    mdb_txn_abort(t);
+    mdb_env_close(l_env);
+    lmdb_cleanup();
+}
+
+/* ---- one mutex over a shared table ---- */
+
+struct mslot {
+    uint32_t used;
+    char key[KEY_BYTES];
+    char val[VALUE_BYTES];
+};
+
+struct mtable {
+    pthread_mutex_t lock;
+    uint64_t nslots;
+    struct mslot slots[];
+};
+
+static struct mtable *m_t;
+static size_t m_bytes;
+
+static inline uint64_t m_hash(const char key[KEY_BYTES])
+{
+    uint64_t a, b;
+    memcpy(&a, key, 8);
+    memcpy(&b, key + 8, 8);
+    __uint128_t r = (__uint128_t)(a ^ 0xa0761d6478bd642full) *
+                    (b ^ 0xe7037ed1a0b428dbull);
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+static void m_lock(void)
+{
+    int rc = pthread_mutex_lock(&m_t->lock);
+    if (rc == EOWNERDEAD) {
+        /* a worker died holding it: a value it was copying may be torn,
+         * which a cache may take; the table's structure never is (a slot
+         * is marked used after its key is written) */
+        rc = pthread_mutex_consistent(&m_t->lock);
+    }
+    if (rc != 0)
+        die("pthread_mutex_lock: %s", strerror(rc));
+}
+
+static void m_unlock(void)
+{
+    pthread_mutex_unlock(&m_t->lock);
+}
+
+/* KEY's slot, or the empty slot where it would go.  Under the lock. */
+static struct mslot *m_find(const char key[KEY_BYTES])
+{
+    uint64_t mask = m_t->nslots - 1;
+    for (uint64_t i = m_hash(key) & mask;; i = (i + 1) & mask) {
+        struct mslot *s = &m_t->slots[i];
+        if (!s->used || memcmp(s->key, key, KEY_BYTES) == 0)
+            return s;
+    }
+}
+
+static void mutex_fill(void)
+{
+    char key[KEY_BYTES];
+    uint64_t n = 1;
+    while (n < O.keys + O.keys / 3)
+        n <<= 1;
+    m_bytes = sizeof(struct mtable) + n * sizeof(struct mslot);
+    void *p = mmap(NULL, m_bytes, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        die("mmap(%zu): %s", m_bytes, strerror(errno));
+    m_t = p;
+    m_t->nslots = n;
+    pthread_mutexattr_t a;
+    if (pthread_mutexattr_init(&a) ||
+        pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED) ||
+        pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST) ||
+        pthread_mutex_init(&m_t->lock, &a))
+        die("a process-shared robust mutex: not supported");
+    pthread_mutexattr_destroy(&a);
+    for (unsigned long k = 0; k < O.keys; k++) {
+        key_of(key, k);
+        struct mslot *s = m_find(key);
+        memcpy(s->key, key, KEY_BYTES);
+        value_of(s->val, key, 0, 0);
+        s->used = 1;
+    }
+}
+
+static uint64_t mutex_lookup(const char key[KEY_BYTES])
+{
+    unsigned char v[VALUE_BYTES];
+    m_lock();
+    struct mslot *s = m_find(key);
+    bool found = s->used;
+    if (found)
+        memcpy(v, s->val, VALUE_BYTES);
+    m_unlock();
+    if (!found)
+        die("mutex: key %.16s is missing", key);
+    return (uint64_t)v[0] + v[VALUE_BYTES - 1];
+}
+
+static void mutex_update(const char key[KEY_BYTES],
+                         const char val[VALUE_BYTES])
+{
+    m_lock();
+    struct mslot *s = m_find(key);
+    bool found = s->used;
+    if (found)
+        memcpy(s->val, val, VALUE_BYTES);
+    m_unlock();
+    if (!found)
+        die("mutex: key %.16s is missing", key);
+}
+
+static uint64_t mutex_sample(void)
+{
+    return m_bytes;
+}
+
+static void mutex_finish(struct mem *mem)
+{
+    char key[KEY_BYTES];
+    uint64_t used = 0;
+    for (uint64_t i = 0; i < m_t->nslots; i++)
+        used += m_t->slots[i].used;
+    if (used != O.keys)
+        die("mutex: %" PRIu64 " slots in use, not %lu", used, O.keys);
+    mem->live = used * sizeof(struct mslot);
+    for (unsigned long k = 0; k < O.keys; k++) {
+        key_of(key, k);
+        struct mslot *s = m_find(key);
+        check_value(key, s->used ? s->val : NULL, VALUE_BYTES);
+    }
+    munmap(m_t, m_bytes);
+}
+
+/* name, fill, open, lookup, update, every, waiting, close, sample, finish,
+ * has_daemon (mutex's workers inherit the mapping: no open, no close) */
+static const struct impl IMPLS[] = {
+    {"heapd", heapd_fill, heapd_wopen, heapd_lookup, heapd_update,
+     heapd_every, heapd_waiting, heapd_wclose, heapd_sample, heapd_finish,
+     true},
+    {"redis", redis_fill, redis_wopen, redis_lookup, redis_update, NULL,
+     NULL, redis_wclose, redis_sample, redis_finish, true},
+    {"redis_pipe", redis_fill, redis_wopen, redis_lookup, redis_update, NULL,
+     NULL, redis_wclose, redis_sample, redis_finish, true},
+    {"lmdb", lmdb_fill, lmdb_wopen, lmdb_lookup, lmdb_update, NULL, NULL,
+     lmdb_wclose, lmdb_sample, lmdb_finish, false},
+    {"mutex", mutex_fill, NULL, mutex_lookup, mutex_update, NULL, NULL, NULL,
+     mutex_sample, mutex_finish, false},
+};
+
+static const struct impl *I;
+
+/* ---- the worker ---- */
+
+/* The operation loop, one operation at a time. */
+static void run_ops(unsigned w, struct wres *res)
+{
+    uint64_t seed = 0x9e3779b97f4a7c15ull * (w + 1) ^ 0x2545f4914f6cdd1dull;
+    char key[KEY_BYTES], val[VALUE_BYTES];
+    uint64_t sum = 0, prev = tick();
+    res->start_ns = prev;
+    for (unsigned long n = 0; n < O.ops; n++) {
+        uint64_t r = rnd(&seed);
+        unsigned long k = (unsigned long)(r >> 16) % O.keys;
+        bool upd = r % 100 < O.update_pct;
+        key_of(key, k);
+        if (upd) {
+            value_of(val, key, w, n);
+            I->update(key, val);
+        } else {
+            sum += I->lookup(key);
+        }
+        if (I->every && n % SAFEPOINT_EVERY == SAFEPOINT_EVERY - 1)
+            I->every();
+        uint64_t t = tick();
+        hist_record(upd ? &res->up : &res->lk, t - prev);
+        prev = t;
+    }
+    res->end_ns = prev;
+    res->checksum = sum;
+}
+
+/* redis_pipe's loop: batches of O.batch commands, then their replies; each
+ * operation of a batch is counted as the batch's time / its size. */
+static void run_pipe(unsigned w, struct wres *res)
+{
+    uint64_t seed = 0x9e3779b97f4a7c15ull * (w + 1) ^ 0x2545f4914f6cdd1dull;
+    char key[KEY_BYTES], val[VALUE_BYTES];
+    char (*keys)[KEY_BYTES] = malloc(O.batch * KEY_BYTES);
+    bool *upd = malloc(O.batch * sizeof *upd);
+    if (!keys || !upd)
+        die("malloc");
+    uint64_t sum = 0, prev = tick();
+    res->start_ns = prev;
+    for (unsigned long n = 0; n < O.ops;) {
+        unsigned long b = O.ops - n < O.batch ? O.ops - n : O.batch;
+        for (unsigned long i = 0; i < b; i++) {
+            uint64_t r = rnd(&seed);
+            unsigned long k = (unsigned long)(r >> 16) % O.keys;
+            upd[i] = r % 100 < O.update_pct;
+            key_of(key, k);
+            memcpy(keys[i], key, KEY_BYTES);
+            int rc;
+            if (upd[i]) {
+                value_of(val, key, w, n + i);
+                rc = redisAppendCommand(r_c, "SET %b %b", key,
+                                        (size_t)KEY_BYTES, val,
+                                        (size_t)VALUE_BYTES);
+            } else {
+                rc = redisAppendCommand(r_c, "GET %b", key,
+                                        (size_t)KEY_BYTES);
+            }
+            if (rc != REDIS_OK)
+                die("redis: %s", r_c->errstr);
+        }
+        for (unsigned long i = 0; i < b; i++) {
+            redisReply *r = redis_reply();
+            if (upd[i])
+                redis_check_ok(r, "SET");
+            else
+                sum += redis_get_sum(r, keys[i]);
+        }
+        uint64_t t = tick(), per = (t - prev) / b;
+        for (unsigned long i = 0; i < b; i++)
+            hist_record(upd[i] ? &res->up : &res->lk, per);
+        prev = t;
+        n += b;
+    }
+    res->end_ns = prev;
+    res->checksum = sum;
+    free(keys);
+    free(upd);
+}
+
+static int worker(unsigned w, int ready_fd, int go_fd, int res_fd)
+{
+    struct wres *res = calloc(1, sizeof *res);
+    if (!res)
+        die("malloc");
+    if (I->open)
+        I->open(w);
+    char c = 'r';
+    write_all(ready_fd, &c, 1);
+    close(ready_fd); /* the parent sees the end once all are ready or dead */
+    /* every worker starts when the parent closes the go pipe */
+    if (I->waiting)
+        I->waiting(true);
+    ssize_t r;
+    while ((r = read(go_fd, &c, 1)) < 0 && errno == EINTR)
+        ;
+    if (I->waiting)
+        I->waiting(false);
+    if (r != 0)
+        die("worker %u: the parent did not start the run", w);
+    if (strcmp(I->name, "redis_pipe") == 0)
+        run_pipe(w, res);
+    else
+        run_ops(w, res);
+    res->lookups = res->lk.n;
+    res->updates = res->up.n;
+    res->anon_kib = anon_kib();
+    if (I->close)
+        I->close();
+    write_all(res_fd, res, sizeof *res);
+    free(res);
+    return 0;
+}
+
+/* ---- the parent ---- */
+
+static int run(void)
+{
+    unsigned nw = (unsigned)O.workers;
+    int ready[2], go[2], res_fd[MAX_WORKERS];
+    size_t got[MAX_WORKERS] = {0};
+    pid_t pids[MAX_WORKERS];
+    struct wres *res = calloc(nw, sizeof *res);
+    if (!res)
+        die("malloc");
+    uint64_t t0 = now_ns();
+    I->fill();
+    uint64_t fill_ns = now_ns() - t0;
+
+    if (pipe(ready) != 0 || pipe(go) != 0)
+        die("pipe: %s", strerror(errno));
+    fflush(NULL);
+    for (unsigned w = 0; w < nw; w++) {
+        int p[2];
+        if (pipe(p) != 0)
+            die("pipe: %s", strerror(errno));
+        pids[w] = fork();
+        if (pids[w] < 0)
+            die("fork: %s", strerror(errno));
+        if (pids[w] == 0) {
+            close(ready[0]);
+            close(go[1]);
+            close(p[0]);
+            for (unsigned j = 0; j < w; j++)
+                close(res_fd[j]);
+            _exit(worker(w, ready[1], go[0], p[1]));
+        }
+        close(p[1]);
+        res_fd[w] = p[0];
+        if (fcntl(p[0], F_SETFL, O_NONBLOCK) != 0)
+            die("fcntl: %s", strerror(errno));
+    }
+    close(ready[1]);
+    close(go[0]);
+    for (unsigned w = 0; w < nw; w++) {
+        char c;
+        ssize_t r;
+        while ((r = read(ready[0], &c, 1)) < 0 && errno == EINTR)
+            ;
+        if (r != 1) { /* one died: the others must not start */
+            for (unsigned j = 0; j < nw; j++)
+                kill(pids[j], SIGKILL);
+            while (wait(NULL) > 0)
+                ;
+            die("a worker failed before the start");
+        }
+    }
+    close(ready[0]);
+
+    struct mem mem = {0};
+    mem.peak = I->sample();
+    uint64_t cpu0 = O.daemon_pid > 0 ? proc_cpu_ms(O.daemon_pid) : 0;
+    close(go[1]); /* go */
+
+    /* sample the store while the workers run */
+    unsigned running = nw;
+    bool failed = false;
+    uint64_t next_sample = now_ns() + O.sample_ms * 1000000u;
+    while (running > 0) {
+        sleep_ms(5);
+        for (unsigned w = 0; w < nw; w++)
+            drain(res_fd[w], &res[w], sizeof res[w], &got[w]);
+        int status;
+        pid_t p;
+        while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
+            running--;
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                fprintf(stderr, "cache_bench: worker %d failed (status "
+                        "%#x)\n", (int)p, status);
+                failed = true;
+            }
+        }
+        if (p < 0 && errno != ECHILD)
+            die("waitpid: %s", strerror(errno));
+        if (running > 0 && now_ns() >= next_sample) {
+            uint64_t s = I->sample();
+            mem.peak = s > mem.peak ? s : mem.peak;
+            next_sample += O.sample_ms * 1000000u;
+        }
+    }
+    uint64_t cpu1 = O.daemon_pid > 0 ? proc_cpu_ms(O.daemon_pid) : 0;
+    if (failed)
+        return 1; /* lmdb_cleanup runs at exit */
+    mem.end = I->sample();
+    mem.peak = mem.end > mem.peak ? mem.end : mem.peak;
+
+    static hist lk, up; /* 9 KiB each: not on the stack */
+    uint64_t lookups = 0, updates = 0, sum = 0, anon = 0;
+    uint64_t start = UINT64_MAX, end = 0;
+    for (unsigned w = 0; w < nw; w++) {
+        const struct wres *r = &res[w];
+        drain(res_fd[w], &res[w], sizeof res[w], &got[w]);
+        if (got[w] != sizeof res[w])
+            die("worker %u sent %zu bytes of its result", w, got[w]);
+        close(res_fd[w]);
+        lookups += r->lookups;
+        updates += r->updates;
+        sum += r->checksum;
+        anon += r->anon_kib;
+        start = r->start_ns < start ? r->start_ns : start;
+        end = r->end_ns > end ? r->end_ns : end;
+        hist_merge(&lk, &r->lk);
+        hist_merge(&up, &r->up);
+    }
+    free(res);
+    if (lookups + updates != O.ops * nw)
+        die("%" PRIu64 " operations done, not %lu", lookups + updates,
+            O.ops * nw);
+    I->finish(&mem);
+
+    double wall_s = (double)(end - start) / 1e9;
+    char cpu[32] = "-";
+    if (I->has_daemon && O.daemon_pid > 0)
+        snprintf(cpu, sizeof cpu, "%" PRIu64, cpu1 - cpu0);
+    printf("RESULT cache impl=%s workers=%u update_pct=%lu keys=%lu ops=%lu "
+           "lookups_per_s=%.0f updates_per_s=%.0f lookup_p50_ns=%" PRIu64
+           " lookup_p99_ns=%" PRIu64 " lookup_max_ns=%" PRIu64
+           " update_p50_ns=%" PRIu64 " update_p99_ns=%" PRIu64
+           " update_max_ns=%" PRIu64 " mem_kib=%" PRIu64 " mem_end_kib=%" PRIu64
+           " live_kib=%" PRIu64 " payload_kib=%lu workers_anon_kib=%" PRIu64
+           " daemon_cpu_ms=%s wall_ms=%.1f fill_ms=%.1f lookups=%" PRIu64
+           " updates=%" PRIu64 " checksum=%" PRIu64,
+           I->name, nw, O.update_pct, O.keys, O.ops,
+           (double)lookups / wall_s, (double)updates / wall_s,
+           hist_quantile(&lk, 0.5), hist_quantile(&lk, 0.99), lk.max,
+           hist_quantile(&up, 0.5), hist_quantile(&up, 0.99), up.max,
+           mem.peak / 1024, mem.end / 1024, mem.live / 1024,
+           O.keys * (KEY_BYTES + VALUE_BYTES) / 1024, anon, cpu,
+           wall_s * 1e3, fill_ns / 1e6, lookups, updates, sum);
+    if (mem.has_gc)
+        printf(" gc_cycles=%" PRIu64 " committed_after_gc_kib=%" PRIu64,
+               mem.cycles, mem.after_gc / 1024);
+    if (strcmp(I->name, "redis_pipe") == 0)
+        printf(" batch=%lu", O.batch);
+    printf("\n");
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: cache_bench --impl heapd|redis|redis_pipe|lmdb|mutex "
+               "[--workers W] [--update-pct U]\n"
+               "         [--ops N (per worker; --quick: 100000)] [--keys N] "
+               "[--batch B] [--socket PATH]\n"
+               "         [--redis-socket PATH] [--dir PATH] "
+               "[--daemon-pid PID] [--sample-ms MS] [--quick]\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"impl", required_argument, NULL, 'i'},
+        {"workers", required_argument, NULL, 'w'},
+        {"update-pct", required_argument, NULL, 'u'},
+        {"ops", required_argument, NULL, 'n'},
+        {"keys", required_argument, NULL, 'k'},
+        {"batch", required_argument, NULL, 'b'},
+        {"socket", required_argument, NULL, 's'},
+        {"redis-socket", required_argument, NULL, 'r'},
+        {"dir", required_argument, NULL, 'd'},
+        {"daemon-pid", required_argument, NULL, 'p'},
+        {"sample-ms", required_argument, NULL, 'S'},
+        {"quick", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    bench_prog = "cache_bench";
+    bool ops_set = false, quick = false;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'i': O.impl = optarg; break;
+        case 'w': O.workers = parse_count("--workers", optarg); break;
+        case 'u':
+            /* 0 is a valid percentage: parse_count takes only > 0 */
+            O.update_pct = strcmp(optarg, "0") == 0
+                               ? 0
+                               : parse_count("--update-pct", optarg);
+            break;
+        case 'n': O.ops = parse_count("--ops", optarg); ops_set = true; break;
+        case 'k': O.keys = parse_count("--keys", optarg); break;
+        case 'b': O.batch = parse_count("--batch", optarg); break;
+        case 's': O.sock = optarg; break;
+        case 'r': O.redis_sock = optarg; break;
+        case 'd': O.dir = optarg; break;
+        case 'p':
+            O.daemon_pid = (long)parse_count("--daemon-pid", optarg);
+            break;
+        case 'S': O.sample_ms = parse_count("--sample-ms", optarg); break;
+        case 'q': quick = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr);
+        return 2;
+    }
+    if (quick && !ops_set)
+        O.ops = 100000;
+    if (O.update_pct > 100)
+        die("--update-pct: a percentage (0..100), not %lu", O.update_pct);
+    if (O.workers > MAX_WORKERS)
+        die("--workers: at most %d", MAX_WORKERS);
+    if (O.keys > 999999999999ul)
+        die("--keys: at most 12 digits");
+    for (size_t i = 0; i < sizeof IMPLS / sizeof IMPLS[0]; i++)
+        if (strcmp(O.impl, IMPLS[i].name) == 0)
+            I = &IMPLS[i];
+    if (!I)
+        die("--impl: heapd, redis, redis_pipe, lmdb or mutex, not \"%s\"",
+            O.impl);
+    parent_pid = getpid();
+    /* a worker that dies must not take the parent with it through a
+     * closed pipe */
+    signal(SIGPIPE, SIG_IGN);
+    return run();
+}
