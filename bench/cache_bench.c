@@ -161,42 +161,11 @@ static void check_value(const char key[KEY_BYTES], const void *v, size_t len)
             (const char *)v);
 }
 
-/* ---- the histogram (as bench/latency_bench.c's) ----
- * Values below 2 * HSUB are counted exactly; a value with highest set bit e
- * (e > HSUB_BITS) goes to one of HSUB sub-buckets of [2^e, 2^(e+1)). */
-enum {
-    HSUB_BITS = 5,
-    HSUB = 1 << HSUB_BITS,
-    HMAX_EXP = 40,
-    HBUCKETS = 2 * HSUB + (HMAX_EXP - HSUB_BITS - 1) * HSUB,
-};
-
+/* ---- the histogram (hist_index, hist_upper: bench_util.h) ---- */
 typedef struct hist {
     uint64_t count[HBUCKETS];
     uint64_t n, max;
 } hist;
-
-static inline size_t hist_index(uint64_t v)
-{
-    if (v >= (1ull << HMAX_EXP))
-        v = (1ull << HMAX_EXP) - 1;
-    if (v < 2 * HSUB)
-        return (size_t)v;
-    unsigned e = 63u - (unsigned)__builtin_clzll(v);
-    unsigned shift = e - HSUB_BITS;
-    return 2 * HSUB + (size_t)(e - HSUB_BITS - 1) * HSUB +
-           (size_t)((v >> shift) - HSUB);
-}
-
-static uint64_t hist_upper(size_t i)
-{
-    if (i < 2 * HSUB)
-        return i;
-    size_t j = i - 2 * HSUB;
-    unsigned e = (unsigned)(j / HSUB) + HSUB_BITS + 1;
-    uint64_t top = j % HSUB + HSUB;
-    return ((top + 1) << (e - HSUB_BITS)) - 1;
-}
 
 static inline void hist_record(hist *h, uint64_t d)
 {

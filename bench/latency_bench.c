@@ -92,17 +92,8 @@
 
 #define CHECK_MAGIC 0x6c6174656e6379ull /* "latency" */
 
-/* ---- the histogram ----
- * Values below 2 * HSUB are counted exactly; a value with highest set bit e
- * (e > HSUB_BITS) goes to one of HSUB sub-buckets of [2^e, 2^(e+1)), chosen
- * by its HSUB_BITS bits below the top one. */
-enum {
-    HSUB_BITS = 5,
-    HSUB = 1 << HSUB_BITS,
-    HMAX_EXP = 40, /* values up to 2^40 - 1 ns (18 minutes) */
-    HBUCKETS = 2 * HSUB + (HMAX_EXP - HSUB_BITS - 1) * HSUB,
-    NTOP = 8,
-};
+/* ---- the histogram (hist_index, hist_upper: bench_util.h) ---- */
+enum { NTOP = 8 };
 
 typedef struct hist {
     uint64_t count[HBUCKETS];
@@ -111,30 +102,6 @@ typedef struct hist {
     uint64_t top_ns[NTOP], top_iter[NTOP], top_at[NTOP];
 } hist;
 
-static size_t hist_index(uint64_t v)
-{
-    if (v >= (1ull << HMAX_EXP))
-        v = (1ull << HMAX_EXP) - 1;
-    if (v < 2 * HSUB)
-        return (size_t)v;
-    unsigned e = 63u - (unsigned)__builtin_clzll(v);
-    unsigned shift = e - HSUB_BITS;
-    return 2 * HSUB + (size_t)(e - HSUB_BITS - 1) * HSUB +
-           (size_t)((v >> shift) - HSUB);
-}
-
-/* The highest value that falls into bucket I. */
-static uint64_t hist_upper(size_t i)
-{
-    if (i < 2 * HSUB)
-        return i;
-    size_t j = i - 2 * HSUB;
-    unsigned e = (unsigned)(j / HSUB) + HSUB_BITS + 1;
-    uint64_t top = j % HSUB + HSUB;
-    return ((top + 1) << (e - HSUB_BITS)) - 1;
-}
-
-/* Iteration ITER took D ns and ended AT ns after the loop started. */
 static inline void hist_record(hist *h, uint64_t d, uint64_t iter,
                                uint64_t at)
 {
