@@ -57,15 +57,21 @@
  *      frozen bucket; a writer fills the slot first.
  *   4. Writers share the work: each writer that sees a resize under way
  *      claims the next CHUNK slots (an atomic add to the old table's
- *      cursor, modulo n: claims go round in laps) and migrates them.  The
- *      one that claims the last chunk of a lap then checks every slot
- *      (migrating what is not) and makes `next` the map's table.
+ *      cursor, modulo n: claims go round in laps) and migrates them,
+ *      setting each slot's bit in the old table's `done` bitmap once both
+ *      new slots are filled.  The one that claims the last chunk of a lap
+ *      then checks the bitmap (migrating what is not) and makes `next`
+ *      the map's table.  Checking every slot's buckets instead cost that
+ *      one insert 13 ns a slot, 1.7 ms at 131,072 slots; the bitmap is
+ *      read a word per 64 slots.
  * Freezing and filling are idempotent, and the check at each lap's end
  * does what a writer that died mid-chunk left undone, so no death can
  * leave a resize stuck: any writer finishes it.  Readers never help and
  * never wait.  A resize costs about three allocations per old slot
  * (frozen copy, two halves; an empty one shares the map's buckets), paid
- * by the writers of the map while it runs.  The map never shrinks.
+ * by the writers of the map while it runs, a chunk per write; the write
+ * that starts it allocates (and zeroes) the new table.  The map never
+ * shrinks.
  *
  * Note [Collections survive a kill]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -109,7 +115,14 @@ struct table_meta {
     uint32_t has_prev;          /* NULL slots are "not filled yet" */
     uint64_t n;                 /* slots, a power of two */
     _Atomic uint64_t cursor;    /* resize claims (Note [Map resize]) */
+    _Atomic uint64_t done[];    /* a bit per slot: migrated */
 };
+
+/* A table's raw bytes for N slots. */
+static inline size_t table_bytes(uint64_t n)
+{
+    return sizeof(struct table_meta) + (n + 63) / 64 * sizeof(uint64_t);
+}
 
 #define BUCKET_FROZEN 0x1u
 #define KEY_INLINE 20 /* key bytes kept in the bucket */
@@ -476,10 +489,19 @@ static int fill(struct op *o, size_t i)
     return 0;
 }
 
-/* Freeze old slot I of the table in R_TABLE, then fill its two new slots
- * (Note [Map resize]). */
+static inline bool migrated(void *t, size_t i)
+{
+    return atomic_load_explicit(&table_meta(t)->done[i / 64],
+                                memory_order_acquire) &
+           ((uint64_t)1 << (i % 64));
+}
+
+/* Freeze old slot I of the table in R_TABLE, then fill its two new slots,
+ * then mark it migrated (Note [Map resize]). */
 static int migrate(struct op *o, size_t i)
 {
+    if (migrated(op_root(o, R_TABLE), i))
+        return 0;
     for (;;) {
         void *t = op_root(o, R_TABLE);
         void **slot = &table_slots(t)[i];
@@ -510,25 +532,32 @@ static int migrate(struct op *o, size_t i)
         bucket_meta(o->pre)->flags = 0;
     }
     coll_stop_in("map.resize.frozen");
-    return fill(o, i);
+    int rc = fill(o, i);
+    if (rc)
+        return rc;
+    void *t = op_root(o, R_TABLE);
+    atomic_fetch_or_explicit(&table_meta(t)->done[i / 64],
+                             (uint64_t)1 << (i % 64), memory_order_release);
+    return 0;
 }
 
-/* The end of a lap: migrate whatever is not, then install the next table
- * as the map's. */
+/* The end of a lap: migrate whatever is not (a word of the bitmap at a
+ * time), then install the next table as the map's. */
 static int finish_resize(struct op *o)
 {
     void *t = op_root(o, R_TABLE);
     size_t n = nrefs_of(t) - 1;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t w = 0; w < (n + 63) / 64; w++) {
         t = op_root(o, R_TABLE);
-        void *next = coll_load(&((void **)t)[0]);
-        if (frozen(coll_load(&table_slots(t)[i])) &&
-            coll_load(&table_slots(next)[i]) &&
-            coll_load(&table_slots(next)[i + n]))
+        uint64_t all = n - 64 * w >= 64 ? ~(uint64_t)0
+                                        : ((uint64_t)1 << (n - 64 * w)) - 1;
+        if ((atomic_load(&table_meta(t)->done[w]) & all) == all)
             continue;
-        int rc = migrate(o, i);
-        if (rc)
-            return rc;
+        for (size_t i = 64 * w; i < n && i < 64 * w + 64; i++) {
+            int rc = migrate(o, i);
+            if (rc)
+                return rc;
+        }
     }
     coll_stop_in("map.resize.switch");
     t = op_root(o, R_TABLE);
@@ -569,7 +598,7 @@ static int maybe_grow(struct op *o)
         return 0;
     heapd_root_set(o->m, o->root + R_TABLE, t);
     o->pre = NULL;
-    void *next = heapd_alloc_shared(o->m, 2 * n + 1, sizeof(struct table_meta));
+    void *next = heapd_alloc_shared(o->m, 2 * n + 1, table_bytes(2 * n));
     if (!next)
         return -errno;
     struct table_meta *nm = COLL_META(struct table_meta, next, 2 * n + 1);
@@ -853,7 +882,7 @@ void *heapd_map_new(heapd_mutator *m, unsigned kind, size_t capacity)
     if (root == (size_t)-1)
         return NULL;
     void *out = NULL;
-    void *t = heapd_alloc_shared(m, n + 1, sizeof(struct table_meta));
+    void *t = heapd_alloc_shared(m, n + 1, table_bytes(n));
     if (!t)
         goto out;
     struct table_meta *tm = COLL_META(struct table_meta, t, n + 1);
@@ -959,6 +988,8 @@ void heapd_map_iter_end(heapd_map_iter *it)
  *     has_prev; slot counts are powers of two;
  *   - every bucket is tagged, and a frozen one sits only in a table with
  *     a next;
+ *   - a slot whose bit is set in its table's `done` bitmap is frozen, and
+ *     both its slots in the next table are filled;
  *   - every key of a live (not frozen) bucket hashes to that slot, and
  *     its stored hash is its hash; no key is in the map twice, and no key
  *     or value is NULL.
@@ -979,6 +1010,12 @@ int heapd_map_verify(const void *obj)
     if (next && (nrefs_of(next) - 1 != 2 * n || !table_meta(next)->has_prev))
         return client_set_error(-EUCLEAN, "map %p: the next table is not "
                                 "twice the size", map);
+    for (size_t i = 0; next && i < n; i++)
+        if (migrated(t, i) && (!frozen(coll_load(&table_slots(t)[i])) ||
+                               !coll_load(&table_slots(next)[i]) ||
+                               !coll_load(&table_slots(next)[i + n])))
+            return client_set_error(-EUCLEAN, "map %p: slot %zu is marked "
+                                    "migrated but is not", map, i);
     /* every key once, through the slots of the newest table: an unfilled
      * one's keys are in the old table's bucket, which lookup reads */
     size_t span = next ? 2 * n : n;
