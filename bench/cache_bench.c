@@ -71,6 +71,45 @@
  *          workers_anon_kib=.. daemon_cpu_ms=.. wall_ms=.. fill_ms=..
  *          lookups=.. updates=.. checksum=.. [gc_cycles=..
  *          committed_after_gc_kib=..] [batch=..]
+ *
+ * --growth (heapd only): that the map's resize does not stop readers
+ * (Note [Map resize] in client/map.c), and what growing costs.
+ *
+ *   cache_bench --impl heapd --growth [--capacity CAP] [--keys OLD]
+ *               [--ops NEW] [--socket PATH] [--daemon-pid PID] [--quick]
+ *
+ * The parent makes the map with heapd_map_new(HEAPD_MAP_STR, CAP) (CAP 0,
+ * the default: the smallest table, 8 slots) and fills OLD keys (10,000)
+ * as above, then forks two workers that start together: a writer that
+ * inserts NEW keys (200,000; --quick 100,000) that were not there, OLD to
+ * OLD + NEW - 1, heapd_str_new and heapd_map_put_str(HEAPD_MAP_IF_ABSENT)
+ * each, timed like an update; and a reader that looks up random OLD keys
+ * (as a lookup above, heapd_safepoint every 256) from the writer's first
+ * insert until its last (words in a MAP_SHARED page: no sleeps, no system
+ * call).  The map doubles when it holds more keys than its table has
+ * slots: with CAP 0 the fill already grows it (to 16,384 slots for the
+ * default 10,000 keys), and the inserts double it on to 262,144 while the
+ * reader reads (4 doublings, which migrate 245,760 of the 262,136 slots
+ * all doublings from 8 migrate); with CAP = OLD + NEW it never grows.
+ * The table's slots are read (not computed) through heapd_map_iter_begin,
+ * which finishes a resize under way, then the iterator's nbuckets: after
+ * heapd_map_new (slots_new), after the fill (slots_start) and after the
+ * run (slots_end); they are checked against the rule above (a note on
+ * stderr if they differ).  resizes = log2(slots_end / slots_start): the
+ * doublings during the run.
+ * Afterwards the parent checks every old and new key's value, that
+ * heapd_map_count and heapd_map_verify say OLD + NEW, and prints:
+ *   RESULT growth impl=heapd capacity=CAP old_keys=OLD new_keys=NEW
+ *          inserts_per_s=.. insert_p50_ns=.. insert_p99_ns=..
+ *          insert_max_ns=.. lookups_per_s=.. lookup_p50_ns=..
+ *          lookup_p99_ns=.. lookup_max_ns=.. resizes=.. slots_new=..
+ *          slots_start=.. slots_end=.. lookups=.. insert_ms=.. read_ms=..
+ *          mem_kib=.. gc_cycles=.. daemon_cpu_ms=.. fill_ms=.. checksum=..
+ * inserts_per_s: NEW / the writer's time (insert_ms); lookups_per_s: the
+ * reader's lookups / its time (read_ms: from when it sees the writer
+ * started to just after it sees it done).  mem_kib: heapd's committed
+ * bytes at their peak (sampled as above).  --workers, --update-pct and
+ * --batch do not apply.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -78,6 +117,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -108,6 +148,8 @@ struct opts {
     const char *dir;        /* lmdb: the parent of its directory */
     unsigned long keys, ops, workers, update_pct, batch, sample_ms;
     long daemon_pid;
+    bool growth;            /* --growth: the map grows while one reads */
+    unsigned long capacity; /* --growth: heapd_map_new's CAPACITY */
 };
 
 static struct opts O = {
@@ -326,10 +368,27 @@ static heapd_mutator *h_m;
 static void *h_map;              /* rooted in the process that uses it */
 static char h_global[64];        /* the map's global: named per parent */
 static uint64_t h_cycles0;
+static uint64_t h_slots_new, h_slots_start; /* --growth: the table's slots */
 
 static void *h_make_map(heapd_mutator *m, void *arg)
 {
     return heapd_map_new(m, HEAPD_MAP_STR, *(unsigned long *)arg);
+}
+
+/* --growth: the slots of the map's table now.  heapd_map_iter_begin
+ * finishes a resize under way, then its iterator knows the table's size
+ * (nbuckets); the API has no other way to tell.  A safepoint: h_map is
+ * rooted. */
+static uint64_t h_slots(void)
+{
+    heapd_map_iter it;
+    int rc = heapd_map_iter_begin(h_m, h_map, &it);
+    if (rc < 0)
+        die("heapd_map_iter_begin: %s (%s)", heapd_strerror(rc),
+            heapd_last_error());
+    uint64_t n = it.nbuckets;
+    heapd_map_iter_end(&it);
+    return n;
 }
 
 /* The map from its global, rooted: a rooted shared object stays where it
@@ -351,9 +410,13 @@ static void heapd_fill(void)
     snprintf(h_global, sizeof h_global, "cache_bench.map.%ld",
              (long)getpid());
     heapd_open(O.sock, "cache_bench", &h_c, &h_m);
-    if (!heapd_global_once(h_m, h_global, h_make_map, &O.keys))
+    /* sized for the keys, or for --growth's --capacity */
+    unsigned long cap = O.growth ? O.capacity : O.keys;
+    if (!heapd_global_once(h_m, h_global, h_make_map, &cap))
         die("heapd_map_new: %s (%s)", strerror(errno), heapd_last_error());
     h_root_map();
+    if (O.growth)
+        h_slots_new = h_slots();
     for (unsigned long k = 0; k < O.keys; k++) {
         key_of(key, k);
         value_of(val, key, 0, 0);
@@ -372,6 +435,8 @@ static void heapd_fill(void)
     if (heapd_map_count(h_map) != O.keys)
         die("heapd: the map holds %zu keys after %lu puts",
             heapd_map_count(h_map), O.keys);
+    if (O.growth)
+        h_slots_start = h_slots();
     /* the parent's mutator would hold up every collection while the
      * parent sleeps between samples: the global keeps the map */
     heapd_root_pop(h_m, 1);
@@ -1000,6 +1065,161 @@ static void run_pipe(unsigned w, struct wres *res)
     free(upd);
 }
 
+/* ---- --growth: inserting while another process reads ---- */
+
+/* In a MAP_SHARED page made before the fork: STARTED, set by the writer
+ * before its first insert (the reader starts then, so that its lookups
+ * are those made while the writer writes, even if the scheduler wakes it
+ * first); DONE, set by the writer after its last insert, or by the parent
+ * when a worker exits: the reader stops. */
+struct gshared {
+    _Atomic uint32_t started, done;
+};
+static struct gshared *g_sh;
+
+/* Worker 0: insert the NEW keys OLD .. OLD + NEW - 1, none there before;
+ * each insert timed with the making of its value, as an update is. */
+static void growth_write(struct wres *res)
+{
+    char key[KEY_BYTES], val[VALUE_BYTES];
+    atomic_store_explicit(&g_sh->started, 1, memory_order_release);
+    uint64_t prev = tick();
+    res->start_ns = prev;
+    for (unsigned long n = 0; n < O.ops; n++) {
+        key_of(key, O.keys + n);
+        value_of(val, key, 1, 0);
+        /* no safepoint between the string's birth and the put */
+        void *v = heapd_str_new(h_m, val, VALUE_BYTES);
+        if (!v)
+            die("heapd_str_new: %s (%s)", strerror(errno),
+                heapd_last_error());
+        int rc = heapd_map_put_str(h_m, h_map, key, KEY_BYTES, v,
+                                   HEAPD_MAP_IF_ABSENT);
+        if (rc != 0)
+            die("heapd_map_put_str(%.16s) while growing: %d %s (%s)", key,
+                rc, rc < 0 ? heapd_strerror(rc) : "replaced: the key was "
+                "there", heapd_last_error());
+        uint64_t t = tick();
+        hist_record(&res->up, t - prev);
+        prev = t;
+    }
+    res->end_ns = prev;
+    atomic_store_explicit(&g_sh->done, 1, memory_order_release);
+}
+
+/* Worker 1: from the writer's start, look up random OLD keys until it is
+ * done (at least one); a key missing mid-resize dies in heapd_lookup. */
+static void growth_read(struct wres *res)
+{
+    uint64_t seed = 0x9e3779b97f4a7c15ull * 2 ^ 0x2545f4914f6cdd1dull;
+    char key[KEY_BYTES];
+    /* a few µs at most; a safepoint each time round, so as not to hold
+     * up a collection meanwhile */
+    while (!atomic_load_explicit(&g_sh->started, memory_order_acquire))
+        heapd_safepoint(h_m);
+    uint64_t sum = 0, prev = tick();
+    res->start_ns = prev;
+    for (unsigned long n = 0;; n++) {
+        key_of(key, (unsigned long)(rnd(&seed) >> 16) % O.keys);
+        sum += heapd_lookup(key);
+        if (n % SAFEPOINT_EVERY == SAFEPOINT_EVERY - 1)
+            heapd_safepoint(h_m);
+        uint64_t t = tick();
+        hist_record(&res->lk, t - prev);
+        prev = t;
+        /* one load of a line nobody writes until the end */
+        if (atomic_load_explicit(&g_sh->done, memory_order_acquire))
+            break;
+    }
+    res->end_ns = prev;
+    res->checksum = sum;
+}
+
+/* The slots the map's table should have for KEYS keys, from START slots:
+ * it doubles when it holds more keys than slots (Note [Map resize]). */
+static uint64_t growth_expect(uint64_t start, uint64_t keys)
+{
+    uint64_t n = start;
+    while (n < keys && n < ((uint64_t)1 << 27))
+        n *= 2;
+    return n;
+}
+
+/* After the run: check every key, the count and the map's invariants,
+ * read the table's slots, and print the RESULT line.  RES[0] is the
+ * writer's, RES[1] the reader's. */
+static void growth_finish(const struct wres *res, const struct mem *mem,
+                          uint64_t fill_ns, const char *cpu)
+{
+    char key[KEY_BYTES];
+    unsigned long total = O.keys + O.ops;
+    heapd_stats_t st;
+    heapd_stats_or_die(h_c, NULL, &st);
+    uint64_t cycles = st.heaps[0].cycles_completed - h_cycles0;
+    int rc = heapd_attach(h_c, &h_m);
+    if (rc < 0)
+        die("heapd_attach: %s (%s)", heapd_strerror(rc), heapd_last_error());
+    h_root_map();
+    for (unsigned long k = 0; k < total; k++) {
+        key_of(key, k);
+        void *v = heapd_map_get_str(h_m, h_map, key, KEY_BYTES);
+        check_value(key, v ? heapd_str_data(v) : NULL,
+                    v ? heapd_str_len(v) : 0);
+        /* the writer's values end in '1', the fill's in '0' */
+        if (heapd_str_data(v)[VALUE_BYTES - 1] != (k < O.keys ? '0' : '1'))
+            die("check: key %.16s holds another's value", key);
+        if (k % SAFEPOINT_EVERY == 0)
+            heapd_safepoint(h_m);
+    }
+    if (heapd_map_count(h_map) != total)
+        die("heapd_map_count: %zu, not %lu", heapd_map_count(h_map), total);
+    rc = heapd_map_verify(h_map);
+    if (rc < 0 || (unsigned long)rc != total)
+        die("heapd_map_verify: %d (%s)", rc, rc < 0 ? heapd_last_error()
+                                                     : "keys, not OLD + NEW");
+    uint64_t slots_end = h_slots();
+    uint64_t e_new = growth_expect(8, O.capacity);
+    uint64_t e_start = growth_expect(e_new, O.keys);
+    uint64_t e_end = growth_expect(e_start, total);
+    if (h_slots_new != e_new || h_slots_start != e_start ||
+        slots_end != e_end)
+        fprintf(stderr, "cache_bench: note: the table had %" PRIu64 ", %"
+                PRIu64 " and %" PRIu64 " slots (new, filled, at the end), "
+                "not %" PRIu64 ", %" PRIu64 " and %" PRIu64 "\n",
+                h_slots_new, h_slots_start, slots_end, e_new, e_start, e_end);
+    heapd_root_pop(h_m, 1);
+    rc = heapd_global_delete(h_m, h_global);
+    if (rc < 0)
+        die("heapd_global_delete: %s", heapd_strerror(rc));
+    heapd_detach(h_m);
+    heapd_disconnect(h_c);
+
+    const struct wres *wr = &res[0], *rd = &res[1];
+    if (wr->updates != O.ops || rd->lookups == 0)
+        die("the writer made %" PRIu64 " inserts, not %lu; the reader %"
+            PRIu64 " lookups", wr->updates, O.ops, rd->lookups);
+    double ins_s = (double)(wr->end_ns - wr->start_ns) / 1e9;
+    double rd_s = (double)(rd->end_ns - rd->start_ns) / 1e9;
+    unsigned resizes = 0;
+    for (uint64_t n = h_slots_start; n < slots_end; n *= 2)
+        resizes++;
+    printf("RESULT growth impl=heapd capacity=%lu old_keys=%lu new_keys=%lu "
+           "inserts_per_s=%.0f insert_p50_ns=%" PRIu64 " insert_p99_ns=%"
+           PRIu64 " insert_max_ns=%" PRIu64 " lookups_per_s=%.0f "
+           "lookup_p50_ns=%" PRIu64 " lookup_p99_ns=%" PRIu64
+           " lookup_max_ns=%" PRIu64 " resizes=%u slots_new=%" PRIu64
+           " slots_start=%" PRIu64 " slots_end=%" PRIu64 " lookups=%" PRIu64
+           " insert_ms=%.1f read_ms=%.1f mem_kib=%" PRIu64 " gc_cycles=%"
+           PRIu64 " daemon_cpu_ms=%s fill_ms=%.1f checksum=%" PRIu64 "\n",
+           O.capacity, O.keys, O.ops, (double)O.ops / ins_s,
+           hist_quantile(&wr->up, 0.5), hist_quantile(&wr->up, 0.99),
+           wr->up.max, (double)rd->lookups / rd_s,
+           hist_quantile(&rd->lk, 0.5), hist_quantile(&rd->lk, 0.99),
+           rd->lk.max, resizes, h_slots_new, h_slots_start, slots_end,
+           rd->lookups, ins_s * 1e3, rd_s * 1e3, mem->peak / 1024, cycles,
+           cpu, fill_ns / 1e6, rd->checksum);
+}
+
 static int worker(unsigned w, int ready_fd, int go_fd, int res_fd)
 {
     struct wres *res = calloc(1, sizeof *res);
@@ -1020,7 +1240,11 @@ static int worker(unsigned w, int ready_fd, int go_fd, int res_fd)
         I->waiting(false);
     if (r != 0)
         die("worker %u: the parent did not start the run", w);
-    if (strcmp(I->name, "redis_pipe") == 0)
+    if (O.growth && w == 0)
+        growth_write(res);
+    else if (O.growth)
+        growth_read(res);
+    else if (strcmp(I->name, "redis_pipe") == 0)
         run_pipe(w, res);
     else
         run_ops(w, res);
@@ -1038,7 +1262,8 @@ static int worker(unsigned w, int ready_fd, int go_fd, int res_fd)
 
 static int run(void)
 {
-    unsigned nw = (unsigned)O.workers;
+    /* --growth: a writer (worker 0) and a reader (worker 1) */
+    unsigned nw = O.growth ? 2 : (unsigned)O.workers;
     int ready[2], go[2], res_fd[MAX_WORKERS];
     size_t got[MAX_WORKERS] = {0};
     pid_t pids[MAX_WORKERS];
@@ -1051,6 +1276,12 @@ static int run(void)
 
     if (pipe(ready) != 0 || pipe(go) != 0)
         die("pipe: %s", strerror(errno));
+    if (O.growth) {
+        g_sh = mmap(NULL, sizeof *g_sh, PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (g_sh == MAP_FAILED)
+            die("mmap: %s", strerror(errno));
+    }
     fflush(NULL);
     for (unsigned w = 0; w < nw; w++) {
         int p[2];
@@ -1106,6 +1337,13 @@ static int run(void)
         pid_t p;
         while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
             running--;
+            /* --growth: a writer that died must not leave the reader
+             * waiting or reading forever */
+            if (g_sh) {
+                atomic_store_explicit(&g_sh->started, 1,
+                                      memory_order_release);
+                atomic_store_explicit(&g_sh->done, 1, memory_order_release);
+            }
             if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
                 fprintf(stderr, "cache_bench: worker %d failed (status "
                         "%#x)\n", (int)p, status);
@@ -1144,6 +1382,14 @@ static int run(void)
         hist_merge(&lk, &r->lk);
         hist_merge(&up, &r->up);
     }
+    char cpu[32] = "-";
+    if (I->has_daemon && O.daemon_pid > 0)
+        snprintf(cpu, sizeof cpu, "%" PRIu64, cpu1 - cpu0);
+    if (O.growth) {
+        growth_finish(res, &mem, fill_ns, cpu);
+        free(res);
+        return 0;
+    }
     free(res);
     if (lookups + updates != O.ops * nw)
         die("%" PRIu64 " operations done, not %lu", lookups + updates,
@@ -1151,9 +1397,6 @@ static int run(void)
     I->finish(&mem);
 
     double wall_s = (double)(end - start) / 1e9;
-    char cpu[32] = "-";
-    if (I->has_daemon && O.daemon_pid > 0)
-        snprintf(cpu, sizeof cpu, "%" PRIu64, cpu1 - cpu0);
     printf("RESULT cache impl=%s workers=%u update_pct=%lu keys=%lu ops=%lu "
            "lookups_per_s=%.0f updates_per_s=%.0f lookup_p50_ns=%" PRIu64
            " lookup_p99_ns=%" PRIu64 " lookup_max_ns=%" PRIu64
@@ -1185,7 +1428,11 @@ static void usage(FILE *f)
                "         [--ops N (per worker; --quick: 100000)] [--keys N] "
                "[--batch B] [--socket PATH]\n"
                "         [--redis-socket PATH] [--dir PATH] "
-               "[--daemon-pid PID] [--sample-ms MS] [--quick]\n");
+               "[--daemon-pid PID] [--sample-ms MS] [--quick]\n"
+               "       cache_bench --impl heapd --growth [--capacity CAP "
+               "(0)] [--keys OLD (10000)]\n"
+               "         [--ops NEW (200000; --quick: 100000)] "
+               "[--socket PATH] [--daemon-pid PID] [--quick]\n");
 }
 
 int main(int argc, char **argv)
@@ -1203,11 +1450,13 @@ int main(int argc, char **argv)
         {"daemon-pid", required_argument, NULL, 'p'},
         {"sample-ms", required_argument, NULL, 'S'},
         {"quick", no_argument, NULL, 'q'},
+        {"growth", no_argument, NULL, 'g'},
+        {"capacity", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     bench_prog = "cache_bench";
-    bool ops_set = false, quick = false;
+    bool ops_set = false, keys_set = false, cap_set = false, quick = false;
     int ch;
     while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (ch) {
@@ -1220,7 +1469,10 @@ int main(int argc, char **argv)
                                : parse_count("--update-pct", optarg);
             break;
         case 'n': O.ops = parse_count("--ops", optarg); ops_set = true; break;
-        case 'k': O.keys = parse_count("--keys", optarg); break;
+        case 'k':
+            O.keys = parse_count("--keys", optarg);
+            keys_set = true;
+            break;
         case 'b': O.batch = parse_count("--batch", optarg); break;
         case 's': O.sock = optarg; break;
         case 'r': O.redis_sock = optarg; break;
@@ -1230,6 +1482,15 @@ int main(int argc, char **argv)
             break;
         case 'S': O.sample_ms = parse_count("--sample-ms", optarg); break;
         case 'q': quick = true; break;
+        case 'g': O.growth = true; break;
+        case 'c':
+            /* 0 (the smallest table) is the default: parse_count takes
+             * only > 0 */
+            O.capacity = strcmp(optarg, "0") == 0
+                             ? 0
+                             : parse_count("--capacity", optarg);
+            cap_set = true;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -1240,18 +1501,29 @@ int main(int argc, char **argv)
     }
     if (quick && !ops_set)
         O.ops = 100000;
+    else if (O.growth && !ops_set)
+        O.ops = 200000;
+    if (O.growth && !keys_set)
+        O.keys = 10000;
+    if (cap_set && !O.growth)
+        die("--capacity: only with --growth (the cache's map is sized for "
+            "its keys)");
     if (O.update_pct > 100)
         die("--update-pct: a percentage (0..100), not %lu", O.update_pct);
     if (O.workers > MAX_WORKERS)
         die("--workers: at most %d", MAX_WORKERS);
-    if (O.keys > 999999999999ul)
-        die("--keys: at most 12 digits");
+    if (O.keys > 999999999999ul ||
+        (O.growth && O.ops > 999999999999ul - O.keys))
+        die("--keys%s: at most 12 digits", O.growth ? " + --ops" : "");
     for (size_t i = 0; i < sizeof IMPLS / sizeof IMPLS[0]; i++)
         if (strcmp(O.impl, IMPLS[i].name) == 0)
             I = &IMPLS[i];
     if (!I)
         die("--impl: heapd, redis, redis_pipe, lmdb or mutex, not \"%s\"",
             O.impl);
+    if (O.growth && strcmp(I->name, "heapd") != 0)
+        die("--growth measures heapd's map growing (heapd_map_*): --impl "
+            "heapd only, not %s", I->name);
     parent_pid = getpid();
     /* a worker that dies must not take the parent with it through a
      * closed pipe */
