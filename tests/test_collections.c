@@ -1246,6 +1246,164 @@ START_TEST(queue_killed_while_waiting)
 }
 END_TEST
 
+/* ---- killed at any instant ---- */
+
+#define STORM_KEYS 500
+#define STORM_ROUNDS 6
+
+/* A writer of the storm: replaces and deletes the shared keys, inserts
+ * keys of its own (from BASE on, never deleted) and pushes each of them
+ * to the queue too; after every own insert and push it reports the
+ * number done.  It runs until it is killed. */
+static int storm_body(heapd_mutator *m, void *arg, int fd)
+{
+    unsigned base = *(unsigned *)arg;
+    size_t r = heapd_root_push(m, global_of(m, "t.map"));
+    size_t q = heapd_root_push(m, global_of(m, "t.queue"));
+    uint64_t x = base * 2654435761u + 1;
+    for (unsigned n = 0;; n++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        unsigned k = (unsigned)(x % STORM_KEYS);
+        int rc;
+        if (x % 5 == 0) {
+            char key[32];
+            key_name(key, sizeof key, k);
+            rc = heapd_map_delete_str(m, heapd_root_get(m, r), key,
+                                      strlen(key));
+        } else {
+            rc = put_key(m, r, k, (unsigned)(x % 1000) + 2, 0);
+        }
+        if (rc < 0 && rc != -ENOENT)
+            return 100;
+        if (put_key(m, r, base + n, 1, 0) != 0)
+            return 101;
+        char key[32];
+        key_name(key, sizeof key, base + n);
+        void *v = make_value(m, key, 1);
+        if (!v || heapd_queue_push(m, heapd_root_get(m, q), v) != 0)
+            return 102;
+        send_u64(fd, n + 1);
+    }
+}
+
+static int storm_setup_body(heapd_mutator *m, void *arg, int fd)
+{
+    (void)arg;
+    size_t r = heapd_root_push(m, heapd_map_new(m, HEAPD_MAP_STR, 0));
+    if (heapd_global_set(m, "t.map", heapd_root_get(m, r)) != 0 ||
+        heapd_global_set(m, "t.queue", heapd_queue_new(m)) != 0)
+        return 110;
+    for (unsigned i = 0; i < STORM_KEYS; i++)
+        if (put_key(m, r, i, 1, 0) != 0)
+            return 111;
+    send_u64(fd, 1);
+    return 0;
+}
+
+/* Writers SIGKILLed wherever they are, round after round: the test
+ * process only forks and kills (it connects at the end), and kills a
+ * writer as soon as it reports progress past a mark that moves each
+ * round, so the kills fall at varied points of the operations.  Then
+ * every own key a writer reported is in the map and in the queue, whole,
+ * the map verifies, and every shared key present has a whole value. */
+START_TEST(writers_killed_at_any_instant)
+{
+    start();
+    int fd, go;
+    pid_t k = fork_kid(storm_setup_body, NULL, false, &fd, &go, NULL);
+    kid_go(go);
+    ck_assert_uint_eq(recv_u64(fd, "set up"), 1);
+    expect_exit0(k, "the setup");
+    close(fd);
+    static unsigned base[STORM_ROUNDS][2];
+    uint64_t acked[STORM_ROUNDS][2] = {{0}};
+    for (unsigned round = 0; round < STORM_ROUNDS; round++) {
+        pid_t w[2];
+        int wfd[2], wgo[2];
+        for (int i = 0; i < 2; i++) {
+            base[round][i] = 1000000 * (2 * round + (unsigned)i + 1);
+            w[i] = fork_kid(storm_body, &base[round][i], i == 1, &wfd[i],
+                            &wgo[i], NULL);
+        }
+        for (int i = 0; i < 2; i++)
+            kid_go(wgo[i]);
+        for (int i = 0; i < 2; i++) {
+            /* 37 + 53 * round operations, then at once the kill */
+            uint64_t mark = 37 + 53 * round + 11 * (uint64_t)i;
+            while (acked[round][i] < mark)
+                acked[round][i] = recv_u64(wfd[i], "a writer's progress");
+            ck_assert_int_eq(kill(w[i], SIGKILL), 0);
+            int st = harness_wait_pid(w[i], HARNESS_WAIT_MS);
+            ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+                          "writer %d of round %u ended by itself (status "
+                          "0x%x, exit %d)", i, round, st,
+                          WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+            uint64_t a; /* what it reported before it died */
+            while (read(wfd[i], &a, sizeof a) == sizeof a)
+                acked[round][i] = a;
+            close(wfd[i]);
+        }
+    }
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    harness_collect(m);
+    size_t r = heapd_root_push(m, heapd_global_get(m, "t.map"));
+    void *map = heapd_root_get(m, r);
+    int n = heapd_map_verify(map);
+    ck_assert_msg(n >= 0, "verify: %s", heapd_last_error());
+    static unsigned char pushed[2 * STORM_ROUNDS + 1][4096];
+    memset(pushed, 0, sizeof pushed);
+    for (unsigned round = 0; round < STORM_ROUNDS; round++)
+        for (int i = 0; i < 2; i++)
+            for (unsigned j = 0; j < acked[round][i]; j++) {
+                char key[32];
+                unsigned g;
+                key_name(key, sizeof key, base[round][i] + j);
+                ck_assert_msg(value_ok(heapd_map_get_str(m, map, key,
+                                                         strlen(key)),
+                                       key, &g) && g == 1,
+                              "round %u writer %d: key %s lost", round, i,
+                              key);
+            }
+    for (unsigned i = 0; i < STORM_KEYS; i++) {
+        char key[32];
+        key_name(key, sizeof key, i);
+        void *v = heapd_map_get_str(m, map, key, strlen(key));
+        ck_assert_msg(!v || value_ok(v, key, NULL), "key %s is torn", key);
+    }
+    /* the queue: every reported push is there once, in each writer's
+     * order; a push the kill cut short may be there too */
+    size_t q = heapd_root_push(m, heapd_global_get(m, "t.queue"));
+    void *v;
+    while ((v = heapd_queue_pop(m, heapd_root_get(m, q)))) {
+        ck_assert(heapd_is_str(v));
+        unsigned id = (unsigned)strtoul(heapd_str_data(v) + 4, NULL, 10);
+        unsigned who = id / 1000000, j = id % 1000000;
+        ck_assert_msg(who >= 1 && who <= 2 * STORM_ROUNDS && j < 4096,
+                      "a foreign value in the queue: %s", heapd_str_data(v));
+        char key[32];
+        key_name(key, sizeof key, id);
+        ck_assert_msg(value_ok(v, key, NULL), "a torn value in the queue");
+        ck_assert_msg(!pushed[who][j], "value %u popped twice", id);
+        ck_assert_msg(j == 0 || pushed[who][j - 1], "value %u popped "
+                      "before %u", id, id - 1);
+        pushed[who][j] = 1;
+    }
+    for (unsigned round = 0; round < STORM_ROUNDS; round++)
+        for (int i = 0; i < 2; i++)
+            for (unsigned j = 0; j < acked[round][i]; j++)
+                ck_assert_msg(pushed[2 * round + (unsigned)i + 1][j],
+                              "round %u writer %d: push %u lost", round, i,
+                              j);
+    heapd_root_pop(m, 2);
+    harness_expect_healthy(&D);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("collections");
@@ -1264,6 +1422,7 @@ static Suite *suite(void)
     tcase_add_test(t, map_concurrent_inserts);
     tcase_add_test(t, queue_producers_consumers);
     tcase_add_test(t, queue_waiter_holds_up_nothing);
+    tcase_add_test(t, writers_killed_at_any_instant);
     suite_add_tcase(s, t);
 #ifndef NDEBUG /* the stop hook is in debug builds only */
     t = tcase_create("killed");
