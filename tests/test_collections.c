@@ -1250,6 +1250,7 @@ END_TEST
 
 #define STORM_KEYS 500
 #define STORM_ROUNDS 6
+#define STORM_AHEAD 16384 /* own keys a writer makes, at most */
 
 /* A writer of the storm: replaces and deletes the shared keys, inserts
  * keys of its own (from BASE on, never deleted) and pushes each of them
@@ -1352,7 +1353,9 @@ START_TEST(writers_killed_at_any_instant)
     void *map = heapd_root_get(m, r);
     int n = heapd_map_verify(map);
     ck_assert_msg(n >= 0, "verify: %s", heapd_last_error());
-    static unsigned char pushed[2 * STORM_ROUNDS + 1][4096];
+    /* a writer runs ahead of what the test has read of its reports by a
+     * pipe's worth at most (64 KiB: 8192 of them), then blocks */
+    static unsigned char pushed[2 * STORM_ROUNDS + 1][STORM_AHEAD];
     memset(pushed, 0, sizeof pushed);
     for (unsigned round = 0; round < STORM_ROUNDS; round++)
         for (int i = 0; i < 2; i++)
@@ -1380,7 +1383,8 @@ START_TEST(writers_killed_at_any_instant)
         ck_assert(heapd_is_str(v));
         unsigned id = (unsigned)strtoul(heapd_str_data(v) + 4, NULL, 10);
         unsigned who = id / 1000000, j = id % 1000000;
-        ck_assert_msg(who >= 1 && who <= 2 * STORM_ROUNDS && j < 4096,
+        ck_assert_msg(who >= 1 && who <= 2 * STORM_ROUNDS &&
+                          j < STORM_AHEAD,
                       "a foreign value in the queue: %s", heapd_str_data(v));
         char key[32];
         key_name(key, sizeof key, id);
