@@ -1,6 +1,6 @@
 /* heapctl: look at a running heapd.
  *
- *   heapctl [--socket PATH] stats [--json]
+ *   heapctl [--socket PATH] stats [--json | --prometheus]
  *   heapctl [--socket PATH] clients [--json]
  *   heapctl [--socket PATH] segments [--json] [--heap NAME]
  *   heapctl [--socket PATH] [--heap NAME] gc | globals
@@ -15,10 +15,12 @@
 #include <time.h>
 
 #include "heapd.h"
+#include "metrics.h"
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: heapctl [--socket PATH] [--heap NAME] stats [--json]\n"
+    fprintf(f, "usage: heapctl [--socket PATH] [--heap NAME] stats "
+               "[--json | --prometheus]\n"
                "       heapctl [--socket PATH] clients [--json]\n"
                "       heapctl [--socket PATH] segments [--json] [--heap NAME]\n"
                "       heapctl [--socket PATH] [--heap NAME] gc\n"
@@ -36,6 +38,9 @@ static void usage(FILE *f)
                "            of the object they reference, initialising client\n"
                "  --json    print one JSON object instead of text (stats,\n"
                "            clients, segments)\n"
+               "  --prometheus  stats in Prometheus' text format, every\n"
+               "            counter of every heap (for node_exporter's\n"
+               "            textfile collector)\n"
                "  --heap    the heap for gc and globals (default:\n"
                "            \"default\"); for segments, only that heap\n"
                "            (default: every heap)\n"
@@ -116,6 +121,41 @@ static void print_stats_json(const heapd_stats_t *s)
         printf("}");
     }
     printf("]}\n");
+}
+
+/* Note [Metric names] in proto/metrics.c */
+static int print_stats_prometheus(const heapd_stats_t *s)
+{
+    static uint64_t v[HEAPD_STATS_MAX_HEAPS][HEAPD_HEAP_COUNTERS_N];
+    struct metrics_heap h[HEAPD_STATS_MAX_HEAPS];
+    struct metrics_daemon d = {
+        .version = s->version, .uptime_ns = s->uptime_ns,
+        .clients_connected = s->clients_connected,
+        .connections_total = s->connections_total,
+        .frames_rejected = s->frames_rejected,
+        .connections_refused = s->connections_refused,
+        .connections_throttled = s->connections_throttled,
+        .connections_timed_out = s->connections_timed_out,
+        .requests_refused = s->requests_refused,
+        .log_lines_suppressed = s->log_lines_suppressed,
+    };
+    size_t n = s->heap_count < HEAPD_STATS_MAX_HEAPS ? s->heap_count
+                                                     : HEAPD_STATS_MAX_HEAPS;
+    for (size_t i = 0; i < n; i++) {
+        const heapd_heap_stats *hs = &s->heaps[i];
+        counter_values(hs, v[i]);
+        h[i] = (struct metrics_heap){.name = hs->name,
+                                     .reserved_bytes = hs->reserved_bytes,
+                                     .segment_size = hs->segment_size,
+                                     .clients = hs->clients,
+                                     .phase = hs->phase,
+                                     .counters = v[i]};
+    }
+    if (metrics_write(stdout, &d, h, n) < 0) {
+        fprintf(stderr, "heapctl: stats: cannot write the output\n");
+        return -1;
+    }
+    return 0;
 }
 
 /* V in UNIT for a reader, "" when the number says it already. */
@@ -462,6 +502,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"socket", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},
+        {"prometheus", no_argument, NULL, 'p'},
         {"heap", required_argument, NULL, 'H'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -470,14 +511,15 @@ int main(int argc, char **argv)
                              .client_name = "heapctl"};
     heapd_client *c = NULL;
     heapd_stats_t st;
-    bool json = false;
+    bool json = false, prometheus = false;
     int opt, rc;
 
-    while ((opt = getopt_long(argc, argv, "s:jH:h", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "s:jpH:h", opts, NULL)) != -1) {
         switch (opt) {
         case 's': co.socket_path = optarg; break;
         case 'H': co.heap = optarg; break;
         case 'j': json = true; break;
+        case 'p': prometheus = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -496,6 +538,11 @@ int main(int argc, char **argv)
     }
     if (optind != argc) {
         fprintf(stderr, "heapctl: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (prometheus && (json || strcmp(cmd, "stats") != 0)) {
+        fprintf(stderr, "heapctl: --prometheus is for stats, without "
+                        "--json\n");
         return 2;
     }
     if ((rc = heapd_connect(&c, &co)) < 0) {
@@ -577,6 +624,8 @@ int main(int argc, char **argv)
     rc = heapd_stats(c, &st);
     if (rc < 0)
         fprintf(stderr, "heapctl: stats: %s\n", heapd_last_error());
+    else if (prometheus)
+        rc = print_stats_prometheus(&st);
     else if (json)
         print_stats_json(&st);
     else
