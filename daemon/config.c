@@ -57,7 +57,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <ini.h>
+#include <netinet/in.h>
 
 #include "layout.h"
 #include "young.h"
@@ -69,7 +71,7 @@
 #define GIB (UINT64_C(1) << 30)
 
 enum kind { K_SOCKET, K_LEVEL, K_UINT, K_SIZE, K_SEGMENT, K_ADDR, K_IDS,
-            K_BOOL, K_DURATION, K_TIMEOUT, K_STALL_ACTION };
+            K_BOOL, K_DURATION, K_TIMEOUT, K_STALL_ACTION, K_LISTEN };
 
 struct key {
     const char *name;
@@ -83,7 +85,7 @@ enum { DK_SOCKET, DK_LOG_LEVEL, DK_GC_THREADS, DK_MAX_CONNECTIONS,
        DK_MAX_CONNECTIONS_PER_USER, DK_MAX_WRITE_QUEUE, DK_CONTROL_RESERVE,
        DK_MAX_UNLISTED_CONNECTIONS, DK_HANDSHAKE_TIMEOUT,
        DK_MAX_MUTATORS_PER_CLIENT, DK_MAX_REQUESTS_PER_CLIENT,
-       DK_CLIENT_LOG_RATE, DK_COUNT };
+       DK_CLIENT_LOG_RATE, DK_METRICS_LISTEN, DK_COUNT };
 static const struct key daemon_keys[DK_COUNT] = {
     { "socket", K_SOCKET, 0, 0, "" },
     { "log_level", K_LEVEL, 0, 0, "" },
@@ -97,6 +99,7 @@ static const struct key daemon_keys[DK_COUNT] = {
     { "max_mutators_per_client", K_UINT, 1, LAYOUT_MAX_MUTATORS, "" },
     { "max_requests_per_client", K_UINT, 1, 1u << 20, "" },
     { "client_log_rate", K_UINT, 1, 100000, " lines per second" },
+    { "metrics_listen", K_LISTEN, 0, 0, "" },
 };
 
 enum { HK_BASE, HK_MAX_SIZE, HK_SEGMENT_SIZE, HK_GC_OVERHEAD,
@@ -123,6 +126,49 @@ static const struct key heap_keys[HK_COUNT] = {
     { "young_size", K_SIZE, 64 * KIB, 256 * MIB, "" },
     { "young_age", K_UINT, 1, LAYOUT_YOUNG_AGE_MAX, "" },
 };
+
+int config_parse_listen(const char *v, struct sockaddr_storage *out)
+{
+    struct sockaddr_storage ss;
+    char host[64];
+    const char *port;
+    memset(&ss, 0, sizeof ss);
+    if (v[0] == '[') { /* [IPv6]:PORT */
+        const char *end = strchr(v, ']');
+        if (!end || end[1] != ':' || (size_t)(end - v - 1) >= sizeof host)
+            return -EINVAL;
+        memcpy(host, v + 1, (size_t)(end - v - 1));
+        host[end - v - 1] = '\0';
+        port = end + 2;
+    } else {
+        const char *colon = strrchr(v, ':');
+        if (!colon || (size_t)(colon - v) >= sizeof host)
+            return -EINVAL;
+        memcpy(host, v, (size_t)(colon - v));
+        host[colon - v] = '\0';
+        port = colon + 1;
+    }
+    char *e;
+    errno = 0;
+    unsigned long n = strtoul(port, &e, 10);
+    if (errno || e == port || *e || n == 0 || n > 65535 ||
+        !isdigit((unsigned char)port[0]))
+        return -EINVAL;
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    if (v[0] != '[' && inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)n);
+    } else if (v[0] == '[' && inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)n);
+    } else {
+        return -EINVAL;
+    }
+    if (out)
+        *out = ss;
+    return 0;
+}
 
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
 /* Indexed by enum config_stall_action. */
@@ -482,6 +528,13 @@ static bool parse_value(struct parse *p, const struct key *k, const char *v,
             report(p, "socket path is %zu bytes; the limit is %zu (sun_path)",
                    strlen(v), sizeof p->c->socket - 1);
         return v[0] == '/' && strlen(v) < sizeof p->c->socket;
+    case K_LISTEN:
+        if (config_parse_listen(v, NULL) == 0)
+            return true;
+        report(p, "%s '%s' is not an address and port: use ADDRESS:PORT "
+               "with a numeric IPv4 address (127.0.0.1:9465) or [IPv6]:PORT "
+               "([::1]:9465), port 1 to 65535", key, CLIP(v));
+        return false;
     case K_LEVEL:
         for (out->u = 0; out->u < 4; out->u++)
             if (strcasecmp(v, level_names[out->u]) == 0)
@@ -614,6 +667,8 @@ static void store(struct parse *p, int k, const char *v, const struct value *x)
             p->c->max_mutators_per_client = (unsigned)x->u;
         else if (k == DK_MAX_REQUESTS_PER_CLIENT)
             p->c->max_requests_per_client = (unsigned)x->u;
+        else if (k == DK_METRICS_LISTEN)
+            copy_str(p->c->metrics_listen, sizeof p->c->metrics_listen, v);
         else
             p->c->client_log_rate = (unsigned)x->u;
         return;

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #define CONFIG_MAX_HEAPS 16      /* [heap NAME] sections in one file */
@@ -77,9 +78,16 @@ struct config {
     unsigned max_mutators_per_client;
     unsigned max_requests_per_client; /* requests waiting for a cycle */
     unsigned client_log_rate;   /* log lines per second per connection */
+    /* Note [Metrics endpoint] in daemon/metrics_http.c: ADDRESS:PORT, ""
+     * for none (the default) */
+    char metrics_listen[64];
     size_t n_heaps;
     struct config_heap heaps[CONFIG_MAX_HEAPS];
 };
+
+/* Parse a metrics_listen value, ADDRESS:PORT (numeric IPv4) or
+ * [ADDRESS]:PORT (numeric IPv6), into *OUT (if not NULL).  0 or -EINVAL. */
+int config_parse_listen(const char *v, struct sockaddr_storage *out);
 
 /* Read and validate FILE into *out.  On failure returns a negative errno
  * (-ENOENT, -EACCES for an unreadable file, -EISDIR for a directory;

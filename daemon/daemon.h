@@ -14,6 +14,7 @@
 #include "fdstore.h"
 #include "frame.h"
 #include "heap.h"
+#include "metrics.h"
 #include "workers.h"
 
 enum conn_state {
@@ -74,6 +75,22 @@ struct conn {
     uint64_t log_suppressed;    /* lines dropped since the last one logged */
 };
 
+/* The statistics of the daemon and of each heap, as heapctl stats and the
+ * metrics endpoint show them (session_stats_snapshot). */
+struct stats_heap {
+    uint64_t base;
+    uint64_t committed_bytes;
+    struct metrics_heap m;      /* m.counters points at counters */
+    uint64_t counters[HEAPD_HEAP_COUNTERS_N];
+};
+struct stats_snapshot {
+    struct metrics_daemon d;
+    size_t n;
+    struct stats_heap h[CONFIG_MAX_HEAPS];
+};
+
+struct metrics_http;
+
 struct daemon {
     struct config cfg;
     char socket_path[108];      /* effective path (config or --socket) */
@@ -117,7 +134,18 @@ struct daemon {
     bool quiesce_on;
     uint64_t stall_warned[CONFIG_MAX_HEAPS][LAYOUT_MAX_MUTATORS];
                                 /* the stall_since each slot was named for */
+    /* Note [Metrics endpoint] in metrics_http.c; NULL when off */
+    struct metrics_http *metrics;
 };
+
+/* session.c: the statistics, on the loop thread */
+void session_stats_snapshot(struct daemon *d, struct stats_snapshot *s);
+/* metrics_http.c: the scrape endpoint, if metrics_listen is set */
+int metrics_http_start(struct daemon *d);
+/* Release the scrapes that wait and stop the HTTP thread (the loop's
+ * handles are closed after); free it once the loop is closed. */
+void metrics_http_stop(struct daemon *d);
+void metrics_http_free(struct daemon *d);
 
 /* server.c: transport */
 int server_listen(struct daemon *d);

@@ -486,6 +486,8 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     if (server_listen(d) < 0)
         goto out;
+    if (metrics_http_start(d) < 0)
+        goto out;
     start_watchdog(d);
     start_strays(d);
     stall_start(d);
@@ -493,6 +495,7 @@ int main(int argc, char **argv)
     uv_run(&d->loop, UV_RUN_DEFAULT);
     rc = 0;
 out:
+    metrics_http_stop(d); /* Note [Metrics endpoint] */
     /* collectors first: no client is connected any more, so a cycle under
      * way finishes (Note [Stop the world]) */
     for (size_t i = 0; i < d->n_heaps; i++)
@@ -508,6 +511,7 @@ out:
         if (uv_loop_close(&d->loop) != 0)
             log_warn("event loop closed with handles still open");
     }
+    metrics_http_free(d);
     stall_stop(d);
     resume_free_all(d);
     for (size_t i = 0; i < d->n_heaps; i++)

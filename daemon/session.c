@@ -329,40 +329,72 @@ static void heap_counters(const struct heap *h,
 #undef STAT_ATOMIC
 #undef STAT_LOCKED
 
+void session_stats_snapshot(struct daemon *d, struct stats_snapshot *s)
+{
+    s->d = (struct metrics_daemon){
+        .version = HEAPD_VERSION,
+        .uptime_ns = uv_hrtime() - d->start_ns,
+        .clients_connected = d->n_conns,
+        .connections_total = d->connections_total,
+        .frames_rejected = d->frames_rejected,
+        .connections_refused = d->connections_refused,
+        .connections_throttled = d->connections_throttled,
+        .connections_timed_out = d->connections_timed_out,
+        .requests_refused = d->requests_refused,
+        .log_lines_suppressed = d->log_lines_suppressed,
+    };
+    s->n = d->n_heaps;
+    for (size_t i = 0; i < d->n_heaps; i++) {
+        struct heap *h = &d->heaps[i];
+        struct stats_heap *sh = &s->h[i];
+        sh->base = h->cfg->base;
+        sh->committed_bytes = heap_committed_bytes(h);
+        pthread_mutex_lock((pthread_mutex_t *)&h->lock);
+        sh->m = (struct metrics_heap){
+            .name = h->cfg->name,
+            .reserved_bytes = h->cfg->max_size,
+            .segment_size = h->cfg->segment_size,
+            .clients = h->clients,
+            .phase = atomic_load(&h->control->phase),
+            .counters = sh->counters,
+        };
+        heap_counters(h, sh->counters);
+        pthread_mutex_unlock((pthread_mutex_t *)&h->lock);
+    }
+}
+
 static int handle_stats(struct conn *c, uint64_t seq)
 {
     struct daemon *d = c->d;
+    static struct stats_snapshot s; /* the loop thread's only */
     Heapd__StatsReply r = HEAPD__STATS_REPLY__INIT;
     Heapd__HeapStats hs[CONFIG_MAX_HEAPS];
     Heapd__HeapStats *hp[CONFIG_MAX_HEAPS];
-    uint64_t counters[CONFIG_MAX_HEAPS][HEAPD_HEAP_COUNTERS_N];
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
 
-    r.version = (char *)HEAPD_VERSION;
-    r.uptime_ns = uv_hrtime() - d->start_ns;
-    r.clients_connected = d->n_conns;
-    r.frames_rejected = d->frames_rejected;
-    r.connections_total = d->connections_total;
-    r.connections_refused = d->connections_refused;
-    r.connections_throttled = d->connections_throttled;
-    r.connections_timed_out = d->connections_timed_out;
-    r.requests_refused = d->requests_refused;
-    r.log_lines_suppressed = d->log_lines_suppressed;
-    for (size_t i = 0; i < d->n_heaps; i++) {
-        struct heap *h = &d->heaps[i];
+    session_stats_snapshot(d, &s);
+    r.version = (char *)s.d.version;
+    r.uptime_ns = s.d.uptime_ns;
+    r.clients_connected = s.d.clients_connected;
+    r.frames_rejected = s.d.frames_rejected;
+    r.connections_total = s.d.connections_total;
+    r.connections_refused = s.d.connections_refused;
+    r.connections_throttled = s.d.connections_throttled;
+    r.connections_timed_out = s.d.connections_timed_out;
+    r.requests_refused = s.d.requests_refused;
+    r.log_lines_suppressed = s.d.log_lines_suppressed;
+    for (size_t i = 0; i < s.n; i++) {
+        const struct stats_heap *sh = &s.h[i];
         heapd__heap_stats__init(&hs[i]);
-        hs[i].name = (char *)h->cfg->name;
-        hs[i].heap_base = h->cfg->base;
-        hs[i].reserved_bytes = h->cfg->max_size;
-        hs[i].committed_bytes = heap_committed_bytes(h);
-        hs[i].clients = h->clients;
-        hs[i].segment_size = h->cfg->segment_size;
-        pthread_mutex_lock((pthread_mutex_t *)&h->lock);
-        hs[i].phase = atomic_load(&h->control->phase);
-        heap_counters(h, counters[i]);
+        hs[i].name = (char *)sh->m.name;
+        hs[i].heap_base = sh->base;
+        hs[i].reserved_bytes = sh->m.reserved_bytes;
+        hs[i].committed_bytes = sh->committed_bytes;
+        hs[i].clients = sh->m.clients;
+        hs[i].segment_size = sh->m.segment_size;
+        hs[i].phase = sh->m.phase;
         hs[i].n_counters = HEAPD_HEAP_COUNTERS_N;
-        hs[i].counters = counters[i];
-        pthread_mutex_unlock((pthread_mutex_t *)&h->lock);
+        hs[i].counters = (uint64_t *)sh->counters;
         hp[i] = &hs[i];
     }
     /* the client's own heap first: heapd_stats reports it at top level */
@@ -373,7 +405,7 @@ static int handle_stats(struct conn *c, uint64_t seq)
             hp[i] = t;
         }
     }
-    r.n_heaps = d->n_heaps;
+    r.n_heaps = s.n;
     r.heaps = hp;
     env.seq = seq;
     env.body_case = HEAPD__ENVELOPE__BODY_STATS_REPLY;

@@ -719,7 +719,7 @@ START_TEST(t_unknown_key_daemon)
                   "max_write_queue, control_reserve, "
                   "max_unlisted_connections, handshake_timeout, "
                   "max_mutators_per_client, max_requests_per_client, "
-                  "client_log_rate)\n");
+                  "client_log_rate, metrics_listen)\n");
 }
 END_TEST
 
@@ -846,6 +846,34 @@ START_TEST(t_admission_and_client_limits)
     expect_errors("[daemon]\nclient_log_rate = 0\n" HEAP,
                   "heapd:t.conf:2: client_log_rate 0 is out of range "
                   "(1..100000 lines per second)\n");
+}
+END_TEST
+
+/* Note [Metrics endpoint] in daemon/metrics_http.c */
+START_TEST(t_metrics_listen)
+{
+    struct config c;
+    expect_ok(HEAP, &c);
+    ck_assert_str_eq(c.metrics_listen, "");
+    expect_ok("[daemon]\nmetrics_listen = 127.0.0.1:9465\n" HEAP, &c);
+    ck_assert_str_eq(c.metrics_listen, "127.0.0.1:9465");
+    expect_ok("[daemon]\nmetrics_listen = [::1]:9465\n" HEAP, &c);
+    ck_assert_str_eq(c.metrics_listen, "[::1]:9465");
+    const char *bad[] = {"localhost:9465", "127.0.0.1", "127.0.0.1:0",
+                         "127.0.0.1:65536", "[::1]9465", "::1:9465",
+                         "127.0.0.1:94a5", "127.0.0.1:-1", ":9465",
+                         "[127.0.0.1]:9465", "127.0.0.1:+9465"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[256], want[512];
+        snprintf(text, sizeof text, "[daemon]\nmetrics_listen = %s\n" HEAP,
+                 bad[i]);
+        snprintf(want, sizeof want,
+                 "heapd:t.conf:2: metrics_listen '%s' is not an address and "
+                 "port: use ADDRESS:PORT with a numeric IPv4 address "
+                 "(127.0.0.1:9465) or [IPv6]:PORT ([::1]:9465), port 1 to "
+                 "65535\n", bad[i]);
+        expect_errors(text, want);
+    }
 }
 END_TEST
 
@@ -1324,7 +1352,7 @@ START_TEST(t_multiple_errors_in_line_order)
                   "max_write_queue, control_reserve, "
                   "max_unlisted_connections, handshake_timeout, "
                   "max_mutators_per_client, max_requests_per_client, "
-                  "client_log_rate)\n"
+                  "client_log_rate, metrics_listen)\n"
                   "heapd:t.conf:4: syntax error: 'oops' is neither "
                   "'[section]' nor 'key = value' (comments start with ';' "
                   "or '#')\n"
@@ -1446,6 +1474,7 @@ static Suite *config_suite(void)
     tcase_add_test(key, t_gc_threads_zero_and_65);
     tcase_add_test(key, t_connection_limits);
     tcase_add_test(key, t_admission_and_client_limits);
+    tcase_add_test(key, t_metrics_listen);
     tcase_add_test(key, t_bad_size_suffix);
     tcase_add_test(key, t_size_not_a_number);
     tcase_add_test(key, t_size_overflow);

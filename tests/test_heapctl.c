@@ -1,8 +1,11 @@
 /* heapctl clients and heapctl segments against a real heapd, run as the
  * operator runs them: the heapctl binary in a subprocess (Note [Reports]
  * in daemon/report.c). */
+#include <arpa/inet.h>
 #include <check.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -435,6 +438,188 @@ START_TEST(memory_counters_follow_blocks_and_punches)
 }
 END_TEST
 
+/* ---- Prometheus (Note [Metric names] in proto/metrics.c) ---- */
+
+/* Run CMD; it must exit 0 and promtool must find nothing wrong with what
+ * it printed.  OUT gets the metrics. */
+static void expect_valid_metrics(const char *cmd, char *out, size_t outlen)
+{
+    char check[1024];
+    int st = harness_run(cmd, out, outlen);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "%s: status 0x%x, output: %.300s", cmd, st, out);
+    char dir[64];
+    harness_tmpdir(dir, sizeof dir);
+    char file[128];
+    snprintf(file, sizeof file, "%s/metrics.txt", dir);
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(out, f);
+    ck_assert_int_eq(fclose(f), 0);
+    char res[4096];
+    snprintf(check, sizeof check,
+             "command -v promtool >/dev/null || { echo 'promtool is not "
+             "installed (Debian: apt-get install prometheus)'; exit 3; }; "
+             "promtool check metrics < '%s' 2>&1", file);
+    st = harness_run(check, res, sizeof res);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "promtool check metrics: status 0x%x: %s", st, res);
+    unlink(file);
+    rmdir(dir);
+}
+
+/* heapctl stats --prometheus: every counter of every heap, valid for
+ * promtool, named by the rule, with the heap's values. */
+START_TEST(stats_in_prometheus_format)
+{
+    harness_start(&D, harness_default_config("@SOCK@", ""));
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    harness_collect(m);
+    harness_collect(m);
+    heapd_stats_t st = harness_stats(c);
+    static char out[1 << 16];
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' stats --prometheus",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    heapd_blocking_enter(m);
+    expect_valid_metrics(cmd, out, sizeof out);
+    heapd_blocking_leave(m);
+    char want[160];
+    snprintf(want, sizeof want,
+             "\nheapd_cycles_completed_total{heap=\"default\"} %" PRIu64 "\n",
+             st.cycles_completed);
+    ck_assert_msg(strstr(out, want), "no line %s in:\n%.2000s", want, out);
+    const char *names[] = {
+        "# TYPE heapd_allocated_bytes_total counter\n",
+        "# TYPE heapd_pause_seconds_total counter\n",
+        "# TYPE heapd_pause_max_seconds gauge\n",
+        "# TYPE heapd_mark_last_seconds gauge\n",
+        "# TYPE heapd_committed_bytes gauge\n",
+        "# TYPE heapd_pauses_seconds summary\n",
+        "heapd_pauses_seconds_count{heap=\"default\"} ",
+        "heapd_build_info{version=\"",
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        ck_assert_msg(strstr(out, names[i]), "no %s in:\n%.2000s", names[i],
+                      out);
+    /* --prometheus is for stats only */
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' clients --prometheus 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    int rc = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "status 0x%x: %s",
+                  rc, out);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* A TCP port free now on 127.0.0.1 (the kernel's choice). */
+static unsigned free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* curl's status code and body for METHOD of URL into OUT. */
+static unsigned http(const char *method, const char *url, char *out,
+                     size_t outlen)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "command -v curl >/dev/null || { echo 'curl is not installed'; "
+             "exit 3; }; curl -s -S -X %s --max-time 30 -w '\\n%%{http_code}' "
+             "'%s' 2>&1", method, url);
+    int st = harness_run(cmd, out, outlen);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "curl %s: 0x%x %s",
+                  url, st, out);
+    char *last = strrchr(out, '\n');
+    ck_assert_ptr_nonnull(last);
+    unsigned code = (unsigned)atoi(last + 1);
+    *last = '\0';
+    return code;
+}
+
+/* Note [Metrics endpoint]: heapd serves GET /metrics on metrics_listen
+ * with libmicrohttpd, valid for promtool, and nothing else. */
+START_TEST(metrics_endpoint_serves_prometheus)
+{
+    unsigned port = free_port();
+    char config[512];
+    snprintf(config, sizeof config,
+             "[daemon]\nsocket = @SOCK@\nlog_level = debug\n"
+             "metrics_listen = 127.0.0.1:%u\n\n[heap default]\nbase = 0x%llx\n"
+             "max_size = 1G\nsegment_size = 128K\n", port,
+             (unsigned long long)HARNESS_HEAP_BASE);
+    harness_start_logged(&D, config, "heapd.log");
+    ck_assert(harness_log_contains(&D, "metrics: http://127.0.0.1:"));
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    harness_collect(m);
+    heapd_blocking_enter(m);
+    static char out[1 << 16];
+    char url[128], cmd[256];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/metrics", port);
+    snprintf(cmd, sizeof cmd, "curl -s -S --max-time 30 '%s'", url);
+    expect_valid_metrics(cmd, out, sizeof out);
+    ck_assert_msg(strstr(out, "\nheapd_heap_clients{heap=\"default\"} 1\n"),
+                  "no heap_clients 1 in:\n%.2000s", out);
+    ck_assert_uint_eq(http("GET", url, out, sizeof out), 200);
+    ck_assert_uint_eq(http("POST", url, out, sizeof out), 405);
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/", port);
+    ck_assert_uint_eq(http("GET", url, out, sizeof out), 404);
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/metrics/../etc", port);
+    ck_assert_uint_eq(http("GET", url, out, sizeof out), 404);
+    heapd_blocking_leave(m);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* An address heapd cannot listen on stops it at start-up, with a message
+ * that names it. */
+START_TEST(metrics_endpoint_refuses_a_foreign_address)
+{
+    char cfg[1024];
+    char dir[64];
+    harness_tmpdir(dir, sizeof dir);
+    snprintf(cfg, sizeof cfg, "%s/heapd.conf", dir);
+    FILE *f = fopen(cfg, "w");
+    ck_assert_ptr_nonnull(f);
+    /* 192.0.2.1: TEST-NET-1, never an address of this machine */
+    fprintf(f, "[daemon]\nsocket = %s/s\nmetrics_listen = 192.0.2.1:9465\n\n"
+            "[heap default]\nbase = 0x%llx\nmax_size = 1G\n", dir,
+            (unsigned long long)HARNESS_HEAP_BASE);
+    ck_assert_int_eq(fclose(f), 0);
+    char cmd[2048], out[4096];
+    snprintf(cmd, sizeof cmd, "'%s' -c '%s' --foreground 2>&1",
+             harness_bin("HEAPD_BIN"), cfg);
+    int st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) != 0,
+                  "heapd started with metrics_listen on a foreign address "
+                  "(status 0x%x): %s", st, out);
+    ck_assert_msg(strstr(out, "metrics_listen 192.0.2.1:9465: cannot listen"),
+                  "no message naming the address: %s", out);
+    unlink(cfg);
+    char sock[128];
+    snprintf(sock, sizeof sock, "%s/s", dir);
+    unlink(sock);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *heapctl_suite(void)
 {
     Suite *s = suite_create("heapctl");
@@ -443,6 +628,9 @@ static Suite *heapctl_suite(void)
     tcase_add_test(t, clients_shows_mutators_in_text_and_json);
     tcase_add_test(t, segments_match_stats_and_show_occupancy);
     tcase_add_test(t, memory_counters_follow_blocks_and_punches);
+    tcase_add_test(t, stats_in_prometheus_format);
+    tcase_add_test(t, metrics_endpoint_serves_prometheus);
+    tcase_add_test(t, metrics_endpoint_refuses_a_foreign_address);
     suite_add_tcase(s, t);
     return s;
 }
