@@ -91,7 +91,31 @@
     X(block_bytes, uint64_t, GAUGE, BYTES, LOCKED, "in allocated blocks (small blocks and large runs) the last sweep kept") \
     X(purged_bytes, uint64_t, COUNTER, BYTES, ATOMIC, "of heap memory punched out of the memfd (ranges, whether or not every page had memory)") \
     X(fragmentation_permille, uint64_t, GAUGE, COUNT, DERIVED, "bytes_committed per 1000 of block_bytes; 0 with no block kept") \
+    X(pauses_le_50us, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 50 us (a histogram bucket)") \
+    X(pauses_le_100us, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 100 us") \
+    X(pauses_le_250us, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 250 us") \
+    X(pauses_le_500us, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 500 us") \
+    X(pauses_le_1ms, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 1 ms") \
+    X(pauses_le_2500us, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 2.5 ms") \
+    X(pauses_le_5ms, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 5 ms") \
+    X(pauses_le_10ms, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 10 ms") \
+    X(pauses_le_25ms, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 25 ms") \
+    X(pauses_le_50ms, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 50 ms") \
+    X(pauses_le_100ms, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 100 ms") \
+    X(pauses_le_250ms, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 250 ms") \
     /* the end: a new line goes above this one, ending in a backslash */
+
+/* The pause histogram's buckets, B(line, upper bound in ns): the lines
+ * pauses_le_* above count the pauses of at most that long (cumulative, as
+ * Prometheus' buckets; pause_count is the +Inf one).  Prometheus shows
+ * them as one histogram, heapd_pause_duration_seconds (proto/metrics.c). */
+#define HEAPD_PAUSE_BUCKETS(B) \
+    B(pauses_le_50us, 50000) B(pauses_le_100us, 100000) \
+    B(pauses_le_250us, 250000) B(pauses_le_500us, 500000) \
+    B(pauses_le_1ms, 1000000) B(pauses_le_2500us, 2500000) \
+    B(pauses_le_5ms, 5000000) B(pauses_le_10ms, 10000000) \
+    B(pauses_le_25ms, 25000000) B(pauses_le_50ms, 50000000) \
+    B(pauses_le_100ms, 100000000) B(pauses_le_250ms, 250000000)
 
 /* The columns KIND and UNIT, for printers: HEAPD_KIND_##kind,
  * HEAPD_UNIT_##unit. */

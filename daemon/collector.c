@@ -383,6 +383,11 @@ static void record_pause(struct heap *h, uint64_t pause, uint64_t ttsp,
 {
     h->stats.pause_count++;
     h->stats.pause_total_ns += pause;
+#define PAUSE_BUCKET_(line, ns) \
+    if (pause <= (ns))          \
+        h->stats.line++;
+    HEAPD_PAUSE_BUCKETS(PAUSE_BUCKET_)
+#undef PAUSE_BUCKET_
     if (pause > h->stats.pause_max_ns)
         h->stats.pause_max_ns = pause;
     if (pause > *kind_max)

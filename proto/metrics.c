@@ -16,9 +16,11 @@
  * heapd_allocated_bytes_total and mark_ns_last is
  * heapd_mark_last_seconds: the names Prometheus' own conventions give
  * (promtool check metrics, which the tests run, reads them without a
- * complaint).  The stop-the-world pauses are also a summary,
- * heapd_pauses_seconds (_sum, _count), from pause_total_ns and
- * pause_count; minor collections likewise, heapd_minor_pauses_seconds.
+ * complaint).  The lines pauses_le_* are not metrics of their own: with
+ * pause_total_ns and pause_count they are the histogram
+ * heapd_pause_duration_seconds (HEAPD_PAUSE_BUCKETS).  Minor collections,
+ * of which heapd keeps only a total and a count, are a summary,
+ * heapd_minor_pause_duration_seconds.
  * Label values and help text are escaped as the format says (backslash,
  * double quote in labels, newline).
  */
@@ -113,6 +115,53 @@ static void daemon_metric(FILE *f, const char *name, const char *type,
     fprintf(f, "%s %llu\n", name, (unsigned long long)v);
 }
 
+static const struct bucket {
+    size_t line;
+    uint64_t ns;
+} buckets[] = {
+#define METRICS_BUCKET_(line, ns) {HEAPD_HEAP_COUNTER_##line, ns},
+    HEAPD_PAUSE_BUCKETS(METRICS_BUCKET_)
+#undef METRICS_BUCKET_
+};
+#define N_BUCKETS (sizeof buckets / sizeof buckets[0])
+
+static bool is_bucket(size_t k)
+{
+    for (size_t b = 0; b < N_BUCKETS; b++)
+        if (buckets[b].line == k)
+            return true;
+    return false;
+}
+
+/* The stop-the-world pauses as a histogram: the pauses_le_* lines, then
+ * +Inf (pause_count), _sum and _count. */
+static void pause_histogram(FILE *f, const struct metrics_heap *h, size_t n)
+{
+    static const char name[] = "heapd_pause_duration_seconds";
+    family(f, name, "histogram", "stop-the-world pauses (snapshots and "
+           "final syncs), by length");
+    for (size_t i = 0; i < n; i++) {
+        for (size_t b = 0; b < N_BUCKETS; b++) {
+            fprintf(f, "%s_bucket{heap=\"", name);
+            put_escaped(f, h[i].name, true);
+            fprintf(f, "\",le=\"%llu.%06llu\"} %llu\n",
+                    (unsigned long long)(buckets[b].ns / 1000000000u),
+                    (unsigned long long)(buckets[b].ns % 1000000000u / 1000u),
+                    (unsigned long long)h[i].counters[buckets[b].line]);
+        }
+        fprintf(f, "%s_bucket{heap=\"", name);
+        put_escaped(f, h[i].name, true);
+        fprintf(f, "\",le=\"+Inf\"} %llu\n",
+                (unsigned long long)
+                    h[i].counters[HEAPD_HEAP_COUNTER_pause_count]);
+        heap_sample(f, name, "_sum", &h[i]);
+        sample_ns(f, h[i].counters[HEAPD_HEAP_COUNTER_pause_total_ns]);
+        heap_sample(f, name, "_count", &h[i]);
+        fprintf(f, " %llu\n", (unsigned long long)
+                                  h[i].counters[HEAPD_HEAP_COUNTER_pause_count]);
+    }
+}
+
 /* A summary of pauses from a total time and a count (no quantiles). */
 static void pause_summary(FILE *f, const char *name, const char *help,
                           size_t total_ns, size_t count,
@@ -184,6 +233,8 @@ int metrics_write(FILE *f, const struct metrics_daemon *d,
     /* Note [Metric names] */
     for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++) {
         char name[128];
+        if (is_bucket(k))
+            continue;
         metrics_name(k, name, sizeof name);
         family(f, name,
                lines[k].kind == HEAPD_KIND_COUNTER ? "counter" : "gauge",
@@ -196,11 +247,8 @@ int metrics_write(FILE *f, const struct metrics_daemon *d,
                 fprintf(f, " %llu\n", (unsigned long long)h[i].counters[k]);
         }
     }
-    pause_summary(f, "heapd_pauses_seconds",
-                  "stop-the-world pauses: their total time and number",
-                  HEAPD_HEAP_COUNTER_pause_total_ns,
-                  HEAPD_HEAP_COUNTER_pause_count, h, n);
-    pause_summary(f, "heapd_minor_pauses_seconds",
+    pause_histogram(f, h, n);
+    pause_summary(f, "heapd_minor_pause_duration_seconds",
                   "minor collections of young generations: their total "
                   "time and number",
                   HEAPD_HEAP_COUNTER_minor_pause_total_ns,

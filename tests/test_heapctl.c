@@ -491,14 +491,20 @@ START_TEST(stats_in_prometheus_format)
              "\nheapd_cycles_completed_total{heap=\"default\"} %" PRIu64 "\n",
              st.cycles_completed);
     ck_assert_msg(strstr(out, want), "no line %s in:\n%.2000s", want, out);
+    /* the histogram's +Inf bucket and count are the pauses */
+    snprintf(want, sizeof want,
+             "heapd_pause_duration_seconds_bucket{heap=\"default\",le=\"+Inf\"}"
+             " %" PRIu64 "\nheapd_pause_duration_seconds_sum", st.pause_count);
+    ck_assert_msg(strstr(out, want), "no line %s in:\n%.2000s", want, out);
     const char *names[] = {
         "# TYPE heapd_allocated_bytes_total counter\n",
         "# TYPE heapd_pause_seconds_total counter\n",
         "# TYPE heapd_pause_max_seconds gauge\n",
         "# TYPE heapd_mark_last_seconds gauge\n",
         "# TYPE heapd_committed_bytes gauge\n",
-        "# TYPE heapd_pauses_seconds summary\n",
-        "heapd_pauses_seconds_count{heap=\"default\"} ",
+        "# TYPE heapd_pause_duration_seconds histogram\n",
+        "heapd_pause_duration_seconds_bucket{heap=\"default\",le=\"0.000050\"} ",
+        "# TYPE heapd_minor_pause_duration_seconds summary\n",
         "heapd_build_info{version=\"",
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
