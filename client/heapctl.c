@@ -4,6 +4,7 @@
  *   heapctl [--socket PATH] clients [--json]
  *   heapctl [--socket PATH] segments [--json] [--heap NAME]
  *   heapctl [--socket PATH] [--heap NAME] gc | globals
+ *   heapctl [--socket PATH] top [--interval MS]
  *
  * It connects as a control client (HEAPD_CONNECT_CONTROL): it never maps a
  * heap, so it works whatever the heaps' addresses are. */
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "heapctl_top.h"
 #include "heapd.h"
 #include "metrics.h"
 
@@ -25,6 +27,7 @@ static void usage(FILE *f)
                "       heapctl [--socket PATH] segments [--json] [--heap NAME]\n"
                "       heapctl [--socket PATH] [--heap NAME] gc\n"
                "       heapctl [--socket PATH] [--heap NAME] globals\n"
+               "       heapctl [--socket PATH] top [--interval MS]\n"
                "  stats     daemon version, uptime, clients, and per heap its\n"
                "            memory, segments, cycles and pauses\n"
                "  clients   every connection: pid, user, heap, segments held,\n"
@@ -36,6 +39,11 @@ static void usage(FILE *f)
                "  gc        run a collection of the heap and wait for it\n"
                "  globals   the heap's named global roots: name, state, size\n"
                "            of the object they reference, initialising client\n"
+               "  top       a live view for a terminal: per heap its phase,\n"
+               "            cycles and allocation per second, live and\n"
+               "            committed memory, pause p99 and max; the clients\n"
+               "            by allocation rate, stalled ones first (q quits)\n"
+               "  --interval  top's refresh, in ms (100..60000; default 1000)\n"
                "  --json    print one JSON object instead of text (stats,\n"
                "            clients, segments)\n"
                "  --prometheus  stats in Prometheus' text format, every\n"
@@ -75,9 +83,8 @@ static const struct counter_line {
 #undef COUNTER_LINE_
 };
 
-/* V[i] = the value of line i in H. */
-static void counter_values(const heapd_heap_stats *h,
-                           uint64_t v[HEAPD_HEAP_COUNTERS_N])
+void heapctl_counter_values(const heapd_heap_stats *h,
+                            uint64_t v[HEAPD_HEAP_COUNTERS_N])
 {
 #define COUNTER_VALUE_(name, type, kind, unit, source, help) \
     v[HEAPD_HEAP_COUNTER_##name] = h->name;
@@ -115,7 +122,7 @@ static void print_stats_json(const heapd_stats_t *s)
                ",\"phase\":%" PRIu32 ",\"clients\":%" PRIu32,
                h->base, h->reserved_bytes, h->committed_bytes,
                h->segment_size, h->phase, h->clients);
-        counter_values(h, v);
+        heapctl_counter_values(h, v);
         for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++)
             printf(",\"%s\":%" PRIu64, counter_lines[k].name, v[k]);
         printf("}");
@@ -143,7 +150,7 @@ static int print_stats_prometheus(const heapd_stats_t *s)
                                                      : HEAPD_STATS_MAX_HEAPS;
     for (size_t i = 0; i < n; i++) {
         const heapd_heap_stats *hs = &s->heaps[i];
-        counter_values(hs, v[i]);
+        heapctl_counter_values(hs, v[i]);
         h[i] = (struct metrics_heap){.name = hs->name,
                                      .reserved_bytes = hs->reserved_bytes,
                                      .segment_size = hs->segment_size,
@@ -220,7 +227,7 @@ static void print_stats_text(const heapd_stats_t *s)
         uint64_t v[HEAPD_HEAP_COUNTERS_N];
         printf("\nheap %s:\n", h->name);
         printf("  %-17s %s\n", "phase", phase_name(h->phase));
-        counter_values(h, v);
+        heapctl_counter_values(h, v);
         /* the heap's age beside the daemon's uptime: it outlives restarts */
         printf("  %-17s %s, kept across %" PRIu64 " restart(s) of heapd, %"
                PRIu64 " of them after a crash; %" PRIu64 " client(s) "
@@ -503,6 +510,7 @@ int main(int argc, char **argv)
         {"socket", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},
         {"prometheus", no_argument, NULL, 'p'},
+        {"interval", required_argument, NULL, 'i'},
         {"heap", required_argument, NULL, 'H'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -512,10 +520,21 @@ int main(int argc, char **argv)
     heapd_client *c = NULL;
     heapd_stats_t st;
     bool json = false, prometheus = false;
+    unsigned interval_ms = 1000;
+    char *end;
     int opt, rc;
 
-    while ((opt = getopt_long(argc, argv, "s:jpH:h", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "s:jpi:H:h", opts, NULL)) != -1) {
         switch (opt) {
+        case 'i':
+            interval_ms = (unsigned)strtoul(optarg, &end, 10);
+            if (*end || end == optarg || interval_ms < 100 ||
+                interval_ms > 60000) {
+                fprintf(stderr, "heapctl: --interval %s: a number of ms, "
+                                "100 to 60000\n", optarg);
+                return 2;
+            }
+            break;
         case 's': co.socket_path = optarg; break;
         case 'H': co.heap = optarg; break;
         case 'j': json = true; break;
@@ -531,7 +550,7 @@ int main(int argc, char **argv)
     const char *cmd = argv[optind++];
     if (strcmp(cmd, "stats") != 0 && strcmp(cmd, "gc") != 0 &&
         strcmp(cmd, "globals") != 0 && strcmp(cmd, "clients") != 0 &&
-        strcmp(cmd, "segments") != 0) {
+        strcmp(cmd, "segments") != 0 && strcmp(cmd, "top") != 0) {
         fprintf(stderr, "heapctl: unknown command '%s'\n", cmd);
         usage(stderr);
         return 2;
@@ -545,9 +564,19 @@ int main(int argc, char **argv)
                         "--json\n");
         return 2;
     }
+    if (json && strcmp(cmd, "top") == 0) {
+        fprintf(stderr, "heapctl: top has no --json: heapctl stats --json "
+                        "and heapctl clients --json print the same once\n");
+        return 2;
+    }
     if ((rc = heapd_connect(&c, &co)) < 0) {
         fprintf(stderr, "heapctl: %s\n", heapd_last_error());
         return 1;
+    }
+    if (strcmp(cmd, "top") == 0) { /* Note [heapctl top] */
+        rc = heapctl_top(c, interval_ms);
+        heapd_disconnect(c);
+        return rc;
     }
     if (strcmp(cmd, "clients") == 0) {
         heapd_client_info *cl = NULL;

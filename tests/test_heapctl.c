@@ -626,6 +626,100 @@ START_TEST(metrics_endpoint_refuses_a_foreign_address)
 }
 END_TEST
 
+/* ---- heapctl top (Note [heapctl top]) ---- */
+
+struct screen {
+    char sock[96];      /* tmux's server socket (tmux -S) */
+    char text[8192];    /* the last capture */
+};
+
+/* The screen of tmux session "top" into S->text; false if tmux has none. */
+static bool capture(struct screen *s)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "tmux -S '%s' capture-pane -p -t top 2>&1",
+             s->sock);
+    int st = harness_run(cmd, s->text, sizeof s->text);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* Does the screen show alpha stalled, above beta? */
+static bool top_shows_stall(void *arg, char *seen, size_t n)
+{
+    struct screen *s = arg;
+    ck_assert_msg(capture(s), "heapctl top's tmux session is gone: %s",
+                  s->text);
+    snprintf(seen, n, "%s", s->text);
+    const char *a = strstr(s->text, " alpha "), *b = strstr(s->text, " beta ");
+    return a && b && a < b && strstr(a, "STALLED: no answer to the ") &&
+           strstr(s->text, "default ") && strstr(s->text, "PAUSE P99");
+}
+
+static bool session_gone(void *arg, char *seen, size_t n)
+{
+    struct screen *s = arg;
+    char cmd[256], out[256];
+    snprintf(cmd, sizeof cmd, "tmux -S '%s' has-session -t top 2>&1",
+             s->sock);
+    int st = harness_run(cmd, out, sizeof out);
+    snprintf(seen, n, "%s", out);
+    return !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* heapctl top in a real terminal (tmux): the heap's line, and the client
+ * whose mutator holds a collection up first, marked STALLED; q quits. */
+START_TEST(top_shows_heaps_and_stalled_clients_first)
+{
+    harness_start(&D, harness_default_config("@SOCK@",
+                                             "stall_warn = 100ms\n"
+                                             "stall_timeout = 3600s\n"));
+    struct kid b = fork_client("beta", true);
+    /* alpha runs and reaches no safepoint: it stalls the next stop */
+    struct kid a = fork_client("alpha", false);
+    heapd_client *ctl = harness_control(&D);
+    ck_assert_int_eq(heapd_request_collect(ctl, 0), 0);
+    harness_wait_stat(&D, ctl, stalls, >=, 1);
+
+    struct screen s;
+    char dir[64], cmd[1024], out[1024];
+    harness_tmpdir(dir, sizeof dir);
+    snprintf(s.sock, sizeof s.sock, "%s/tmux", dir);
+    snprintf(cmd, sizeof cmd,
+             "command -v tmux >/dev/null || { echo 'tmux is not installed'; "
+             "exit 3; }; TERM=xterm tmux -S '%s' new-session -d -s top "
+             "-x 150 -y 30 \"'%s' --socket '%s' top --interval 200\" 2>&1",
+             s.sock, harness_bin("HEAPCTL_BIN"), D.sock);
+    int st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "tmux: 0x%x %s", st,
+                  out);
+    harness_wait_until(top_shows_stall, &s, "heapctl top to show alpha "
+                       "STALLED above beta");
+    ck_assert_msg(strstr(s.text, "heapd "), "no title: %s", s.text);
+    snprintf(cmd, sizeof cmd, "tmux -S '%s' send-keys -t top q 2>&1",
+             s.sock);
+    st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "send-keys: %s",
+                  out);
+    harness_wait_until(session_gone, &s, "heapctl top to quit on q");
+    snprintf(cmd, sizeof cmd, "tmux -S '%s' kill-server >/dev/null 2>&1; "
+             "rm -f '%s'", s.sock, s.sock);
+    harness_run(cmd, out, sizeof out);
+    rmdir(dir);
+
+    /* without a terminal it says what to use instead */
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' top < /dev/null 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 2 &&
+                      strstr(out, "top needs a terminal"),
+                  "0x%x: %s", st, out);
+    kid_leaves(&a, "alpha");
+    kid_leaves(&b, "beta");
+    heapd_disconnect(ctl);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 static Suite *heapctl_suite(void)
 {
     Suite *s = suite_create("heapctl");
@@ -637,6 +731,7 @@ static Suite *heapctl_suite(void)
     tcase_add_test(t, stats_in_prometheus_format);
     tcase_add_test(t, metrics_endpoint_serves_prometheus);
     tcase_add_test(t, metrics_endpoint_refuses_a_foreign_address);
+    tcase_add_test(t, top_shows_heaps_and_stalled_clients_first);
     suite_add_tcase(s, t);
     return s;
 }
