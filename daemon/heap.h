@@ -37,7 +37,9 @@ struct heap_young_words {
     uint64_t minor, promoted_age, promoted_pub, pause_max_ns, pause_total_ns;
 };
 
-/* Counters of a heap: the table's, and the daemon's own bookkeeping. */
+/* Counters of a heap: the table's, and the daemon's own bookkeeping.
+ * table_save_stats (daemon/table.c) copies them field by field: a field
+ * added here is added there. */
 struct heap_stats {
     HEAPD_HEAP_COUNTERS(HEAP_STATS_FIELD_)
     uint64_t alloc_retired;      /* bytes allocated by slots now freed;

@@ -232,7 +232,24 @@ void table_save_stats(struct heap *h)
     uint64_t k = hd->copies++;
     struct table_stats_copy *c = &hd->stats[k & 1];
     atomic_store(&c->seq, 2 * k + 1);
-    c->stats = h->stats;
+    /* field by field: an ATOMIC counter is bumped without heap->lock (a
+     * struct copy raced with the strays timer's purged_bytes, TSan) */
+#define SAVE_LOCKED(name) c->stats.name = h->stats.name;
+#define SAVE_ATOMIC(name)                                       \
+    atomic_store_explicit(&c->stats.name,                       \
+                          atomic_load_explicit(&h->stats.name,  \
+                                               memory_order_relaxed), \
+                          memory_order_relaxed);
+#define SAVE_DERIVED(name)
+#define SAVE_(name, type, kind, unit, source, help) SAVE_##source(name)
+    HEAPD_HEAP_COUNTERS(SAVE_)
+#undef SAVE_
+#undef SAVE_DERIVED
+#undef SAVE_ATOMIC
+#undef SAVE_LOCKED
+    c->stats.alloc_retired = h->stats.alloc_retired;
+    c->stats.young_retired = h->stats.young_retired;
+    c->stats.created_unix_ns = h->stats.created_unix_ns;
     atomic_store(&c->seq, 2 * k + 2);
 }
 
