@@ -4,7 +4,8 @@
 
 HEAPD_PACKAGES=(gcc meson ninja-build pkg-config protobuf-c-compiler
                 libprotobuf-c-dev libuv1-dev check libinih-dev libsystemd-dev
-                libmicrohttpd-dev libncurses-dev systemd)
+                libmicrohttpd-dev libncurses-dev systemd
+                scdoc mandoc man-db)  # the man pages: built, linted, rendered
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
