@@ -64,13 +64,23 @@
  *          [snapshot_pause_max_ns=.. final_sync_pause_max_ns=..]
  *
  *   latency_bench heapd|boehm|malloc [-n N] [--live L] [--busy B]
- *                 [--socket PATH]
+ *                 [--socket PATH] [--dump-hist FILE]
  *
  * --busy B runs B threads that only spin while the program runs, to keep
  * the other CPUs busy: `malloc --busy 1` on 2 CPUs is the floor for a
  * program whose other CPU is taken, as heapd's is by its collector (on a
  * virtual machine, a CPU can be held up by the host when all are busy).
  * The RESULT line then names the implementation NAME_busy.
+ *
+ * --dump-hist FILE also writes the whole histogram of the iteration times to
+ * FILE (standard output is the same with or without it), for plotting the
+ * distribution (scripts/bench draws its complementary CDF): after comment
+ * lines (#), one line per non-empty bucket, shortest first,
+ *   LOWER_NS UPPER_NS COUNT
+ * the bucket's bounds (every value in it lies in [LOWER_NS, UPPER_NS]; the
+ * exact buckets below 64 ns have LOWER_NS == UPPER_NS) and how many
+ * iterations fell into it.  The last bucket's UPPER_NS is the exact
+ * maximum, as for the percentiles of the RESULT line.
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -162,6 +172,7 @@ static inline uint64_t tick(void)
 
 static size_t n_iters = 2000000, live = 50000;
 static const char *sock;
+static const char *dump_hist_path; /* --dump-hist */
 static hist H;
 static uint64_t loop_start_ns; /* CLOCK_MONOTONIC, to line up traces */
 
@@ -450,10 +461,38 @@ static void busy_end(void)
 
 /* ---- report ---- */
 
+/* --dump-hist: the histogram to PATH (see the head of the file). */
+static void hist_dump(const hist *h, const char *label, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        die("--dump-hist %s: %s", path, strerror(errno));
+    fprintf(f, "# latency_bench %s: %llu iterations, live set %zu nodes, "
+               "max %llu ns\n# lower_ns upper_ns count\n", label,
+            (unsigned long long)h->n, live, (unsigned long long)h->max);
+    for (size_t i = 0; i < HBUCKETS; i++) {
+        if (!h->count[i])
+            continue;
+        uint64_t lo = i == 0 ? 0 : hist_upper(i - 1) + 1;
+        uint64_t hi = hist_upper(i);
+        if (hi > h->max) /* the bucket of the maximum */
+            hi = h->max;
+        if (lo > hi)
+            lo = hi;
+        fprintf(f, "%llu %llu %llu\n", (unsigned long long)lo,
+                (unsigned long long)hi, (unsigned long long)h->count[i]);
+    }
+    bool failed = ferror(f) != 0;
+    if (fclose(f) != 0 || failed)
+        die("--dump-hist %s: writing failed", path);
+}
+
 static void report(const char *impl)
 {
     char label[32];
     snprintf(label, sizeof label, "%s%s", impl, n_busy ? "_busy" : "");
+    if (dump_hist_path)
+        hist_dump(&H, label, dump_hist_path);
     printf("# %s: %llu iterations, live set %zu nodes, %ld CPUs online, "
            "%u spinning thread(s)\n", label, (unsigned long long)H.n, live,
            sysconf(_SC_NPROCESSORS_ONLN), n_busy);
@@ -520,23 +559,28 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: latency_bench heapd|boehm|malloc [-n N] [--live L] "
             "[--busy B] [--socket PATH]\n"
+            "                     [--dump-hist FILE]\n"
             "  -n, --count N   timed iterations (default 2000000)\n"
             "  --live L        live nodes kept in the ring (default 50000, "
             "at least 2)\n"
             "  --busy B        B threads spin meanwhile (default 0)\n"
             "  --socket PATH   heapd's socket (default $HEAPD_SOCKET, then "
-            "the system one)\n");
+            "the system one)\n"
+            "  --dump-hist FILE  also write the iteration times' histogram "
+            "to FILE\n"
+            "                  (lines: lower_ns upper_ns count)\n");
 }
 
 int main(int argc, char **argv)
 {
     bench_prog = "latency_bench";
-    enum { OPT_LIVE = 256, OPT_SOCKET, OPT_BUSY };
+    enum { OPT_LIVE = 256, OPT_SOCKET, OPT_BUSY, OPT_DUMP_HIST };
     static const struct option opts[] = {
         {"count", required_argument, NULL, 'n'},
         {"live", required_argument, NULL, OPT_LIVE},
         {"socket", required_argument, NULL, OPT_SOCKET},
         {"busy", required_argument, NULL, OPT_BUSY},
+        {"dump-hist", required_argument, NULL, OPT_DUMP_HIST},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -555,6 +599,7 @@ int main(int argc, char **argv)
             if (n_busy > 64)
                 die("--busy: at most 64 threads");
             break;
+        case OPT_DUMP_HIST: dump_hist_path = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
