@@ -25,6 +25,7 @@
  * double quote in labels, newline).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -206,28 +207,27 @@ int metrics_write(FILE *f, const struct metrics_daemon *d,
     daemon_metric(f, "heapd_log_lines_suppressed_total", "counter",
                   "over client_log_rate", d->log_lines_suppressed);
 
-    family(f, "heapd_heap_reserved_bytes", "gauge",
-           "address space: the heap's max_size");
-    for (size_t i = 0; i < n; i++) {
-        heap_sample(f, "heapd_heap_reserved_bytes", "", &h[i]);
-        fprintf(f, " %llu\n", (unsigned long long)h[i].reserved_bytes);
-    }
-    family(f, "heapd_heap_segment_bytes", "gauge", "the heap's segment_size");
-    for (size_t i = 0; i < n; i++) {
-        heap_sample(f, "heapd_heap_segment_bytes", "", &h[i]);
-        fprintf(f, " %llu\n", (unsigned long long)h[i].segment_size);
-    }
-    family(f, "heapd_heap_clients", "gauge",
-           "mutator clients connected to the heap");
-    for (size_t i = 0; i < n; i++) {
-        heap_sample(f, "heapd_heap_clients", "", &h[i]);
-        fprintf(f, " %u\n", h[i].clients);
-    }
-    family(f, "heapd_heap_phase", "gauge",
-           "the collector's phase: 0 idle, 1 mark, 2 sweep");
-    for (size_t i = 0; i < n; i++) {
-        heap_sample(f, "heapd_heap_phase", "", &h[i]);
-        fprintf(f, " %u\n", h[i].phase);
+    static const struct {
+        const char *name, *help;
+        size_t offset;
+    } gauges[] = {
+        {"heapd_heap_reserved_bytes", "address space: the heap's max_size",
+         offsetof(struct metrics_heap, reserved_bytes)},
+        {"heapd_heap_segment_bytes", "the heap's segment_size",
+         offsetof(struct metrics_heap, segment_size)},
+        {"heapd_heap_clients", "mutator clients connected to the heap",
+         offsetof(struct metrics_heap, clients)},
+        {"heapd_heap_phase", "the collector's phase: 0 idle, 1 mark, 2 sweep",
+         offsetof(struct metrics_heap, phase)},
+    };
+    for (size_t g = 0; g < sizeof gauges / sizeof gauges[0]; g++) {
+        family(f, gauges[g].name, "gauge", gauges[g].help);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v;
+            memcpy(&v, (const char *)&h[i] + gauges[g].offset, sizeof v);
+            heap_sample(f, gauges[g].name, "", &h[i]);
+            fprintf(f, " %llu\n", (unsigned long long)v);
+        }
     }
 
     /* Note [Metric names] */

@@ -17,8 +17,8 @@ struct metrics_heap {
     const char *name;
     uint64_t reserved_bytes;
     uint64_t segment_size;
-    uint32_t clients;
-    uint32_t phase;
+    uint64_t clients;
+    uint64_t phase;
     const uint64_t *counters; /* HEAPD_HEAP_COUNTERS_N of them */
 };
 
