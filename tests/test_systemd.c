@@ -83,7 +83,9 @@ START_TEST(unit_hardening_present)
         "Type=notify\n", "RuntimeDirectory=heapd\n",
         "RuntimeDirectoryPreserve=yes\n", "NoNewPrivileges=yes\n",
         "ProtectSystem=strict\n", "ProtectHome=yes\n", "PrivateTmp=yes\n",
-        "RestrictAddressFamilies=AF_UNIX\n", "MemoryDenyWriteExecute=yes\n",
+        /* IP sockets for metrics_listen only (heapd.conf(5)) */
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\n",
+        "MemoryDenyWriteExecute=yes\n",
         "LockPersonality=yes\n", "RestrictRealtime=yes\n",
         "SystemCallArchitectures=native\n",
     };
