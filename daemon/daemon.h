@@ -98,7 +98,7 @@ struct daemon {
     uv_pipe_t listener;
     bool listening;
     bool socket_activated;      /* listener came from systemd: keep file */
-    uv_signal_t sig_term, sig_int;
+    uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t watchdog;
     uv_timer_t strays;          /* Note [Free memory stays free] */
     uv_timer_t grace;           /* shutdown deadline for draining */

@@ -168,6 +168,7 @@ static void begin_shutdown(struct daemon *d, const char *why)
     sd_notify(0, "STOPPING=1");
     uv_close((uv_handle_t *)&d->sig_term, NULL);
     uv_close((uv_handle_t *)&d->sig_int, NULL);
+    uv_close((uv_handle_t *)&d->sig_hup, NULL);
     if (d->watchdog_on)
         uv_close((uv_handle_t *)&d->watchdog, NULL);
     uv_close((uv_handle_t *)&d->strays, NULL);
@@ -193,6 +194,19 @@ static void begin_shutdown(struct daemon *d, const char *why)
 static void on_signal(uv_signal_t *s, int signum)
 {
     begin_shutdown(s->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+/* SIGHUP's default action ended heapd at once, with no clean stop, and
+ * Restart=on-failure does not restart a service SIGHUP ended: the heaps
+ * were lost to a signal many operators send to ask for a reload.  heapd
+ * reads its configuration only at start, so it says that and goes on. */
+static void on_hup(uv_signal_t *s, int signum)
+{
+    (void)s;
+    (void)signum;
+    log_info("SIGHUP: heapd does not reload its configuration; restart it "
+             "(systemctl restart heapd) to apply a change, which keeps the "
+             "heaps under systemd");
 }
 
 static void on_watchdog(uv_timer_t *t)
@@ -483,6 +497,8 @@ int main(int argc, char **argv)
     d->sig_term.data = d->sig_int.data = d;
     uv_signal_start(&d->sig_term, on_signal, SIGTERM);
     uv_signal_start(&d->sig_int, on_signal, SIGINT);
+    uv_signal_init(&d->loop, &d->sig_hup);
+    uv_signal_start(&d->sig_hup, on_hup, SIGHUP);
     signal(SIGPIPE, SIG_IGN);
     if (server_listen(d) < 0)
         goto out;

@@ -585,6 +585,36 @@ START_TEST(collector_workers_idle_unless_a_cycle_is_awaited)
 }
 END_TEST
 
+/* SIGHUP: heapd says it does not reload and goes on serving; the heap and
+ * its client are untouched, and SIGTERM still stops it cleanly. */
+static bool hup_logged(void *arg, char *seen, size_t n)
+{
+    (void)arg;
+    snprintf(seen, n, "no SIGHUP line in heapd's log yet");
+    return harness_log_contains(&D, "SIGHUP: heapd does not reload");
+}
+
+START_TEST(sighup_is_logged_not_fatal)
+{
+    harness_start_logged(&D, harness_default_config("@SOCK@", ""),
+                         "heapd.log");
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    void **o = heapd_alloc(m, 0, 64);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(heapd_global_set(m, "kept", o), 0);
+    ck_assert_int_eq(kill(D.pid, SIGHUP), 0);
+    harness_wait_until(hup_logged, NULL, "heapd to log the SIGHUP");
+    harness_still_serving(D.sock);
+    harness_collect(m);
+    ck_assert_ptr_eq(heapd_global_get(m, "kept"), o);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 START_TEST(shutdown_tells_clients)
 {
     start_default();
@@ -1060,6 +1090,7 @@ static Suite *daemon_suite(void)
     tcase_add_test(t, client_killed);
     tcase_add_test(t, collector_workers_idle_unless_a_cycle_is_awaited);
     tcase_add_test(t, shutdown_tells_clients);
+    tcase_add_test(t, sighup_is_logged_not_fatal);
     tcase_add_test(t, daemon_killed_under_client);
     tcase_add_test(t, second_daemon_same_socket);
     tcase_add_test(t, daemonize_mode);
