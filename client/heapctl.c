@@ -8,6 +8,7 @@
  *
  * It connects as a control client (HEAPD_CONNECT_CONTROL): it never maps a
  * heap, so it works whatever the heaps' addresses are. */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -504,6 +505,26 @@ static void print_segments_text(const heapd_heap_segments *hs, size_t n)
     }
 }
 
+/* 0 if heapd serves a heap NAME (that this user may see), else -ENOENT
+ * after saying so and which it serves. */
+static int heap_named(heapd_client *c, const char *name)
+{
+    static heapd_stats_t st;
+    if (heapd_stats(c, &st) < 0) {
+        fprintf(stderr, "heapctl: stats: %s\n", heapd_last_error());
+        return -EIO;
+    }
+    for (size_t i = 0; i < st.heap_count && i < HEAPD_STATS_MAX_HEAPS; i++)
+        if (strcmp(st.heaps[i].name, name) == 0)
+            return 0;
+    fprintf(stderr, "heapctl: no heap named '%s'; heapd serves", name);
+    for (size_t i = 0; i < st.heap_count && i < HEAPD_STATS_MAX_HEAPS; i++)
+        fprintf(stderr, "%s '%s'", i ? "," : "", st.heaps[i].name);
+    fprintf(stderr, "%s (heapctl stats lists them)\n",
+            st.heap_count ? "" : " none you may see");
+    return -ENOENT;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -609,6 +630,13 @@ int main(int argc, char **argv)
             print_segments_text(hs, n);
         heapd_disconnect(c);
         return rc < 0 ? 1 : 0;
+    }
+    /* heapd gives a control connection whose heap it does not know its
+     * first heap (heapctl without --heap asks for "default"): a heap
+     * named on purpose must be one heapd serves */
+    if (co.heap && (rc = heap_named(c, co.heap)) < 0) {
+        heapd_disconnect(c);
+        return 1;
     }
     if (strcmp(cmd, "globals") == 0) {
         static heapd_global_info g[256];

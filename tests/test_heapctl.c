@@ -294,6 +294,18 @@ START_TEST(segments_match_stats_and_show_occupancy)
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1 &&
                       strstr(out, "no heap named 'nope'"),
                   "status 0x%x: %s", st, out);
+    /* and for the commands that take --heap */
+    const char *cmds[] = {"gc", "globals", "stats"};
+    for (size_t k = 0; k < 3; k++) {
+        snprintf(cmd, sizeof cmd, "'%s' --socket '%s' --heap nope %s 2>&1",
+                 harness_bin("HEAPCTL_BIN"), D.sock, cmds[k]);
+        st = harness_run(cmd, out, sizeof out);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1 &&
+                          strstr(out, "no heap named 'nope'; heapd serves "
+                                      "'default'"),
+                      "%s: status 0x%x: %s", cmds[k], st, out);
+    }
+    heapctl("--heap default stats", out, sizeof out);
 
     heapd_blocking_leave(m);
     heapd_detach(m);
