@@ -739,7 +739,13 @@ START_TEST(heapctl_gc_and_stats)
     int st = harness_run(cmd, out, sizeof out);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "output: %s", out);
     ck_assert_msg(strstr(out, "heap default: cycle 1 completed"), "%s", out);
+    /* a heap heapd does not serve: exit 1 and which it serves */
     snprintf(cmd, sizeof cmd, "'%s' --socket '%s' --heap nope gc 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    st = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1 &&
+                      strstr(out, "no heap named 'nope'"), "output: %s", out);
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' --heap default gc 2>&1",
              harness_bin("HEAPCTL_BIN"), D.sock);
     st = harness_run(cmd, out, sizeof out);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "output: %s", out);
