@@ -145,4 +145,36 @@ static uint64_t hist_upper(size_t i)
     return ((top + 1) << (e - HSUB_BITS)) - 1;
 }
 
+/* The bucket bound at or below which a fraction Q of the N values counted
+ * in COUNT[HBUCKETS] lie, capped at their exact maximum MAX; 0 for none. */
+__attribute__((unused))
+static uint64_t hist_quantile_of(const uint64_t *count, uint64_t n,
+                                 uint64_t max, double q)
+{
+    if (n == 0)
+        return 0;
+    uint64_t rank = (uint64_t)(q * (double)n + 0.999999999);
+    if (rank == 0)
+        rank = 1;
+    uint64_t seen = 0;
+    for (size_t i = 0; i < HBUCKETS; i++) {
+        seen += count[i];
+        if (seen >= rank) {
+            uint64_t u = hist_upper(i);
+            return u < max ? u : max;
+        }
+    }
+    return max;
+}
+
+/* A timed loop's clock: now_ns() without its error path, which the vDSO
+ * clock_gettime(CLOCK_MONOTONIC) never takes once it has worked. */
+__attribute__((unused))
+static inline uint64_t tick(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 #endif

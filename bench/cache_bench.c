@@ -217,6 +217,8 @@ static inline void hist_record(hist *h, uint64_t d)
         h->max = d;
 }
 
+#define hist_quantile(h, q) hist_quantile_of((h)->count, (h)->n, (h)->max, q)
+
 static void hist_merge(hist *into, const hist *h)
 {
     for (size_t i = 0; i < HBUCKETS; i++)
@@ -226,32 +228,7 @@ static void hist_merge(hist *into, const hist *h)
         into->max = h->max;
 }
 
-/* The bucket bound at or below which a fraction Q of the values lie
- * (capped at the exact maximum); 0 for no values. */
-static uint64_t hist_quantile(const hist *h, double q)
-{
-    if (h->n == 0)
-        return 0;
-    uint64_t rank = (uint64_t)(q * (double)h->n + 0.999999999);
-    if (rank == 0)
-        rank = 1;
-    uint64_t seen = 0;
-    for (size_t i = 0; i < HBUCKETS; i++) {
-        seen += h->count[i];
-        if (seen >= rank) {
-            uint64_t u = hist_upper(i);
-            return u < h->max ? u : h->max;
-        }
-    }
-    return h->max;
-}
 
-static inline uint64_t tick(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* What a worker sends the parent through its pipe. */
 struct wres {
@@ -404,6 +381,23 @@ static void h_root_map(void)
         die("heapd: global %s is not a map", h_global);
 }
 
+/* Insert KEY, new, with the value VAL, or die naming WHAT was under way.
+ * No safepoint between the string's birth and the put, which keeps its
+ * arguments alive. */
+static void h_insert(const char key[KEY_BYTES], const char val[VALUE_BYTES],
+                     const char *what)
+{
+    void *v = heapd_str_new(h_m, val, VALUE_BYTES);
+    if (!v)
+        die("heapd_str_new: %s (%s)", strerror(errno), heapd_last_error());
+    int rc = heapd_map_put_str(h_m, h_map, key, KEY_BYTES, v,
+                               HEAPD_MAP_IF_ABSENT);
+    if (rc != 0)
+        die("heapd_map_put_str(%.16s) while %s: %d %s (%s)", key, what, rc,
+            rc < 0 ? heapd_strerror(rc) : "replaced: the key was there",
+            heapd_last_error());
+}
+
 static void heapd_fill(void)
 {
     char key[KEY_BYTES], val[VALUE_BYTES];
@@ -420,17 +414,7 @@ static void heapd_fill(void)
     for (unsigned long k = 0; k < O.keys; k++) {
         key_of(key, k);
         value_of(val, key, 0, 0);
-        /* no safepoint between the string's birth and the put, which
-         * keeps its arguments alive */
-        void *v = heapd_str_new(h_m, val, VALUE_BYTES);
-        if (!v)
-            die("heapd_str_new: %s (%s)", strerror(errno),
-                heapd_last_error());
-        int rc = heapd_map_put_str(h_m, h_map, key, KEY_BYTES, v,
-                                   HEAPD_MAP_IF_ABSENT);
-        if (rc != 0)
-            die("heapd_map_put_str(%.16s) while filling: %d %s (%s)", key,
-                rc, heapd_strerror(rc), heapd_last_error());
+        h_insert(key, val, "filling");
     }
     if (heapd_map_count(h_map) != O.keys)
         die("heapd: the map holds %zu keys after %lu puts",
@@ -1088,17 +1072,7 @@ static void growth_write(struct wres *res)
     for (unsigned long n = 0; n < O.ops; n++) {
         key_of(key, O.keys + n);
         value_of(val, key, 1, 0);
-        /* no safepoint between the string's birth and the put */
-        void *v = heapd_str_new(h_m, val, VALUE_BYTES);
-        if (!v)
-            die("heapd_str_new: %s (%s)", strerror(errno),
-                heapd_last_error());
-        int rc = heapd_map_put_str(h_m, h_map, key, KEY_BYTES, v,
-                                   HEAPD_MAP_IF_ABSENT);
-        if (rc != 0)
-            die("heapd_map_put_str(%.16s) while growing: %d %s (%s)", key,
-                rc, rc < 0 ? heapd_strerror(rc) : "replaced: the key was "
-                "there", heapd_last_error());
+        h_insert(key, val, "growing");
         uint64_t t = tick();
         hist_record(&res->up, t - prev);
         prev = t;

@@ -133,23 +133,8 @@ static inline void hist_record(hist *h, uint64_t d, uint64_t iter,
     }
 }
 
-/* The smallest bucket bound at or below which a fraction Q of the values
- * lie (capped at the exact maximum). */
-static uint64_t hist_quantile(const hist *h, double q)
-{
-    uint64_t rank = (uint64_t)(q * (double)h->n + 0.999999999);
-    if (rank == 0)
-        rank = 1;
-    uint64_t seen = 0;
-    for (size_t i = 0; i < HBUCKETS; i++) {
-        seen += h->count[i];
-        if (seen >= rank) {
-            uint64_t u = hist_upper(i);
-            return u < h->max ? u : h->max;
-        }
-    }
-    return h->max;
-}
+
+#define hist_quantile(h, q) hist_quantile_of((h)->count, (h)->n, (h)->max, q)
 
 static uint64_t hist_at_least(const hist *h, uint64_t v)
 {
@@ -159,14 +144,6 @@ static uint64_t hist_at_least(const hist *h, uint64_t v)
     return c;
 }
 
-/* The loop's clock: now_ns() without its error path, which the vDSO
- * clock_gettime(CLOCK_MONOTONIC) never takes once it has worked. */
-static inline uint64_t tick(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- the run's parameters and results ---- */
 
