@@ -16,7 +16,12 @@
  *   - HeapStats.counters on the wire (proto/heapd.proto): entry i is line
  *     i of the table, as a uint64;
  *   - the copies in the daemon's stats reply and in heapd_stats;
- *   - heapctl stats, text (NAME, the value, HELP) and JSON (NAME: value).
+ *   - heapctl stats, text (NAME, the value, HELP) and JSON (NAME: value);
+ *   - the Prometheus text of heapctl stats --prometheus and of heapd's
+ *     metrics endpoint, a metric per line named by rule (Note [Metric
+ *     names] in proto/metrics.c), but the pauses_le_* lines, which are
+ *     one histogram (HEAPD_PAUSE_BUCKETS);
+ *   - heapctl(1)'s COUNTERS, which tests/man_keys.sh checks against it.
  * KIND is COUNTER (only grows while the daemon runs) or GAUGE (a value
  * now, of the last cycle, or a maximum); UNIT is COUNT, BYTES or NS.
  * HELP is one short phrase, for heapctl and for metrics help text.
