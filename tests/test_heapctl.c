@@ -567,6 +567,24 @@ static unsigned http(const char *method, const char *url, char *out,
     return code;
 }
 
+struct scrape {
+    const char *url;
+    char out[1 << 14];
+};
+
+/* Does GET of SC->url answer 200?  A refused or reset connection is a
+ * "not yet", not a failure. */
+static bool scrape_ok(void *arg, char *seen, size_t n)
+{
+    struct scrape *sc = arg;
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "curl -s -o /dev/null --max-time 10 "
+             "-w '%%{http_code}' '%s' 2>&1", sc->url);
+    harness_run(cmd, sc->out, sizeof sc->out);
+    snprintf(seen, n, "curl said %s", sc->out);
+    return strcmp(sc->out, "200") == 0;
+}
+
 /* Note [Metrics endpoint]: heapd serves GET /metrics on metrics_listen
  * with libmicrohttpd, valid for promtool, and nothing else. */
 START_TEST(metrics_endpoint_serves_prometheus)
@@ -598,6 +616,35 @@ START_TEST(metrics_endpoint_serves_prometheus)
     ck_assert_uint_eq(http("GET", url, out, sizeof out), 404);
     snprintf(url, sizeof url, "http://127.0.0.1:%u/metrics/../etc", port);
     ck_assert_uint_eq(http("GET", url, out, sizeof out), 404);
+
+    /* hostile peers: more idle connections than the endpoint takes, one
+     * sending garbage; heapd's own socket and its clients do not notice,
+     * and once they go the endpoint answers again */
+    enum { IDLE = 24 };
+    int idle[IDLE];
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    for (int i = 0; i < IDLE; i++) {
+        idle[i] = socket(AF_INET, SOCK_STREAM, 0);
+        ck_assert_int_ge(idle[i], 0);
+        /* the kernel's backlog takes them even when heapd does not */
+        ck_assert_int_eq(connect(idle[i], (struct sockaddr *)&a, sizeof a),
+                         0);
+    }
+    static const char junk[] = "\x00\xff\x7fNOT HTTP\r\n\r\n";
+    ck_assert_int_eq(write(idle[0], junk, sizeof junk - 1),
+                     (ssize_t)(sizeof junk - 1));
+    harness_still_serving(D.sock);
+    heapd_blocking_leave(m);
+    harness_collect(m);
+    heapd_blocking_enter(m);
+    for (int i = 0; i < IDLE; i++)
+        close(idle[i]);
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/metrics", port);
+    struct scrape sc = {.url = url};
+    harness_wait_until(scrape_ok, &sc, "the endpoint to answer 200 again "
+                       "once the idle connections closed");
     heapd_blocking_leave(m);
     heapd_detach(m);
     heapd_disconnect(c);
