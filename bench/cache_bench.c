@@ -73,7 +73,7 @@
  *          committed_after_gc_kib=..] [batch=..]
  *
  * --growth (heapd only): that the map's resize does not stop readers
- * (Note [Map resize] in client/map.c), and what growing costs.
+ * (Note [Map resize] in client/collections/map.c), and what growing costs.
  *
  *   cache_bench --impl heapd --growth [--capacity CAP] [--keys OLD]
  *               [--ops NEW] [--socket PATH] [--daemon-pid PID] [--quick]

@@ -12,7 +12,7 @@
  * returns.  No lock, no system call, no message.  Only when the segment is
  * exhausted does the mutator hand it back and take another from the
  * client's reserve: a partly free one of its class, already formatted
- * (Note [Reusing partly free segments] in daemon/segment.c), or a blank
+ * (Note [Reusing partly free segments] in daemon/gc/segment.c), or a blank
  * one, writing its class into the header before the first block is used
  * (Note [Segments]).  Full segments go back RETURN_BATCH at a
  * time in one SegmentReturn, without waiting, and always before a request
@@ -99,7 +99,7 @@ void alloc_install(heapd_mutator *m, unsigned cls, uint32_t idx,
     uint8_t *seg = client_seg_addr(c, idx);
     struct layout_segment *hd = (struct layout_segment *)seg;
     /* a partly free segment is formatted for CLS already, its live blocks
-     * marked (Note [Reusing partly free segments] in daemon/segment.c);
+     * marked (Note [Reusing partly free segments] in daemon/gc/segment.c);
      * a blank one gets the class, then the kind that makes it valid,
      * before any block (Note [Segments]); the prefault thread reads the
      * kind too (Note [Pre-faulting]) */

@@ -77,7 +77,7 @@
  * ~~~~~~~~~~~~~~~~~~~~~~~~~
  * Logging can wait (a full URS ring), and so can the stack handshake (the
  * daemon is marking the stack).  Such a wait is WAITING, not BLOCKED
- * (Note [Waiting in a barrier] in daemon/safepoint.c): a final sync may
+ * (Note [Waiting in a barrier] in daemon/gc/safepoint.c): a final sync may
  * pass it, a snapshot may not, so a barrier sees one epoch from start to
  * end, and the tag or stack word it sets is for the cycle it began in.
  * What a final sync passing it changes is that marking may be over when

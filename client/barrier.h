@@ -39,7 +39,7 @@ static inline void barrier_unpark(heapd_mutator *m)
  * cycle -- by an earlier write, or from birth if it was allocated while
  * marking -- needs nothing: its fields were logged, and no new cycle can
  * begin before the store (Note [Waiting in a barrier] in
- * daemon/safepoint.c).  Most writes while marking take this path: in
+ * daemon/gc/safepoint.c).  Most writes while marking take this path: in
  * GCBench, without it, the barrier was most of what each cycle cost the
  * mutator.  The value stored needs no barrier of its own: it was
  * reachable at the caller's last safepoint or allocated since, so it is

@@ -5,10 +5,8 @@
 #define HEAPD_CLIENT_ERRORS_H
 
 #include "heapd.pb-c.h"
+#include "runtime.h"    /* client_set_error */
 
-/* Record the calling thread's error message; returns CODE. */
-int client_set_error(int code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 /* Forget the calling thread's error message (heapd_connect, on entry). */
 void client_clear_error(void);
 

@@ -77,7 +77,7 @@ typedef struct heapd_connect_opts {
 #define HEAPD_COUNTER_FIELD_(name, type, kind, unit, source, help) type name;
 
 /* Statistics of one heap: its memory, then the counters of
- * HEAPD_HEAP_COUNTERS in client/heapd_counters.h, where each one says what
+ * HEAPD_HEAP_COUNTERS in proto/heapd_counters.h, where each one says what
  * it counts (see Note [Counter table]). */
 typedef struct heapd_heap_stats {
     char name[64];

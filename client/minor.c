@@ -22,7 +22,7 @@
  * A store INTO a young object needs no barrier at all: nothing shared
  * reaches its fields, and the preparatory push saw what they held at the
  * snapshot (Note [The preparatory push]).  The daemon enforces the rule
- * for others (Note [References into a nursery] in daemon/validate.c): a
+ * for others (Note [References into a nursery] in daemon/gc/validate.c): a
  * reference into a nursery met anywhere else is counted and not
  * followed, and the heap verifier reports a shared object that holds one.
  *

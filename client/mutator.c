@@ -1,5 +1,5 @@
 /* libheapd mutators: attaching a thread, safepoints and blocking regions
- * (the mutator side of Note [Stop the world] in daemon/safepoint.c), the
+ * (the mutator side of Note [Stop the world] in daemon/gc/safepoint.c), the
  * root stack, and collection requests. */
 #include <errno.h>
 #include <stdio.h>
@@ -223,7 +223,7 @@ static void take_stop(heapd_mutator *m, uint32_t gen)
 
     mutator_check_evicted(m);
     /* a stop re-asked under a new generation while this mutator waited
-     * (Note [Parking a stop] in daemon/safepoint.c) is taken at once, if
+     * (Note [Parking a stop] in daemon/gc/safepoint.c) is taken at once, if
      * it is of the same kind */
     while (gen != 0 && layout_stop_is_snapshot(gen) == snapshot) {
         uint32_t st = atomic_load(&m->slot->status);
@@ -502,7 +502,7 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
     pthread_mutex_unlock(&c->mutators_mu);
     /* a safepoint before the thread can touch the heap: the slot may have
      * been given out during a stop whose collector has already counted
-     * this slot as free (Note [Stop the world] in daemon/safepoint.c) */
+     * this slot as free (Note [Stop the world] in daemon/gc/safepoint.c) */
     mutator_poll(m);
     /* attached while marking: the stack handshake before anything young
      * exists (Note [The preparatory push] in client/minor.c) */
@@ -596,6 +596,11 @@ size_t heapd_root_push(heapd_mutator *m, void *ref)
     if (parked)
         barrier_unpark(m);
     return i;
+}
+
+bool mutator_closed(const heapd_mutator *m)
+{
+    return mutator_orphaned(m);
 }
 
 /* Note [Pushing roots without a safepoint]

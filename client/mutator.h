@@ -16,6 +16,7 @@
 #include "heapd.h"
 #include "layout.h"
 #include "minor.h"
+#include "runtime.h"    /* mutator_roots_push, mutator_closed */
 
 /* a mutator's short waits spin this long before they sleep (Note
  * [Spinning through a pause] in client/mutator.c) */
@@ -109,7 +110,7 @@ static inline bool mutator_poll_due(const heapd_mutator *m)
          atomic_load_explicit(&m->remark_pending, memory_order_relaxed)) != 0,
         0);
 }
-/* The safepoint poll (Note [Stop the world] in daemon/safepoint.c), which
+/* The safepoint poll (Note [Stop the world] in daemon/gc/safepoint.c), which
  * also services remark requests (Note [Remark requests]), for a caller
  * that has just made the eviction check (heapd_alloc: one load of it). */
 static inline void mutator_poll_checked(heapd_mutator *m)
@@ -129,7 +130,7 @@ static inline void mutator_poll(heapd_mutator *m)
  * ends it. */
 void mutator_block(heapd_mutator *m);
 /* Wait inside a barrier: Note [Waiting in a barrier] in
- * daemon/safepoint.c; mutator_wait_end ends the wait, taking a final sync
+ * daemon/gc/safepoint.c; mutator_wait_end ends the wait, taking a final sync
  * under way but never a snapshot. */
 void mutator_wait_begin(heapd_mutator *m);
 void mutator_wait_end(heapd_mutator *m);
@@ -143,8 +144,5 @@ int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
                              uint32_t max, uint32_t *run);
 /* heapd_disconnect: free mutators the application did not detach. */
 void mutator_free_all(heapd_client *c);
-/* Push N roots at once, no safepoint taken (Note [Pushing roots without a
- * safepoint] in client/mutator.c): the first slot, or (size_t)-1. */
-size_t mutator_roots_push(heapd_mutator *m, void *const *refs, size_t n);
 
 #endif

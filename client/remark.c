@@ -3,7 +3,7 @@
  *
  * Note [Remark requests]
  * ~~~~~~~~~~~~~~~~~~~~~~
- * (The owner's side of Note [Remark] in daemon/remark.c, after OCaml's
+ * (The owner's side of Note [Remark] in daemon/gc/remark.c, after OCaml's
  * "Fixing remarking to be safe with parallel domains".)  The daemon sends
  * RemarkRequest for small segments this client owns after its mark stack dropped objects in
  * them.  Only a thread that knows no block of the segment is half

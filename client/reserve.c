@@ -1,7 +1,7 @@
 /* libheapd: the client's reserve of blank segments (and of partly free
- * ones, Note [Reusing partly free segments] in daemon/segment.c), shared
+ * ones, Note [Reusing partly free segments] in daemon/gc/segment.c), shared
  * by its mutators
- * (Note [Segment supply] in daemon/segment.c), the queue of full segments
+ * (Note [Segment supply] in daemon/gc/segment.c), the queue of full segments
  * going back, and the thread that pre-faults granted segments.
  *
  * Note [Reserve sizing]
@@ -59,7 +59,7 @@
  * next tick, the thread yields after every segment (one madvise, some
  * tens of microseconds).  While the heap is marking it leaves the
  * segments it claims alone: the daemon's mark workers are in the idle
- * class too (Note [Worker priority] in daemon/workers.c) and would share
+ * class too (Note [Worker priority] in daemon/gc/workers.c) and would share
  * the spare core with it half and half, and a cycle that marks at half
  * speed makes allocation wait on pacing (measured in latency_bench: grants
  * paced and 10-20 ms iterations, none once this thread stood aside); the
@@ -272,7 +272,7 @@ static const char *const reserve_where[] = {"", "ready ring", "reuse list",
  *     on_refill and mutator_request_segments drop 0) and held once: the
  *     daemon grants only segments nobody holds, and a full segment is
  *     still this client's until its SegmentReturn is sent, after it has
- *     left the queue (Note [Segment supply] in daemon/segment.c; only
+ *     left the queue (Note [Segment supply] in daemon/gc/segment.c; only
  *     returned segments become reusable, Note [Reusing partly free
  *     segments]). */
 static bool reserve_is_valid(const struct reserve *r)
@@ -412,7 +412,7 @@ static void on_refill(void *arg, int status, Heapd__Envelope *rep)
             if (s == 0 || s >= limit)
                 continue; /* never from a sane daemon; not ours to use */
             /* partly free and formatted, or blank (Note [Reusing partly
-             * free segments] in daemon/segment.c); the header is not
+             * free segments] in daemon/gc/segment.c); the header is not
              * read here: a blank segment's first page may not exist yet */
             uint32_t f = i < g->n_formatted ? g->formatted[i] : 0;
             if (f != 0) {
@@ -549,7 +549,7 @@ void reserve_flush_returns(heapd_client *c)
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * A mutator whose current segment of a class is used up takes a partly
  * free segment of that class (Note [Reusing partly free segments] in
- * daemon/segment.c) before a blank one, so that the heap refills the
+ * daemon/gc/segment.c) before a blank one, so that the heap refills the
  * holes its sweeps leave instead of spreading its live blocks over new
  * memory.  Partly free segments come only from the daemon, in refills
  * that name the classes the client allocates in; but a refill is asked

@@ -22,7 +22,7 @@
                                  (Note [Reuse before growth]) */
 
 /* Blank segments granted to this client, shared by its mutators
- * (Note [Segment supply] in daemon/segment.c; client/reserve.c). */
+ * (Note [Segment supply] in daemon/gc/segment.c; client/reserve.c). */
 struct reserve {
     pthread_mutex_t mu;
     uint32_t segs[RESERVE_MAX];      /* a ring: first in, first out */
@@ -37,7 +37,7 @@ struct reserve {
     unsigned batch, max, low;        /* Note [Reserve sizing] */
     unsigned batch_cap;
     /* partly free segments, formatted, and the size classes to ask them
-     * for (Note [Reusing partly free segments] in daemon/segment.c) */
+     * for (Note [Reusing partly free segments] in daemon/gc/segment.c) */
     struct {
         uint32_t seg, cls;
     } reuse[RESERVE_MAX];

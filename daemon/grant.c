@@ -245,7 +245,7 @@ bool grant_check_slots(const struct heap *h)
 #define GRANT_MIN 16 /* segments: what a client may always get at once */
 
 /* With h->lock held: the segments CLIENT may hold beside what survived of
- * its objects at the last sweep (Note [Quota] in daemon/segment.c).
+ * its objects at the last sweep (Note [Quota] in daemon/gc/segment.c).
  * Without max_client_bytes, max_size: max_size caps the heap. */
 static uint32_t quota_segs(const struct heap *h, uint64_t client)
 {
@@ -393,7 +393,7 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
 void grant_queue_changed(struct pending **q, struct workers *w)
 {
     /* a request waiting for a cycle makes the collector's workers urgent
-     * (Note [Worker priority] in daemon/workers.c) */
+     * (Note [Worker priority] in daemon/gc/workers.c) */
     workers_set_urgent(w, *q != NULL);
 }
 

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "kept.h"
 #include "layout.h"
 
 struct conn;
@@ -15,27 +16,6 @@ struct daemon;
 struct fdstore;
 struct heap;
 
-#define RESUME_TOKEN_BYTES 16
-
-/* What heapd keeps of a client while it has no connection.  The
- * per-slot records (region, alloc_bound) stay in heap->owners. */
-struct resume_client {
-    struct resume_client *next;
-    struct heap *heap;
-    uint64_t id;
-    uint8_t token[RESUME_TOKEN_BYTES];
-    pid_t pid;
-    uid_t uid;
-    gid_t gid;
-    uint64_t start;             /* its process's start (Note [Pidfd guard]) */
-    char name[64];
-    uint32_t held;
-    uint64_t granted;
-    uint64_t slots[2];
-    int mem_fd;                 /* its control memory; -1 while saved */
-    int pidfd;                  /* -1 while saved */
-    uint64_t since;             /* uv_now when this heapd took it back */
-};
 
 /* A new mutator client's token (getrandom). */
 void resume_new_token(uint8_t token[RESUME_TOKEN_BYTES]);

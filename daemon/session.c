@@ -218,7 +218,7 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
     return 0;
 }
 
-/* The DERIVED counters of Note [Counter table] (client/heapd_counters.h),
+/* The DERIVED counters of Note [Counter table] (proto/heapd_counters.h),
  * one function each (a DERIVED line without one does not compile), called
  * under heap->lock. */
 static uint64_t stat_mutators(const struct heap *h)
@@ -267,7 +267,7 @@ static uint64_t stat_segments_adopted(const struct heap *h)
     return h->segs.adopted;
 }
 
-/* Note [Memory counters] in daemon/collector.c: two fstat calls */
+/* Note [Memory counters] in daemon/gc/collector.c: two fstat calls */
 static uint64_t stat_bytes_committed(const struct heap *h)
 {
     return heap_committed_bytes(h);

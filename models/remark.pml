@@ -1,13 +1,13 @@
 /* models/remark.pml: remarking segments after a mark-stack overflow, with
  * owners, orphans and the adoption lock (Note [Remark]).
  *
- * It follows the code: Note [Remark] in daemon/remark.c (the per-segment
+ * It follows the code: Note [Remark] in daemon/gc/remark.c (the per-segment
  * state machine: remark_flag, remark_pop_locked, remark_lock_unowned,
  * remark_finish, remark_forward, route, remark_client_gone, remark_done),
- * refill() and drop_grouped() in daemon/mark.c, client_leaves() and
+ * refill() and drop_grouped() in daemon/gc/mark.c, client_leaves() and
  * Note [Client lifecycle] in daemon/session.c, grant_reusable() and
- * seg_return()/seg_orphan() in daemon/segment.c, final_sync() in
- * daemon/collector.c, and Note [Remark requests] in client/remark.c.
+ * seg_return()/seg_orphan() in daemon/gc/segment.c, final_sync() in
+ * daemon/gc/collector.c, and Note [Remark requests] in client/remark.c.
  * Each step below names the function it stands for; when one of those
  * changes, change the step here.
  *
@@ -152,7 +152,7 @@
 #define MAXFLAGS 2          /* overflows (remark_flag calls) a cycle */
 #endif
 
-/* seg.remark (enum remark_state in daemon/remark.h) */
+/* seg.remark (enum remark_state in daemon/gc/remark.h) */
 #define R_NONE          0
 #define R_GLOBAL        1
 #define R_RESCANNING    2

@@ -7,14 +7,14 @@
  * [Values in flight] and Note [Update remembered set] (client/barrier.c:
  * barrier_stack_slow, barrier_write_slow, barrier_global_slow,
  * barrier_log, urs_wait_room), Note [Waiting in a barrier]
- * (daemon/safepoint.c: a final sync counts a WAITING mutator as stopped, a
+ * (daemon/gc/safepoint.c: a final sync counts a WAITING mutator as stopped, a
  * snapshot waits for it), Note [Client GC discipline] (client/heapd.h:
  * every safepoint call takes its safepoint on entry, before it changes the
  * stack; client/barrier.h: mutator_enter, barrier_park, barrier_unpark;
  * client/mutator.c: heapd_root_push/set/pop, mutator_call;
  * client/globals.c: heapd_global_set; client/alloc.c: heapd_write), the
  * daemon's mark_stack / trace_stack / mark_roots / mark_urs
- * (daemon/mark.c) and Note [Collection cycle] (daemon/collector.c: the
+ * (daemon/gc/mark.c) and Note [Collection cycle] (daemon/gc/collector.c: the
  * snapshot resets the stack words and empties the rings; concurrent mark;
  * the final sync reads the ring, marks the stack if still unmarked and
  * drains with a budget, going back to concurrent marking when it runs
@@ -256,7 +256,7 @@ inline mark_stack_concurrent()
         d = depth;
         r = pending; mark_ref(r);
 #else
-        /* daemon/mark.c mark_stack: the parked value before the depth */
+        /* daemon/gc/mark.c mark_stack: the parked value before the depth */
         r = pending; mark_ref(r);
         d = depth;
 #endif

@@ -6,7 +6,7 @@
  * at any step.
  *
  * Models Note [Stop the world], Note [Parking a stop], Note [Waiting for
- * acks] and Note [Waiting in a barrier] (daemon/safepoint.c:
+ * acks] and Note [Waiting in a barrier] (daemon/gc/safepoint.c:
  * safepoint_stop with SAFEPOINT_SNAPSHOT or SAFEPOINT_FINAL_SYNC, ask_all,
  * ask_slot, wait_slot, look_at_slot, slot_stopped, wait_parked,
  * safepoint_release), grant_slot and grant_free_slot (daemon/grant.c:
@@ -236,7 +236,7 @@ bool kill[NM];              /* the client of slot i is killed (kill -9) */
 bool dead[NM];              /* ... and its thread has stopped running */
 bool finished[NM];          /* the mutator detached and returned */
 
-/* wait_slot's "stopped" in daemon/safepoint.c: not attached (freed, or
+/* wait_slot's "stopped" in daemon/gc/safepoint.c: not attached (freed, or
  * never attached: heap_slot_enter fails), or slot_stopped(st, g, kind) */
 #if defined(BUG_SNAPSHOT_PASSES_WAITING)
 #define WAITING_STOPPED(k)  true

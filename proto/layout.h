@@ -70,7 +70,7 @@
  * Note [Segments]
  * ~~~~~~~~~~~~~~~
  * Segment 0.. control_segments-1 hold the control area; every other segment
- * is in exactly one state in the daemon's table (daemon/segment.c, which is
+ * is in exactly one state in the daemon's table (daemon/gc/segment.c, which is
  * authoritative: nothing the daemon decides rests on a segment header alone).
  * A segment header starts every non-control segment:
  *
@@ -215,7 +215,7 @@ static inline uint64_t layout_object_size(uint64_t nrefs, uint64_t nbytes)
  *     continuation mark that follows no object (a client that wrote
  *     marks) is left to its segment's next life;
  *   - a page is free when no block in use and no continuation overlaps
- *     it (Note [Purging free memory] in daemon/purge.c).
+ *     it (Note [Purging free memory] in daemon/gc/purge.c).
  * Measured: a heap of objects of 16 to 128 KiB at random held one whole
  * segment per object, and each cost its mutator a round trip. */
 #define LAYOUT_NCLASSES 72
@@ -335,7 +335,7 @@ static inline uint32_t layout_small_block(uint64_t off, uint32_t first,
  * [Stack marking handshake]) and which the snapshot resets.  The words
  * are grouped on cache lines by writer (see struct layout_mutator).
  * `status` is the futex word of the stop protocol (Note [Stop the world],
- * daemon/safepoint.c): its low 2 bits are the mutator's state and the
+ * daemon/gc/safepoint.c): its low 2 bits are the mutator's state and the
  * rest the last stop generation it acknowledged, so that a state change
  * and an acknowledgement are one atomic store and one futex wake, and the
  * daemon can never miss either.
@@ -351,7 +351,7 @@ static inline uint32_t layout_small_block(uint64_t off, uint32_t first,
  * daemon maps the region over the slot's window of its own (a reserved
  * range per heap, one window per slot); a freed slot's region stays
  * mapped, its pages given back, until the next attach maps another over
- * it (Note [Slot windows] in daemon/slotmem.c), so a collector thread
+ * it (Note [Slot windows] in daemon/gc/slotmem.c), so a collector thread
  * never faults on a slot that was just freed.  So no client can read or write
  * another client's slots, root stacks or URS rings (before, a client that
  * wrote into other slots' root depths and ring heads made four clients
@@ -380,7 +380,7 @@ enum layout_mut_state {
 #define LAYOUT_GEN_MASK 0x3fffffffu
 /* A stop's kind is the parity of its generation, so that a mutator reads
  * both in one load of its slot's stop_request: odd for a snapshot, even for a final
- * sync (Note [Waiting in a barrier] in daemon/safepoint.c). */
+ * sync (Note [Waiting in a barrier] in daemon/gc/safepoint.c). */
 static inline bool layout_stop_is_snapshot(uint32_t gen)
 {
     return (gen & 1u) != 0;
@@ -479,7 +479,7 @@ static inline void *_Atomic *layout_mutator_roots(struct layout_mutator *m)
  * layout_global) are in the daemon's page, read-only to every client
  * (Note [The daemon's page]); only its value, global_values[i], is in
  * client-writable memory, and a mutator reads and writes it directly.  The
- * daemon keeps a record of each entry (struct heap_global in daemon/heap.h)
+ * daemon keeps a record of each entry (struct heap_global in daemon/gc/heap.h)
  * and writes the shared words from it, under the heap lock.  Were they
  * writable, one stored INITIALIZING made every heapd_global_once caller
  * wait for ever, and one stored owner made another client's leave release

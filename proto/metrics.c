@@ -3,7 +3,7 @@
  * Note [Metric names]
  * ~~~~~~~~~~~~~~~~~~~
  * Every line of the counter table (Note [Counter table] in
- * client/heapd_counters.h) is one metric family, named by rule so that a
+ * proto/heapd_counters.h) is one metric family, named by rule so that a
  * new line needs nothing here:
  *   - "heapd_", then NAME's words without the unit words: "ns" and "bytes"
  *     wherever they stand, and, for a COUNTER, "total";

@@ -7,7 +7,7 @@
 /* 2: the daemon sends RemarkRequest on its own, and a mutator client must
  * answer it (Note [Remark requests] in client/remark.c); Goodbye.
  * 3: a heap's counters travel as HeapStats.counters, in the order of the
- * table (Note [Counter table] in client/heapd_counters.h).
+ * table (Note [Counter table] in proto/heapd_counters.h).
  * 4: GlobalInitDone and GlobalInitAck: a once-initialiser ends its init
  * by asking the daemon (Note [Global roots] in proto/layout.h); the
  * counter globals_init_refused, and globals_repaired is no more.

@@ -9,10 +9,10 @@
 #     [heap NAME] SECTIONS"), section by section; and every documented key
 #     says its default;
 #   - heapd(8), heapctl(1): the options of the getopt_long tables of
-#     daemon/main.c and client/heapctl.c, short and long ("*-c*, *--config*"
+#     daemon/main.c and heapctl/heapctl.c, short and long ("*-c*, *--config*"
 #     entries under "# OPTIONS"); heapctl's commands (its strcmp(cmd, ...)
 #     list) against "# COMMANDS"; the counter table HEAPD_HEAP_COUNTERS
-#     (client/heapd_counters.h) against heapctl(1)'s "# COUNTERS";
+#     (proto/heapd_counters.h) against heapctl(1)'s "# COUNTERS";
 #   - libheapd(3): every HEAPD_API function of heapd.h and
 #     heapd_collections.h is named on the page, and every HEAPD_E* code has
 #     an entry under "# ERRORS".
@@ -121,20 +121,20 @@ man_options() {
 }
 compare "heapd(8) options" daemon/main.c "$(source_options "$src/daemon/main.c")" \
     docs/man/heapd.8.scd "$(man_options "$man/heapd.8.scd")"
-compare "heapctl(1) options" client/heapctl.c \
-    "$(source_options "$src/client/heapctl.c")" \
+compare "heapctl(1) options" heapctl/heapctl.c \
+    "$(source_options "$src/heapctl/heapctl.c")" \
     docs/man/heapctl.1.scd "$(man_options "$man/heapctl.1.scd")"
-compare "heapctl(1) commands" client/heapctl.c \
-    "$(grep -oE 'strcmp\(cmd, "[a-z-]+"\)' "$src/client/heapctl.c" |
+compare "heapctl(1) commands" heapctl/heapctl.c \
+    "$(grep -oE 'strcmp\(cmd, "[a-z-]+"\)' "$src/heapctl/heapctl.c" |
         sed -E 's/.*"(.*)".*/\1/' | sort -u)" \
     docs/man/heapctl.1.scd "$(names_in "$man/heapctl.1.scd" '^# COMMANDS' '^\*([a-z-]+)\*$')"
-compare "heapctl(1) counters" client/heapd_counters.h \
-    "$(sed -nE 's/^[[:space:]]*X\(([a-z_0-9]+), .*/\1/p' "$src/client/heapd_counters.h" | sort -u)" \
+compare "heapctl(1) counters" proto/heapd_counters.h \
+    "$(sed -nE 's/^[[:space:]]*X\(([a-z_0-9]+), .*/\1/p' "$src/proto/heapd_counters.h" | sort -u)" \
     docs/man/heapctl.1.scd "$(names_in "$man/heapctl.1.scd" '^# COUNTERS' '^\*([a-z_0-9]+)\*$')"
 
 # ---- libheapd(3) ----
 
-api=$(cat "$src/client/heapd.h" "$src/client/heapd_collections.h" |
+api=$(cat "$src/client/heapd.h" "$src/client/collections/heapd_collections.h" |
     tr '\n' ' ' | grep -oE 'HEAPD_API [^;(]*\(' |
     sed -nE 's/.*[ *](heapd_[a-z_0-9]+) *\($/\1/p' | sort -u)
 compare "libheapd(3) functions" "heapd.h, heapd_collections.h" "$api" \

@@ -590,7 +590,7 @@ static long count_kib(heapd_mutator *m, size_t r, long n)
     return i;
 }
 
-/* Note [Quota] (daemon/segment.c): max_client_bytes bounds what a client
+/* Note [Quota] (daemon/gc/segment.c): max_client_bytes bounds what a client
  * makes the heap hold -- the segments it holds and what survives of the
  * objects it allocated -- not what it allocates.  A client that keeps
  * everything alive and hands its full segments back gets ENOMEM near the
@@ -683,7 +683,7 @@ static void scribble_upper_half(heapd_mutator *m, void *arg)
     scribble(arg, heapd_heap_size(arg) / 2, 256u << 20);
 }
 
-/* Note [Free memory stays free] (daemon/segment.c): memory a client
+/* Note [Free memory stays free] (daemon/gc/segment.c): memory a client
  * writes into segments it was never granted is given back by the next
  * cycle, when the client leaves, or within a tick of the daemon's timer;
  * the segments are granted blank

@@ -9,7 +9,7 @@
  * value pushed by several producers is popped exactly once, a consumer
  * waiting in heapd_queue_pop_wait does not hold up a collection, and a
  * process SIGKILLed in the middle of each step of each operation (Note
- * [Collections survive a kill] in client/map.c; the HEAPD_COLL_STOP_IN
+ * [Collections survive a kill] in client/collections/map.c; the HEAPD_COLL_STOP_IN
  * hook stops it exactly there) leaves every structure whole and usable.
  */
 #include <check.h>

@@ -88,7 +88,7 @@ static void kid_attach(heapd_client **c, heapd_mutator **m)
 
 /* Safepoints until a cycle's snapshot has begun marking; the kid then
  * takes no safepoint, so the final sync waits for it and marking goes on
- * (Note [Stop the world] in daemon/safepoint.c).  The cycle is asked for
+ * (Note [Stop the world] in daemon/gc/safepoint.c).  The cycle is asked for
  * by the client, not the mutator: heapd_collect would wait for its reply
  * in a blocking region, where the whole cycle can run without this
  * mutator's safepoint, and then no MARK phase is ever seen. */

@@ -343,7 +343,7 @@ static heapd_stats_t settled_stats(heapd_client *ctl)
 #define SMALL_BYTES 64
 #define LARGE_BYTES (1u << 20)
 
-/* Note [Memory counters] in daemon/collector.c, and the committed bytes
+/* Note [Memory counters] in daemon/gc/collector.c, and the committed bytes
  * per size class of Note [Reports]: each against a figure the test knows
  * (what it allocated and rooted, what it let die). */
 START_TEST(memory_counters_follow_blocks_and_punches)

@@ -1,7 +1,7 @@
 /* Memory that follows the live data, against a real heapd: free pages of
  * partly used segments go back (Note [Purging free memory] in
- * daemon/purge.c), an idle heap keeps nothing it does not hold objects in
- * (Note [Heap goal] in daemon/collector.c), and a client refills the
+ * daemon/gc/purge.c), an idle heap keeps nothing it does not hold objects in
+ * (Note [Heap goal] in daemon/gc/collector.c), and a client refills the
  * holes of its size class before it takes new memory (Note [Reuse before
  * growth] in client/reserve.c). */
 #include <check.h>

@@ -3,7 +3,7 @@
  * manager's fd store; a heap survives a clean restart with every object a
  * global holds, a client connected at the restart is dropped and the heap
  * still recovered, a heap whose heapd was killed is recovered from its
- * live table (Note [The live table] in daemon/table.c), and a heap whose
+ * live table (Note [The live table] in daemon/gc/table.c), and a heap whose
  * state or table is damaged, truncated or of another version is refused,
  * kept for an operator, and started empty. */
 #include <check.h>
@@ -330,7 +330,7 @@ END_TEST
 
 /* The same for a client whose mutator has a nursery: its young objects,
  * reached only from its roots, are traced by the new heapd (Note
- * [Tracing a slot's nursery] in daemon/mark.c), and its nursery is its
+ * [Tracing a slot's nursery] in daemon/gc/mark.c), and its nursery is its
  * own again after the restart and after a kill. */
 START_TEST(young_client_resumes_after_a_restart)
 {

@@ -1,5 +1,5 @@
 /* Stalls (Note [Stalls] in daemon/stall.c, Note [Parking a stop] in
- * daemon/safepoint.c), against a real heapd with the verifier on: a
+ * daemon/gc/safepoint.c), against a real heapd with the verifier on: a
  * mutator that is SIGSTOPped, that stops while it holds its
  * stack-marking handshake, whose client never answers a remark request,
  * that loops without a safepoint, or that clears the stop word heapd

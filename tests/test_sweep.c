@@ -1,7 +1,7 @@
 /* The sweep against the loop thread, one step at a time: a segment that
  * changes hands while a sweeper looks at it keeps what its new owner left
  * alive (Note [A segment changes hands while it is swept] in
- * daemon/sweep.c).  The daemon's own code runs on a heap table built by
+ * daemon/gc/sweep.c).  The daemon's own code runs on a heap table built by
  * seg_init and table_create over anonymous memory; the test plays the loop thread (grants,
  * returns, departures, under heap->lock) and one sweeper runs in a thread
  * of its own.  The order of the steps is forced by the heap lock and a
@@ -82,7 +82,7 @@ static void allocate(uint32_t seg, uint32_t b, uint8_t epoch)
 
 /* Client 1 fills a segment with DEAD objects of the last cycle and
  * returns it; the last sweep found it mostly free and made it reusable
- * (Note [Reusing partly free segments] in daemon/segment.c). */
+ * (Note [Reusing partly free segments] in daemon/gc/segment.c). */
 static uint32_t reusable_segment(void)
 {
     uint32_t seg, fmt, held = 0;

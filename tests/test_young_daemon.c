@@ -2,12 +2,12 @@
  * over the raw protocol, so that it needs nothing of libheapd's young
  * side: an attach with young = true gets a run of YOUNG segments that the
  * segments report shows and that detach and a closed connection give
- * back (Note [A nursery in the segment table] in daemon/segment.c);
+ * back (Note [A nursery in the segment table] in daemon/gc/segment.c);
  * requests out of range are refused; references into a nursery planted
  * anywhere but its own mutator's roots are counted in young_refs_refused
  * and never followed (Note [References into a nursery] in
- * daemon/validate.c); garbage in a nursery its roots point into is traced
- * without harm (Note [Tracing a slot's nursery] in daemon/mark.c). */
+ * daemon/gc/validate.c); garbage in a nursery its roots point into is traced
+ * without harm (Note [Tracing a slot's nursery] in daemon/gc/mark.c). */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 /* the counter table is public: see Note [Counter table] */
-#include "../client/heapd_counters.h"
+#include "heapd_counters.h"
 #include "config.h"
 #include "layout.h"
 #include "notify.h"
@@ -21,7 +21,7 @@ struct handoff;
 struct young_trace;
 
 /* The field a line of HEAPD_HEAP_COUNTERS gives the daemon, by its source
- * (see Note [Counter table] in client/heapd_counters.h): LOCKED ones are
+ * (see Note [Counter table] in proto/heapd_counters.h): LOCKED ones are
  * written under heap->lock, ATOMIC ones bumped without it, DERIVED ones
  * are computed by the stats reply (daemon/session.c). */
 #define HEAP_STATS_FIELD_LOCKED(name) uint64_t name;
@@ -38,7 +38,7 @@ struct heap_young_words {
 };
 
 /* Counters of a heap: the table's, and the daemon's own bookkeeping.
- * table_save_stats (daemon/table.c) copies them field by field: a field
+ * table_save_stats (daemon/gc/table.c) copies them field by field: a field
  * added here is added there. */
 struct heap_stats {
     HEAPD_HEAP_COUNTERS(HEAP_STATS_FIELD_)
@@ -70,7 +70,7 @@ struct heap_slot_owner {
                                         memory */
     _Atomic uint32_t readers;        /* threads reading its window without
                                         heap->lock (Note [Slot windows] in
-                                        daemon/slotmem.c) */
+                                        daemon/gc/slotmem.c) */
     _Atomic uint64_t alloc_bound;    /* bytes of segments granted to its
                                         client so far: more allocated is
                                         a fault (Note [Client control
@@ -88,7 +88,7 @@ struct heap_slot_owner {
     uint32_t young_segs;             /* segments in it; 0: no nursery */
     uint32_t young_age;              /* the age it promotes at */
     struct young_trace *young_tracer; /* Note [Tracing a slot's nursery]
-                                        in daemon/mark.c */
+                                        in daemon/gc/mark.c */
     int pid;                         /* the rest: heap->lock */
     unsigned uid;
     char name[64];                   /* client_name from Hello */
@@ -144,7 +144,7 @@ struct heap {
     bool verify;                     /* run the verifier after each cycle */
     uint8_t static_flag;             /* Note [Global roots]; heap->lock */
     pthread_mutex_t lock;            /* table, slots, stats */
-    pthread_mutex_t adoption;        /* Note [Remark] in daemon/remark.c:
+    pthread_mutex_t adoption;        /* Note [Remark] in daemon/gc/remark.c:
                                         no FILLED segment is granted while
                                         the daemon rescans one; taken
                                         after lock, never before it */
@@ -180,7 +180,7 @@ static inline bool heap_slot_attached(const struct heap *h, unsigned i)
 
 /* The words of slot I: its client's region while attached; a freed
  * slot's window keeps its last region, pages given back, until the next
- * attach (Note [Slot windows] in daemon/slotmem.c). */
+ * attach (Note [Slot windows] in daemon/gc/slotmem.c). */
 static inline struct layout_mutator *heap_slot(const struct heap *h,
                                                unsigned i)
 {
@@ -211,7 +211,7 @@ static inline void *heap_seg_addr(const struct heap *h, uint32_t i)
 }
 
 /* Create the memfd, seal it, map it at cfg->base and lay out the control
- * area and the live table (Note [The live table] in daemon/table.c).
+ * area and the live table (Note [The live table] in daemon/gc/table.c).
  * Returns 0 or a negative errno after logging a message that names the
  * heap, the range and the config key to change (-EEXIST when the range
  * is already mapped in the daemon).  With KEPT_HEAP and KEPT_PAGE >= 0 (a

@@ -19,7 +19,7 @@ struct sweep_job {
     _Atomic uint64_t freed_segments;
     _Atomic uint64_t *charged;    /* per quota record: bytes that survived
                                      in the segments charged to it (Note
-                                     [Quota] in daemon/segment.c); NULL
+                                     [Quota] in daemon/gc/segment.c); NULL
                                      without memory for it */
     uint32_t ncharged;
 };

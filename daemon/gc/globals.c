@@ -13,7 +13,7 @@
 #include "heap.h"
 #include "log.h"
 #include "mark.h"
-#include "resume.h"
+#include "kept.h"
 
 static void set_state(struct layout_global *g, uint32_t st)
 {

@@ -1,6 +1,6 @@
 /* Named global roots, daemon side.  See Note [Global roots] in
  * proto/layout.h.  Every function is called with heap->lock held; the
- * daemon decides from its record (struct heap_global in daemon/heap.h),
+ * daemon decides from its record (struct heap_global in daemon/gc/heap.h),
  * and writes the shared table's names, states and owners from it. */
 #ifndef HEAPD_DAEMON_GLOBALS_H
 #define HEAPD_DAEMON_GLOBALS_H

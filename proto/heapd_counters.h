@@ -1,5 +1,5 @@
 /* libheapd: the table of a heap's statistics.  Included by heapd.h; the
- * daemon includes it too (daemon/heap.h).
+ * daemon includes it too (daemon/gc/heap.h).
  *
  * Note [Counter table]
  * ~~~~~~~~~~~~~~~~~~~~
@@ -8,7 +8,7 @@
  * Every other place expands it:
  *   - heapd_heap_stats's fields, and heapd_stats_t's copy of the client's
  *     own heap (client/heapd.h): NAME of C TYPE (uint32_t or uint64_t);
- *   - the daemon's struct heap_stats (daemon/heap.h), by SOURCE: LOCKED, a
+ *   - the daemon's struct heap_stats (daemon/gc/heap.h), by SOURCE: LOCKED, a
  *     uint64_t field written under heap->lock (the collector adds to it);
  *     ATOMIC, an _Atomic one bumped without the lock; DERIVED, worked out
  *     from other daemon state when asked (a stat_NAME function in

@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "coll.h"
-#include "errors.h"
 
 struct str_head {
     uint32_t tag;

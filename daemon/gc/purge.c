@@ -79,7 +79,7 @@ static int punch_range(struct heap *h, uint64_t off, uint64_t len)
     if (fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                   (off_t)off, (off_t)len) < 0)
         return -errno;
-    /* Note [Memory counters] in daemon/collector.c */
+    /* Note [Memory counters] in daemon/gc/collector.c */
     atomic_fetch_add_explicit(&h->stats.purged_bytes, len,
                               memory_order_relaxed);
     return 0;
@@ -450,7 +450,7 @@ static bool punch_control_rest(struct heap *h)
     if (fallocate(h->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
                   end - off) != 0)
         return false;
-    /* Note [Memory counters] in daemon/collector.c */
+    /* Note [Memory counters] in daemon/gc/collector.c */
     atomic_fetch_add_explicit(&h->stats.purged_bytes, (uint64_t)(end - off),
                               memory_order_relaxed);
     return true;

@@ -1,5 +1,5 @@
-/* heapctl's parts: the one-shot commands (client/heapctl.c) and the live
- * view (client/heapctl_top.c, Note [heapctl top]). */
+/* heapctl's parts: the one-shot commands (heapctl/heapctl.c) and the live
+ * view (heapctl/heapctl_top.c, Note [heapctl top]). */
 #ifndef HEAPD_HEAPCTL_TOP_H
 #define HEAPD_HEAPCTL_TOP_H
 

@@ -27,7 +27,7 @@ struct mark_job {
     unsigned nworkers;
     unsigned waiting;          /* workers with no work, guarded by mu */
     bool done;
-    /* Note [Remark] in daemon/remark.c, guarded by mu */
+    /* Note [Remark] in daemon/gc/remark.c, guarded by mu */
     uint32_t remark_global;    /* the global remark stack (a segment, 0:
                                   empty), linked through seg.remark_next */
     uint32_t remark_outbox;    /* OWNED segments for the loop thread to

@@ -11,7 +11,7 @@
  * system call, never a safepoint.
  *
  * None holds a lock, so no process's death can leave one stuck; Note
- * [Collections survive a kill] in client/map.c says what a death in the
+ * [Collections survive a kill] in client/collections/map.c says what a death in the
  * middle of each operation leaves.  Errors: 0 or a negative errno code,
  * with heapd_last_error() saying what to do; a call returning a pointer
  * returns NULL and sets errno.
@@ -120,7 +120,7 @@ HEAPD_API int heapd_map_delete_str(heapd_mutator *m, void *map,
  * dies inside an insert or a delete may leave it off by one. */
 HEAPD_API size_t heapd_map_count(const void *map);
 
-/* Check MAP's invariants (Note [Map invariants] in client/map.c): the
+/* Check MAP's invariants (Note [Map invariants] in client/collections/map.c): the
  * number of keys it holds, or -EUCLEAN with heapd_last_error() naming the
  * first damage, -EINVAL if MAP is not a map.  Plain loads, O(size): for
  * tests and for a program that wants to know after a crash. */
@@ -153,7 +153,7 @@ HEAPD_API void heapd_map_iter_end(heapd_map_iter *it);
  *
  * A FIFO of heapd objects (not NULL) that any process may push to and pop
  * from: lock-free (a linked list of nodes: Note [Shared queue] in
- * client/queue.c).  heapd_queue_pop_wait sleeps on a futex in the queue
+ * client/collections/queue.c).  heapd_queue_pop_wait sleeps on a futex in the queue
  * itself, inside a blocking region, so a waiting consumer never holds up
  * a collection. */
 HEAPD_API void *heapd_queue_new(heapd_mutator *m);

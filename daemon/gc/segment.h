@@ -41,7 +41,7 @@ struct seg {
     uint8_t purging;    /* FILLED: some of its free pages are being
                            punched without the lock, and it is granted to
                            nobody meanwhile (Note [Purging free memory]
-                           in daemon/purge.c) */
+                           in daemon/gc/purge.c) */
     uint32_t run;       /* large and young: segments in the run; their
                            tails: the head's index */
     uint64_t owner;     /* client id, 0 for none */
@@ -54,7 +54,7 @@ struct seg {
     uint16_t charge;    /* 1 + the index of the seg_charge its blocks'
                            bytes count for, 0 for none (Note [Quota] in
                            segment.c); read atomically by sweepers */
-    /* Note [Remark] in daemon/remark.c; guarded by the marking job's mu */
+    /* Note [Remark] in daemon/gc/remark.c; guarded by the marking job's mu */
     uint8_t remark;     /* enum remark_state, | REMARK_AGAIN */
     uint32_t remark_next;  /* the list it is on (0: end) */
     uint64_t remark_to; /* SENT: the client asked to rescan it */
@@ -93,7 +93,7 @@ struct segtab {
                               whatever the counts say (Note [Free memory
                               stays free]) */
     uint64_t orphaned, adopted;   /* stats segments_orphaned/_adopted */
-    /* Note [Purging free memory] in daemon/purge.c: the memory the table
+    /* Note [Purging free memory] in daemon/gc/purge.c: the memory the table
      * accounts for.  heap->lock */
     uint32_t n_unpunched;   /* segments whose memory is not punched */
     uint64_t pages_purged;  /* pages of theirs punched since they were
@@ -117,9 +117,9 @@ struct segtab {
 };
 
 /* The table's geometry for H's configuration, and its private page
- * bitmaps (Note [Purging free memory] in daemon/purge.c); the records
+ * bitmaps (Note [Purging free memory] in daemon/gc/purge.c); the records
  * themselves live in the live table (Note [The live table] in
- * daemon/table.c), which points t->segs and the bitmaps at them.
+ * daemon/gc/table.c), which points t->segs and the bitmaps at them.
  * Returns 0 or -ENOMEM. */
 int seg_init(struct heap *h);
 /* A new heap's records: every segment free and never touched. */
@@ -161,7 +161,7 @@ static inline uint32_t seg_popcount(const uint64_t *w, uint32_t n)
 }
 
 /* With heap->lock held: the bytes of heap memory the table accounts for
- * as committed (Note [Purging free memory] in daemon/purge.c): every
+ * as committed (Note [Purging free memory] in daemon/gc/purge.c): every
  * segment not punched, less the pages punched out of them.  Nurseries
  * included. */
 static inline uint64_t seg_committed(const struct segtab *t,
@@ -182,7 +182,7 @@ void seg_recount_memory(struct segtab *t);
  * toward QUOTA_SEGS: partly free ones of the size classes set in CLASSES
  * (a bitmap of LAYOUT_NCLASSES bits; NULL: none) first, blank ones for the
  * rest, of which at most GROW from punched memory (Note [Heap goal] in
- * daemon/collector.c); OUT_FORMATTED[k] is 0 for a blank OUT[k], else
+ * daemon/gc/collector.c); OUT_FORMATTED[k] is 0 for a blank OUT[k], else
  * 1 + its class.  Returns the number granted (>= 1), -EDQUOT
  * when the client's quota is reached, -ENOSPC when the heap is full, or
  * -EAGAIN when nothing could be granted without growing by more than
@@ -285,7 +285,7 @@ uint8_t seg_class(struct heap *h, uint32_t i);
  * dead large run. */
 void seg_release(struct heap *h, uint32_t i);
 
-/* ---- memory given back: daemon/purge.c ---- */
+/* ---- memory given back: daemon/gc/purge.c ---- */
 
 /* With heap->lock held: punch segments [FIRST, FIRST + N) now (they read
  * as zero afterwards), and say so in the table. */

@@ -13,7 +13,7 @@
  * empty: since a worker only waits with an empty stack, no marked object
  * is left unscanned.  The roots are marked first, by one thread under the
  * heap lock (mark_roots), and seeded into the pool.  A worker that runs
- * dry also takes remark work (Note [Remark] in daemon/remark.c) before it
+ * dry also takes remark work (Note [Remark] in daemon/gc/remark.c) before it
  * waits, and marking ends only when that is gone too.
  *
  * Note [Bounded mark stacks]
@@ -319,7 +319,7 @@ static uint64_t block_size_of(const struct heap *h, uintptr_t obj)
 }
 
 /* Scan one marked object's reference fields.  REMARK: a block found by
- * a remark rather than a reference (Note [Remark] in daemon/remark.c): its
+ * a remark rather than a reference (Note [Remark] in daemon/gc/remark.c): its
  * bytes are not counted, and a header that does not fit its block is not
  * a bad reference -- a client that died while it allocated the block
  * (mark set, header not yet written) leaves one -- only a block whose
@@ -357,7 +357,7 @@ static void scan(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
     scan_block(j, s, obj, block_size_of(j->h, obj), false);
 }
 
-/* Remark segment I (Note [Remark] in daemon/remark.c): scan every block
+/* Remark segment I (Note [Remark] in daemon/gc/remark.c): scan every block
  * whose mark is the epoch.  The caller holds the adoption lock and has
  * seen I FILLED or the head of a large run, so nobody allocates in it. */
 static void rescan(struct mark_job *j, struct mark_stack *s, uint32_t i)
@@ -401,7 +401,7 @@ static struct mark_packet *pool_take_locked(struct mark_job *j)
 }
 
 /* Take a packet into S, or remark work (Note [Remark] in
- * daemon/remark.c), or wait; false when marking is over. */
+ * daemon/gc/remark.c), or wait; false when marking is over. */
 static bool refill(struct mark_job *j, struct mark_stack *s)
 {
     bool got = false;

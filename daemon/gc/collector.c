@@ -22,7 +22,7 @@
  *      (Note [Parallel marking]) while URS batches stream in
  *      (Note [Update remembered set]).  New objects are black.
  *   4. Final sync, once the workers have run dry and no remark is left at
- *      a client (Note [Remark] in daemon/remark.c): stop again; read
+ *      a client (Note [Remark] in daemon/gc/remark.c): stop again; read
  *      every live mutator's URS ring, mark any stack still unmarked, and
  *      drain the mark queue with a budget of FINAL_SYNC_BUDGET objects.
  *      If the budget runs out, or the drain overflowed a stack (Note
@@ -270,7 +270,7 @@ static uint64_t live_now(const struct heap *h)
 /* Note [Memory counters]
  * ~~~~~~~~~~~~~~~~~~~~~~~
  * Four lines of the counter table (Note [Counter table] in
- * client/heapd_counters.h) say how far the memory a heap holds tracks
+ * proto/heapd_counters.h) say how far the memory a heap holds tracks
  * what is in it:
  *   - bytes_committed: what the heap's memfds hold now, from fstat's
  *     st_blocks (heap_committed_bytes), the same figure as the stats
@@ -574,7 +574,7 @@ static void run_cycle(struct collector *gc)
     t_end = now_ns();
 
     pthread_mutex_lock(&h->lock);
-    sweep_job_finish(&sj); /* Note [Quota] in daemon/segment.c */
+    sweep_job_finish(&sj); /* Note [Quota] in daemon/gc/segment.c */
     h->stats.cycles_completed++;
     /* what was reachable at the snapshot; the blocks that survived also
      * hold what mutators allocated (black) during the cycle, and a budget

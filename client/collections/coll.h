@@ -1,5 +1,5 @@
-/* Internals shared by libheapd's collections (client/str.c, client/map.c,
- * client/queue.c): the tags that tell their objects apart, and the test
+/* Internals shared by libheapd's collections (str.c, map.c, queue.c in
+ * client/collections/): the tags that tell their objects apart, and the test
  * hook that stops a process in the middle of an operation. */
 #ifndef HEAPD_CLIENT_COLL_H
 #define HEAPD_CLIENT_COLL_H
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "heapd_collections.h"
+#include "runtime.h"
 
 /* The first word of a collection object's raw bytes says what it is.  A
  * tag is a check, not a guarantee: any client can write raw bytes, and

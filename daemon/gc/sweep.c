@@ -13,9 +13,9 @@
  *     object's blocks go together (Note [Runs] in proto/layout.h);
  *   - a FILLED segment left with no live block goes back to the free pool,
  *     one left with enough free blocks becomes reusable (Note [Reusing
- *     partly free segments] in daemon/segment.c), and the pages of one
+ *     partly free segments] in daemon/gc/segment.c), and the pages of one
  *     that no block in use overlaps are recorded for seg_purge (Note
- *     [Purging free memory] in daemon/purge.c);
+ *     [Purging free memory] in daemon/gc/purge.c);
  *   - a dead large run goes back at once, its memory punched;
  *   - in a fenced segment nothing is freed: a dead block's mark becomes
  *     the epoch, as if marked (Note [Evicted clients] in
@@ -34,7 +34,7 @@
  * changes hands while it is swept]).  What survives in a FILLED segment
  * or a large run is added to
  * the tally of the client the segment is charged to (Note [Quota] in
- * daemon/segment.c): one relaxed atomic add per such segment, into an
+ * daemon/gc/segment.c): one relaxed atomic add per such segment, into an
  * array of the job's, so that no worker takes the lock for it.
  */
 #include "sweep.h"

@@ -53,7 +53,7 @@
 #include "globals.h"
 #include "heap.h"
 #include "log.h"
-#include "resume.h"
+#include "kept.h"
 
 #define TABLE_MAGIC 0x3162746470616568ull /* "heapdtb1", little-endian */
 /* 3: a slot's nursery (young_first, young_segs, young_age) */

@@ -41,7 +41,7 @@
  * (segments_adopted); no other state holds an orphan, so once every
  * orphan's objects are dead the two counters meet.  Adopting a FILLED
  * segment takes the adoption lock, which the daemon holds while it
- * rescans an ownerless segment (Note [Remark] in daemon/remark.c).
+ * rescans an ownerless segment (Note [Remark] in daemon/gc/remark.c).
  *
  * Note [Quota]
  * ~~~~~~~~~~~~
@@ -128,7 +128,7 @@
  * whose memory is still committed before punched ones.  After each sweep
  * the free memory the heap will not allocate again soon goes back to the
  * kernel with fallocate(PUNCH_HOLE) (Note [Purging free memory] in
- * daemon/purge.c); what it keeps is granted again soon, and punching it
+ * daemon/gc/purge.c); what it keeps is granted again soon, and punching it
  * would only buy page faults and zeroing (GCBench: half its faults).
  */
 #include "segment.h"
@@ -144,7 +144,7 @@
 
 #include "heap.h"
 #include "log.h"
-#include "resume.h"
+#include "kept.h"
 
 
 static void set_state(struct seg *s, enum seg_state st)
@@ -425,7 +425,7 @@ static void zero_header(void *seg, size_t n)
 
 /* Grant reusable segments of CLASSES to OWNER, at most MAX.  Under the
  * adoption lock: no FILLED segment becomes OWNED while the daemon rescans
- * it (Note [Remark] in daemon/remark.c). */
+ * it (Note [Remark] in daemon/gc/remark.c). */
 static uint32_t grant_reusable(struct heap *h, uint64_t owner,
                                uint16_t charge, const uint64_t *classes,
                                uint32_t max, uint32_t *out,

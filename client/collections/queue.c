@@ -14,7 +14,7 @@
  *   - the tail may lag the last node by one: whoever sees it lag moves
  *     it on before doing anything else.  So a pusher killed between its
  *     link and its swing leaves a queue that works (Note [Collections
- *     survive a kill] in client/map.c);
+ *     survive a kill] in client/collections/map.c);
  *   - a node is never reused while anyone holds it: a process that loaded
  *     the head holds it in a C local until its compare-and-swap, with no
  *     safepoint in between, and the collector frees nothing a mutator
@@ -41,9 +41,7 @@
 #include <string.h>
 
 #include "coll.h"
-#include "errors.h"
 #include "futex.h"
-#include "mutator.h"
 
 enum { Q_HEAD, Q_TAIL, Q_NREFS };
 enum { N_NEXT, N_VALUE, N_NREFS };
@@ -195,7 +193,7 @@ void *heapd_queue_pop_wait(heapd_mutator *m, void *queue, unsigned timeout_ms)
         void *v = heapd_queue_pop(m, queue);
         if (v || errno != EAGAIN)
             return v;
-        if (mutator_orphaned(m)) { /* Note [A dead daemon] */
+        if (mutator_closed(m)) { /* Note [A dead daemon] */
             client_set_error(HEAPD_ECLOSED, "heapd_queue_pop_wait: the "
                              "connection to heapd is gone");
             errno = EPIPE;
@@ -232,7 +230,7 @@ void *heapd_queue_pop_wait(heapd_mutator *m, void *queue, unsigned timeout_ms)
         /* the pop's safepoint comes before the slot goes: QUEUE stays
          * valid until the next one */
         heapd_root_pop(m, 1);
-        if (mutator_orphaned(m)) {
+        if (mutator_closed(m)) {
             client_set_error(HEAPD_ECLOSED, "heapd_queue_pop_wait: the "
                              "connection to heapd is gone");
             errno = EPIPE;

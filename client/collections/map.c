@@ -96,9 +96,7 @@
 #include <string.h>
 
 #include "coll.h"
-#include "errors.h"
 #include "layout.h"
-#include "mutator.h"
 
 /* ---- the objects ---- */
 

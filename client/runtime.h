@@ -1,0 +1,29 @@
+/* The runtime's interface to libheapd's own libraries (the shared
+ * collections in client/collections/): what they may use of the runtime
+ * beyond the public heapd.h.  It names no type of the runtime's: a
+ * library built on it follows the runtime's rules without seeing its
+ * structures (tests/include_rules.sh keeps client/collections/ to
+ * heapd.h, this header and proto/'s layout and futex headers). */
+#ifndef HEAPD_CLIENT_RUNTIME_H
+#define HEAPD_CLIENT_RUNTIME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "heapd.h"
+
+/* Record the calling thread's error message (heapd_last_error); returns
+ * CODE. */
+int client_set_error(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Push N roots at once, no safepoint taken (Note [Pushing roots without a
+ * safepoint] in client/mutator.c): the first slot, or (size_t)-1. */
+size_t mutator_roots_push(heapd_mutator *m, void *const *refs, size_t n);
+
+/* M's connection is gone or M belongs to this process's parent: it must
+ * not wait on a word of the daemon's (Note [A dead daemon] in
+ * client/mutator.c). */
+bool mutator_closed(const heapd_mutator *m);
+
+#endif
