@@ -1,5 +1,6 @@
-/* libheapd: the calling thread's last error message, the names of the
- * error codes, and their mapping from daemon codes and to errno. */
+/* libheapd: the calling thread's last error message, the messages of the
+ * error codes, and their mapping from daemon codes and to errno, all from
+ * the tables of Note [Error table] (proto/heapd_errors.h, proto/wire.h). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,6 +8,7 @@
 
 #include "errors.h"
 #include "heapd.h"
+#include "wire.h"
 
 static __thread char last_error[512];
 
@@ -29,23 +31,26 @@ const char *heapd_last_error(void)
     return last_error;
 }
 
+/* Every HEAPD_E* value is below this, every negated errno value at or
+ * above it.  See Note [Error table]. */
+#define ERRNO_FLOOR (-1000)
+
+/* The expansions of HEAPD_ERRORS and HEAPD_WIRE_ERRORS below are switches:
+ * two lines of one value are a compile error.  See Note [Error table]. */
+#define ERROR_MESSAGE_(name, value, errnum, message) \
+    case name: return message;
+#define ERROR_ERRNO_(name, value, errnum, message) \
+    case name: return errnum;
+#define WIRE_ERROR_(wire, code) \
+    case HEAPD__ERROR_CODE__ERROR_##wire: return code;
+
 const char *heapd_strerror(int err)
 {
     switch (err) {
     case 0: return "success";
-    case HEAPD_ENODAEMON: return "no heapd is listening on the socket";
-    case HEAPD_EDENIED: return "not allowed to use this heap";
-    case HEAPD_EVERSION: return "libheapd and heapd versions differ";
-    case HEAPD_EADDRTAKEN: return "the heap's address range is already in use";
-    case HEAPD_ENOHEAP: return "the daemon serves no heap of that name";
-    case HEAPD_EPROTO: return "protocol error talking to heapd";
-    case HEAPD_ECLOSED: return "the connection to heapd is closed";
-    case HEAPD_ESHUTDOWN: return "heapd is shutting down";
-    case HEAPD_ESOCKPATH: return "the socket path is too long";
-    case HEAPD_EFORKED: return "the client was connected by the parent "
-                               "process: connect again after fork()";
+    HEAPD_ERRORS(ERROR_MESSAGE_)
     default:
-        if (err < 0 && err > HEAPD_ENODAEMON)
+        if (err < 0 && err >= ERRNO_FLOOR)
             return strerror(-err);
         return "unknown heapd error";
     }
@@ -54,31 +59,17 @@ const char *heapd_strerror(int err)
 int client_error_code(Heapd__ErrorCode code)
 {
     switch (code) {
-    case HEAPD__ERROR_CODE__ERROR_VERSION: return HEAPD_EVERSION;
-    case HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP: return HEAPD_ENOHEAP;
-    case HEAPD__ERROR_CODE__ERROR_DENIED: return HEAPD_EDENIED;
-    case HEAPD__ERROR_CODE__ERROR_SHUTTING_DOWN: return HEAPD_ESHUTDOWN;
-    case HEAPD__ERROR_CODE__ERROR_NO_MEMORY: return -ENOMEM;
-    case HEAPD__ERROR_CODE__ERROR_BAD_REQUEST: return -EINVAL;
-    case HEAPD__ERROR_CODE__ERROR_TOO_MANY_CONNECTIONS: return -EAGAIN;
-    case HEAPD__ERROR_CODE__ERROR_NO_SLOT: return -EAGAIN;
-    case HEAPD__ERROR_CODE__ERROR_EVICTED: return HEAPD_ECLOSED;
-    case HEAPD__ERROR_CODE__ERROR_NOT_RESUMED: return HEAPD_ECLOSED;
-    default: return HEAPD_EPROTO;
+    HEAPD_WIRE_ERRORS(WIRE_ERROR_)
+    default: return HEAPD_EPROTO; /* a code newer than this libheapd */
     }
 }
 
 int client_errno(int rc)
 {
-    if (rc > HEAPD_ENODAEMON) /* a negated errno value */
+    if (rc >= ERRNO_FLOOR) /* a negated errno value */
         return -rc;
     switch (rc) {
-    case HEAPD_ECLOSED:
-    case HEAPD_ESHUTDOWN:
-        return EPIPE;
-    case HEAPD_EFORKED:
-        return EBADF;
-    default:
-        return EPROTO;
+    HEAPD_ERRORS(ERROR_ERRNO_)
+    default: return EPROTO;
     }
 }

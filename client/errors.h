@@ -10,9 +10,11 @@
 /* Forget the calling thread's error message (heapd_connect, on entry). */
 void client_clear_error(void);
 
-/* Map a daemon Error code to a heapd error code. */
+/* What a call returns for a daemon Error code: a HEAPD_E* code or a
+ * negated errno value (HEAPD_WIRE_ERRORS; see Note [Error table]). */
 int client_error_code(Heapd__ErrorCode code);
-/* The errno value for a heapd error code (functions that return NULL). */
+/* The errno value for an error code (functions that return NULL): -RC for
+ * a negated errno value, a HEAPD_E* code's ERRNUM (HEAPD_ERRORS). */
 int client_errno(int rc);
 
 #endif

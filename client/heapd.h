@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "heapd_counters.h"
+#include "heapd_errors.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,20 +22,13 @@ extern "C" {
 
 #define HEAPD_API __attribute__((visibility("default")))
 
-/* heapd-specific error codes, below every errno value. */
-enum {
-    HEAPD_ENODAEMON = -1001,  /* nothing listens on the socket */
-    HEAPD_EDENIED = -1002,    /* credentials not allowed on the heap */
-    HEAPD_EVERSION = -1003,   /* client and daemon protocol/layout differ */
-    HEAPD_EADDRTAKEN = -1004, /* the heap's address range is in use here */
-    HEAPD_ENOHEAP = -1005,    /* the daemon serves no heap of that name */
-    HEAPD_EPROTO = -1006,     /* the daemon sent something unexpected */
-    HEAPD_ECLOSED = -1007,    /* the connection to the daemon is gone */
-    HEAPD_ESHUTDOWN = -1008,  /* the daemon is shutting down */
-    HEAPD_ESOCKPATH = -1009,  /* the socket path is too long */
-    HEAPD_EFORKED = -1010,    /* the client was connected by the parent
-                                 process: connect again after fork() */
-};
+/* heapd-specific error codes, below every errno value: HEAPD_ENODAEMON
+ * (-1001) and on, each with its message and the errno a call that returns
+ * a pointer sets for it, in HEAPD_ERRORS (heapd_errors.h).  See Note
+ * [Error table]. */
+#define HEAPD_ERROR_ENUM_(name, value, errnum, message) name = value,
+enum { HEAPD_ERRORS(HEAPD_ERROR_ENUM_) };
+#undef HEAPD_ERROR_ENUM_
 
 typedef struct heapd_client heapd_client;
 typedef struct heapd_mutator heapd_mutator;
@@ -509,7 +503,9 @@ HEAPD_API int heapd_segments(heapd_client *c, const char *heap,
                              heapd_heap_segments *out, size_t max,
                              size_t *count);
 
-/* Static text naming an error code. */
+/* Static text saying what error code ERR means: the message of a HEAPD_E*
+ * code (HEAPD_ERRORS), strerror's for a negated errno value, "success" for
+ * 0, "unknown heapd error" for anything else. */
 HEAPD_API const char *heapd_strerror(int err);
 
 /* The calling thread's last error message from libheapd ("" if none). */

@@ -18,4 +18,23 @@
 
 #define DEFAULT_HEAP_NAME "default"
 
+/* X(wire, code): what a call returns when heapd refuses it with ErrorCode
+ * ERROR_<wire> of heapd.proto, a HEAPD_E* code or a negated errno value.
+ * One line per ErrorCode; see Note [Error table] in proto/heapd_errors.h. */
+#define HEAPD_WIRE_ERRORS(X) \
+    X(NONE, HEAPD_EPROTO) \
+    X(BAD_FRAME, HEAPD_EPROTO) \
+    X(UNEXPECTED, HEAPD_EPROTO) \
+    X(VERSION, HEAPD_EVERSION) \
+    X(NO_SUCH_HEAP, HEAPD_ENOHEAP) \
+    X(DENIED, HEAPD_EDENIED) \
+    X(INTERNAL, HEAPD_EPROTO) \
+    X(SHUTTING_DOWN, HEAPD_ESHUTDOWN) \
+    X(NO_MEMORY, -ENOMEM) \
+    X(BAD_REQUEST, -EINVAL) \
+    X(TOO_MANY_CONNECTIONS, -EAGAIN) \
+    X(EVICTED, HEAPD_ECLOSED) \
+    X(NOT_RESUMED, HEAPD_ECLOSED) \
+    X(NO_SLOT, -EAGAIN)
+
 #endif

@@ -14,8 +14,9 @@
 #     list) against "# COMMANDS"; the counter table HEAPD_HEAP_COUNTERS
 #     (proto/heapd_counters.h) against heapctl(1)'s "# COUNTERS";
 #   - libheapd(3): every HEAPD_API function of heapd.h and
-#     heapd_collections.h is named on the page, and every HEAPD_E* code has
-#     an entry under "# ERRORS".
+#     heapd_collections.h is named on the page, and every HEAPD_E* code of
+#     the error table (proto/heapd_errors.h) has an entry "*NAME* (VALUE)"
+#     under "# ERRORS", with its value.
 # Reads sources only (HEAPD_SOURCE_ROOT, else this script's tree): it needs
 # no build.  Prints one line per check and, last, a check-style
 # summary line ("N%: Checks: N, Failures: N, Errors: 0") that scripts/test
@@ -141,10 +142,11 @@ compare "libheapd(3) functions" "heapd.h, heapd_collections.h" "$api" \
     docs/man/libheapd.3.scd \
     "$(grep -oE 'heapd_[a-z_0-9]+' "$man/libheapd.3.scd" | sort -u |
         comm -12 - <(echo "$api"))"
-compare "libheapd(3) error codes" client/heapd.h \
-    "$(sed -nE 's/^[[:space:]]*(HEAPD_E[A-Z]+) = -[0-9]+,.*/\1/p' "$src/client/heapd.h" | sort -u)" \
+compare "libheapd(3) error codes and values" proto/heapd_errors.h \
+    "$(sed -nE 's/^[[:space:]]*X\((HEAPD_E[A-Z]+), (-[0-9]+), .*/\1 \2/p' "$src/proto/heapd_errors.h" | sort -u)" \
     docs/man/libheapd.3.scd \
-    "$(names_in "$man/libheapd.3.scd" '^# ERRORS' '^\*(HEAPD_E[A-Z]+)\* .*')"
+    "$(section_lines "$man/libheapd.3.scd" '^# ERRORS' |
+        sed -nE 's/^\*(HEAPD_E[A-Z]+)\* \((-[0-9]+)\)$/\1 \2/p' | sort -u)"
 
 echo "$(((checks - failures) * 100 / checks))%: Checks: $checks, Failures: $failures, Errors: $errors"
 [ "$failures" -eq 0 ]

@@ -148,7 +148,8 @@ check "libheapd exports exactly the HEAPD_API functions of its installed headers
 # ---- installed files ----
 files=("$(at "$sbindir")/heapd" "$(at "$bindir")/heapctl"
        "$include_d/heapd.h" "$include_d/heapd_collections.h"
-       "$include_d/heapd_counters.h" "$libdir_d/pkgconfig/heapd.pc"
+       "$include_d/heapd_counters.h" "$include_d/heapd_errors.h"
+       "$libdir_d/pkgconfig/heapd.pc"
        "$(at "$sysconfdir")/heapd/heapd.conf"
        "$dest$prefix/lib/systemd/system/heapd.service"
        "$dest$prefix/lib/systemd/system/heapd.socket")
