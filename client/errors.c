@@ -1,6 +1,7 @@
-/* libheapd: the calling thread's last error message, the messages of the
- * error codes, and their mapping from daemon codes and to errno, all from
- * the tables of Note [Error table] (proto/heapd_errors.h, proto/wire.h). */
+/* libheapd: the calling thread's last error message, the messages and
+ * names of the error codes, and their mapping from daemon codes and to
+ * errno, all from the tables of Note [Error table] (proto/heapd_errors.h,
+ * proto/wire.h). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -39,6 +40,8 @@ const char *heapd_last_error(void)
  * two lines of one value are a compile error.  See Note [Error table]. */
 #define ERROR_MESSAGE_(name, value, errnum, message) \
     case name: return message;
+#define ERROR_NAME_(name, value, errnum, message) \
+    case name: return #name;
 #define ERROR_ERRNO_(name, value, errnum, message) \
     case name: return errnum;
 #define WIRE_ERROR_(wire, code) \
@@ -53,6 +56,19 @@ const char *heapd_strerror(int err)
         if (err < 0 && err >= ERRNO_FLOOR)
             return strerror(-err);
         return "unknown heapd error";
+    }
+}
+
+const char *heapd_errname(int err)
+{
+    const char *name = NULL;
+
+    switch (err) {
+    HEAPD_ERRORS(ERROR_NAME_)
+    default:
+        if (err < 0 && err >= ERRNO_FLOOR)
+            name = strerrorname_np(-err);
+        return name ? name : "unknown";
     }
 }
 

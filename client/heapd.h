@@ -3,8 +3,9 @@
  * The names and signatures here are a contract.  Functions
  * that return int return 0 on success or a negative error code: either a
  * negated errno value or one of the HEAPD_E* codes below.  heapd_strerror()
- * names any of them; heapd_last_error() gives the full message of the
- * calling thread's most recent failure, with what to do about it.
+ * says what any of them means and heapd_errname() names it;
+ * heapd_last_error() gives the full message of the calling thread's most
+ * recent failure, with what to do about it.
  */
 #ifndef HEAPD_H
 #define HEAPD_H
@@ -507,6 +508,13 @@ HEAPD_API int heapd_segments(heapd_client *c, const char *heap,
  * code (HEAPD_ERRORS), strerror's for a negated errno value, "success" for
  * 0, "unknown heapd error" for anything else. */
 HEAPD_API const char *heapd_strerror(int err);
+
+/* The name of error code ERR as C spells it, a static string: "HEAPD_EPROTO"
+ * for HEAPD_EPROTO, "ENOMEM" for -ENOMEM; "unknown" for anything else (0, a
+ * positive number, a negative one that is neither).  Never NULL.  For logs
+ * and test output, where a number says little and a message is hard to
+ * look up. */
+HEAPD_API const char *heapd_errname(int err);
 
 /* The calling thread's last error message from libheapd ("" if none). */
 HEAPD_API const char *heapd_last_error(void);

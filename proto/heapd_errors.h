@@ -7,7 +7,7 @@
  * values a call returns besides negated errno values: one line per code,
  * X(name, value, errnum, message).  Every other place expands it:
  *   - the enum of heapd.h: NAME = VALUE;
- *   - heapd_strerror (MESSAGE), client/errors.c;
+ *   - heapd_strerror (MESSAGE) and heapd_errname ("NAME"), client/errors.c;
  *   - client_errno, client/errors.c: a call that returns a pointer fails
  *     with errno ERRNUM for the code;
  *   - libheapd(3)'s ERRORS, which tests/man_keys.sh checks against it, names
@@ -22,8 +22,8 @@
  *
  * The rules: VALUE is ABI: never change or reuse one; a new code takes the
  * next value down.  Every VALUE is below -1000, under every negated errno
- * value (Linux's are above -134): that is how heapd_strerror and
- * client_errno tell the two kinds apart.  NAME is API.  MESSAGE is a
+ * value (Linux's are above -134): that is how heapd_strerror, heapd_errname
+ * and client_errno tell the two kinds apart.  NAME is API.  MESSAGE is a
  * short phrase saying what happened; heapd_last_error says what to do.
  * Every ErrorCode has exactly one line in HEAPD_WIRE_ERRORS, so that a new
  * one is mapped on purpose rather than falling to HEAPD_EPROTO.
