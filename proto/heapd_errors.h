@@ -18,7 +18,8 @@
  * errno value.  client_error_code (client/errors.c) expands it.  The
  * daemon picks its ErrorCode for what the caller should see: an attach
  * over max_mutators_per_client sends NO_SLOT, which is -EAGAIN, not
- * NO_MEMORY's -ENOMEM.
+ * NO_MEMORY's -ENOMEM.  test_proto walks both tables, and checks these
+ * rules.
  *
  * The rules: VALUE is ABI: never change or reuse one; a new code takes the
  * next value down.  Every VALUE is below -1000, under every negated errno

@@ -1,6 +1,7 @@
 /* Unit tests of proto/: framing (Note [Frames]), message round trips, fd
- * passing (Note [Passing the heap fd]) and the control-area check
- * (Note [Heap mapping]). */
+ * passing (Note [Passing the heap fd]), the control-area check (Note [Heap
+ * mapping]) and the error tables (Note [Error table]), walked through
+ * client/errors.c, which is compiled in. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,8 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "errors.h"
 #include "fdpass.h"
 #include "frame.h"
+#include "heapd.h"
 #include "layout.h"
 #include "wire.h"
 #include "check_main.h"
@@ -591,6 +594,131 @@ START_TEST(layout_checks)
 }
 END_TEST
 
+/* ---- the error tables (Note [Error table]) ---- */
+
+struct error_row {
+    int value, errnum;
+    const char *name, *message;
+};
+#define ERROR_ROW_(name, value, errnum, message) {value, errnum, #name, message},
+static const struct error_row error_rows[] = {HEAPD_ERRORS(ERROR_ROW_)};
+#undef ERROR_ROW_
+#define N_ERRORS (sizeof error_rows / sizeof error_rows[0])
+
+struct wire_row {
+    Heapd__ErrorCode wire;
+    const char *name;
+    int code;
+};
+#define WIRE_ROW_(wire, code) {HEAPD__ERROR_CODE__ERROR_##wire, #wire, code},
+static const struct wire_row wire_rows[] = {HEAPD_WIRE_ERRORS(WIRE_ROW_)};
+#undef WIRE_ROW_
+#define N_WIRE (sizeof wire_rows / sizeof wire_rows[0])
+
+/* The row of HEAPD_ERRORS for CODE, or NULL. */
+static const struct error_row *error_row_of(int code)
+{
+    for (size_t i = 0; i < N_ERRORS; i++)
+        if (error_rows[i].value == code)
+            return &error_rows[i];
+    return NULL;
+}
+
+/* Each code: a name as the man page and man_keys.sh spell it
+ * (HEAPD_E[A-Z]+), the next value down from -1001 (so none is reused or an
+ * errno), a message, a real errno; and libheapd's functions give the
+ * row's. */
+START_TEST(error_table_rows)
+{
+    ck_assert_uint_ge(N_ERRORS, 10);
+    for (size_t i = 0; i < N_ERRORS; i++) {
+        const struct error_row *e = &error_rows[i];
+        ck_assert_msg(strncmp(e->name, "HEAPD_E", 7) == 0 &&
+                          e->name[7] != '\0' &&
+                          strspn(e->name + 7, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") ==
+                              strlen(e->name + 7),
+                      "%s: not HEAPD_E and capitals", e->name);
+        ck_assert_msg(e->value == -1001 - (int)i,
+                      "%s is %d, not the next value down (%d)", e->name,
+                      e->value, -1001 - (int)i);
+        ck_assert_msg(e->message && e->message[0], "%s has no message",
+                      e->name);
+        ck_assert_str_eq(heapd_strerror(e->value), e->message);
+        ck_assert_str_eq(heapd_errname(e->value), e->name);
+        ck_assert_msg(e->errnum > 0 &&
+                          strcmp(heapd_errname(-e->errnum), "unknown") != 0,
+                      "%s: errno %d is not an errno value", e->name,
+                      e->errnum);
+        ck_assert_int_eq(client_errno(e->value), e->errnum);
+        for (size_t j = 0; j < i; j++)
+            ck_assert_msg(error_rows[j].value != e->value &&
+                              strcmp(error_rows[j].name, e->name) != 0,
+                          "%s and %s share a value or a name",
+                          error_rows[j].name, e->name);
+    }
+}
+END_TEST
+
+/* Every ErrorCode of heapd.proto has one line of HEAPD_WIRE_ERRORS, and
+ * what it gives is a code of HEAPD_ERRORS or a negated errno value; through
+ * client_error_code and back through client_errno, each agrees with its
+ * table. */
+START_TEST(error_table_wire)
+{
+    const ProtobufCEnumDescriptor *d = &heapd__error_code__descriptor;
+    for (unsigned i = 0; i < d->n_values; i++) {
+        unsigned lines = 0;
+        for (size_t j = 0; j < N_WIRE; j++)
+            lines += wire_rows[j].wire == (Heapd__ErrorCode)d->values[i].value;
+        ck_assert_msg(lines == 1, "ErrorCode %s has %u lines in "
+                      "HEAPD_WIRE_ERRORS, not 1", d->values[i].name, lines);
+    }
+    ck_assert_uint_eq(N_WIRE, d->n_values);
+
+    unsigned heapd_codes = 0;
+    for (size_t j = 0; j < N_WIRE; j++) {
+        const struct wire_row *w = &wire_rows[j];
+        int rc = client_error_code(w->wire);
+        ck_assert_msg(rc == w->code, "ERROR_%s gives %d (%s), not %d",
+                      w->name, rc, heapd_errname(rc), w->code);
+        const struct error_row *e = error_row_of(rc);
+        if (e) {
+            /* heapd code -> ErrorCode -> the same heapd code, and its errno */
+            heapd_codes++;
+            ck_assert_int_eq(client_errno(rc), e->errnum);
+        } else {
+            ck_assert_msg(rc < 0 && rc >= -1000 &&
+                              strcmp(heapd_errname(rc), "unknown") != 0,
+                          "ERROR_%s gives %d: neither a HEAPD_E* code nor a "
+                          "negated errno value", w->name, rc);
+            ck_assert_int_eq(client_errno(rc), -rc);
+            ck_assert_str_eq(heapd_strerror(rc), strerror(-rc));
+        }
+    }
+    ck_assert_uint_gt(heapd_codes, 0);
+    /* an ErrorCode newer than this libheapd */
+    ck_assert_int_eq(client_error_code((Heapd__ErrorCode)1000), HEAPD_EPROTO);
+}
+END_TEST
+
+/* What heapd.h promises for what no table has. */
+START_TEST(error_table_outside)
+{
+    const int past = error_rows[N_ERRORS - 1].value - 1;
+    ck_assert_str_eq(heapd_errname(-ENOMEM), "ENOMEM");
+    ck_assert_str_eq(heapd_errname(-EAGAIN), "EAGAIN");
+    ck_assert_int_eq(client_errno(-ENOMEM), ENOMEM);
+    ck_assert_str_eq(heapd_strerror(0), "success");
+    ck_assert_str_eq(heapd_errname(0), "unknown");
+    ck_assert_str_eq(heapd_errname(7), "unknown");
+    ck_assert_str_eq(heapd_errname(-1000), "unknown");
+    ck_assert_str_eq(heapd_errname(past), "unknown");
+    ck_assert_str_eq(heapd_strerror(past), "unknown heapd error");
+    ck_assert_str_eq(heapd_strerror(7), "unknown heapd error");
+    ck_assert_int_eq(client_errno(past), EPROTO);
+}
+END_TEST
+
 static Suite *proto_suite(void)
 {
     Suite *s = suite_create("proto");
@@ -625,6 +753,11 @@ static Suite *proto_suite(void)
     TCase *l = tcase_create("layout");
     tcase_add_test(l, layout_checks);
     suite_add_tcase(s, l);
+    TCase *e = tcase_create("errors");
+    tcase_add_test(e, error_table_rows);
+    tcase_add_test(e, error_table_wire);
+    tcase_add_test(e, error_table_outside);
+    suite_add_tcase(s, e);
     return s;
 }
 
