@@ -413,8 +413,7 @@ static int handshake(heapd_client *c, int sock, const heapd_connect_opts *o,
         goto out;
     }
     if (env->body_case != HEAPD__ENVELOPE__BODY_WELCOME) {
-        rc = client_set_error(HEAPD_EPROTO, "heapd answered hello with %s",
-                              frame_body_name(env));
+        rc = client_bad_reply("hello", env, NULL);
         goto out;
     }
     const Heapd__Welcome *w = env->welcome;
@@ -689,8 +688,7 @@ int heapd_stats(heapd_client *c, heapd_stats_t *out)
     if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
         return rc;
     if (rep->body_case != HEAPD__ENVELOPE__BODY_STATS_REPLY) {
-        rc = client_set_error(HEAPD_EPROTO, "heapd answered stats with %s",
-                              frame_body_name(rep));
+        rc = client_bad_reply(frame_body_name(&req), rep, NULL);
         goto out;
     }
     const Heapd__StatsReply *r = rep->stats_reply;

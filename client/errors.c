@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "errors.h"
+#include "frame.h"
 #include "heapd.h"
 #include "wire.h"
 
@@ -20,6 +21,24 @@ int client_set_error(int code, const char *fmt, ...)
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
     return code;
+}
+
+int client_bad_reply(const char *request, const Heapd__Envelope *rep,
+                     const char *fmt, ...)
+{
+    char detail[256] = "";
+
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        detail[0] = ':';
+        detail[1] = ' ';
+        vsnprintf(detail + 2, sizeof detail - 2, fmt, ap);
+        va_end(ap);
+    }
+    return client_set_error(HEAPD_EPROTO, "heapd answered %s with %s%s; use a "
+                            "libheapd built with the daemon's proto/",
+                            request, frame_body_name(rep), detail);
 }
 
 void client_clear_error(void)

@@ -9,6 +9,13 @@
 
 /* Forget the calling thread's error message (heapd_connect, on entry). */
 void client_clear_error(void);
+/* REP is no answer to request REQUEST (as frame_body_name names it): record
+ * HEAPD_EPROTO with a message naming both, and FMT's detail when REP is of
+ * the right kind but says something impossible (FMT NULL: none).  Returns
+ * HEAPD_EPROTO. */
+int client_bad_reply(const char *request, const Heapd__Envelope *rep,
+                     const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* What a call returns for a daemon Error code: a HEAPD_E* code or a
  * negated errno value (HEAPD_WIRE_ERRORS; see Note [Error table]). */

@@ -72,9 +72,11 @@ static int claim(heapd_mutator *m, const char *name, bool once,
     req.global_claim = &gc;
     if ((rc = mutator_call(m, &req, &rep)) < 0)
         return rc;
-    if (rep->body_case != HEAPD__ENVELOPE__BODY_GLOBAL_CLAIMED ||
-        rep->global_claimed->index >= LAYOUT_MAX_GLOBALS) {
-        rc = client_set_error(HEAPD_EPROTO, "bad answer to global_claim");
+    if (rep->body_case != HEAPD__ENVELOPE__BODY_GLOBAL_CLAIMED) {
+        rc = client_bad_reply(frame_body_name(&req), rep, NULL);
+    } else if (rep->global_claimed->index >= LAYOUT_MAX_GLOBALS) {
+        rc = client_bad_reply(frame_body_name(&req), rep, "entry %u of %u",
+                              rep->global_claimed->index, LAYOUT_MAX_GLOBALS);
     } else {
         *index = rep->global_claimed->index;
         rc = (int)rep->global_claimed->role;
@@ -101,9 +103,7 @@ static int init_done(heapd_mutator *m, uint32_t index, bool ok)
         return rc;
     rc = rep->body_case == HEAPD__ENVELOPE__BODY_GLOBAL_INIT_ACK
              ? 0
-             : client_set_error(HEAPD_EPROTO, "heapd answered "
-                                "global_init_done with %s",
-                                frame_body_name(rep));
+             : client_bad_reply(frame_body_name(&req), rep, NULL);
     heapd__envelope__free_unpacked(rep, NULL);
     return rc;
 }
@@ -191,8 +191,7 @@ int heapd_global_delete(heapd_mutator *m, const char *name)
     if ((rc = mutator_call(m, &req, &rep)) < 0)
         return rc;
     if (rep->body_case != HEAPD__ENVELOPE__BODY_GLOBAL_DELETED) {
-        rc = client_set_error(HEAPD_EPROTO, "heapd answered global_delete "
-                              "with %s", frame_body_name(rep));
+        rc = client_bad_reply(frame_body_name(&req), rep, NULL);
         goto out;
     }
     switch (rep->global_deleted->result) {
@@ -209,8 +208,7 @@ int heapd_global_delete(heapd_mutator *m, const char *name)
                               "returns", name);
         break;
     default:
-        rc = client_set_error(HEAPD_EPROTO, "heapd answered global_delete "
-                              "with result %d",
+        rc = client_bad_reply(frame_body_name(&req), rep, "result %d",
                               (int)rep->global_deleted->result);
         break;
     }
@@ -358,7 +356,7 @@ int heapd_globals(heapd_client *c, heapd_global_info *out, size_t max,
     if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
         return rc;
     if (rep->body_case != HEAPD__ENVELOPE__BODY_GLOBALS_REPLY) {
-        rc = client_set_error(HEAPD_EPROTO, "bad answer to globals_request");
+        rc = client_bad_reply(frame_body_name(&req), rep, NULL);
         goto out;
     }
     const Heapd__GlobalsReply *r = rep->globals_reply;

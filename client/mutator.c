@@ -392,10 +392,14 @@ int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
     const Heapd__SegmentGrant *g = rep->segment_grant;
     uint32_t limit = m->c->size >> m->c->seg_shift;
     rc = 0;
-    if (rep->body_case != HEAPD__ENVELOPE__BODY_SEGMENT_GRANT ||
-        g->kind != kind || g->n_segments == 0 || g->n_segments > max) {
-        rc = client_set_error(HEAPD_EPROTO, "heapd answered a segment "
-                              "request with %s", frame_body_name(rep));
+    if (rep->body_case != HEAPD__ENVELOPE__BODY_SEGMENT_GRANT) {
+        rc = client_bad_reply(frame_body_name(&req), rep, NULL);
+        goto out;
+    }
+    if (g->kind != kind || g->n_segments == 0 || g->n_segments > max) {
+        rc = client_bad_reply(frame_body_name(&req), rep,
+                              "%zu segments of kind %d, asked 1 to %u of kind %d",
+                              g->n_segments, (int)g->kind, max, (int)kind);
         goto out;
     }
     for (size_t i = 0; i < g->n_segments; i++) {
@@ -456,16 +460,23 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
         return rc; /* -EAGAIN: no free slot; -ENOMEM: no room for a nursery */
     const Heapd__AttachReply *a = rep->attach_reply;
     uint32_t nsegs = (uint32_t)(c->size >> c->seg_shift);
-    if (rep->body_case != HEAPD__ENVELOPE__BODY_ATTACH_REPLY ||
-        a->slot >= LAYOUT_MAX_MUTATORS || a->region >= c->mem_regions ||
-        (ar.young && (a->young_segments == 0 ||
-                      a->young_first < c->first_segment ||
-                      a->young_first >= nsegs ||
-                      a->young_segments > nsegs - a->young_first ||
-                      a->young_age == 0 ||
-                      a->young_age > LAYOUT_YOUNG_AGE_MAX))) {
+    if (rep->body_case != HEAPD__ENVELOPE__BODY_ATTACH_REPLY)
+        rc = client_bad_reply(frame_body_name(&req), rep, NULL);
+    else if (a->slot >= LAYOUT_MAX_MUTATORS || a->region >= c->mem_regions ||
+             (ar.young && (a->young_segments == 0 ||
+                           a->young_first < c->first_segment ||
+                           a->young_first >= nsegs ||
+                           a->young_segments > nsegs - a->young_first ||
+                           a->young_age == 0 ||
+                           a->young_age > LAYOUT_YOUNG_AGE_MAX)))
+        rc = client_bad_reply(frame_body_name(&req), rep,
+                              "slot %u, region %u, nursery of %u segments "
+                              "at %u, age %u", a->slot, a->region,
+                              a->young_segments, a->young_first,
+                              a->young_age);
+    if (rc < 0) {
         heapd__envelope__free_unpacked(rep, NULL);
-        return client_set_error(HEAPD_EPROTO, "bad answer to attach");
+        return rc;
     }
     m = calloc(1, sizeof *m);
     if (!m) {
@@ -710,8 +721,7 @@ static int collect_call(heapd_client *c, heapd_mutator *m, int flags)
     if (rc < 0)
         return rc;
     if (rep->body_case != HEAPD__ENVELOPE__BODY_COLLECT_DONE)
-        rc = client_set_error(HEAPD_EPROTO, "heapd answered collect with %s",
-                              frame_body_name(rep));
+        rc = client_bad_reply(frame_body_name(&req), rep, NULL);
     heapd__envelope__free_unpacked(rep, NULL);
     return rc;
 }

@@ -30,8 +30,7 @@ int heapd_clients(heapd_client *c, heapd_client_info **out, size_t *count)
     if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
         return rc;
     if (rep->body_case != HEAPD__ENVELOPE__BODY_CLIENTS_REPLY) {
-        rc = client_set_error(HEAPD_EPROTO, "heapd answered clients_request "
-                              "with %s", frame_body_name(rep));
+        rc = client_bad_reply(frame_body_name(&req), rep, NULL);
         goto out;
     }
     const Heapd__ClientsReply *r = rep->clients_reply;
@@ -112,9 +111,7 @@ int heapd_segments(heapd_client *c, const char *heap,
     if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
         return rc;
     if (rep->body_case != HEAPD__ENVELOPE__BODY_SEGMENTS_REPLY) {
-        rc = client_set_error(HEAPD_EPROTO, "heapd answered "
-                              "segments_request with %s",
-                              frame_body_name(rep));
+        rc = client_bad_reply(frame_body_name(&req), rep, NULL);
         goto out;
     }
     const Heapd__SegmentsReply *r = rep->segments_reply;

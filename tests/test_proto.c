@@ -1,6 +1,6 @@
 /* Unit tests of proto/: framing (Note [Frames]), message round trips, fd
  * passing (Note [Passing the heap fd]), the control-area check (Note [Heap
- * mapping]) and the error tables (Note [Error table]), walked through
+ * mapping]), and the error tables (Note [Error table]) and messages of
  * client/errors.c, which is compiled in. */
 #include <check.h>
 #include <errno.h>
@@ -719,6 +719,26 @@ START_TEST(error_table_outside)
 }
 END_TEST
 
+/* The message of a reply that answers nothing it should, with and without
+ * a detail. */
+START_TEST(bad_reply_message)
+{
+    Heapd__Envelope rep = HEAPD__ENVELOPE__INIT;
+    rep.body_case = HEAPD__ENVELOPE__BODY_GLOBAL_DELETED;
+    ck_assert_int_eq(client_bad_reply("global_delete", &rep, "result %d", 7),
+                     HEAPD_EPROTO);
+    ck_assert_str_eq(heapd_last_error(),
+                     "heapd answered global_delete with global_deleted: "
+                     "result 7; use a libheapd built with the daemon's proto/");
+    rep.body_case = HEAPD__ENVELOPE__BODY_STATS_REPLY;
+    ck_assert_int_eq(client_bad_reply("collect_request", &rep, NULL),
+                     HEAPD_EPROTO);
+    ck_assert_str_eq(heapd_last_error(),
+                     "heapd answered collect_request with stats_reply; use a "
+                     "libheapd built with the daemon's proto/");
+}
+END_TEST
+
 static Suite *proto_suite(void)
 {
     Suite *s = suite_create("proto");
@@ -757,6 +777,7 @@ static Suite *proto_suite(void)
     tcase_add_test(e, error_table_rows);
     tcase_add_test(e, error_table_wire);
     tcase_add_test(e, error_table_outside);
+    tcase_add_test(e, bad_reply_message);
     suite_add_tcase(s, e);
     return s;
 }
