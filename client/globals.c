@@ -12,6 +12,7 @@
 #include "barrier.h"
 #include "checked.h"
 #include "client.h"
+#include "clock.h"
 #include "errors.h"
 #include "frame.h"
 #include "futex.h"
@@ -237,7 +238,7 @@ void *heapd_global_get(heapd_mutator *m, const char *name)
 static int wait_initialised(heapd_mutator *m, struct layout_global *g,
                             uint64_t timeout_ns)
 {
-    uint64_t t0 = futex_now_ns();
+    uint64_t t0 = monotonic_ns();
     int rc = 0;
 
     heapd_blocking_enter(m);
@@ -247,7 +248,7 @@ static int wait_initialised(heapd_mutator *m, struct layout_global *g,
             rc = 1;
             break;
         }
-        if (futex_now_ns() - t0 >= timeout_ns)
+        if (monotonic_ns() - t0 >= timeout_ns)
             break;
         /* init runs for as long as it likes: no spinning */
         if ((rc = agent_wait_word(&m->c->agent, &g->wake, w, 0)) < 0)

@@ -92,6 +92,7 @@
 #include "alloc.h"
 #include "barrier.h"
 #include "client.h"
+#include "clock.h"
 #include "errors.h"
 #include "heapd.h"
 #include "layout.h"
@@ -146,13 +147,6 @@ static inline bool forwarded(uint64_t h)
 static inline void *fwd_of(void *obj)
 {
     return *(void **)obj;
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
 /* The size class a young object of header H takes when promoted. */
@@ -521,7 +515,7 @@ static void minor(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
     struct evac e;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = monotonic_ns();
 
     y->active ^= 1;
     e.to = e.free = y->half[y->active];
@@ -560,7 +554,7 @@ static void minor(heapd_mutator *m)
     memcpy(y->count, e.kept, sizeof y->count);
     y->top = e.free;
     y->end = e.to + y->half_bytes;
-    record_pause(y, now_ns() - t0);
+    record_pause(y, monotonic_ns() - t0);
     publish_stats(m);
 }
 

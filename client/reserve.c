@@ -100,6 +100,7 @@
 
 #include "agent.h"
 #include "client.h"
+#include "clock.h"
 #include "errors.h"
 #include "futex.h"
 #include "heapd.h"
@@ -679,13 +680,6 @@ static void wait_refill_locked(heapd_mutator *m)
     pthread_mutex_lock(&r->mu);
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* With reserve.mu held: does the reserve hold a partly free segment of
  * class CLS? */
 static bool has_reusable_locked(const struct reserve *r, unsigned cls)
@@ -722,12 +716,12 @@ static void wait_reuse_locked(heapd_mutator *m)
     struct reserve *r = &m->c->reserve;
     const uint64_t hook = reuse_hook_ns();
     const uint64_t bound = hook ? hook : REUSE_WAIT_NS;
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = monotonic_ns();
     unlock_reserve(r);
     heapd_blocking_enter(m);
     pthread_mutex_lock(&r->mu);
     while (r->reusing) {
-        uint64_t waited = mono_ns() - t0;
+        uint64_t waited = monotonic_ns() - t0;
         if (waited >= bound)
             break;
         uint32_t gen = atomic_load(&r->refills);

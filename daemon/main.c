@@ -30,6 +30,7 @@
 
 #include <systemd/sd-daemon.h>
 
+#include "clock.h"
 #include "collector.h"
 #include "daemon.h"
 #include "heapd_build.h"
@@ -250,13 +251,6 @@ static void close_walk(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Take back heap H, kept as KH, KP, KT and (after a clean exit) KS: the
  * saved state if there is one, else the live table of the heapd that was
  * killed (Note [Heaps across restarts] in fdstore.c).  The descriptors
@@ -321,7 +315,7 @@ static int open_heap(struct daemon *d, size_t i, struct fdstore *fds)
     int kp = fdstore_take(fds, "page", cfg->name);
     int kt = fdstore_take(fds, "table", cfg->name);
     int ks = fdstore_take(fds, "state", cfg->name);
-    uint64_t t0 = mono_ns();
+    uint64_t t0 = monotonic_ns();
     char why[512] = "";
     int rc;
 
@@ -331,7 +325,7 @@ static int open_heap(struct daemon *d, size_t i, struct fdstore *fds)
         if (back) {
             /* a crash from now on must never bring this state back */
             fdstore_forget("state", cfg->name);
-            h->stats.recovery_ns = mono_ns() - t0;
+            h->stats.recovery_ns = monotonic_ns() - t0;
             h->recovery_t0 = t0; /* Note [Recovery cycles], when deferred */
             log_info("heap '%s': recovered from the %s the heapd before "
                      "%s, in %llu ms (%u segments in use)", cfg->name,

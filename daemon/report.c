@@ -58,6 +58,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "grant.h"
 #include "heap.h"
 #include "log.h"
@@ -68,13 +69,6 @@
 static bool may_see_heap(const struct conn *c, const struct heap *h)
 {
     return c->privileged || auth_allowed(h->cfg, &c->peer, c->d->uid);
-}
-
-static uint64_t monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* ---- clients ---- */

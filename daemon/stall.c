@@ -88,6 +88,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "daemon.h"
 #include "log.h"
 #include "resume.h"
@@ -106,13 +107,6 @@ struct stall_fence {
     uint32_t *segs;
     uint32_t n;
 };
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static bool pidfd_exited(int pidfd)
 {
@@ -303,7 +297,7 @@ static void watch_killed(struct daemon *d, struct conn *c, uint64_t now)
 
 static void watch_slots(struct daemon *d, struct heap *h, size_t hi)
 {
-    uint64_t now = mono_ns();
+    uint64_t now = monotonic_ns();
     const struct config_heap *cfg = h->cfg;
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         uint64_t since = atomic_load(&h->owners[i].stall_since);

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "heapctl_top.h"
 
 #define TOP_MAX_CLIENTS 256
@@ -47,13 +48,6 @@ struct client_row {
 struct prev_alloc {
     uint64_t id, alloc;
 };
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* BYTES as "12.3 MiB". */
 static const char *bytes_str(double bytes, char *buf, size_t n)
@@ -287,7 +281,7 @@ int heapctl_top(heapd_client *c, unsigned interval_ms)
         if ((rc = heapd_stats(c, &st)) < 0 ||
             (rc = heapd_clients(c, &cl, &ncl)) < 0)
             break;
-        uint64_t t = now_ns();
+        uint64_t t = monotonic_ns();
         double dt = last ? (double)(t - last) / 1e9 : 0;
         last = t;
         draw(&st, prev, &nprev, dt, cl, ncl, pa, &npa, interval_ms);

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 /* Sleep while *WORD == VAL, at most TIMEOUT_NS (0: no limit).  Returns 0
  * when woken or the value differed, -ETIMEDOUT, or -EINTR. */
 static inline int futex_wait(_Atomic uint32_t *word, uint32_t val,
@@ -26,27 +28,20 @@ static inline int futex_wait(_Atomic uint32_t *word, uint32_t val,
     return -errno;
 }
 
-static inline uint64_t futex_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Spin (with a pause instruction) while *WORD == VAL, for up to SPIN_NS
  * (0: one look).  True once the value differs, false if it still equals
  * VAL when the time is up. */
 static inline bool futex_spin(_Atomic uint32_t *word, uint32_t val,
                               uint64_t spin_ns)
 {
-    uint64_t t0 = spin_ns ? futex_now_ns() : 0;
+    uint64_t t0 = spin_ns ? monotonic_ns() : 0;
     for (unsigned i = 1; __atomic_load_n((uint32_t *)word, __ATOMIC_SEQ_CST) ==
                          val;
          i++) {
         if (spin_ns == 0)
             return false;
         __builtin_ia32_pause();
-        if ((i & 63) == 0 && futex_now_ns() - t0 > spin_ns)
+        if ((i & 63) == 0 && monotonic_ns() - t0 > spin_ns)
             return false;
     }
     return true;

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "clock.h"
 #include "config.h"
 #include "heap.h"
 #include "layout.h"
@@ -108,27 +109,20 @@ static void *sweeper(void *job)
     return NULL;
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The sweeper has freed every dead block of SEG: its pass is over, and
  * what is left is the decision about the segment, which waits for the
  * heap lock the caller holds. */
 static void wait_pass_done(uint32_t seg)
 {
     const uint8_t *m = marks_of(seg);
-    uint64_t until = now_ns() + WAIT_NS;
+    uint64_t until = monotonic_ns() + WAIT_NS;
     for (;;) {
         uint32_t left = 0;
         for (uint32_t b = 0; b < DEAD; b++)
             left += __atomic_load_n(&m[b], __ATOMIC_RELAXED) != 0;
         if (left == 0)
             return;
-        ck_assert_msg(now_ns() < until, "the sweeper did not free the %u "
+        ck_assert_msg(monotonic_ns() < until, "the sweeper did not free the %u "
                       "dead blocks of segment %u in 60 s (%u left)", DEAD,
                       seg, left);
         struct timespec nap = {0, 1000000};

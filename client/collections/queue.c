@@ -40,6 +40,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "clock.h"
 #include "coll.h"
 #include "futex.h"
 
@@ -187,7 +188,7 @@ void *heapd_queue_pop(heapd_mutator *m, void *queue)
 
 void *heapd_queue_pop_wait(heapd_mutator *m, void *queue, unsigned timeout_ms)
 {
-    uint64_t deadline = timeout_ms ? futex_now_ns() + timeout_ms * 1000000ull
+    uint64_t deadline = timeout_ms ? monotonic_ns() + timeout_ms * 1000000ull
                                    : 0;
     for (;;) {
         void *v = heapd_queue_pop(m, queue);
@@ -199,7 +200,7 @@ void *heapd_queue_pop_wait(heapd_mutator *m, void *queue, unsigned timeout_ms)
             errno = EPIPE;
             return NULL;
         }
-        uint64_t now = futex_now_ns();
+        uint64_t now = monotonic_ns();
         if (deadline && now >= deadline) {
             errno = ETIMEDOUT;
             return NULL;

@@ -60,6 +60,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "globals.h"
 #include "heap.h"
 #include "log.h"
@@ -112,13 +113,6 @@ struct collector {
     bool unswept;
     bool sweep_only_verified;    /* sweep nothing after a verifier failure */
 };
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 uint64_t collector_bytes_allocated(const struct heap *h)
 {
@@ -431,7 +425,7 @@ static uint8_t snapshot(struct collector *gc, struct mark_job *mj)
     mj->outbox_notify = gc->outbox;
     h->marking = mj;
     atomic_store(&h->control->phase, LAYOUT_PHASE_MARK); /* barrier on */
-    record_pause(h, now_ns() - t0, ttsp, &h->stats.snapshot_pause_max_ns);
+    record_pause(h, monotonic_ns() - t0, ttsp, &h->stats.snapshot_pause_max_ns);
     pthread_mutex_unlock(&h->lock);
     safepoint_release(h);
     return epoch;
@@ -476,7 +470,7 @@ static bool final_sync(struct collector *gc, struct mark_job *mj)
     } else {
         h->stats.final_sync_retries++;
     }
-    record_pause(h, now_ns() - t0, ttsp, &h->stats.final_sync_pause_max_ns);
+    record_pause(h, monotonic_ns() - t0, ttsp, &h->stats.final_sync_pause_max_ns);
     pthread_mutex_unlock(&h->lock);
     safepoint_release(h);
     return done;
@@ -538,7 +532,7 @@ static void run_cycle(struct collector *gc)
 
     /* Step 3: concurrent marking from the roots, then the workers until
      * they run dry; the final sync decides whether that was all. */
-    t_mark = now_ns();
+    t_mark = monotonic_ns();
     pthread_mutex_lock(&h->lock);
     mark_roots(&mj);
     pthread_mutex_unlock(&h->lock);
@@ -568,10 +562,10 @@ static void run_cycle(struct collector *gc)
     }
 
     /* Step 5: concurrent sweep */
-    t_sweep = now_ns();
+    t_sweep = monotonic_ns();
     sweep_job_init(&sj, h, epoch);
     workers_run_n(gc->workers, sweep_worker, &sj, nworkers);
-    t_end = now_ns();
+    t_end = monotonic_ns();
 
     pthread_mutex_lock(&h->lock);
     sweep_job_finish(&sj); /* Note [Quota] in daemon/gc/segment.c */
@@ -601,7 +595,7 @@ static void run_cycle(struct collector *gc)
             h->verify = h->recovery_verify;
             gc->sweep_only_verified = false;
             /* the heap is served in full from now on */
-            h->stats.recovery_ns = now_ns() - h->recovery_t0;
+            h->stats.recovery_ns = monotonic_ns() - h->recovery_t0;
             log_info("heap '%s': its verifying cycles passed, %llu ms "
                      "after heapd began to take it back", h->cfg->name,
                      (unsigned long long)(h->stats.recovery_ns / 1000000));

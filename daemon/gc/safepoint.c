@@ -61,6 +61,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clock.h"
 #include "futex.h"
 #include "heap.h"
 #include "log.h"
@@ -84,13 +85,6 @@
 /* How often a parked stop looks at its stalled slots besides their
  * wakes: one that is freed, or attached again, wakes nobody. */
 #define PARKED_LOOK_NS 50000000u
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* Note [Waiting in a barrier]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -214,12 +208,12 @@ static enum wait_result wait_slot(struct heap *h, unsigned i, uint32_t gen,
         if (look_at_slot(h, i, owner, gen, kind, &st) == WAIT_STOPPED)
             return WAIT_STOPPED;
         /* Note [Waiting for acks] */
-        if ((spin & 63) != 63 || now_ns() - t0 < ACK_SPIN_NS) {
+        if ((spin & 63) != 63 || monotonic_ns() - t0 < ACK_SPIN_NS) {
             __builtin_ia32_pause();
             continue;
         }
         futex_wait(&heap_slot(h, i)->status, st, 100000000u);
-        if (now_ns() >= deadline)
+        if (monotonic_ns() >= deadline)
             return WAIT_LATE;
     }
 }
@@ -336,14 +330,14 @@ uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
         table_stop_gen(h, gen); /* Note [The live table] */
         ask_all(h, gen, NULL);
 
-        t0 = now_ns();
+        t0 = monotonic_ns();
         unsigned late = LAYOUT_MAX_MUTATORS;
         for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
             if (wait_slot(h, i, gen, kind, t0, t0 + patience) == WAIT_LATE) {
                 late = i;
                 break;
             }
-            uint64_t waited = now_ns() - t0;
+            uint64_t waited = monotonic_ns() - t0;
             if (waited > max)
                 max = waited;
         }

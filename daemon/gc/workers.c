@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "futex.h"
 
 /* Note [Worker priority]
@@ -80,7 +81,7 @@ void workers_checkpoint(void)
     if (!w || !w->idle_ok ||
         atomic_load_explicit(&w->urgent, memory_order_relaxed))
         return;
-    uint64_t now = futex_now_ns();
+    uint64_t now = monotonic_ns();
     if (now - my_last_yield >= WORKER_YIELD_NS) {
         sched_yield();
         my_last_yield = now;
