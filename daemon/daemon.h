@@ -155,6 +155,10 @@ int server_listen(struct daemon *d);
 void server_stop(struct daemon *d, bool keep_mutators);
 /* Close every connection now, dropping unsent bytes (shutdown deadline). */
 void server_abort_all(struct daemon *d);
+/* The connection of client ID on heap H, or NULL: in d->conns until its
+ * close callback (Note [Connection lifetime] in server.c), so it may be
+ * closing. */
+struct conn *conn_find(struct daemon *d, const struct heap *h, uint64_t id);
 int conn_send(struct conn *c, const Heapd__Envelope *env);
 /* Send ENV with NFDS descriptors attached (Note [Passing the heap fd]). */
 int conn_send_with_fds(struct conn *c, const Heapd__Envelope *env,

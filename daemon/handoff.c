@@ -122,19 +122,10 @@ int handoff_collector_start(struct heap *h, struct workers *w,
 
 /* ---- the remark outbox ---- */
 
-static struct conn *find_conn(struct daemon *d, const struct heap *h,
-                              uint64_t id)
-{
-    for (struct conn *c = d->conns; c; c = c->next)
-        if (c->heap == h && c->id == id)
-            return c;
-    return NULL;
-}
-
 static enum remark_reach reach(void *arg, uint64_t client)
 {
     struct handoff *hf = arg;
-    struct conn *c = find_conn(hf->d, hf->h, client);
+    struct conn *c = conn_find(hf->d, hf->h, client);
     return !c                        ? REMARK_PEER_GONE
            : c->state != CONN_READY ? REMARK_PEER_CLOSING
                                     : REMARK_PEER_READY;
@@ -179,7 +170,7 @@ static void route(struct handoff *hf)
                 a.client[x + m++] = t;
             }
         }
-        struct conn *c = find_conn(hf->d, h, to);
+        struct conn *c = conn_find(hf->d, h, to);
         if (c) {
             send_request(c, a.seg + x, m);
             /* Note [Stalls] in stall.c: its answer is awaited from now */
@@ -214,7 +205,7 @@ static void on_fault(uv_async_t *a)
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         enum slot_fault f = atomic_load(&h->owners[i].fault);
         uint64_t id = atomic_load(&h->owners[i].client_id);
-        struct conn *c = f && id ? find_conn(hf->d, h, id) : NULL;
+        struct conn *c = f && id ? conn_find(hf->d, h, id) : NULL;
         if (!c || c->state == CONN_CLOSING)
             continue;
         pthread_mutex_lock(&h->lock);

@@ -729,6 +729,14 @@ void server_stop(struct daemon *d, bool keep_mutators)
     }
 }
 
+struct conn *conn_find(struct daemon *d, const struct heap *h, uint64_t id)
+{
+    for (struct conn *c = d->conns; c; c = c->next)
+        if (c->heap == h && c->id == id)
+            return c;
+    return NULL;
+}
+
 void server_abort_all(struct daemon *d)
 {
     for (struct conn *c = d->conns; c; c = c->next) {

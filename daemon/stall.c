@@ -114,15 +114,6 @@ static bool pidfd_exited(int pidfd)
     return pidfd >= 0 && poll(&p, 1, 0) > 0;
 }
 
-static struct conn *find_conn(struct daemon *d, const struct heap *h,
-                              uint64_t id)
-{
-    for (struct conn *c = d->conns; c; c = c->next)
-        if (c->heap == h && c->id == id)
-            return c;
-    return NULL;
-}
-
 static const char *advice =
     "A thread that waits (I/O, a lock, sleep) must call heapd_blocking_enter "
     "first, and a long loop must call heapd_safepoint now and then";
@@ -304,7 +295,7 @@ static void watch_slots(struct daemon *d, struct heap *h, size_t hi)
         uint64_t id = atomic_load(&h->owners[i].client_id);
         if (!since || !id || now < since)
             continue;
-        struct conn *c = find_conn(d, h, id);
+        struct conn *c = conn_find(d, h, id);
         if (!c)
             continue;
         uint64_t ms = (now - since) / 1000000u;
