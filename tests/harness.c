@@ -21,15 +21,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fdpass.h"
 #include "frame.h"
 #include "wire.h"
 
-static int64_t now_ms(void)
+int64_t harness_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)(monotonic_ns() / 1000000u);
 }
 
 int harness_wait_ms(void)
@@ -47,14 +46,14 @@ int harness_wait_ms(void)
 void harness_wait_until(bool (*pred)(void *arg, char *seen, size_t seen_len),
                         void *arg, const char *what)
 {
-    int64_t start = now_ms();
+    int64_t start = harness_now_ms();
     long nap_us = 1000;
     char seen[512] = "";
     for (;;) {
         seen[0] = '\0';
         if (pred(arg, seen, sizeof seen))
             return;
-        if (now_ms() - start >= HARNESS_WAIT_MS)
+        if (harness_now_ms() - start >= HARNESS_WAIT_MS)
             break;
         struct timespec ts = {0, nap_us * 1000};
         nanosleep(&ts, NULL);
@@ -533,14 +532,14 @@ static bool sent_since_spawn(struct daemon_proc *d, const char *what,
 bool harness_wait_notify(struct daemon_proc *d, const char *what, char *got,
                          size_t gotlen)
 {
-    int64_t deadline = now_ms() + HARNESS_WAIT_MS;
+    int64_t deadline = harness_now_ms() + HARNESS_WAIT_MS;
     bool found;
 
     /* Note [Harness file-descriptor store]: the serving thread may have
      * read it already */
     pthread_mutex_lock(&d->mu);
     while (!(found = sent_since_spawn(d, what, got, gotlen))) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - harness_now_ms();
         if (left <= 0)
             break;
         struct pollfd p = {.fd = d->notify_fd, .events = POLLIN};
@@ -704,7 +703,7 @@ void harness_forget_store(struct daemon_proc *d)
 
 int harness_wait_pid(pid_t pid, int ms)
 {
-    int64_t deadline = now_ms() + ms;
+    int64_t deadline = harness_now_ms() + ms;
     int st;
     for (;;) {
         pid_t r = waitpid(pid, &st, WNOHANG);
@@ -712,7 +711,7 @@ int harness_wait_pid(pid_t pid, int ms)
             return st;
         if (r < 0)
             return -1;
-        if (now_ms() >= deadline) {
+        if (harness_now_ms() >= deadline) {
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
             return -1;
@@ -726,7 +725,7 @@ int harness_wait_pid(pid_t pid, int ms)
  * (Note [Harness file-descriptor store]); -1 on time-out, after SIGKILL. */
 static int wait_exit_serving(struct daemon_proc *d, int ms)
 {
-    int64_t deadline = now_ms() + ms;
+    int64_t deadline = harness_now_ms() + ms;
     int st;
     for (;;) {
         harness_drain_notify(d);
@@ -735,7 +734,7 @@ static int wait_exit_serving(struct daemon_proc *d, int ms)
             break;
         if (r < 0)
             return -1;
-        if (now_ms() >= deadline) {
+        if (harness_now_ms() >= deadline) {
             kill(d->pid, SIGKILL);
             waitpid(d->pid, &st, 0);
             return -1;
@@ -841,7 +840,7 @@ static bool read_bounded(int fd, uint8_t *p, size_t n, int *fd_out,
                          int64_t deadline)
 {
     while (n > 0) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - harness_now_ms();
         ck_assert_msg(left > 0, "no reply from heapd within %d ms",
                       HARNESS_WAIT_MS);
         struct pollfd pf = {.fd = fd, .events = POLLIN};
@@ -868,7 +867,7 @@ static bool read_bounded(int fd, uint8_t *p, size_t n, int *fd_out,
 
 Heapd__Envelope *harness_read_env(int fd, int *fd_out)
 {
-    int64_t deadline = now_ms() + HARNESS_WAIT_MS;
+    int64_t deadline = harness_now_ms() + HARNESS_WAIT_MS;
     uint8_t hdr[4];
     if (fd_out)
         *fd_out = -1;
@@ -889,10 +888,10 @@ Heapd__Envelope *harness_read_env(int fd, int *fd_out)
 
 bool harness_wait_eof(int fd)
 {
-    int64_t deadline = now_ms() + HARNESS_WAIT_MS;
+    int64_t deadline = harness_now_ms() + HARNESS_WAIT_MS;
     char buf[4096];
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - harness_now_ms();
         if (left <= 0)
             return false;
         struct pollfd pf = {.fd = fd, .events = POLLIN};

@@ -33,6 +33,9 @@
 
 /* The bound of every wait, in ms (Note [Test handshakes]). */
 int harness_wait_ms(void);
+/* CLOCK_MONOTONIC in ms (monotonic_ns, proto/clock.h): the clock of every
+ * bounded wait. */
+int64_t harness_now_ms(void);
 #define HARNESS_WAIT_MS harness_wait_ms()
 
 /* A base every test heap may use: it is outside the ranges ASan's and

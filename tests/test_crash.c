@@ -350,13 +350,6 @@ static void make_tables(void)
     heapd_disconnect(c);
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -374,7 +367,7 @@ static unsigned env_unsigned(const char *name, unsigned dflt)
 static void wait_resumed(uint64_t want, unsigned round, const char *what)
 {
     uint64_t got = 0;
-    for (int64_t until = now_ms() + HARNESS_WAIT_MS; now_ms() < until;) {
+    for (int64_t until = harness_now_ms() + HARNESS_WAIT_MS; harness_now_ms() < until;) {
         got = harness_daemon_stats(&D).clients_resumed;
         if (got >= want)
             return;

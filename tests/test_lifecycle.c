@@ -38,13 +38,6 @@ static void start_with(const char *extra)
     harness_start(&D, harness_default_config("@SOCK@", buf));
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void nap_ms(unsigned ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000,
@@ -587,7 +580,7 @@ static void burn_child(bool graceful)
 struct kid {
     pid_t pid;
     bool graceful;
-    uint64_t kill_at;     /* ms; killed ones */
+    int64_t kill_at;      /* ms; killed ones */
 };
 
 struct burn {
@@ -605,7 +598,7 @@ static void burn_reap(struct burn *b)
         struct kid *kd = &b->kids[k];
         if (kd->pid == 0)
             continue;
-        if (!kd->graceful && now_ms() >= kd->kill_at)
+        if (!kd->graceful && harness_now_ms() >= kd->kill_at)
             kill(kd->pid, SIGKILL);
         int status;
         pid_t r = waitpid(kd->pid, &status, WNOHANG);
@@ -651,16 +644,16 @@ static void spawn_burn(unsigned at_once)
     struct driver dr;
     driver_start(&dr);
     struct burn b = {.at_once = at_once, .seed = 12345};
-    uint64_t end = now_ms() + BURN_MS;
+    int64_t end = harness_now_ms() + BURN_MS;
     /* a workload of BURN_MS, not a wait: how many children it runs is
      * whatever the machine manages, at least the two kinds */
-    while (now_ms() < end || b.spawned < 2) {
+    while (harness_now_ms() < end || b.spawned < 2) {
         for (unsigned k = 0; k < at_once; k++) {
             struct kid *kd = &b.kids[k];
             if (kd->pid != 0)
                 continue;
             kd->graceful = b.spawned % 2 == 0;
-            kd->kill_at = now_ms() + (uint64_t)(rand_r(&b.seed) % 40);
+            kd->kill_at = harness_now_ms() + (int64_t)(rand_r(&b.seed) % 40);
             kd->pid = spawn_role("burn", (int[3]){-1, -1, -1}, "%d",
                                  kd->graceful);
             b.spawned++;

@@ -43,13 +43,6 @@ static uint32_t epoch_of(heapd_client *c)
     return atomic_load(&c->ctl->epoch);
 }
 
-static int64_t ms_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 /* Ask for a cycle, then take safepoints until M's heap is marking: M has
  * then taken the snapshot's stop, and its stack handshake is done (Note
  * [The preparatory push] in client/minor.c).  A mutator that waits for
@@ -59,12 +52,12 @@ static int64_t ms_now(void)
  * within the bound (the caller fails, in its own thread). */
 static bool until_marking(heapd_mutator *m, heapd_client *c)
 {
-    int64_t end = ms_now() + HARNESS_WAIT_MS;
-    while (ms_now() < end) {
+    int64_t end = harness_now_ms() + HARNESS_WAIT_MS;
+    while (harness_now_ms() < end) {
         uint32_t epoch = epoch_of(c);
         if (heapd_collect(m, 0) != 0)
             return false;
-        while (ms_now() < end) {
+        while (harness_now_ms() < end) {
             heapd_safepoint(m);
             if (phase_of(c) == LAYOUT_PHASE_MARK)
                 return true;
