@@ -11,6 +11,9 @@
 #     those flags (-std=c11 -Wall -Wextra -Werror), links the installed
 #     libheapd, and runs: heapd_connect to a socket nobody listens on
 #     fails with HEAPD_ENODAEMON, named by heapd_strerror;
+#   - the same program, compiled with the flags of the build tree's
+#     meson-uninstalled/heapd-uninstalled.pc, takes the source tree's
+#     headers, links the build's libheapd and runs with it;
 #   - libheapd.so's SONAME is libheapd.so.0, and it exports exactly the
 #     HEAPD_API functions of its installed headers (no other global
 #     function or data symbol but the linker's own);
@@ -119,6 +122,38 @@ check "it runs: heapd_connect to a dead socket is HEAPD_ENODAEMON, named by heap
                  "$0/client" "$0/nobody.sock") ; echo "$out";
              [ "$out" = "-1001 no heapd is listening on the socket" ]' \
     "$work" "$libdir_d"
+
+# ---- the same program against the build tree, uninstalled ----
+# meson writes meson-uninstalled/heapd-uninstalled.pc, which pkg-config
+# prefers to heapd.pc in the same directory; its flags name the build's
+# libheapd and the source directories of the public headers (README:
+# "Building a client against a build tree").  Only that directory is
+# searched, so nothing installed can stand in for the build tree.
+unin=(env -u PKG_CONFIG_PATH -u PKG_CONFIG_SYSROOT_DIR
+      PKG_CONFIG_LIBDIR="$build/meson-uninstalled")
+check "pkg-config --cflags --libs heapd from the build tree: -L names the build's libheapd" \
+    bash -c 'f=$("$@" pkg-config --cflags --libs heapd) && echo "$f" &&
+             [[ " $f " == *" -L$0/client "* ]]' "$build" "${unin[@]}"
+check "with those flags the program's headers are the source tree's heapd.h, heapd_counters.h, heapd_errors.h, heapd_collections.h" \
+    bash -c 'src=$(cd "$1" && pwd -P)
+             deps=$(cc -std=c11 -M "$0/client.c" $("${@:2}" pkg-config --cflags heapd) |
+                    tr -d "\\\\" | tr " " "\n" | grep -E "/heapd(_counters|_errors|_collections)?\.h$" |
+                    xargs -r realpath) || exit 1
+             echo "$deps"
+             for h in heapd.h heapd_counters.h heapd_errors.h heapd_collections.h; do
+                 grep -qE "^$src/.*/$h$" <<<"$deps" || { echo "not from $src: $h"; exit 1; }
+             done' "$work" "${HEAPD_SOURCE_ROOT:?HEAPD_SOURCE_ROOT: the source tree}" "${unin[@]}"
+check "it compiles and links with \$(pkg-config --cflags --libs heapd) of the build tree" \
+    bash -c 'cc -std=c11 -Wall -Wextra -Werror -o "$0/client-unin" "$0/client.c" \
+                $("$@" pkg-config --cflags --libs heapd)' "$work" "${unin[@]}"
+check "with LD_LIBRARY_PATH=<build>/client it loads the build's libheapd and runs" \
+    bash -c 'lib=$(cd "$1/client" && pwd -P)
+             LD_LIBRARY_PATH=$lib ldd "$0/client-unin" |
+                 grep -F "libheapd.so.0 => $lib/libheapd.so.0" || exit 1
+             out=$(env -u HEAPD_SOCKET -u HEAPD_CHECK LD_LIBRARY_PATH=$lib \
+                   "$0/client-unin" "$0/nobody.sock"); echo "$out"
+             [ "$out" = "-1001 no heapd is listening on the socket" ]' \
+    "$work" "$build"
 
 # ---- the library's ABI ----
 check "libheapd.so -> libheapd.so.0 -> libheapd.so.0.*, SONAME libheapd.so.0" \
