@@ -186,7 +186,8 @@ int state_save(struct heap *h, const struct resume_client *kept)
         return -errno;
     }
     pthread_mutex_lock(&h->lock);
-    /* Note [Saved state]: fences belong to this heapd's watch */
+    /* Note [Saved state]: fences belong to this heapd's watch (the flag
+     * fenced: See Note [Segment lifecycle] in segment.c) */
     for (uint32_t i = t->first; i < t->high; i++)
         t->segs[i].fenced = 0;
     t->n_fenced = 0;
@@ -396,6 +397,7 @@ int state_restore(struct heap *h, int fd, char *why, size_t n,
         s->remark_next = 0;
         s->remark_to = 0;
         t->n_young += young;
+        /* See Note [Segment lifecycle] in segment.c: an owner changes */
         if ((s->state == SEG_LARGE || s->state == SEG_LARGE_TAIL) && !ours)
             s->owner = 0;
     }

@@ -113,7 +113,8 @@ struct punch_runs {
     uint32_t first[PUNCH_MAX_RUNS], len[PUNCH_MAX_RUNS];
 };
 
-/* With heap->lock held: take free segments [I, K) out of the pool. */
+/* With heap->lock held: take free segments [I, K) out of the pool (the
+ * flag punched: See Note [Segment lifecycle] in segment.c). */
 static void runs_take(struct segtab *t, struct punch_runs *r, uint32_t i,
                       uint32_t k)
 {
@@ -221,7 +222,7 @@ static void page_runs_punch(struct heap *h, struct page_runs *r)
     pthread_mutex_lock(&h->lock);
     for (uint32_t k = 0; k < r->n; k++) {
         struct seg *s = &t->segs[r->seg[k]];
-        s->purging = 0;
+        s->purging = 0; /* See Note [Segment lifecycle] in segment.c */
         if (err[k] < 0) {
             if (!r->failed)
                 log_warn("heap '%s': fallocate(PUNCH_HOLE) of free pages: "
@@ -274,6 +275,7 @@ static void page_runs_add(struct heap *h, struct page_runs *r, uint32_t i,
                           const uint64_t *bits)
 {
     const struct segtab *t = &h->segs;
+    /* See Note [Segment lifecycle] in segment.c: the flag purging */
     h->segs.segs[i].purging = 1;
     for (uint32_t p = 0; p < t->seg_pages;) {
         if (!seg_bit_test(bits, p)) {

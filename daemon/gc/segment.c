@@ -42,6 +42,128 @@
  * orphan's objects are dead the two counters meet.  Adopting a FILLED
  * segment takes the adoption lock, which the daemon holds while it
  * rescans an ownerless segment (Note [Remark] in daemon/gc/remark.c).
+ * Every state, flag and transition, and who makes each: Note [Segment
+ * lifecycle].
+ *
+ * Note [Segment lifecycle]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~
+ * Every segment from `first` on is in one state of enum seg_state, in its
+ * record of the table (seg.state: stored with release by set_state, read
+ * with acquire by markers and sweepers, seg_state), and a few flags of
+ * the record qualify it.  The states:
+ *
+ *   FREE        in the pool (its bit in free_bits), owned by nobody and
+ *               charged to nobody
+ *   OWNED       granted to client `owner`, which allocates in it without
+ *               asking; blank until the client writes its header (Note
+ *               [Segments]), whose class seg_class (any thread) caches in
+ *               seg.cls
+ *   FILLED      the heap's: returned full, or left by a client that went;
+ *               swept every cycle.  Its class may be unknown (Note [A
+ *               segment leaves its owner])
+ *   LARGE       the head of a large object's run (seg.run: its length),
+ *               owned by the client that asked for it, by nobody once
+ *               that client went
+ *   LARGE_TAIL  the run's other segments (seg.run: the head)
+ *   YOUNG       the head of a mutator's nursery run (Note [A nursery in
+ *               the segment table]); owned by nobody only while fenced
+ *   YOUNG_TAIL  the run's other segments
+ *   CONTROL     the control area, below `first`: never changes, and no
+ *               walk of the table reaches it
+ *
+ * The flags, and the states each may qualify:
+ *
+ *   punched     FREE: its memory went back to the kernel, it reads as
+ *               zero (Note [Purging free memory] in purge.c)
+ *   orphan      FILLED, LARGE (the head): left with objects by a client
+ *               that went, not adopted yet; orphaned - adopted counts them
+ *   reusable    FILLED: a quarter of its blocks or more are free, and
+ *               grants take it first (reuse_bits; Note [Reusing partly
+ *               free segments])
+ *   purging     FILLED: free pages of it are being punched with the lock
+ *               dropped, and no grant takes it
+ *   fenced      any but FREE: held by evictions (Note [Evicted clients]
+ *               in stall.c): none of its blocks is freed, nobody is
+ *               granted it, and it does not become FREE
+ *
+ * The transitions of the states: from, to, [the function that stores the
+ * new state] and who calls it.  Each is made with heap->lock held, but
+ * those at startup, before the heap is served, while no other thread
+ * runs.  "loop" is the daemon's loop thread; "sweeper" a worker of the
+ * collector's sweep (Note [Sweeping] in sweep.c).
+ *
+ *   (new heap)   -> FREE        [seg_format]      startup (heap.c)
+ *   FREE         -> OWNED       [take]            loop, grant (1)
+ *   FILLED       -> OWNED       [grant_reusable]  loop, grant (2)
+ *   FREE         -> LARGE, LARGE_TAIL
+ *                               [take]            loop, grant (3)
+ *   FREE         -> YOUNG, YOUNG_TAIL
+ *                               [take]            loop, attach (4)
+ *   OWNED        -> FILLED      [unown_small]     loop; startup (5)
+ *   OWNED        -> FREE        [make_free]       loop; startup (5)
+ *   FILLED       -> FREE        [make_free]       sweeper (6)
+ *   LARGE, LARGE_TAIL -> FREE   [make_free]       sweeper (6)
+ *   YOUNG, YOUNG_TAIL -> FREE   [make_free]       loop; startup (7)
+ *   LARGE*, YOUNG* -> FREE      [seg_recover]     startup (table.c) (8)
+ *
+ *   (1) seg_grant_small, for a SegmentRequest SMALL: a FREE segment,
+ *       not fenced, nor out of the pool for a punch (committed ones
+ *       first); it is blank.
+ *   (2) seg_grant_small or seg_grant_reusable, under h->adoption too: a
+ *       reusable FILLED segment, not fenced nor purging, of a class the
+ *       client allocates in and (with a quota) charged to it or to
+ *       nobody.  It keeps its class; an orphan is adopted.
+ *   (3) seg_grant_large, for a SegmentRequest LARGE: a run of FREE
+ *       segments not fenced, punched first unless it reads as zero.
+ *   (4) seg_grant_young, for a slot attached with a nursery: as (3).
+ *   (5) unown_small, by seg_return (a SegmentReturn, or a remark answer
+ *       that releases a segment its client still owns) or by seg_orphan
+ *       (the client left, crashed or was evicted; a client kept across a
+ *       restart did not come back, resume.c; at startup, seg_recover
+ *       keeps no other owner): FILLED, or FREE if it is blank and not
+ *       fenced.
+ *   (6) seg_release, from the sweep's release: the state still the one
+ *       swept, not fenced, nothing in it live (or, its class unknown,
+ *       nothing referred to it: Note [A segment leaves its owner]).  A
+ *       LARGE run is punched, all of it.
+ *   (7) seg_free_young, when its slot is freed (a detach, the client's
+ *       departure), its grant is undone, its owner goes (seg_orphan), or
+ *       seg_unfence lifts the last fence of one owned by nobody; it is
+ *       punched.  While a segment of the run is fenced it stays YOUNG,
+ *       owned by nobody.
+ *   (8) a run a kill cut short (its head and tails disagree), or a
+ *       nursery owned by nobody or whose segments disagree on their
+ *       owner; not punched (it may hold pages).
+ *
+ * The flags change thus (with heap->lock held, but at startup):
+ *
+ *   punched   set at seg_format; on FREE segments that seg_purge and
+ *             seg_punch_strays (collector thread; the loop for strays)
+ *             take out of free_bits to punch with the lock dropped
+ *             (runs_take, runs_punch); by seg_punch on a LARGE run at (6),
+ *             at (7), and before the take at (3) and (4).  Cleared by
+ *             seg_set_punched at every grant, and at (8).
+ *   orphan    set by seg_orphan (orphan) on what (5) left FILLED and on
+ *             the heads of its LARGE runs; cleared by adopt, at (2) and
+ *             at every make_free, and by seg_recover.
+ *   reusable  set by seg_swept_filled (sweeper) on a FILLED segment not
+ *             fenced; cleared by unfile_reusable at (2), at every
+ *             make_free and by seg_fence; emptied by seg_recover.
+ *   purging   set by page_runs_add (collector thread, seg_purge) on a
+ *             FILLED segment not fenced, cleared by page_runs_punch when
+ *             the punch is done; seg_recount_memory clears every one at
+ *             startup.
+ *   fenced    counted up by seg_fence (loop: an eviction, on every
+ *             segment not FREE) and down by seg_unfence (loop: the
+ *             evicted process is gone); dropped by state_save (a clean
+ *             exit: Note [Saved state] in state.c) and by seg_recover.
+ *
+ * The owner changes without the state when seg_orphan gives a LARGE run
+ * to nobody, at (7) for a fenced nursery, and at startup when
+ * state_restore gives nobody a LARGE run whose client it does not keep.
+ * Nothing else stores a state or a flag (state_restore and table_adopt
+ * take a whole table over); segtab_check (Note [Checking the segment
+ * table]) holds the table to most of these rules at releases of the lock.
  *
  * Note [Quota]
  * ~~~~~~~~~~~~
@@ -147,6 +269,8 @@
 #include "kept.h"
 
 
+/* Every store of a state but those at startup: See Note [Segment
+ * lifecycle]. */
 static void set_state(struct seg *s, enum seg_state st)
 {
     __atomic_store_n(&s->state, (uint8_t)st, __ATOMIC_RELEASE);
@@ -191,6 +315,7 @@ int seg_init(struct heap *h)
 void seg_format(struct heap *h)
 {
     struct segtab *t = &h->segs;
+    /* See Note [Segment lifecycle]: a new heap */
     for (uint32_t i = t->first; i < t->count; i++) {
         t->segs[i].state = SEG_FREE;
         t->segs[i].punched = 1; /* never touched: reads as zero */
@@ -211,6 +336,7 @@ void seg_destroy(struct heap *h)
     h->segs.page_purged = NULL;
 }
 
+/* See Note [Segment lifecycle]: the flag punched. */
 void seg_set_punched(struct segtab *t, uint32_t i, bool punched)
 {
     struct seg *s = &t->segs[i];
@@ -260,8 +386,9 @@ static uint32_t find_free(const struct segtab *t, uint32_t from)
     return find_bit(t, t->free_bits, from);
 }
 
-/* Take free segment I into state ST.  Everything a reader of the table
- * needs is written before the state is published (release). */
+/* Take free segment I into state ST: transitions (1), (3) and (4) of
+ * Note [Segment lifecycle].  Everything a reader of the table needs is
+ * written before the state is published (release). */
 static void take(struct segtab *t, uint32_t i, enum seg_state st,
                  uint64_t owner, uint16_t charge, uint32_t run)
 {
@@ -373,7 +500,8 @@ void seg_sweep_charged(struct heap *h, const _Atomic uint64_t *tally,
     }
 }
 
-/* FILLED segment I is no longer reusable (granted, or freed). */
+/* FILLED segment I is no longer reusable (granted, freed or fenced).
+ * See Note [Segment lifecycle]: the flag reusable. */
 static void unfile_reusable(struct segtab *t, uint32_t i)
 {
     if (seg_bit_test(t->reuse_bits, i)) {
@@ -393,6 +521,7 @@ void seg_swept_filled(struct heap *h, uint32_t i, uint32_t nfree,
         (uint64_t)nblocks * REUSE_MIN_FREE_NUM)
         return;
     pthread_mutex_lock(&h->lock);
+    /* the flag reusable: See Note [Segment lifecycle] */
     if (t->segs[i].state == SEG_FILLED && !t->segs[i].fenced &&
         !seg_bit_test(t->reuse_bits, i)) {
         seg_bit_set(t->reuse_bits, i);
@@ -402,7 +531,8 @@ void seg_swept_filled(struct heap *h, uint32_t i, uint32_t nfree,
     pthread_mutex_unlock(&h->lock);
 }
 
-/* An orphan is taken back into use (Note [Segment supply]). */
+/* An orphan is taken back into use (Note [Segment supply]), or freed.
+ * See Note [Segment lifecycle]: the flag orphan. */
 static void adopt(struct segtab *t, struct seg *s)
 {
     if (s->orphan) {
@@ -453,6 +583,7 @@ static uint32_t grant_reusable(struct heap *h, uint64_t owner,
             t->n_filled--;
             t->n_owned++;
             s->owner = owner;
+            /* See Note [Segment lifecycle], (2) */
             set_state(s, SEG_OWNED); /* class and header stay */
             out_formatted[n] = 1u + cls;
             out[n++] = i;
@@ -678,12 +809,15 @@ void seg_free_young(struct heap *h, uint32_t first)
             t->segs[k].owner = 0;
         return;
     }
+    /* See Note [Segment lifecycle], (7) */
     seg_punch(h, first, n);
     for (uint32_t k = first; k < first + n; k++)
         make_free(h, k);
     t->n_young -= n;
 }
 
+/* Segment I becomes FREE: transitions (5), (6) and (7) of Note [Segment
+ * lifecycle]. */
 static void make_free(struct heap *h, uint32_t i)
 {
     struct seg *s = &h->segs.segs[i];
@@ -775,7 +909,7 @@ static void unown_small(struct heap *h, uint32_t i)
     }
     __atomic_store_n(&s->cls, cls, __ATOMIC_RELEASE); /* see seg_class */
     s->owner = 0;
-    set_state(s, SEG_FILLED);
+    set_state(s, SEG_FILLED); /* See Note [Segment lifecycle], (5) */
     h->segs.n_filled++;
 }
 
@@ -794,6 +928,7 @@ void seg_note_unknown_ref(const struct heap *h, uint32_t i)
                      __ATOMIC_RELAXED);
 }
 
+/* See Note [Segment lifecycle]: the flag orphan. */
 static void orphan(struct segtab *t, struct seg *s)
 {
     if (!s->orphan) {
@@ -923,7 +1058,7 @@ int seg_recover(struct heap *h, uint64_t cycles,
                      "which no heapd writes", i, s->cls);
             return -EINVAL;
         }
-        s->fenced = 0;
+        s->fenced = 0; /* See Note [Segment lifecycle]: the flag fenced */
         s->charge = 0;
         s->remark = 0;
         s->remark_next = 0;
@@ -961,6 +1096,7 @@ int seg_recover(struct heap *h, uint64_t cycles,
             struct seg *x = &t->segs[k];
             if (k > i && (x->state != tail_st || x->run != i))
                 break;
+            /* See Note [Segment lifecycle], (8) */
             x->state = SEG_FREE;
             x->owner = 0;
             x->orphan = 0;
@@ -1027,7 +1163,8 @@ int seg_fence(struct heap *h, uint32_t **out, uint32_t *n)
         struct seg *s = &t->segs[i];
         if (s->state == SEG_FREE || s->fenced == UINT8_MAX)
             continue; /* 255 evictions at once: it stays fenced */
-        /* sweepers read it without the lock */
+        /* sweepers read it without the lock; See Note [Segment
+         * lifecycle]: the flag fenced */
         __atomic_store_n(&s->fenced, (uint8_t)(s->fenced + 1),
                          __ATOMIC_RELAXED);
         if (s->fenced == 1)
@@ -1048,6 +1185,7 @@ void seg_unfence(struct heap *h, const uint32_t *segs, uint32_t n)
         struct seg *s = &t->segs[segs[k]];
         if (s->fenced == 0 || s->fenced == UINT8_MAX)
             continue;
+        /* See Note [Segment lifecycle]: the flag fenced */
         __atomic_store_n(&s->fenced, (uint8_t)(s->fenced - 1),
                          __ATOMIC_RELAXED);
         if (s->fenced == 0)
@@ -1062,6 +1200,7 @@ void seg_unfence(struct heap *h, const uint32_t *segs, uint32_t n)
     }
 }
 
+/* See Note [Segment lifecycle], (6) */
 void seg_release(struct heap *h, uint32_t i)
 {
     struct segtab *t = &h->segs;

@@ -1,7 +1,8 @@
 /* The daemon's segment table: the authoritative state of every segment of a
- * heap.  See Note [Segments] in proto/layout.h and Note [Segment supply] in
- * segment.c.  Every function here is called with the heap's lock held,
- * except the seg_state()/seg_class() readers the markers use. */
+ * heap.  See Note [Segments] in proto/layout.h, and Note [Segment supply]
+ * and Note [Segment lifecycle] in segment.c.  Every function here is
+ * called with the heap's lock held, except the seg_state()/seg_class()
+ * readers the markers use. */
 #ifndef HEAPD_DAEMON_SEGMENT_H
 #define HEAPD_DAEMON_SEGMENT_H
 
@@ -14,6 +15,8 @@
 struct heap;
 struct resume_client;
 
+/* Each state, its flags and every transition between the states: See
+ * Note [Segment lifecycle] in segment.c. */
 enum seg_state {
     SEG_CONTROL = 0,    /* the control area */
     SEG_FREE,           /* in the pool */
