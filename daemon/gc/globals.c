@@ -217,7 +217,9 @@ int globals_recover(struct heap *h, const struct resume_client *kept,
                      r->state);
             return -EINVAL;
         }
-        r->deleted = false;
+        /* a deleted entry stays out of reuse until the next snapshot: a
+         * kept client may be between a lookup and a store (claim) */
+        r->deleted = r->state == LAYOUT_GLOBAL_EMPTY && r->deleted;
         r->static_flag = 0; /* unmarked: the next snapshot flips the heap's */
     }
     h->static_flag = 0;
