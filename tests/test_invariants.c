@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "heap.h"
+#include "kept.h"
 #include "mark.h"
 #include "remark.h"
 #include "segment.h"
@@ -166,6 +167,7 @@ START_TEST(recovery_repairs_a_table_cut_short)
 {
     struct segtab *t = &H.segs;
     char why[256] = "";
+    uint32_t odd = 0;
     for (uint32_t i = 11; i < NSEGS; i++)
         t->segs[i].punched = 1; /* never touched */
     t->segs[8].state = SEG_FREE;       /* a large run given back halfway */
@@ -173,7 +175,7 @@ START_TEST(recovery_repairs_a_table_cut_short)
     t->segs[5].fenced = 1;             /* the dead heapd's watch */
     t->segs[10].charge = 3;            /* and its quota records */
     t->segs[40].free_since = 99;       /* stamped after the counters */
-    ck_assert_int_eq(seg_recover(&H, 7, NULL, why, sizeof why), 0);
+    ck_assert_int_eq(seg_recover(&H, 7, NULL, NULL, &odd, why, sizeof why), 0);
     ck_assert_str_eq(why, "");
     ck_assert(segtab_check(t));
     for (uint32_t i = 6; i <= 8; i++)
@@ -191,16 +193,90 @@ START_TEST(recovery_repairs_a_table_cut_short)
 }
 END_TEST
 
+/* A table sealed at a clean stop (Note [Recovering the segment table]):
+ * as the stop left it, it keeps its reuse bitmap and its orphan counts;
+ * one thing a clean stop does not leave, and it is recovered as a killed
+ * heapd's. */
+static struct resume_client owner11 = {.id = 11};
+
+static void as_a_clean_stop_leaves_it(void)
+{
+    for (uint32_t i = 2; i <= 4; i++) {
+        H.segs.segs[i].owner = owner11.id; /* a suspended client's */
+        H.segs.segs[i].remark = 0;         /* no cycle under way */
+        H.segs.segs[i].remark_to = 0;
+    }
+}
+
+START_TEST(recovery_keeps_what_a_clean_stop_sealed)
+{
+    struct segtab *t = &H.segs;
+    struct seg_sealed sealed = {.orphaned = 3, .adopted = 2};
+    char why[256] = "";
+    uint32_t odd = 99;
+    as_a_clean_stop_leaves_it();
+    ck_assert_int_eq(seg_recover(&H, 0, &owner11, &sealed, &odd, why,
+                                 sizeof why), 0);
+    ck_assert_uint_eq(odd, 0);
+    ck_assert(segtab_check(t));
+    ck_assert_uint_eq(t->n_reusable, 1);
+    ck_assert(t->reuse_bits[0] & (1ull << 5));
+    ck_assert_uint_eq(t->orphaned, 3);
+    ck_assert_uint_eq(t->adopted, 2);
+    ck_assert_uint_eq(t->n_owned, 3);
+}
+END_TEST
+
+START_TEST(recovery_of_a_sealed_table_not_as_sealed)
+{
+    struct segtab *t = &H.segs;
+    struct seg_sealed sealed = {.orphaned = 3, .adopted = 2};
+    char why[256] = "";
+    uint32_t odd = 0;
+    as_a_clean_stop_leaves_it();
+    t->free_bits[20 / 64] &= ~(1ull << (20 % 64)); /* a punch under way */
+    ck_assert_int_eq(seg_recover(&H, 0, &owner11, &sealed, &odd, why,
+                                 sizeof why), 0);
+    ck_assert_uint_gt(odd, 0);
+    ck_assert(segtab_check(t));
+    ck_assert_uint_eq(t->n_reusable, 0);
+    ck_assert_uint_eq(t->orphaned - t->adopted, 1);
+    /* the orphan counts a clean stop sealed disagree with the records */
+    teardown();
+    setup();
+    as_a_clean_stop_leaves_it();
+    sealed.adopted = 1;
+    odd = 0;
+    ck_assert_int_eq(seg_recover(&H, 0, &owner11, &sealed, &odd, why,
+                                 sizeof why), 0);
+    ck_assert_uint_gt(odd, 0);
+    ck_assert_uint_eq(t->n_reusable, 0);
+    ck_assert_uint_eq(t->orphaned, 1);
+    ck_assert_uint_eq(t->adopted, 0);
+    /* an owner the registry does not name */
+    teardown();
+    setup();
+    as_a_clean_stop_leaves_it();
+    sealed.adopted = 2;
+    odd = 0;
+    ck_assert_int_eq(seg_recover(&H, 0, NULL, &sealed, &odd, why,
+                                 sizeof why), 0);
+    ck_assert_uint_gt(odd, 0);
+    ck_assert_uint_eq(t->n_owned, 0);
+}
+END_TEST
+
 START_TEST(recovery_refuses_what_no_heapd_writes)
 {
     char why[256] = "";
+    uint32_t odd = 0;
     H.segs.segs[9].state = 17;
-    ck_assert_int_eq(seg_recover(&H, 0, NULL, why, sizeof why), -EINVAL);
+    ck_assert_int_eq(seg_recover(&H, 0, NULL, NULL, &odd, why, sizeof why), -EINVAL);
     ck_assert_msg(strstr(why, "segment 9") && strstr(why, "state 17"),
                   "the refusal does not name the record: %s", why);
     H.segs.segs[9].state = SEG_FILLED;
     H.segs.segs[9].cls = 200;
-    ck_assert_int_eq(seg_recover(&H, 0, NULL, why, sizeof why), -EINVAL);
+    ck_assert_int_eq(seg_recover(&H, 0, NULL, NULL, &odd, why, sizeof why), -EINVAL);
     ck_assert_msg(strstr(why, "size class 200"),
                   "the refusal does not name the class: %s", why);
 }
@@ -219,6 +295,8 @@ int main(void)
     tcase_add_test(t, remark_outstanding_is_recounted);
     tcase_add_test(t, remark_lists_match_states);
     tcase_add_test(t, recovery_repairs_a_table_cut_short);
+    tcase_add_test(t, recovery_keeps_what_a_clean_stop_sealed);
+    tcase_add_test(t, recovery_of_a_sealed_table_not_as_sealed);
     tcase_add_test(t, recovery_refuses_what_no_heapd_writes);
     suite_add_tcase(s, t);
     return check_main(s);

@@ -148,7 +148,8 @@
  *             at every make_free, and by seg_recover.
  *   reusable  set by seg_swept_filled (sweeper) on a FILLED segment not
  *             fenced; cleared by unfile_reusable at (2), at every
- *             make_free and by seg_fence; emptied by seg_recover.
+ *             make_free and by seg_fence; emptied by seg_recover, but
+ *             for a table sealed at a clean stop and proved so.
  *   purging   set by page_runs_add (collector thread, seg_purge) on a
  *             FILLED segment not fenced, cleared by page_runs_punch when
  *             the punch is done; seg_recount_memory clears every one at
@@ -993,10 +994,10 @@ void seg_orphan(struct heap *h, uint64_t owner)
 
 /* Note [Recovering the segment table]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * The records a killed heapd left (Note [The live table] in table.c) are
- * the last stores it made: at most one critical section of heap->lock cut
- * short.  seg_recover keeps what a record says of itself and rebuilds
- * everything derived from the records:
+ * The records the heapd before left (Note [The live table] in table.c)
+ * are, after a kill, the last stores it made: at most one critical
+ * section of heap->lock cut short.  seg_recover keeps what a record says
+ * of itself and rebuilds everything derived from the records:
  *   - a state no heapd writes, or a class no size class has, refuses the
  *     heap: that is not a cut-short store but damage;
  *   - a large run whose head and tails disagree was being granted or given
@@ -1023,23 +1024,38 @@ void seg_orphan(struct heap *h, uint64_t owner)
  *     are orphaned as seg_orphan does for a client that crashed, and
  *     its nurseries freed; a kept client's stay YOUNG, for attach_again
  *     (resume.c) to give back to their slots.
+ * A table sealed at a clean stop (SEALED) goes through the same steps,
+ * which then find nothing to do: no run to repair, no free bit to fix, no
+ * remark mark, no owner the registry does not name, no reuse bit on a
+ * segment that is not FILLED, and the orphans the seal counted (orphaned
+ * - adopted) are the records' orphans.  Then, and only then, it keeps its
+ * reuse bitmap (its sweep had finished) and the two counters (they are
+ * segments_orphaned and segments_adopted); anything else counts in *ODD
+ * and the table is recovered as a killed heapd's.
  * Then segtab_check must pass.  The critical sections are short: in 100
  * kills at every moment of the cycle (tests/test_crash.c) no record was
  * ever found torn, so each repair is checked on a table cut short by hand
  * (tests/test_invariants.c); what is repaired is logged.
  */
 int seg_recover(struct heap *h, uint64_t cycles,
-                const struct resume_client *kept, char *why, size_t n)
+                const struct resume_client *kept,
+                const struct seg_sealed *sealed, uint32_t *odd, char *why,
+                size_t n)
 {
     struct segtab *t = &h->segs;
     size_t words = ((size_t)t->count + 63) / 64;
-    uint32_t repaired = 0, unbitted = 0;
+    uint32_t repaired = 0, unbitted = 0, misfiled = 0, remarked = 0;
+    uint32_t gone = 0;
 
-    for (uint32_t i = t->first; i < t->count; i++)
+    for (uint32_t i = t->first; i < t->count; i++) {
         unbitted += (t->segs[i].state == SEG_FREE) !=
                     seg_bit_test(t->free_bits, i);
+        misfiled += seg_bit_test(t->reuse_bits, i) &&
+                    t->segs[i].state != SEG_FILLED;
+    }
     memset(t->free_bits, 0, words * sizeof(uint64_t));
-    memset(t->reuse_bits, 0, words * sizeof(uint64_t));
+    if (!sealed)
+        memset(t->reuse_bits, 0, words * sizeof(uint64_t));
     t->high = t->first;
     t->n_free = t->n_owned = t->n_filled = t->n_large = t->n_young = 0;
     t->n_reusable = t->n_fenced = 0;
@@ -1058,6 +1074,7 @@ int seg_recover(struct heap *h, uint64_t cycles,
                      "which no heapd writes", i, s->cls);
             return -EINVAL;
         }
+        remarked += s->remark != 0;
         s->fenced = 0; /* See Note [Segment lifecycle]: the flag fenced */
         s->charge = 0;
         s->remark = 0;
@@ -1134,8 +1151,10 @@ int seg_recover(struct heap *h, uint64_t cycles,
         bool keep = false;
         for (const struct resume_client *r = kept; r && !keep; r = r->next)
             keep = r->id == owner;
-        if (owner != 0 && !keep)
+        if (owner != 0 && !keep) {
             seg_orphan(h, owner);
+            gone++;
+        }
     }
     if (repaired)
         log_warn("heap '%s': %u segments of large or nursery runs cut short "
@@ -1144,6 +1163,29 @@ int seg_recover(struct heap *h, uint64_t cycles,
         log_info("heap '%s': %u segments' free bits disagreed with their "
                  "states when heapd died (a punch or a grant under way); "
                  "recounted", h->cfg->name, unbitted);
+    *odd = repaired + unbitted + misfiled + remarked + gone;
+    if (sealed && *odd == 0 && sealed->adopted <= sealed->orphaned &&
+        sealed->orphaned - sealed->adopted == t->orphaned) {
+        /* Note [Recovering the segment table]: as a clean stop left it */
+        t->n_reusable = seg_popcount(t->reuse_bits, words);
+        t->orphaned = sealed->orphaned;
+        t->adopted = sealed->adopted;
+    } else if (sealed) {
+        if (misfiled || remarked || gone)
+            log_warn("heap '%s': the sealed table has %u reuse bits on "
+                     "segments not FILLED, %u remark marks and %u owners "
+                     "its registry does not name", h->cfg->name, misfiled,
+                     remarked, gone);
+        if (*odd == 0) {
+            log_warn("heap '%s': the sealed table counted %llu orphans "
+                     "less %llu adopted, and its records hold %llu",
+                     h->cfg->name, (unsigned long long)sealed->orphaned,
+                     (unsigned long long)sealed->adopted,
+                     (unsigned long long)t->orphaned);
+            *odd = 1;
+        }
+        memset(t->reuse_bits, 0, words * sizeof(uint64_t));
+    }
     seg_recount_memory(t);
     if (!segtab_check(t)) {
         snprintf(why, n, "its segment table disagrees with itself after "

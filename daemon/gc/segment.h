@@ -127,13 +127,21 @@ struct segtab {
 int seg_init(struct heap *h);
 /* A new heap's records: every segment free and never touched. */
 void seg_format(struct heap *h);
-/* Note [Recovering the segment table] in segment.c: the records as a
- * killed heapd left them, made good with every client gone but KEPT's
- * (a list; NULL: none).  CYCLES is
- * the cycles_completed the counters were taken back at.  Returns 0, or
- * -EINVAL with WHY (N bytes) naming a record no heapd writes. */
+/* Note [Recovering the segment table] in segment.c: the records as the
+ * heapd before left them, made good with every client gone but KEPT's
+ * (a list; NULL: none).  CYCLES is the cycles_completed the counters were
+ * taken back at.  SEALED (NULL after a kill): the counts a clean stop
+ * sealed (Note [The live table] in table.c), kept with the reuse bitmap
+ * if the records are as a clean stop leaves them; *ODD counts what is
+ * not.  Returns 0, or -EINVAL with WHY (N bytes) naming a record no heapd
+ * writes. */
+struct seg_sealed {
+    uint64_t orphaned, adopted;
+};
 int seg_recover(struct heap *h, uint64_t cycles,
-                const struct resume_client *kept, char *why, size_t n);
+                const struct resume_client *kept,
+                const struct seg_sealed *sealed, uint32_t *odd, char *why,
+                size_t n);
 void seg_destroy(struct heap *h);
 
 static inline uint8_t seg_state(const struct segtab *t, uint32_t i)

@@ -291,7 +291,9 @@ int table_recover(struct heap *h, char *why, size_t n,
     h->stats.created_unix_ns = hd->created_unix_ns;
     /* the registry's clients keep what they hold until resume_adopt
      * decides (Note [Resuming clients]); any other owner is gone */
-    if ((rc = seg_recover(h, h->stats.cycles_completed, *kept, why, n)) < 0)
+    uint32_t odd;
+    if ((rc = seg_recover(h, h->stats.cycles_completed, *kept, NULL, &odd,
+                          why, n)) < 0)
         goto out;
     if ((rc = globals_recover(h, *kept, why, n)) < 0)
         goto out;
