@@ -7,24 +7,25 @@
  * sd_pid_notify_with_fds) to keep, for every heap, the heap's memfd, the
  * daemon's page and the daemon's live table as soon as they exist
  * (heapd.heap.NAME, heapd.page.NAME, heapd.table.NAME: Note [The live
- * table] in table.c), and at a clean exit a fourth memfd with the rest of
- * the daemon's state of the heap (heapd.state.NAME: the counters and
- * quotas too; daemon/state.c).  The next heapd gets them back
+ * table] in daemon/gc/table.c); a clean exit stores nothing more, but
+ * seals each table.  The next heapd gets them back
  * (sd_listen_fds_with_names, beside a socket-activated listener) and
- * serves the heap again instead of a new one: from the saved state if
- * there is one and it proves itself (Note [Saved state] in state.c), which
- * it then forgets at once, so that a crash later can never bring back a
- * state older than the heap; else, the heapd before having been killed,
- * from the live table, after the recovery cycles (Note [Recovery cycles]
- * in collector.c).  A heap that cannot be proved is not served: heapd
- * says why, keeps its memfds in the store under heapd.lost-heap.NAME,
- * heapd.lost-page.NAME and heapd.lost-table.NAME for an operator, and
- * starts that heap empty.  Without a service manager none of this
- * happens, and a restart starts every heap empty, as before.  Mutator
- * clients connected at a clean exit are suspended and resume with the
- * next heapd (Note [Resuming clients] in resume.c: their control memory
- * is kept as heapd.client.HEAP.ID from their Welcome on); so do clients
- * connected when heapd is killed, from the live table's registry.
+ * serves the heap again instead of a new one, from its table: as the
+ * clean stop sealed it, if it proves so, else as after a kill, after the
+ * recovery cycles (Note [Recovery cycles] in collector.c).  The first
+ * store the new heapd makes into the table clears the seal, so that a
+ * kill later never brings back a table older than the heap.  A heap that
+ * cannot be proved is not served: heapd says why, keeps its memfds in the
+ * store under heapd.lost-heap.NAME, heapd.lost-page.NAME and
+ * heapd.lost-table.NAME for an operator, and starts that heap empty.  A
+ * heapd.state.NAME, the saved state of the release before, is dropped
+ * unread with a log line (Note [The live table] says what an upgrade
+ * does).  Without a service manager none of this happens, and a restart
+ * starts every heap empty, as before.  Mutator clients connected at a
+ * clean exit are suspended and resume with the next heapd (Note [Resuming
+ * clients] in resume.c: their control memory is kept as
+ * heapd.client.HEAP.ID from their Welcome on); so do clients connected
+ * when heapd is killed, from the same registry in the live table.
  */
 #include "fdstore.h"
 

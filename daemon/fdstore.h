@@ -1,6 +1,7 @@
 /* What the service manager keeps for heapd across a restart: each heap's
- * memfds, its live table and the daemon's state of it (Note [Heaps across
- * restarts] in fdstore.c).  Loop thread, at start and at exit. */
+ * memfds and its live table, and each mutator client's control memory
+ * (Note [Heaps across restarts] in fdstore.c).  Loop thread, at start and
+ * at exit. */
 #ifndef HEAPD_DAEMON_FDSTORE_H
 #define HEAPD_DAEMON_FDSTORE_H
 
@@ -23,7 +24,7 @@ struct fdstore {
  * name; anything else is closed with a warning.  Returns 0 or -errno. */
 int fdstore_collect(struct fdstore *s);
 
-/* The descriptor kept as KIND (heap, page, table, state) of heap HEAP, taken
+/* The descriptor kept as KIND (heap, page, table, client) of HEAP, taken
  * out of S (the caller owns it), or -1. */
 int fdstore_take(struct fdstore *s, const char *kind, const char *heap);
 

@@ -15,8 +15,9 @@
  * every client with an Error(SHUTTING_DOWN) -- but for mutator clients
  * when a service manager keeps the heaps: those are suspended once every
  * collector is idle (Note [Resuming clients] in resume.c) --, lets queued
- * bytes flush for at most SHUTDOWN_GRACE_MS, saves its heaps' state,
- * unmaps its heaps and exits 0.
+ * bytes flush for at most SHUTDOWN_GRACE_MS, seals its heaps' live tables
+ * (Note [The live table] in daemon/gc/table.c), unmaps its heaps and
+ * exits 0.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,7 +39,6 @@
 #include "log.h"
 #include "resume.h"
 #include "stall.h"
-#include "state.h"
 #include "table.h"
 
 #define SHUTDOWN_GRACE_MS 2000
@@ -251,14 +251,13 @@ static void close_walk(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
-/* Take back heap H, kept as KH, KP, KT and (after a clean exit) KS: the
- * saved state if there is one, else the live table of the heapd that was
- * killed (Note [Heaps across restarts] in fdstore.c).  The descriptors
- * stay the caller's.  Returns true, or false with WHY saying why not (H
- * closed). */
+/* Take back heap H, kept as KH, KP and KT, from its live table, sealed
+ * at a clean stop or left by a kill (Note [Heaps across restarts] in
+ * fdstore.c).  The descriptors stay the caller's.  Returns true with
+ * *CLEAN saying which, or false with WHY saying why not (H closed). */
 static bool take_back(struct daemon *d, struct heap *h,
                       const struct config_heap *cfg, int kh, int kp, int kt,
-                      int ks, char *why, size_t n, struct fdstore *fds)
+                      bool *clean, char *why, size_t n, struct fdstore *fds)
 {
     struct resume_client *kept = NULL;
 
@@ -266,27 +265,23 @@ static bool take_back(struct daemon *d, struct heap *h,
         snprintf(why, n, "the service manager kept only part of it");
         return false;
     }
-    if (ks < 0 && kt < 0) {
-        snprintf(why, n, "the heapd before neither saved its state nor "
-                 "kept its table");
+    if (kt < 0) {
+        snprintf(why, n, "the service manager kept no table of it (a heapd "
+                 "of a release before the live table left it)");
         return false;
     }
-    if (heap_open(h, cfg, dup(kh), dup(kp), kt >= 0 ? dup(kt) : -1) < 0) {
+    if (heap_open(h, cfg, dup(kh), dup(kp), dup(kt)) < 0) {
         snprintf(why, n, "its memfds do not fit [heap %s] (the log says "
                  "how)", cfg->name);
         return false;
     }
-    if (ks >= 0) {
-        if (state_restore(h, ks, why, n, &kept) < 0)
-            goto refused;
-        table_save_stats(h); /* Note [The live table] */
-        resume_adopt(d, h, kept, fds); /* Note [Resuming clients] */
-        return true;
-    }
-    /* killed: Note [The live table], Note [Recovery cycles] */
-    if (table_recover(h, why, n, &kept) < 0)
+    /* Note [The live table], Note [Resuming clients] */
+    if (table_take_back(h, why, n, &kept, clean) < 0)
         goto refused;
     resume_adopt(d, h, kept, fds);
+    if (*clean)
+        return true;
+    /* Note [Recovery cycles] */
     if (resume_keeps(d, h)) {
         /* their stacks are roots, their remarks theirs: the verifying
          * cycles wait until they are back (Note [Recovery cycles]) */
@@ -317,24 +312,31 @@ static int open_heap(struct daemon *d, size_t i, struct fdstore *fds)
     int ks = fdstore_take(fds, "state", cfg->name);
     uint64_t t0 = monotonic_ns();
     char why[512] = "";
+    bool clean = false;
     int rc;
 
-    if (kh >= 0 || kp >= 0 || kt >= 0 || ks >= 0) {
-        bool back = take_back(d, h, cfg, kh, kp, kt, ks, why, sizeof why,
+    if (ks >= 0) {
+        /* Note [The live table]: the release before saved it beside the
+         * table; the table alone is read */
+        log_warn("heap '%s': the heapd before (an earlier release) saved "
+                 "its state as heapd.state.%s, which this heapd does not "
+                 "read: dropped; the heap is taken back from its table "
+                 "alone", cfg->name, cfg->name);
+        fdstore_forget("state", cfg->name);
+        close(ks);
+    }
+    if (kh >= 0 || kp >= 0 || kt >= 0) {
+        bool back = take_back(d, h, cfg, kh, kp, kt, &clean, why, sizeof why,
                               fds);
         if (back) {
-            /* a crash from now on must never bring this state back */
-            fdstore_forget("state", cfg->name);
             h->stats.recovery_ns = monotonic_ns() - t0;
             h->recovery_t0 = t0; /* Note [Recovery cycles], when deferred */
-            log_info("heap '%s': recovered from the %s the heapd before "
-                     "%s, in %llu ms (%u segments in use)", cfg->name,
-                     ks >= 0 ? "state" : "table",
-                     ks >= 0 ? "saved" : "left when it was killed",
+            log_info("heap '%s': recovered from the table %s, in %llu ms "
+                     "(%u segments in use)", cfg->name,
+                     clean ? "the heapd before sealed at a clean stop"
+                           : "as after a kill",
                      (unsigned long long)(h->stats.recovery_ns / 1000000),
                      h->segs.count - h->segs.first - h->segs.n_free);
-            if (kt < 0) /* a heapd that kept no table saved this state */
-                fdstore_keep("table", cfg->name, h->table_fd, true);
         } else {
             log_error("heap '%s': not recovered: %s.  Its memfds stay in "
                       "the service manager's store as heapd.lost-heap.%s, "
@@ -346,7 +348,6 @@ static int open_heap(struct daemon *d, size_t i, struct fdstore *fds)
             fdstore_forget("heap", cfg->name);
             fdstore_forget("page", cfg->name);
             fdstore_forget("table", cfg->name);
-            fdstore_forget("state", cfg->name);
             if (kh >= 0)
                 fdstore_keep("lost-heap", cfg->name, kh, true);
             if (kp >= 0)
@@ -360,8 +361,6 @@ static int open_heap(struct daemon *d, size_t i, struct fdstore *fds)
             close(kp);
         if (kt >= 0)
             close(kt);
-        if (ks >= 0)
-            close(ks);
         if (back)
             return 0;
     }
@@ -373,19 +372,17 @@ static int open_heap(struct daemon *d, size_t i, struct fdstore *fds)
     return 0;
 }
 
-/* A clean exit: every heap's state, for the next heapd. */
-static void save_heaps(struct daemon *d)
+/* A clean exit: every heap's table sealed for the next heapd (Note [The
+ * live table]); nothing stores into it after. */
+static void seal_heaps(struct daemon *d)
 {
     for (size_t i = 0; i < d->n_heaps; i++) {
         struct heap *h = &d->heaps[i];
-        int fd = state_save(h, d->suspended);
-        if (fd < 0) {
-            log_error("heap '%s': cannot save its state (%s); the next "
-                      "heapd starts it empty", h->cfg->name, strerror(-fd));
-            continue;
-        }
-        fdstore_keep("state", h->cfg->name, fd, true);
-        close(fd);
+        if (!table_seal(h))
+            log_info("heap '%s': its table is not sealed (%s); the next "
+                     "heapd recovers it as after a kill", h->cfg->name,
+                     h->refused ? "the heap is refused"
+                                : "its verifying cycles have not passed");
     }
 }
 
@@ -510,9 +507,9 @@ out:
      * way finishes (Note [Stop the world]) */
     for (size_t i = 0; i < d->n_heaps; i++)
         handoff_stop(&d->heaps[i]);
-    /* Note [Saved state]: no client, no cycle: a clean exit saves */
+    /* Note [The live table]: no client, no cycle: a clean exit seals */
     if (rc == 0)
-        save_heaps(d);
+        seal_heaps(d);
     if (workers_ready)
         workers_destroy(&d->workers);
     if (loop_ready) {

@@ -7,34 +7,38 @@
  * keeps the heap (Note [Heaps across restarts] in fdstore.c):
  *   - the exiting heapd stops listening, holds every collector (no cycle
  *     starts; the one under way ends, answered by the connected clients),
- *     and once all are idle suspends each mutator client: its record (id,
- *     the token its Welcome carried, pid, uid, process start, name,
- *     segments held, bytes granted, slots) goes into the saved state, its
- *     slots stay attached and its segments OWNED, and its connection
- *     closes with nothing given back; requests it had waiting are dropped
- *     (the client sends again what was never answered).  Its control
- *     memory is in the store (heapd.client.HEAP.ID) from its Welcome to
- *     its departure;
- *   - the next heapd, restoring the state, attaches each such client's
- *     slots again over the same windows if the store kept its control
- *     memory and its process still lives (pidfd, uid and start time: Note
- *     [Pidfd guard] in auth.c); the others leave as crashed ones (Note
- *     [Client lifecycle] in session.c).  No cycle starts while a client is
- *     kept: its stack and its ring are in memory the next heapd maps, but
- *     the remark requests of a cycle could not reach it;
+ *     and once all are idle suspends each mutator client: its record in
+ *     the live table's registry (id, the token its Welcome carried, pid,
+ *     uid, process start, name, bytes granted; each slot's client, region,
+ *     bound and nursery) stays, its slots stay attached and its segments
+ *     OWNED, and its connection closes with nothing given back; requests
+ *     it had waiting are dropped (the client sends again what was never
+ *     answered).  Its control memory is in the store (heapd.client.HEAP.ID)
+ *     from its Welcome to its departure.  Then the table is sealed (Note
+ *     [The live table] in table.c).  A client the registry had no room for
+ *     (TABLE_CLIENTS on one heap) is not suspended but told to connect
+ *     anew: nothing would keep it;
+ *   - the next heapd, taking the table back, makes a record of each
+ *     client the registry names (kept_of in table.c, the one place one is
+ *     made) and attaches its slots again over the same windows if the
+ *     store kept its control memory and its process still lives (pidfd,
+ *     uid and start time: Note [Pidfd guard] in auth.c); the others leave
+ *     as crashed ones (Note [Client lifecycle] in session.c).  No cycle
+ *     starts while a client is kept: its stack and its ring are in memory
+ *     the next heapd maps, but the remark requests of a cycle could not
+ *     reach it;
  *   - the client reconnects by itself (Note [Reconnecting] in
  *     client/agent.c) with a Hello naming its id and token; a connection
  *     from the same pid and uid with both right becomes the client again
  *     (Welcome resumed, same id), anything else gets ERROR_NOT_RESUMED;
  *   - a kept client that has not resumed after reconnect_timeout, or whose
  *     process exits, leaves as a crashed one.
- * A killed heapd suspends nobody, but the live table's registry names
- * every client with its token and slots (Note [The live table] in
- * table.c), so the next heapd keeps them the same way, from the registry
- * instead of the saved state; its verifying cycles then wait until the
- * kept clients are back (Note [Recovery cycles] in collector.c).  The
- * token is 16 bytes from getrandom: another process of the same uid
- * cannot take a client over by guessing it.
+ * A killed heapd suspends nobody, but its registry names every client
+ * connected at the kill with its token and slots, so the next heapd keeps
+ * them the same way, from the same records; its verifying cycles then
+ * wait until the kept clients are back (Note [Recovery cycles] in
+ * collector.c).  The token is 16 bytes from getrandom: another process of
+ * the same uid cannot take a client over by guessing it.
  */
 #include "resume.h"
 
@@ -105,32 +109,20 @@ unsigned resume_suspend_all(struct daemon *d)
         struct heap *h = c->heap;
         if (!h || c->gone || c->state != CONN_READY || c->mem_fd < 0)
             continue;
-        struct resume_client *r = calloc(1, sizeof *r);
-        if (!r) {
+        pthread_mutex_lock(&h->lock);
+        bool listed = table_client_listed(h, c->id);
+        pthread_mutex_unlock(&h->lock);
+        if (!listed) { /* the registry was full at its Welcome */
             conn_fail(c, HEAPD__ERROR_CODE__ERROR_SHUTTING_DOWN,
-                      "heapd is shutting down and is out of memory to "
-                      "keep this client");
+                      "heapd is shutting down, and its table had no room "
+                      "to keep this client; connect anew");
             continue;
         }
-        r->heap = h;
-        r->id = c->id;
-        memcpy(r->token, c->token, sizeof r->token);
-        r->pid = c->peer.pid;
-        r->uid = c->peer.uid;
-        r->gid = c->peer.gid;
-        r->start = c->start;
-        snprintf(r->name, sizeof r->name, "%s", c->name);
-        r->held = c->held;
-        r->granted = c->granted;
-        r->slots[0] = c->slots[0];
-        r->slots[1] = c->slots[1];
-        r->mem_fd = r->pidfd = -1;
-        /* its control memory is in the store since its Welcome */
+        /* its record stays in the registry for the next heapd, its
+         * control memory in the store since its Welcome */
         grant_drop(&d->pending, &d->workers, c);
         c->outstanding = 0;
         c->gone = true; /* it gives nothing back: Note [Resuming clients] */
-        r->next = d->suspended;
-        d->suspended = r;
         conn_finish(c);
         n++;
     }
@@ -173,8 +165,8 @@ static void drop(struct daemon *d, struct resume_client *r, bool attached,
     free(r);
 }
 
-/* Slot I of R had the nursery heap->owners[I] names (from the saved
- * state or the live table): give it back if the segment table agrees --
+/* Slot I of R had the nursery heap->owners[I] names (from the live
+ * table): give it back if the segment table agrees --
  * a YOUNG run of R's of that length -- with a new tracer (Note [Tracing
  * a slot's nursery] in mark.c); else the slot goes on without one, and a
  * run the table holds for R is freed when R goes (seg_orphan).  Returns
@@ -206,7 +198,7 @@ static int young_again(struct heap *h, struct resume_client *r, unsigned i)
 }
 
 /* Attach R's slots again over their windows (heap->owners holds their
- * records from the state), with their nurseries.  With heap->lock held. */
+ * records from the table), with their nurseries.  With heap->lock held. */
 static int attach_again(struct heap *h, struct resume_client *r)
 {
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
@@ -278,7 +270,7 @@ bool resume_take(struct daemon *d, struct heap *h, struct conn *c,
 {
     for (struct resume_client **p = &d->suspended; *p; p = &(*p)->next) {
         struct resume_client *r = *p;
-        if (r->heap != h || r->id != id || r->pidfd < 0)
+        if (r->heap != h || r->id != id)
             continue;
         if (token_len != RESUME_TOKEN_BYTES ||
             memcmp(token, r->token, RESUME_TOKEN_BYTES) != 0 ||
@@ -312,7 +304,7 @@ bool resume_take(struct daemon *d, struct heap *h, struct conn *c,
 bool resume_keeps(const struct daemon *d, const struct heap *h)
 {
     for (const struct resume_client *r = d->suspended; r; r = r->next)
-        if (r->heap == h && r->pidfd >= 0)
+        if (r->heap == h)
             return true;
     return false;
 }
@@ -321,10 +313,6 @@ void resume_watch(struct daemon *d, uint64_t now)
 {
     for (struct resume_client **p = &d->suspended; *p;) {
         struct resume_client *r = *p;
-        if (r->pidfd < 0) { /* saved for the next heapd, not kept here */
-            p = &r->next;
-            continue;
-        }
         struct pollfd pf = {.fd = r->pidfd, .events = POLLIN};
         bool exited = poll(&pf, 1, 0) > 0;
         bool late = now - r->since > r->heap->cfg->reconnect_timeout_ms;

@@ -28,14 +28,15 @@ void resume_register(struct heap *h, struct conn *c);
 void resume_unregister(struct heap *h, uint64_t id);
 
 /* At a clean exit, once every collector is idle and held: every mutator
- * client of D leaves its connection but not its heap: its record is
- * kept for the state (state_save), its control memory in the service
- * manager's store, and its connection closes without giving anything
- * back.  Returns the clients suspended. */
+ * client of D the live table's registry names leaves its connection but
+ * not its heap: its record stays in the registry for the next heapd, its
+ * control memory in the service manager's store, and its connection
+ * closes without giving anything back (one the registry had no room for
+ * is told to connect anew).  Returns the clients suspended. */
 unsigned resume_suspend_all(struct daemon *d);
 
-/* At start, after state_restore gave LIST (the saved records, mem_fd and
- * pidfd -1): each client whose control memory the store kept and whose
+/* At start, after table_take_back gave LIST (the registry's records,
+ * mem_fd and pidfd -1): each client whose control memory the store kept and whose
  * process lives is attached again to its slots, and kept until it
  * resumes; the others leave as crashed ones.  Takes LIST over. */
 void resume_adopt(struct daemon *d, struct heap *h,
@@ -55,7 +56,7 @@ bool resume_take(struct daemon *d, struct heap *h, struct conn *c,
 void resume_watch(struct daemon *d, uint64_t now);
 
 /* At exit: what is still kept is let go (memory and descriptors only:
- * the state, if saved, already holds it). */
+ * the registry still names it, for the next heapd). */
 void resume_free_all(struct daemon *d);
 
 #endif

@@ -83,7 +83,7 @@
     X(segments_fenced, uint64_t, GAUGE, COUNT, DERIVED, "segments kept from reuse while an evicted process lives") \
     X(restarts_survived, uint64_t, COUNTER, COUNT, LOCKED, "heapd restarts the heap was kept across") \
     X(heap_age_ns, uint64_t, GAUGE, NS, DERIVED, "since the heap was made, across restarts (uptime is the daemon's)") \
-    X(crashes_recovered, uint64_t, COUNTER, COUNT, LOCKED, "heapd deaths without a saved state the heap was recovered from") \
+    X(crashes_recovered, uint64_t, COUNTER, COUNT, LOCKED, "restarts the heap was recovered from as after a kill (no clean stop sealed its table)") \
     X(recovery_ns, uint64_t, GAUGE, NS, LOCKED, "how long heapd took to take the heap back at its last start, its verifying cycles included") \
     X(clients_resumed, uint64_t, COUNTER, COUNT, LOCKED, "clients that came back as themselves after a restart") \
     X(minor_collections, uint64_t, COUNTER, COUNT, DERIVED, "minor collections of young generations") \

@@ -165,6 +165,9 @@ void harness_kill(struct daemon_proc *d);
  * is), the store handed over, NOTIFY_SOCKET set; it must send READY=1. */
 void harness_restart_with(struct daemon_proc *d, const char *binary,
                           char *const argv[]);
+/* Keep a copy of FD in the store under NAME, as the service manager
+ * would had heapd sent it (a test standing in for another heapd). */
+void harness_store_keep(struct daemon_proc *d, const char *name, int fd);
 /* How many fds are stored under NAME. */
 int harness_stored(const struct daemon_proc *d, const char *name);
 /* The first fd stored under NAME (the harness's copy: do not close it),

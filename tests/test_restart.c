@@ -1,17 +1,19 @@
 /* Heaps across restarts (Note [Heaps across restarts] in daemon/fdstore.c,
- * Note [Saved state] in daemon/state.c): the harness plays the service
- * manager's fd store; a heap survives a clean restart with every object a
- * global holds, a client connected at the restart is dropped and the heap
- * still recovered, a heap whose heapd was killed is recovered from its
- * live table (Note [The live table] in daemon/gc/table.c), and a heap whose
- * state or table is damaged, truncated or of another version is refused,
- * kept for an operator, and started empty. */
+ * Note [The live table] in daemon/gc/table.c): the harness plays the
+ * service manager's fd store; a heap survives a clean restart with every
+ * object a global holds, from its table sealed at the stop, and a
+ * restart after a kill from the table as the kill left it; a client
+ * connected at either resumes; a sealed table stored into after its seal
+ * is recovered as after a kill, and so is the previous release's table;
+ * a table damaged or of another version is refused, kept for an
+ * operator, and its heap started empty. */
 #include <check.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -91,29 +93,63 @@ START_TEST(objects_survive_clean_restarts)
     start();
     with_client(publish_list);
     for (int round = 0; round < 3; round++) {
+        heapd_stats_t before = harness_daemon_stats(&D);
         harness_stop_clean(&D);
         ck_assert_int_eq(harness_stored(&D, "heapd.heap.default"), 1);
         ck_assert_int_eq(harness_stored(&D, "heapd.page.default"), 1);
-        ck_assert_int_eq(harness_stored(&D, "heapd.state.default"), 1);
+        ck_assert_int_eq(harness_stored(&D, "heapd.table.default"), 1);
+        ck_assert_int_eq(harness_stored(&D, "heapd.state.default"), 0);
         harness_restart(&D);
-        ck_assert_msg(harness_log_contains(&D, "'default': recovered"),
-                      "heapd did not say it recovered the heap");
-        /* the daemon is new, the heap is not */
+        ck_assert_msg(harness_log_contains(&D, "'default': recovered from "
+                                           "the table the heapd before "
+                                           "sealed at a clean stop"),
+                      "heapd did not say it recovered the sealed heap");
+        /* the daemon is new, the heap is not; nothing was lost, and no
+         * verifying cycle ran */
         heapd_stats_t st = harness_daemon_stats(&D);
         ck_assert_uint_eq(st.restarts_survived, (uint64_t)round + 1);
+        ck_assert_uint_eq(st.crashes_recovered, 0);
+        ck_assert_uint_eq(st.cycles_completed, before.cycles_completed);
+        ck_assert_uint_eq(st.segments_orphaned, before.segments_orphaned);
+        ck_assert_uint_eq(st.segments_adopted, before.segments_adopted);
         ck_assert_msg(st.heap_age_ns > st.uptime_ns, "the heap's age %llu ns "
                       "is not above the daemon's uptime %llu ns",
                       (unsigned long long)st.heap_age_ns,
                       (unsigned long long)st.uptime_ns);
-        /* forgotten at once: a crash now must not bring it back */
-        harness_drain_notify(&D);
-        ck_assert_int_eq(harness_stored(&D, "heapd.state.default"), 0);
         with_client(check_list);
         /* and it goes on: a cycle, the verifier, more allocation */
         with_client(publish_list);
         with_client(check_list);
         harness_expect_healthy(&D);
     }
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
+/* A heapd killed after a clean restart: the new heapd cleared the seal
+ * with its first store, so the next one recovers the heap as after a
+ * kill (its verifying cycles run), never as the clean stop left it. */
+START_TEST(kill_after_a_clean_restart_is_a_kill)
+{
+    start();
+    with_client(publish_list);
+    harness_stop_clean(&D);
+    harness_restart(&D);
+    with_client(publish_list); /* the table changes after the seal */
+    heapd_stats_t before = harness_daemon_stats(&D);
+    harness_kill(&D);
+    harness_restart(&D);
+    ck_assert_msg(harness_log_contains(&D, "'default': recovered from the "
+                                       "table as after a kill"),
+                  "heapd did not recover the heap as after a kill");
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_eq(st.restarts_survived, 2);
+    ck_assert_uint_eq(st.crashes_recovered, 1);
+    ck_assert_uint_eq(st.verify_failures, 0);
+    ck_assert_uint_ge(st.cycles_completed, before.cycles_completed + 2);
+    with_client(check_list);
+    harness_expect_healthy(&D);
     harness_stop_clean(&D);
     harness_forget_store(&D);
 }
@@ -392,7 +428,7 @@ START_TEST(a_kept_client_is_resumed_by_itself_only)
 }
 END_TEST
 
-/* A client that heapd does not keep (its state refused: the heap is new)
+/* A client that heapd does not keep (its table refused: the heap is new)
  * is told so, never left waiting. */
 static void garbage(int fd);
 
@@ -401,7 +437,7 @@ START_TEST(client_not_kept_is_told)
     start();
     struct resumer k = fork_resumer(false, "does not keep client", 0);
     harness_stop_clean(&D);
-    garbage(harness_stored_fd(&D, "heapd.state.default"));
+    garbage(harness_stored_fd(&D, "heapd.table.default"));
     harness_restart(&D);
     resumer_ends(k, "a client the new heapd does not keep");
     harness_stop_clean(&D);
@@ -509,22 +545,18 @@ START_TEST(killed_daemon_orphans_what_clients_held)
 }
 END_TEST
 
-/* Restart with the stored WHAT ("state" after a clean stop, "table" after
- * a SIGKILL) changed by SPOIL: the heap is refused with WHY in the log,
- * kept for an operator, and started empty. */
-static void refused_case(const char *what, void (*spoil)(int fd),
-                         const char *why)
+/* Restart, after a clean stop or a kill (KILLED), with the stored table
+ * changed by SPOIL: the heap is refused with WHY in the log, kept for an
+ * operator, and started empty. */
+static void refused_case(bool killed, void (*spoil)(int fd), const char *why)
 {
-    char name[64];
-    bool table = strcmp(what, "table") == 0;
     start();
     with_client(publish_list);
-    if (table)
+    if (killed)
         harness_kill(&D);
     else
         harness_stop_clean(&D);
-    snprintf(name, sizeof name, "heapd.%s.default", what);
-    int fd = harness_stored_fd(&D, name);
+    int fd = harness_stored_fd(&D, "heapd.table.default");
     ck_assert_int_ge(fd, 0);
     spoil(fd);
     harness_restart(&D);
@@ -536,7 +568,6 @@ static void refused_case(const char *what, void (*spoil)(int fd),
     ck_assert_int_eq(harness_stored(&D, "heapd.lost-heap.default"), 1);
     ck_assert_int_eq(harness_stored(&D, "heapd.lost-page.default"), 1);
     ck_assert_int_eq(harness_stored(&D, "heapd.lost-table.default"), 1);
-    ck_assert_int_eq(harness_stored(&D, "heapd.state.default"), 0);
     ck_assert_int_eq(harness_stored(&D, "heapd.table.default"), 1);
     with_client(no_list);
     with_client(publish_list);
@@ -553,17 +584,14 @@ static void garbage(int fd)
     ck_assert_int_eq(pwrite(fd, junk, sizeof junk, 0), (ssize_t)sizeof junk);
 }
 
-static void truncated(int fd)
-{
-    ck_assert_int_eq(ftruncate(fd, 100), 0);
-}
-
 static void newer_version(int fd)
 {
     uint32_t v = 99;
     ck_assert_int_eq(pwrite(fd, &v, sizeof v, 8), (ssize_t)sizeof v);
 }
 
+/* A byte of the table's first page past the header's fields: in a record
+ * the take-back checks no further (a free slot's) */
 static void flipped_byte(int fd)
 {
     off_t at = 4096;
@@ -573,41 +601,90 @@ static void flipped_byte(int fd)
     ck_assert_int_eq(pwrite(fd, &b, 1, at), 1);
 }
 
-START_TEST(garbage_state_is_refused)
+START_TEST(garbage_table_after_a_stop_is_refused)
 {
-    refused_case("state", garbage, "not heapd's");
-}
-END_TEST
-
-START_TEST(truncated_state_is_refused)
-{
-    refused_case("state", truncated, "shorter than its header");
-}
-END_TEST
-
-START_TEST(state_of_another_version_is_refused)
-{
-    refused_case("state", newer_version,
-                 "version 99, and this heapd reads version 3");
-}
-END_TEST
-
-START_TEST(damaged_state_is_refused)
-{
-    refused_case("state", flipped_byte, "checksum does not match");
-}
-END_TEST
-
-START_TEST(garbage_table_is_refused)
-{
-    refused_case("table", garbage, "its table is not heapd's");
+    refused_case(false, garbage, "its table is not heapd's");
 }
 END_TEST
 
 START_TEST(table_of_another_version_is_refused)
 {
-    refused_case("table", newer_version,
-                 "its table is of version 99, and this heapd reads version 3");
+    refused_case(false, newer_version,
+                 "its table is of version 99, and this heapd reads version 4");
+}
+END_TEST
+
+START_TEST(garbage_table_after_a_kill_is_refused)
+{
+    refused_case(true, garbage, "its table is not heapd's");
+}
+END_TEST
+
+/* Restart after a clean stop with the sealed table changed by SPOIL
+ * (given its fd): heapd says WHY (and WHY_TOO, if not NULL), recovers
+ * the heap as after a kill (its verifying cycles run) and loses nothing. */
+static void recovered_as_killed(void (*spoil)(int fd), const char *why,
+                                const char *why_too)
+{
+    start();
+    with_client(publish_list);
+    heapd_stats_t before = harness_daemon_stats(&D);
+    harness_stop_clean(&D);
+    spoil(harness_stored_fd(&D, "heapd.table.default"));
+    harness_restart(&D);
+    ck_assert_msg(harness_log_contains(&D, why), "heapd's log does not say "
+                  "'%s'", why);
+    ck_assert_msg(!why_too || harness_log_contains(&D, why_too),
+                  "heapd's log does not say '%s'", why_too);
+    ck_assert_msg(harness_log_contains(&D, "'default': recovered from the "
+                                       "table as after a kill"),
+                  "heapd did not recover the heap as after a kill");
+    ck_assert(!harness_log_contains(&D, "not recovered"));
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_eq(st.crashes_recovered, 1);
+    ck_assert_uint_eq(st.verify_failures, 0);
+    ck_assert_uint_ge(st.cycles_completed, before.cycles_completed + 2);
+    harness_drain_notify(&D);
+    ck_assert_int_eq(harness_stored(&D, "heapd.lost-table.default"), 0);
+    ck_assert_int_eq(harness_stored(&D, "heapd.state.default"), 0);
+    with_client(check_list);
+    with_client(publish_list);
+    with_client(check_list);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+
+/* Note [The live table]: the seal's checksum tells a store after it */
+START_TEST(sealed_table_stored_into_is_recovered_as_killed)
+{
+    recovered_as_killed(flipped_byte, "its checksum does not match", NULL);
+}
+END_TEST
+
+/* The table of the release before (version 3: no clean record, and a
+ * saved state beside it after a clean stop), as that heapd's clean stop
+ * left it: the header is this one's less the clean record (32 bytes) */
+static void release_before(int fd)
+{
+    uint32_t v = 3, bytes;
+    ck_assert_int_eq(pwrite(fd, &v, sizeof v, 8), (ssize_t)sizeof v);
+    ck_assert_int_eq(pread(fd, &bytes, sizeof bytes, 48),
+                     (ssize_t)sizeof bytes);
+    bytes -= 32;
+    ck_assert_int_eq(pwrite(fd, &bytes, sizeof bytes, 48),
+                     (ssize_t)sizeof bytes);
+    int state = memfd_create("heapd:default:state", MFD_CLOEXEC);
+    ck_assert_int_ge(state, 0);
+    garbage(state);
+    harness_store_keep(&D, "heapd.state.default", state);
+    close(state);
+}
+
+START_TEST(table_of_the_release_before_is_recovered_as_killed)
+{
+    recovered_as_killed(release_before, "its table is of version 3",
+                        "heapd.state.default, which this heapd does not read");
 }
 END_TEST
 
@@ -617,6 +694,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("restart");
     tcase_set_timeout(t, 300);
     tcase_add_test(t, objects_survive_clean_restarts);
+    tcase_add_test(t, kill_after_a_clean_restart_is_a_kill);
     tcase_add_test(t, client_dead_at_the_restart_is_dropped);
     tcase_add_test(t, client_connected_at_the_restart_resumes);
     tcase_add_test(t, a_kept_client_is_resumed_by_itself_only);
@@ -627,12 +705,11 @@ static Suite *suite(void)
     tcase_add_test(t, client_gives_up_after_reconnect_ms);
     tcase_add_test(t, killed_daemon_recovers_the_heap);
     tcase_add_test(t, killed_daemon_orphans_what_clients_held);
-    tcase_add_test(t, garbage_state_is_refused);
-    tcase_add_test(t, truncated_state_is_refused);
-    tcase_add_test(t, state_of_another_version_is_refused);
-    tcase_add_test(t, damaged_state_is_refused);
-    tcase_add_test(t, garbage_table_is_refused);
+    tcase_add_test(t, garbage_table_after_a_stop_is_refused);
     tcase_add_test(t, table_of_another_version_is_refused);
+    tcase_add_test(t, garbage_table_after_a_kill_is_refused);
+    tcase_add_test(t, sealed_table_stored_into_is_recovered_as_killed);
+    tcase_add_test(t, table_of_the_release_before_is_recovered_as_killed);
     suite_add_tcase(s, t);
     return s;
 }

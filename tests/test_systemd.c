@@ -244,14 +244,14 @@ static void expect_closed_by_harness(int r, const char *what)
     close(r);
 }
 
-/* heapd keeps its own heap's memfds (and, once stopped, its state) in the
- * store (Note [Heaps across restarts] in daemon/fdstore.c): forget them,
+/* heapd keeps its own heap's memfds (its live table sealed once it
+ * stopped) in the store (Note [Heaps across restarts] in daemon/fdstore.c): forget them,
  * as its service manager would on `systemctl clean --what=fdstore`, so
  * that a test of the store itself sees only its own. */
 static void forget_heapds_own(void)
 {
-    static const char *const kinds[] = {"heap", "page", "table", "state"};
-    for (int k = 0; k < 4; k++) {
+    static const char *const kinds[] = {"heap", "page", "table"};
+    for (int k = 0; k < 3; k++) {
         char msg[128];
         snprintf(msg, sizeof msg, "FDSTOREREMOVE=1\nFDNAME=heapd.%s.default",
                  kinds[k]);
@@ -313,9 +313,10 @@ START_TEST(fdstore_keeps_and_drops)
     expect_closed_by_harness(p1[0], "an fd removed by FDSTOREREMOVE=1");
 
     /* stopped, the store and the private dir stay for a restart */
-    harness_stop_clean(&D);
-    ck_assert_int_eq(harness_stored(&D, "heapd.state.default"), 1);
-    forget_heapds_own();
+    harness_stop_clean(&D); /* it stores nothing at a stop: its table
+                               was stored at its start */
+    ck_assert_int_eq(harness_stored(&D, "heapd.table.default"), 0);
+    ck_assert_int_eq(harness_stored(&D, "heapd.state.default"), 0);
     ck_assert(D.stopping_seen);
     ck_assert(harness_notified(&D, "STOPPING=1"));
     ck_assert_int_eq(harness_stored(&D, "heapd.heap.x"), 1);
@@ -364,8 +365,7 @@ START_TEST(restart_hands_the_store_over)
     for (int i = 0; i < HANDED; i++)
         close(fd[i]);
     ck_assert_int_eq(D.nstored, HANDED);
-    harness_stop_clean(&D);
-    forget_heapds_own(); /* its state, saved at the stop */
+    harness_stop_clean(&D); /* stores nothing: its own were forgotten */
 
     char out[160], got[4096];
     snprintf(out, sizeof out, "%s/handed", D.dir);
@@ -421,7 +421,7 @@ START_TEST(restart_empty_store)
     ck_assert_uint_eq(harness_still_serving(D.sock), 1);
     pid_t first = D.pid;
     harness_stop_clean(&D);
-    ck_assert_int_eq(harness_stored(&D, "heapd.state.default"), 1);
+    ck_assert_int_eq(harness_stored(&D, "heapd.table.default"), 1);
     ck_assert_msg(access(D.dir, F_OK) == 0,
                   "harness_stop removed %s with heapd's heap stored", D.dir);
     D.stopping_seen = false;

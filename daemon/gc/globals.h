@@ -43,7 +43,7 @@ void globals_release_owner(struct heap *h, uint64_t client);
 /* The snapshot's part, mutators stopped: let deleted entries be reused,
  * and flip the heap's static flag (bump_static_flag). */
 void globals_snapshot(struct heap *h);
-/* After a heapd was killed (Note [The live table] in table.c): refuse
+/* Taking a table back (Note [The live table] in table.c): refuse
  * (-EINVAL, WHY of N bytes) a record no heapd writes; release the
  * entries clients were initialising, but KEPT's (a list: they may come
  * back); write the shared table again from the records. */

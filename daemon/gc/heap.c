@@ -225,7 +225,7 @@ out:
 void heap_close(struct heap *h)
 {
     /* slots still attached at exit (clients kept for the next heapd) keep
-     * their nursery in the saved state, not their tracer */
+     * their nursery in the live table, not their tracer */
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         mark_young_tracer_free(h->owners[i].young_tracer);
         h->owners[i].young_tracer = NULL;

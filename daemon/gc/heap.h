@@ -49,8 +49,8 @@ struct heap_stats {
                                     proto/young.h), folded in by
                                     grant_free_slot; heap->lock */
     uint64_t created_unix_ns;    /* CLOCK_REALTIME when the heap was made:
-                                    kept across restarts (Note [Saved
-                                    state] in daemon/state.c) */
+                                    kept across restarts (Note [The live
+                                    table] in daemon/gc/table.c) */
 };
 
 #undef HEAP_STATS_FIELD_
@@ -217,9 +217,8 @@ static inline void *heap_seg_addr(const struct heap *h, uint32_t i)
  * is already mapped in the daemon).  With KEPT_HEAP and KEPT_PAGE >= 0 (a
  * heap the service manager kept: Note [Heaps across restarts] in
  * daemon/fdstore.c), those are mapped instead, checked, and taken over
- * (closed on failure), and so is KEPT_TABLE if >= 0, as it was left, for
- * state_restore or table_recover to make good; without one the table
- * starts fresh, for state_restore to fill. */
+ * (closed on failure), and so is KEPT_TABLE (>= 0 then), as it was left,
+ * for table_take_back to make good. */
 int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
               int kept_page, int kept_table);
 

@@ -1,5 +1,5 @@
 /* What heapd keeps of a mutator client while it has no connection: the
- * record the live table's registry and the saved state rebuild, and the
+ * record table.c's kept_of makes from the live table's registry, and the
  * loop side's resume.c lives by (Note [Resuming clients] in resume.c).
  * A neutral header: the collector's files (table.c, segment.c,
  * globals.c) read these records during recovery without including the
@@ -29,8 +29,9 @@ struct resume_client {
     uint32_t held;
     uint64_t granted;
     uint64_t slots[2];
-    int mem_fd;                 /* its control memory; -1 while saved */
-    int pidfd;                  /* -1 while saved */
+    int mem_fd;                 /* its control memory; -1 until
+                                   resume_adopt takes it from the store */
+    int pidfd;                  /* -1 until resume_adopt */
     uint64_t since;             /* uv_now when this heapd took it back */
 };
 

@@ -156,14 +156,13 @@
  *             startup.
  *   fenced    counted up by seg_fence (loop: an eviction, on every
  *             segment not FREE) and down by seg_unfence (loop: the
- *             evicted process is gone); dropped by state_save (a clean
- *             exit: Note [Saved state] in state.c) and by seg_recover.
+ *             evicted process is gone); dropped by seg_recover (they
+ *             belong to the watch of the heapd that evicted).
  *
  * The owner changes without the state when seg_orphan gives a LARGE run
- * to nobody, at (7) for a fenced nursery, and at startup when
- * state_restore gives nobody a LARGE run whose client it does not keep.
- * Nothing else stores a state or a flag (state_restore and table_adopt
- * take a whole table over); segtab_check (Note [Checking the segment
+ * to nobody (at startup too, for a client the registry does not keep),
+ * and at (7) for a fenced nursery.  Nothing else stores a state or a flag
+ * (table_adopt takes a whole table over); segtab_check (Note [Checking the segment
  * table]) holds the table to most of these rules at releases of the lock.
  *
  * Note [Quota]
