@@ -88,7 +88,7 @@ static void run_failed_async(struct agent_call *list, int code)
 static void close_connection(struct agent *a, int code, const char *msg)
 {
     struct agent_call *async = NULL;
-    pthread_mutex_lock(&a->mu);
+    hd_mutex_lock(&a->mu);
     fail_all_locked(a, code, msg, &async);
     code = a->close_code;
     /* Note [A dead daemon] in client/mutator.c: every thread asleep on a
@@ -97,7 +97,7 @@ static void close_connection(struct agent *a, int code, const char *msg)
      * wake too, look at it and sleep again) */
     for (struct agent_sleeper *s = a->sleepers; s; s = s->next)
         futex_wake_all(s->word);
-    pthread_mutex_unlock(&a->mu);
+    hd_mutex_unlock(&a->mu);
     run_failed_async(async, code);
     if (a->on_closed)
         a->on_closed(a->hook_arg);
@@ -155,9 +155,9 @@ static void on_lost_pipe_closed(uv_handle_t *h)
 static void connection_lost(struct agent *a, int code, const char *msg)
 {
     bool stop;
-    pthread_mutex_lock(&a->mu);
+    hd_mutex_lock(&a->mu);
     stop = a->stop;
-    pthread_mutex_unlock(&a->mu);
+    hd_mutex_unlock(&a->mu);
     if (!a->reconnect || stop || a->closed) {
         close_connection(a, code, msg);
         return;
@@ -193,7 +193,7 @@ static void resumed(struct agent *a, int sock)
     frame_reader_init(&a->reader, FRAME_MAX_PAYLOAD);
     a->lost = false;
     a->reconnects++;
-    pthread_mutex_lock(&a->mu);
+    hd_mutex_lock(&a->mu);
     for (struct agent_call *k = a->calls; k; k = k->next) {
         if (k->done || !k->frame)
             continue;
@@ -220,7 +220,7 @@ static void resumed(struct agent *a, int sock)
             a->out_tail = last;
         a->out_head = again;
     }
-    pthread_mutex_unlock(&a->mu);
+    hd_mutex_unlock(&a->mu);
     uv_read_start((uv_stream_t *)&a->pipe, on_alloc, on_read);
     uv_async_send(&a->wake);
 }
@@ -289,13 +289,13 @@ static int on_frame(void *arg, Heapd__Envelope *env)
      * read, before any later frame: Note [Remark requests] */
     if (env->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT && a->on_grant)
         a->on_grant(a->hook_arg, env->segment_grant);
-    pthread_mutex_lock(&a->mu);
+    hd_mutex_lock(&a->mu);
     struct agent_call **p = &a->calls;
     for (k = *p; k && k->seq != env->seq; k = *p)
         p = &k->next;
     if (k && k->fn) {
         *p = k->next; /* an async call: answered here, on this thread */
-        pthread_mutex_unlock(&a->mu);
+        hd_mutex_unlock(&a->mu);
         bool err = env->body_case == HEAPD__ENVELOPE__BODY_ERROR;
         k->fn(k->arg, err ? client_error_code(env->error->code) : 0, env);
         call_free(k);
@@ -308,7 +308,7 @@ static int on_frame(void *arg, Heapd__Envelope *env)
         taken = true;
         pthread_cond_broadcast(&a->cv);
     }
-    pthread_mutex_unlock(&a->mu);
+    hd_mutex_unlock(&a->mu);
     return taken ? 1 : 0; /* 1: the envelope now belongs to the call */
 }
 
@@ -354,13 +354,13 @@ static void on_wake(uv_async_t *w)
     struct agent_frame *list;
     bool stop;
 
-    pthread_mutex_lock(&a->mu);
+    hd_mutex_lock(&a->mu);
     stop = a->stop;
     /* Note [Reconnecting]: while lost, what is queued waits */
     list = a->lost && !stop ? NULL : a->out_head;
     if (list)
         a->out_head = a->out_tail = NULL;
-    pthread_mutex_unlock(&a->mu);
+    hd_mutex_unlock(&a->mu);
 
     while (list) {
         struct agent_frame *f = list;
@@ -449,7 +449,7 @@ int agent_start(struct agent *a, int sock, const struct agent_reconnect *re)
     pthread_once(&fork_once, fork_watch);
     a->fork_generation = __atomic_load_n(&agent_fork_generation,
                                          __ATOMIC_RELAXED);
-    pthread_mutex_init(&a->mu, NULL);
+    hd_mutex_init(&a->mu);
     pthread_cond_init(&a->cv, NULL);
     frame_reader_init(&a->reader, FRAME_MAX_PAYLOAD);
     a->next_seq = 1;
@@ -506,9 +506,9 @@ void agent_stop(struct agent *a)
 {
     if (!a->thread_started)
         return;
-    pthread_mutex_lock(&a->mu);
+    hd_mutex_lock(&a->mu);
     a->stop = true;
-    pthread_mutex_unlock(&a->mu);
+    hd_mutex_unlock(&a->mu);
     uv_async_send(&a->wake);
     pthread_join(a->thread, NULL);
     a->thread_started = false;
@@ -530,7 +530,7 @@ void agent_stop(struct agent *a)
     uv_loop_close(&a->loop);
     frame_reader_free(&a->reader);
     pthread_cond_destroy(&a->cv);
-    pthread_mutex_destroy(&a->mu);
+    hd_mutex_destroy(&a->mu);
 }
 
 /* Queue MSG for the agent to write, with a fresh seq if CALL is set (which
@@ -579,9 +579,9 @@ int agent_send(struct agent *a, Heapd__Envelope *msg)
 {
     if (agent_forked(a))
         return forked_error();
-    pthread_mutex_lock(&a->mu);
+    hd_mutex_lock(&a->mu);
     int rc = enqueue_locked(a, msg, NULL);
-    pthread_mutex_unlock(&a->mu);
+    hd_mutex_unlock(&a->mu);
     return rc;
 }
 
@@ -595,9 +595,9 @@ int agent_call_async(struct agent *a, Heapd__Envelope *req,
         return client_set_error(-ENOMEM, "out of memory");
     k->fn = fn;
     k->arg = arg;
-    pthread_mutex_lock(&a->mu);
+    hd_mutex_lock(&a->mu);
     int rc = enqueue_locked(a, req, k);
-    pthread_mutex_unlock(&a->mu);
+    hd_mutex_unlock(&a->mu);
     if (rc < 0)
         free(k);
     return rc;
@@ -625,18 +625,18 @@ int agent_wait_word(struct agent *a, _Atomic uint32_t *word, uint32_t val,
         return agent_gone_error(a);
     if (futex_spin(word, val, spin_ns))
         return 0;
-    pthread_mutex_lock(&a->mu);
+    hd_mutex_lock(&a->mu);
     if (a->closed) {
-        pthread_mutex_unlock(&a->mu);
+        hd_mutex_unlock(&a->mu);
         return agent_gone_error(a);
     }
     me.next = a->sleepers;
     a->sleepers = &me;
-    pthread_mutex_unlock(&a->mu);
+    hd_mutex_unlock(&a->mu);
     /* a close between the unlock and the sleep wakes before this thread
      * sleeps: the bound ends that sleep (Note [A dead daemon]) */
     futex_wait(word, val, AGENT_SLEEP_NS);
-    pthread_mutex_lock(&a->mu);
+    hd_mutex_lock(&a->mu);
     for (struct agent_sleeper **p = &a->sleepers; *p; p = &(*p)->next) {
         if (*p == &me) {
             *p = me.next;
@@ -644,7 +644,7 @@ int agent_wait_word(struct agent *a, _Atomic uint32_t *word, uint32_t val,
         }
     }
     closed = a->closed;
-    pthread_mutex_unlock(&a->mu);
+    hd_mutex_unlock(&a->mu);
     return closed ? agent_gone_error(a) : 0;
 }
 
@@ -656,11 +656,11 @@ int agent_call(struct agent *a, Heapd__Envelope *req, Heapd__Envelope **reply)
     *reply = NULL;
     if (agent_forked(a))
         return forked_error();
-    pthread_mutex_lock(&a->mu);
+    hd_mutex_lock(&a->mu);
     if ((rc = enqueue_locked(a, req, &call)) < 0)
         goto out_locked;
     while (!call.done)
-        pthread_cond_wait(&a->cv, &a->mu);
+        hd_cond_wait(&a->cv, &a->mu);
     /* unlink */
     for (struct agent_call **p = &a->calls; *p; p = &(*p)->next) {
         if (*p == &call) {
@@ -680,6 +680,6 @@ int agent_call(struct agent *a, Heapd__Envelope *req, Heapd__Envelope **reply)
         *reply = call.reply;
     }
 out_locked:
-    pthread_mutex_unlock(&a->mu);
+    hd_mutex_unlock(&a->mu);
     return rc;
 }

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "frame.h"
+#include "lock.h"
 
 struct agent_frame;
 struct agent_call;
@@ -40,7 +41,7 @@ struct agent {
     uv_async_t wake;
     frame_reader reader;
 
-    pthread_mutex_t mu;              /* guards everything below */
+    struct hd_mutex mu;              /* guards everything below */
     pthread_cond_t cv;
     struct agent_frame *out_head, *out_tail;
     struct agent_call *calls;

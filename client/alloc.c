@@ -64,7 +64,7 @@ void alloc_client_init(heapd_client *c)
         c->small_magic[k] = layout_block_magic(layout_class_size[k]);
     }
     reserve_init(c);
-    pthread_mutex_init(&c->mutators_mu, NULL);
+    hd_mutex_init(&c->mutators_mu);
 }
 
 /* ---- small objects ---- */

@@ -80,11 +80,11 @@ static const char *why_not_live(const heapd_client *c, const void *ref,
      * young object (a nursery's later segments have no header to say so) */
     heapd_client *cc = (heapd_client *)c;
     int young_slot = -1;
-    pthread_mutex_lock(&cc->mutators_mu);
+    hd_mutex_lock(&cc->mutators_mu);
     for (const heapd_mutator *m = cc->mutators; m; m = m->next)
         if (young_contains(&m->young, ref))
             young_slot = (int)m->slot_index;
-    pthread_mutex_unlock(&cc->mutators_mu);
+    hd_mutex_unlock(&cc->mutators_mu);
     if (young_slot >= 0) {
         snprintf(buf, n, "it is a young object of this process's mutator in "
                  "slot %d, which may move it: hand another mutator only "
@@ -185,10 +185,10 @@ static bool young_of(const heapd_client *c, const void *obj)
 {
     heapd_client *cc = (heapd_client *)c;
     bool young = false;
-    pthread_mutex_lock(&cc->mutators_mu);
+    hd_mutex_lock(&cc->mutators_mu);
     for (const heapd_mutator *m = cc->mutators; m && !young; m = m->next)
         young = young_contains(&m->young, obj);
-    pthread_mutex_unlock(&cc->mutators_mu);
+    hd_mutex_unlock(&cc->mutators_mu);
     return young;
 }
 

@@ -228,12 +228,12 @@ struct mapping {
     unsigned refs;
 };
 
-static pthread_mutex_t maps_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct hd_mutex maps_mu = HD_MUTEX_INITIALIZER;
 static struct mapping *maps;
 static pthread_once_t maps_once = PTHREAD_ONCE_INIT;
 
-static void maps_lock(void) { pthread_mutex_lock(&maps_mu); }
-static void maps_unlock(void) { pthread_mutex_unlock(&maps_mu); }
+static void maps_lock(void) { hd_mutex_lock(&maps_mu); }
+static void maps_unlock(void) { hd_mutex_unlock(&maps_mu); }
 static void maps_init(void) { pthread_atfork(maps_lock, maps_unlock, maps_unlock); }
 
 /* Map FD at BASE, with the daemon's page PAGE_FD read-only over its first
@@ -599,13 +599,13 @@ int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
     }
     if (c->base) {
         /* before any segment is ours, so before any remark request */
-        pthread_mutex_lock(&c->agent.mu);
+        hd_mutex_lock(&c->agent.mu);
         c->agent.hook_arg = c;
         c->agent.on_remark = remark_request;
         c->agent.on_grant = remark_granted;
         c->agent.on_closed = connection_closed;
         c->agent.on_lost = connection_lost;
-        pthread_mutex_unlock(&c->agent.mu);
+        hd_mutex_unlock(&c->agent.mu);
         if (checked_wanted(opts))
             checked_register(c);
     }
@@ -630,9 +630,9 @@ static void say_goodbye(heapd_client *c)
     Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
 
     for (;;) {
-        pthread_mutex_lock(&c->mutators_mu);
+        hd_mutex_lock(&c->mutators_mu);
         heapd_mutator *m = c->mutators;
-        pthread_mutex_unlock(&c->mutators_mu);
+        hd_mutex_unlock(&c->mutators_mu);
         if (!m)
             break;
         heapd_detach(m);

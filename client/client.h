@@ -11,6 +11,7 @@
 #include "agent.h"
 #include "heapd.h"
 #include "layout.h"
+#include "lock.h"
 #include "remark.h"
 #include "reserve.h"
 
@@ -40,7 +41,7 @@ struct heapd_client {
     struct reserve reserve;
     struct prefault prefault;
     struct client_remark remark;
-    pthread_mutex_t mutators_mu;
+    struct hd_mutex mutators_mu;
     struct heapd_mutator *mutators;  /* attached, for heapd_disconnect */
     bool checked;                    /* Note [Checked mode] */
     /* Note [Reconnecting] in client/agent.c: what a resuming Hello needs */

@@ -183,10 +183,10 @@ void mutator_evicted_abort(const heapd_mutator *m)
 
 void mutator_check_evicted_all(heapd_client *c)
 {
-    pthread_mutex_lock(&c->mutators_mu);
+    hd_mutex_lock(&c->mutators_mu);
     for (heapd_mutator *m = c->mutators; m; m = m->next)
         mutator_check_evicted(m);
-    pthread_mutex_unlock(&c->mutators_mu);
+    hd_mutex_unlock(&c->mutators_mu);
 }
 
 /* M's status reads FREE: the daemon has freed its slot and given its
@@ -309,14 +309,14 @@ void mutator_wait_begin(heapd_mutator *m)
 static uint32_t run_again(heapd_mutator *m)
 {
     /* not while the agent takes segments from this blocked mutator */
-    pthread_mutex_lock(&m->hold);
+    hd_mutex_lock(&m->hold);
     bool orphaned = mutator_orphaned(m);
     uint32_t st = orphaned ? 0 : atomic_load(&m->slot->status);
     bool freed = !orphaned && LAYOUT_STATUS_STATE(st) == LAYOUT_MUT_FREE;
     if (!orphaned && !freed)
         atomic_store(&m->slot->status,
                      LAYOUT_STATUS(LAYOUT_STATUS_GEN(st), LAYOUT_MUT_RUNNING));
-    pthread_mutex_unlock(&m->hold);
+    hd_mutex_unlock(&m->hold);
     if (freed) { /* Note [Evicted clients, client side] */
         await_slot_end(m);
         return 0;
@@ -486,7 +486,7 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
     }
     m->c = c;
     m->ctl = c->ctl;
-    pthread_mutex_init(&m->hold, NULL);
+    hd_mutex_init(&m->hold);
     m->slot_index = rep->attach_reply->slot;
     /* Note [Client control memory] */
     m->slot = (struct layout_mutator *)(c->mem + (size_t)rep->attach_reply->region *
@@ -500,17 +500,17 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
         if (rc < 0) {
             /* the slot and its nursery go with the connection */
             heapd__envelope__free_unpacked(rep, NULL);
-            pthread_mutex_destroy(&m->hold);
+            hd_mutex_destroy(&m->hold);
             free(m);
             return rc;
         }
     }
     heapd__envelope__free_unpacked(rep, NULL);
 
-    pthread_mutex_lock(&c->mutators_mu);
+    hd_mutex_lock(&c->mutators_mu);
     m->next = c->mutators;
     c->mutators = m;
-    pthread_mutex_unlock(&c->mutators_mu);
+    hd_mutex_unlock(&c->mutators_mu);
     /* a safepoint before the thread can touch the heap: the slot may have
      * been given out during a stop whose collector has already counted
      * this slot as free (Note [Stop the world] in daemon/gc/safepoint.c) */
@@ -526,7 +526,7 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
 static bool forget(heapd_mutator *m)
 {
     heapd_client *c = m->c;
-    pthread_mutex_lock(&c->mutators_mu);
+    hd_mutex_lock(&c->mutators_mu);
     for (heapd_mutator **p = &c->mutators; *p; p = &(*p)->next) {
         if (*p == m) {
             *p = m->next;
@@ -534,7 +534,7 @@ static bool forget(heapd_mutator *m)
         }
     }
     bool last = c->mutators == NULL;
-    pthread_mutex_unlock(&c->mutators_mu);
+    hd_mutex_unlock(&c->mutators_mu);
     return last;
 }
 
@@ -560,7 +560,7 @@ void heapd_detach(heapd_mutator *m)
     if (forget(m))
         reserve_drain(m->c);
     young_free(m);
-    pthread_mutex_destroy(&m->hold);
+    hd_mutex_destroy(&m->hold);
     free(m);
 }
 

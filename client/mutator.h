@@ -15,6 +15,7 @@
 #include "frame.h"
 #include "heapd.h"
 #include "layout.h"
+#include "lock.h"
 #include "minor.h"
 #include "runtime.h"    /* mutator_roots_push, mutator_closed */
 
@@ -52,7 +53,7 @@ struct heapd_mutator {
     _Atomic uint32_t remark_pending;
     /* held by the agent while it takes segments from this mutator, which
      * is blocked; heapd_blocking_leave takes it to run again */
-    pthread_mutex_t hold;
+    struct hd_mutex hold;
     uint64_t urs_head;               /* entries written to the URS ring */
     uint64_t urs_notified;           /* head sent in the last UrsBatch */
     struct alloc_seg cur[LAYOUT_NCLASSES];

@@ -61,7 +61,7 @@ int remark_client_init(heapd_client *c)
 {
     struct client_remark *r = &c->remark;
     size_t words;
-    pthread_mutex_init(&r->mu, NULL);
+    hd_mutex_init(&r->mu);
     r->nsegs = (uint32_t)(c->size >> c->seg_shift);
     words = (r->nsegs + 63) / 64;
     r->queued = calloc(words, sizeof *r->queued);
@@ -155,7 +155,7 @@ void remark_returned(heapd_client *c, const uint32_t *segs, size_t n)
     if (!r->queued || __atomic_load_n(&r->n, __ATOMIC_RELAXED) == 0)
         return;
     a.nrescanned = a.nreleased = 0;
-    pthread_mutex_lock(&r->mu);
+    hd_mutex_lock(&r->mu);
     for (size_t k = 0; k < n; k++) {
         if (!is_queued(r, segs[k]))
             continue;
@@ -164,7 +164,7 @@ void remark_returned(heapd_client *c, const uint32_t *segs, size_t n)
         if (a.nreleased == DONE_BATCH)
             send_answers(c, &a);
     }
-    pthread_mutex_unlock(&r->mu);
+    hd_mutex_unlock(&r->mu);
     send_answers(c, &a);
 }
 
@@ -201,10 +201,10 @@ static void take_from_blocked(heapd_client *c, struct answers *a)
     struct client_remark *r = &c->remark;
     uint32_t back[LAYOUT_NCLASSES];
 
-    pthread_mutex_lock(&c->mutators_mu);
+    hd_mutex_lock(&c->mutators_mu);
     for (heapd_mutator *m = c->mutators; m; m = m->next) {
         size_t nback = 0;
-        pthread_mutex_lock(&m->hold);
+        hd_mutex_lock(&m->hold);
         uint32_t state = LAYOUT_STATUS_STATE(atomic_load(&m->slot->status));
         /* a mutator waiting in a barrier touches no segment either; but a
          * young one counts its current segments' blocks for promotions
@@ -212,7 +212,7 @@ static void take_from_blocked(heapd_client *c, struct answers *a)
          * waits] in client/minor.c) */
         if (state == LAYOUT_MUT_BLOCKED ||
             (state == LAYOUT_MUT_WAITING && !m->young.on)) {
-            pthread_mutex_lock(&r->mu);
+            hd_mutex_lock(&r->mu);
             for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
                 if (m->cur[k].index && is_queued(r, m->cur[k].index)) {
                     unqueue_locked(r, m->cur[k].index);
@@ -220,9 +220,9 @@ static void take_from_blocked(heapd_client *c, struct answers *a)
                     memset(&m->cur[k], 0, sizeof m->cur[k]);
                 }
             }
-            pthread_mutex_unlock(&r->mu);
+            hd_mutex_unlock(&r->mu);
         }
-        pthread_mutex_unlock(&m->hold);
+        hd_mutex_unlock(&m->hold);
         if (nback == 0)
             continue;
         /* returned first: the daemon reads the return before the answer */
@@ -233,7 +233,7 @@ static void take_from_blocked(heapd_client *c, struct answers *a)
                 send_answers(c, a);
         }
     }
-    pthread_mutex_unlock(&c->mutators_mu);
+    hd_mutex_unlock(&c->mutators_mu);
 }
 
 /* M's current segment S, if it is one. */
@@ -262,13 +262,13 @@ static bool service_pass(heapd_client *c, heapd_mutator *m)
     a.nrescanned = a.nreleased = 0;
     if (!m)
         take_from_blocked(c, &a);
-    if (m && pthread_mutex_trylock(&r->mu) != 0) {
+    if (m && !hd_mutex_trylock(&r->mu)) {
         /* the agent is at it; look again at the next safepoint */
         atomic_store(&m->remark_pending, 1);
         return false;
     }
     if (!m)
-        pthread_mutex_lock(&r->mu);
+        hd_mutex_lock(&r->mu);
     for (uint32_t w = r->lo / 64; !full && r->n > 0 && w * 64 < r->hi; w++) {
         uint64_t bits = r->queued[w];
         while (bits && !full) {
@@ -294,7 +294,7 @@ static bool service_pass(heapd_client *c, heapd_mutator *m)
                    nmine == LAYOUT_NCLASSES;
         }
     }
-    pthread_mutex_unlock(&r->mu);
+    hd_mutex_unlock(&r->mu);
     /* the returns go out before the answers that name them */
     if (flush)
         reserve_flush_returns(c);
@@ -343,10 +343,10 @@ void remark_granted(void *arg, const Heapd__SegmentGrant *g)
 void remark_closed(void *arg)
 {
     heapd_client *c = arg;
-    pthread_mutex_lock(&c->mutators_mu);
+    hd_mutex_lock(&c->mutators_mu);
     for (heapd_mutator *m = c->mutators; m; m = m->next)
         atomic_store(&m->remark_pending, 1);
-    pthread_mutex_unlock(&c->mutators_mu);
+    hd_mutex_unlock(&c->mutators_mu);
 }
 
 void remark_request(void *arg, const Heapd__RemarkRequest *rq)
@@ -355,7 +355,7 @@ void remark_request(void *arg, const Heapd__RemarkRequest *rq)
     struct client_remark *r = &c->remark;
     if (!r->queued)
         return;
-    pthread_mutex_lock(&r->mu);
+    hd_mutex_lock(&r->mu);
     for (size_t k = 0; k < rq->n_segments; k++) {
         uint32_t s = rq->segments[k];
         if (s < c->first_segment || s >= r->nsegs)
@@ -369,10 +369,10 @@ void remark_request(void *arg, const Heapd__RemarkRequest *rq)
         if (s + 1 > r->hi)
             r->hi = s + 1;
     }
-    pthread_mutex_unlock(&r->mu);
-    pthread_mutex_lock(&c->mutators_mu);
+    hd_mutex_unlock(&r->mu);
+    hd_mutex_lock(&c->mutators_mu);
     for (heapd_mutator *m = c->mutators; m; m = m->next)
         atomic_store(&m->remark_pending, 1);
-    pthread_mutex_unlock(&c->mutators_mu);
+    hd_mutex_unlock(&c->mutators_mu);
     remark_service(c, NULL);
 }

@@ -10,12 +10,13 @@
 #include <stdint.h>
 
 #include "frame.h"
+#include "lock.h"
 #include "heapd.h"
 
 /* Note [Remark requests] in client/remark.c: the segments the daemon asked
  * this client to rescan, and the small segments it holds. */
 struct client_remark {
-    pthread_mutex_t mu;              /* guards queued, n, lo, hi */
+    struct hd_mutex mu;              /* guards queued, n, lo, hi */
     uint64_t *queued;                /* bit i: segment i asked for */
     size_t n;                        /* bits set in queued */
     uint32_t lo, hi;                 /* queued bits lie in [lo, hi) */

@@ -114,7 +114,7 @@
 void reserve_init(heapd_client *c)
 {
     struct reserve *r = &c->reserve;
-    pthread_mutex_init(&r->mu, NULL);
+    hd_mutex_init(&r->mu);
     atomic_init(&r->refills, 0);
     /* Note [Reserve sizing] */
     uint32_t nseg = c->ctl->segment_count;
@@ -355,7 +355,7 @@ static bool reserve_is_valid(const struct reserve *r)
 static void unlock_reserve(struct reserve *r)
 {
     assert(reserve_is_valid(r));
-    pthread_mutex_unlock(&r->mu);
+    hd_mutex_unlock(&r->mu);
 }
 
 /* ---- refills ---- */
@@ -398,7 +398,7 @@ static void on_refill(void *arg, int status, Heapd__Envelope *rep)
     size_t nextra = 0;
     uint32_t limit = (uint32_t)(c->size >> c->seg_shift);
 
-    pthread_mutex_lock(&r->mu);
+    hd_mutex_lock(&r->mu);
     r->refilling = false;
     if (status == 0 && rep &&
         rep->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT) {
@@ -473,7 +473,7 @@ int reserve_drain(heapd_client *c)
     struct reserve *r = &c->reserve;
     uint32_t segs[2 * RESERVE_MAX];
     size_t n = 0;
-    pthread_mutex_lock(&r->mu);
+    hd_mutex_lock(&r->mu);
     while (take_locked(r, &segs[n]))
         n++;
     while (r->nreuse > 0)
@@ -487,7 +487,7 @@ int reserve_take_back(heapd_client *c, uint32_t s)
 {
     struct reserve *r = &c->reserve;
     int where = 0;
-    pthread_mutex_lock(&r->mu);
+    hd_mutex_lock(&r->mu);
     for (unsigned k = 0; k < r->nreuse && !where; k++) {
         if (r->reuse[k].seg == s) {
             r->reuse[k] = r->reuse[--r->nreuse];
@@ -519,7 +519,7 @@ void reserve_give_back(heapd_client *c, const uint32_t *segs, size_t n,
     struct reserve *r = &c->reserve;
     uint32_t batch[RETURN_BATCH];
     size_t nb = 0;
-    pthread_mutex_lock(&r->mu);
+    hd_mutex_lock(&r->mu);
     for (size_t i = 0; i < n; i++) {
         if (r->nfull == RETURN_BATCH) {
             memcpy(batch, r->full, sizeof batch);
@@ -527,7 +527,7 @@ void reserve_give_back(heapd_client *c, const uint32_t *segs, size_t n,
             r->nfull = 0;
             unlock_reserve(r);
             return_segments(c, batch, nb);
-            pthread_mutex_lock(&r->mu);
+            hd_mutex_lock(&r->mu);
         }
         r->full[r->nfull++] = segs[i];
     }
@@ -599,7 +599,7 @@ static void on_reuse(void *arg, int status, Heapd__Envelope *rep)
     size_t nextra = 0, got = 0;
     uint32_t limit = (uint32_t)(c->size >> c->seg_shift);
 
-    pthread_mutex_lock(&r->mu);
+    hd_mutex_lock(&r->mu);
     r->reusing = false;
     if (status == 0 && rep &&
         rep->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT) {
@@ -663,7 +663,7 @@ static void wait_refill_locked(heapd_mutator *m)
     struct reserve *r = &m->c->reserve;
     unlock_reserve(r);
     heapd_blocking_enter(m);
-    pthread_mutex_lock(&r->mu);
+    hd_mutex_lock(&r->mu);
     while (r->n == 0 && r->refilling) {
         uint32_t gen = atomic_load(&r->refills);
         unlock_reserve(r);
@@ -673,11 +673,11 @@ static void wait_refill_locked(heapd_mutator *m)
          * outlives the connection (Note [A dead daemon] in
          * client/mutator.c) */
         futex_spin_wait(&r->refills, gen, MUTATOR_SPIN_NS, 0);
-        pthread_mutex_lock(&r->mu);
+        hd_mutex_lock(&r->mu);
     }
     unlock_reserve(r);
     heapd_blocking_leave(m);
-    pthread_mutex_lock(&r->mu);
+    hd_mutex_lock(&r->mu);
 }
 
 /* With reserve.mu held: does the reserve hold a partly free segment of
@@ -719,7 +719,7 @@ static void wait_reuse_locked(heapd_mutator *m)
     uint64_t t0 = monotonic_ns();
     unlock_reserve(r);
     heapd_blocking_enter(m);
-    pthread_mutex_lock(&r->mu);
+    hd_mutex_lock(&r->mu);
     while (r->reusing) {
         uint64_t waited = monotonic_ns() - t0;
         if (waited >= bound)
@@ -731,11 +731,11 @@ static void wait_reuse_locked(heapd_mutator *m)
          * that the agent and heapd get the core the answer needs */
         futex_spin_wait(&r->refills, gen,
                         left < MUTATOR_SPIN_NS ? left : MUTATOR_SPIN_NS, left);
-        pthread_mutex_lock(&r->mu);
+        hd_mutex_lock(&r->mu);
     }
     unlock_reserve(r);
     heapd_blocking_leave(m);
-    pthread_mutex_lock(&r->mu);
+    hd_mutex_lock(&r->mu);
 }
 
 /* With reserve.mu held: a partly free segment of class CLS, or false. */
@@ -767,7 +767,7 @@ int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
     /* orphaned: Note [Remark requests], Note [A dead daemon] */
     if (mutator_orphaned(m))
         return mutator_orphan_error(m);
-    pthread_mutex_lock(&r->mu);
+    hd_mutex_lock(&r->mu);
     if (formatted) {
         /* the next refills ask for partly free segments of this class
          * too */
@@ -809,7 +809,7 @@ int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
     if (n < 0)
         return n;
     *out = got[0];
-    pthread_mutex_lock(&r->mu);
+    hd_mutex_lock(&r->mu);
     int k = 1;
     while (k < n && r->n + r->nreuse < r->max)
         put_locked(r, got[k++]);

@@ -13,6 +13,7 @@
 
 #include "heapd.h"
 #include "layout.h"
+#include "lock.h"
 
 #define RESERVE_START 16   /* the first batch (Note [Reserve sizing]) */
 #define RESERVE_BATCH 64   /* asked for at once, at most (MAX_GRANT) */
@@ -24,7 +25,7 @@
 /* Blank segments granted to this client, shared by its mutators
  * (Note [Segment supply] in daemon/gc/segment.c; client/reserve.c). */
 struct reserve {
-    pthread_mutex_t mu;
+    struct hd_mutex mu;
     uint32_t segs[RESERVE_MAX];      /* a ring: first in, first out */
     unsigned head, n;
     bool refilling;                  /* an async request is out */

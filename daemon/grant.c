@@ -422,9 +422,9 @@ struct pending *grant_take_ready(struct pending **q, struct heap *h)
     struct pending *ready = NULL;
     uint64_t cycles;
 
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     cycles = h->stats.cycles_completed;
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     for (struct pending **pp = q; *pp;) {
         struct pending *p = *pp;
         if (p->h == h && cycles >= p->target) {

@@ -151,9 +151,9 @@ static void route(struct handoff *hf)
     struct heap *h = hf->h;
     struct remark_asks a = {0};
 
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     bool all = remark_outbox_take(h, reach, hf, &a);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     if (!all)
         uv_async_send(&hf->outbox);
     /* one request per owner: the asks grouped by client */
@@ -208,9 +208,9 @@ static void on_fault(uv_async_t *a)
         struct conn *c = f && id ? conn_find(hf->d, h, id) : NULL;
         if (!c || c->state == CONN_CLOSING)
             continue;
-        pthread_mutex_lock(&h->lock);
+        heap_lock(h);
         h->stats.clients_disconnected++;
-        pthread_mutex_unlock(&h->lock);
+        heap_unlock(h);
         log_warn("heap '%s': client %llu (%s, pid %d, uid %u) wrote %s "
                  "into mutator slot %u; disconnected.  Its program writes "
                  "into libheapd's memory: a stray pointer, or a hostile "
@@ -283,7 +283,7 @@ void remark_done(struct conn *c, const Heapd__RemarkDone *r)
         c->d->frames_rejected++;
         return;
     }
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     /* the fields were logged before the message was sent */
     if (h->marking)
         for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
@@ -295,8 +295,7 @@ void remark_done(struct conn *c, const Heapd__RemarkDone *r)
      * what it still has to answer is timed from its last answer */
     if (c->remark_since && r->n_rescanned + r->n_released > bad)
         c->remark_since = uv_now(&c->d->loop);
-    segtab_assert(&h->segs); /* Note [Checking the segment table] */
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     if (bad || unowned) {
         c->d->frames_rejected += bad + unowned;
         log_info("client %llu (%s): remark answer names %zu segment(s) it "

@@ -44,7 +44,7 @@ struct metrics_http {
     struct daemon *d;
     struct MHD_Daemon *mhd;
     uv_async_t async;
-    pthread_mutex_t mu;
+    struct hd_mutex mu;
     pthread_cond_t cv;          /* CLOCK_MONOTONIC */
     uint64_t asked, answered;   /* generations, under mu */
     char *text;                 /* the last answer, under mu */
@@ -59,9 +59,9 @@ static void on_async(uv_async_t *a)
     static struct stats_snapshot s;
     char *buf = NULL;
     size_t len = 0;
-    pthread_mutex_lock(&m->mu);
+    hd_mutex_lock(&m->mu);
     uint64_t gen = m->asked;
-    pthread_mutex_unlock(&m->mu);
+    hd_mutex_unlock(&m->mu);
     session_stats_snapshot(m->d, &s);
     struct metrics_heap h[CONFIG_MAX_HEAPS];
     for (size_t i = 0; i < s.n; i++)
@@ -74,13 +74,13 @@ static void on_async(uv_async_t *a)
             buf = NULL;
         }
     }
-    pthread_mutex_lock(&m->mu);
+    hd_mutex_lock(&m->mu);
     free(m->text);
     m->text = buf;
     m->len = buf ? len : 0;
     m->answered = gen;
     pthread_cond_broadcast(&m->cv);
-    pthread_mutex_unlock(&m->mu);
+    hd_mutex_unlock(&m->mu);
 }
 
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status,
@@ -117,21 +117,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
     deadline.tv_sec += METRICS_WAIT_S;
-    pthread_mutex_lock(&m->mu);
+    hd_mutex_lock(&m->mu);
     uint64_t gen = ++m->asked;
     uv_async_send(&m->async);
     int rc = 0;
     while (m->answered < gen && !m->stopping && rc != ETIMEDOUT)
-        rc = pthread_cond_timedwait(&m->cv, &m->mu, &deadline);
+        rc = hd_cond_timedwait(&m->cv, &m->mu, &deadline);
     if (m->answered < gen || !m->text) {
-        pthread_mutex_unlock(&m->mu);
+        hd_mutex_unlock(&m->mu);
         return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, text_type,
                      "heapd did not produce its statistics in time\n", 45);
     }
     enum MHD_Result ret =
         reply(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
               m->text, m->len);
-    pthread_mutex_unlock(&m->mu);
+    hd_mutex_unlock(&m->mu);
     return ret;
 }
 
@@ -153,7 +153,7 @@ int metrics_http_start(struct daemon *d)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&m->cv, &ca);
     pthread_condattr_destroy(&ca);
-    pthread_mutex_init(&m->mu, NULL);
+    hd_mutex_init(&m->mu);
     m->d = d;
     if (uv_async_init(&d->loop, &m->async, on_async) != 0) {
         free(m);
@@ -188,10 +188,10 @@ void metrics_http_stop(struct daemon *d)
     struct metrics_http *m = d->metrics;
     if (!m)
         return;
-    pthread_mutex_lock(&m->mu);
+    hd_mutex_lock(&m->mu);
     m->stopping = true;
     pthread_cond_broadcast(&m->cv);
-    pthread_mutex_unlock(&m->mu);
+    hd_mutex_unlock(&m->mu);
     if (m->mhd)
         MHD_stop_daemon(m->mhd);
     m->mhd = NULL;
@@ -206,7 +206,7 @@ void metrics_http_free(struct daemon *d)
         return;
     free(m->text);
     pthread_cond_destroy(&m->cv);
-    pthread_mutex_destroy(&m->mu);
+    hd_mutex_destroy(&m->mu);
     free(m);
     d->metrics = NULL;
 }

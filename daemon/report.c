@@ -207,7 +207,7 @@ int report_clients(struct conn *c, uint64_t seq)
         heap_of[k] = o->heap;
         if (o->heap) {
             struct heap *h = o->heap;
-            pthread_mutex_lock(&h->lock);
+            heap_lock(h);
             for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS && mk < n_mut; i++) {
                 if (!(o->slots[i / 64] >> (i % 64) & 1) ||
                     atomic_load(&h->owners[i].client_id) != o->id)
@@ -217,7 +217,7 @@ int report_clients(struct conn *c, uint64_t seq)
                 mk++;
                 ci->n_mutators++;
             }
-            pthread_mutex_unlock(&h->lock);
+            heap_unlock(h);
         }
         info_p[k] = ci;
         k++;
@@ -227,14 +227,14 @@ int report_clients(struct conn *c, uint64_t seq)
         struct heap *h = &d->heaps[i];
         if (!heap_seen[i])
             continue;
-        pthread_mutex_lock(&h->lock);
+        heap_lock(h);
         struct mark_job *j = h->marking;
         if (j) {
-            pthread_mutex_lock(&j->mu);
+            hd_mutex_lock(&j->mu);
             count_remarks(h, info, heap_of, k);
-            pthread_mutex_unlock(&j->mu);
+            hd_mutex_unlock(&j->mu);
         }
-        pthread_mutex_unlock(&h->lock);
+        heap_unlock(h);
     }
 
     r.n_clients = k;
@@ -309,11 +309,11 @@ static int heap_segments(struct heap *h, Heapd__HeapSegments *hs,
     vec = malloc(seg_bytes / page);
     if (!vec)
         return -ENOMEM;
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     uint32_t high = t->high > t->first ? t->high : t->first;
     small = malloc(((size_t)(high - t->first) + 1) * sizeof *small);
     if (!small) {
-        pthread_mutex_unlock(&h->lock);
+        heap_unlock(h);
         rc = -ENOMEM;
         goto out;
     }
@@ -359,7 +359,7 @@ static int heap_segments(struct heap *h, Heapd__HeapSegments *hs,
         cls[k].blocks += t->small_nblocks[k];
         small[n_small++] = (struct class_seg){i, k};
     }
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     hs->committed_bytes = heap_committed_bytes(h);
 
     /* the geometry per class never changes after seg_init */

@@ -86,10 +86,10 @@ static void client_key(char *buf, size_t n, const struct heap *h,
 void resume_register(struct heap *h, struct conn *c)
 {
     char key[96];
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     table_client_add(h, c->id, c->token, c->peer.pid, c->peer.uid,
                      c->peer.gid, c->start, c->name);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     client_key(key, sizeof key, h, c->id);
     fdstore_keep("client", key, c->mem_fd, true);
 }
@@ -109,9 +109,9 @@ unsigned resume_suspend_all(struct daemon *d)
         struct heap *h = c->heap;
         if (!h || c->gone || c->state != CONN_READY || c->mem_fd < 0)
             continue;
-        pthread_mutex_lock(&h->lock);
+        heap_lock(h);
         bool listed = table_client_listed(h, c->id);
-        pthread_mutex_unlock(&h->lock);
+        heap_unlock(h);
         if (!listed) { /* the registry was full at its Welcome */
             conn_fail(c, HEAPD__ERROR_CODE__ERROR_SHUTTING_DOWN,
                       "heapd is shutting down, and its table had no room "
@@ -135,7 +135,7 @@ static void drop(struct daemon *d, struct resume_client *r, bool attached,
                  const char *why)
 {
     struct heap *h = r->heap;
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         if (!(r->slots[i / 64] >> (i % 64) & 1))
             continue;
@@ -148,15 +148,14 @@ static void drop(struct daemon *d, struct resume_client *r, bool attached,
     globals_release_owner(h, r->id);
     h->stats.clients_crashed++;
     assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
-    segtab_assert(&h->segs); /* Note [Checking the segment table] */
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     seg_punch_strays(h); /* Note [Free memory stays free] */
     log_info("heap '%s': client %llu (%s, pid %d) kept across the restart "
              "%s; its segments are orphaned", h->cfg->name,
              (unsigned long long)r->id, r->name, (int)r->pid, why);
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     resume_unregister(h, r->id);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     if (r->mem_fd >= 0)
         close(r->mem_fd);
     if (r->pidfd >= 0)
@@ -247,9 +246,9 @@ void resume_adopt(struct daemon *d, struct heap *h,
             drop(d, r, false, "did not live through it");
             continue;
         }
-        pthread_mutex_lock(&h->lock);
+        heap_lock(h);
         int rc = attach_again(h, r);
-        pthread_mutex_unlock(&h->lock);
+        heap_unlock(h);
         if (rc < 0) {
             drop(d, r, true, "could not have its slots mapped again");
             continue;
@@ -285,10 +284,10 @@ bool resume_take(struct daemon *d, struct heap *h, struct conn *c,
         c->slots[0] = r->slots[0];
         c->slots[1] = r->slots[1];
         c->mem_fd = r->mem_fd;
-        pthread_mutex_lock(&h->lock);
+        heap_lock(h);
         h->stats.clients_resumed++;
         table_save_stats(h); /* a kill before the next cycle keeps it */
-        pthread_mutex_unlock(&h->lock);
+        heap_unlock(h);
         log_info("heap '%s': client %llu (%s, pid %d) resumed after %llu ms",
                  h->cfg->name, (unsigned long long)r->id, r->name,
                  (int)r->pid,

@@ -349,7 +349,7 @@ void session_stats_snapshot(struct daemon *d, struct stats_snapshot *s)
         struct stats_heap *sh = &s->h[i];
         sh->base = h->cfg->base;
         sh->committed_bytes = heap_committed_bytes(h);
-        pthread_mutex_lock((pthread_mutex_t *)&h->lock);
+        heap_lock((struct heap *)h);
         sh->m = (struct metrics_heap){
             .name = h->cfg->name,
             .reserved_bytes = h->cfg->max_size,
@@ -359,7 +359,7 @@ void session_stats_snapshot(struct daemon *d, struct stats_snapshot *s)
             .counters = sh->counters,
         };
         heap_counters(h, sh->counters);
-        pthread_mutex_unlock((pthread_mutex_t *)&h->lock);
+        heap_unlock((struct heap *)h);
     }
 }
 
@@ -594,13 +594,13 @@ static int handle_attach(struct conn *c, uint64_t seq,
     int asked = young_asked(c, h, seq, ar, &young_segs, &young_age);
     if (asked != 1)
         return asked;
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     if (young_segs) {
         int rc = grant_young(h, c->id, &c->held, young_segs, &young_first,
                              &tracer);
         if (rc < 0) {
             uint32_t held = c->held;
-            pthread_mutex_unlock(&h->lock);
+            heap_unlock(h);
             return young_refused(c, h, seq, rc, young_segs, held);
         }
     }
@@ -615,8 +615,7 @@ static int handle_attach(struct conn *c, uint64_t seq,
         grant_young_undo(h, &c->held, young_first, tracer);
     }
     assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
-    segtab_assert(&h->segs); /* Note [Checking the segment table] */
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     if (slot == -ENOSPC)
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SLOT,
                            "heap '%s' has all %d mutator slots attached; "
@@ -652,13 +651,12 @@ static int handle_detach(struct conn *c, uint64_t seq,
                            "mutator slot %u is not attached by this client",
                            r->slot);
     }
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     /* its nursery goes with it (Note [A nursery in the segment table]) */
     c->held -= grant_young_held(h, r->slot);
     grant_free_slot(h, c->slots, r->slot, c->mem_fd);
     assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
-    segtab_assert(&h->segs); /* Note [Checking the segment table] */
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
 
     Heapd__DetachReply dr = HEAPD__DETACH_REPLY__INIT;
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
@@ -688,7 +686,7 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
 
     /* Note [Stalls]: no cycle can end; nothing waits for one */
     final = final || atomic_load(&h->stalled) != 0;
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     int rc = grant_segments(h, c->id, &c->held, r, final, &g, &wait_cycle);
     if (rc == 0) {
         c->granted += (uint64_t)(r->kind == GRANT_LARGE ? g.run : (uint32_t)g.n)
@@ -698,8 +696,7 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
     }
     uint32_t held = c->held;
     uint64_t charged = seg_charged_bytes(h, c->id, true); /* Note [Quota] */
-    segtab_assert(&h->segs); /* Note [Checking the segment table] */
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     if (rc == -EAGAIN) /* Note [Pacing] */
         return defer(c, h, seq, PENDING_GRANT, r, wait_cycle);
 
@@ -778,15 +775,14 @@ static int handle_segment_return(struct conn *c, const Heapd__SegmentReturn *r)
     if (!h) {
         bad = r->n_segments ? r->n_segments : 1;
     } else {
-        pthread_mutex_lock(&h->lock);
+        heap_lock(h);
         for (size_t i = 0; i < r->n_segments; i++)
             if (seg_return(h, c->id, &c->held, r->segments[i]) < 0)
                 bad++;
         /* full segments come back more often than grants go out: the
          * trigger overshoots by less (Note [Collection cycle]) */
         collector_check_trigger(h);
-        segtab_assert(&h->segs); /* Note [Checking the segment table] */
-        pthread_mutex_unlock(&h->lock);
+        heap_unlock(h);
     }
     if (bad) {
         c->d->frames_rejected += bad;
@@ -811,9 +807,9 @@ static int handle_urs_batch(struct conn *c, const Heapd__UrsBatch *r)
     }
     /* the entries are read from the slot's ring up to its real head; the
      * head in the message only says that there is something to read */
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     mark_urs(h, h->marking, r->slot);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     return 0;
 }
 
@@ -829,10 +825,10 @@ static int handle_global_claim(struct conn *c, uint64_t seq,
 
     if (!h)
         return 0;
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     rc = globals_claim(h, c->id, r->name ? r->name : "", r->once, &index,
                        &role);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     switch (rc) {
     case 0:
         break;
@@ -865,9 +861,9 @@ static int handle_global_delete(struct conn *c, uint64_t seq,
 
     if (!h)
         return 0;
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     rc = globals_delete(h, r->name ? r->name : "");
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     Heapd__GlobalDeleted gd = HEAPD__GLOBAL_DELETED__INIT;
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     switch (rc) {
@@ -899,9 +895,9 @@ static int handle_global_init_done(struct conn *c, uint64_t seq,
 
     if (!h)
         return 0;
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     rc = globals_init_done(h, c->id, r->index, r->ok);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     if (rc < 0)
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
                            "global entry %u is not being initialised by "
@@ -926,7 +922,7 @@ static int handle_globals_request(struct conn *c, uint64_t seq)
     if (!h)
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
                            "this daemon serves no heap");
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
         struct layout_global *g = &h->control->globals[i];
         uint32_t st = atomic_load(&g->state);
@@ -949,7 +945,7 @@ static int handle_globals_request(struct conn *c, uint64_t seq)
         ptr[n] = &info[n];
         n++;
     }
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     Heapd__GlobalsReply r = HEAPD__GLOBALS_REPLY__INIT;
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     r.n_globals = n;
@@ -965,9 +961,9 @@ static int reply_collect_done(struct conn *c, struct heap *h, uint64_t seq)
 {
     Heapd__CollectDone done = HEAPD__COLLECT_DONE__INIT;
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     done.cycle = h->stats.cycles_completed;
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     env.body_case = HEAPD__ENVELOPE__BODY_COLLECT_DONE;
     env.collect_done = &done;
     return conn_reply(c, &env, seq);
@@ -1066,7 +1062,7 @@ static void client_leaves(struct conn *c, struct heap *h, bool crashed)
      * segments nobody orphans */
     grant_drop(&c->d->pending, &c->d->workers, c);
     c->outstanding = 0;
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
         if (c->slots[i / 64] >> (i % 64) & 1)
             grant_free_slot(h, c->slots, i, c->mem_fd);
@@ -1077,8 +1073,7 @@ static void client_leaves(struct conn *c, struct heap *h, bool crashed)
     c->held = 0;
     h->stats.clients_crashed += crashed;
     assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
-    segtab_assert(&h->segs); /* Note [Checking the segment table] */
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     seg_punch_strays(h); /* Note [Free memory stays free] */
 }
 

@@ -141,9 +141,9 @@ static void name_stall(struct conn *c, int slot, enum layout_stall_on on,
     if (slot >= 0)
         snprintf(who, sizeof who, "mutator slot %d of ", slot);
     next_step(h, next, sizeof next);
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     h->stats.stalls++;
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     log_warn("heap '%s': %sclient %llu (%s, pid %d, uid %u) %s for %llu "
              "ms; %s.  %s", h->cfg->name, who, (unsigned long long)c->id,
              c->name[0] ? c->name : "?", (int)c->peer.pid,
@@ -167,7 +167,7 @@ static void evict(struct daemon *d, struct conn *c, enum layout_stall_on on,
     bool stopped = c->pidfd >= 0 &&
                    syscall(SYS_pidfd_send_signal, c->pidfd, SIGSTOP, NULL,
                            0) == 0;
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
         if (c->slots[i / 64] >> (i % 64) & 1)
             regions[n++] = h->owners[i].region;
@@ -175,7 +175,7 @@ static void evict(struct daemon *d, struct conn *c, enum layout_stall_on on,
     if (f)
         rc = seg_fence(h, &f->segs, &f->n);
     h->stats.clients_evicted++;
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     if (rc == 0) {
         f->h = h;
         f->pidfd = c->pidfd >= 0 ? fcntl(c->pidfd, F_DUPFD_CLOEXEC, 3) : -1;
@@ -245,9 +245,9 @@ static void end_stall(struct daemon *d, struct conn *c,
             c->killed_at = uv_now(&d->loop);
             c->killed_on = on;
             c->killed_after = ms;
-            pthread_mutex_lock(&h->lock);
+            heap_lock(h);
             h->stats.stalls_killed++;
-            pthread_mutex_unlock(&h->lock);
+            heap_unlock(h);
             log_warn("heap '%s': client %llu (%s, pid %d, uid %u) %s for "
                      "%llu ms (stall_timeout): killed", h->cfg->name,
                      (unsigned long long)c->id, c->name[0] ? c->name : "?",
@@ -317,11 +317,11 @@ static uint32_t remarks_sent_to(struct heap *h, uint64_t id)
     uint32_t n = 0;
     if (!j)
         return 0;
-    pthread_mutex_lock(&j->mu);
+    hd_mutex_lock(&j->mu);
     for (uint32_t i = h->segs.first; i < h->segs.high; i++)
         n += REMARK_STATE(h->segs.segs[i].remark) == REMARK_SENT &&
              h->segs.segs[i].remark_to == id;
-    pthread_mutex_unlock(&j->mu);
+    hd_mutex_unlock(&j->mu);
     return n;
 }
 
@@ -330,9 +330,9 @@ uint32_t stall_remarks_outstanding(struct conn *c)
     struct heap *h = c->heap;
     if (!h)
         return 0;
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     uint32_t n = remarks_sent_to(h, c->id);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     return n;
 }
 
@@ -374,10 +374,9 @@ static void watch_fences(struct daemon *d)
             fp = &f->next;
             continue;
         }
-        pthread_mutex_lock(&f->h->lock);
+        heap_lock(f->h);
         seg_unfence(f->h, f->segs, f->n);
-        segtab_assert(&f->h->segs);
-        pthread_mutex_unlock(&f->h->lock);
+        heap_unlock(f->h);
         log_info("heap '%s': evicted client %llu (pid %d) is gone; its "
                  "fence of %u segments is lifted", f->h->cfg->name,
                  (unsigned long long)f->client, f->pid, f->n);

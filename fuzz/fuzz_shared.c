@@ -743,18 +743,18 @@ static uint64_t accounted_bytes(void)
 {
     const struct segtab *t = &heap->segs;
     uint64_t n = t->first;
-    pthread_mutex_lock(&heap->lock);
+    heap_lock(heap);
     for (uint32_t i = t->first; i < t->high; i++)
         n += !t->segs[i].punched;
-    pthread_mutex_unlock(&heap->lock);
+    heap_unlock(heap);
     return n * SEG_SIZE;
 }
 
 static uint64_t stat_locked(const uint64_t *field)
 {
-    pthread_mutex_lock(&heap->lock);
+    heap_lock(heap);
     uint64_t v = *field;
-    pthread_mutex_unlock(&heap->lock);
+    heap_unlock(heap);
     return v;
 }
 
@@ -763,11 +763,11 @@ static bool attacker_segments_gone(void)
 {
     const struct segtab *t = &heap->segs;
     bool gone = true;
-    pthread_mutex_lock(&heap->lock);
+    heap_lock(heap);
     for (uint32_t i = t->first; i < t->count && gone; i++)
         gone = t->segs[i].state == SEG_FREE ||
                in_bystander((uint64_t)i * SEG_SIZE, 1);
-    pthread_mutex_unlock(&heap->lock);
+    heap_unlock(heap);
     return gone;
 }
 
@@ -791,10 +791,10 @@ static void damage_check(void)
     FUZZ_CHECK(ck.n_done == want && ck.n_errors == 0);
     FUZZ_CHECK(stat_locked(&heap->stats.verify_failures) == vf);
 
-    pthread_mutex_lock(&heap->lock);
+    heap_lock(heap);
     FUZZ_CHECK(heap->mutators == 1 && heap->clients == 1);
     FUZZ_CHECK(heap->segs.orphaned == heap->segs.adopted);
-    pthread_mutex_unlock(&heap->lock);
+    heap_unlock(heap);
     FUZZ_CHECK(heap_committed_bytes(heap) <= accounted_bytes());
     peer_close(&ck);
 }

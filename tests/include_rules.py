@@ -35,7 +35,8 @@ RULES = {
     # the collector: its own headers, the shared-memory contract and the
     # parsed config; no socket, no event loop, no wire messages
     "daemon/gc": (["daemon/gc/", "daemon/config.h", "proto/layout.h",
-                   "proto/young.h", "proto/futex.h", "proto/clock.h",
+                   "proto/young.h", "proto/futex.h", "proto/lock.h",
+                   "proto/clock.h",
                    "proto/heapd_counters.h", "proto/heapd_errors.h"],
                   LOOP_LIBS),
     # the loop side: everything of the daemon and the contract

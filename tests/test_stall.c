@@ -149,9 +149,9 @@ enum victim {
 static size_t remark_queued(heapd_mutator *m)
 {
     struct client_remark *r = &m->c->remark;
-    pthread_mutex_lock(&r->mu);
+    hd_mutex_lock(&r->mu);
     size_t n = r->n;
-    pthread_mutex_unlock(&r->mu);
+    hd_mutex_unlock(&r->mu);
     return n;
 }
 

@@ -45,8 +45,8 @@ static void setup(void)
     H.base = mmap(NULL, cfg.max_size, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ck_assert(H.base != MAP_FAILED);
-    pthread_mutex_init(&H.lock, NULL);
-    pthread_mutex_init(&H.adoption, NULL);
+    hd_mutex_init(&H.lock);
+    hd_mutex_init(&H.adoption);
     ck_assert_int_eq(seg_init(&H), 0);
     H.table_fd = -1;
     ck_assert_int_eq(table_create(&H), 0); /* Note [The live table] */
@@ -60,8 +60,8 @@ static void teardown(void)
     table_close(&H);
     seg_destroy(&H);
     munmap(H.base, cfg.max_size);
-    pthread_mutex_destroy(&H.lock);
-    pthread_mutex_destroy(&H.adoption);
+    hd_mutex_destroy(&H.lock);
+    hd_mutex_destroy(&H.adoption);
 }
 
 static uint8_t *marks_of(uint32_t seg)
@@ -87,7 +87,7 @@ static void allocate(uint32_t seg, uint32_t b, uint8_t epoch)
 static uint32_t reusable_segment(void)
 {
     uint32_t seg, fmt, held = 0;
-    pthread_mutex_lock(&H.lock);
+    heap_lock(&H);
     ck_assert_int_eq(seg_grant_small(&H, 1, &held, SEGS, 1, NULL,
                                      UINT32_MAX, &seg, &fmt), 1);
     struct layout_segment *hd = heap_seg_addr(&H, seg);
@@ -97,7 +97,7 @@ static uint32_t reusable_segment(void)
         allocate(seg, b, OLD_EPOCH);
     ck_assert_int_eq(seg_return(&H, 1, &held, seg), 0);
     ck_assert_uint_eq(H.segs.segs[seg].state, SEG_FILLED);
-    pthread_mutex_unlock(&H.lock);
+    heap_unlock(&H);
     uint32_t n = H.segs.small_nblocks[cls];
     seg_swept_filled(&H, seg, n - DEAD, n);
     return seg;
@@ -141,7 +141,7 @@ START_TEST(adopted_meanwhile_is_kept)
     pthread_t t;
 
     sweep_job_init(&sj, &H, EPOCH);
-    pthread_mutex_lock(&H.lock);
+    heap_lock(&H);
     ck_assert_int_eq(pthread_create(&t, NULL, sweeper, &sj), 0);
     wait_pass_done(seg);
 
@@ -156,10 +156,10 @@ START_TEST(adopted_meanwhile_is_kept)
     allocate(seg, 0, EPOCH);
     seg_orphan(&H, 2);
     ck_assert_uint_eq(H.segs.segs[seg].state, SEG_FILLED);
-    pthread_mutex_unlock(&H.lock);
+    heap_unlock(&H);
 
     ck_assert_int_eq(pthread_join(t, NULL), 0);
-    pthread_mutex_lock(&H.lock);
+    heap_lock(&H);
     sweep_job_finish(&sj);
     ck_assert_msg(H.segs.segs[seg].state == SEG_FILLED &&
                       marks_of(seg)[0] == EPOCH,
@@ -167,7 +167,7 @@ START_TEST(adopted_meanwhile_is_kept)
                   "sweep that looked at it before a client allocated in "
                   "it", seg, H.segs.segs[seg].state, marks_of(seg)[0]);
     ck_assert(segtab_check(&H.segs));
-    pthread_mutex_unlock(&H.lock);
+    heap_unlock(&H);
 }
 END_TEST
 
@@ -182,12 +182,12 @@ START_TEST(dead_segment_is_freed)
     sweep_job_init(&sj, &H, EPOCH);
     ck_assert_int_eq(pthread_create(&t, NULL, sweeper, &sj), 0);
     ck_assert_int_eq(pthread_join(t, NULL), 0);
-    pthread_mutex_lock(&H.lock);
+    heap_lock(&H);
     sweep_job_finish(&sj);
     ck_assert_uint_eq(H.segs.segs[seg].state, SEG_FREE);
     ck_assert_uint_eq(atomic_load(&sj.freed_segments), 1);
     ck_assert(segtab_check(&H.segs));
-    pthread_mutex_unlock(&H.lock);
+    heap_unlock(&H);
 }
 END_TEST
 

@@ -82,7 +82,7 @@ struct collector {
     struct heap *h;
     struct workers *workers;
     pthread_t thread;
-    pthread_mutex_t mu;
+    struct hd_mutex mu;
     pthread_cond_t cv;
     bool requested;
     bool quit;
@@ -133,11 +133,11 @@ void collector_retire_slot(struct heap *h, unsigned slot)
 uint64_t collector_request(struct heap *h)
 {
     struct collector *gc = h->gc;
-    pthread_mutex_lock(&gc->mu);
+    hd_mutex_lock(&gc->mu);
     uint64_t target = gc->cycles_started + 1;
     gc->requested = true;
     pthread_cond_signal(&gc->cv);
-    pthread_mutex_unlock(&gc->mu);
+    hd_mutex_unlock(&gc->mu);
     return target;
 }
 
@@ -398,7 +398,7 @@ static uint8_t snapshot(struct collector *gc, struct mark_job *mj)
     uint8_t epoch;
 
     safepoint_stop(h, SAFEPOINT_SNAPSHOT, &ttsp, &t0);
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     /* the previous cycle's sweep is complete and mutators are stopped:
      * the moment to check what sweeping promised (Note [Heap verifier]) */
     if (h->verify && h->stats.cycles_completed > 0 && !gc->unswept)
@@ -426,7 +426,7 @@ static uint8_t snapshot(struct collector *gc, struct mark_job *mj)
     h->marking = mj;
     atomic_store(&h->control->phase, LAYOUT_PHASE_MARK); /* barrier on */
     record_pause(h, monotonic_ns() - t0, ttsp, &h->stats.snapshot_pause_max_ns);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     safepoint_release(h);
     return epoch;
 }
@@ -439,7 +439,7 @@ static bool final_sync(struct collector *gc, struct mark_job *mj)
     bool done;
 
     safepoint_stop(h, SAFEPOINT_FINAL_SYNC, &ttsp, &t0);
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         /* Note [Slots are the daemon's] in daemon/grant.c */
         if (!heap_slot_attached(h, i))
@@ -447,13 +447,13 @@ static bool final_sync(struct collector *gc, struct mark_job *mj)
         mark_urs(h, mj, i);          /* every flush is in */
         mark_stack(mj, i, true);     /* a stack nobody marked yet */
     }
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     done = mark_drain(mj, FINAL_SYNC_BUDGET);
-    pthread_mutex_lock(&h->lock);
-    pthread_mutex_lock(&mj->mu);
+    heap_lock(h);
+    hd_mutex_lock(&mj->mu);
     /* Note [Remark]: no flagged segment may be left */
     done = done && mj->pool == NULL && remark_none_locked(mj);
-    pthread_mutex_unlock(&mj->mu);
+    hd_mutex_unlock(&mj->mu);
     if (done) {
         assert(remark_check_clear(h));
         if (h->verify)
@@ -471,7 +471,7 @@ static bool final_sync(struct collector *gc, struct mark_job *mj)
         h->stats.final_sync_retries++;
     }
     record_pause(h, monotonic_ns() - t0, ttsp, &h->stats.final_sync_pause_max_ns);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     safepoint_release(h);
     return done;
 }
@@ -533,9 +533,9 @@ static void run_cycle(struct collector *gc)
     /* Step 3: concurrent marking from the roots, then the workers until
      * they run dry; the final sync decides whether that was all. */
     t_mark = monotonic_ns();
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     mark_roots(&mj);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     do {
         /* remark work that clients still do is waited for here, with
          * the mutators running (Note [Remark]) */
@@ -548,14 +548,14 @@ static void run_cycle(struct collector *gc)
     gc->unswept = false;
     if (gc->sweep_only_verified && h->stats.verify_failures > failures) {
         /* Note [Recovery cycles]: keep the heap as it was found */
-        pthread_mutex_lock(&h->lock);
+        heap_lock(h);
         atomic_store(&h->control->phase, LAYOUT_PHASE_IDLE);
         if (left) {
             h->recovery_failed = true;
             atomic_store(&h->recovery_left, 0);
             h->verify = h->recovery_verify;
         }
-        pthread_mutex_unlock(&h->lock);
+        heap_unlock(h);
         mark_job_destroy(&mj);
         notify_send(&gc->cycle_done);
         return;
@@ -567,7 +567,7 @@ static void run_cycle(struct collector *gc)
     workers_run_n(gc->workers, sweep_worker, &sj, nworkers);
     t_end = monotonic_ns();
 
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     sweep_job_finish(&sj); /* Note [Quota] in daemon/gc/segment.c */
     h->stats.cycles_completed++;
     /* what was reachable at the snapshot; the blocks that survived also
@@ -602,10 +602,10 @@ static void run_cycle(struct collector *gc)
         }
     }
     table_save_stats(h); /* Note [The live table] */
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     struct seg_purged purged;
     seg_purge(h, demand, &purged);
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     uint64_t committed = collector_committed(h);
     /* Note [Heap goal]: past the goal with what it cannot hand out again
      * (live blocks spread thin, a live set that grew), a heap may still
@@ -626,7 +626,7 @@ static void run_cycle(struct collector *gc)
     gc->trigger_at = (uint64_t)(at < least               ? least
                                 : at > (int64_t)budget ? (int64_t)budget
                                                        : at);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
 
     log_debug("heap '%s': cycle %llu: epoch %u, %llu objects marked in %u "
               "round(s) (%llu URS entries), %llu blocks and %llu segments "
@@ -699,12 +699,12 @@ static void *collector_main(void *arg)
 {
     pthread_setname_np(pthread_self(), "heapd-cycle");
     struct collector *gc = arg;
-    pthread_mutex_lock(&gc->mu);
+    hd_mutex_lock(&gc->mu);
     for (;;) {
         /* Note [Resuming clients]: none starts while a hold is on */
         while ((!gc->requested || atomic_load(&gc->h->cycle_holds) != 0) &&
                !gc->quit)
-            pthread_cond_wait(&gc->cv, &gc->mu);
+            hd_cond_wait(&gc->cv, &gc->mu);
         if (gc->quit)
             break;
         gc->requested = false;
@@ -712,14 +712,14 @@ static void *collector_main(void *arg)
         /* atomic: collector_paced_until reads it without mu */
         __atomic_store_n(&gc->cycles_started, gc->cycles_started + 1,
                          __ATOMIC_RELEASE);
-        pthread_mutex_unlock(&gc->mu);
+        hd_mutex_unlock(&gc->mu);
         run_cycle(gc);
-        pthread_mutex_lock(&gc->mu);
+        hd_mutex_lock(&gc->mu);
         gc->running = false;
         if (atomic_load(&gc->h->recovery_left))
             gc->requested = true; /* Note [Recovery cycles]: the next */
     }
-    pthread_mutex_unlock(&gc->mu);
+    hd_mutex_unlock(&gc->mu);
     return NULL;
 }
 
@@ -731,12 +731,12 @@ void collector_hold(struct heap *h, bool hold)
     else
         atomic_fetch_sub(&h->cycle_holds, 1);
     if (gc) {
-        pthread_mutex_lock(&gc->mu);
+        hd_mutex_lock(&gc->mu);
         /* Note [Recovery cycles]: they start once nothing holds them */
         if (atomic_load(&h->recovery_left))
             gc->requested = true;
         pthread_cond_signal(&gc->cv);
-        pthread_mutex_unlock(&gc->mu);
+        hd_mutex_unlock(&gc->mu);
     }
 }
 
@@ -751,9 +751,9 @@ bool collector_idle(struct heap *h)
     struct collector *gc = h->gc;
     if (!gc)
         return true;
-    pthread_mutex_lock(&gc->mu);
+    hd_mutex_lock(&gc->mu);
     bool idle = !gc->running;
-    pthread_mutex_unlock(&gc->mu);
+    hd_mutex_unlock(&gc->mu);
     return idle;
 }
 
@@ -770,7 +770,7 @@ int collector_launch(struct heap *h, struct workers *w,
     gc->workers = w;
     gc->cycle_done = cycle_done;
     gc->outbox = outbox;
-    pthread_mutex_init(&gc->mu, NULL);
+    hd_mutex_init(&gc->mu);
     pthread_cond_init(&gc->cv, NULL);
     h->gc = gc;
     sigfillset(&all);
@@ -790,13 +790,13 @@ void collector_join(struct heap *h)
     struct collector *gc = h->gc;
     if (!gc)
         return;
-    pthread_mutex_lock(&gc->mu);
+    hd_mutex_lock(&gc->mu);
     gc->quit = true;
     pthread_cond_signal(&gc->cv);
-    pthread_mutex_unlock(&gc->mu);
+    hd_mutex_unlock(&gc->mu);
     pthread_join(gc->thread, NULL);
     h->gc = NULL;
-    pthread_mutex_destroy(&gc->mu);
+    hd_mutex_destroy(&gc->mu);
     pthread_cond_destroy(&gc->cv);
     free(gc);
 }

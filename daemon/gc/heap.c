@@ -153,8 +153,8 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
 #else
     h->poison = true;
 #endif
-    pthread_mutex_init(&h->lock, NULL);
-    pthread_mutex_init(&h->adoption, NULL);
+    hd_mutex_init(&h->lock);
+    hd_mutex_init(&h->adoption);
     if (!kept) {
         struct timespec now;
         clock_gettime(CLOCK_REALTIME, &now);

@@ -12,6 +12,7 @@
 #include "heapd_counters.h"
 #include "config.h"
 #include "layout.h"
+#include "lock.h"
 #include "notify.h"
 #include "segment.h"
 
@@ -143,8 +144,8 @@ struct heap {
     bool poison;                     /* poison freed blocks (verify/debug) */
     bool verify;                     /* run the verifier after each cycle */
     uint8_t static_flag;             /* Note [Global roots]; heap->lock */
-    pthread_mutex_t lock;            /* table, slots, stats */
-    pthread_mutex_t adoption;        /* Note [Remark] in daemon/gc/remark.c:
+    struct hd_mutex lock;            /* table, slots, stats: heap_lock */
+    struct hd_mutex adoption;        /* Note [Remark] in daemon/gc/remark.c:
                                         no FILLED segment is granted while
                                         the daemon rescans one; taken
                                         after lock, never before it */
@@ -164,6 +165,23 @@ struct heap {
                                         (Note [Collector handoff]) */
     _Atomic uint32_t bad_logged;     /* bad references logged this cycle */
 };
+
+/* heap->lock, taken and released only through these (Note [Checked lock
+ * rules] in proto/lock.h); a release checks the segment table in debug
+ * builds (Note [Checking the segment table] in segment.c). */
+#define heap_lock(h) hd_mutex_lock(&(h)->lock)
+#define heap_trylock(h) hd_mutex_trylock(&(h)->lock)
+#define heap_unlock(h) heap_unlock_((h), __func__, __FILE__, __LINE__)
+static inline void heap_unlock_(struct heap *h, const char *func,
+                                const char *file, int line)
+{
+#ifndef NDEBUG
+    if (!hd_mutex_held(&h->lock))
+        hd_lock_broken_("heap->lock", true, func, file, line);
+#endif
+    segtab_assert(&h->segs);
+    hd_mutex_unlock_(&h->lock, "heap->lock", func, file, line);
+}
 
 /* heap->stalled: a stall keeps the heap's cycle from ending, so its
  * grants are not paced (Note [Stalls] in daemon/stall.c). */

@@ -107,7 +107,7 @@ void mark_job_init(struct mark_job *j, struct heap *h, uint8_t epoch,
     if (j->stack_cap < 2 * PACKET_REFS)
         j->stack_cap = 2 * PACKET_REFS;
     j->pool_cap = j->stack_cap;
-    pthread_mutex_init(&j->mu, NULL);
+    hd_mutex_init(&j->mu);
     pthread_cond_init(&j->cv, NULL);
     pthread_cond_init(&j->remark_cv, NULL);
 }
@@ -119,7 +119,7 @@ void mark_job_destroy(struct mark_job *j)
         j->pool = p->next;
         free(p);
     }
-    pthread_mutex_destroy(&j->mu);
+    hd_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     pthread_cond_destroy(&j->remark_cv);
 }
@@ -209,7 +209,7 @@ static void drop_grouped(struct mark_job *j, uintptr_t *v, size_t *n,
  * segment (Note [Bounded mark stacks]).  Takes P. */
 static void pool_put(struct mark_job *j, struct mark_packet *p)
 {
-    pthread_mutex_lock(&j->mu);
+    hd_mutex_lock(&j->mu);
     if (j->pool_n + p->n <= j->pool_cap) {
         p->next = j->pool;
         j->pool = p;
@@ -218,10 +218,10 @@ static void pool_put(struct mark_job *j, struct mark_packet *p)
             pthread_cond_broadcast(&j->cv);
         /* a collector waiting for remarks has marking to do (remark_wait) */
         pthread_cond_broadcast(&j->remark_cv);
-        pthread_mutex_unlock(&j->mu);
+        hd_mutex_unlock(&j->mu);
         return;
     }
-    pthread_mutex_unlock(&j->mu);
+    hd_mutex_unlock(&j->mu);
     size_t n = p->n;
     drop_grouped(j, p->refs, &n, n);
     free(p);
@@ -231,9 +231,9 @@ static void pool_put(struct mark_job *j, struct mark_packet *p)
  * On allocation failure the work simply stays local. */
 static void donate(struct mark_job *j, struct mark_stack *s)
 {
-    pthread_mutex_lock(&j->mu);
+    hd_mutex_lock(&j->mu);
     bool room = j->pool_n + PACKET_REFS <= j->pool_cap;
-    pthread_mutex_unlock(&j->mu);
+    hd_mutex_unlock(&j->mu);
     if (!room)
         return;
     struct mark_packet *p = malloc(sizeof *p);
@@ -408,18 +408,18 @@ static bool refill(struct mark_job *j, struct mark_stack *s)
     uint32_t seg;
     /* before looking for shared work, take what mutators have logged */
     poll_urs(j);
-    pthread_mutex_lock(&j->mu);
+    hd_mutex_lock(&j->mu);
     for (;;) {
         struct mark_packet *p = pool_take_locked(j);
         if (p) {
-            pthread_mutex_unlock(&j->mu);
+            hd_mutex_unlock(&j->mu);
             for (uint32_t k = 0; k < p->n; k++)
                 push(j, s, p->refs[k]);
             free(p);
             return true;
         }
         if (remark_pop_locked(j, &seg)) {
-            pthread_mutex_unlock(&j->mu);
+            hd_mutex_unlock(&j->mu);
             if (remark_lock_unowned(j->h, seg)) {
                 rescan(j, s, seg);
                 remark_unlock_unowned(j->h);
@@ -436,10 +436,10 @@ static bool refill(struct mark_job *j, struct mark_stack *s)
             pthread_cond_broadcast(&j->cv);
             break;
         }
-        pthread_cond_wait(&j->cv, &j->mu);
+        hd_cond_wait(&j->cv, &j->mu);
         j->waiting--;
     }
-    pthread_mutex_unlock(&j->mu);
+    hd_mutex_unlock(&j->mu);
     return got;
 }
 
@@ -493,17 +493,17 @@ void mark_worker(void *arg, unsigned worker)
 
 void mark_round_reset(struct mark_job *j)
 {
-    pthread_mutex_lock(&j->mu);
+    hd_mutex_lock(&j->mu);
     j->waiting = 0;
     j->done = false;
-    pthread_mutex_unlock(&j->mu);
+    hd_mutex_unlock(&j->mu);
 }
 
 bool mark_pool_empty(struct mark_job *j)
 {
-    pthread_mutex_lock(&j->mu);
+    hd_mutex_lock(&j->mu);
     bool empty = j->pool == NULL;
-    pthread_mutex_unlock(&j->mu);
+    hd_mutex_unlock(&j->mu);
     return empty;
 }
 
@@ -514,9 +514,9 @@ bool mark_drain(struct mark_job *j, uint64_t budget)
     bool emptied = true;
 
     for (;;) {
-        pthread_mutex_lock(&j->mu);
+        hd_mutex_lock(&j->mu);
         struct mark_packet *p = pool_take_locked(j);
-        pthread_mutex_unlock(&j->mu);
+        hd_mutex_unlock(&j->mu);
         if (!p)
             break;
         for (uint32_t k = 0; k < p->n; k++)
@@ -759,7 +759,7 @@ static uint64_t poll_urs(struct mark_job *j)
 {
     struct heap *h = j->h;
     uint64_t n = 0;
-    if (pthread_mutex_trylock(&h->lock) != 0)
+    if (!heap_trylock(h))
         return 0;
     if (h->marking == j) {
         for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
@@ -769,7 +769,7 @@ static uint64_t poll_urs(struct mark_job *j)
                 n += mark_urs(h, j, i);
         }
     }
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     return n;
 }
 

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "lock.h"
 #include "notify.h"
 
 struct heap;
@@ -18,7 +19,7 @@ struct mark_packet;
 struct mark_job {
     struct heap *h;
     uint8_t epoch;
-    pthread_mutex_t mu;
+    struct hd_mutex mu;
     pthread_cond_t cv;
     struct mark_packet *pool;  /* shared work, guarded by mu */
     size_t pool_n;             /* entries in the pool, guarded by mu */

@@ -132,10 +132,10 @@ static void runs_punch(struct heap *h, struct punch_runs *r)
     struct segtab *t = &h->segs;
     if (r->n == 0)
         return;
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     for (uint32_t k = 0; k < r->n; k++)
         punch_memory(h, r->first[k], r->len[k]);
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     /* the table only under the lock (TSan: the stray check's count of
      * punched segments raced with a punch that set the flags without it) */
     for (uint32_t k = 0; k < r->n; k++) {
@@ -213,13 +213,13 @@ static void page_runs_punch(struct heap *h, struct page_runs *r)
     int err[PAGE_MAX_RUNS];
     if (r->n == 0)
         return;
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     for (uint32_t k = 0; k < r->n; k++)
         err[k] = punch_range(h,
                              ((uint64_t)r->seg[k] << h->seg_shift) +
                                  ((uint64_t)r->page[k] << t->page_shift),
                              (uint64_t)r->len[k] << t->page_shift);
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     for (uint32_t k = 0; k < r->n; k++) {
         struct seg *s = &t->segs[r->seg[k]];
         s->purging = 0; /* See Note [Segment lifecycle] in segment.c */
@@ -333,7 +333,7 @@ void seg_purge(struct heap *h, uint64_t keep, struct seg_purged *out)
     uint32_t segments = 0;
     uint64_t *bits = calloc(t->page_words, sizeof *bits);
 
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     /* the free pages of FILLED segments: those of reusable ones are what
      * grants take first, lowest first; the others go */
     for (uint32_t i = t->first; bits && i < t->high; i++) {
@@ -377,8 +377,7 @@ void seg_purge(struct heap *h, uint64_t keep, struct seg_purged *out)
     /* the system calls without the lock (Note [Segment supply]) */
     runs_punch(h, &r);
     out->usable = usable_bytes(h);
-    segtab_assert(&h->segs); /* Note [Checking the segment table] */
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     free(bits);
     out->pages = pr.pages;
     out->segments = segments + r.segs + seg_punch_strays(h);
@@ -467,9 +466,9 @@ uint32_t seg_punch_strays(struct heap *h)
      * table count more, never a stray page look accounted for for good */
     uint64_t committed = heap_committed_bytes(h);
 
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     uint64_t accounted = accounted_bytes(h);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     uint32_t again = atomic_load(&t->strays_again);
     if (committed <= accounted &&
         (again == 0 ||
@@ -482,7 +481,7 @@ uint32_t seg_punch_strays(struct heap *h)
 
     off_t end = (off_t)t->count << h->seg_shift;
     off_t off = (off_t)t->first << h->seg_shift;
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     while (off < end) {
         /* the kernel's view of the memfd needs no lock, but the table
          * does: hold it, and drop it to punch */
@@ -517,8 +516,7 @@ uint32_t seg_punch_strays(struct heap *h)
     h->stats.segments_repunched += total;
     if (total)
         atomic_store(&t->strays_again, STRAYS_AGAIN);
-    segtab_assert(&h->segs); /* Note [Checking the segment table] */
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     if (total)
         log_info("heap '%s': %u free segment(s) had pages no grant made "
                  "(a client wrote where it was given nothing): punched "

@@ -189,7 +189,7 @@ void remark_flag(struct mark_job *j, const uint32_t *segs, size_t n)
 {
     if (n == 0)
         return;
-    pthread_mutex_lock(&j->mu);
+    hd_mutex_lock(&j->mu);
     for (size_t k = 0; k < n; k++) {
         if (!valid_seg(j->h, segs[k]))
             continue; /* entries are validated references: never */
@@ -209,7 +209,7 @@ void remark_flag(struct mark_job *j, const uint32_t *segs, size_t n)
     }
     wake_locked(j);
     check_locked(j);
-    pthread_mutex_unlock(&j->mu);
+    hd_mutex_unlock(&j->mu);
 }
 
 bool remark_pop_locked(struct mark_job *j, uint32_t *seg)
@@ -226,36 +226,36 @@ bool remark_pop_locked(struct mark_job *j, uint32_t *seg)
 
 bool remark_lock_unowned(struct heap *h, uint32_t seg)
 {
-    pthread_mutex_lock(&h->adoption);
+    hd_mutex_lock(&h->adoption);
     if (seg_state(&h->segs, seg) != SEG_OWNED)
         return true;
-    pthread_mutex_unlock(&h->adoption);
+    hd_mutex_unlock(&h->adoption);
     return false;
 }
 
 void remark_unlock_unowned(struct heap *h)
 {
-    pthread_mutex_unlock(&h->adoption);
+    hd_mutex_unlock(&h->adoption);
 }
 
 void remark_finish(struct mark_job *j, uint32_t seg)
 {
-    pthread_mutex_lock(&j->mu);
+    hd_mutex_lock(&j->mu);
     j->remark_daemon++;
     finish_locked(j, seg);
     check_locked(j);
-    pthread_mutex_unlock(&j->mu);
+    hd_mutex_unlock(&j->mu);
 }
 
 void remark_forward(struct mark_job *j, uint32_t seg)
 {
-    pthread_mutex_lock(&j->mu);
+    hd_mutex_lock(&j->mu);
     struct seg *s = seg_at(j, seg);
     s->remark = REMARK_OUTBOX; /* a flag meanwhile: its rescan is to come */
     s->remark_next = j->remark_outbox;
     j->remark_outbox = seg;
     check_locked(j);
-    pthread_mutex_unlock(&j->mu);
+    hd_mutex_unlock(&j->mu);
     notify_send(&j->outbox_notify);
 }
 
@@ -267,7 +267,7 @@ bool remark_none_locked(const struct mark_job *j)
 bool remark_wait(struct mark_job *j)
 {
     bool work;
-    pthread_mutex_lock(&j->mu);
+    hd_mutex_lock(&j->mu);
     while (j->remark_outstanding > 0 && !j->remark_global && !j->pool) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -276,10 +276,10 @@ bool remark_wait(struct mark_job *j)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        pthread_cond_timedwait(&j->remark_cv, &j->mu, &ts);
+        hd_cond_timedwait(&j->remark_cv, &j->mu, &ts);
     }
     work = j->remark_global || j->pool;
-    pthread_mutex_unlock(&j->mu);
+    hd_mutex_unlock(&j->mu);
     return work;
 }
 
@@ -314,7 +314,7 @@ bool remark_outbox_take(struct heap *h, remark_reach_fn reach, void *arg,
     struct mark_job *j = h->marking;
     if (!j)
         return true;
-    pthread_mutex_lock(&j->mu);
+    hd_mutex_lock(&j->mu);
     for (uint32_t i = j->remark_outbox, next; i != 0; i = next) {
         struct seg *s = seg_at(j, i);
         next = s->remark_next;
@@ -346,7 +346,7 @@ bool remark_outbox_take(struct heap *h, remark_reach_fn reach, void *arg,
     wake_locked(j);
 out:
     check_locked(j);
-    pthread_mutex_unlock(&j->mu);
+    hd_mutex_unlock(&j->mu);
     return all;
 }
 
@@ -355,7 +355,7 @@ void remark_client_gone(struct heap *h, uint64_t id)
     struct mark_job *j = h->marking;
     if (!j)
         return;
-    pthread_mutex_lock(&j->mu);
+    hd_mutex_lock(&j->mu);
     for (uint32_t i = h->segs.first; i < h->segs.high; i++) {
         struct seg *s = &h->segs.segs[i];
         if (REMARK_STATE(s->remark) == REMARK_SENT && s->remark_to == id)
@@ -363,7 +363,7 @@ void remark_client_gone(struct heap *h, uint64_t id)
     }
     wake_locked(j);
     check_locked(j);
-    pthread_mutex_unlock(&j->mu);
+    hd_mutex_unlock(&j->mu);
 }
 
 /* With heap->lock and j->mu held: is I a segment CLIENT was asked to
@@ -394,7 +394,7 @@ void remark_answered(struct heap *h, uint64_t client, uint32_t *held,
         *bad = nr + nl;
         return;
     }
-    pthread_mutex_lock(&j->mu);
+    hd_mutex_lock(&j->mu);
     for (size_t k = 0; k < nr; k++) {
         uint32_t i = rescanned[k];
         if (!sent_to(j, i, client))
@@ -420,7 +420,7 @@ void remark_answered(struct heap *h, uint64_t client, uint32_t *held,
     }
     wake_locked(j);
     check_locked(j);
-    pthread_mutex_unlock(&j->mu);
+    hd_mutex_unlock(&j->mu);
 }
 
 #ifndef NDEBUG

@@ -156,12 +156,12 @@ static void ask_slot(struct heap *h, unsigned i, uint32_t gen)
  * in KEEP, which keep what they were asked. */
 static void ask_all(struct heap *h, uint32_t gen, const uint64_t *keep)
 {
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     h->stop_raised = gen;
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
         if (heap_slot_attached(h, i) && !(keep && keep[i / 64] >> (i % 64) & 1))
             ask_slot(h, i, gen);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
 }
 
 enum wait_result {
@@ -296,7 +296,7 @@ static void wait_parked(struct heap *h, uint64_t *stalled,
              * the slot now: one attached between the park's look and its
              * release got the parked stop from stop_raised */
             stalled[i / 64] &= ~(1ull << (i % 64));
-            pthread_mutex_lock(&h->lock);
+            heap_lock(h);
             uint64_t now_owner = atomic_load(&h->owners[i].client_id);
             if (now_owner == owners[i]) {
                 atomic_store(&h->owners[i].stall_since, 0);
@@ -304,7 +304,7 @@ static void wait_parked(struct heap *h, uint64_t *stalled,
             }
             if (now_owner != 0)
                 ask_slot(h, i, 0);
-            pthread_mutex_unlock(&h->lock);
+            heap_unlock(h);
         }
         if (first < 0)
             return;

@@ -520,15 +520,14 @@ void seg_swept_filled(struct heap *h, uint32_t i, uint32_t nfree,
     if ((uint64_t)nfree * REUSE_MIN_FREE_DEN <
         (uint64_t)nblocks * REUSE_MIN_FREE_NUM)
         return;
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     /* the flag reusable: See Note [Segment lifecycle] */
     if (t->segs[i].state == SEG_FILLED && !t->segs[i].fenced &&
         !seg_bit_test(t->reuse_bits, i)) {
         seg_bit_set(t->reuse_bits, i);
         t->n_reusable++;
     }
-    segtab_assert(&h->segs); /* Note [Checking the segment table] */
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
 }
 
 /* An orphan is taken back into use (Note [Segment supply]), or freed.
@@ -563,7 +562,7 @@ static uint32_t grant_reusable(struct heap *h, uint64_t owner,
 {
     struct segtab *t = &h->segs;
     uint32_t n = 0, i = t->first;
-    pthread_mutex_lock(&h->adoption);
+    hd_mutex_lock(&h->adoption);
     while (n < max && t->n_reusable > 0 &&
            (i = find_bit(t, t->reuse_bits, i)) != 0) {
         struct seg *s = &t->segs[i];
@@ -590,7 +589,7 @@ static uint32_t grant_reusable(struct heap *h, uint64_t owner,
         }
         i++;
     }
-    pthread_mutex_unlock(&h->adoption);
+    hd_mutex_unlock(&h->adoption);
     return n;
 }
 
@@ -1418,12 +1417,10 @@ bool seg_check_due(void)
                       0;
 }
 
-void segtab_assert(const struct segtab *t)
-{
 #ifndef NDEBUG
+void segtab_assert(struct segtab *t)
+{
     if (seg_check_due())
         assert(segtab_check(t));
-#else
-    (void)t;
-#endif
 }
+#endif

@@ -359,10 +359,14 @@ uint32_t seg_punch_strays(struct heap *h);
  * and bitmaps agree with a recount of its states; logs what disagrees.
  * With heap->lock held (or T not shared). */
 bool segtab_check(const struct segtab *t);
-/* assert(segtab_check()) at a release of heap->lock, every
+/* assert(segtab_check()) at a release of heap->lock (heap_unlock), every
  * SEGTAB_CHECK_EVERY-th call (every call with HEAPD_CHECK_ALL set).  A
  * no-op with NDEBUG. */
-void segtab_assert(const struct segtab *t);
+#ifndef NDEBUG
+void segtab_assert(struct segtab *t);
+#else
+#define segtab_assert(t) ((void)(t))
+#endif
 /* Note [A segment leaves its owner]: may the sweep of the cycle of EPOCH
  * free FILLED segment I, whose class nobody knows?  And: a reference
  * into segment I was refused for want of a class. */

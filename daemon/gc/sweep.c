@@ -78,11 +78,11 @@ void sweep_job_init(struct sweep_job *j, struct heap *h, uint8_t epoch)
     j->h = h;
     j->epoch = epoch;
     atomic_store(&j->next, h->segs.first);
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     uint32_t n = seg_sweep_start(h);
     j->charged = n ? calloc(n, sizeof *j->charged) : NULL;
     j->ncharged = j->charged ? n : 0;
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
 }
 
 void sweep_job_finish(struct sweep_job *j)
@@ -127,14 +127,13 @@ static bool holds_live(const struct heap *h, uint32_t i, uint8_t expect,
 static bool release(struct heap *h, uint32_t i, uint8_t expect, uint8_t epoch)
 {
     bool freed = false;
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     if (h->segs.segs[i].state == expect && !seg_fenced(&h->segs, i) &&
         !holds_live(h, i, expect, epoch)) {
         seg_release(h, i);
         freed = true;
     }
-    segtab_assert(&h->segs); /* Note [Checking the segment table] */
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     return freed;
 }
 

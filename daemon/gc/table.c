@@ -368,7 +368,7 @@ bool table_seal(struct heap *h)
     struct table_header *hd = h->table;
     if (!hd || h->refused || atomic_load(&h->recovery_left) != 0)
         return false;
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     assert(segtab_check(&h->segs)); /* Note [Checking the segment table] */
     assert(atomic_load(&h->control->phase) == LAYOUT_PHASE_IDLE);
     table_save_stats(h);
@@ -377,7 +377,7 @@ bool table_seal(struct heap *h)
     hd->clean.sum = table_sum(h);
     /* last, after every record: Note [The live table] */
     atomic_store_explicit(&hd->clean.word, TABLE_CLEAN, memory_order_release);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     return true;
 }
 

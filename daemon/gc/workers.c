@@ -94,14 +94,14 @@ void workers_set_urgent(struct workers *w, bool urgent)
 {
     if (!w->idle_ok)
         return;
-    pthread_mutex_lock(&w->mu);
+    hd_mutex_lock(&w->mu);
     if (atomic_load(&w->urgent) != urgent) {
         atomic_store(&w->urgent, urgent);
         for (unsigned i = 0; i < w->n; i++)
             if (w->tids[i] != 0)
                 (void)set_class(w->tids[i], !urgent);
     }
-    pthread_mutex_unlock(&w->mu);
+    hd_mutex_unlock(&w->mu);
 }
 
 /* Can a thread of this process leave the idle class again? */
@@ -143,27 +143,27 @@ static void *worker_main(void *p)
     pthread_setname_np(pthread_self(), name); /* for top -H, and the tests */
     (void)setpriority(PRIO_PROCESS, (id_t)tid, WORKER_NICE);
     my_pool = w;
-    pthread_mutex_lock(&w->mu);
+    hd_mutex_lock(&w->mu);
     w->tids[a.id] = tid;
     if (w->idle_ok)
         (void)set_class(0, !atomic_load(&w->urgent));
     for (;;) {
         while (!w->quit && w->job == seen)
-            pthread_cond_wait(&w->start_cv, &w->mu);
+            hd_cond_wait(&w->start_cv, &w->mu);
         if (w->quit)
             break;
         seen = w->job;
         workers_fn fn = w->fn;
         void *arg = w->arg;
         bool take_part = a.id < w->active;
-        pthread_mutex_unlock(&w->mu);
+        hd_mutex_unlock(&w->mu);
         if (take_part)
             fn(arg, a.id);
-        pthread_mutex_lock(&w->mu);
+        hd_mutex_lock(&w->mu);
         if (--w->running == 0)
             pthread_cond_signal(&w->done_cv);
     }
-    pthread_mutex_unlock(&w->mu);
+    hd_mutex_unlock(&w->mu);
     return NULL;
 }
 
@@ -178,8 +178,8 @@ int workers_init(struct workers *w, unsigned n)
     w->quit = false;
     atomic_init(&w->urgent, false);
     w->idle_ok = idle_class_usable();
-    pthread_mutex_init(&w->job_lock, NULL);
-    pthread_mutex_init(&w->mu, NULL);
+    hd_mutex_init(&w->job_lock);
+    hd_mutex_init(&w->mu);
     pthread_cond_init(&w->start_cv, NULL);
     pthread_cond_init(&w->done_cv, NULL);
     w->threads = calloc(n, sizeof *w->threads);
@@ -221,8 +221,8 @@ void workers_run(struct workers *w, workers_fn fn, void *arg)
 void workers_run_n(struct workers *w, workers_fn fn, void *arg,
                    unsigned active)
 {
-    pthread_mutex_lock(&w->job_lock);
-    pthread_mutex_lock(&w->mu);
+    hd_mutex_lock(&w->job_lock);
+    hd_mutex_lock(&w->mu);
     w->fn = fn;
     w->arg = arg;
     w->active = active < 1 ? 1 : active > w->n ? w->n : active;
@@ -230,17 +230,17 @@ void workers_run_n(struct workers *w, workers_fn fn, void *arg,
     w->job++;
     pthread_cond_broadcast(&w->start_cv);
     while (w->running > 0)
-        pthread_cond_wait(&w->done_cv, &w->mu);
-    pthread_mutex_unlock(&w->mu);
-    pthread_mutex_unlock(&w->job_lock);
+        hd_cond_wait(&w->done_cv, &w->mu);
+    hd_mutex_unlock(&w->mu);
+    hd_mutex_unlock(&w->job_lock);
 }
 
 void workers_destroy(struct workers *w)
 {
-    pthread_mutex_lock(&w->mu);
+    hd_mutex_lock(&w->mu);
     w->quit = true;
     pthread_cond_broadcast(&w->start_cv);
-    pthread_mutex_unlock(&w->mu);
+    hd_mutex_unlock(&w->mu);
     for (unsigned i = 0; i < w->n; i++)
         pthread_join(w->threads[i], NULL);
     free(w->threads);

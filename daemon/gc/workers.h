@@ -9,14 +9,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "lock.h"
+
 typedef void (*workers_fn)(void *arg, unsigned worker);
 
 struct workers {
     unsigned n;
     pthread_t *threads;
     pid_t *tids;                /* their thread ids, 0 until they run (mu) */
-    pthread_mutex_t job_lock;   /* one job at a time */
-    pthread_mutex_t mu;
+    struct hd_mutex job_lock;   /* one job at a time */
+    struct hd_mutex mu;
     pthread_cond_t start_cv, done_cv;
     uint64_t job;               /* generation of the current job */
     unsigned running;           /* workers still in the current job */
