@@ -117,6 +117,9 @@ struct segtab {
     uint64_t small_magic[256];    /* layout_block_magic, per class */
     struct seg_charge *charges;   /* Note [Quota]; grows, never shrinks */
     uint32_t n_charges;           /* records allocated */
+    /* Note [Checking the segment table]: states written (set_state), and
+     * their number at the last check; heap->lock */
+    uint64_t state_changes, checked_at;
 };
 
 /* The table's geometry for H's configuration, and its private page
@@ -359,9 +362,10 @@ uint32_t seg_punch_strays(struct heap *h);
  * and bitmaps agree with a recount of its states; logs what disagrees.
  * With heap->lock held (or T not shared). */
 bool segtab_check(const struct segtab *t);
-/* assert(segtab_check()) at a release of heap->lock (heap_unlock), every
- * SEGTAB_CHECK_EVERY-th call (every call with HEAPD_CHECK_ALL set).  A
- * no-op with NDEBUG. */
+/* assert(segtab_check()) at a release of heap->lock (heap_unlock), when
+ * a segment's state changed since the last check or at every
+ * SEGTAB_CHECK_EVERY-th release (every release with HEAPD_CHECK_ALL set).
+ * A no-op with NDEBUG. */
 #ifndef NDEBUG
 void segtab_assert(struct segtab *t);
 #else
