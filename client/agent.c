@@ -51,6 +51,7 @@ static void call_free(struct agent_call *k)
 static void fail_all_locked(struct agent *a, int code, const char *msg,
                             struct agent_call **async)
 {
+    ASSERT_LOCK_HELD(&a->mu);
     if (!a->closed) {
         /* why, then closed: a thread that sees closed without the lock
          * reads why (agent_gone_error) */
@@ -538,6 +539,7 @@ void agent_stop(struct agent *a)
 static int enqueue_locked(struct agent *a, Heapd__Envelope *msg,
                           struct agent_call *call)
 {
+    ASSERT_LOCK_HELD(&a->mu);
     struct agent_frame *f;
     int rc;
 

@@ -113,11 +113,13 @@ void remark_owned(heapd_client *c, const uint32_t *segs, size_t n, bool own)
 /* With r->mu held. */
 static bool is_queued(const struct client_remark *r, uint32_t s)
 {
+    ASSERT_LOCK_HELD(&r->mu);
     return s < r->nsegs && (r->queued[s / 64] >> (s % 64) & 1);
 }
 
 static void unqueue_locked(struct client_remark *r, uint32_t s)
 {
+    ASSERT_LOCK_HELD(&r->mu);
     r->queued[s / 64] &= ~(1ull << (s % 64));
     __atomic_store_n(&r->n, r->n - 1, __ATOMIC_RELAXED);
     if (r->n == 0) {

@@ -278,6 +278,7 @@ static const char *const reserve_where[] = {"", "ready ring", "reuse list",
  *     segments]). */
 static bool reserve_is_valid(const struct reserve *r)
 {
+    ASSERT_LOCK_HELD(&r->mu);
     if (r->batch_cap < 1 || r->batch_cap > RESERVE_BATCH)
         return RESERVE_BROKEN("batch_cap %u is outside [1, %u]", r->batch_cap,
                               RESERVE_BATCH);
@@ -364,12 +365,14 @@ static void unlock_reserve(struct reserve *r)
  * first out (Note [Pre-faulting]). */
 static void put_locked(struct reserve *r, uint32_t s)
 {
+    ASSERT_LOCK_HELD(&r->mu);
     r->segs[(r->head + r->n++) % RESERVE_MAX] = s;
 }
 
 /* With reserve.mu held: the oldest blank segment, or false. */
 static bool take_locked(struct reserve *r, uint32_t *out)
 {
+    ASSERT_LOCK_HELD(&r->mu);
     if (r->n == 0)
         return false;
     *out = r->segs[r->head];
@@ -382,6 +385,7 @@ static bool take_locked(struct reserve *r, uint32_t *out)
  * refills are larger (Note [Reserve sizing]). */
 static void grow_batch_locked(struct reserve *r)
 {
+    ASSERT_LOCK_HELD(&r->mu);
     if (r->batch >= r->batch_cap)
         return;
     r->batch = 2 * r->batch > r->batch_cap ? r->batch_cap : 2 * r->batch;
@@ -442,6 +446,7 @@ static void on_refill(void *arg, int status, Heapd__Envelope *rep)
 /* With reserve.mu held: ask for more without waiting, once at a time. */
 static void refill_async_locked(heapd_client *c)
 {
+    ASSERT_LOCK_HELD(&c->reserve.mu);
     Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
     Heapd__Envelope req = HEAPD__ENVELOPE__INIT;
 
@@ -636,6 +641,7 @@ static void on_reuse(void *arg, int status, Heapd__Envelope *rep)
  * background, unless a request is out or the heap had none this phase. */
 static void reuse_async_locked(heapd_client *c, unsigned cls)
 {
+    ASSERT_LOCK_HELD(&c->reserve.mu);
     struct reserve *r = &c->reserve;
     Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
     Heapd__Envelope req = HEAPD__ENVELOPE__INIT;
@@ -660,6 +666,7 @@ static void reuse_async_locked(heapd_client *c, unsigned cls)
  * out is in or the ready reserve holds a segment. */
 static void wait_refill_locked(heapd_mutator *m)
 {
+    ASSERT_LOCK_HELD(&m->c->reserve.mu);
     struct reserve *r = &m->c->reserve;
     unlock_reserve(r);
     heapd_blocking_enter(m);
@@ -684,6 +691,7 @@ static void wait_refill_locked(heapd_mutator *m)
  * class CLS? */
 static bool has_reusable_locked(const struct reserve *r, unsigned cls)
 {
+    ASSERT_LOCK_HELD(&r->mu);
     for (unsigned k = 0; k < r->nreuse; k++)
         if (r->reuse[k].cls == cls)
             return true;
@@ -713,6 +721,7 @@ static uint64_t reuse_hook_ns(void)
  * reuse_hook_ns). */
 static void wait_reuse_locked(heapd_mutator *m)
 {
+    ASSERT_LOCK_HELD(&m->c->reserve.mu);
     struct reserve *r = &m->c->reserve;
     const uint64_t hook = reuse_hook_ns();
     const uint64_t bound = hook ? hook : REUSE_WAIT_NS;
@@ -742,6 +751,7 @@ static void wait_reuse_locked(heapd_mutator *m)
 static bool take_reusable_locked(struct reserve *r, unsigned cls,
                                  uint32_t *out)
 {
+    ASSERT_LOCK_HELD(&r->mu);
     for (unsigned k = 0; k < r->nreuse; k++) {
         if (r->reuse[k].cls != cls)
             continue;

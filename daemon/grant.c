@@ -59,6 +59,7 @@ static void young_words_clear(struct layout_mutator *m)
 int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
                unsigned region, uint64_t granted)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     for (int i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         /* Note [Slot windows]: not while a reader of its last owner is
          * still in its window */
@@ -108,6 +109,7 @@ int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
 
 void grant_free_slot(struct heap *h, uint64_t slots[2], unsigned slot, int fd)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     mark_urs(h, h->marking, slot);
     collector_retire_slot(h, slot);
     struct heap_slot_owner *o = &h->owners[slot];
@@ -138,6 +140,7 @@ void grant_free_slot(struct heap *h, uint64_t slots[2], unsigned slot, int fd)
 void grant_bound_slots(struct heap *h, const uint64_t slots[2],
                        uint64_t granted)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         if (!(slots[i / 64] >> (i % 64) & 1))
             continue;
@@ -154,6 +157,7 @@ static uint32_t quota_segs(const struct heap *h, uint64_t client);
 int grant_young(struct heap *h, uint64_t client, uint32_t *held,
                 uint32_t segs, uint32_t *first, struct young_trace **tracer)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     int rc = seg_grant_young(h, client, held, quota_segs(h, client), segs,
                              first);
     if (rc < 0)
@@ -170,6 +174,7 @@ int grant_young(struct heap *h, uint64_t client, uint32_t *held,
 void grant_young_bind(struct heap *h, unsigned slot, uint32_t first,
                       uint32_t segs, uint32_t age, struct young_trace *tracer)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct heap_slot_owner *o = &h->owners[slot];
     o->young_first = first;
     o->young_segs = segs;
@@ -181,6 +186,7 @@ void grant_young_bind(struct heap *h, unsigned slot, uint32_t first,
 void grant_young_undo(struct heap *h, uint32_t *held, uint32_t first,
                       struct young_trace *tracer)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     uint32_t segs = h->segs.segs[first].run;
     seg_free_young(h, first);
     *held -= segs;
@@ -190,6 +196,7 @@ void grant_young_undo(struct heap *h, uint32_t *held, uint32_t first,
 void grant_young_words(const struct heap *h, unsigned slot,
                        struct heap_young_words *out)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     const struct layout_mutator *m = heap_slot(h, slot);
     memset(out, 0, sizeof *out);
     if (h->owners[slot].young_segs == 0)
@@ -205,6 +212,7 @@ void grant_young_words(const struct heap *h, unsigned slot,
 
 void grant_young_totals(const struct heap *h, struct heap_young_words *out)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     *out = h->stats.young_retired;
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         if (!heap_slot_attached(h, i))
@@ -227,6 +235,7 @@ void grant_young_totals(const struct heap *h, struct heap_young_words *out)
  */
 bool grant_check_slots(const struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     unsigned attached = 0;
     bool ok = true;
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
@@ -244,11 +253,12 @@ bool grant_check_slots(const struct heap *h)
 
 #define GRANT_MIN 16 /* segments: what a client may always get at once */
 
-/* With h->lock held: the segments CLIENT may hold beside what survived of
+/* With heap->lock held: the segments CLIENT may hold beside what survived of
  * its objects at the last sweep (Note [Quota] in daemon/gc/segment.c).
  * Without max_client_bytes, max_size: max_size caps the heap. */
 static uint32_t quota_segs(const struct heap *h, uint64_t client)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     uint64_t q = h->cfg->max_client_bytes;
     if (q == 0)
         return (uint32_t)(h->cfg->max_size >> h->seg_shift);
@@ -258,13 +268,14 @@ static uint32_t quota_segs(const struct heap *h, uint64_t client)
     return c >= q ? 0 : (uint32_t)(q - c);
 }
 
-/* With h->lock held: the bytes CLIENT, holding HELD segments, makes the
+/* With heap->lock held: the bytes CLIENT, holding HELD segments, makes the
  * heap hold as far as the daemon knows before the next sweep: held, live
  * and fresh (Note [Quota]), in units of max_client_bytes: 0 below it, 1
  * past it, 2 past twice it.  Always 0 without a quota. */
 static unsigned quota_over(const struct heap *h, uint64_t client,
                            uint32_t held)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     uint64_t q = h->cfg->max_client_bytes;
     if (q == 0)
         return 0;
@@ -273,11 +284,12 @@ static unsigned quota_over(const struct heap *h, uint64_t client,
     return all > 2 * q ? 2 : all > q ? 1 : 0;
 }
 
-/* With h->lock held: the segments of punched memory a grant may take
+/* With heap->lock held: the segments of punched memory a grant may take
  * (Note [Heap goal]): as many as fit under the growth cap, any number
  * for a FINAL grant. */
 static uint32_t growth_room(const struct heap *h, bool final)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     uint64_t cap = collector_growth_cap(h), committed = collector_committed(h);
     if (final)
         return UINT32_MAX;
@@ -287,13 +299,14 @@ static uint32_t growth_room(const struct heap *h, bool final)
                : (uint32_t)((cap - committed) >> h->seg_shift);
 }
 
-/* With h->lock held: the most small segments one grant gives.  Blank
+/* With heap->lock held: the most small segments one grant gives.  Blank
  * segments in clients' reserves are neither allocated (the trigger does
  * not see them) nor free (no other client can have them), so a grant is
  * at most an eighth of the allocation budget, but at least GRANT_MIN
  * segments (Note [Segment supply]). */
 static uint32_t grant_cap(const struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     uint64_t n = collector_allocation_budget(h) / 8 >> h->seg_shift;
     return n < GRANT_MIN ? GRANT_MIN : n > GRANT_MAX ? GRANT_MAX : (uint32_t)n;
 }
@@ -302,6 +315,7 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
                    const struct grant_req *r, bool final, struct grant *out,
                    uint64_t *wait_cycle)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     uint32_t count = r->count;
     int rc;
 

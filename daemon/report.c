@@ -78,6 +78,7 @@ static bool may_see_heap(const struct conn *c, const struct heap *h)
 static void mutator_info(struct heap *h, unsigned i, uint64_t now,
                          Heapd__MutatorInfo *mi)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct layout_mutator *m = heap_slot(h, i);
     struct heap_slot_owner *o = &h->owners[i];
     uint32_t st = atomic_load(&m->status);
@@ -130,11 +131,13 @@ static void mutator_info(struct heap *h, unsigned i, uint64_t now,
     mi->minor_pause_max_ns = w.pause_max_ns;
 }
 
-/* With heap->lock (and the marking job's mu) held: INFO[k] of the N
- * clients of H shown counts one per SENT segment naming it. */
+/* With heap->lock and the marking job's mu held (H is marking): INFO[k]
+ * of the N clients of H shown counts one per SENT segment naming it. */
 static void count_remarks(struct heap *h, Heapd__ClientInfo *info,
                           struct heap **heap_of, size_t n)
 {
+    ASSERT_LOCK_HELD(&h->lock);
+    ASSERT_LOCK_HELD(&h->marking->mu);
     const struct segtab *t = &h->segs;
     for (uint32_t i = t->first; i < t->high; i++) {
         const struct seg *s = &t->segs[i];

@@ -96,6 +96,7 @@ void resume_register(struct heap *h, struct conn *c)
 
 void resume_unregister(struct heap *h, uint64_t id)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     char key[96];
     table_client_remove(h, id);
     client_key(key, sizeof key, h, id);
@@ -172,6 +173,7 @@ static void drop(struct daemon *d, struct resume_client *r, bool attached,
  * 0 or -ENOMEM.  With heap->lock held. */
 static int young_again(struct heap *h, struct resume_client *r, unsigned i)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct heap_slot_owner *o = &h->owners[i];
     const struct segtab *t = &h->segs;
     uint32_t first = o->young_first, segs = o->young_segs;
@@ -200,6 +202,7 @@ static int young_again(struct heap *h, struct resume_client *r, unsigned i)
  * records from the table), with their nurseries.  With heap->lock held. */
 static int attach_again(struct heap *h, struct resume_client *r)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         if (!(r->slots[i / 64] >> (i % 64) & 1))
             continue;

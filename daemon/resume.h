@@ -20,10 +20,11 @@ struct heap;
 /* A new mutator client's token (getrandom). */
 void resume_new_token(uint8_t token[RESUME_TOKEN_BYTES]);
 
-/* A mutator client C of H is welcomed: its record into the live table's
- * registry, its control memory into the service manager's store
- * (heapd.client.HEAP.ID), so that a heapd killed from now on leaves it
- * to the next.  resume_unregister (heap->lock held): it is gone. */
+/* A mutator client C of H is welcomed (resume_register, which takes
+ * heap->lock): its record into the live table's registry, its control
+ * memory into the service manager's store (heapd.client.HEAP.ID), so
+ * that a heapd killed from now on leaves it to the next.
+ * resume_unregister, with heap->lock held: it is gone. */
 void resume_register(struct heap *h, struct conn *c);
 void resume_unregister(struct heap *h, uint64_t id);
 

@@ -317,10 +317,11 @@ static uint64_t stat_minor_pause_total_ns(const struct heap *h)
 #define STAT_READ_(name, type, kind, unit, source, help) \
     out[HEAPD_HEAP_COUNTER_##name] = STAT_##source(h, name);
 
-/* OUT[i] = line i of the table; under heap->lock. */
+/* With heap->lock held: OUT[i] = line i of the table. */
 static void heap_counters(const struct heap *h,
                           uint64_t out[HEAPD_HEAP_COUNTERS_N])
 {
+    ASSERT_LOCK_HELD(&h->lock);
     HEAPD_HEAP_COUNTERS(STAT_READ_)
 }
 

@@ -313,6 +313,7 @@ static void watch_slots(struct daemon *d, struct heap *h, size_t hi)
  * answered (Note [Remark]). */
 static uint32_t remarks_sent_to(struct heap *h, uint64_t id)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct mark_job *j = h->marking;
     uint32_t n = 0;
     if (!j)

@@ -28,6 +28,7 @@ static void setup(void)
     struct segtab *t = &H.segs;
     memset(&H, 0, sizeof H);
     H.cfg = &CFG;
+    hd_mutex_init(&H.lock);
     for (unsigned c = 0; c < LAYOUT_NCLASSES; c++)
         t->small_nblocks[c] = 1; /* every class usable */
     t->count = NSEGS;
@@ -67,6 +68,7 @@ static void setup(void)
     t->adopted = 2;
 
     memset(&J, 0, sizeof J);
+    hd_mutex_init(&J.mu);
     J.h = &H;
     /* 3 on the global stack, 4 in the outbox, 2 SENT and flagged again */
     t->segs[3].remark = REMARK_GLOBAL;
@@ -76,6 +78,16 @@ static void setup(void)
     t->segs[2].remark = REMARK_SENT | REMARK_AGAIN;
     t->segs[2].remark_to = 7;
     J.remark_outstanding = 3;
+}
+
+/* remark_check with the job's mu held, as its callers run it (Note
+ * [Checked lock rules] in proto/lock.h) */
+static bool remark_check_locked(void)
+{
+    hd_mutex_lock(&J.mu);
+    bool ok = remark_check(&J);
+    hd_mutex_unlock(&J.mu);
+    return ok;
 }
 
 static void teardown(void)
@@ -88,7 +100,7 @@ static void teardown(void)
 START_TEST(consistent_tables_pass)
 {
     ck_assert(segtab_check(&H.segs));
-    ck_assert(remark_check(&J));
+    ck_assert(remark_check_locked());
 }
 END_TEST
 
@@ -143,22 +155,37 @@ END_TEST
 START_TEST(remark_outstanding_is_recounted)
 {
     J.remark_outstanding = 2; /* one flagged segment forgotten */
-    ck_assert(!remark_check(&J));
+    ck_assert(!remark_check_locked());
 }
 END_TEST
 
 START_TEST(remark_lists_match_states)
 {
     H.segs.segs[3].remark = REMARK_RESCANNING; /* still on the stack */
-    ck_assert(!remark_check(&J));
+    ck_assert(!remark_check_locked());
     H.segs.segs[3].remark = REMARK_GLOBAL;
     H.segs.segs[3].remark_next = 3; /* a cycle in the list */
-    ck_assert(!remark_check(&J));
+    ck_assert(!remark_check_locked());
     H.segs.segs[3].remark_next = 0;
     H.segs.segs[4].remark = REMARK_OUTBOX | REMARK_AGAIN;
-    ck_assert(!remark_check(&J));
+    ck_assert(!remark_check_locked());
 }
 END_TEST
+
+/* seg_recover as table_take_back runs it: under heap->lock, released
+ * through heap_unlock's check only if the table was taken back. */
+static int recover(uint64_t cycles, const struct resume_client *kept,
+                   const struct seg_sealed *sealed, uint32_t *odd, char *why,
+                   size_t n)
+{
+    heap_lock(&H);
+    int rc = seg_recover(&H, cycles, kept, sealed, odd, why, n);
+    if (rc == 0)
+        heap_unlock(&H);
+    else
+        hd_mutex_unlock(&H.lock);
+    return rc;
+}
 
 /* Note [Recovering the segment table]: what a heapd killed inside a
  * critical section can leave is made good; what no heapd writes is
@@ -175,7 +202,7 @@ START_TEST(recovery_repairs_a_table_cut_short)
     t->segs[5].fenced = 1;             /* the dead heapd's watch */
     t->segs[10].charge = 3;            /* and its quota records */
     t->segs[40].free_since = 99;       /* stamped after the counters */
-    ck_assert_int_eq(seg_recover(&H, 7, NULL, NULL, &odd, why, sizeof why), 0);
+    ck_assert_int_eq(recover(7, NULL, NULL, &odd, why, sizeof why), 0);
     ck_assert_str_eq(why, "");
     ck_assert(segtab_check(t));
     for (uint32_t i = 6; i <= 8; i++)
@@ -215,8 +242,8 @@ START_TEST(recovery_keeps_what_a_clean_stop_sealed)
     char why[256] = "";
     uint32_t odd = 99;
     as_a_clean_stop_leaves_it();
-    ck_assert_int_eq(seg_recover(&H, 0, &owner11, &sealed, &odd, why,
-                                 sizeof why), 0);
+    ck_assert_int_eq(recover(0, &owner11, &sealed, &odd, why, sizeof why),
+                     0);
     ck_assert_uint_eq(odd, 0);
     ck_assert(segtab_check(t));
     ck_assert_uint_eq(t->n_reusable, 1);
@@ -235,8 +262,8 @@ START_TEST(recovery_of_a_sealed_table_not_as_sealed)
     uint32_t odd = 0;
     as_a_clean_stop_leaves_it();
     t->free_bits[20 / 64] &= ~(1ull << (20 % 64)); /* a punch under way */
-    ck_assert_int_eq(seg_recover(&H, 0, &owner11, &sealed, &odd, why,
-                                 sizeof why), 0);
+    ck_assert_int_eq(recover(0, &owner11, &sealed, &odd, why, sizeof why),
+                     0);
     ck_assert_uint_gt(odd, 0);
     ck_assert(segtab_check(t));
     ck_assert_uint_eq(t->n_reusable, 0);
@@ -247,8 +274,8 @@ START_TEST(recovery_of_a_sealed_table_not_as_sealed)
     as_a_clean_stop_leaves_it();
     sealed.adopted = 1;
     odd = 0;
-    ck_assert_int_eq(seg_recover(&H, 0, &owner11, &sealed, &odd, why,
-                                 sizeof why), 0);
+    ck_assert_int_eq(recover(0, &owner11, &sealed, &odd, why, sizeof why),
+                     0);
     ck_assert_uint_gt(odd, 0);
     ck_assert_uint_eq(t->n_reusable, 0);
     ck_assert_uint_eq(t->orphaned, 1);
@@ -259,8 +286,7 @@ START_TEST(recovery_of_a_sealed_table_not_as_sealed)
     as_a_clean_stop_leaves_it();
     sealed.adopted = 2;
     odd = 0;
-    ck_assert_int_eq(seg_recover(&H, 0, NULL, &sealed, &odd, why,
-                                 sizeof why), 0);
+    ck_assert_int_eq(recover(0, NULL, &sealed, &odd, why, sizeof why), 0);
     ck_assert_uint_gt(odd, 0);
     ck_assert_uint_eq(t->n_owned, 0);
 }
@@ -271,12 +297,14 @@ START_TEST(recovery_refuses_what_no_heapd_writes)
     char why[256] = "";
     uint32_t odd = 0;
     H.segs.segs[9].state = 17;
-    ck_assert_int_eq(seg_recover(&H, 0, NULL, NULL, &odd, why, sizeof why), -EINVAL);
+    ck_assert_int_eq(recover(0, NULL, NULL, &odd, why, sizeof why),
+                     -EINVAL);
     ck_assert_msg(strstr(why, "segment 9") && strstr(why, "state 17"),
                   "the refusal does not name the record: %s", why);
     H.segs.segs[9].state = SEG_FILLED;
     H.segs.segs[9].cls = 200;
-    ck_assert_int_eq(seg_recover(&H, 0, NULL, NULL, &odd, why, sizeof why), -EINVAL);
+    ck_assert_int_eq(recover(0, NULL, NULL, &odd, why, sizeof why),
+                     -EINVAL);
     ck_assert_msg(strstr(why, "size class 200"),
                   "the refusal does not name the class: %s", why);
 }

@@ -116,6 +116,7 @@ struct collector {
 
 uint64_t collector_bytes_allocated(const struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     uint64_t n = h->stats.alloc_retired;
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
         if (heap_slot_attached(h, i)) /* Note [Client control memory]:
@@ -126,6 +127,7 @@ uint64_t collector_bytes_allocated(const struct heap *h)
 
 void collector_retire_slot(struct heap *h, unsigned slot)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     h->stats.alloc_retired += slotmem_alloc_bytes(h, slot);
     atomic_store(&heap_slot(h, slot)->alloc_bytes, 0);
 }
@@ -150,6 +152,7 @@ static uint64_t budget_of(const struct heap *h, uint64_t live)
 
 uint64_t collector_allocation_budget(const struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     return budget_of(h, h->stats.live_bytes);
 }
 
@@ -158,6 +161,7 @@ uint64_t collector_allocation_budget(const struct heap *h)
  * [Pacing]). */
 static uint64_t live_now(const struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     uint64_t marked = h->marking ? atomic_load(&h->marking->marked_bytes)
                                  : h->gc->marked_last;
     return marked > h->stats.live_bytes ? marked : h->stats.live_bytes;
@@ -297,11 +301,13 @@ static uint64_t live_now(const struct heap *h)
 
 uint64_t collector_allocated_this_cycle(const struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     return collector_bytes_allocated(h) - h->gc->alloc_at_last;
 }
 
 uint64_t collector_running(const struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     uint64_t running =
         __atomic_load_n(&h->gc->cycles_started, __ATOMIC_ACQUIRE);
     return running > h->stats.cycles_completed ? running : 0;
@@ -312,6 +318,7 @@ uint64_t collector_running(const struct heap *h)
  * RUNWAY_MAX_DEN of a budget of the live bytes LIVE. */
 static uint64_t runway_of(const struct heap *h, uint64_t live)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     uint64_t budget = budget_of(h, live), r = h->gc->alloc_in_last;
     return r < budget / RUNWAY_MIN_DEN   ? budget / RUNWAY_MIN_DEN
            : r > budget / RUNWAY_MAX_DEN ? budget / RUNWAY_MAX_DEN
@@ -320,6 +327,7 @@ static uint64_t runway_of(const struct heap *h, uint64_t live)
 
 uint64_t collector_paced_until(const struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     /* Note [Recovery cycles]: nothing is granted before they passed */
     uint32_t left = atomic_load(&h->recovery_left);
     if (left)
@@ -342,6 +350,7 @@ static uint64_t goal_of(const struct heap *h, uint64_t live)
 
 uint64_t collector_growth_cap(const struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     uint64_t live = live_now(h), goal = goal_of(h, live);
     /* Note [Pacing]: a cycle with a core of its own, PACE_FACTOR budgets
      * more */
@@ -352,6 +361,7 @@ uint64_t collector_growth_cap(const struct heap *h)
 
 uint64_t collector_committed(const struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     const struct segtab *t = &h->segs;
     return seg_committed(t, h->seg_shift) -
            ((uint64_t)t->n_young << h->seg_shift);
@@ -359,6 +369,7 @@ uint64_t collector_committed(const struct heap *h)
 
 void collector_check_trigger(struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     /* Note [Heap goal]: when the memory the heap holds is used up, a
      * runway early */
     uint64_t live = h->stats.live_bytes;

@@ -45,6 +45,7 @@ static int find(const struct heap *h, const char *name)
 int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
                   uint32_t *index, enum globals_role *role)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct heap_global *r;
     struct layout_global *g;
     int rc, i;
@@ -110,6 +111,7 @@ int globals_claim(struct heap *h, uint64_t client, const char *name, bool once,
 
 int globals_delete(struct heap *h, const char *name)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct layout_global *g;
     int rc, i;
 
@@ -142,6 +144,7 @@ int globals_delete(struct heap *h, const char *name)
 int globals_init_done(struct heap *h, uint64_t client, uint32_t index,
                       bool ok)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct heap_global *r;
     struct layout_global *g;
 
@@ -176,6 +179,7 @@ int globals_init_done(struct heap *h, uint64_t client, uint32_t index,
 
 void globals_release_owner(struct heap *h, uint64_t client)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
         struct heap_global *r = &h->globals[i];
         struct layout_global *g = &h->control->globals[i];
@@ -195,6 +199,7 @@ void globals_release_owner(struct heap *h, uint64_t client)
 
 void globals_snapshot(struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     /* every mutator is stopped outside any lookup-to-store window, so no
      * store meant for a deleted entry can land in its next tenant */
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++)
@@ -205,6 +210,7 @@ void globals_snapshot(struct heap *h)
 int globals_recover(struct heap *h, const struct resume_client *kept,
                     char *why, size_t n)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     /* Note [The live table] in table.c: each record is checked, then the
      * shared table is written again from it */
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {

@@ -1,7 +1,8 @@
 /* Named global roots, daemon side.  See Note [Global roots] in
- * proto/layout.h.  Every function is called with heap->lock held; the
- * daemon decides from its record (struct heap_global in daemon/gc/heap.h),
- * and writes the shared table's names, states and owners from it. */
+ * proto/layout.h.  Every function runs with heap->lock held, and asserts
+ * it (Note [Checked lock rules] in proto/lock.h); the daemon decides from
+ * its record (struct heap_global in daemon/gc/heap.h), and writes the
+ * shared table's names, states and owners from it. */
 #ifndef HEAPD_DAEMON_GLOBALS_H
 #define HEAPD_DAEMON_GLOBALS_H
 

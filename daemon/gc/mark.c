@@ -362,6 +362,7 @@ static void scan(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
  * seen I FILLED or the head of a large run, so nobody allocates in it. */
 static void rescan(struct mark_job *j, struct mark_stack *s, uint32_t i)
 {
+    ASSERT_LOCK_HELD(&j->h->adoption);
     struct heap *h = j->h;
     const struct segtab *t = &h->segs;
     uint8_t *seg = heap_seg_addr(h, i);
@@ -392,6 +393,7 @@ static uint64_t poll_urs(struct mark_job *j);
 /* With j->mu held: take a packet off the pool, or NULL. */
 static struct mark_packet *pool_take_locked(struct mark_job *j)
 {
+    ASSERT_LOCK_HELD(&j->mu);
     struct mark_packet *p = j->pool;
     if (p) {
         j->pool = p->next;
@@ -693,6 +695,7 @@ static void trace_stack(struct mark_job *j, struct seeder *sd, unsigned slot)
 
 void mark_stack(struct mark_job *j, unsigned slot, bool stopped)
 {
+    ASSERT_LOCK_HELD(&j->h->lock);
     struct layout_mutator *m = heap_slot(j->h, slot);
     struct seeder sd = {0};
     uint32_t epoch = j->epoch;
@@ -721,6 +724,7 @@ out:
 
 void mark_roots(struct mark_job *j)
 {
+    ASSERT_LOCK_HELD(&j->h->lock);
     struct heap *h = j->h;
     struct seeder sd = {0};
 
@@ -775,6 +779,7 @@ static uint64_t poll_urs(struct mark_job *j)
 
 uint64_t mark_urs(struct heap *h, struct mark_job *j, unsigned slot)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct layout_mutator *m = heap_slot(h, slot);
     struct seeder sd = {0};
     uint64_t tail = atomic_load(&m->urs_tail);

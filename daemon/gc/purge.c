@@ -100,9 +100,10 @@ static void punch_memory(struct heap *h, uint32_t first, uint32_t n)
 
 void seg_punch(struct heap *h, uint32_t first, uint32_t n)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     punch_memory(h, first, n);
     for (uint32_t i = first; i < first + n; i++)
-        seg_set_punched(&h->segs, i, true);
+        seg_set_punched(h, i, true);
 }
 
 /* Runs of free segments taken out of the pool to be punched without the
@@ -115,9 +116,11 @@ struct punch_runs {
 
 /* With heap->lock held: take free segments [I, K) out of the pool (the
  * flag punched: See Note [Segment lifecycle] in segment.c). */
-static void runs_take(struct segtab *t, struct punch_runs *r, uint32_t i,
+static void runs_take(struct heap *h, struct punch_runs *r, uint32_t i,
                       uint32_t k)
 {
+    ASSERT_LOCK_HELD(&h->lock);
+    struct segtab *t = &h->segs;
     for (uint32_t x = i; x < k; x++)
         seg_bit_clear(t->free_bits, x);
     t->n_free -= k - i;
@@ -129,6 +132,7 @@ static void runs_take(struct segtab *t, struct punch_runs *r, uint32_t i,
 /* With heap->lock held: punch R's runs without it, and put them back. */
 static void runs_punch(struct heap *h, struct punch_runs *r)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     if (r->n == 0)
         return;
@@ -140,7 +144,7 @@ static void runs_punch(struct heap *h, struct punch_runs *r)
      * punched segments raced with a punch that set the flags without it) */
     for (uint32_t k = 0; k < r->n; k++) {
         for (uint32_t x = r->first[k]; x < r->first[k] + r->len[k]; x++) {
-            seg_set_punched(t, x, true);
+            seg_set_punched(h, x, true);
             seg_bit_set(t->free_bits, x);
         }
         t->n_free += r->len[k];
@@ -209,6 +213,7 @@ struct page_runs {
 /* With heap->lock held: punch R's runs without it, then record them. */
 static void page_runs_punch(struct heap *h, struct page_runs *r)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     int err[PAGE_MAX_RUNS];
     if (r->n == 0)
@@ -246,6 +251,7 @@ static void page_runs_punch(struct heap *h, struct page_runs *r)
 static uint32_t purgeable_pages(const struct heap *h, uint32_t i,
                                 uint64_t *out)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     const struct segtab *t = &h->segs;
     const struct seg *s = &t->segs[i];
     const uint64_t *pp = seg_pages_purged(t, i);
@@ -274,6 +280,7 @@ static uint32_t purgeable_pages(const struct heap *h, uint32_t i,
 static void page_runs_add(struct heap *h, struct page_runs *r, uint32_t i,
                           const uint64_t *bits)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     const struct segtab *t = &h->segs;
     /* See Note [Segment lifecycle] in segment.c: the flag purging */
     h->segs.segs[i].purging = 1;
@@ -301,6 +308,7 @@ static void page_runs_add(struct heap *h, struct page_runs *r, uint32_t i,
  * punched. */
 static uint64_t usable_bytes(const struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     const struct segtab *t = &h->segs;
     uint64_t n = 0;
     for (uint32_t i = t->first; i < t->high; i++) {
@@ -371,7 +379,7 @@ void seg_purge(struct heap *h, uint64_t keep, struct seg_purged *out)
         while (k < t->high && t->segs[k].state == SEG_FREE &&
                !t->segs[k].punched && seg_bit_test(t->free_bits, k))
             k++;
-        runs_take(t, &r, i, k);
+        runs_take(h, &r, i, k);
         i = k - 1;
     }
     /* the system calls without the lock (Note [Segment supply]) */
@@ -434,6 +442,7 @@ void seg_purge(struct heap *h, uint64_t keep, struct seg_purged *out)
  * punched (none at or above `high` was ever taken). */
 static uint64_t accounted_bytes(const struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     /* pages punched out of them count: a client may write there too
      * (Note [Purging free memory]) */
     return CONTROL_USED + ((uint64_t)h->segs.n_unpunched << h->seg_shift);
@@ -506,7 +515,7 @@ uint32_t seg_punch_strays(struct heap *h)
             while (k < b && t->segs[k].state == SEG_FREE &&
                    t->segs[k].punched && seg_bit_test(t->free_bits, k))
                 k++;
-            runs_take(t, &r, i, k);
+            runs_take(h, &r, i, k);
             i = k - 1;
         }
         off = (off_t)b << h->seg_shift;

@@ -88,6 +88,7 @@ static bool valid_seg(const struct heap *h, uint32_t i)
  */
 bool remark_check(const struct mark_job *j)
 {
+    ASSERT_LOCK_HELD(&j->mu);
     const struct segtab *t = &j->h->segs;
     uint64_t outstanding = 0, n_global = 0, n_outbox = 0;
     bool ok = true;
@@ -147,6 +148,7 @@ bool remark_check(const struct mark_job *j)
 /* With j->mu held, about to release it: Note [Checking remark states]. */
 static void check_locked(const struct mark_job *j)
 {
+    ASSERT_LOCK_HELD(&j->mu);
 #ifndef NDEBUG
     if (seg_check_due())
         assert(remark_check(j));
@@ -158,13 +160,16 @@ static void check_locked(const struct mark_job *j)
 /* With j->mu held: the global stack and the collector have news. */
 static void wake_locked(struct mark_job *j)
 {
+    ASSERT_LOCK_HELD(&j->mu);
     if (j->waiting > 0)
         pthread_cond_broadcast(&j->cv);
     pthread_cond_broadcast(&j->remark_cv);
 }
 
+/* With j->mu held: I goes on the global stack. */
 static void push_global_locked(struct mark_job *j, uint32_t i)
 {
+    ASSERT_LOCK_HELD(&j->mu);
     struct seg *s = seg_at(j, i);
     s->remark = REMARK_GLOBAL;
     s->remark_next = j->remark_global;
@@ -174,6 +179,7 @@ static void push_global_locked(struct mark_job *j, uint32_t i)
 /* With j->mu held: the remark of I is over. */
 static void finish_locked(struct mark_job *j, uint32_t i)
 {
+    ASSERT_LOCK_HELD(&j->mu);
     struct seg *s = seg_at(j, i);
     if (s->remark & REMARK_AGAIN) {
         push_global_locked(j, i);
@@ -214,6 +220,7 @@ void remark_flag(struct mark_job *j, const uint32_t *segs, size_t n)
 
 bool remark_pop_locked(struct mark_job *j, uint32_t *seg)
 {
+    ASSERT_LOCK_HELD(&j->mu);
     uint32_t i = j->remark_global;
     if (i == 0)
         return false;
@@ -261,6 +268,7 @@ void remark_forward(struct mark_job *j, uint32_t seg)
 
 bool remark_none_locked(const struct mark_job *j)
 {
+    ASSERT_LOCK_HELD(&j->mu);
     return j->remark_outstanding == 0;
 }
 
@@ -310,6 +318,7 @@ void remark_asks_free(struct remark_asks *a)
 bool remark_outbox_take(struct heap *h, remark_reach_fn reach, void *arg,
                         struct remark_asks *out)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     bool all = true;
     struct mark_job *j = h->marking;
     if (!j)
@@ -352,6 +361,7 @@ out:
 
 void remark_client_gone(struct heap *h, uint64_t id)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct mark_job *j = h->marking;
     if (!j)
         return;
@@ -370,6 +380,8 @@ void remark_client_gone(struct heap *h, uint64_t id)
  * rescan? */
 static bool sent_to(struct mark_job *j, uint32_t i, uint64_t client)
 {
+    ASSERT_LOCK_HELD(&j->h->lock);
+    ASSERT_LOCK_HELD(&j->mu);
     if (!valid_seg(j->h, i))
         return false;
     const struct seg *s = seg_at(j, i);
@@ -387,6 +399,7 @@ void remark_answered(struct heap *h, uint64_t client, uint32_t *held,
                      const uint32_t *released, size_t nl, size_t *bad,
                      size_t *taken_back)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct mark_job *j = h->marking;
     *bad = 0;
     *taken_back = 0;
@@ -426,6 +439,7 @@ void remark_answered(struct heap *h, uint64_t client, uint32_t *held,
 #ifndef NDEBUG
 bool remark_check_clear(const struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     for (uint32_t i = h->segs.first; i < h->segs.high; i++)
         if (h->segs.segs[i].remark != REMARK_NONE)
             return false;

@@ -147,6 +147,7 @@ static bool ack_ahead(uint32_t st, uint32_t gen)
  * wake it if it waits on an older one. */
 static void ask_slot(struct heap *h, unsigned i, uint32_t gen)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     _Atomic uint32_t *w = &heap_slot(h, i)->stop_request;
     if (atomic_exchange(w, gen) != 0)
         futex_wake_all(w);
@@ -316,6 +317,7 @@ static void wait_parked(struct heap *h, uint64_t *stalled,
 uint32_t safepoint_stop(struct heap *h, enum safepoint_kind kind,
                         uint64_t *ttsp_max_ns, uint64_t *stopped_from_ns)
 {
+    ASSERT_LOCK_NOT_HELD(&h->lock);
     uint32_t gen = h->stop_gen;
     uint64_t max = 0, t0;
     /* Note [Parking a stop]: a round's patience doubles after each park */
@@ -378,6 +380,7 @@ void safepoint_release(struct heap *h)
 void safepoint_own_slot(struct heap *h, unsigned slot, int pid, unsigned uid,
                         const char *name)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct heap_slot_owner *o = &h->owners[slot];
     o->pid = pid;
     o->uid = uid;
@@ -386,6 +389,7 @@ void safepoint_own_slot(struct heap *h, unsigned slot, int pid, unsigned uid,
 
 void safepoint_free_slot(struct heap *h, unsigned slot)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct layout_mutator *m = heap_slot(h, slot);
     atomic_store(&m->status, LAYOUT_STATUS(0, LAYOUT_MUT_FREE));
     futex_wake_all(&m->status);

@@ -338,8 +338,10 @@ void seg_destroy(struct heap *h)
 }
 
 /* See Note [Segment lifecycle]: the flag punched. */
-void seg_set_punched(struct segtab *t, uint32_t i, bool punched)
+void seg_set_punched(struct heap *h, uint32_t i, bool punched)
 {
+    ASSERT_LOCK_HELD(&h->lock);
+    struct segtab *t = &h->segs;
     struct seg *s = &t->segs[i];
     uint64_t *pp = seg_pages_purged(t, i);
     _Atomic uint64_t *pf = seg_pages_free(t, i);
@@ -461,6 +463,7 @@ static void charge_fresh(struct segtab *t, const struct seg *s,
 
 uint64_t seg_charged_bytes(const struct heap *h, uint64_t owner, bool all)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     const struct segtab *t = &h->segs;
     for (uint32_t k = 0; owner != 0 && k < t->n_charges; k++) {
         const struct seg_charge *c = &t->charges[k];
@@ -472,6 +475,7 @@ uint64_t seg_charged_bytes(const struct heap *h, uint64_t owner, bool all)
 
 uint32_t seg_sweep_start(struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     for (uint32_t k = 0; k < t->n_charges; k++) {
         struct seg_charge *c = &t->charges[k];
@@ -487,6 +491,7 @@ uint32_t seg_sweep_start(struct heap *h)
 void seg_sweep_charged(struct heap *h, const _Atomic uint64_t *tally,
                        uint32_t n)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     for (uint32_t k = 0; k < t->n_charges; k++) {
         struct seg_charge *c = &t->charges[k];
@@ -577,7 +582,7 @@ static uint32_t grant_reusable(struct heap *h, uint64_t owner,
             adopt(t, s);
             /* its new owner may touch any page: Note [Purging free
              * memory] */
-            seg_set_punched(t, i, false);
+            seg_set_punched(h, i, false);
             __atomic_store_n(&s->charge, charge, __ATOMIC_RELAXED);
             unfile_reusable(t, i);
             t->n_filled--;
@@ -599,6 +604,7 @@ int seg_grant_reusable(struct heap *h, uint64_t owner, uint32_t *held,
                        const uint64_t *classes, uint32_t *out,
                        uint32_t *out_formatted)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     if (count > quota_left(*held, quota_segs))
         count = quota_left(*held, quota_segs);
     uint16_t charge = count ? charge_find(h, owner, true) : 0;
@@ -615,6 +621,7 @@ int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
                     const uint64_t *classes, uint32_t grow, uint32_t *out,
                     uint32_t *out_formatted)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     bool held_back = false; /* a punched segment left for want of GROW */
     struct segtab *t = &h->segs;
     uint32_t n = 0, i = t->first;
@@ -662,7 +669,7 @@ int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
         if (!t->segs[i].punched || seg_has_pages(h, i, 1, cur))
             zero_header(heap_seg_addr(h, i), hdr_bytes);
         take(t, i, SEG_OWNED, owner, charge, 0);
-        seg_set_punched(t, i, false);
+        seg_set_punched(h, i, false);
         out_formatted[n] = 0;
         out[n++] = i;
         i++;
@@ -684,6 +691,7 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
                     uint32_t quota_segs, uint64_t bytes, uint32_t *first,
                     uint32_t *run)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     uint64_t need = seg_run_segments(h, bytes);
     uint32_t start = 0, len = 0;
@@ -723,7 +731,7 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
     for (uint32_t i = start; i < start + need; i++) {
         take(t, i, i == start ? SEG_LARGE : SEG_LARGE_TAIL, owner, charge,
              i == start ? (uint32_t)need : start);
-        seg_set_punched(t, i, false);
+        seg_set_punched(h, i, false);
     }
     t->n_large++;
     charge_fresh(t, &t->segs[start], need << h->seg_shift);
@@ -759,6 +767,7 @@ static void make_free(struct heap *h, uint32_t i);
 int seg_grant_young(struct heap *h, uint64_t owner, uint32_t *held,
                     uint32_t quota_segs, uint32_t segs, uint32_t *first)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     uint32_t start = 0, len = 0;
 
@@ -786,7 +795,7 @@ int seg_grant_young(struct heap *h, uint64_t owner, uint32_t *held,
     for (uint32_t i = start; i < start + segs; i++) {
         take(t, i, i == start ? SEG_YOUNG : SEG_YOUNG_TAIL, owner, 0,
              i == start ? segs : start);
-        seg_set_punched(t, i, false);
+        seg_set_punched(h, i, false);
     }
     t->n_young += segs;
     *held += segs;
@@ -796,6 +805,7 @@ int seg_grant_young(struct heap *h, uint64_t owner, uint32_t *held,
 
 void seg_free_young(struct heap *h, uint32_t first)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     if (first < t->first || first >= t->count ||
         t->segs[first].state != SEG_YOUNG)
@@ -950,6 +960,7 @@ static bool unown(struct heap *h, uint32_t i)
 
 int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     if (i < t->first || i >= t->count || t->segs[i].owner != owner ||
         !unown(h, i))
@@ -964,6 +975,7 @@ int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i)
 
 void seg_orphan(struct heap *h, uint64_t owner)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     uint16_t charge = charge_find(h, owner, false);
     for (uint32_t i = t->first; i < t->high; i++) {
@@ -1042,6 +1054,7 @@ int seg_recover(struct heap *h, uint64_t cycles,
                 const struct seg_sealed *sealed, uint32_t *odd, char *why,
                 size_t n)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     size_t words = ((size_t)t->count + 63) / 64;
     uint32_t repaired = 0, unbitted = 0, misfiled = 0, remarked = 0;
@@ -1197,6 +1210,7 @@ int seg_recover(struct heap *h, uint64_t cycles,
 
 int seg_fence(struct heap *h, uint32_t **out, uint32_t *n)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     uint32_t k = 0, *segs = malloc(((size_t)t->high + 1) * sizeof *segs);
     if (!segs)
@@ -1222,6 +1236,7 @@ int seg_fence(struct heap *h, uint32_t **out, uint32_t *n)
 
 void seg_unfence(struct heap *h, const uint32_t *segs, uint32_t n)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     for (uint32_t k = 0; k < n; k++) {
         struct seg *s = &t->segs[segs[k]];
@@ -1245,6 +1260,7 @@ void seg_unfence(struct heap *h, const uint32_t *segs, uint32_t n)
 /* See Note [Segment lifecycle], (6) */
 void seg_release(struct heap *h, uint32_t i)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     struct seg *s = &t->segs[i];
     if (s->state == SEG_LARGE) {

@@ -1,8 +1,12 @@
 /* The daemon's segment table: the authoritative state of every segment of a
  * heap.  See Note [Segments] in proto/layout.h, and Note [Segment supply]
- * and Note [Segment lifecycle] in segment.c.  Every function here is
- * called with the heap's lock held, except the seg_state()/seg_class()
- * readers the markers use. */
+ * and Note [Segment lifecycle] in segment.c.  A function here runs with
+ * heap->lock held, and asserts it (Note [Checked lock rules] in
+ * proto/lock.h), unless its comment says otherwise: the readers the
+ * markers and sweepers use (seg_state, seg_class, seg_fenced, ...), the
+ * set-up of a table nobody shares yet (seg_init, seg_format,
+ * seg_recount_memory, seg_destroy, segtab_check) and the few that take
+ * the lock themselves. */
 #ifndef HEAPD_DAEMON_SEGMENT_H
 #define HEAPD_DAEMON_SEGMENT_H
 
@@ -187,7 +191,7 @@ static inline uint64_t seg_committed(const struct segtab *t,
 /* With heap->lock held: segment I's memory is punched (PUNCHED) or about
  * to be used again (its punched pages forgotten: whoever takes it may
  * touch any of them). */
-void seg_set_punched(struct segtab *t, uint32_t i, bool punched);
+void seg_set_punched(struct heap *h, uint32_t i, bool punched);
 /* The table's derived memory counts, recounted from the records (a new
  * table, or one taken over from the heapd before). */
 void seg_recount_memory(struct segtab *t);

@@ -42,6 +42,7 @@ int slotmem_create(const char *heap_name, uint64_t client, unsigned regions)
 
 int slotmem_map(struct heap *h, unsigned slot, int fd, unsigned region)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     void *w = heap_slot(h, slot);
     void *p = mmap(w, LAYOUT_MUTATOR_BYTES, PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_FIXED, fd,

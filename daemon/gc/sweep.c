@@ -87,6 +87,7 @@ void sweep_job_init(struct sweep_job *j, struct heap *h, uint8_t epoch)
 
 void sweep_job_finish(struct sweep_job *j)
 {
+    ASSERT_LOCK_HELD(&j->h->lock);
     seg_sweep_charged(j->h, j->charged, j->ncharged);
     free(j->charged);
     j->charged = NULL;
@@ -108,6 +109,7 @@ static void tally(struct sweep_job *j, uint32_t i, uint64_t bytes)
 static bool holds_live(const struct heap *h, uint32_t i, uint8_t expect,
                        uint8_t epoch)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     const struct segtab *t = &h->segs;
     const uint8_t *marks = layout_seg_marks(heap_seg_addr(h, i));
     if (expect == SEG_LARGE) {

@@ -320,6 +320,7 @@ out:
 
 void table_save_stats(struct heap *h)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct table_header *hd = h->table;
     if (!hd)
         return;
@@ -413,6 +414,9 @@ int table_take_back(struct heap *h, char *why, size_t n,
     int rc = 0;
 
     *kept = NULL;
+    /* nobody else has the heap yet, but every writer of the table holds
+     * the lock (Note [Checked lock rules] in proto/lock.h) */
+    heap_lock(h);
     /* read before this heapd's first store, which clears it */
     *clean = atomic_load_explicit(&hd->clean.word, memory_order_acquire) ==
              TABLE_CLEAN;
@@ -477,6 +481,11 @@ out:
             *kept = r->next;
             free(r);
         }
+        /* not heap_unlock: the table failed seg_recover's own check (or
+         * was not read), and the heap is refused as it was found */
+        hd_mutex_unlock(&h->lock);
+    } else {
+        heap_unlock(h);
     }
     return rc;
 }
@@ -487,6 +496,7 @@ void table_client_add(struct heap *h, uint64_t id, const uint8_t *token,
                       pid_t pid, uid_t uid, gid_t gid, uint64_t start,
                       const char *name)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct table_header *hd = h->table;
     for (unsigned k = 0; hd && k < TABLE_CLIENTS; k++) {
         struct table_client *r = &hd->clients[k];
@@ -516,6 +526,7 @@ static struct table_client *client_of(struct heap *h, uint64_t id)
 
 void table_client_remove(struct heap *h, uint64_t id)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct table_client *r = client_of(h, id);
     if (r)
         atomic_store(&r->valid, 0);
@@ -523,6 +534,7 @@ void table_client_remove(struct heap *h, uint64_t id)
 
 void table_client_granted(struct heap *h, uint64_t id, uint64_t granted)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct table_client *r = client_of(h, id);
     if (r)
         r->granted = granted;
@@ -531,6 +543,7 @@ void table_client_granted(struct heap *h, uint64_t id, uint64_t granted)
 void table_slot_set(struct heap *h, unsigned slot, uint64_t client,
                     unsigned region, uint64_t alloc_bound)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct table_header *hd = h->table;
     if (!hd)
         return;
@@ -542,6 +555,7 @@ void table_slot_set(struct heap *h, unsigned slot, uint64_t client,
 void table_slot_young(struct heap *h, unsigned slot, uint32_t first,
                       uint32_t segs, uint32_t age)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct table_header *hd = h->table;
     if (!hd)
         return;
@@ -559,6 +573,7 @@ void table_stop_gen(struct heap *h, uint32_t gen)
 
 bool table_client_listed(struct heap *h, uint64_t id)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     return client_of(h, id) != NULL;
 }
 

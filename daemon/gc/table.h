@@ -26,8 +26,9 @@ int table_create(struct heap *h);
  * or -EINVAL with WHY (N bytes) saying what disagreed. */
 int table_adopt(struct heap *h, int fd, char *why, size_t n);
 
-/* The adopted table taken back (Note [The live table]), whether the
- * heapd before stopped cleanly or was killed: the counters, the
+/* The adopted table taken back (Note [The live table]), under
+ * heap->lock, which it takes, whether the heapd before stopped cleanly or
+ * was killed: the counters, the
  * registry's clients (*KEPT, for resume_adopt: what they hold is left
  * theirs), the segment records repaired and recounted (seg_recover), the
  * globals' records (globals_recover), the control area's phase, the last
@@ -46,26 +47,30 @@ int table_take_back(struct heap *h, char *why, size_t n,
  * Returns true if sealed.  Nothing may store into the table after it. */
 bool table_seal(struct heap *h);
 
-/* The registry (heap->lock held): a mutator client welcomed, gone, or
- * granted GRANTED bytes so far; slot SLOT attached to CLIENT (0: freed). */
+/* With heap->lock held: the registry's records of a mutator client
+ * welcomed, gone, or granted GRANTED bytes so far; slot SLOT attached to
+ * CLIENT (0: freed). */
 #define TABLE_CLIENTS 1024u
 void table_client_add(struct heap *h, uint64_t id, const uint8_t *token,
                       pid_t pid, uid_t uid, gid_t gid, uint64_t start,
                       const char *name);
 void table_client_remove(struct heap *h, uint64_t id);
-/* Does the registry name client ID (a client heapd can keep)? */
+/* With heap->lock held: does the registry name client ID (a client heapd
+ * can keep)? */
 bool table_client_listed(struct heap *h, uint64_t id);
 void table_client_granted(struct heap *h, uint64_t id, uint64_t granted);
 void table_slot_set(struct heap *h, unsigned slot, uint64_t client,
                     unsigned region, uint64_t alloc_bound);
-/* Slot SLOT's nursery (Note [Nurseries] in proto/young.h): the run at
- * FIRST of SEGS segments (0: none), promoting at AGE. */
+/* With heap->lock held: slot SLOT's nursery (Note [Nurseries] in
+ * proto/young.h), the run at FIRST of SEGS segments (0: none), promoting
+ * at AGE. */
 void table_slot_young(struct heap *h, unsigned slot, uint32_t first,
                       uint32_t segs, uint32_t age);
 /* The collector thread asked stop generation GEN. */
 void table_stop_gen(struct heap *h, uint32_t gen);
 
-/* heap->lock held, at a cycle's end: copy the counters into the table. */
+/* With heap->lock held, at a cycle's end: copy the counters into the
+ * table. */
 void table_save_stats(struct heap *h);
 
 /* Unmap and close (safe when never opened); debug builds check that a

@@ -361,6 +361,7 @@ static uint64_t finish(struct verifier *v, const char *what)
 
 uint64_t verify_reachable(struct heap *h, uint8_t epoch)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     struct verifier v = {.h = h, .epoch = epoch};
     if (!grow(&v)) {
         log_error("heap '%s': verify: out of memory", h->cfg->name);
@@ -372,6 +373,7 @@ uint64_t verify_reachable(struct heap *h, uint8_t epoch)
 
 uint64_t verify_segments(struct heap *h, uint8_t epoch)
 {
+    ASSERT_LOCK_HELD(&h->lock);
     /* no table: its failures name no path (fail with no parent) */
     struct verifier v = {.h = h, .epoch = epoch};
     check_segments(&v);
