@@ -45,6 +45,12 @@ static void setup(void)
     H.base = mmap(NULL, cfg.max_size, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ck_assert(H.base != MAP_FAILED);
+    /* the control area at the base, as heap_open lays it out; the cycle's
+     * collector would have published EPOCH and turned to sweeping (Note
+     * [Epoch-tagged marks]) */
+    H.control = H.base;
+    atomic_store(&H.control->epoch, EPOCH);
+    atomic_store(&H.control->phase, LAYOUT_PHASE_SWEEP);
     hd_mutex_init(&H.lock);
     hd_mutex_init(&H.adoption);
     ck_assert_int_eq(seg_init(&H), 0);

@@ -41,6 +41,7 @@
  */
 #include "mark.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,6 +98,10 @@ static void count_bad(const struct heap *h)
 void mark_job_init(struct mark_job *j, struct heap *h, uint8_t epoch,
                    unsigned nworkers)
 {
+    /* Note [Epoch-tagged marks]: an epoch is never 0 nor a continuation,
+     * and the job marks with the one the snapshot just published */
+    assert(epoch != 0 && epoch != LAYOUT_MARK_CONT);
+    assert(epoch == atomic_load(&h->control->epoch));
     memset(j, 0, sizeof *j);
     j->h = h;
     j->epoch = epoch;
@@ -122,6 +127,20 @@ void mark_job_destroy(struct mark_job *j)
     hd_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     pthread_cond_destroy(&j->remark_cv);
+}
+
+/* Debug builds: marking runs between a snapshot and the final sync that
+ * ends it, in the epoch the snapshot published; the epoch changes only
+ * at a snapshot, with every mutator stopped (Note [Epoch-tagged marks]),
+ * so a marker that met another would store marks of the wrong cycle. */
+static void assert_marking(const struct mark_job *j)
+{
+    const struct layout_control *c = j->h->control;
+    (void)c;
+    assert(atomic_load_explicit(&c->epoch, memory_order_relaxed) ==
+           j->epoch);
+    assert(atomic_load_explicit(&c->phase, memory_order_relaxed) ==
+           LAYOUT_PHASE_MARK);
 }
 
 /* ---- Note [Bounded mark stacks] ---- */
@@ -214,6 +233,7 @@ static void pool_put(struct mark_job *j, struct mark_packet *p)
         p->next = j->pool;
         j->pool = p;
         j->pool_n += p->n;
+        assert(p->n <= PACKET_REFS);
         if (j->waiting > 0)
             pthread_cond_broadcast(&j->cv);
         /* a collector waiting for remarks has marking to do (remark_wait) */
@@ -266,6 +286,8 @@ static void push(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
             drop_grouped(j, s->v, &s->n, s->n / 2 ? s->n / 2 : 1);
         }
     }
+    /* Note [Bounded mark stacks]: the drop made room, within the cap */
+    assert(s->n < s->cap && s->cap <= j->stack_cap);
     s->v[s->n++] = obj;
 }
 
@@ -368,6 +390,11 @@ static void rescan(struct mark_job *j, struct mark_stack *s, uint32_t i)
     uint8_t *seg = heap_seg_addr(h, i);
     uint8_t *marks = layout_seg_marks(seg);
 
+    /* flagged for a validated reference, so OWNED, FILLED or LARGE, and
+     * not OWNED under the adoption lock (remark_lock_unowned): nothing
+     * but a sweep frees a FILLED segment with a known class or a large
+     * run (Note [Segment lifecycle]) */
+    assert(seg_state(t, i) == SEG_FILLED || seg_state(t, i) == SEG_LARGE);
     if (seg_state(t, i) == SEG_LARGE) {
         if (__atomic_load_n(marks, __ATOMIC_ACQUIRE) == j->epoch)
             scan_block(j, s, (uintptr_t)seg + LAYOUT_LARGE_OBJECT +
@@ -395,7 +422,10 @@ static struct mark_packet *pool_take_locked(struct mark_job *j)
 {
     ASSERT_LOCK_HELD(&j->mu);
     struct mark_packet *p = j->pool;
+    /* Note [Bounded mark stacks]: pool_n counts the pool's entries */
+    assert(j->pool_n <= j->pool_cap && (p != NULL) == (j->pool_n != 0));
     if (p) {
+        assert(p->n <= j->pool_n);
         j->pool = p->next;
         j->pool_n -= p->n;
     }
@@ -433,7 +463,11 @@ static bool refill(struct mark_job *j, struct mark_stack *s)
         }
         if (j->done)
             break;
+        assert(j->waiting < j->nworkers);
         if (++j->waiting == j->nworkers) {
+            /* Note [Parallel marking]: every worker waits, with an empty
+             * stack, and nothing is left to share */
+            assert(j->pool == NULL && j->remark_global == 0);
             j->done = true;
             pthread_cond_broadcast(&j->cv);
             break;
@@ -458,6 +492,7 @@ void mark_worker(void *arg, unsigned worker)
     uintptr_t ring[PREFETCH_RING];
     unsigned head = 0, queued = 0;
     (void)worker;
+    assert_marking(j);
 
     unsigned since_poll = 0;
     do {
@@ -514,6 +549,7 @@ bool mark_drain(struct mark_job *j, uint64_t budget)
     struct mark_stack s = {0};
     uint64_t scanned = 0;
     bool emptied = true;
+    assert_marking(j);
 
     for (;;) {
         hd_mutex_lock(&j->mu);

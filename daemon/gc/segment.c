@@ -87,9 +87,11 @@
  *               granted it, and it does not become FREE
  *
  * The transitions of the states: from, to, [the function that stores the
- * new state] and who calls it.  Each is made with heap->lock held, but
- * those at startup, before the heap is served, while no other thread
- * runs.  "loop" is the daemon's loop thread; "sweeper" a worker of the
+ * new state] and who calls it.  Each is made with heap->lock held but
+ * seg_format's, on a heap nobody has yet (table_take_back holds it for
+ * seg_recover too, though no other thread runs then); debug builds assert
+ * those set_state makes, (1) to (7), and what seg_release frees at (6).
+ * "loop" is the daemon's loop thread; "sweeper" a worker of the
  * collector's sweep (Note [Sweeping] in sweep.c).
  *
  *   (new heap)   -> FREE        [seg_format]      startup (heap.c)
@@ -135,7 +137,7 @@
  *       nursery owned by nobody or whose segments disagree on their
  *       owner; not punched (it may hold pages).
  *
- * The flags change thus (with heap->lock held, but at startup):
+ * The flags change thus (with heap->lock held, but seg_format's):
  *
  *   punched   set at seg_format; on FREE segments that seg_purge and
  *             seg_punch_strays (collector thread; the loop for strays)
@@ -269,10 +271,28 @@
 #include "kept.h"
 
 
+/* The transitions set_state makes (Note [Segment lifecycle], (1) to
+ * (7)): bit TO of seg_next[FROM]. */
+#define SEG_TO(st) (1u << (st))
+static const uint8_t seg_next[SEG_STATE_MAX + 1] = {
+    [SEG_FREE] = SEG_TO(SEG_OWNED) | SEG_TO(SEG_LARGE) |
+                 SEG_TO(SEG_LARGE_TAIL) | SEG_TO(SEG_YOUNG) |
+                 SEG_TO(SEG_YOUNG_TAIL),
+    [SEG_OWNED] = SEG_TO(SEG_FILLED) | SEG_TO(SEG_FREE),
+    [SEG_FILLED] = SEG_TO(SEG_OWNED) | SEG_TO(SEG_FREE),
+    [SEG_LARGE] = SEG_TO(SEG_FREE),
+    [SEG_LARGE_TAIL] = SEG_TO(SEG_FREE),
+    [SEG_YOUNG] = SEG_TO(SEG_FREE),
+    [SEG_YOUNG_TAIL] = SEG_TO(SEG_FREE),
+};
+#undef SEG_TO
+
 /* Every store of a state but those at startup: See Note [Segment
- * lifecycle].  Each is counted for Note [Checking the segment table]. */
+ * lifecycle], whose transitions debug builds assert here.  Each is
+ * counted for Note [Checking the segment table]. */
 static void set_state(struct segtab *t, struct seg *s, enum seg_state st)
 {
+    assert(s->state <= SEG_STATE_MAX && (seg_next[s->state] >> st & 1));
     t->state_changes++;
     __atomic_store_n(&s->state, (uint8_t)st, __ATOMIC_RELEASE);
 }
@@ -1263,6 +1283,11 @@ void seg_release(struct heap *h, uint32_t i)
     ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     struct seg *s = &t->segs[i];
+    /* See Note [Segment lifecycle], (6): FILLED or the head of a large
+     * run, not fenced, and no punch of its free pages under way (seg_purge
+     * runs after the sweep, on the same thread) */
+    assert(s->state == SEG_FILLED || s->state == SEG_LARGE);
+    assert(!s->fenced && !s->purging);
     if (s->state == SEG_LARGE) {
         uint32_t n = s->run;
         t->n_large--;

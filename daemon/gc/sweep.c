@@ -39,6 +39,7 @@
  */
 #include "sweep.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,8 +73,23 @@
 
 #define SWEEP_BATCH 16
 
+/* Debug builds: the sweep runs after the final sync that ended marking
+ * in EPOCH, with the barrier off, and before the next snapshot, the only
+ * place the epoch changes (Note [Epoch-tagged marks]): a sweeper that met
+ * another epoch would free what that cycle marked. */
+static void assert_sweeping(const struct heap *h, uint8_t epoch)
+{
+    const struct layout_control *c = h->control;
+    (void)c, (void)epoch;
+    assert(epoch != 0 && epoch != LAYOUT_MARK_CONT);
+    assert(atomic_load_explicit(&c->epoch, memory_order_relaxed) == epoch);
+    assert(atomic_load_explicit(&c->phase, memory_order_relaxed) ==
+           LAYOUT_PHASE_SWEEP);
+}
+
 void sweep_job_init(struct sweep_job *j, struct heap *h, uint8_t epoch)
 {
+    assert_sweeping(h, epoch);
     memset(j, 0, sizeof *j);
     j->h = h;
     j->epoch = epoch;
@@ -129,10 +145,13 @@ static bool holds_live(const struct heap *h, uint32_t i, uint8_t expect,
 static bool release(struct heap *h, uint32_t i, uint8_t expect, uint8_t epoch)
 {
     bool freed = false;
+    /* the two states a sweep frees (Note [Segment lifecycle], (6)) */
+    assert(expect == SEG_FILLED || expect == SEG_LARGE);
     heap_lock(h);
     if (h->segs.segs[i].state == expect && !seg_fenced(&h->segs, i) &&
         !holds_live(h, i, expect, epoch)) {
         seg_release(h, i);
+        assert(h->segs.segs[i].state == SEG_FREE);
         freed = true;
     }
     heap_unlock(h);
@@ -144,6 +163,9 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
 {
     struct heap *h = j->h;
     const struct segtab *t = &h->segs;
+    /* Note [Sweeping]: a small segment is swept OWNED or FILLED, and only
+     * a FILLED one may be freed */
+    assert(state == SEG_OWNED || state == SEG_FILLED);
     uint8_t cls = seg_class(h, i);
     bool fenced = seg_fenced(t, i); /* Note [Evicted clients] */
     if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0) {
@@ -251,6 +273,7 @@ void sweep_worker(void *arg, unsigned worker)
         uint32_t start = atomic_fetch_add(&j->next, SWEEP_BATCH);
         if (start >= count)
             break;
+        assert_sweeping(h, j->epoch);
         workers_checkpoint(); /* Note [Worker priority] */
         uint32_t end = start + SWEEP_BATCH < count ? start + SWEEP_BATCH
                                                    : count;
