@@ -1,11 +1,18 @@
 /* The daemon's executable invariants catch what they claim to: each
  * checker accepts a consistent table built by hand and rejects it once
  * one counter or link is broken (Note [Checking the segment table], Note
- * [Checking remark states] in daemon/). */
+ * [Checking remark states] in daemon/gc/); and in a debug build a broken
+ * lock rule, or a table broken by the time heap->lock is released, stops
+ * the process with a message (Note [Checked lock rules] in proto/lock.h). */
 #include <check.h>
 #include <errno.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "heap.h"
 #include "kept.h"
@@ -310,6 +317,148 @@ START_TEST(recovery_refuses_what_no_heapd_writes)
 }
 END_TEST
 
+#ifndef NDEBUG
+/* Run FN in a child of this test, its stderr read into OUT (N bytes, the
+ * rest drained); returns its wait status. */
+static int run_child(void (*fn)(void), char *out, size_t n)
+{
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct rlimit no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core); /* an abort is the expected end */
+        dup2(p[1], STDERR_FILENO);
+        close(p[0]);
+        close(p[1]);
+        fn();
+        fflush(stderr);
+        _exit(0);
+    }
+    close(p[1]);
+    size_t got = 0;
+    char scratch[256];
+    ssize_t r;
+    while ((r = read(p[0], got + 1 < n ? out + got : scratch,
+                     got + 1 < n ? n - 1 - got : sizeof scratch)) > 0)
+        got += got + 1 < n ? (size_t)r : 0;
+    out[got] = 0;
+    close(p[0]);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    return st;
+}
+
+static bool aborted(int st)
+{
+    return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+}
+
+static bool exited_0(int st)
+{
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* the sweep frees FILLED segment 10 (Note [Segment lifecycle], (6)) */
+static void release_unlocked(void)
+{
+    seg_release(&H, 10);
+}
+static void release_locked(void)
+{
+    heap_lock(&H);
+    seg_release(&H, 10);
+    heap_unlock(&H);
+}
+static void remark_unlocked(void)
+{
+    (void)remark_none_locked(&J);
+}
+static void lock_twice(void)
+{
+    heap_lock(&H);
+    heap_lock(&H);
+}
+
+/* Note [Checked lock rules]: a function documented as run with a lock
+ * held aborts, naming itself and the lock, when it runs without; with
+ * the lock it runs.  Taking a lock twice aborts rather than hangs. */
+START_TEST(a_broken_lock_rule_aborts_naming_the_lock)
+{
+    char out[2048];
+    int st = run_child(release_unlocked, out, sizeof out);
+    ck_assert_msg(aborted(st), "seg_release without heap->lock ended with "
+                  "wait status %#x, not SIGABRT: %s", st, out);
+    ck_assert_msg(strstr(out, "lock rule broken in seg_release") &&
+                      strstr(out, "&h->lock is not held"),
+                  "the abort does not name the function and the lock: %s",
+                  out);
+    st = run_child(release_locked, out, sizeof out);
+    ck_assert_msg(exited_0(st), "seg_release with heap->lock held ended "
+                  "with wait status %#x: %s", st, out);
+    ck_assert_uint_eq(H.segs.segs[10].state, SEG_FILLED); /* the child's */
+
+    st = run_child(remark_unlocked, out, sizeof out);
+    ck_assert_msg(aborted(st) && strstr(out, "remark_none_locked") &&
+                      strstr(out, "&j->mu is not held"),
+                  "remark_none_locked without the job's mu: wait status "
+                  "%#x: %s", st, out);
+
+    st = run_child(lock_twice, out, sizeof out);
+    ck_assert_msg(aborted(st) && strstr(out, "lock_twice") &&
+                      strstr(out, "is already held"),
+                  "heap->lock taken twice by one thread: wait status %#x: "
+                  "%s", st, out);
+}
+END_TEST
+
+/* A counter a release forgot, as a stray store would leave it, found at
+ * the next release of heap->lock after a state changed */
+static void corrupt_then_release(void)
+{
+    while (!seg_check_due())
+        ; /* so the release below is not a sampled one */
+    heap_lock(&H);
+    H.segs.n_owned++;
+    seg_release(&H, 10);
+    heap_unlock(&H);
+}
+/* The same without a state change: found within SEGTAB_CHECK_EVERY
+ * releases */
+static void corrupt_then_idle(void)
+{
+    heap_lock(&H);
+    H.segs.segs[2].fenced = 1; /* fenced, but n_fenced says none */
+    heap_unlock(&H);
+    for (int k = 0; k < SEGTAB_CHECK_EVERY; k++) {
+        heap_lock(&H);
+        heap_unlock(&H);
+    }
+}
+
+/* Note [Checking the segment table]: heap_unlock runs the checker in a
+ * debug build, and its assert stops the process at the release. */
+START_TEST(a_broken_table_aborts_at_the_next_unlock)
+{
+    char out[2048];
+    int st = run_child(corrupt_then_release, out, sizeof out);
+    ck_assert_msg(aborted(st), "a release after n_owned went wrong ended "
+                  "with wait status %#x, not SIGABRT: %s", st, out);
+    ck_assert_msg(strstr(out, "n_owned 4, but 3 segments are OWNED") &&
+                      strstr(out, "segtab_check"),
+                  "the checker did not say what disagrees: %s", out);
+
+    st = run_child(corrupt_then_idle, out, sizeof out);
+    ck_assert_msg(aborted(st), "%d releases after a stray fence ended with "
+                  "wait status %#x, not SIGABRT: %s",
+                  SEGTAB_CHECK_EVERY + 1, st, out);
+    ck_assert_msg(strstr(out, "n_fenced 0, but 1 segments are fenced"),
+                  "the checker did not say what disagrees: %s", out);
+}
+END_TEST
+#endif
+
 int main(void)
 {
     Suite *s = suite_create("invariants");
@@ -327,5 +476,12 @@ int main(void)
     tcase_add_test(t, recovery_of_a_sealed_table_not_as_sealed);
     tcase_add_test(t, recovery_refuses_what_no_heapd_writes);
     suite_add_tcase(s, t);
+#ifndef NDEBUG
+    TCase *a = tcase_create("asserted");
+    tcase_add_checked_fixture(a, setup, teardown);
+    tcase_add_test(a, a_broken_lock_rule_aborts_naming_the_lock);
+    tcase_add_test(a, a_broken_table_aborts_at_the_next_unlock);
+    suite_add_tcase(s, a);
+#endif
     return check_main(s);
 }

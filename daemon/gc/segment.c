@@ -1458,8 +1458,6 @@ bool segtab_check(const struct segtab *t)
     return ok;
 }
 
-#define SEGTAB_CHECK_EVERY 16
-
 bool seg_check_due(void)
 {
     static _Atomic unsigned calls;

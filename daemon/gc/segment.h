@@ -366,6 +366,7 @@ uint32_t seg_punch_strays(struct heap *h);
  * and bitmaps agree with a recount of its states; logs what disagrees.
  * With heap->lock held (or T not shared). */
 bool segtab_check(const struct segtab *t);
+#define SEGTAB_CHECK_EVERY 16
 /* assert(segtab_check()) at a release of heap->lock (heap_unlock), when
  * a segment's state changed since the last check or at every
  * SEGTAB_CHECK_EVERY-th release (every release with HEAPD_CHECK_ALL set).
