@@ -33,12 +33,9 @@
  * A broken rule aborts with the lock, the function and the place, e.g.
  *     heapd: lock rule broken in seg_release (../daemon/gc/segment.c:1198):
  *     &h->lock is not held by this thread
- * Before, about a hundred comments said "called with X held" and nothing
- * checked them.  The suites broke none of the 107 rules when they were
- * first checked (the live table's recovery at startup, which wrote the
- * segment table without the lock while no other thread ran, takes it
- * now); what the checks buy is that a change that breaks one stops at
- * the call, where a race on the table would show cycles later, if ever.
+ * Why: 107 functions carry such a rule; a change that breaks one stops
+ * at the call, where a race on the segment table would show cycles
+ * later, if ever.
  */
 #ifndef HEAPD_PROTO_LOCK_H
 #define HEAPD_PROTO_LOCK_H
