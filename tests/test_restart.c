@@ -4,7 +4,8 @@
  * object a global holds, from its table sealed at the stop, and a
  * restart after a kill from the table as the kill left it; a client
  * connected at either resumes; a sealed table stored into after its seal
- * is recovered as after a kill, and so is the previous release's table;
+ * is recovered as after a kill, and so are the previous release's table
+ * and one sealed while an evicted client's nursery was fenced;
  * a table damaged or of another version is refused, kept for an
  * operator, and its heap started empty. */
 #include <check.h>
@@ -688,6 +689,169 @@ START_TEST(table_of_the_release_before_is_recovered_as_killed)
 }
 END_TEST
 
+/* ---- a fence standing at a clean stop (Note [Evicted clients] in
+ * daemon/stall.c) ---- */
+
+/* A young mutator's kid: its list of NODES under a root, the head in its
+ * nursery; it says so through a pipe and stops itself (SIGSTOP) outside
+ * a blocking region, so the next stop stalls on it.  Returns once it is
+ * stopped.  Continued, it would reach heapd_safepoint, where an evicted
+ * process aborts. */
+static pid_t fork_young_and_stop(void)
+{
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        heapd_client *c;
+        heapd_mutator *m;
+        close(ready[0]);
+        heapd_connect_opts o = {.socket_path = D.sock};
+        heapd_mutator_opts mo = {.flags = HEAPD_MUTATOR_YOUNG,
+                                 .young_size = 256 * 1024, .young_age = 3};
+        if (heapd_connect(&c, &o) != 0 || heapd_attach_opts(c, &mo, &m) != 0)
+            _exit(RESUMER_SETUP);
+        size_t slot = heapd_root_push(m, NULL);
+        for (uint64_t i = 0; i < NODES; i++) {
+            struct node *n = heapd_alloc(m, 1, 2 * sizeof(uint64_t));
+            if (!n)
+                _exit(RESUMER_SETUP);
+            n->index = i;
+            n->check = i ^ MAGIC;
+            heapd_write(m, n, &n->next, heapd_root_get(m, slot));
+            heapd_root_set(m, slot, n);
+        }
+        if (!heapd_is_young(m, heapd_root_get(m, slot)))
+            _exit(RESUMER_SETUP);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(RESUMER_SETUP);
+        raise(SIGSTOP);
+        heapd_safepoint(m);
+        _exit(RESUMER_CALL);
+    }
+    close(ready[1]);
+    char r;
+    ck_assert_msg(read(ready[0], &r, 1) == 1,
+                  "the young kid died before its nursery was filled");
+    close(ready[0]);
+    int st;
+    ck_assert_int_eq(waitpid(kid, &st, WUNTRACED), kid);
+    ck_assert_msg(WIFSTOPPED(st), "the young kid ended (%#x) instead of "
+                  "stopping", st);
+    return kid;
+}
+
+/* Segments of heap "default" in nurseries (heapctl segments). */
+static uint32_t young_segments(heapd_client *ctl)
+{
+    heapd_heap_segments seg;
+    size_t n = 0;
+    ck_assert_int_eq(heapd_segments(ctl, "default", &seg, 1, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    return seg.young;
+}
+
+static void delete_list(heapd_mutator *m)
+{
+    ck_assert_int_eq(heapd_global_delete(m, "list"), 0);
+}
+
+/* A young client evicted while stopped: its nursery stays YOUNG, owned by
+ * nobody, fenced with every segment in use (Note [A nursery in the
+ * segment table] in daemon/gc/segment.c).  heapd stops cleanly while the
+ * fence stands (the process is alive, stopped).  The next heapd takes the
+ * heap back, but not as clean: the ownerless nursery is freed
+ * (Note [Recovering the segment table], transition (8) of Note [Segment
+ * lifecycle]), so the heap is recovered as after a kill, verifying cycles
+ * and all; what a global holds for a client connected across the restart
+ * is whole.  The evicted process dies later, unknown to the new heapd,
+ * and every segment comes back. */
+START_TEST(fenced_nursery_of_an_evicted_client_at_a_clean_restart)
+{
+    harness_start_logged(&D, harness_default_config("@SOCK@",
+                         "verify = true\nstall_warn = 200ms\n"
+                         "stall_timeout = 1s\nstall_action = evict\n"),
+                         "heapd.log");
+    pid_t healthy = harness_fork_mutator(&D, publish_and_block, NULL);
+    pid_t young = fork_young_and_stop();
+    /* the forks are done: the test's own client may start threads */
+    heapd_client *ctl = harness_control(&D);
+    uint32_t nursery = young_segments(ctl);
+    ck_assert_uint_eq(nursery, 2); /* 256 KiB of 128 KiB segments */
+    ck_assert_int_eq(heapd_request_collect(ctl, 0), 0);
+    harness_wait_stat(&D, ctl, clients_evicted, ==, 1);
+    /* the stalled cycle ends without it */
+    ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
+    heapd_stats_t st = harness_stats(ctl);
+    ck_assert_uint_gt(st.segments_fenced, nursery);
+    ck_assert_uint_eq(young_segments(ctl), nursery); /* fenced, ownerless */
+    uint64_t crashed = st.clients_crashed; /* the eviction's */
+    heapd_disconnect(ctl);
+
+    harness_stop_clean(&D);
+    int ws;
+    ck_assert_msg(waitpid(young, &ws, WNOHANG) == 0,
+                  "the evicted process was gone at the stop: no fence stood");
+    /* the healthy client is kept, the evicted one is not */
+    ck_assert_int_eq(harness_stored(&D, "heapd.client.default.1"), 1);
+    ck_assert_int_eq(harness_stored(&D, "heapd.client.default.2"), 0);
+    harness_restart(&D);
+    ck_assert_msg(!harness_log_contains(&D, "not recovered"),
+                  "the heap was refused after a clean stop with a fence");
+    ck_assert_msg(harness_log_contains(&D, "its segment table is not as a "
+                                       "clean stop leaves it"),
+                  "heapd did not say why the sealed table is not clean");
+    char freed[96];
+    snprintf(freed, sizeof freed, "%u segments of large or nursery runs",
+             nursery);
+    ck_assert_msg(harness_log_contains(&D, freed),
+                  "heapd did not say it freed the ownerless nursery ('%s')",
+                  freed);
+    ck_assert_msg(harness_log_contains(&D, "'default': recovered from the "
+                                       "table as after a kill"),
+                  "heapd did not recover the heap as after a kill");
+    harness_drain_notify(&D);
+    ck_assert_int_eq(harness_stored(&D, "heapd.lost-table.default"), 0);
+    ck_assert_int_eq(harness_stored(&D, "heapd.table.default"), 1);
+    /* the healthy client comes back, and then the verifying cycles run
+     * (Note [Recovery cycles]) */
+    harness_wait_stat(&D, NULL, clients_resumed, ==, 1);
+    with_client(check_list);
+    ctl = harness_control(&D);
+    st = harness_stats(ctl);
+    ck_assert_uint_eq(st.restarts_survived, 1);
+    ck_assert_uint_eq(st.crashes_recovered, 1);
+    ck_assert_uint_eq(st.clients_crashed, crashed);
+    ck_assert_uint_eq(st.verify_failures, 0);
+    ck_assert_uint_eq(st.segments_fenced, 0);
+    ck_assert_uint_eq(young_segments(ctl), 0);
+    harness_expect_healthy(&D);
+
+    /* the evicted process goes: nothing of the new heapd's was its */
+    ck_assert_int_eq(kill(young, SIGKILL), 0);
+    ck_assert_msg(harness_wait_pid(young, HARNESS_WAIT_MS) != -1,
+                  "the evicted process was not reaped");
+    ck_assert_int_eq(kill(healthy, SIGKILL), 0);
+    ck_assert_msg(harness_wait_pid(healthy, HARNESS_WAIT_MS) != -1,
+                  "the healthy client was not reaped");
+    harness_wait_stat(&D, ctl, clients_crashed, ==, crashed + 1);
+    with_client(delete_list);
+    ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
+    ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
+    st = harness_stats(ctl);
+    ck_assert_uint_eq(st.segments_owned, 0);
+    ck_assert_uint_eq(st.segments_filled, 0);
+    ck_assert_uint_eq(st.segments_large, 0);
+    ck_assert_uint_eq(st.segments_fenced, 0);
+    ck_assert_uint_eq(young_segments(ctl), 0);
+    harness_expect_healthy(&D);
+    heapd_disconnect(ctl);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("restart");
@@ -710,6 +874,7 @@ static Suite *suite(void)
     tcase_add_test(t, garbage_table_after_a_kill_is_refused);
     tcase_add_test(t, sealed_table_stored_into_is_recovered_as_killed);
     tcase_add_test(t, table_of_the_release_before_is_recovered_as_killed);
+    tcase_add_test(t, fenced_nursery_of_an_evicted_client_at_a_clean_restart);
     suite_add_tcase(s, t);
     return s;
 }
