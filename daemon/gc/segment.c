@@ -1190,8 +1190,10 @@ int seg_recover(struct heap *h, uint64_t cycles,
         }
     }
     if (repaired)
-        log_warn("heap '%s': %u segments of large or nursery runs cut short "
-                 "when heapd died are free again", h->cfg->name, repaired);
+        log_warn("heap '%s': %u segments of large or nursery runs are free "
+                 "again: a kill cut them short, or a nursery was owned by "
+                 "nobody (an evicted client's, fenced at the stop)",
+                 h->cfg->name, repaired);
     if (unbitted)
         log_info("heap '%s': %u segments' free bits disagreed with their "
                  "states when heapd died (a punch or a grant under way); "
