@@ -707,6 +707,35 @@ uint64_t seg_run_segments(const struct heap *h, uint64_t bytes)
            h->seg_shift;
 }
 
+/* With heap->lock held: the first run of NEED free segments none of which
+ * is fenced, made to read as zero (Note [Free memory stays free]: a large
+ * object must, and a nursery's owner formats it from zero), into *START;
+ * -ENOSPC if there is none.  The caller takes the run. */
+static int free_run_zeroed(struct heap *h, uint32_t need, uint32_t *start)
+{
+    ASSERT_LOCK_HELD(&h->lock);
+    struct segtab *t = &h->segs;
+    uint32_t len = 0;
+
+    for (uint32_t i = t->first; i < t->count && len < need; i++) {
+        if (seg_bit_test(t->free_bits, i) && !t->segs[i].fenced) {
+            if (len++ == 0)
+                *start = i;
+        } else {
+            len = 0;
+        }
+    }
+    if (len < need)
+        return -ENOSPC;
+    bool all_punched = true;
+    for (uint32_t i = *start; i < *start + need; i++)
+        all_punched &= t->segs[i].punched;
+    off_t cur[2] = {(off_t)INT64_MAX, 0};
+    if (!all_punched || seg_has_pages(h, *start, need, cur))
+        seg_punch(h, *start, need);
+    return 0;
+}
+
 int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
                     uint32_t quota_segs, uint64_t bytes, uint32_t *first,
                     uint32_t *run)
@@ -714,7 +743,7 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
     ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     uint64_t need = seg_run_segments(h, bytes);
-    uint32_t start = 0, len = 0;
+    uint32_t start = 0;
 
     if (need > t->count - t->first)
         return -EFBIG;
@@ -723,24 +752,9 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
     uint16_t charge = charge_find(h, owner, true);
     if (charge == 0)
         return -EDQUOT;
-    for (uint32_t i = t->first; i < t->count && len < need; i++) {
-        if (seg_bit_test(t->free_bits, i) && !t->segs[i].fenced) {
-            if (len++ == 0)
-                start = i;
-        } else {
-            len = 0;
-        }
-    }
-    if (len < need)
-        return -ENOSPC;
-
-    bool all_punched = true;
-    for (uint32_t i = start; i < start + need; i++)
-        all_punched &= t->segs[i].punched;
-    off_t cur[2] = {(off_t)INT64_MAX, 0};
-    /* the object must read as zero (Note [Free memory stays free]) */
-    if (!all_punched || seg_has_pages(h, start, (uint32_t)need, cur))
-        seg_punch(h, start, (uint32_t)need);
+    int rc = free_run_zeroed(h, (uint32_t)need, &start);
+    if (rc < 0)
+        return rc;
     struct layout_segment *hd = heap_seg_addr(h, start);
     /* atomic: a sweeper that saw one of these segments OWNED before a
      * crashed client's blank segments were freed may still read the kind
@@ -789,29 +803,15 @@ int seg_grant_young(struct heap *h, uint64_t owner, uint32_t *held,
 {
     ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
-    uint32_t start = 0, len = 0;
+    uint32_t start = 0;
 
     if (segs == 0 || segs > t->count - t->first)
         return -EFBIG;
     if (segs > quota_left(*held, quota_segs))
         return -EDQUOT;
-    for (uint32_t i = t->first; i < t->count && len < segs; i++) {
-        if (seg_bit_test(t->free_bits, i) && !t->segs[i].fenced) {
-            if (len++ == 0)
-                start = i;
-        } else {
-            len = 0;
-        }
-    }
-    if (len < segs)
-        return -ENOSPC;
-    bool all_punched = true;
-    for (uint32_t i = start; i < start + segs; i++)
-        all_punched &= t->segs[i].punched;
-    off_t cur[2] = {(off_t)INT64_MAX, 0};
-    /* its owner formats it from zero (Note [Free memory stays free]) */
-    if (!all_punched || seg_has_pages(h, start, segs, cur))
-        seg_punch(h, start, segs);
+    int rc = free_run_zeroed(h, segs, &start);
+    if (rc < 0)
+        return rc;
     for (uint32_t i = start; i < start + segs; i++) {
         take(t, i, i == start ? SEG_YOUNG : SEG_YOUNG_TAIL, owner, 0,
              i == start ? segs : start);
