@@ -215,6 +215,28 @@ struct resumer {
     uint8_t token[16];
 };
 
+/* A kid's young mutator: a small nursery, so that its list is partly
+ * young and partly promoted when heapd goes (Note [Nurseries]). */
+static const heapd_mutator_opts kid_young = {
+    .flags = HEAPD_MUTATOR_YOUNG, .young_size = 256 * 1024, .young_age = 3};
+
+/* In a kid: NODES nodes, each pushed on a list under a new root of M;
+ * the root's slot.  A failed allocation ends the kid (RESUMER_SETUP). */
+static size_t kid_list(heapd_mutator *m)
+{
+    size_t slot = heapd_root_push(m, NULL);
+    for (uint64_t i = 0; i < NODES; i++) {
+        struct node *n = heapd_alloc(m, 1, 2 * sizeof(uint64_t));
+        if (!n)
+            _exit(RESUMER_SETUP);
+        n->index = i;
+        n->check = i ^ MAGIC;
+        heapd_write(m, n, &n->next, heapd_root_get(m, slot));
+        heapd_root_set(m, slot, n);
+    }
+    return slot;
+}
+
 /* A kid that builds a list under its own root, says so, waits in a
  * blocking region for the test's word (heapd restarts meanwhile), and
  * then EXPECT: true, carries on as if nothing happened (its list whole,
@@ -238,23 +260,10 @@ static struct resumer fork_resumer(bool expect, const char *says,
         close(go[1]);
         heapd_connect_opts o = {.socket_path = D.sock,
                                 .reconnect_ms = reconnect_ms};
-        /* young: a small nursery, so that the list is partly young and
-         * partly promoted when heapd goes (Note [Nurseries]) */
-        heapd_mutator_opts mo = {.flags = HEAPD_MUTATOR_YOUNG,
-                                 .young_size = 256 * 1024, .young_age = 3};
         if (heapd_connect(&c, &o) != 0 ||
-            heapd_attach_opts(c, resumer_young ? &mo : NULL, &m) != 0)
+            heapd_attach_opts(c, resumer_young ? &kid_young : NULL, &m) != 0)
             _exit(RESUMER_SETUP);
-        size_t slot = heapd_root_push(m, NULL);
-        for (uint64_t i = 0; i < NODES; i++) {
-            struct node *n = heapd_alloc(m, 1, 2 * sizeof(uint64_t));
-            if (!n)
-                _exit(RESUMER_SETUP);
-            n->index = i;
-            n->check = i ^ MAGIC;
-            heapd_write(m, n, &n->next, heapd_root_get(m, slot));
-            heapd_root_set(m, slot, n);
-        }
+        size_t slot = kid_list(m);
         if (resumer_young && !heapd_is_young(m, heapd_root_get(m, slot)))
             _exit(RESUMER_SETUP); /* the head must be in the nursery */
         heapd_blocking_enter(m);
@@ -708,20 +717,10 @@ static pid_t fork_young_and_stop(void)
         heapd_mutator *m;
         close(ready[0]);
         heapd_connect_opts o = {.socket_path = D.sock};
-        heapd_mutator_opts mo = {.flags = HEAPD_MUTATOR_YOUNG,
-                                 .young_size = 256 * 1024, .young_age = 3};
-        if (heapd_connect(&c, &o) != 0 || heapd_attach_opts(c, &mo, &m) != 0)
+        if (heapd_connect(&c, &o) != 0 ||
+            heapd_attach_opts(c, &kid_young, &m) != 0)
             _exit(RESUMER_SETUP);
-        size_t slot = heapd_root_push(m, NULL);
-        for (uint64_t i = 0; i < NODES; i++) {
-            struct node *n = heapd_alloc(m, 1, 2 * sizeof(uint64_t));
-            if (!n)
-                _exit(RESUMER_SETUP);
-            n->index = i;
-            n->check = i ^ MAGIC;
-            heapd_write(m, n, &n->next, heapd_root_get(m, slot));
-            heapd_root_set(m, slot, n);
-        }
+        size_t slot = kid_list(m);
         if (!heapd_is_young(m, heapd_root_get(m, slot)))
             _exit(RESUMER_SETUP);
         if (write(ready[1], "r", 1) != 1)
