@@ -66,28 +66,29 @@ const char *heapd_last_error(void)
 #define WIRE_ERROR_(wire, code) \
     case HEAPD__ERROR_CODE__ERROR_##wire: return code;
 
+/* Is ERR a negated errno value this libc knows?  -500 is neither one nor
+ * a heapd code: it is "unknown" to every function below. */
+static bool is_errno(int err)
+{
+    return err < 0 && err >= ERRNO_FLOOR && strerrorname_np(-err) != NULL;
+}
+
 const char *heapd_strerror(int err)
 {
     switch (err) {
     case 0: return "success";
     HEAPD_ERRORS(ERROR_MESSAGE_)
     default:
-        if (err < 0 && err >= ERRNO_FLOOR)
-            return strerror(-err);
-        return "unknown heapd error";
+        return is_errno(err) ? strerror(-err) : "unknown heapd error";
     }
 }
 
 const char *heapd_errname(int err)
 {
-    const char *name = NULL;
-
     switch (err) {
     HEAPD_ERRORS(ERROR_NAME_)
     default:
-        if (err < 0 && err >= ERRNO_FLOOR)
-            name = strerrorname_np(-err);
-        return name ? name : "unknown";
+        return is_errno(err) ? strerrorname_np(-err) : "unknown";
     }
 }
 
@@ -101,7 +102,7 @@ int client_error_code(Heapd__ErrorCode code)
 
 int client_errno(int rc)
 {
-    if (rc >= ERRNO_FLOOR) /* a negated errno value */
+    if (rc == 0 || is_errno(rc))
         return -rc;
     switch (rc) {
     HEAPD_ERRORS(ERROR_ERRNO_)
