@@ -404,8 +404,9 @@ int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
     }
     for (size_t i = 0; i < g->n_segments; i++) {
         if (g->segments[i] == 0 || g->segments[i] >= limit) {
-            rc = client_set_error(HEAPD_EPROTO, "heapd granted segment %u, "
-                                  "outside the heap", g->segments[i]);
+            rc = client_bad_reply(frame_body_name(&req), rep,
+                                  "segment %u, outside the heap",
+                                  g->segments[i]);
             goto out;
         }
         out[i] = g->segments[i];
@@ -609,9 +610,13 @@ size_t heapd_root_push(heapd_mutator *m, void *ref)
     return i;
 }
 
-bool mutator_closed(const heapd_mutator *m)
+int mutator_closed(const heapd_mutator *m)
 {
-    return mutator_orphaned(m);
+    if (!mutator_orphaned(m))
+        return 0;
+    int rc = mutator_orphan_error(m);
+    errno = client_errno(rc);
+    return rc;
 }
 
 /* Note [Pushing roots without a safepoint]

@@ -2,12 +2,12 @@
  * collections in client/collections/): what they may use of the runtime
  * beyond the public heapd.h.  It names no type of the runtime's: a
  * library built on it follows the runtime's rules without seeing its
- * structures (tests/include_rules.sh keeps client/collections/ to
- * heapd.h, this header and proto/'s layout and futex headers). */
+ * structures (tests/include_rules.py keeps client/collections/ to
+ * heapd.h, this header and proto/'s layout, futex, clock, counter and
+ * error headers). */
 #ifndef HEAPD_CLIENT_RUNTIME_H
 #define HEAPD_CLIENT_RUNTIME_H
 
-#include <stdbool.h>
 #include <stddef.h>
 
 #include "heapd.h"
@@ -21,9 +21,10 @@ int client_set_error(int code, const char *fmt, ...)
  * safepoint] in client/mutator.c): the first slot, or (size_t)-1. */
 size_t mutator_roots_push(heapd_mutator *m, void *const *refs, size_t n);
 
-/* M's connection is gone or M belongs to this process's parent: it must
- * not wait on a word of the daemon's (Note [A dead daemon] in
- * client/mutator.c). */
-bool mutator_closed(const heapd_mutator *m);
+/* 0 while M may wait on the daemon; once M's connection is gone for good
+ * or M belongs to this process's parent, the error a call of M fails
+ * with (HEAPD_ECLOSED, HEAPD_ESHUTDOWN, HEAPD_EFORKED...), its message and
+ * errno set (Note [A dead daemon] in client/mutator.c). */
+int mutator_closed(const heapd_mutator *m);
 
 #endif

@@ -165,8 +165,9 @@ HEAPD_API int heapd_queue_push(heapd_mutator *m, void *queue, void *value);
  * EAGAIN) or on a bad argument (errno EINVAL).  Not a safepoint. */
 HEAPD_API void *heapd_queue_pop(heapd_mutator *m, void *queue);
 /* heapd_queue_pop, waiting for a value up to TIMEOUT_MS (0: no limit).
- * Safepoint.  NULL with errno ETIMEDOUT, EINVAL, or EPIPE (the daemon is
- * gone). */
+ * Safepoint.  NULL with errno ETIMEDOUT, EINVAL, EPIPE (the connection to
+ * heapd is gone: heapd_last_error says why) or EBADF (M was attached by
+ * the parent of this process). */
 HEAPD_API void *heapd_queue_pop_wait(heapd_mutator *m, void *queue,
                                      unsigned timeout_ms);
 /* Values in the queue now: a snapshot, exact when nothing is under way;

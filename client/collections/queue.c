@@ -194,12 +194,8 @@ void *heapd_queue_pop_wait(heapd_mutator *m, void *queue, unsigned timeout_ms)
         void *v = heapd_queue_pop(m, queue);
         if (v || errno != EAGAIN)
             return v;
-        if (mutator_closed(m)) { /* Note [A dead daemon] */
-            client_set_error(HEAPD_ECLOSED, "heapd_queue_pop_wait: the "
-                             "connection to heapd is gone");
-            errno = EPIPE;
+        if (mutator_closed(m)) /* Note [A dead daemon] */
             return NULL;
-        }
         uint64_t now = monotonic_ns();
         if (deadline && now >= deadline) {
             errno = ETIMEDOUT;
@@ -231,12 +227,8 @@ void *heapd_queue_pop_wait(heapd_mutator *m, void *queue, unsigned timeout_ms)
         /* the pop's safepoint comes before the slot goes: QUEUE stays
          * valid until the next one */
         heapd_root_pop(m, 1);
-        if (mutator_closed(m)) {
-            client_set_error(HEAPD_ECLOSED, "heapd_queue_pop_wait: the "
-                             "connection to heapd is gone");
-            errno = EPIPE;
+        if (mutator_closed(m))
             return NULL;
-        }
     }
 }
 
