@@ -429,8 +429,8 @@ static int handshake(heapd_client *c, int sock, const heapd_connect_opts *o,
     /* a mutator client gets the heap, the daemon's page and its control
      * memory, a control client nothing (Note [The daemon's page]) */
     if (f.n != (control ? 0u : 3u) || control == w->has_fd) {
-        rc = client_set_error(HEAPD_EPROTO, "heapd's welcome carries %u "
-                              "descriptors, not %u", f.n, control ? 0 : 3);
+        rc = client_bad_reply("hello", env, "%u descriptors, not %u", f.n,
+                              control ? 0 : 3);
         goto out;
     }
     c->client_id = w->client_id;
