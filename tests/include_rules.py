@@ -133,6 +133,10 @@ def allowed(rule, header):
 def main():
     bad = []
     checked = 0
+    for folder in sorted(set(RULES) | set(ANYWHERE)):
+        if not (sources(folder) if folder in RULES else sources_below(folder)):
+            bad.append(f"{folder}/: no C sources there; a folder renamed "
+                       "or moved needs its row here renamed too")
     for folder in ANYWHERE:
         for p in sources_below(folder):
             for n, kind, name in includes(p):
