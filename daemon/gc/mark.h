@@ -42,6 +42,9 @@ struct mark_job {
     _Atomic uint64_t marked;   /* objects marked this cycle */
     _Atomic uint64_t marked_bytes; /* and their bytes, headers included */
     _Atomic uint64_t urs_entries; /* URS entries consumed this cycle */
+#ifndef NDEBUG
+    uint64_t releases;         /* of mu: Note [Checking remark states] */
+#endif
 };
 
 void mark_job_init(struct mark_job *j, struct heap *h, uint8_t epoch,

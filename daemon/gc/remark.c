@@ -146,11 +146,11 @@ bool remark_check(const struct mark_job *j)
 }
 
 /* With j->mu held, about to release it: Note [Checking remark states]. */
-static void check_locked(const struct mark_job *j)
+static void check_locked(struct mark_job *j)
 {
     ASSERT_LOCK_HELD(&j->mu);
 #ifndef NDEBUG
-    if (seg_check_due())
+    if (seg_check_due(&j->releases))
         assert(remark_check(j));
 #else
     (void)j;

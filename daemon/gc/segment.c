@@ -293,7 +293,9 @@ static const uint8_t seg_next[SEG_STATE_MAX + 1] = {
 static void set_state(struct segtab *t, struct seg *s, enum seg_state st)
 {
     assert(s->state <= SEG_STATE_MAX && (seg_next[s->state] >> st & 1));
+#ifndef NDEBUG
     t->state_changes++;
+#endif
     __atomic_store_n(&s->state, (uint8_t)st, __ATOMIC_RELEASE);
 }
 
@@ -1312,9 +1314,9 @@ void seg_release(struct heap *h, uint32_t i)
  *     LARGE segments below `high` (none above it was
  *     ever taken);
  *   - n_free is the number of bits in free_bits, and every bit set is a
- *     FREE segment (seg_punch_idle takes the FREE segments it punches out
- *     of both while it drops the lock, so a FREE segment may lack its
- *     bit);
+ *     FREE segment (runs_take, purge.c, takes the FREE segments it
+ *     punches out of both while runs_punch drops the lock, so a FREE
+ *     segment may lack its bit);
  *   - n_reusable is the number of bits in reuse_bits, every one of them a
  *     FILLED segment (Note [Reusing partly free segments]);
  *   - every orphan is FILLED or LARGE, and orphaned - adopted is their
@@ -1326,9 +1328,12 @@ void seg_release(struct heap *h, uint32_t i)
  *   - a segment charged to a client (Note [Quota]) holds objects (is
  *     not FREE) and names a record in use.
  * Every release of heap->lock goes through heap_unlock (Note [Checked
- * lock rules] in proto/lock.h), which runs the check when a segment's
- * state changed since the last one (set_state counts the changes), at
- * every SEGTAB_CHECK_EVERY-th release besides (seg_check_due: fences,
+ * lock rules] in proto/lock.h) -- but table_take_back's of a table that
+ * failed recovery, which is refused as found -- and heap_unlock runs the
+ * check when a segment's state changed since the last one (set_state
+ * counts the changes, in debug builds only), at every
+ * SEGTAB_CHECK_EVERY-th release of this table's lock besides
+ * (seg_check_due, on the table's own count: fences,
  * reuse bits, charges and punched pages change without a state), and at
  * every release when the environment sets HEAPD_CHECK_ALL (a failing test
  * rerun with it finds the first bad release).  The checker logs what
@@ -1460,22 +1465,18 @@ bool segtab_check(const struct segtab *t)
     return ok;
 }
 
-bool seg_check_due(void)
+#ifndef NDEBUG
+bool seg_check_due(uint64_t *releases)
 {
-    static _Atomic unsigned calls;
     static _Atomic int all = -1;
     if (all < 0)
         all = getenv("HEAPD_CHECK_ALL") != NULL;
-    return all || atomic_fetch_add_explicit(&calls, 1,
-                                            memory_order_relaxed) %
-                          SEGTAB_CHECK_EVERY ==
-                      0;
+    return all || (*releases)++ % SEGTAB_CHECK_EVERY == 0;
 }
 
-#ifndef NDEBUG
 void segtab_assert(struct segtab *t)
 {
-    bool due = seg_check_due();
+    bool due = seg_check_due(&t->releases);
     if (!due && t->state_changes == t->checked_at)
         return;
     t->checked_at = t->state_changes;

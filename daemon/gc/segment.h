@@ -121,9 +121,11 @@ struct segtab {
     uint64_t small_magic[256];    /* layout_block_magic, per class */
     struct seg_charge *charges;   /* Note [Quota]; grows, never shrinks */
     uint32_t n_charges;           /* records allocated */
-    /* Note [Checking the segment table]: states written (set_state), and
-     * their number at the last check; heap->lock */
-    uint64_t state_changes, checked_at;
+#ifndef NDEBUG
+    /* Note [Checking the segment table]: states written (set_state), their
+     * number at the last check, and releases of heap->lock; heap->lock */
+    uint64_t state_changes, checked_at, releases;
+#endif
 };
 
 /* The table's geometry for H's configuration, and its private page
@@ -382,8 +384,12 @@ void segtab_assert(struct segtab *t);
 bool seg_unknown_unreferenced(const struct heap *h, uint32_t i, uint8_t epoch);
 void seg_note_unknown_ref(const struct heap *h, uint32_t i);
 
-/* Is it time for a sampled check (Note [Checking the segment table])? */
-bool seg_check_due(void);
+#ifndef NDEBUG
+/* One more release of a lock, counted in *RELEASES (the lock's own
+ * counter, under it): is it a sampled one (Note [Checking the segment
+ * table])? */
+bool seg_check_due(uint64_t *releases);
+#endif
 
 
 #endif
