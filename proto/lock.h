@@ -33,9 +33,8 @@
  * A broken rule aborts with the lock, the function and the place, e.g.
  *     heapd: lock rule broken in seg_release (../daemon/gc/segment.c:1198):
  *     &h->lock is not held by this thread
- * Why: 107 functions carry such a rule; a change that breaks one stops
- * at the call, where a race on the segment table would show cycles
- * later, if ever.
+ * Why: a change that breaks such a rule stops at the call, where a race
+ * on the segment table would show cycles later, if ever.
  */
 #ifndef HEAPD_PROTO_LOCK_H
 #define HEAPD_PROTO_LOCK_H
@@ -141,6 +140,7 @@ static inline void hd_mutex_lock_(struct hd_mutex *mu, const char *name,
 /* True if MU was free and is now held. */
 static inline bool hd_mutex_trylock(struct hd_mutex *mu)
 {
+    ASSERT_LOCK_NOT_HELD(mu); /* it would fail, and look taken by another */
     if (pthread_mutex_trylock(&mu->m) != 0)
         return false;
     hd_own_(mu, hd_self_());

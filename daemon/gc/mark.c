@@ -467,7 +467,6 @@ static bool refill(struct mark_job *j, struct mark_stack *s)
         if (++j->waiting == j->nworkers) {
             /* Note [Parallel marking]: every worker waits, with an empty
              * stack, and nothing is left to share */
-            assert(j->pool == NULL && j->remark_global == 0);
             j->done = true;
             pthread_cond_broadcast(&j->cv);
             break;
