@@ -376,6 +376,16 @@ void harness_store_keep(struct daemon_proc *d, const char *name, int fd)
     pthread_mutex_unlock(&d->mu);
 }
 
+void harness_store_replace(struct daemon_proc *d, const char *name, int fd)
+{
+    int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    ck_assert_int_ge(copy, 0);
+    pthread_mutex_lock(&d->mu);
+    store_remove(d, name);
+    store_add(d, name, copy);
+    pthread_mutex_unlock(&d->mu);
+}
+
 int harness_stored_fd(const struct daemon_proc *d, const char *name)
 {
     struct daemon_proc *w = (struct daemon_proc *)d; /* its mutex only */

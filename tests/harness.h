@@ -168,6 +168,8 @@ void harness_restart_with(struct daemon_proc *d, const char *binary,
 /* Keep a copy of FD in the store under NAME, as the service manager
  * would had heapd sent it (a test standing in for another heapd). */
 void harness_store_keep(struct daemon_proc *d, const char *name, int fd);
+/* The same, dropping (and closing) what was stored under NAME first. */
+void harness_store_replace(struct daemon_proc *d, const char *name, int fd);
 /* How many fds are stored under NAME. */
 int harness_stored(const struct daemon_proc *d, const char *name);
 /* The first fd stored under NAME (the harness's copy: do not close it),

@@ -144,6 +144,10 @@ START_TEST(kill_after_a_clean_restart_is_a_kill)
     ck_assert_msg(harness_log_contains(&D, "'default': recovered from the "
                                        "table as after a kill"),
                   "heapd did not recover the heap as after a kill");
+    /* known by its clean word, which the first store cleared, not by a
+     * checksum that the stores since no longer match */
+    ck_assert_msg(!harness_log_contains(&D, "its checksum does not match"),
+                  "the table still said it was sealed at a clean stop");
     heapd_stats_t st = harness_daemon_stats(&D);
     ck_assert_uint_eq(st.restarts_survived, 2);
     ck_assert_uint_eq(st.crashes_recovered, 1);
@@ -611,6 +615,31 @@ static void flipped_byte(int fd)
     ck_assert_int_eq(pwrite(fd, &b, 1, at), 1);
 }
 
+/* The table's bytes, whole, in a memfd nobody sealed, stored in its
+ * place: heapd takes no table that may still change size */
+static void unsealed_copy(int fd)
+{
+    struct stat sb;
+    ck_assert_int_eq(fstat(fd, &sb), 0);
+    int copy = memfd_create("heapd-test-table", MFD_CLOEXEC);
+    ck_assert_int_ge(copy, 0);
+    char buf[65536];
+    for (off_t at = 0; at < sb.st_size;) {
+        ssize_t got = pread(fd, buf, sizeof buf, at);
+        ck_assert_int_gt(got, 0);
+        ck_assert_int_eq(pwrite(copy, buf, (size_t)got, at), got);
+        at += got;
+    }
+    harness_store_replace(&D, "heapd.table.default", copy);
+    close(copy);
+}
+
+START_TEST(unsealed_table_is_refused)
+{
+    refused_case(false, unsealed_copy, "its table is not a sealed memfd");
+}
+END_TEST
+
 START_TEST(garbage_table_after_a_stop_is_refused)
 {
     refused_case(false, garbage, "its table is not heapd's");
@@ -695,6 +724,21 @@ START_TEST(table_of_the_release_before_is_recovered_as_killed)
 {
     recovered_as_killed(release_before, "its table is of version 3",
                         "heapd.state.default, which this heapd does not read");
+}
+END_TEST
+
+/* A heapd killed while it rewrote such a header for this release: its
+ * size stored, its version not yet */
+static void release_before_half_rewritten(int fd)
+{
+    uint32_t v = 3;
+    ck_assert_int_eq(pwrite(fd, &v, sizeof v, 8), (ssize_t)sizeof v);
+}
+
+START_TEST(table_of_the_release_before_half_rewritten_is_recovered)
+{
+    recovered_as_killed(release_before_half_rewritten,
+                        "its table is of version 3", NULL);
 }
 END_TEST
 
@@ -869,10 +913,12 @@ static Suite *suite(void)
     tcase_add_test(t, killed_daemon_recovers_the_heap);
     tcase_add_test(t, killed_daemon_orphans_what_clients_held);
     tcase_add_test(t, garbage_table_after_a_stop_is_refused);
+    tcase_add_test(t, unsealed_table_is_refused);
     tcase_add_test(t, table_of_another_version_is_refused);
     tcase_add_test(t, garbage_table_after_a_kill_is_refused);
     tcase_add_test(t, sealed_table_stored_into_is_recovered_as_killed);
     tcase_add_test(t, table_of_the_release_before_is_recovered_as_killed);
+    tcase_add_test(t, table_of_the_release_before_half_rewritten_is_recovered);
     tcase_add_test(t, fenced_nursery_of_an_evicted_client_at_a_clean_restart);
     suite_add_tcase(s, t);
     return s;

@@ -265,9 +265,12 @@ int table_adopt(struct heap *h, int fd, char *why, size_t n)
     got = pread(fd, &hd, sizeof hd, 0);
     if (got != (ssize_t)sizeof hd || hd.magic != TABLE_MAGIC)
         REFUSE("its table is not heapd's");
-    /* Note [The live table]: the previous release's, read as killed */
+    /* Note [The live table]: the previous release's, read as killed; of
+     * either header size, for a heapd killed while it rewrote the header
+     * below (header_bytes stored, version not yet) */
     bool before = hd.version == TABLE_VERSION_BEFORE &&
-                  hd.header_bytes == TABLE_BEFORE_BYTES;
+                  (hd.header_bytes == TABLE_BEFORE_BYTES ||
+                   hd.header_bytes == want.header_bytes);
     if (hd.version != TABLE_VERSION && !before)
         REFUSE("its table is of version %u, and this heapd reads version "
                "%u (and %u, of the release before) only", hd.version,
@@ -285,7 +288,7 @@ int table_adopt(struct heap *h, int fd, char *why, size_t n)
                (unsigned long long)want.base,
                (unsigned long long)want.max_size,
                (unsigned long long)want.segment_size);
-    if ((before ? TABLE_BEFORE_BYTES : want.header_bytes) != hd.header_bytes ||
+    if ((!before && hd.header_bytes != want.header_bytes) ||
         hd.seg_bytes != want.seg_bytes ||
         hd.global_bytes != want.global_bytes ||
         hd.stats_bytes != want.stats_bytes || hd.count != want.count ||
