@@ -296,6 +296,17 @@ START_TEST(recovery_of_a_sealed_table_not_as_sealed)
     ck_assert_int_eq(recover(0, NULL, &sealed, &odd, why, sizeof why), 0);
     ck_assert_uint_gt(odd, 0);
     ck_assert_uint_eq(t->n_owned, 0);
+    /* a reuse bit of no segment: the control area's (segment 0) */
+    teardown();
+    setup();
+    as_a_clean_stop_leaves_it();
+    t->reuse_bits[0] |= 1;
+    odd = 0;
+    ck_assert_int_eq(recover(0, &owner11, &sealed, &odd, why, sizeof why),
+                     0);
+    ck_assert_uint_gt(odd, 0);
+    ck_assert(segtab_check(t));
+    ck_assert_uint_eq(t->n_reusable, 0);
 }
 END_TEST
 

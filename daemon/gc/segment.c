@@ -1088,6 +1088,11 @@ int seg_recover(struct heap *h, uint64_t cycles,
         misfiled += seg_bit_test(t->reuse_bits, i) &&
                     t->segs[i].state != SEG_FILLED;
     }
+    /* and a reuse bit of no segment: the control area's, or past count in
+     * the last word (a sealed table's bitmap is kept whole) */
+    for (uint64_t i = 0; i < (uint64_t)words * 64; i++)
+        misfiled += (i < t->first || i >= t->count) &&
+                    seg_bit_test(t->reuse_bits, (uint32_t)i);
     memset(t->free_bits, 0, words * sizeof(uint64_t));
     if (!sealed)
         memset(t->reuse_bits, 0, words * sizeof(uint64_t));
