@@ -228,14 +228,17 @@ int globals_recover(struct heap *h, const struct resume_client *kept,
         r->deleted = r->state == LAYOUT_GLOBAL_EMPTY && r->deleted;
         r->static_flag = 0; /* unmarked: the next snapshot flips the heap's */
     }
+    int released = 0;
     h->static_flag = 0;
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
         struct heap_global *r = &h->globals[i];
         bool keep = false;
         for (const struct resume_client *c = kept; c && !keep; c = c->next)
             keep = c->id == r->owner;
-        if (r->state == LAYOUT_GLOBAL_INITIALIZING && !keep)
+        if (r->state == LAYOUT_GLOBAL_INITIALIZING && !keep) {
             globals_release_owner(h, r->owner); /* its client is gone */
+            released++;
+        }
     }
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
         struct heap_global *r = &h->globals[i];
@@ -251,5 +254,5 @@ int globals_recover(struct heap *h, const struct resume_client *kept,
         g->owner = r->owner;
         set_state(g, r->state);
     }
-    return 0;
+    return released;
 }

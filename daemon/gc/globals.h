@@ -47,7 +47,8 @@ void globals_snapshot(struct heap *h);
 /* Taking a table back (Note [The live table] in table.c): refuse
  * (-EINVAL, WHY of N bytes) a record no heapd writes; release the
  * entries clients were initialising, but KEPT's (a list: they may come
- * back); write the shared table again from the records. */
+ * back), and return how many it released (a clean stop leaves none);
+ * write the shared table again from the records. */
 struct resume_client;
 int globals_recover(struct heap *h, const struct resume_client *kept,
                     char *why, size_t n);

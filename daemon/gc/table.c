@@ -463,15 +463,24 @@ int table_take_back(struct heap *h, char *why, size_t n,
                   "leaves it (the log says how)");
     if ((rc = globals_recover(h, *kept, why, n)) < 0)
         goto out;
+    if (rc > 0)
+        not_clean(h, clean, "global roots were being initialised by clients "
+                  "it does not keep");
+    rc = 0;
     for (struct resume_client *r = *kept; r; r = r->next)
         for (uint32_t i = t->first; i < t->high; i++)
             r->held += (t->segs[i].state == SEG_OWNED ||
                         seg_is_young(t, i)) && t->segs[i].owner == r->id;
+    uint32_t stale = 0;
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
         if (!kept_id(*kept, hd->slots[i].client)) {
+            stale += hd->slots[i].client != 0;
             table_slot_set(h, i, 0, 0, 0);
             table_slot_young(h, i, 0, 0, 0);
         }
+    if (stale)
+        not_clean(h, clean, "its slots name clients its registry does not "
+                  "keep");
     atomic_store(&h->control->phase, LAYOUT_PHASE_IDLE);
     h->stop_gen = atomic_load(&hd->stop_gen);
     h->stats.restarts_survived++;
