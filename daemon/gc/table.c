@@ -619,7 +619,9 @@ static struct resume_client *kept_of(struct heap *h,
         if (ts->client != id)
             continue;
         if (ts->region >= LAYOUT_MAX_MUTATORS) {
-            (*odd)++;
+            (*odd)++; /* no slot of R's: its record goes too */
+            table_slot_set(h, i, 0, 0, 0);
+            table_slot_young(h, i, 0, 0, 0);
             continue;
         }
         r->slots[i / 64] |= 1ull << (i % 64);
@@ -635,8 +637,9 @@ static struct resume_client *kept_of(struct heap *h,
 
 /* The clients the registry names, whole (Note [The live table]), as
  * records for resume_adopt; *ODD counts what no heapd writes: a record
- * with no name's end or a second record of one id (dropped), a slot in
- * no region. */
+ * with no name's end, a second record of one id or the id UINT64_MAX
+ * (after which the next connection's id would wrap to 0, "none")
+ * (dropped), a slot in no region (dropped). */
 static int registry_recover(struct heap *h, struct resume_client **kept,
                             uint32_t *odd, char *why, size_t n)
 {
@@ -647,7 +650,7 @@ static int registry_recover(struct heap *h, struct resume_client **kept,
         if (id == 0)
             continue;
         if (memchr(tc->name, 0, sizeof tc->name) == NULL ||
-            kept_id(*kept, id)) {
+            id == UINT64_MAX || kept_id(*kept, id)) {
             atomic_store(&tc->valid, 0);
             (*odd)++;
             continue;
