@@ -219,26 +219,35 @@ struct resumer {
     uint8_t token[16];
 };
 
-/* A kid's young mutator: a small nursery, so that its list is partly
- * young and partly promoted when heapd goes (Note [Nurseries]). */
-static const heapd_mutator_opts kid_young = {
-    .flags = HEAPD_MUTATOR_YOUNG, .young_size = 256 * 1024, .young_age = 3};
-
-/* In a kid: NODES nodes, each pushed on a list under a new root of M;
- * the root's slot.  A failed allocation ends the kid (RESUMER_SETUP). */
-static size_t kid_list(heapd_mutator *m)
+/* In a kid: connect to heapd with RECONNECT_MS, attach (YOUNG: with a
+ * small nursery, so that the list is partly young and partly promoted
+ * when heapd goes, Note [Nurseries]) and push NODES nodes on a list under
+ * a new root, whose slot goes to *SLOT; a young mutator's head must be in
+ * its nursery.  Anything failing ends the kid (RESUMER_SETUP). */
+static heapd_mutator *kid_start(unsigned reconnect_ms, bool young,
+                                heapd_client **c, size_t *slot)
 {
-    size_t slot = heapd_root_push(m, NULL);
+    heapd_connect_opts o = {.socket_path = D.sock,
+                            .reconnect_ms = reconnect_ms};
+    heapd_mutator_opts mo = {.flags = HEAPD_MUTATOR_YOUNG,
+                             .young_size = 256 * 1024, .young_age = 3};
+    heapd_mutator *m;
+    if (heapd_connect(c, &o) != 0 ||
+        heapd_attach_opts(*c, young ? &mo : NULL, &m) != 0)
+        _exit(RESUMER_SETUP);
+    *slot = heapd_root_push(m, NULL);
     for (uint64_t i = 0; i < NODES; i++) {
         struct node *n = heapd_alloc(m, 1, 2 * sizeof(uint64_t));
         if (!n)
             _exit(RESUMER_SETUP);
         n->index = i;
         n->check = i ^ MAGIC;
-        heapd_write(m, n, &n->next, heapd_root_get(m, slot));
-        heapd_root_set(m, slot, n);
+        heapd_write(m, n, &n->next, heapd_root_get(m, *slot));
+        heapd_root_set(m, *slot, n);
     }
-    return slot;
+    if (young && !heapd_is_young(m, heapd_root_get(m, *slot)))
+        _exit(RESUMER_SETUP);
+    return m;
 }
 
 /* A kid that builds a list under its own root, says so, waits in a
@@ -258,18 +267,11 @@ static struct resumer fork_resumer(bool expect, const char *says,
     ck_assert_int_ge(kid, 0);
     if (kid == 0) {
         heapd_client *c;
-        heapd_mutator *m;
+        size_t slot;
         char b;
         close(ready[0]);
         close(go[1]);
-        heapd_connect_opts o = {.socket_path = D.sock,
-                                .reconnect_ms = reconnect_ms};
-        if (heapd_connect(&c, &o) != 0 ||
-            heapd_attach_opts(c, resumer_young ? &kid_young : NULL, &m) != 0)
-            _exit(RESUMER_SETUP);
-        size_t slot = kid_list(m);
-        if (resumer_young && !heapd_is_young(m, heapd_root_get(m, slot)))
-            _exit(RESUMER_SETUP); /* the head must be in the nursery */
+        heapd_mutator *m = kid_start(reconnect_ms, resumer_young, &c, &slot);
         heapd_blocking_enter(m);
         if (write(ready[1], &c->client_id, sizeof c->client_id) !=
                 (ssize_t)sizeof c->client_id ||
@@ -758,15 +760,9 @@ static pid_t fork_young_and_stop(void)
     ck_assert_int_ge(kid, 0);
     if (kid == 0) {
         heapd_client *c;
-        heapd_mutator *m;
+        size_t slot;
         close(ready[0]);
-        heapd_connect_opts o = {.socket_path = D.sock};
-        if (heapd_connect(&c, &o) != 0 ||
-            heapd_attach_opts(c, &kid_young, &m) != 0)
-            _exit(RESUMER_SETUP);
-        size_t slot = kid_list(m);
-        if (!heapd_is_young(m, heapd_root_get(m, slot)))
-            _exit(RESUMER_SETUP);
+        heapd_mutator *m = kid_start(0, true, &c, &slot);
         if (write(ready[1], "r", 1) != 1)
             _exit(RESUMER_SETUP);
         raise(SIGSTOP);
