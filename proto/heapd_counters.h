@@ -91,7 +91,7 @@
     X(promoted_published_bytes, uint64_t, COUNTER, BYTES, DERIVED, "promoted from young generations by a store into the shared heap") \
     X(minor_pause_max_ns, uint64_t, GAUGE, NS, DERIVED, "longest minor collection") \
     X(minor_pause_total_ns, uint64_t, COUNTER, NS, DERIVED, "all minor collections together") \
-    X(young_refs_refused, uint64_t, COUNTER, COUNT, ATOMIC, "references into a nursery met outside its mutator's roots, not followed") \
+    X(young_refs_refused, uint64_t, COUNTER, COUNT, ATOMIC, "references to young objects met outside their mutator's roots, not followed") \
     X(bytes_committed, uint64_t, GAUGE, BYTES, DERIVED, "memory the heap's memfds hold now (committed_bytes; fstat)") \
     X(block_bytes, uint64_t, GAUGE, BYTES, LOCKED, "in allocated blocks (small blocks and large runs) the last sweep kept") \
     X(purged_bytes, uint64_t, COUNTER, BYTES, ATOMIC, "of heap memory punched out of the memfd (ranges, whether or not every page had memory)") \

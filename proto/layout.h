@@ -96,9 +96,11 @@
  * ~~~~~~~~~~~~~~~~~~~~~~~~~
  * Each block has one mark byte.  0 means the block is free;
  * LAYOUT_MARK_CONT (255) that it is part of the object of the block before
- * it (Note [Runs]); any other value is the epoch in which the block was
+ * it (Note [Runs]); LAYOUT_MARK_YOUNG (254) that it holds a young object,
+ * which only its mutator marks, frees or promotes (Note [Young objects] in
+ * proto/young.h); any other value is the epoch in which the block was
  * last marked or allocated.  The control area's epoch rotates through
- * 1..254, never 0, and changes only while every mutator is stopped.  So:
+ * 1..253, never 0, and changes only while every mutator is stopped.  So:
  *   - a mutator allocating a block sets its mark to the current epoch (the
  *     block is "allocated black"), and the daemon never writes the mark of a
  *     block it did not trace;
@@ -107,8 +109,9 @@
  *   - sweep sets every other non-zero mark to 0 (and poisons the block).
  * Marks are never bulk-cleared.  After a completed sweep every non-zero mark
  * in the heap equals the current epoch (or continues a block that does),
- * which is what lets the next epoch value be any other epoch, including
- * one used 254 cycles ago: no location can still hold it.  A cycle must therefore sweep every segment
+ * (or is young), which is what lets the next epoch value be any other
+ * epoch, including one used 253 cycles ago: no location can still hold
+ * it.  A cycle must therefore sweep every segment
  * that holds blocks, owned ones included (checked by the verifier).
  */
 #ifndef HEAPD_PROTO_LAYOUT_H
@@ -126,8 +129,10 @@
  * 10: client control memory (Note [Client control memory]).
  * 12: nurseries (Note [Nurseries] in proto/young.h): the YOUNG segment
  * kind and a slot's young words.
- * 13: the run class and LAYOUT_MARK_CONT (Note [Runs]); epochs 1..254. */
-#define LAYOUT_VERSION 13u
+ * 13: the run class and LAYOUT_MARK_CONT (Note [Runs]); epochs 1..254.
+ * 14: young objects in the client's segments (Note [Young objects] in
+ * proto/young.h): LAYOUT_MARK_YOUNG, epochs 1..253, no nursery kind. */
+#define LAYOUT_VERSION 14u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
@@ -222,6 +227,7 @@ static inline uint64_t layout_object_size(uint64_t nrefs, uint64_t nbytes)
 #define LAYOUT_CLASS_RUN (LAYOUT_NCLASSES - 1)
 #define LAYOUT_RUN_GRANULE 1024u
 #define LAYOUT_MARK_CONT 255u
+#define LAYOUT_MARK_YOUNG 254u /* Note [Young objects] in proto/young.h */
 #define LAYOUT_MIN_BLOCK 16u
 #define LAYOUT_MAX_SMALL 16384u
 
@@ -262,10 +268,15 @@ static inline uint64_t layout_block_span(const uint8_t *marks, uint32_t idx,
         k++;
     return (uint64_t)(k - idx) * LAYOUT_RUN_GRANULE;
 }
-/* Is MARK that of an object's first block? */
+/* Is MARK that of an object's first block (a young one included)? */
 static inline bool layout_mark_in_use(uint8_t mark)
 {
     return mark != 0 && mark != LAYOUT_MARK_CONT;
+}
+/* Is MARK an epoch: a shared object's first block? */
+static inline bool layout_mark_is_epoch(uint8_t mark)
+{
+    return mark != 0 && mark < LAYOUT_MARK_YOUNG;
 }
 
 /* ---- segments (Note [Segments]) ---- */
@@ -274,7 +285,6 @@ enum layout_seg_kind {
     LAYOUT_SEG_BLANK = 0,   /* granted, not yet formatted by its owner */
     LAYOUT_SEG_SMALL = 1,
     LAYOUT_SEG_LARGE = 2,
-    LAYOUT_SEG_YOUNG = 3,   /* a mutator's nursery run (proto/young.h) */
 };
 
 struct layout_segment {
@@ -429,8 +439,8 @@ struct layout_mutator {
     /* Note [Stack marking handshake]: once per cycle, by either side */
     alignas(64) _Atomic uint32_t stack_marking; /* epoch of the taker */
     _Atomic uint32_t stack_marked;  /* futex: epoch the stack was marked in */
-    /* Note [Nurseries]: the mutator's young generation, written by the
-     * mutator at its minor collections and promotions; statistics only,
+    /* Note [Young objects]: the mutator's young generation, written by
+     * the mutator at its minor collections and promotions; statistics only,
      * which the daemon reads and never trusts for anything else */
     alignas(64) _Atomic uint64_t young_minor;   /* minor collections */
     _Atomic uint64_t young_promoted_age;    /* bytes promoted by age */
@@ -592,14 +602,18 @@ static inline uint32_t layout_control_segments(uint64_t segment_size)
     return (uint32_t)((LAYOUT_CONTROL_BYTES + segment_size - 1) / segment_size);
 }
 
-/* Epochs rotate through 1..254 (Note [Epoch-tagged marks]). */
+/* Epochs rotate through 1..253 (Note [Epoch-tagged marks]). */
+#define LAYOUT_EPOCHS 253u
+_Static_assert(LAYOUT_EPOCHS < LAYOUT_MARK_YOUNG &&
+                   LAYOUT_MARK_YOUNG < LAYOUT_MARK_CONT,
+               "no epoch is a young or a continuation mark");
 static inline uint32_t layout_next_epoch(uint32_t e)
 {
-    return e % 254u + 1u;
+    return e % LAYOUT_EPOCHS + 1u;
 }
 static inline uint32_t layout_prev_epoch(uint32_t e)
 {
-    return e == 1 ? 254u : e - 1u;
+    return e == 1 ? LAYOUT_EPOCHS : e - 1u;
 }
 
 /* Check a mapped control area against the geometry the daemon announced.
