@@ -73,7 +73,10 @@ static void release_current(heapd_mutator *m, unsigned cls)
 {
     struct alloc_seg *s = &m->cur[cls];
     if (s->index) {
-        reserve_give_back(m->c, &s->index, 1, false);
+        /* a young segment stays, until a minor collection finds no young
+         * block in it (Note [Young segments] in client/minor.c) */
+        if (!young_tracks(m, s->index))
+            reserve_give_back(m->c, &s->index, 1, false);
         memset(s, 0, sizeof *s);
     }
 }
@@ -117,7 +120,8 @@ void alloc_install(heapd_mutator *m, unsigned cls, uint32_t idx,
     remark_recheck(m); /* Note [Remark requests] in client/remark.c */
 }
 
-/* The current segment of CLS is exhausted: move on to a fresh one. */
+/* The current segment of CLS is exhausted: move on to a fresh one (a
+ * young mutator: one of its young segments with room, if it has one). */
 static int next_segment(heapd_mutator *m, unsigned cls)
 {
     uint32_t idx;
@@ -125,12 +129,20 @@ static int next_segment(heapd_mutator *m, unsigned cls)
     int rc;
 
     release_current(m, cls);
+    if (m->young_on && cls != LAYOUT_CLASS_RUN &&
+        (idx = young_reuse_take(m, cls)) != 0) {
+        alloc_install(m, cls, idx, true);
+        return 0;
+    }
     if ((rc = reserve_take(m, cls, &idx, &formatted)) < 0)
         return rc;
+    /* Note [Young segments]: tracked before it holds a young block */
+    if (m->young_on && cls != LAYOUT_CLASS_RUN &&
+        (rc = young_track(m, idx, cls)) < 0) {
+        reserve_give_back(m->c, &idx, 1, false);
+        return rc;
+    }
     alloc_install(m, cls, idx, formatted);
-    /* Note [Promotion never waits] in client/minor.c */
-    if (m->young_on)
-        young_shared_took(m, cls, true);
     return 0;
 }
 
@@ -240,9 +252,12 @@ static __attribute__((noinline)) uint32_t next_free_mark(const uint8_t *marks,
 }
 
 /* The next free block of M's current segment of CLS, initialised, or
- * NULL when the segment is exhausted. */
+ * NULL when the segment is exhausted.  YOUNG: a young object (Note [Young
+ * objects] in proto/young.h), whose mark is LAYOUT_MARK_YOUNG and whose
+ * header's tag is its age, 0. */
 static inline void *take_block(heapd_mutator *m, struct alloc_seg *s,
-                               uint64_t size, size_t nrefs, size_t nbytes)
+                               uint64_t size, size_t nrefs, size_t nbytes,
+                               bool young)
 {
     while (s->cursor < s->nblocks) {
         uint32_t i = s->cursor++;
@@ -255,14 +270,16 @@ static inline void *take_block(heapd_mutator *m, struct alloc_seg *s,
         uint8_t *b = s->blocks + (size_t)i * s->block_size;
         uint8_t epoch = (uint8_t)atomic_load_explicit(&m->ctl->epoch,
                                                       memory_order_relaxed);
-        __atomic_store_n(&s->marks[i], epoch, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->marks[i], young ? LAYOUT_MARK_YOUNG : epoch,
+                         __ATOMIC_RELAXED);
         TSAN_REUSE_ACQUIRE(&m->c->tsan_reuse); /* Note [Reuse and
                                                   ThreadSanitizer] */
         alloc_zero_object((uint64_t *)b, size);
         /* black, and dirty from birth while marking: no barrier needed
          * for its first writes (Note [Snapshot write barrier]) */
-        *(uint64_t *)b = layout_header_with_tag(layout_header(nrefs, nbytes),
-                                                barrier_on(m) ? epoch : 0);
+        *(uint64_t *)b = layout_header_with_tag(
+            layout_header(nrefs, nbytes),
+            young || !barrier_on(m) ? 0 : epoch);
         m->alloc_bytes += s->block_size;
         atomic_store_explicit(&m->slot->alloc_bytes, m->alloc_bytes,
                               memory_order_relaxed);
@@ -275,7 +292,7 @@ static inline void *take_block(heapd_mutator *m, struct alloc_seg *s,
  * until a block is found. */
 static __attribute__((noinline)) void *
 alloc_slow(heapd_mutator *m, unsigned cls, uint64_t size, size_t nrefs,
-           size_t nbytes)
+           size_t nbytes, bool young)
 {
     for (;;) {
         int rc = next_segment(m, cls);
@@ -283,17 +300,10 @@ alloc_slow(heapd_mutator *m, unsigned cls, uint64_t size, size_t nrefs,
             errno = client_errno(rc);
             return NULL;
         }
-        void *p = take_block(m, &m->cur[cls], size, nrefs, nbytes);
+        void *p = take_block(m, &m->cur[cls], size, nrefs, nbytes, young);
         if (p)
             return p;
     }
-}
-
-void *alloc_take_current(heapd_mutator *m, unsigned cls, size_t nrefs,
-                         size_t nbytes)
-{
-    /* a size of one word zeroes nothing: the caller writes the rest */
-    return take_block(m, &m->cur[cls], LAYOUT_WORD, nrefs, nbytes);
 }
 
 void *alloc_shared(heapd_mutator *m, size_t nrefs, size_t nbytes)
@@ -303,20 +313,8 @@ void *alloc_shared(heapd_mutator *m, size_t nrefs, size_t nbytes)
         return size <= m->c->run_max ? alloc_run(m, size, nrefs, nbytes)
                                      : alloc_large(m, size, nrefs, nbytes);
     unsigned cls = layout_size_class((uint32_t)size);
-    /* Note [Promotion never waits] in client/minor.c */
-    if (m->young_on) {
-        int rc = young_before_shared(m, cls);
-        if (rc < 0) {
-            errno = client_errno(rc);
-            return NULL;
-        }
-    }
-    void *p = take_block(m, &m->cur[cls], size, nrefs, nbytes);
-    if (!p)
-        p = alloc_slow(m, cls, size, nrefs, nbytes);
-    if (p && m->young_on)
-        young_shared_took(m, cls, false);
-    return p;
+    void *p = take_block(m, &m->cur[cls], size, nrefs, nbytes, false);
+    return p ? p : alloc_slow(m, cls, size, nrefs, nbytes, false);
 }
 
 /* heapd_alloc's checks, before the allocation: 0, or the errno. */
@@ -365,18 +363,21 @@ void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
         errno = EINVAL;
         return NULL;
     }
-    /* Note [Minor collections] in client/minor.c */
-    if (__builtin_expect(m->young_on, 0))
-        return young_alloc(&m->young, m, nrefs, nbytes);
     uint64_t size = layout_object_size(nrefs, nbytes);
     if (__builtin_expect(size > m->c->small_max, 0))
         return size <= m->c->run_max ? alloc_run(m, size, nrefs, nbytes)
                                      : alloc_large(m, size, nrefs, nbytes);
     unsigned cls = layout_size_class((uint32_t)size);
-    void *p = take_block(m, &m->cur[cls], size, nrefs, nbytes);
+    bool young = m->young_on;
+    /* Note [Minor collections] in client/minor.c: before the new object
+     * exists */
+    if (__builtin_expect(young, 0) &&
+        __builtin_expect(m->alloc_bytes >= m->young.next_minor, 0))
+        young_collect(m);
+    void *p = take_block(m, &m->cur[cls], size, nrefs, nbytes, young);
     return __builtin_expect(p != NULL, 1) ? p
                                           : alloc_slow(m, cls, size, nrefs,
-                                                       nbytes);
+                                                       nbytes, young);
 }
 
 /* ---- objects ---- */
@@ -422,36 +423,19 @@ static bool check_field(const void *obj, void *const *field)
 }
 #endif
 
-/* heapd_write and heapd_cas on a young mutator's own objects (Note [The
- * young invariant] in client/minor.c): *OBJ and *FIELD follow a published
- * object to its copy; true if OBJ is (still) young, so that the store is
- * a plain one. */
-static bool young_target(heapd_mutator *m, void **obj, void ***field)
-{
-    if (!young_contains(&m->young, *obj))
-        return false;
-    void *o = young_resolve(&m->young, *obj);
-    if (young_contains(&m->young, o)) {
-        assert(check_field(*obj, *field));
-        return true;
-    }
-    *field = (void **)((char *)o + ((char *)*field - (char *)*obj));
-    *obj = o;
-    return false;
-}
-
 void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
 {
+    /* Note [The young invariant] in client/minor.c */
     if (__builtin_expect(m->young_on, 0)) {
-        if (young_target(m, &obj, &field)) {
+        if (young_is_mine(m, obj)) {
+            assert(check_field(obj, field));
             /* Note [Checked mode]: not another mutator's young object */
-            if (CHECKED(m->c) && !young_contains(&m->young, val))
+            if (CHECKED(m->c) && !young_is_mine(m, val))
                 checked_object(m->c, val, true, "heapd_write", "VAL");
             __atomic_store_n(field, val, __ATOMIC_RELEASE);
             return;
         }
-        if (young_contains(&m->young, val))
-            val = young_publish(m, val);
+        young_publish(m, val);
     }
     if (CHECKED(m->c)) { /* Note [Checked mode] */
         checked_field(m->c, obj, field, "heapd_write");
@@ -467,19 +451,18 @@ void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
 bool heapd_cas(heapd_mutator *m, void *obj, void **field, void *expected,
                void *desired)
 {
+    /* Note [The young invariant] in client/minor.c */
     if (__builtin_expect(m->young_on, 0)) {
-        if (young_target(m, &obj, &field)) {
+        if (young_is_mine(m, obj)) {
+            assert(check_field(obj, field));
             /* Note [Checked mode]: not another mutator's young object */
-            if (CHECKED(m->c) && !young_contains(&m->young, desired))
+            if (CHECKED(m->c) && !young_is_mine(m, desired))
                 checked_object(m->c, desired, true, "heapd_cas", "DESIRED");
             return __atomic_compare_exchange_n(field, &expected, desired,
                                                false, __ATOMIC_SEQ_CST,
                                                __ATOMIC_SEQ_CST);
         }
-        /* a stale young address of a published object means its copy */
-        expected = young_resolve(&m->young, expected);
-        if (young_contains(&m->young, desired))
-            desired = young_publish(m, desired);
+        young_publish(m, desired);
     }
     if (CHECKED(m->c)) { /* Note [Checked mode] */
         checked_field(m->c, obj, field, "heapd_cas");

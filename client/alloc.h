@@ -35,11 +35,6 @@ void alloc_release_all(heapd_mutator *m);
  * CLS, the old one going back. */
 void alloc_install(heapd_mutator *m, unsigned cls, uint32_t idx,
                    bool formatted);
-/* A block of M's current segment of CLS with its header for NREFS and
- * NBYTES, its fields and bytes NOT zeroed (a promotion copies them), or
- * NULL when that segment has no free block.  Never waits. */
-void *alloc_take_current(heapd_mutator *m, unsigned cls, size_t nrefs,
-                         size_t nbytes);
 /* An object in the shared heap, after heapd_alloc's checks. */
 void *alloc_shared(heapd_mutator *m, size_t nrefs, size_t nbytes);
 

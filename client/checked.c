@@ -69,29 +69,22 @@ void checked_forget(heapd_client *c)
     }
 }
 
-/* Why REF is not a live object of C's heap, or NULL if it is one. */
+/* The message for a young object met where it may not be. */
+static const char young_msg[] =
+    "it is a young object of another mutator (a thread attached with "
+    "HEAPD_MUTATOR_YOUNG), which only that mutator may hold: publish it "
+    "first in that thread (heapd_publish, or store it into a shared "
+    "object)";
+
+/* Why REF is not a live object of C's heap, or NULL if it is one; a young
+ * one (another mutator's: the caller has ruled out its own) is one only
+ * if YOUNG_OK. */
 static const char *why_not_live(const heapd_client *c, const void *ref,
-                                char *buf, size_t n)
+                                bool young_ok, char *buf, size_t n)
 {
     uint64_t off = (uint64_t)((uintptr_t)ref - (uintptr_t)c->base);
     if (off >= c->size)
         return "it is not inside the heap";
-    /* Note [The young invariant] in client/minor.c: another mutator's
-     * young object (a nursery's later segments have no header to say so) */
-    heapd_client *cc = (heapd_client *)c;
-    int young_slot = -1;
-    hd_mutex_lock(&cc->mutators_mu);
-    for (const heapd_mutator *m = cc->mutators; m; m = m->next)
-        if (young_contains(&m->young, ref))
-            young_slot = (int)m->slot_index;
-    hd_mutex_unlock(&cc->mutators_mu);
-    if (young_slot >= 0) {
-        snprintf(buf, n, "it is a young object of this process's mutator in "
-                 "slot %d, which may move it: hand another mutator only "
-                 "what heapd_publish returned in the thread that allocated "
-                 "it", young_slot);
-        return buf;
-    }
     if (((uintptr_t)ref & 7) != 0)
         return "it is not 8-byte aligned";
     uint32_t i = (uint32_t)(off >> c->seg_shift);
@@ -120,9 +113,6 @@ static const char *why_not_live(const heapd_client *c, const void *ref,
         if ((uint8_t *)ref != seg + LAYOUT_LARGE_OBJECT + LAYOUT_WORD)
             return "it is not the start of an object (an interior pointer?)";
         mark = __atomic_load_n(layout_seg_marks(seg), __ATOMIC_RELAXED);
-    } else if (kind == LAYOUT_SEG_YOUNG) {
-        return "it is in another process's nursery: a young object, which "
-               "nothing but its own mutator may hold";
     } else {
         return "its segment holds no objects (freed, or never allocated)";
     }
@@ -131,6 +121,9 @@ static const char *why_not_live(const heapd_client *c, const void *ref,
     bool marking = atomic_load(&c->ctl->phase) == LAYOUT_PHASE_MARK;
     if (mark == 0)
         return "its block is free: a collection freed it";
+    /* Note [The young invariant] in client/minor.c */
+    if (mark == LAYOUT_MARK_YOUNG)
+        return young_ok ? NULL : young_msg;
     if (mark != epoch && !(marking && mark == before)) {
         snprintf(buf, n, "its block is garbage the collector is freeing "
                  "(mark %u, epoch %u)", mark, epoch);
@@ -159,7 +152,7 @@ void checked_object(const heapd_client *c, const void *ref, bool null_ok,
             fail(call, what, ref, "it is NULL");
         return;
     }
-    const char *why = why_not_live(c, ref, buf, sizeof buf);
+    const char *why = why_not_live(c, ref, false, buf, sizeof buf);
     if (why)
         fail(call, what, ref, why);
 }
@@ -179,26 +172,17 @@ void checked_field(const heapd_client *c, const void *obj, void *const *field,
     }
 }
 
-/* True if OBJ is a young object of one of C's mutators: an accessor may
- * read it (it cannot tell which mutator asks). */
-static bool young_of(const heapd_client *c, const void *obj)
-{
-    heapd_client *cc = (heapd_client *)c;
-    bool young = false;
-    hd_mutex_lock(&cc->mutators_mu);
-    for (const heapd_mutator *m = cc->mutators; m && !young; m = m->next)
-        young = young_contains(&m->young, obj);
-    hd_mutex_unlock(&cc->mutators_mu);
-    return young;
-}
-
 void checked_accessor(const void *obj, const char *call)
 {
     for (unsigned i = 0; i < CHECKED_MAX; i++) {
         const heapd_client *c = atomic_load(&checked_clients[i]);
         if (c && (uintptr_t)obj - (uintptr_t)c->base < c->size) {
-            if (!young_of(c, obj))
-                checked_object(c, obj, false, call, "OBJ");
+            /* a young object: an accessor may read any (it cannot tell
+             * which mutator asks) */
+            char buf[256];
+            const char *why = why_not_live(c, obj, true, buf, sizeof buf);
+            if (why)
+                fail(call, "OBJ", obj, why);
             return;
         }
     }

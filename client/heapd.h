@@ -163,8 +163,7 @@ HEAPD_API size_t heapd_heap_size(const heapd_client *c);
  *     life of any local;
  *   - every other process's safepoints do not matter: only your own end
  *     what your locals may hold.
- * Shared objects never move (a young mutator's own objects do: Note
- * [Young objects, for the program] below).  A reference kept in a C local
+ * Objects never move, young ones included.  A reference kept in a C local
  * across a safepoint may point at a freed block, which is reused later;
  * HEAPD_CHECK=1 in the
  * environment (or HEAPD_CONNECT_CHECKED) makes the library check every
@@ -219,48 +218,45 @@ HEAPD_API int heapd_attach(heapd_client *c, heapd_mutator **out);
  *
  * Note [Young objects, for the program]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * A mutator attached with HEAPD_MUTATOR_YOUNG has a private nursery:
- * heapd_alloc bump-allocates there, and the mutator itself collects it, at
- * its own heapd_alloc calls, stopping no other thread or process.  What
- * survives is copied within the nursery until it has survived young_age
- * of these minor collections, then promoted into the shared heap, where
- * objects never move.  Everything else is as for any mutator, plus:
- *   - a young object may MOVE, at this mutator's heapd_alloc (a minor
- *     collection) and when it is published (below).  Its root slots and
- *     the reference fields of heap objects are updated; C locals are not.
- *     So across heapd_alloc, keep a young object in a root slot (or in a
- *     field of a rooted object) and read it back, exactly as the
- *     discipline already asks for any object across a safepoint;
+ * A mutator attached with HEAPD_MUTATOR_YOUNG allocates young objects:
+ * the mutator itself collects them, at its own heapd_alloc calls, each
+ * time it has allocated its nursery budget (a minor collection), stopping
+ * no other thread or process.  An object that dies before it has
+ * survived young_age of these never reaches the shared heap; one that
+ * lives longer is promoted into it where it is.  Nothing moves: a young
+ * object keeps its address for its whole life, so C locals, interior
+ * pointers (heapd_bytes(o), &o->field) and root slots stay valid exactly
+ * as they do for any object.  Everything else is as for any mutator,
+ * plus:
+ *   - a minor collection also keeps what this thread's C locals and
+ *     registers point to (its stack is scanned conservatively, interior
+ *     pointers included), and never promotes what only they hold; the
+ *     rule for shared objects is unchanged (Note [Client GC discipline]);
  *   - nothing shared ever references a young object.  heapd_write,
  *     heapd_cas and heapd_global_set of a young value into a shared
  *     object (or a global) first PUBLISH it: the value and every young
- *     object it reaches are copied into the shared heap, and the copy's
- *     address is stored.  heapd_publish does the same and returns that
- *     address.  A publication never waits: the mutator keeps enough
- *     shared memory aside for every young object it holds;
- *   - after a publication, a C local that still holds the young address
- *     may be handed to heapd_write, heapd_cas (as OBJ or as the expected
- *     value), heapd_publish and the root calls, which follow it to the
- *     shared copy, until the next heapd_alloc; but heapd_bytes and direct
- *     reads through it see the object as it was published, and raw bytes
- *     written there are lost.  Use the shared address (the one stored, or
- *     the one heapd_publish returned) for anything after a publication;
+ *     object it reaches become shared, where they are.  heapd_publish does
+ *     the same and returns its argument.  A publication never waits and
+ *     copies nothing;
  *   - a young object belongs to its mutator: handing it to another
- *     mutator, or storing it anywhere but this mutator's roots and young
- *     objects, is an error (checked mode names the call; heapd never
+ *     mutator, or storing it anywhere but this mutator's roots, locals and
+ *     young objects, is an error (checked mode names the call; heapd never
  *     follows such a reference, and counts it in young_refs_refused);
- *   - objects larger than an eighth of a nursery half, or than a small
- *     block, and those of heapd_alloc_shared, go straight to the shared
- *     heap;
- *   - heapd_write and heapd_cas into a young object are plain stores.
+ *   - objects larger than a small block (16 KiB with 128 KiB segments),
+ *     and those of heapd_alloc_shared, go straight to the shared heap;
+ *   - heapd_write and heapd_cas into a young object are plain stores;
+ *   - the thread must run on the stack it attached on (not on a
+ *     sigaltstack or a makecontext stack) when it calls heapd_alloc: a
+ *     minor collection that cannot scan the stack frees nothing.
  * Mutators attached without the flag see no change.
  */
 #define HEAPD_MUTATOR_YOUNG 0x1u
 
 typedef struct heapd_mutator_opts {
     unsigned flags;           /* HEAPD_MUTATOR_* */
-    size_t young_size;        /* the nursery, bytes (rounded up to whole
-                                 segments); 0: the heap's young_size */
+    size_t young_size;        /* the nursery budget: bytes allocated
+                                 between minor collections; 0: the
+                                 heap's young_size */
     unsigned young_age;       /* minor collections an object survives
                                  before promotion, 1..8; 0: the heap's
                                  young_age */
@@ -268,26 +264,25 @@ typedef struct heapd_mutator_opts {
 
 /* heapd_attach with options (OPTS NULL: heapd_attach).  Fails as
  * heapd_attach does, and with -EINVAL for options out of range or unknown
- * flags, -ENOMEM when the heap (or the client's quota) has no room for
- * the nursery. */
+ * flags. */
 HEAPD_API int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
                                 heapd_mutator **out);
 
-/* heapd_alloc, in the shared heap even for a young mutator: the object
- * never moves. */
+/* heapd_alloc, in the shared heap even for a young mutator: for an
+ * object that will be published anyway. */
 HEAPD_API void *heapd_alloc_shared(heapd_mutator *m, size_t nrefs,
                                    size_t nbytes);
 
-/* The shared address of OBJ: a young object of M is promoted with every
- * young object it reaches (Note [Young objects, for the program]); any
- * other object is returned as it is.  Not a safepoint, never waits. */
+/* Make OBJ shared: a young object of M is promoted, where it is, with
+ * every young object it reaches (Note [Young objects, for the program]).
+ * Returns OBJ.  Not a safepoint, never waits. */
 HEAPD_API void *heapd_publish(heapd_mutator *m, void *obj);
 
-/* True if OBJ is one of M's young objects (it may move). */
+/* True if OBJ is one of M's young objects (not yet published). */
 HEAPD_API bool heapd_is_young(const heapd_mutator *m, const void *obj);
 
 typedef struct heapd_young_stats {
-    uint64_t young_bytes;        /* the nursery, 0 if none */
+    uint64_t young_bytes;        /* the nursery budget, 0 if none */
     uint32_t young_age;
     uint64_t minor_collections;
     uint64_t promoted_age_bytes;
@@ -296,7 +291,9 @@ typedef struct heapd_young_stats {
     uint64_t minor_pause_total_ns;
     uint64_t minor_pause_p99_ns; /* from a log histogram: an upper bound
                                     within 25 % */
-    uint64_t bytes_in_use;       /* in the active half now */
+    uint64_t bytes_in_use;       /* young now: the last minor's
+                                    survivors and what was allocated
+                                    since */
 } heapd_young_stats;
 
 /* M's young generation so far (all zero for a mutator without one). */
@@ -432,7 +429,7 @@ typedef struct heapd_mutator_info {
     uint64_t alloc_bytes;       /* allocated so far */
     uint64_t urs_backlog;       /* URS entries not yet consumed */
     uint64_t root_depth;        /* root slots in use */
-    uint64_t young_bytes;       /* its nursery, 0: no young generation */
+    uint64_t young_bytes;       /* its nursery budget, 0: not young */
     uint64_t minor_collections;
     uint64_t promoted_bytes;    /* by age and by publication */
     uint64_t minor_pause_max_ns;
@@ -489,7 +486,7 @@ typedef struct heapd_heap_segments {
     uint32_t orphaned;          /* left by a client gone, not yet adopted */
     uint32_t punched;           /* memory given back */
     uint32_t unformatted;       /* owned or filled, no size class known */
-    uint32_t young;             /* in mutators' nurseries */
+    uint32_t young;             /* holding young blocks, last sweep */
     uint64_t committed_bytes;   /* what the heap's memory holds, all of it */
     uint64_t block_bytes;       /* in blocks the last sweep kept (the
                                    block_bytes counter) */

@@ -1,82 +1,78 @@
-/* libheapd's young generation: bump allocation in a mutator's nursery,
- * minor collections, promotion and publication, and the preparatory push.
- * The nursery's layout is Note [Nurseries] in proto/young.h.
+/* libheapd's young generation: young objects in the mutator's own
+ * segments, minor collections that free and promote in place, publication,
+ * and the preparatory push.  The mark that makes a block young is Note
+ * [Young objects] in proto/young.h.
  *
  * Note [The young invariant]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~
  * No object of the shared heap, no global and no other mutator's root
  * references a young object: only its own mutator's root slots (and the
- * parked value of a call in flight, Note [Values in flight]) and its own
- * young objects do.  Everything rests on it: the daemon never needs to
- * see a nursery except through its owner's roots, a minor collection
- * needs no remembered set (nothing old points young), and an object may
- * move by updating only those roots and young fields.  So every store
- * that could break it publishes first: heapd_write and heapd_cas of a
- * young value into a shared object, heapd_global_set and
- * heapd_global_once's result, and heapd_publish itself copy the value and
- * every young object it reaches into the shared heap (promote_closure),
- * mark each original forwarded to its copy, and only then store the
- * copy's address.  Until the copy is stored nothing shared can reach it,
- * so a process killed in the middle of a publication leaves only
- * unreachable blocks in its own segments, which the next sweep frees.
- * A store INTO a young object needs no barrier at all: nothing shared
- * reaches its fields, and the preparatory push saw what they held at the
- * snapshot (Note [The preparatory push]).  The daemon enforces the rule
- * for others (Note [References into a nursery] in daemon/gc/validate.c): a
- * reference into a nursery met anywhere else is counted and not
- * followed, and the heap verifier reports a shared object that holds one.
+ * parked value of a call in flight, Note [Values in flight]), its C locals
+ * and its own young objects do.  Everything rests on it: the daemon never
+ * needs to follow a reference to a young object, a minor collection needs
+ * no remembered set (nothing old points young), and a young object may be
+ * freed by its mutator alone.  So every store that could break it
+ * publishes first: heapd_write and heapd_cas of a young value into a
+ * shared object, heapd_global_set and heapd_global_once's result, and
+ * heapd_publish itself promote the value and every young object it
+ * reaches (Note [Promotion in place]), and only then store it.  The value
+ * keeps its address: a C local that holds it stays valid.  A store INTO a
+ * young object needs no barrier at all: nothing shared reaches its
+ * fields, and the preparatory push saw what they held at the snapshot
+ * (Note [The preparatory push]).  The daemon enforces the rule for others
+ * (Note [References to young objects] in daemon/gc/validate.c): a
+ * reference to a young block met anywhere but its owner's roots is
+ * counted and not followed.
+ *
+ * Note [Promotion in place]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A young object becomes shared where it is: its header's tag (its age)
+ * becomes what a new shared object's is -- the epoch while marking
+ * (black and dirty from birth, Note [Snapshot write barrier]), else 0 --
+ * and then its mark byte goes from LAYOUT_MARK_YOUNG to the epoch, with
+ * a release store: from then on the daemon's sweep keeps it as any
+ * allocated block and its marker treats it as marked.  What it references
+ * must already be shared (Note [The young invariant]), so a promotion
+ * takes everything young the object reaches with it, depth first through
+ * the trace's work list.  Nothing is copied and nothing waits: a
+ * promotion is a store to a header and one to a mark per object, and it
+ * needs no memory, so it may happen inside heapd_write, which is not a
+ * safepoint.  A process killed in the middle leaves promoted objects that
+ * nothing shared references yet: garbage the next cycle frees.  The cost
+ * measured: GCBench promoted 148 MiB by copying into the shared heap with
+ * the copying nursery this replaced; the shared map copied every value it
+ * published (55 bytes per update).
  *
  * Note [Minor collections]
  * ~~~~~~~~~~~~~~~~~~~~~~~~
- * A mutator allocates young objects by bumping `top` in the active half
- * of its nursery.  When the half is full, heapd_alloc -- a safepoint,
- * before the new object exists -- collects the nursery itself (minor), in
- * the mutator's own thread, stopping nobody else:
- *   - the halves swap; every young root is evacuated: an object that has
- *     now survived young_age minor collections is promoted (copied into a
- *     block of the shared heap, like one the mutator allocates, so black
- *     while marking: Note [Epoch-tagged marks]), any other one is copied
- *     into the new half with its age, the header's tag, one higher;
- *   - Cheney's scan then evacuates what the copies reference, and the
- *     fields of each promoted copy are evacuated with promotion forced:
- *     a shared object may reference no young one (Note [The young
- *     invariant]), so what a promoted object reaches is promoted too,
- *     even a young copy made earlier in the same collection;
- *   - if anything was promoted, one more pass over the roots and the new
- *     half replaces references to forwarded objects by their copies.
- * The old half is then garbage, and allocation goes on in the new one,
- * after the survivors.  Survivors never overflow the new half: they are
- * at most what the old one held.  An object that dies before its second
- * minor collection (young_age 2, the default) never reaches the shared
- * heap: the reason for aging, as in GHC's Note [Aging under the
- * non-moving collector].  A minor collection never waits and never takes
- * a stop (Note [Promotion never waits]), so no snapshot, and no daemon
- * tracing the nursery, ever sees one half done.
- *
- * Note [Promotion never waits]
- * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * A publication happens inside heapd_write, which is not a safepoint:
- * were it to wait for a segment in a blocking region, a snapshot could
- * pass and the caller's C locals lose their objects (Note [Client GC
- * discipline]); and a minor collection that waited in the middle would
- * show a half-copied nursery to a daemon that marks it.  So neither ever
- * asks the daemon for memory.  Instead the mutator keeps, per size class,
- * as many free blocks as it has young objects of that class that could
- * still be promoted (count[k] <= lim[k]): the free blocks of its current
- * segment of the class (avail[k]) and of empty segments it keeps aside
- * for the class (the stash).  heapd_alloc restores the bound before it
- * bumps, asking for a blank segment in a blocking region if need be (it
- * is a safepoint, and the new object does not exist yet); a promotion
- * takes a block and lowers both sides by one; a minor collection makes
- * count[k] the young survivors.  The agent may take a current segment
- * from a blocked mutator (Note [Remark requests] in client/remark.c), so
- * leaving a blocking region counts the current segments again.  The
- * price is address space: up to one block per young object, in segments
- * that stay blank (no memory is touched) until a promotion uses them.
- * A shared allocation of the class (heapd_alloc_shared, an object too big
- * for the nursery) may take one of the counted blocks, so it first makes
- * the bound hold with one block to spare (young_before_shared), before
- * the block is taken: afterwards the new object must not meet a wait.
+ * A young mutator allocates young blocks like shared ones (Note
+ * [Allocation fast path] in client/alloc.c), with the mark
+ * LAYOUT_MARK_YOUNG.  When it has allocated its budget since the last
+ * minor collection, heapd_alloc -- a safepoint, before the new object
+ * exists -- collects its young objects itself, in its own thread,
+ * stopping nobody else and moving nothing:
+ *   1. trace from its root slots and the parked value: a young object
+ *      reached gets its `live` bit; one that has now survived young_age
+ *      minor collections is promoted in place, and with it what it
+ *      reaches; any other one ages by one;
+ *   2. trace from its C locals: the stack and registers, scanned
+ *      conservatively (Note [Scanning a mutator's own stack] in
+ *      client/stack.c), interior pointers included; what only they reach
+ *      survives but is never promoted by age (the major collector does
+ *      not see C locals, so an object they alone hold must stay young to
+ *      stay alive: it is the daemon's preparatory push that keeps what it
+ *      references);
+ *   3. sweep: each young block without its `live` bit is freed (its mark
+ *      goes to 0); each segment then goes on its class's reuse list if it
+ *      has free blocks, back to the daemon if it holds no young block and
+ *      hardly a free one, and otherwise stays tracked until its young
+ *      blocks are gone.
+ * So an object that dies before its young_age-th minor collection never
+ * reaches the shared heap (the reason for aging: GHC's Note [Aging under
+ * the non-moving collector]), a survivor costs a bit and a header store,
+ * not a copy, and the freed blocks are the next ones allocated, while
+ * they are still in the cache.  If the stack cannot be scanned (the
+ * thread runs on another stack), nothing young is freed that time.
  */
 #include <assert.h>
 #include <errno.h>
@@ -85,8 +81,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -99,6 +93,7 @@
 #include "minor.h"
 #include "mutator.h"
 #include "reserve.h"
+#include "stack.h"
 #include "young.h"
 
 /* Note [Stopping inside a young phase]
@@ -134,26 +129,9 @@ static inline void stop_in(enum young_phase phase)
 }
 #endif
 
-static inline uint64_t *hdr_of(void *obj)
-{
-    return (uint64_t *)obj - 1;
-}
-
-static inline bool forwarded(uint64_t h)
-{
-    return layout_header_tag(h) == LAYOUT_YOUNG_FORWARDED;
-}
-
-static inline void *fwd_of(void *obj)
-{
-    return *(void **)obj;
-}
-
-/* The size class a young object of header H takes when promoted. */
-static inline unsigned shared_class(uint64_t h)
-{
-    return young_class_of(layout_header_nrefs(h), layout_header_nbytes(h));
-}
+/* Segments with fewer free blocks than 1/REUSE_SHARE of theirs are not
+ * allocated in again before the daemon sweeps them. */
+#define REUSE_SHARE 8
 
 static void publish_stats(heapd_mutator *m)
 {
@@ -174,327 +152,452 @@ static void publish_stats(heapd_mutator *m)
 
 /* ---- set up and tear down ---- */
 
-int young_init(heapd_mutator *m, uint32_t first, uint32_t segs, uint32_t age)
+int young_init(heapd_mutator *m, uint64_t budget, uint32_t age)
 {
     struct young_gen *y = &m->young;
     heapd_client *c = m->c;
-    uintptr_t run = (uintptr_t)client_seg_addr(c, first);
-    uintptr_t lo;
-    uint64_t half;
     int rc;
 
-    layout_young_halves(run, segs, c->segment_size, &lo, &half);
     memset(y, 0, sizeof *y);
-    y->first_seg = first;
-    y->nsegs = segs;
     y->age = age;
-    y->half_bytes = half;
-    y->half[0] = (uint8_t *)lo;
-    y->half[1] = (uint8_t *)lo + half;
-    y->lo = lo;
-    y->hi = lo + 2 * half;
-    y->max_object = (uint32_t)(half / 8 < c->small_max ? half / 8
-                                                         : c->small_max);
-    y->top = y->half[0];
-    y->end = y->half[0] + half;
-    if ((rc = young_trace_init(&y->trace, y->lo, y->hi)) < 0)
-        goto fail;
-    y->capwork = half / LAYOUT_YOUNG_MIN + 1;
-    y->work = malloc(y->capwork * sizeof *y->work);
-    if (!y->work) {
-        rc = -ENOMEM;
-        goto fail;
-    }
-    /* fault the nursery in now, not in the first minor collections'
-     * pauses (Linux 5.14; without it the first touches fault later) */
-#ifdef MADV_POPULATE_WRITE
-    (void)madvise((void *)run, (size_t)segs << c->seg_shift,
-                  MADV_POPULATE_WRITE);
-#endif
-    /* advisory, for a reader of the heap (Note [Segments]) */
-    __atomic_store_n(&((struct layout_segment *)run)->kind, LAYOUT_SEG_YOUNG,
-                     __ATOMIC_RELEASE);
+    y->budget = budget;
+    y->next_minor = m->alloc_bytes + budget;
+    y->heap_segs = (uint32_t)(c->size >> c->seg_shift);
+    if ((rc = stack_base_of_self(&y->stack_base)) < 0)
+        return rc;
+    y->segmap = calloc(y->heap_segs, sizeof *y->segmap);
+    if (!y->segmap)
+        return client_set_error(-ENOMEM, "out of memory for a young "
+                                "generation's segment map");
     y->on = true;
     m->young_on = true;
     return 0;
-fail:
-    young_trace_destroy(&y->trace);
-    free(y->work);
-    memset(y, 0, sizeof *y);
-    return client_set_error(rc, "out of memory for a nursery's tracer");
 }
+
+static void untrack(heapd_mutator *m, struct young_seg *s);
 
 void young_release(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
-    for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
-        if (y->nstash[k])
-            reserve_give_back(m->c, y->stash[k], y->nstash[k], false);
-        y->nstash[k] = 0;
+    heapd_client *c = m->c;
+    /* its young objects are garbage now: nothing shared references one
+     * (Note [The young invariant]) */
+    for (uint32_t i = 0; i < y->nsegs; i++) {
+        struct young_seg *s = &y->segs[i];
+        for (uint32_t b = 0; b < s->nblocks; b++)
+            if (__atomic_load_n(&s->marks[b], __ATOMIC_RELAXED) ==
+                LAYOUT_MARK_YOUNG)
+                __atomic_store_n(&s->marks[b], 0, __ATOMIC_RELEASE);
     }
-    reserve_flush_returns(m->c);
+    while (y->nsegs > 0) {
+        struct young_seg *s = &y->segs[y->nsegs - 1];
+        uint32_t idx = s->index;
+        bool current = m->cur[s->cls].index == idx;
+        untrack(m, s);
+        if (!current) /* the current ones go with alloc_release_all */
+            reserve_give_back(c, &idx, 1, false);
+    }
+    reserve_flush_returns(c);
 }
 
 void young_free(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
+    for (uint32_t i = 0; i < y->nsegs; i++)
+        free(y->segs[i].live);
+    free(y->segs);
+    free(y->segmap);
     for (unsigned k = 0; k < LAYOUT_NCLASSES; k++)
-        free(y->stash[k]);
-    young_trace_destroy(&y->trace);
+        free(y->reuse[k]);
     free(y->work);
     memset(y, 0, sizeof *y);
     m->young_on = false;
 }
 
-/* ---- promotion capacity (Note [Promotion never waits]) ---- */
+/* ---- young segments ---- */
 
-static int fill(heapd_mutator *m, unsigned cls, uint64_t want);
-
-/* The free blocks of M's current segment of CLS, from its cursor on. */
-static uint32_t count_avail(const heapd_mutator *m, unsigned cls)
+/* Note [Young segments]
+ * ~~~~~~~~~~~~~~~~~~~~~
+ * Every segment a young mutator allocates in is tracked (segs, and
+ * segmap to find one from an address) from the moment it becomes a
+ * current segment until a sweep finds no young block in it, so that a
+ * minor collection knows every young block and every young address can
+ * be told in a load or two.  A tracked segment is never given back while
+ * it holds a young block (Note [Young objects] in proto/young.h): an
+ * exhausted current segment stays tracked, and the sweep gives it back
+ * when it is free of young blocks and nearly full of shared ones, or puts
+ * it on its class's reuse list when it has room, where the allocator
+ * takes it before asking the reserve.  The work list can hold every
+ * tracked block twice (a block is queued once young, and once more if a
+ * promotion reaches it later), and grows when a segment is tracked,
+ * where an allocation may fail cleanly, never inside a collection.
+ */
+static struct young_seg *seg_at(const struct young_gen *y, uint32_t idx)
 {
-    const struct alloc_seg *s = &m->cur[cls];
-    uint32_t n = 0;
-    if (!s->index)
-        return 0;
-    for (uint32_t i = s->cursor; i < s->nblocks; i++)
-        n += __atomic_load_n(&s->marks[i], __ATOMIC_RELAXED) == 0;
+    uint32_t k = idx < y->heap_segs ? y->segmap[idx] : 0;
+    return k ? &y->segs[k - 1] : NULL;
+}
+
+bool young_tracks(const heapd_mutator *m, uint32_t idx)
+{
+    return m->young_on && seg_at(&m->young, idx) != NULL;
+}
+
+bool young_seg_view(const heapd_mutator *m, uint32_t idx,
+                    struct alloc_seg *out)
+{
+    const struct young_seg *s = m->young_on ? seg_at(&m->young, idx) : NULL;
+    if (!s)
+        return false;
+    memset(out, 0, sizeof *out);
+    out->marks = s->marks;
+    out->blocks = s->blocks;
+    out->nblocks = s->nblocks;
+    out->block_size = s->block_size;
+    out->index = s->index;
+    out->cls = s->cls;
+    return true;
+}
+
+static size_t tracked_blocks(const struct young_gen *y)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < y->nsegs; i++)
+        n += y->segs[i].nblocks;
     return n;
 }
 
-static void set_avail(heapd_mutator *m, unsigned cls, uint32_t avail)
-{
-    struct young_gen *y = &m->young;
-    y->lim[cls] = y->lim[cls] - y->avail[cls] + avail;
-    y->avail[cls] = avail;
-}
-
-int young_before_shared(heapd_mutator *m, unsigned cls)
-{
-    struct young_gen *y = &m->young;
-    /* the block it takes may be one the bound counts */
-    if (y->count[cls] < y->lim[cls])
-        return 0;
-    return fill(m, cls, (uint64_t)y->count[cls] + 1);
-}
-
-void young_shared_took(heapd_mutator *m, unsigned cls, bool seg_changed)
-{
-    struct young_gen *y = &m->young;
-    if (seg_changed)
-        set_avail(m, cls, count_avail(m, cls));
-    else if (y->avail[cls] > 0)
-        set_avail(m, cls, y->avail[cls] - 1);
-}
-
-/* One more empty segment set aside for CLS: may wait for the daemon, in a
- * blocking region (a safepoint caller only). */
-static int stash_one(heapd_mutator *m, unsigned cls)
+int young_track(heapd_mutator *m, uint32_t idx, unsigned cls)
 {
     struct young_gen *y = &m->young;
     heapd_client *c = m->c;
-    uint32_t idx;
-    int rc;
-
-    if (y->nstash[cls] == y->capstash[cls]) {
-        uint32_t cap = y->capstash[cls] ? 2 * y->capstash[cls] : 4;
-        uint32_t *v = realloc(y->stash[cls], cap * sizeof *v);
+    struct young_seg *s = seg_at(y, idx);
+    if (s) {
+        assert(s->cls == cls);
+        return 0;
+    }
+    if (y->nsegs == y->capsegs) {
+        uint32_t cap = y->capsegs ? 2 * y->capsegs : 16;
+        struct young_seg *v = realloc(y->segs, cap * sizeof *v);
         if (!v)
-            return client_set_error(-ENOMEM, "out of memory");
-        y->stash[cls] = v;
-        y->capstash[cls] = cap;
+            goto nomem;
+        y->segs = v;
+        y->capsegs = cap;
     }
-    /* blank only: an empty segment holds no block a remark could ask
-     * about (Note [Remark requests]) */
-    if ((rc = reserve_take(m, cls, &idx, NULL)) < 0)
-        return rc;
-    struct layout_segment *hd = client_seg_addr(c, idx);
-    __atomic_store_n(&hd->size_class, cls, __ATOMIC_RELAXED);
-    __atomic_store_n(&hd->kind, LAYOUT_SEG_SMALL, __ATOMIC_RELEASE);
-    y->stash[cls][y->nstash[cls]++] = idx;
-    y->lim[cls] += c->small_nblocks[cls];
+    uint32_t nblocks = c->small_nblocks[cls];
+    size_t want = 2 * (tracked_blocks(y) + nblocks) + 2;
+    if (want > y->capwork) {
+        size_t cap = want + want / 2;
+        uintptr_t *w = realloc(y->work, cap * sizeof *w);
+        if (!w)
+            goto nomem;
+        y->work = w;
+        y->capwork = cap;
+    }
+    uint64_t *live = calloc((nblocks + 63) / 64, sizeof *live);
+    if (!live)
+        goto nomem;
+    uint8_t *seg = client_seg_addr(c, idx);
+    s = &y->segs[y->nsegs++];
+    memset(s, 0, sizeof *s);
+    s->marks = layout_seg_marks(seg);
+    s->blocks = seg + c->small_first[cls];
+    s->live = live;
+    s->magic = c->small_magic[cls];
+    s->index = idx;
+    s->nblocks = nblocks;
+    s->block_size = layout_class_size[cls];
+    s->cls = (uint8_t)cls;
+    y->segmap[idx] = y->nsegs;
     return 0;
+nomem:
+    return client_set_error(-ENOMEM, "out of memory for a young segment's "
+                            "bookkeeping");
 }
 
-/* Forget the blocks of current segments the agent took (Note [Remark
- * requests] in client/remark.c). */
-static void recount_taken(heapd_mutator *m)
+static void reuse_drop(struct young_gen *y, struct young_seg *s)
 {
-    struct young_gen *y = &m->young;
-    for (unsigned k = 0; k < LAYOUT_NCLASSES; k++)
-        if (!m->cur[k].index && y->avail[k])
-            set_avail(m, k, 0);
-}
-
-/* Make lim[CLS] at least WANT, and every other class's bound hold again
- * (a wait may lose current segments to the agent): may wait, in blocking
- * regions.  Returns 0 or the error of a segment request. */
-static int fill(heapd_mutator *m, unsigned cls, uint64_t want)
-{
-    struct young_gen *y = &m->young;
-    int rc = 0;
-    if (y->filling)
-        return 0; /* a wait inside stash_one resumed: its caller fills */
-    y->filling = true;
-    for (bool again = true; again && rc == 0;) {
-        again = false;
-        recount_taken(m);
-        while (y->lim[cls] < want && (rc = stash_one(m, cls)) == 0)
-            again = true;
-        for (unsigned k = 0; k < LAYOUT_NCLASSES && rc == 0; k++)
-            while (y->count[k] > y->lim[k] && (rc = stash_one(m, k)) == 0)
-                again = true;
-    }
-    y->filling = false;
-    return rc;
-}
-
-/* A block of class CLS for a promotion: the current segment's, or a
- * stashed segment's.  Never waits. */
-static void *promo_block(heapd_mutator *m, unsigned cls, uint64_t h)
-{
-    struct young_gen *y = &m->young;
-    size_t nrefs = layout_header_nrefs(h), nbytes = layout_header_nbytes(h);
-    void *p = alloc_take_current(m, cls, nrefs, nbytes);
-    if (!p) {
-        set_avail(m, cls, 0);
-        if (y->nstash[cls] == 0) {
-            /* the bound is kept by every path that changes it: a bug */
-            fprintf(stderr, "libheapd: bug: no block of class %u to promote "
-                    "into (%u young, %llu kept)\n", cls, y->count[cls],
-                    (unsigned long long)y->lim[cls]);
-            abort();
+    if (!s->reusable)
+        return;
+    uint32_t *v = y->reuse[s->cls];
+    for (uint32_t i = 0; i < y->nreuse[s->cls]; i++) {
+        if (v[i] == s->index) {
+            v[i] = v[--y->nreuse[s->cls]];
+            break;
         }
-        uint32_t idx = y->stash[cls][--y->nstash[cls]];
-        y->lim[cls] -= m->c->small_nblocks[cls];
-        alloc_install(m, cls, idx, true);
-        set_avail(m, cls, count_avail(m, cls));
-        p = alloc_take_current(m, cls, nrefs, nbytes);
-        assert(p);
     }
-    set_avail(m, cls, y->avail[cls] ? y->avail[cls] - 1 : 0);
-    return p;
+    s->reusable = false;
 }
 
-/* ---- promotion ---- */
-
-/* Copy young OBJ (not forwarded) into the shared heap, forward it, and
- * queue the copy for its fields.  Returns the copy. */
-static void *promote_one(heapd_mutator *m, void *obj, bool by_age)
+/* Stop tracking S (which moves the last tracked segment into its place). */
+static void untrack(heapd_mutator *m, struct young_seg *s)
 {
     struct young_gen *y = &m->young;
-    uint64_t *hp = hdr_of(obj);
-    uint64_t h = *hp;
-    unsigned cls = shared_class(h);
-    uint64_t size = layout_object_size(layout_header_nrefs(h),
-                                       layout_header_nbytes(h));
-    /* alloc_take_current wrote the header: black and dirty while marking
-     * (Note [Snapshot write barrier]), and the sizes */
-    void *copy = promo_block(m, cls, h);
-    memcpy(copy, obj, size - LAYOUT_WORD);
-    *hp = layout_header_with_tag(h, LAYOUT_YOUNG_FORWARDED);
-    *(void **)obj = copy;
-    if (y->count[cls] > 0)
-        y->count[cls]--;
-    if (by_age)
-        y->promoted_age += size;
-    else
-        y->promoted_pub += size;
-    y->promoted_any = true;
-    assert(y->nwork < y->capwork);
-    y->work[y->nwork++] = (uintptr_t)copy;
-    return copy;
+    reuse_drop(y, s);
+    free(s->live);
+    y->segmap[s->index] = 0;
+    struct young_seg *last = &y->segs[--y->nsegs];
+    if (s != last) {
+        *s = *last;
+        y->segmap[s->index] = (uint32_t)(s - y->segs) + 1;
+    }
 }
 
-/* ---- minor collections (Note [Minor collections]) ---- */
+static bool reuse_add(struct young_gen *y, struct young_seg *s)
+{
+    if (s->reusable)
+        return true;
+    unsigned k = s->cls;
+    /* a list never holds more than the tracked segments */
+    if (y->nreuse[k] % 16 == 0) {
+        uint32_t *v = realloc(y->reuse[k], (y->nreuse[k] + 16) * sizeof *v);
+        if (!v)
+            return false; /* it stays tracked, only not reused */
+        y->reuse[k] = v;
+    }
+    y->reuse[k][y->nreuse[k]++] = s->index;
+    s->reusable = true;
+    return true;
+}
 
-struct evac {
-    uint8_t *to, *free;     /* the new half, and its end of copies */
-    uint32_t kept[LAYOUT_NCLASSES]; /* young survivors per class */
+uint32_t young_reuse_take(heapd_mutator *m, unsigned cls)
+{
+    struct young_gen *y = &m->young;
+    if (y->nreuse[cls] == 0)
+        return 0;
+    uint32_t idx = y->reuse[cls][--y->nreuse[cls]];
+    struct young_seg *s = seg_at(y, idx);
+    assert(s && s->reusable);
+    s->reusable = false;
+    return idx;
+}
+
+/* ---- telling young objects ---- */
+
+/* The block of young segment S that object pointer V is, or UINT32_MAX. */
+static inline uint32_t block_of_obj(const struct young_seg *s, uintptr_t v)
+{
+    uint64_t b = (uint64_t)(v - LAYOUT_WORD - (uintptr_t)s->blocks);
+    if (b >= (uint64_t)s->nblocks * s->block_size)
+        return UINT32_MAX;
+    uint32_t idx = (uint32_t)((b * s->magic) >> 32);
+    return (uint64_t)idx * s->block_size == b ? idx : UINT32_MAX;
+}
+
+/* The block of young segment S that address P is anywhere inside (an
+ * interior pointer), or UINT32_MAX. */
+static inline uint32_t block_at(const struct young_seg *s, uintptr_t p)
+{
+    uint64_t b = (uint64_t)(p - (uintptr_t)s->blocks);
+    if (b >= (uint64_t)s->nblocks * s->block_size)
+        return UINT32_MAX;
+    uint32_t idx = (uint32_t)((b * s->magic) >> 32);
+    if ((uint64_t)idx * s->block_size > b)
+        idx--; /* the multiply may be one high off a block's start */
+    return idx;
+}
+
+static inline struct young_seg *seg_of_addr(const heapd_mutator *m,
+                                            uintptr_t p)
+{
+    const heapd_client *c = m->c;
+    uint64_t off = (uint64_t)(p - (uintptr_t)c->base);
+    if (off >= c->size)
+        return NULL;
+    uint32_t k = m->young.segmap[off >> c->seg_shift];
+    return k ? &m->young.segs[k - 1] : NULL;
+}
+
+static inline bool is_young_block(const struct young_seg *s, uint32_t b)
+{
+    return __atomic_load_n(&s->marks[b], __ATOMIC_RELAXED) ==
+           LAYOUT_MARK_YOUNG;
+}
+
+bool young_is_mine(const heapd_mutator *m, const void *obj)
+{
+    if (!m->young_on)
+        return false;
+    struct young_seg *s = seg_of_addr(m, (uintptr_t)obj);
+    if (!s)
+        return false;
+    uint32_t b = block_of_obj(s, (uintptr_t)obj);
+    return b != UINT32_MAX && is_young_block(s, b);
+}
+
+/* ---- the trace (Note [Minor collections]) ---- */
+
+enum visit_mode {
+    VISIT_AGE,      /* from the roots: survive, age, promote when old */
+    VISIT_KEEP,     /* from C locals only: survive, never promote */
+    VISIT_FORCE,    /* from a promoted object: promote */
+    VISIT_PUSH,     /* the preparatory push: only reach, and log */
 };
 
-static inline bool in_new(const struct evac *e, const void *p)
+static inline bool test_set_live(struct young_seg *s, uint32_t b)
 {
-    return (const uint8_t *)p > e->to && (const uint8_t *)p <= e->free;
+    uint64_t bit = (uint64_t)1 << (b & 63);
+    bool was = (s->live[b >> 6] & bit) != 0;
+    s->live[b >> 6] |= bit;
+    return was;
 }
 
-static void *resolve_young(const struct young_gen *y, void *v)
+static inline void push_work(struct young_gen *y, uintptr_t item)
 {
-    while (young_contains(y, v) && forwarded(*hdr_of(v)))
-        v = fwd_of(v);
-    return v;
+    /* Note [Young segments]: room for every tracked block twice */
+    assert(y->nwork < y->capwork);
+    y->work[y->nwork++] = item;
 }
 
-/* The new place of young P; FORCE: it must be shared. */
-static void *evacuate(heapd_mutator *m, struct evac *e, void *p, bool force)
+/* Note [Promotion in place]: object OBJ, of young block B of S. */
+static void promote_one(heapd_mutator *m, struct young_seg *s, uint32_t b,
+                        void *obj, bool by_age)
 {
     struct young_gen *y = &m->young;
-    uint64_t h = *hdr_of(p);
-    if (forwarded(h)) {
-        void *q = resolve_young(y, p);
-        if (!force || !young_contains(y, q))
-            return q;
-        p = q; /* a young copy that a promoted object references */
-        h = *hdr_of(p);
-    }
-    if (in_new(e, p)) {
-        if (!force)
-            return p;
-        unsigned cls = shared_class(h);
-        if (e->kept[cls] > 0)
-            e->kept[cls]--;
-        return promote_one(m, p, true);
-    }
-    unsigned age = layout_header_tag(h);
-    if (force || age + 1 >= y->age)
-        return promote_one(m, p, true);
-    uint64_t size = layout_young_size(layout_header_nrefs(h),
-                                      layout_header_nbytes(h));
-    uint8_t *dst = e->free;
-    memcpy(dst, hdr_of(p), size);
-    *(uint64_t *)dst = layout_header_with_tag(h, (uint8_t)(age + 1));
-    e->free += size;
-    e->kept[shared_class(h)]++;
-    void *q = dst + LAYOUT_WORD;
-    *hdr_of(p) = layout_header_with_tag(h, LAYOUT_YOUNG_FORWARDED);
-    *(void **)p = q;
-    return q;
+    uint64_t *hp = (uint64_t *)obj - 1;
+    uint8_t epoch = (uint8_t)atomic_load_explicit(&m->ctl->epoch,
+                                                  memory_order_relaxed);
+    uint64_t h = __atomic_load_n(hp, __ATOMIC_RELAXED);
+    __atomic_store_n(hp, layout_header_with_tag(h, barrier_on(m) ? epoch : 0),
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&s->marks[b], epoch, __ATOMIC_RELEASE);
+    if (by_age)
+        y->promoted_age += s->block_size;
+    else
+        y->promoted_pub += s->block_size;
+    push_work(y, (uintptr_t)obj | 1);
 }
 
-/* Evacuate the young references in the NREFS fields at F. */
-static void evacuate_fields(heapd_mutator *m, struct evac *e, void **f,
-                            size_t n, bool force)
-{
-    for (size_t k = 0; k < n; k++) {
-        void *v = f[k];
-        if (young_contains(&m->young, v))
-            f[k] = evacuate(m, e, v, force);
-    }
-}
-
-/* After promotions: no root or young field may keep a forwarded
- * object. */
-static void fix_up(heapd_mutator *m, struct evac *e)
+/* Reach young object OBJ (block B of S) in MODE. */
+static void visit(heapd_mutator *m, struct young_seg *s, uint32_t b,
+                  void *obj, enum visit_mode mode)
 {
     struct young_gen *y = &m->young;
+    if (mode == VISIT_FORCE) {
+        test_set_live(s, b);
+        promote_one(m, s, b, obj, true);
+        return;
+    }
+    if (test_set_live(s, b))
+        return;
+    if (mode == VISIT_PUSH) {
+        push_work(y, (uintptr_t)obj);
+        return;
+    }
+    uint64_t *hp = (uint64_t *)obj - 1;
+    uint64_t h = __atomic_load_n(hp, __ATOMIC_RELAXED);
+    unsigned age = layout_header_tag(h) + 1u;
+    if (mode == VISIT_AGE && age >= y->age) {
+        promote_one(m, s, b, obj, true);
+        return;
+    }
+    if (age > LAYOUT_YOUNG_AGE_MAX)
+        age = LAYOUT_YOUNG_AGE_MAX;
+    __atomic_store_n(hp, layout_header_with_tag(h, (uint8_t)age),
+                     __ATOMIC_RELAXED);
+    push_work(y, (uintptr_t)obj);
+}
+
+/* Reach reference V (an object pointer) in MODE if it is young; in
+ * VISIT_PUSH mode log it otherwise. */
+static inline void reach(heapd_mutator *m, void *v, enum visit_mode mode)
+{
+    if (!v)
+        return;
+    struct young_seg *s = seg_of_addr(m, (uintptr_t)v);
+    uint32_t b;
+    if (s && (b = block_of_obj(s, (uintptr_t)v)) != UINT32_MAX &&
+        is_young_block(s, b)) {
+        visit(m, s, b, v, mode);
+        return;
+    }
+    if (mode == VISIT_PUSH)
+        barrier_log(m, v);
+}
+
+/* Empty the work list: the fields of each object are reached in MODE,
+ * those of a promoted one in VISIT_FORCE. */
+static void drain(heapd_mutator *m, enum visit_mode mode)
+{
+    struct young_gen *y = &m->young;
+    while (y->nwork > 0) {
+        uintptr_t item = y->work[--y->nwork];
+        void **obj = (void **)(item & ~(uintptr_t)1);
+        enum visit_mode fm = (item & 1) ? VISIT_FORCE : mode;
+        size_t n = layout_header_nrefs(
+            __atomic_load_n((uint64_t *)obj - 1, __ATOMIC_RELAXED));
+        for (size_t k = 0; k < n; k++)
+            reach(m, __atomic_load_n(&obj[k], __ATOMIC_RELAXED), fm);
+    }
+}
+
+static void clear_live(struct young_gen *y)
+{
+    for (uint32_t i = 0; i < y->nsegs; i++)
+        memset(y->segs[i].live, 0,
+               (y->segs[i].nblocks + 63) / 64 * sizeof(uint64_t));
+    y->nwork = 0;
+}
+
+/* From the root slots and the parked value (Note [Values in flight] in
+ * client/barrier.c), in MODE. */
+static void reach_roots(heapd_mutator *m, enum visit_mode mode,
+                        enum young_phase phase)
+{
     for (size_t i = 0; i < m->depth; i++) {
-        void *v = atomic_load_explicit(&m->roots[i], memory_order_relaxed);
-        if (young_contains(y, v))
-            atomic_store_explicit(&m->roots[i], resolve_young(y, v),
-                                  memory_order_relaxed);
+        if (i == m->depth / 2 && i > 0)
+            stop_in(phase); /* Note [Stopping inside a young phase] */
+        reach(m, atomic_load_explicit(&m->roots[i], memory_order_relaxed),
+              mode);
     }
-    for (uint8_t *p = e->to; p < e->free;) {
-        uint64_t h = *(uint64_t *)p;
-        size_t n = layout_header_nrefs(h);
-        if (!forwarded(h)) {
-            void **f = (void **)(p + LAYOUT_WORD);
-            for (size_t k = 0; k < n; k++)
-                if (young_contains(y, f[k]))
-                    f[k] = resolve_young(y, f[k]);
-        }
-        p += layout_young_size(n, layout_header_nbytes(h));
+    reach(m, atomic_load(&m->slot->pending_root), mode);
+}
+
+struct stack_ctx {
+    heapd_mutator *m;
+    enum visit_mode mode;
+};
+
+/* A word of the stack: whatever young block it points into is reached. */
+static void stack_word(void *ctx, uintptr_t w)
+{
+    struct stack_ctx *sc = ctx;
+    struct young_seg *s = seg_of_addr(sc->m, w);
+    uint32_t b;
+    if (!s || (b = block_at(s, w)) >= s->nblocks || !is_young_block(s, b))
+        return;
+    visit(sc->m, s, b, s->blocks + (size_t)b * s->block_size + LAYOUT_WORD,
+          sc->mode);
+}
+
+/* Every young block, as if a C local held it: when the stack cannot be
+ * scanned. */
+static void reach_all(heapd_mutator *m, enum visit_mode mode)
+{
+    struct young_gen *y = &m->young;
+    for (uint32_t i = 0; i < y->nsegs; i++) {
+        struct young_seg *s = &y->segs[i];
+        for (uint32_t b = 0; b < s->nblocks; b++)
+            if (is_young_block(s, b))
+                visit(m, s, b,
+                      s->blocks + (size_t)b * s->block_size + LAYOUT_WORD,
+                      mode);
+        drain(m, mode);
     }
 }
+
+/* Reach what the stack and registers hold, in MODE, and drain. */
+static void reach_stack(heapd_mutator *m, enum visit_mode mode)
+{
+    struct young_gen *y = &m->young;
+    struct stack_ctx sc = {m, mode};
+    uintptr_t lo = (uintptr_t)m->c->base;
+    if (stack_scan(y->stack_base, lo, lo + m->c->size, stack_word, &sc) < 0)
+        reach_all(m, mode);
+    drain(m, mode);
+}
+
+/* ---- minor collections ---- */
 
 static void record_pause(struct young_gen *y, uint64_t ns)
 {
@@ -511,132 +614,105 @@ static void record_pause(struct young_gen *y, uint64_t ns)
     y->hist[b < YOUNG_HIST ? b : YOUNG_HIST - 1]++;
 }
 
-static void minor(heapd_mutator *m)
+/* Free the young blocks of S the trace did not reach; returns its free
+ * blocks. */
+static uint32_t sweep_seg(struct young_seg *s)
+{
+    uint32_t young = 0, free_blocks = 0;
+    for (uint32_t b = 0; b < s->nblocks; b++) {
+        uint8_t mk = __atomic_load_n(&s->marks[b], __ATOMIC_RELAXED);
+        if (mk == LAYOUT_MARK_YOUNG) {
+            if (s->live[b >> 6] & ((uint64_t)1 << (b & 63))) {
+                young++;
+                continue;
+            }
+            __atomic_store_n(&s->marks[b], 0, __ATOMIC_RELEASE);
+            mk = 0;
+        }
+        free_blocks += mk == 0;
+    }
+    s->young = young;
+    return free_blocks;
+}
+
+/* After the sweep: each tracked segment onto its reuse list, back to the
+ * daemon, or left (Note [Young segments]). */
+static void settle(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
-    struct evac e;
+    heapd_client *c = m->c;
+    y->survived = 0;
+    for (uint32_t i = 0; i < y->nsegs;) {
+        struct young_seg *s = &y->segs[i];
+        uint32_t free_blocks = sweep_seg(s);
+        bool current = m->cur[s->cls].index == s->index;
+        y->survived += (uint64_t)s->young * s->block_size;
+        if (current) {
+            m->cur[s->cls].cursor = 0; /* its holes are the next blocks */
+        } else if (free_blocks * REUSE_SHARE >= s->nblocks) {
+            reuse_add(y, s);
+        } else if (s->young == 0) {
+            uint32_t idx = s->index;
+            untrack(m, s); /* moves the last one here: look at i again */
+            reserve_give_back(c, &idx, 1, false);
+            continue;
+        } else {
+            reuse_drop(y, s);
+        }
+        i++;
+    }
+}
+
+void young_collect(heapd_mutator *m)
+{
+    struct young_gen *y = &m->young;
     uint64_t t0 = monotonic_ns();
 
-    y->active ^= 1;
-    e.to = e.free = y->half[y->active];
-    memset(e.kept, 0, sizeof e.kept);
-    y->nwork = 0;
-    y->promoted_any = false;
-    for (size_t i = 0; i < m->depth; i++) {
-        void *v = atomic_load_explicit(&m->roots[i], memory_order_relaxed);
-        if (young_contains(y, v))
-            atomic_store_explicit(&m->roots[i], evacuate(m, &e, v, false),
-                                  memory_order_relaxed);
-    }
-    void *pending = atomic_load(&m->slot->pending_root);
-    if (young_contains(y, pending))
-        atomic_store(&m->slot->pending_root, evacuate(m, &e, pending, false));
-    size_t scanned = 0, roots = m->depth;
-    for (uint8_t *scan = e.to; scan < e.free || y->nwork > 0;) {
-        while (scan < e.free) {
-            if (++scanned == roots / 2 + 1)
-                stop_in(PHASE_MINOR); /* Note [Stopping inside a young phase] */
-            uint64_t h = *(uint64_t *)scan;
-            size_t n = layout_header_nrefs(h);
-            if (!forwarded(h))
-                evacuate_fields(m, &e, (void **)(scan + LAYOUT_WORD), n,
-                                false);
-            scan += layout_young_size(n, layout_header_nbytes(h));
-        }
-        while (y->nwork > 0) {
-            void **obj = (void **)y->work[--y->nwork];
-            evacuate_fields(m, &e, obj, layout_header_nrefs(*hdr_of(obj)),
-                            true);
-        }
-    }
-    if (y->promoted_any)
-        fix_up(m, &e);
-    memcpy(y->count, e.kept, sizeof y->count);
-    y->top = e.free;
-    y->end = e.to + y->half_bytes;
+    clear_live(y);
+    reach_roots(m, VISIT_AGE, PHASE_MINOR);
+    drain(m, VISIT_AGE);
+    reach_stack(m, VISIT_KEEP);
+    settle(m);
+    y->next_minor = m->alloc_bytes + y->budget;
     record_pause(y, monotonic_ns() - t0);
     publish_stats(m);
 }
 
-/* ---- allocation ---- */
-
-void *young_alloc_slow(heapd_mutator *m, size_t nrefs, size_t nbytes)
-{
-    struct young_gen *y = &m->young;
-    uint64_t size = layout_young_size(nrefs, nbytes);
-    unsigned cls = young_class_of(nrefs, nbytes);
-    int rc;
-
-    if (size > y->max_object)
-        return alloc_shared(m, nrefs, nbytes);
-    if ((uint64_t)(y->end - y->top) < size) {
-        /* every class's bound holds before the collection promotes */
-        if ((rc = fill(m, cls, y->count[cls])) < 0)
-            goto fail;
-        minor(m);
-        if ((uint64_t)(y->end - y->top) < size) {
-            /* the survivors left no room: this one goes shared */
-            void *p = alloc_shared(m, nrefs, nbytes);
-            return p;
-        }
-    }
-    if (y->count[cls] >= y->lim[cls] &&
-        (rc = fill(m, cls, y->count[cls] + 1)) < 0)
-        goto fail;
-    y->count[cls]++;
-    uint8_t *p = y->top;
-    y->top += size;
-    memset(p + LAYOUT_WORD, 0, size - LAYOUT_WORD);
-    *(uint64_t *)p = layout_header(nrefs, nbytes);
-    return p + LAYOUT_WORD;
-fail:
-    errno = client_errno(rc);
-    return NULL;
-}
-
 /* ---- publication (Note [The young invariant]) ---- */
-
-void *young_resolve_slow(const struct young_gen *y, void *obj)
-{
-    return resolve_young(y, obj);
-}
-
-/* Promote everything young the queued copies reference. */
-static void promote_closure(heapd_mutator *m)
-{
-    struct young_gen *y = &m->young;
-    size_t done = 0;
-    while (y->nwork > 0) {
-        if (++done == 2)
-            stop_in(PHASE_PUBLISH); /* Note [Stopping inside a young phase] */
-        void **obj = (void **)y->work[--y->nwork];
-        size_t n = layout_header_nrefs(*hdr_of(obj));
-        for (size_t k = 0; k < n; k++) {
-            void *v = resolve_young(y, obj[k]);
-            if (young_contains(y, v))
-                v = promote_one(m, v, false);
-            obj[k] = v;
-        }
-    }
-}
 
 void *young_publish(heapd_mutator *m, void *r)
 {
     struct young_gen *y = &m->young;
-    r = resolve_young(y, r);
-    if (!young_contains(y, r))
+    struct young_seg *s = seg_of_addr(m, (uintptr_t)r);
+    uint32_t b;
+    if (!s || (b = block_of_obj(s, (uintptr_t)r)) == UINT32_MAX ||
+        !is_young_block(s, b))
         return r;
-    /* Note [A dead daemon], Note [Clients and fork]: the current segments
-     * are not this mutator's to allocate in any more (a child's copy
-     * would allocate in its parent's); the young address is stored as it
-     * is, and a heapd that meets it refuses it */
+    /* Note [A dead daemon], Note [Clients and fork]: the segments are not
+     * this mutator's to change any more; the young reference is stored as
+     * it is, and a heapd that meets it refuses it */
     if (mutator_orphaned(m))
         return r;
     y->nwork = 0;
-    void *copy = promote_one(m, r, false);
-    promote_closure(m);
+    promote_one(m, s, b, r, false);
+    size_t done = 0;
+    while (y->nwork > 0) {
+        if (++done == 2)
+            stop_in(PHASE_PUBLISH); /* Note [Stopping inside a young phase] */
+        void **obj = (void **)(y->work[--y->nwork] & ~(uintptr_t)1);
+        size_t n = layout_header_nrefs(
+            __atomic_load_n((uint64_t *)obj - 1, __ATOMIC_RELAXED));
+        for (size_t k = 0; k < n; k++) {
+            void *v = __atomic_load_n(&obj[k], __ATOMIC_RELAXED);
+            struct young_seg *vs = v ? seg_of_addr(m, (uintptr_t)v) : NULL;
+            uint32_t vb;
+            if (vs && (vb = block_of_obj(vs, (uintptr_t)v)) != UINT32_MAX &&
+                is_young_block(vs, vb))
+                promote_one(m, vs, vb, v, false);
+        }
+    }
     publish_stats(m);
-    return copy;
+    return r;
 }
 
 /* ---- the preparatory push ---- */
@@ -646,11 +722,16 @@ void *young_publish(heapd_mutator *m, void *r)
  * (GHC's Note [Aging under the non-moving collector], for processes.)
  * While the daemon marks, an old object C may be reachable at the
  * snapshot only through young objects of some mutator, which the marker
- * does not trace.  So the stack handshake of a young mutator (Note [Stack
+ * never follows.  So the stack handshake of a young mutator (Note [Stack
  * marking handshake] in client/barrier.c) is also the preparatory push:
- * whoever takes the handshake traces the young objects reachable from the
- * mutator's roots and logs (the mutator) or marks (the daemon) every
- * shared reference they hold (young_trace, Note [Tracing a nursery]).
+ *   - the mutator itself traces its young objects from its roots and its
+ *     C locals (the same trace as a minor collection's, without aging,
+ *     promoting or freeing) and logs every shared reference they and its
+ *     roots hold;
+ *   - the daemon, when it takes the handshake from a mutator that is
+ *     blocked, stopped or dead, cannot see its C locals, so it treats
+ *     every young block of the client as live and marks what each
+ *     references (Note [Scanning young blocks] in proto/young.h).
  * Two rules make that enough:
  *   - a young mutator takes its handshake before it changes any young
  *     object or its root stack after a snapshot: on the way out of the
@@ -659,56 +740,65 @@ void *young_publish(heapd_mutator *m, void *r)
  *     they were at the snapshot when they are traced, and every shared
  *     reference stored into one later was reachable at the snapshot or is
  *     black;
- *   - the nursery is in the heap, which the daemon maps, so it never needs
- *     the mutator: a mutator blocked through a whole cycle, stopped by a
- *     signal right after a snapshot, or dead, has its stack and nursery
- *     traced by the daemon's mark_stack, which takes the handshake from
- *     it.  The alternative, emptying the nursery on the way into every
- *     blocking region, would promote everything young at each wait, and
- *     mutators wait often (every request to the daemon is one); tracing
- *     costs the daemon a walk of the live young objects, once a cycle.
- * Objects the mutator promotes while marking are black (allocated with
- * the epoch), so the marker needs nothing from them.
+ *   - young blocks are in the heap, which the daemon maps, so a mutator
+ *     blocked through a whole cycle, stopped by a signal right after a
+ *     snapshot, or dead, never holds up marking.
+ * Objects promoted while marking are black (Note [Promotion in place]),
+ * so the marker needs nothing from them.
  */
-static void emit_log(void *ctx, uintptr_t ref)
-{
-    barrier_log(ctx, (void *)ref);
-}
-
 bool young_push_roots(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
     if (!m->young_on)
         return false;
-    young_trace_begin(&y->trace);
-    for (size_t i = 0; i < m->depth; i++) {
-        if (i == m->depth / 2 && i > 0)
-            stop_in(PHASE_PUSH); /* Note [Stopping inside a young phase] */
-        young_trace_root(&y->trace,
-                         (uintptr_t)atomic_load_explicit(&m->roots[i],
-                                                         memory_order_relaxed),
-                         emit_log, m);
-    }
-    young_trace_root(&y->trace, (uintptr_t)atomic_load(&m->slot->pending_root),
-                     emit_log, m);
+    clear_live(y);
+    reach_roots(m, VISIT_PUSH, PHASE_PUSH);
+    drain(m, VISIT_PUSH);
+    reach_stack(m, VISIT_PUSH);
     return true;
 }
 
 void young_resume(heapd_mutator *m)
 {
-    struct young_gen *y = &m->young;
     if (!m->young_on)
         return;
-    /* Note [The preparatory push]: even inside fill, whose wait a snapshot
-     * may have passed, before a minor collection it is about to run */
+    /* Note [The preparatory push]: before the program runs on */
     if (barrier_stack_due(m))
         barrier_stack_slow(m);
-    if (y->filling)
-        return;
-    /* Note [Promotion never waits]: the agent takes current segments from
-     * a young mutator only while it is blocked (a failure to fill: the
-     * next heapd_alloc fails with it) */
-    fill(m, 0, 0);
+}
+
+bool young_surrender(heapd_mutator *m, uint32_t idx)
+{
+    struct young_gen *y = &m->young;
+    struct young_seg *s = seg_at(y, idx);
+    if (!s)
+        return true;
+    /* promoted black, its young blocks' fields must have been pushed
+     * (Note [The preparatory push]) */
+    if (barrier_on(m) &&
+        atomic_load(&m->slot->stack_marked) != atomic_load(&m->ctl->epoch))
+        return false;
+    y->nwork = 0;
+    for (uint32_t b = 0; b < s->nblocks; b++) {
+        if (!is_young_block(s, b))
+            continue;
+        promote_one(m, s, b,
+                    s->blocks + (size_t)b * s->block_size + LAYOUT_WORD,
+                    false);
+        /* and what it reaches: the list holds every tracked block twice */
+        while (y->nwork > 0) {
+            void **obj = (void **)(y->work[--y->nwork] & ~(uintptr_t)1);
+            size_t n = layout_header_nrefs(
+                __atomic_load_n((uint64_t *)obj - 1, __ATOMIC_RELAXED));
+            for (size_t k = 0; k < n; k++)
+                reach(m, __atomic_load_n(&obj[k], __ATOMIC_RELAXED),
+                      VISIT_FORCE);
+        }
+    }
+    s = seg_at(y, idx); /* reach did not untrack, but be exact */
+    untrack(m, s);
+    publish_stats(m);
+    return true;
 }
 
 /* ---- the public calls ---- */
@@ -723,7 +813,7 @@ void *heapd_publish(heapd_mutator *m, void *obj)
 
 bool heapd_is_young(const heapd_mutator *m, const void *obj)
 {
-    return m && young_contains(&m->young, obj);
+    return m && young_is_mine(m, obj);
 }
 
 void heapd_young_stats_get(const heapd_mutator *m, heapd_young_stats *out)
@@ -732,14 +822,15 @@ void heapd_young_stats_get(const heapd_mutator *m, heapd_young_stats *out)
     memset(out, 0, sizeof *out);
     if (!y->on)
         return;
-    out->young_bytes = (uint64_t)y->nsegs << m->c->seg_shift;
+    out->young_bytes = y->budget;
     out->young_age = y->age;
     out->minor_collections = y->minor;
     out->promoted_age_bytes = y->promoted_age;
     out->promoted_published_bytes = y->promoted_pub;
     out->minor_pause_max_ns = y->pause_max;
     out->minor_pause_total_ns = y->pause_total;
-    out->bytes_in_use = (uint64_t)(y->top - y->half[y->active]);
+    out->bytes_in_use = y->survived + (m->alloc_bytes + y->budget -
+                                       y->next_minor);
     /* p99: the upper end of the bucket the 99th percentile falls in */
     uint64_t seen = 0, want = y->minor - y->minor / 100;
     for (unsigned b = 0; b < YOUNG_HIST && y->minor; b++) {

@@ -458,22 +458,17 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
     req.body_case = HEAPD__ENVELOPE__BODY_ATTACH_REQUEST;
     req.attach_request = &ar;
     if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
-        return rc; /* -EAGAIN: no free slot; -ENOMEM: no room for a nursery */
+        return rc; /* -EAGAIN: no free slot */
     const Heapd__AttachReply *a = rep->attach_reply;
-    uint32_t nsegs = (uint32_t)(c->size >> c->seg_shift);
     if (rep->body_case != HEAPD__ENVELOPE__BODY_ATTACH_REPLY)
         rc = client_bad_reply(frame_body_name(&req), rep, NULL);
     else if (a->slot >= LAYOUT_MAX_MUTATORS || a->region >= c->mem_regions ||
-             (ar.young && (a->young_segments == 0 ||
-                           a->young_first < c->first_segment ||
-                           a->young_first >= nsegs ||
-                           a->young_segments > nsegs - a->young_first ||
-                           a->young_age == 0 ||
+             (ar.young && (a->young_bytes == 0 || a->young_age == 0 ||
                            a->young_age > LAYOUT_YOUNG_AGE_MAX)))
         rc = client_bad_reply(frame_body_name(&req), rep,
-                              "slot %u, region %u, nursery of %u segments "
-                              "at %u, age %u", a->slot, a->region,
-                              a->young_segments, a->young_first,
+                              "slot %u, region %u, nursery budget %llu, "
+                              "age %u", a->slot, a->region,
+                              (unsigned long long)a->young_bytes,
                               a->young_age);
     if (rc < 0) {
         heapd__envelope__free_unpacked(rep, NULL);
@@ -497,7 +492,7 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
      * daemon has moved the tail up to the head */
     m->urs_head = m->urs_notified = atomic_load(&m->slot->urs_head);
     if (ar.young) {
-        rc = young_init(m, a->young_first, a->young_segments, a->young_age);
+        rc = young_init(m, a->young_bytes, a->young_age);
         if (rc < 0) {
             /* the slot and its nursery go with the connection */
             heapd__envelope__free_unpacked(rep, NULL);
@@ -547,8 +542,8 @@ void heapd_detach(heapd_mutator *m)
     if (!m)
         return;
     mutator_check_evicted(m); /* Note [Evicted clients, client side] */
+    young_release(m); /* first: it frees the young blocks of them all */
     alloc_release_all(m);
-    young_release(m);
     dr.slot = m->slot_index;
     req.body_case = HEAPD__ENVELOPE__BODY_DETACH_REQUEST;
     req.detach_request = &dr;
@@ -589,7 +584,7 @@ size_t heapd_root_push(heapd_mutator *m, void *ref)
         return (size_t)-1;
     }
     /* Note [Checked mode]; its own young objects are the mutator's */
-    if (CHECKED(m->c) && !young_contains(&m->young, ref))
+    if (CHECKED(m->c) && !young_is_mine(m, ref))
         checked_object(m->c, ref, true, "heapd_root_push", "REF");
     mutator_enter(m, ref, &parked);
     size_t i = m->depth;
@@ -640,7 +635,7 @@ size_t mutator_roots_push(heapd_mutator *m, void *const *refs, size_t n)
         return (size_t)-1;
     }
     for (size_t k = 0; k < n; k++) /* Note [Checked mode] */
-        if (CHECKED(m->c) && !young_contains(&m->young, refs[k]))
+        if (CHECKED(m->c) && !young_is_mine(m, refs[k]))
             checked_object(m->c, refs[k], true, "heapd_root_push", "REF");
     size_t i = m->depth;
     if (n > LAYOUT_MAX_ROOTS - i) {
@@ -666,7 +661,7 @@ void heapd_root_set(heapd_mutator *m, size_t slot, void *ref)
     if (mutator_orphaned(m))
         return; /* Note [A dead daemon] */
     /* Note [Checked mode]; its own young objects are the mutator's */
-    if (CHECKED(m->c) && !young_contains(&m->young, ref))
+    if (CHECKED(m->c) && !young_is_mine(m, ref))
         checked_object(m->c, ref, true, "heapd_root_set", "REF");
     mutator_enter(m, ref, &parked);
     if (slot < m->depth)
@@ -680,11 +675,7 @@ void *heapd_root_get(heapd_mutator *m, size_t slot)
     mutator_check_evicted(m); /* Note [Evicted clients, client side] */
     if (slot >= m->depth || mutator_orphaned(m)) /* Note [A dead daemon] */
         return NULL;
-    void *v = atomic_load_explicit(&m->roots[slot], memory_order_relaxed);
-    /* a published young object: its copy (Note [The young invariant] in
-     * client/minor.c) */
-    return __builtin_expect(m->young_on, 0) ? young_resolve(&m->young, v)
-                                             : v;
+    return atomic_load_explicit(&m->roots[slot], memory_order_relaxed);
 }
 
 /* The safepoint before the slots go: what they held stays valid until the

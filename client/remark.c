@@ -197,11 +197,13 @@ static void rescan(heapd_mutator *m, const struct alloc_seg *cur)
 }
 
 /* Agent: take the queued segments of mutators that are blocked (their
- * `hold` keeps them so) and give them back. */
+ * `hold` keeps them so) and give them back; a young one's are promoted
+ * first (young_surrender), and stay if its handshake is not done yet. */
+#define BACK_MAX (2 * LAYOUT_NCLASSES)
 static void take_from_blocked(heapd_client *c, struct answers *a)
 {
     struct client_remark *r = &c->remark;
-    uint32_t back[LAYOUT_NCLASSES];
+    uint32_t back[BACK_MAX];
 
     hd_mutex_lock(&c->mutators_mu);
     for (heapd_mutator *m = c->mutators; m; m = m->next) {
@@ -209,18 +211,30 @@ static void take_from_blocked(heapd_client *c, struct answers *a)
         hd_mutex_lock(&m->hold);
         uint32_t state = LAYOUT_STATUS_STATE(atomic_load(&m->slot->status));
         /* a mutator waiting in a barrier touches no segment either; but a
-         * young one counts its current segments' blocks for promotions
-         * it may make before it blocks again (Note [Promotion never
-         * waits] in client/minor.c) */
+         * young one may promote into its segments before it blocks
+         * again (Note [Promotion in place] in client/minor.c) */
         if (state == LAYOUT_MUT_BLOCKED ||
             (state == LAYOUT_MUT_WAITING && !m->young.on)) {
             hd_mutex_lock(&r->mu);
             for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
-                if (m->cur[k].index && is_queued(r, m->cur[k].index)) {
-                    unqueue_locked(r, m->cur[k].index);
-                    back[nback++] = m->cur[k].index;
+                uint32_t s = m->cur[k].index;
+                if (s && is_queued(r, s) && young_surrender(m, s)) {
+                    unqueue_locked(r, s);
+                    back[nback++] = s;
                     memset(&m->cur[k], 0, sizeof m->cur[k]);
                 }
+            }
+            /* its other young segments: promoted, then given back too
+             * (Note [Young segments] in client/minor.c) */
+            for (uint32_t i = 0; m->young.on && i < m->young.nsegs &&
+                                 nback < BACK_MAX;) {
+                uint32_t s = m->young.segs[i].index;
+                if (is_queued(r, s) && young_surrender(m, s)) {
+                    unqueue_locked(r, s); /* untracked: look at i again */
+                    back[nback++] = s;
+                    continue;
+                }
+                i++;
             }
             hd_mutex_unlock(&r->mu);
         }
@@ -281,7 +295,8 @@ static bool service_pass(heapd_client *c, heapd_mutator *m)
                 /* returned: its SegmentReturn is queued ahead of us */
                 unqueue_locked(r, s);
                 a.released[a.nreleased++] = s;
-            } else if (m && find_current(m, s, &mine[nmine])) {
+            } else if (m && (find_current(m, s, &mine[nmine]) ||
+                             young_seg_view(m, s, &mine[nmine]))) {
                 unqueue_locked(r, s);
                 nmine++;
             } else if ((where = reserve_take_back(c, s)) != 0) {

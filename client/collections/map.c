@@ -293,10 +293,8 @@ static inline void set_key(void *b, size_t j, const struct probe *p)
         memcpy(bk->inl, p->bytes, p->len < KEY_INLINE ? p->len : KEY_INLINE);
 }
 
-/* Check KEY against MAP's kind; a young key of an IDENTITY map is
- * published first (its address is the shared copy's).  0 or -EINVAL. */
-static int check_key(heapd_mutator *m, unsigned kind, void **key,
-                     const char *call)
+/* Check KEY against MAP's kind.  0 or -EINVAL. */
+static int check_key(unsigned kind, void **key, const char *call)
 {
     if (!*key)
         return client_set_error(-EINVAL, "%s: KEY is NULL", call);
@@ -304,8 +302,6 @@ static int check_key(heapd_mutator *m, unsigned kind, void **key,
         return client_set_error(-EINVAL, "%s: the map's keys are strings "
                                 "(HEAPD_MAP_STR): make KEY with "
                                 "heapd_str_new", call);
-    if (kind == HEAPD_MAP_IDENTITY && heapd_is_young(m, *key))
-        *key = heapd_publish(m, *key);
     return 0;
 }
 
@@ -342,6 +338,7 @@ static void *lookup(void *map, const struct probe *p)
 
 void *heapd_map_get(heapd_mutator *m, void *map, const void *key)
 {
+    (void)m;
     if (!is_map(map) || !key) {
         client_set_error(-EINVAL, "heapd_map_get: %s",
                          key ? "MAP is not a map" : "KEY is NULL");
@@ -357,8 +354,6 @@ void *heapd_map_get(heapd_mutator *m, void *map, const void *key)
         errno = EINVAL;
         return NULL;
     }
-    if (kind == HEAPD_MAP_IDENTITY && heapd_is_young(m, k))
-        k = heapd_publish(m, k);
     struct probe p;
     probe_key(&p, kind, k);
     return lookup(map, &p);
@@ -775,7 +770,7 @@ int heapd_map_put(heapd_mutator *m, void *map, void *key, void *value,
         return client_set_error(-EINVAL, "heapd_map_put: flags 0x%x: "
                                 "HEAPD_MAP_IF_ABSENT or HEAPD_MAP_IF_PRESENT, "
                                 "not both", flags);
-    if ((rc = check_key(m, map_meta(map)->kind, &key, "heapd_map_put")))
+    if ((rc = check_key(map_meta(map)->kind, &key, "heapd_map_put")))
         return rc;
     return run_op(m, map, key, value, MODE_PUT, flags, NULL, 0, NULL);
 }
@@ -810,11 +805,8 @@ int heapd_map_replace(heapd_mutator *m, void *map, void *key,
     if (!expected || !desired)
         return client_set_error(-EINVAL, "heapd_map_replace: EXPECTED and "
                                 "DESIRED are values, not NULL");
-    if ((rc = check_key(m, map_meta(map)->kind, &key, "heapd_map_replace")))
+    if ((rc = check_key(map_meta(map)->kind, &key, "heapd_map_replace")))
         return rc;
-    /* a stale young address of a published value means its copy */
-    if (heapd_is_young(m, expected))
-        expected = heapd_publish(m, expected);
     /* EXPECTED needs no root: it is only compared, never stored */
     return run_op(m, map, key, desired, MODE_REPLACE, 0, NULL, 0, expected);
 }
@@ -825,7 +817,7 @@ int heapd_map_delete(heapd_mutator *m, void *map, const void *key)
     if (rc)
         return rc;
     void *k = (void *)key;
-    if ((rc = check_key(m, map_meta(map)->kind, &k, "heapd_map_delete")))
+    if ((rc = check_key(map_meta(map)->kind, &k, "heapd_map_delete")))
         return rc;
     return run_op(m, map, k, NULL, MODE_DELETE, 0, NULL, 0, NULL);
 }
