@@ -1,9 +1,12 @@
 /* libheapd: the conservative scan of a mutator's own thread stack and
- * registers (client/stack.c, Note [Scanning a mutator's own stack]). */
+ * registers, and the object an address inside the heap lies in
+ * (client/stack.c, Note [Scanning a mutator's own stack]). */
 #ifndef HEAPD_CLIENT_STACK_H
 #define HEAPD_CLIENT_STACK_H
 
 #include <stdint.h>
+
+#include "heapd.h"
 
 /* The calling thread's stack: its base *BASE, the highest address (stacks
  * grow down), and its limit *LIMIT, the lowest address it may grow to,
@@ -26,5 +29,13 @@ typedef void (*stack_visit_fn)(void *ctx, uintptr_t word);
  * not trust the scan.  See Note [Scanning a mutator's own stack]. */
 long stack_scan(uintptr_t base, uintptr_t limit, uintptr_t lo, uintptr_t hi,
                 stack_visit_fn visit, void *ctx);
+
+/* The object (its reference: the address of its first field, Note
+ * [Objects]) whose block in client C's shared heap contains address P, or
+ * NULL.  P may point anywhere in the block: its header word, a field,
+ * heapd_bytes(o), the last byte.  The block's mark must say it is in use;
+ * *MARK (if MARK is not NULL) gets the mark byte read, 0 if none was.
+ * Trusts nothing it reads (Note [Resolving an interior pointer]). */
+void *stack_object_of(heapd_client *c, uintptr_t p, uint8_t *mark);
 
 #endif

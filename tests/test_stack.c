@@ -1,6 +1,7 @@
-/* The conservative scan of a mutator's own stack and registers
- * (client/stack.c, Note [Scanning a mutator's own stack]), against a real
- * heapd.  client/stack.c is compiled into this program, whose
+/* The conservative scan of a mutator's own stack and registers, and the
+ * resolution of interior pointers (client/stack.c, Note [Scanning a
+ * mutator's own stack], Note [Resolving an interior pointer]), against a
+ * real heapd.  client/stack.c is compiled into this program, whose
  * client_set_error below records the message.
  *
  * The value a scan looks for is never stored in memory by the test: it
@@ -20,9 +21,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
+#include "client.h"
 #include "harness.h"
 #include "heapd.h"
+#include "layout.h"
 #include "runtime.h"
 #include "stack.h"
 #include "check_main.h"
@@ -60,9 +64,11 @@ int client_set_error(int code, const char *fmt, ...)
 
 /* What a scan saw.  HIDDEN is the value looked for, XOR KEY. */
 struct seen {
+    heapd_client *c;      /* resolves the hits through it, if not NULL */
     uintptr_t lo, hi;
     uintptr_t hidden;
     long visits, hits, outside;
+    uintptr_t resolved;   /* stack_object_of of the last hit, XOR KEY */
     bool in_fake;         /* HOLD_ADDRESSED's local was in an ASan fake
                              frame */
 };
@@ -73,8 +79,11 @@ static void visit(void *ctx, uintptr_t w)
     s->visits++;
     if (w < s->lo || w >= s->hi)
         s->outside++;
-    if ((w ^ KEY) == s->hidden)
+    if ((w ^ KEY) == s->hidden) {
         s->hits++;
+        if (s->c)
+            s->resolved = (uintptr_t)stack_object_of(s->c, w, NULL) ^ KEY;
+    }
 }
 
 /* This thread's stack (stack_base_of_self). */
@@ -221,6 +230,7 @@ static struct seen scan_for(heapd_client *c, enum holder h, uintptr_t hidden,
                             int depth)
 {
     struct seen s = {
+        .c = c,
         .lo = (uintptr_t)heapd_heap_base(c),
         .hi = (uintptr_t)heapd_heap_base(c) + heapd_heap_size(c),
         .hidden = hidden,
@@ -233,8 +243,8 @@ static struct seen scan_for(heapd_client *c, enum holder h, uintptr_t hidden,
 }
 
 /* An object (or an address inside it) held only in a local or a register,
- * right above the scan and a hundred frames up, is visited; with no
- * holder, nothing is found. */
+ * right above the scan and a hundred frames up, is visited and resolves
+ * to its object; with no holder, nothing is found. */
 START_TEST(locals_are_found)
 {
     heapd_client *c;
@@ -260,9 +270,15 @@ START_TEST(locals_are_found)
 #endif
             ck_assert_msg(s.hits >= 1, "%s %d frames up: not visited",
                           names[i], depth);
+            ck_assert_msg(s.resolved == obj, "%s %d frames up: resolved to "
+                          "%#lx, not the object", names[i], depth,
+                          (unsigned long)(s.resolved ^ KEY));
             s = scan_for(c, holders[i], inner, depth);
             ck_assert_msg(s.hits >= 1, "%s %d frames up: the interior "
                           "pointer was not visited", names[i], depth);
+            ck_assert_msg(s.resolved == obj, "%s %d frames up: the interior "
+                          "pointer resolved to %#lx", names[i], depth,
+                          (unsigned long)(s.resolved ^ KEY));
         }
     }
     /* nobody holds it: no copy anywhere on the stack */
@@ -319,6 +335,386 @@ START_TEST(the_filter_bounds_what_is_visited)
 }
 END_TEST
 
+/* ---- stack_object_of ---- */
+
+static void *object_of(heapd_client *c, uintptr_t p, uint8_t *mark)
+{
+    return stack_object_of(c, p, mark);
+}
+
+static uintptr_t seg_of(heapd_client *c, const void *p)
+{
+    return (uintptr_t)p & ~(uintptr_t)(c->segment_size - 1);
+}
+
+/* Every address of a small object's block resolves to it; the segment's
+ * header and marks, a free block, the bytes past the last block, the
+ * control area and addresses outside the heap resolve to nothing. */
+START_TEST(small_objects_and_what_is_no_object)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_start_with(&D, NULL);
+    harness_attach(&D, &c, &m);
+    uint8_t mark = 99;
+
+    void **a = heapd_alloc(m, 2, 40); /* 64 bytes: a class of its own */
+    void **b = heapd_alloc(m, 2, 40);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    uintptr_t seg = seg_of(c, a);
+    const struct layout_segment *hd = (const void *)seg;
+    ck_assert_uint_eq(hd->kind, LAYOUT_SEG_SMALL);
+    unsigned cls = hd->size_class;
+    uint32_t bs = layout_class_size[cls];
+    ck_assert_uint_eq(bs, 64);
+    ck_assert_ptr_eq((char *)b, (char *)a + bs); /* next block */
+    uint8_t epoch = (uint8_t)atomic_load(&c->ctl->epoch);
+
+    uintptr_t blk = (uintptr_t)a - 8;
+    uintptr_t in[] = {(uintptr_t)a, blk, (uintptr_t)&a[1],
+                      (uintptr_t)heapd_bytes(a),
+                      (uintptr_t)heapd_bytes(a) + 39, blk + bs - 1};
+    for (unsigned i = 0; i < sizeof in / sizeof in[0]; i++) {
+        mark = 0;
+        ck_assert_msg(object_of(c, in[i], &mark) == a,
+                      "offset %ld of the block", (long)(in[i] - blk));
+        ck_assert_uint_eq(mark, epoch);
+    }
+    ck_assert_ptr_eq(object_of(c, blk + bs, NULL), b);
+    ck_assert_ptr_eq(object_of(c, blk + 2 * bs - 1, NULL), b);
+
+    /* the block after b was never allocated: free, mark 0 */
+    mark = 99;
+    ck_assert_ptr_null(object_of(c, blk + 2 * bs, &mark));
+    ck_assert_uint_eq(mark, 0);
+    ck_assert_ptr_null(object_of(c, blk + 2 * bs + 8, NULL));
+
+    /* the header, the marks, the padding before block 0 */
+    uint32_t first = c->small_first[cls], n = c->small_nblocks[cls];
+    uintptr_t no[] = {seg, seg + 8, seg + LAYOUT_SEG_MARKS,
+                      seg + LAYOUT_SEG_MARKS + n - 1, seg + first - 1};
+    for (unsigned i = 0; i < sizeof no / sizeof no[0]; i++) {
+        mark = 99;
+        ck_assert_msg(object_of(c, no[i], &mark) == NULL,
+                      "offset %ld of the segment", (long)(no[i] - seg));
+        ck_assert_uint_eq(mark, 0);
+    }
+    /* past the last block, when the segment has room there */
+    ck_assert_uint_lt(first + (uint64_t)n * bs, c->segment_size);
+    ck_assert_ptr_null(object_of(c, seg + first + (uint64_t)n * bs, NULL));
+    ck_assert_ptr_null(object_of(c, seg + c->segment_size - 1, NULL));
+
+    /* the control area, the heap's edges, the stack */
+    uintptr_t base = (uintptr_t)heapd_heap_base(c);
+    uintptr_t size = heapd_heap_size(c);
+    uintptr_t out[] = {base, base + 4096, base + LAYOUT_DAEMON_BYTES + 8,
+                       base + ((uintptr_t)c->first_segment << c->seg_shift) - 1,
+                       base - 8, base + size, base + size + 8, 0, 8,
+                       (uintptr_t)&mark, UINTPTR_MAX};
+    for (unsigned i = 0; i < sizeof out / sizeof out[0]; i++)
+        ck_assert_msg(object_of(c, out[i], NULL) == NULL, "%#lx",
+                      (unsigned long)out[i]);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* Run objects (Note [Runs]): an object of 20 KiB in 128 KiB segments
+ * takes 21 granules of the run class; every address of its span resolves
+ * to it, from its continuation marks back to its first block, the next
+ * object's to that one, and the free granules after them to nothing. */
+START_TEST(run_objects_resolve_from_inside)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_start_with(&D, NULL);
+    harness_attach(&D, &c, &m);
+    size_t nbytes = 20 << 10;
+    uint64_t size = layout_object_size(1, nbytes);
+    ck_assert_uint_gt(size, c->small_max);
+    ck_assert_uint_le(size, c->run_max);
+    uint64_t span = (size + LAYOUT_RUN_GRANULE - 1) / LAYOUT_RUN_GRANULE *
+                    LAYOUT_RUN_GRANULE;
+
+    void **a = heapd_alloc(m, 1, nbytes);
+    void **b = heapd_alloc(m, 1, nbytes);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    uintptr_t seg = seg_of(c, a);
+    const struct layout_segment *hd = (const void *)seg;
+    ck_assert_uint_eq(hd->kind, LAYOUT_SEG_SMALL);
+    ck_assert_uint_eq(hd->size_class, LAYOUT_CLASS_RUN);
+    ck_assert_uint_eq(seg_of(c, b), seg);
+    uintptr_t ablk = (uintptr_t)a - 8, bblk = (uintptr_t)b - 8;
+    ck_assert_uint_eq(bblk, ablk + span);
+
+    uint8_t mark = 0;
+    for (uint64_t off = 0; off < span; off += 512) {
+        ck_assert_msg(object_of(c, ablk + off, &mark) == a, "offset %lu",
+                      (unsigned long)off);
+        ck_assert(layout_mark_in_use(mark));
+    }
+    ck_assert_ptr_eq(object_of(c, (uintptr_t)heapd_bytes(a) + nbytes - 1,
+                               NULL), a);
+    ck_assert_ptr_eq(object_of(c, ablk + span - 1, NULL), a);
+    ck_assert_ptr_eq(object_of(c, bblk, NULL), b);
+    ck_assert_ptr_eq(object_of(c, bblk + span / 2, NULL), b);
+    ck_assert_ptr_eq(object_of(c, bblk + span - 1, NULL), b);
+    /* the granules after b are free */
+    mark = 99;
+    ck_assert_ptr_null(object_of(c, bblk + span, &mark));
+    ck_assert_uint_eq(mark, 0);
+    ck_assert_ptr_null(object_of(c, bblk + span + 3 * LAYOUT_RUN_GRANULE,
+                                 NULL));
+    /* a continuation mark that follows no object (Note [Runs]): the free
+     * granule after b made one, as a client writing marks could */
+    uint8_t *marks = layout_seg_marks((void *)seg);
+    uint32_t next = (uint32_t)((bblk + span - seg - c->small_first[
+                                    LAYOUT_CLASS_RUN]) / LAYOUT_RUN_GRANULE);
+    ck_assert_uint_eq(marks[next], 0);
+    __atomic_store_n(&marks[next + 1], LAYOUT_MARK_CONT, __ATOMIC_RELAXED);
+    ck_assert_ptr_null(object_of(c, bblk + span + LAYOUT_RUN_GRANULE + 8,
+                                 NULL));
+    __atomic_store_n(&marks[next + 1], 0, __ATOMIC_RELAXED);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* Large objects: every address of the run past its header resolves to
+ * its one object, in its first segment and in the later ones, whose
+ * headers are the object's bytes, zero or not. */
+START_TEST(large_objects_resolve_from_inside)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_start_with(&D, NULL);
+    harness_attach(&D, &c, &m);
+    static const size_t sizes[] = {300 << 10, 5 << 20};
+    for (unsigned k = 0; k < 2; k++) {
+        size_t nbytes = sizes[k];
+        ck_assert_uint_gt(layout_object_size(0, nbytes), c->run_max);
+        void **o = heapd_alloc(m, 0, nbytes);
+        ck_assert_ptr_nonnull(o);
+        uintptr_t head = seg_of(c, o);
+        ck_assert_uint_eq((uintptr_t)o, head + LAYOUT_LARGE_OBJECT + 8);
+        const struct layout_segment *hd = (const void *)head;
+        ck_assert_uint_eq(hd->kind, LAYOUT_SEG_LARGE);
+        uint64_t run = hd->large_bytes;
+        ck_assert_uint_ge(run, LAYOUT_LARGE_OBJECT + 8 + nbytes);
+        ck_assert_uint_gt(run, c->segment_size);
+
+        for (int pass = 0; pass < 2; pass++) {
+            /* pass 1: the bytes written, so no later header reads blank */
+            if (pass == 1)
+                memset(heapd_bytes(o), 0xab, nbytes);
+            uint8_t *bytes = heapd_bytes(o);
+            uintptr_t in[] = {(uintptr_t)o, (uintptr_t)o - 8,
+                              (uintptr_t)bytes + 5,
+                              head + c->segment_size, /* a later header */
+                              head + c->segment_size + 64,
+                              (uintptr_t)bytes + nbytes / 2,
+                              (uintptr_t)bytes + nbytes - 1,
+                              head + run - 1};
+            for (unsigned i = 0; i < sizeof in / sizeof in[0]; i++) {
+                uint8_t mark = 0;
+                ck_assert_msg(object_of(c, in[i], &mark) == o,
+                              "%zu bytes, pass %d: offset %lu of the run",
+                              nbytes, pass, (unsigned long)(in[i] - head));
+                ck_assert(layout_mark_in_use(mark));
+            }
+            /* the header and the mark of the run's first segment */
+            uintptr_t no[] = {head, head + LAYOUT_SEG_MARKS,
+                              head + LAYOUT_LARGE_OBJECT - 1};
+            for (unsigned i = 0; i < sizeof no / sizeof no[0]; i++)
+                ck_assert_ptr_null(object_of(c, no[i], NULL));
+            /* the segment after the run is not this object's */
+            ck_assert_ptr_ne(object_of(c, head + run, NULL), o);
+        }
+    }
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* A large run whose mark is not in use (the sweep freed the object and
+ * the segments are not given out yet) resolves to nothing, from its
+ * first segment and from its later ones. */
+START_TEST(a_freed_large_run_is_no_object)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_start_with(&D, NULL);
+    harness_attach(&D, &c, &m);
+    size_t nbytes = 400 << 10;
+    void **o = heapd_alloc(m, 0, nbytes);
+    ck_assert_ptr_nonnull(o);
+    uintptr_t head = seg_of(c, o);
+    uint8_t *mk = layout_seg_marks((void *)head);
+    uintptr_t in = (uintptr_t)heapd_bytes(o) + nbytes - 1;
+    ck_assert_ptr_eq(object_of(c, in, NULL), o);
+    uint8_t was = __atomic_load_n(mk, __ATOMIC_RELAXED);
+    __atomic_store_n(mk, 0, __ATOMIC_RELAXED);
+    uint8_t mark = 99;
+    ck_assert_ptr_null(object_of(c, in, &mark));
+    ck_assert_uint_eq(mark, 0);
+    ck_assert_ptr_null(object_of(c, (uintptr_t)o, NULL));
+    __atomic_store_n(mk, LAYOUT_MARK_CONT, __ATOMIC_RELAXED);
+    ck_assert_ptr_null(object_of(c, in, NULL));
+    __atomic_store_n(mk, was, __ATOMIC_RELAXED);
+    ck_assert_ptr_eq(object_of(c, in, NULL), o);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* ---- headers another process wrote ---- */
+
+/* A client over SEGS anonymous segments of 2^SHIFT bytes, segment 0 its
+ * control area, with the geometry alloc_client_init gives a real one:
+ * headers written here are what a corrupt or hostile process could leave
+ * in a heap. */
+static heapd_client *fake_heap(unsigned shift, uint32_t segs)
+{
+    heapd_client *c = calloc(1, sizeof *c);
+    ck_assert_ptr_nonnull(c);
+    c->segment_size = (uint64_t)1 << shift;
+    c->seg_shift = shift;
+    c->size = (size_t)segs << shift;
+    c->base = mmap(NULL, c->size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    ck_assert_ptr_ne(c->base, MAP_FAILED);
+    c->first_segment = 1;
+    for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
+        layout_small_geometry(c->segment_size, k, &c->small_nblocks[k],
+                              &c->small_first[k]);
+        c->small_magic[k] = layout_block_magic(layout_class_size[k]);
+    }
+    return c;
+}
+
+static void fake_heap_free(heapd_client *c)
+{
+    munmap(c->base, c->size);
+    free(c);
+}
+
+static struct layout_segment *fake_seg(heapd_client *c, uint32_t i)
+{
+    return client_seg_addr(c, i);
+}
+
+/* Nonsense in headers and marks resolves to nothing, and what a header
+ * says is checked against the heap before it is believed. */
+START_TEST(nonsense_resolves_to_nothing)
+{
+    heapd_client *c = fake_heap(17, 16);
+    uintptr_t seg4 = (uintptr_t)client_seg_addr(c, 4);
+    uintptr_t p = seg4 + 5000;
+
+    /* blank all the way down to the control area */
+    ck_assert_ptr_null(object_of(c, p, NULL));
+    /* a class out of range, a kind that is none */
+    fake_seg(c, 4)->size_class = 200;
+    fake_seg(c, 4)->kind = LAYOUT_SEG_SMALL;
+    ck_assert_ptr_null(object_of(c, p, NULL));
+    fake_seg(c, 4)->kind = 77;
+    ck_assert_ptr_null(object_of(c, p, NULL));
+
+    /* a large run at segment 2 of three segments covers segment 4 */
+    struct layout_segment *h2 = fake_seg(c, 2);
+    uint8_t *mark2 = layout_seg_marks(h2);
+    void *obj2 = (char *)h2 + LAYOUT_LARGE_OBJECT + LAYOUT_WORD;
+    h2->kind = LAYOUT_SEG_LARGE;
+    h2->large_bytes = 3 * c->segment_size;
+    *mark2 = 7;
+    uint8_t mark = 0;
+    ck_assert_ptr_eq(object_of(c, p, &mark), obj2); /* over segment 3 */
+    ck_assert_uint_eq(mark, 7);
+    memset(fake_seg(c, 3), 0xab, 256); /* its bytes, no header */
+    ck_assert_ptr_eq(object_of(c, p, NULL), obj2);
+    /* lengths that are no run's */
+    uint64_t bad[] = {0, 2 * c->segment_size, 3 * c->segment_size - 8,
+                      15 * c->segment_size, UINT64_MAX & ~(c->segment_size - 1)};
+    for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        h2->large_bytes = bad[i];
+        ck_assert_msg(object_of(c, p, NULL) == NULL, "large_bytes %#llx",
+                      (unsigned long long)bad[i]);
+    }
+    h2->large_bytes = 3 * c->segment_size;
+    *mark2 = 0;
+    ck_assert_ptr_null(object_of(c, p, NULL));
+    *mark2 = LAYOUT_MARK_CONT;
+    ck_assert_ptr_null(object_of(c, p, NULL));
+    *mark2 = 7;
+    /* a recognised header in between ends the walk: a nursery's head,
+     * a small segment */
+    fake_seg(c, 3)->kind = LAYOUT_SEG_YOUNG;
+    ck_assert_ptr_null(object_of(c, p, NULL));
+    fake_seg(c, 3)->kind = LAYOUT_SEG_SMALL;
+    fake_seg(c, 3)->size_class = 3;
+    ck_assert_ptr_null(object_of(c, p, NULL));
+    memset(fake_seg(c, 3), 0, 256);
+    ck_assert_ptr_eq(object_of(c, p, NULL), obj2);
+    /* a large header in the control area is never read */
+    h2->kind = 0;
+    fake_seg(c, 0)->kind = LAYOUT_SEG_LARGE;
+    fake_seg(c, 0)->large_bytes = 8 * c->segment_size;
+    *layout_seg_marks(fake_seg(c, 0)) = 7;
+    ck_assert_ptr_null(object_of(c, p, NULL));
+
+    /* a run segment whose marks are all continuations: never past
+     * block 0 */
+    struct layout_segment *h6 = fake_seg(c, 6);
+    h6->size_class = LAYOUT_CLASS_RUN;
+    h6->kind = LAYOUT_SEG_SMALL;
+    uint32_t n = c->small_nblocks[LAYOUT_CLASS_RUN];
+    memset(layout_seg_marks(h6), LAYOUT_MARK_CONT, n);
+    uintptr_t b6 = (uintptr_t)h6 + c->small_first[LAYOUT_CLASS_RUN];
+    ck_assert_ptr_null(object_of(c, b6 + 40 * LAYOUT_RUN_GRANULE, NULL));
+    layout_seg_marks(h6)[0] = 9;
+    ck_assert_ptr_eq(object_of(c, b6 + 40 * LAYOUT_RUN_GRANULE + 3, NULL),
+                     (void *)(b6 + 8));
+    fake_heap_free(c);
+}
+END_TEST
+
+/* In a segment of 1 GiB, offsets reach past where dividing by a class
+ * size by multiplying is exact (layout_small_block): the last byte of a
+ * block late in the segment is still that block's. */
+START_TEST(interior_pointers_in_a_huge_segment)
+{
+    heapd_client *c = fake_heap(30, 2);
+    struct layout_segment *h = fake_seg(c, 1);
+    unsigned cls = 1; /* 24 bytes */
+    h->size_class = cls;
+    h->kind = LAYOUT_SEG_SMALL;
+    uint32_t bs = layout_class_size[cls], n = c->small_nblocks[cls];
+    uintptr_t blocks = (uintptr_t)h + c->small_first[cls];
+    uint8_t *marks = layout_seg_marks(h);
+    unsigned checked = 0;
+    for (uint32_t k = n - 1; k > n - 4000000; k -= 997) {
+        uintptr_t last = blocks + (uint64_t)k * bs + bs - 1;
+        uint64_t b = last - blocks;
+        if (((b * c->small_magic[cls]) >> 32) == k)
+            continue; /* exact here */
+        marks[k] = 5;
+        ck_assert_ptr_eq(object_of(c, last, NULL),
+                         (void *)(blocks + (uint64_t)k * bs + 8));
+        ck_assert_ptr_null(object_of(c, last + 1, NULL)); /* block k+1 */
+        marks[k] = 0;
+        checked++;
+    }
+    ck_assert_uint_gt(checked, 100);
+    fake_heap_free(c);
+}
+END_TEST
+
 /* ---- threads and other stacks ---- */
 
 struct thread_arg {
@@ -340,14 +736,15 @@ static void *thread_body(void *p)
     a->limit = t_limit;
     if (a->rc != 0)
         return NULL;
-    struct seen s = {.lo = (uintptr_t)heapd_heap_base(a->c),
+    struct seen s = {.c = a->c,
+                     .lo = (uintptr_t)heapd_heap_base(a->c),
                      .hi = (uintptr_t)heapd_heap_base(a->c) +
                            heapd_heap_size(a->c)};
     s.hidden = a->mine;
     hold(HOLD_LOCAL, &s, 10);
     a->found_mine = s;
     /* the main thread holds its own: not on this stack */
-    s = (struct seen){.lo = s.lo, .hi = s.hi, .hidden = a->mains};
+    s = (struct seen){.c = a->c, .lo = s.lo, .hi = s.hi, .hidden = a->mains};
     hold(HOLD_NONE, &s, 10);
     a->found_mains = s;
     s.hidden = a->mine;
@@ -386,6 +783,7 @@ START_TEST(a_thread_scans_its_own_stack)
                   (unsigned long)a.base, (unsigned long)t_limit,
                   (unsigned long)t_base);
     ck_assert_int_ge(a.found_mine.hits, 1);
+    ck_assert_uint_eq(a.found_mine.resolved, a.mine);
     ck_assert_int_eq(a.found_mine.outside, 0);
     ck_assert_int_eq(a.found_mains.hits, 0);
     ck_assert_int_eq(a.on_mains, -EINVAL);
@@ -491,6 +889,12 @@ static Suite *stack_suite(void)
     tcase_set_timeout(t, 300);
     tcase_add_test(t, locals_are_found);
     tcase_add_test(t, the_filter_bounds_what_is_visited);
+    tcase_add_test(t, small_objects_and_what_is_no_object);
+    tcase_add_test(t, run_objects_resolve_from_inside);
+    tcase_add_test(t, large_objects_resolve_from_inside);
+    tcase_add_test(t, a_freed_large_run_is_no_object);
+    tcase_add_test(t, nonsense_resolves_to_nothing);
+    tcase_add_test(t, interior_pointers_in_a_huge_segment);
     tcase_add_test(t, a_thread_scans_its_own_stack);
     tcase_add_test(t, a_word_another_thread_writes);
     tcase_add_test(t, a_scan_on_another_stack_is_refused);
