@@ -26,13 +26,10 @@
  * CPUs).  For Boehm the ring is a GC_MALLOC'd
  * array; for heapd it is one heapd object with 1024 reference fields, kept on
  * the root stack and updated with heapd_write.  For heapd_young the ring is
- * L root slots of the young mutator, set with heapd_root_set: a rooted ring
- * object would itself be promoted after young_age minor collections (it
- * survives them all), and every heapd_write of a young object into it
- * would then publish that object (Note [Young objects, for the program] in
- * heapd.h), measuring promotion rather than young allocation; root slots
- * keep the ring's objects young until they drop out of it, as a program's
- * short-lived objects are.  Each (allocator, size) gets a
+ * a C array on the young mutator's stack, as for the manual allocators: a
+ * minor collection scans the stack, so the ring keeps its objects alive
+ * and young (Note [Young objects, for the program] in heapd.h), and the
+ * evicted ones are freed where they are.  Each (allocator, size) gets a
  * warm-up run, then R timed runs (default 5) interleaved across allocators;
  * the reported figure is the median run's elapsed CLOCK_MONOTONIC time / N.
  *
@@ -76,6 +73,7 @@
 #include "heapd.h"
 
 #define MAX_RING (1u << 20)
+#define YOUNG_RING_MAX (1u << 16) /* 512 KiB of stack */
 #define MAX_SIZES 16
 #define MAX_RUNS 101
 
@@ -182,27 +180,28 @@ static uint64_t run_heapd(size_t n, size_t size)
     return t1 - t0;
 }
 
-/* The young mutator's ring: root slots (see the top of the file).  The
- * new object is rooted by heapd_root_set, the safepoint that ends the life
- * of the slot's previous occupant; nothing but the roots holds a young
- * object, so a minor collection copies the ring's objects and nothing
- * else. */
-static uint64_t run_heapd_young(size_t n, size_t size)
+/* The young mutator's ring: a C array on this thread's stack, as a C
+ * program would keep it (see the top of the file).  A minor collection
+ * scans the stack, so what the ring holds stays alive, and, held by a C
+ * local only, stays young (Note [Young objects, for the program] in
+ * heapd.h); the rest is freed where it is. */
+static __attribute__((noinline)) uint64_t run_heapd_young(size_t n,
+                                                          size_t size)
 {
-    size_t base = heapd_root_depth(hy);
+    if (ring_len > YOUNG_RING_MAX)
+        die("--ring %zu: heapd_young keeps its ring on the stack, at most "
+            "%u slots; use a smaller --ring", ring_len, YOUNG_RING_MAX);
+    void *volatile ring[ring_len];
     for (size_t s = 0; s < ring_len; s++)
-        if (heapd_root_push(hy, NULL) == (size_t)-1)
-            die("heapd_root_push (ring slot %zu of %zu): %s; use a smaller "
-                "--ring", s, ring_len, strerror(errno));
+        ring[s] = NULL;
     uint64_t t0 = now_ns();
     for (size_t k = 0, s = 0; k < n; k++, s = s + 1 == ring_len ? 0 : s + 1) {
         void *p = heapd_alloc(hy, 0, size);
         if (!p)
             die("heapd_alloc(0, %zu) (young): %s", size, strerror(errno));
-        heapd_root_set(hy, base + s, p);
+        ring[s] = p;
     }
     uint64_t t1 = now_ns();
-    heapd_root_pop(hy, ring_len);
     return t1 - t0;
 }
 

@@ -26,17 +26,13 @@
  *           and while the parent is allocated; the parent then replaces the
  *           right subtree in the caller's slot.
  *           --young attaches the mutator with HEAPD_MUTATOR_YOUNG (nursery
- *           --young-size, --young-age, default the heap's): then objects
- *           MOVE at every heapd_alloc (a minor collection) and when a store
- *           into a shared object publishes them (Note [Young objects, for
- *           the program] in heapd.h), so no C local may hold one across an
- *           allocation.  MakeTree already keeps everything in root slots
- *           and reads it back after each allocation; Populate does not (it
- *           holds the parent in a local), so with --young it runs rooted:
- *           the node being populated sits in a root slot of its level (one
- *           slot per depth, pushed once), is read back from it after each
- *           allocation, and its children are handed to the next level's
- *           slot.  --rooted runs that rooted Populate without a young
+ *           budget --young-size, --young-age, default the heap's): the
+ *           same program, whose young objects never move (Note [Young
+ *           objects, for the program] in heapd.h), so it runs the same
+ *           code as without.  --rooted runs a rooted Populate (the node
+ *           being populated sits in a root slot of its level, read back
+ *           after each allocation: the port the copying nursery this
+ *           project had before needed), with or without a young
  *           generation, to tell what the port costs from what the young
  *           generation gains.  Minor collections: heapd_young_stats_get
  *           (count, longest, p99, promoted bytes, by age and by
@@ -366,7 +362,7 @@ static const char *h_sock;
 static heapd_client *hc;
 static heapd_mutator *hm;
 static size_t h_tree_slot, h_array_slot, h_temp_slot;
-static bool h_young, h_rooted;          /* --young (implies rooted), --rooted */
+static bool h_young, h_rooted;          /* --young, --rooted */
 static heapd_mutator_opts h_yopts = {.flags = HEAPD_MUTATOR_YOUNG};
 /* The rooted Populate's slots: h_level_slot[k] holds the node of height k
  * being populated. */
@@ -433,11 +429,9 @@ static void h_populate(int d, void *n)
     h_populate(d - 1, r);
 }
 
-/* Populate, rooted (--rooted, --young): the node of height D is in root
- * slot SLOT.  Nothing is kept in a C local across heapd_alloc: the node is
- * read back from its slot after each one, since a young node may have
- * moved (a minor collection) and a write into a promoted one publishes
- * the child, whose young address is then stale.  Each child goes into
+/* Populate, rooted (--rooted): the node of height D is in root slot
+ * SLOT.  Nothing is kept in a C local across heapd_alloc: the node is
+ * read back from its slot after each one.  Each child goes into
  * the next level's slot while it is populated; the node itself, still
  * rooted, keeps the finished left subtree alive. */
 static void h_populate_rooted(int d, size_t slot)
@@ -621,7 +615,7 @@ static void usage(FILE *f)
                "               [--young | --rooted] [--young-size BYTES] "
                "[--young-age A]\n"
                "  --young       heapd: attach with HEAPD_MUTATOR_YOUNG (and "
-               "populate rooted)\n"
+               "the same program)\n"
                "  --rooted      heapd: populate rooted, no young generation\n"
                "  --young-size  the nursery in bytes (default: the heap's)\n"
                "  --young-age   minor collections before promotion, 1..8 "
@@ -659,7 +653,7 @@ int main(int argc, char **argv)
         switch (c) {
         case OPT_SOCKET: h_sock = optarg; break;
         case OPT_CHECK: check_trees = true; break;
-        case OPT_YOUNG: h_young = h_rooted = true; break;
+        case OPT_YOUNG: h_young = true; break;
         case OPT_ROOTED: h_rooted = true; break;
         case OPT_YOUNG_SIZE:
             h_yopts.young_size = parse_count("--young-size", optarg);

@@ -33,7 +33,8 @@ struct young_gen {
     uint32_t age;               /* promote at this many survivals */
     uint64_t budget;            /* bytes allocated between minor collections */
     uint64_t next_minor;        /* alloc_bytes at which the next one runs */
-    uintptr_t stack_base;       /* the attached thread's stack base */
+    uintptr_t stack_base;       /* the attached thread's stack: its base */
+    uintptr_t stack_limit;      /* and its lowest address */
     /* the young segments: segs[segmap[i] - 1] is segment i's */
     struct young_seg *segs;
     uint32_t nsegs, capsegs;

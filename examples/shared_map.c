@@ -25,9 +25,9 @@
  *   heapd-shared-map --bench [--young] [--ops N] [--socket PATH]
  *
  * One process, no fork: it attaches one mutator (with HEAPD_MUTATOR_YOUNG
- * if --young: the map's new strings and entries are born in its nursery,
- * and each is published, i.e. copied into the shared heap, when it is
- * stored into the map), makes the same map under the global "bench.map",
+ * if --young: the map's new strings and entries are born young, and each
+ * is published, i.e. made shared where it is, when it is stored into the
+ * map), makes the same map under the global "bench.map",
  * puts every key, then times N operations (default 5000000) on random
  * keys: 20 % updates (map_put of a new value string, the old one becomes
  * garbage) and 80 % lookups (find the entry, read its value string).  It
