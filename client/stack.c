@@ -23,7 +23,7 @@
  *     takes its frame address, so its prologue saves rbp as well.)
  *   - it calls VISIT only for words whose value lies in [lo, hi), one
  *     subtraction and one comparison a word: the caller passes the
- *     heap's range, or its nursery's, and resolves what passes with
+ *     heap's range, and resolves what passes with
  *     stack_object_of, which accepts any address inside an object's
  *     block (Note [Resolving an interior pointer]).
  *   - the base and limit come from pthread_getattr_np, once, at attach,
@@ -192,7 +192,6 @@ stack_scan(uintptr_t base, uintptr_t limit, uintptr_t lo, uintptr_t hi,
  *     (Note [Runs]), never past block 0.
  *   - LARGE, with a length of whole segments inside the heap: its one
  *     object at LAYOUT_LARGE_OBJECT, mark 0 of the segment.
- *   - YOUNG: a nursery, which holds no shared object: NULL.
  *   - anything else: P's segment may be a later segment of a large run,
  *     whose header is not a header but the object's bytes; nothing in the
  *     heap marks such a segment (only the daemon's table knows it).  So
@@ -204,12 +203,10 @@ stack_scan(uintptr_t base, uintptr_t limit, uintptr_t lo, uintptr_t hi,
  * 0.2 us from 100 segments into it, 7.7 us from 999.
  * Limits that follow from the heap holding no record of a run's later
  * segments:
- *   - a later segment whose bytes happen to read as a SMALL, LARGE or
- *     YOUNG header (an array of int32 ones reads as a SMALL header of
- *     class 1) is taken for one: P resolves to a block of that, or to
- *     nothing, instead of to the large object.  A nursery's later
- *     segments are the same: a caller tests its own nursery's range
- *     before it asks here;
+ *   - a later segment whose bytes happen to read as a SMALL or LARGE
+ *     header (an array of int32 ones reads as a SMALL header of class 1)
+ *     is taken for one: P resolves to a block of that, or to nothing,
+ *     instead of to the large object;
  *   - an address in free memory under which no header is recognised
  *     reads back as far as the longest run, and the first read of a
  *     header in a punched segment commits a page of the memfd (measured:
@@ -230,7 +227,6 @@ enum header_kind {
     HEADER_UNKNOWN,  /* blank, or not a header (Note [Resolving ...]) */
     HEADER_SMALL,    /* *CLS: a class with blocks */
     HEADER_LARGE,    /* *RUN: the run's segments, inside the heap */
-    HEADER_YOUNG,
 };
 
 /* What the header of segment I (of NSEGS) says. */
@@ -257,7 +253,7 @@ static enum header_kind read_header(const heapd_client *c, uint32_t i,
         *run = segs;
         return HEADER_LARGE;
     }
-    return kind == LAYOUT_SEG_YOUNG ? HEADER_YOUNG : HEADER_UNKNOWN;
+    return HEADER_UNKNOWN;
 }
 
 /* The object of the block of small segment SEG of class CLS that holds
@@ -319,8 +315,6 @@ void *stack_object_of(heapd_client *c, uintptr_t p, uint8_t *mark)
         goto out;
     case HEADER_LARGE:
         obj = large_object(client_seg_addr(c, s), p, &m);
-        goto out;
-    case HEADER_YOUNG:
         goto out;
     case HEADER_UNKNOWN:
         break;
