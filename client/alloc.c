@@ -280,9 +280,13 @@ static inline void *take_block(heapd_mutator *m, struct alloc_seg *s,
         *(uint64_t *)b = layout_header_with_tag(
             layout_header(nrefs, nbytes),
             young || !barrier_on(m) ? 0 : epoch);
-        m->alloc_bytes += s->block_size;
-        atomic_store_explicit(&m->slot->alloc_bytes, m->alloc_bytes,
-                              memory_order_relaxed);
+        if (young) {
+            m->young_bytes += s->block_size;
+        } else {
+            m->alloc_bytes += s->block_size;
+            atomic_store_explicit(&m->slot->alloc_bytes, m->alloc_bytes,
+                                  memory_order_relaxed);
+        }
         return b + LAYOUT_WORD;
     }
     return NULL;
@@ -372,7 +376,7 @@ void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
     /* Note [Minor collections] in client/minor.c: before the new object
      * exists */
     if (__builtin_expect(young, 0) &&
-        __builtin_expect(m->alloc_bytes >= m->young.next_minor, 0))
+        __builtin_expect(m->young_bytes >= m->young.next_minor, 0))
         young_collect(m);
     void *p = take_block(m, &m->cur[cls], size, nrefs, nbytes, young);
     return __builtin_expect(p != NULL, 1) ? p

@@ -47,7 +47,10 @@
  * ~~~~~~~~~~~~~~~~~~~~~~~~
  * A young mutator allocates young blocks like shared ones (Note
  * [Allocation fast path] in client/alloc.c), with the mark
- * LAYOUT_MARK_YOUNG.  When it has allocated its budget since the last
+ * LAYOUT_MARK_YOUNG, counted in young_bytes and not in the slot's
+ * alloc_bytes: a freed young block is allocated again with no grant in
+ * between, and the daemon bounds alloc_bytes by what it granted (Note
+ * [Client control memory]).  When it has allocated its budget since the last
  * minor collection, heapd_alloc -- a safepoint, before the new object
  * exists -- collects its young objects itself, in its own thread,
  * stopping nobody else and moving nothing:
@@ -161,7 +164,7 @@ int young_init(heapd_mutator *m, uint64_t budget, uint32_t age)
     memset(y, 0, sizeof *y);
     y->age = age;
     y->budget = budget;
-    y->next_minor = m->alloc_bytes + budget;
+    y->next_minor = m->young_bytes + budget;
     y->heap_segs = (uint32_t)(c->size >> c->seg_shift);
     if ((rc = stack_base_of_self(&y->stack_base, &y->stack_limit)) < 0)
         return rc;
@@ -695,7 +698,7 @@ void young_collect(heapd_mutator *m)
     drain(m, VISIT_AGE);
     reach_stack(m, VISIT_KEEP);
     settle(m);
-    y->next_minor = m->alloc_bytes + y->budget;
+    y->next_minor = m->young_bytes + y->budget;
     record_pause(y, monotonic_ns() - t0);
     publish_stats(m);
 }
@@ -851,7 +854,7 @@ void heapd_young_stats_get(const heapd_mutator *m, heapd_young_stats *out)
     out->promoted_published_bytes = y->promoted_pub;
     out->minor_pause_max_ns = y->pause_max;
     out->minor_pause_total_ns = y->pause_total;
-    out->bytes_in_use = y->survived + (m->alloc_bytes + y->budget -
+    out->bytes_in_use = y->survived + (m->young_bytes + y->budget -
                                        y->next_minor);
     /* p99: the upper end of the bucket the 99th percentile falls in */
     uint64_t seen = 0, want = y->minor - y->minor / 100;

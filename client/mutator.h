@@ -44,6 +44,8 @@ struct heapd_mutator {
     unsigned slot_index;
     struct heapd_mutator *next;      /* c->mutators */
     uint64_t alloc_bytes;            /* mirrored into slot->alloc_bytes */
+    uint64_t young_bytes;            /* young allocations: not mirrored,
+                                        Note [Minor collections] */
     /* the root stack: LAYOUT_MAX_ROOTS references after the slot's words
      * (Note [Client control memory] in proto/layout.h) */
     void *_Atomic *roots;
@@ -57,7 +59,7 @@ struct heapd_mutator {
     uint64_t urs_head;               /* entries written to the URS ring */
     uint64_t urs_notified;           /* head sent in the last UrsBatch */
     struct alloc_seg cur[LAYOUT_NCLASSES];
-    struct young_gen young;          /* Note [Nurseries] in proto/young.h */
+    struct young_gen young;          /* Note [Young objects] in proto/young.h */
 };
 
 
