@@ -20,23 +20,6 @@
  * claims more reference fields or bytes than its block holds (a run
  * object: than its span) is counted the same way and its fields are not
  * traced.
- *
- * Note [References into a nursery]
- * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * A reference into a YOUNG segment (any mutator's nursery: Note [A
- * nursery in the segment table] in segment.c) is never a valid object
- * reference, wherever the daemon meets it -- a field, a global, a URS
- * entry, a root of any slot, a reference a nursery trace emits: the
- * only way into a nursery is its own mutator's roots, which the marker
- * traces instead of validating (Note [Tracing a slot's nursery] in
- * mark.c), and nothing shared may reference a young object (Note [Young
- * objects, for the program] in client/heapd.h).  Such a reference is not
- * followed and is counted in young_refs_refused instead of bad_refs, so
- * that the counters tell a young object that escaped (a client bug the
- * program can fix: publish it) from memory that is not an object at all;
- * it is logged as a bad reference is, a few a cycle.  Following one would
- * let a mutator's minor collection move or reuse what another client's
- * object points to, behind the collector's back.
  */
 #include "validate.h"
 
@@ -96,14 +79,6 @@ uint64_t validate_header(const struct valid_ref *ref)
     return size <= ref->block_size ? hdr : 0;
 }
 
-bool validate_in_nursery(const struct heap *h, uintptr_t r)
-{
-    uintptr_t base = (uintptr_t)h->base;
-    if (r < base || r - base >= h->cfg->max_size)
-        return false;
-    return seg_is_young(&h->segs, (uint32_t)((r - base) >> h->seg_shift));
-}
-
 const char *validate_diagnose(const struct heap *h, uintptr_t r)
 {
     uintptr_t base = (uintptr_t)h->base;
@@ -118,10 +93,6 @@ const char *validate_diagnose(const struct heap *h, uintptr_t r)
     case SEG_CONTROL: return "in the control area";
     case SEG_FREE: return "in a free segment";
     case SEG_LARGE_TAIL: return "inside a large object";
-    case SEG_YOUNG:
-    case SEG_YOUNG_TAIL: /* Note [References into a nursery] */
-        return "points into a mutator's nursery (a young object, which "
-               "nothing shared may reference)";
     case SEG_LARGE:
         if (off < LAYOUT_LARGE_OBJECT + LAYOUT_WORD)
             return "in a segment's header";

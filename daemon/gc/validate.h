@@ -23,10 +23,6 @@ bool validate_ref(const struct heap *h, uintptr_t r, struct valid_ref *out);
  * header: counted as a bad reference, its fields not traced). */
 uint64_t validate_header(const struct valid_ref *ref);
 
-/* True if R lies in a segment of a mutator's nursery: never a reference
- * the daemon follows (Note [References into a nursery]).  Any thread. */
-bool validate_in_nursery(const struct heap *h, uintptr_t r);
-
 /* Why R is not a reference to an allocated object, for the log. */
 const char *validate_diagnose(const struct heap *h, uintptr_t r);
 
