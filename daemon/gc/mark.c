@@ -72,10 +72,14 @@ struct mark_stack {
 
 /* Count a reference that is not followed, and log the first few of each
  * cycle with what is wrong with it (Note [Validating references] in
- * validate.c). */
-static void report_bad(struct heap *h, uintptr_t r, const char *where)
+ * validate.c); YOUNG: a young object's, counted apart (Note [References
+ * to young objects]). */
+static void report_bad(struct heap *h, uintptr_t r, const char *where,
+                       bool young)
 {
-    atomic_fetch_add_explicit(&h->stats.bad_refs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(young ? &h->stats.young_refs_refused
+                                    : &h->stats.bad_refs,
+                              1, memory_order_relaxed);
     if (atomic_fetch_add_explicit(&h->bad_logged, 1, memory_order_relaxed) <
         BAD_LOG_PER_CYCLE)
         log_warn("heap '%s': bad reference 0x%lx in %s: %s; not followed",
@@ -93,9 +97,10 @@ static void count_bad(const struct heap *h)
 void mark_job_init(struct mark_job *j, struct heap *h, uint8_t epoch,
                    unsigned nworkers)
 {
-    /* Note [Epoch-tagged marks]: an epoch is never 0 nor a continuation,
-     * and the job marks with the one the snapshot just published */
-    assert(epoch != 0 && epoch != LAYOUT_MARK_CONT);
+    /* Note [Epoch-tagged marks]: an epoch is never 0, young nor a
+     * continuation, and the job marks with the one the snapshot just
+     * published */
+    assert(layout_mark_is_epoch(epoch));
     assert(epoch == atomic_load(&h->control->epoch));
     memset(j, 0, sizeof *j);
     j->h = h;
@@ -289,16 +294,19 @@ static void push(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
 /* Mark R if it is unmarked; true if this call marked it.  A plain store,
  * not a compare-and-swap: two workers that race on one object may both
  * push it and scan it twice, which marks nothing wrongly and costs less
- * than a locked instruction per object.  WHERE names R's origin for the
- * log. */
+ * than a locked instruction per object.  The store follows the one load
+ * validate_ref made, which read an epoch: never a young mark (Note
+ * [References to young objects] in validate.c).  WHERE names R's origin
+ * for the log. */
 static bool mark_one(struct mark_job *j, uintptr_t r, struct valid_ref *ref,
                      const char *where)
 {
     if (!validate_ref(j->h, r, ref)) {
-        report_bad(j->h, r, where);
+        report_bad(j->h, r, where, ref->young);
         return false;
     }
-    if (__atomic_load_n(ref->mark, __ATOMIC_RELAXED) == j->epoch)
+    assert(layout_mark_is_epoch(ref->seen));
+    if (ref->seen == j->epoch)
         return false;
     __atomic_store_n(ref->mark, j->epoch, __ATOMIC_RELAXED);
     return true;
