@@ -52,7 +52,6 @@
 #include "slotmem.h"
 #include "validate.h"
 #include "workers.h"
-#include "young.h"
 
 #define PACKET_REFS 256
 #define URS_POLL_EVERY 512 /* objects scanned between ring polls */
@@ -73,13 +72,13 @@ struct mark_stack {
 
 /* Count a reference that is not followed, and log the first few of each
  * cycle with what is wrong with it (Note [Validating references] in
- * validate.c). */
-static void report_bad(struct heap *h, uintptr_t r, const char *where)
+ * validate.c); YOUNG: a young object's, counted apart (Note [References
+ * to young objects]). */
+static void report_bad(struct heap *h, uintptr_t r, const char *where,
+                       bool young)
 {
-    /* Note [References into a nursery] in validate.c: counted apart */
-    atomic_fetch_add_explicit(validate_in_nursery(h, r)
-                                  ? &h->stats.young_refs_refused
-                                  : &h->stats.bad_refs,
+    atomic_fetch_add_explicit(young ? &h->stats.young_refs_refused
+                                    : &h->stats.bad_refs,
                               1, memory_order_relaxed);
     if (atomic_fetch_add_explicit(&h->bad_logged, 1, memory_order_relaxed) <
         BAD_LOG_PER_CYCLE)
@@ -98,9 +97,10 @@ static void count_bad(const struct heap *h)
 void mark_job_init(struct mark_job *j, struct heap *h, uint8_t epoch,
                    unsigned nworkers)
 {
-    /* Note [Epoch-tagged marks]: an epoch is never 0 nor a continuation,
-     * and the job marks with the one the snapshot just published */
-    assert(epoch != 0 && epoch != LAYOUT_MARK_CONT);
+    /* Note [Epoch-tagged marks]: an epoch is never 0, young nor a
+     * continuation, and the job marks with the one the snapshot just
+     * published */
+    assert(layout_mark_is_epoch(epoch));
     assert(epoch == atomic_load(&h->control->epoch));
     memset(j, 0, sizeof *j);
     j->h = h;
@@ -294,16 +294,19 @@ static void push(struct mark_job *j, struct mark_stack *s, uintptr_t obj)
 /* Mark R if it is unmarked; true if this call marked it.  A plain store,
  * not a compare-and-swap: two workers that race on one object may both
  * push it and scan it twice, which marks nothing wrongly and costs less
- * than a locked instruction per object.  WHERE names R's origin for the
- * log. */
+ * than a locked instruction per object.  The store follows the one load
+ * validate_ref made, which read an epoch: never a young mark (Note
+ * [References to young objects] in validate.c).  WHERE names R's origin
+ * for the log. */
 static bool mark_one(struct mark_job *j, uintptr_t r, struct valid_ref *ref,
                      const char *where)
 {
     if (!validate_ref(j->h, r, ref)) {
-        report_bad(j->h, r, where);
+        report_bad(j->h, r, where, ref->young);
         return false;
     }
-    if (__atomic_load_n(ref->mark, __ATOMIC_RELAXED) == j->epoch)
+    assert(layout_mark_is_epoch(ref->seen));
+    if (ref->seen == j->epoch)
         return false;
     __atomic_store_n(ref->mark, j->epoch, __ATOMIC_RELAXED);
     return true;
@@ -631,91 +634,17 @@ static void mark_root(struct mark_job *j, struct seeder *sd, uintptr_t v,
     }
 }
 
-/* Note [Tracing a slot's nursery]
- * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * A root of slot S (a root stack entry, its pending_root) that lies in
- * S's own nursery data area (layout_young_halves of the run the daemon
- * granted, never what the run's header says) is not an object the daemon
- * marks but one young_trace_root follows (Note [Tracing a nursery] in
- * proto/young.h); every shared reference the trace emits is marked as a
- * root, "a young object", and validated like any (so a reference into
- * another nursery is refused: Note [References into a nursery] in
- * validate.c).  Any other root is marked as before.  The tracer's bitmap
- * and work list (a bit and half a word per word of the area: about 17%
- * of the nursery) are allocated when the slot is granted (grant_young),
- * kept in the slot's owner record and freed with the slot, because a
- * cycle must not fail: a tracer allocated per marking could only meet
- * ENOMEM by leaving the stack unmarked, which loses the objects only its
- * young objects reach, while an attach that cannot get the memory is
- * refused cleanly (ENOMEM) before anything depends on it.  One tracer per
- * slot suffices: every use of it is under heap->lock (mark_stack runs
- * with it held).  young_trace_begin clears it once per stack, so every
- * young object is scanned at most once per marking of that stack, and the
- * trace costs time in proportion to the nursery whatever a client wrote
- * there.
- */
-struct young_trace *mark_young_tracer(struct heap *h, uint32_t first,
-                                      uint32_t segs)
-{
-    struct young_trace *t = malloc(sizeof *t);
-    uintptr_t lo;
-    uint64_t half;
-    if (!t)
-        return NULL;
-    layout_young_halves((uintptr_t)heap_seg_addr(h, first), segs,
-                        h->cfg->segment_size, &lo, &half);
-    if (young_trace_init(t, lo, lo + 2 * half) < 0) {
-        free(t);
-        return NULL;
-    }
-    return t;
-}
-
-void mark_young_tracer_free(struct young_trace *t)
-{
-    if (!t)
-        return;
-    young_trace_destroy(t);
-    free(t);
-}
-
-struct young_emit {
-    struct mark_job *j;
-    struct seeder *sd;
-};
-
-static void young_emit(void *ctx, uintptr_t ref)
-{
-    struct young_emit *e = ctx;
-    mark_root(e->j, e->sd, ref, "a young object");
-}
-
-/* Mark root V of a slot whose nursery tracer is T (NULL: none). */
-static void trace_root(struct mark_job *j, struct seeder *sd,
-                       struct young_trace *t, uintptr_t v)
-{
-    if (t && young_trace_contains(t, v)) {
-        struct young_emit e = {j, sd};
-        young_trace_root(t, v, young_emit, &e);
-        return;
-    }
-    mark_root(j, sd, v, "a root stack");
-}
-
-/* Mark every root in the stack of slot SLOT; a root into its nursery is
- * traced (Note [Tracing a slot's nursery]). */
+/* Mark every root in the stack of slot SLOT. */
 static void trace_stack(struct mark_job *j, struct seeder *sd, unsigned slot)
 {
     struct heap *h = j->h;
     struct layout_mutator *m = heap_slot(h, slot);
     void *_Atomic *roots = layout_mutator_roots(m);
-    struct young_trace *t = h->owners[slot].young_tracer;
-    if (t)
-        young_trace_begin(t);
     /* the parked value before the depth: a mutator stores the slot and
      * the depth before it unparks, so whichever it reads, the value is
      * seen (Note [Values in flight] in client/barrier.c) */
-    trace_root(j, sd, t, (uintptr_t)atomic_load(&m->pending_root));
+    mark_root(j, sd, (uintptr_t)atomic_load(&m->pending_root),
+              "a root stack");
     uint64_t depth = atomic_load_explicit(&m->root_depth, memory_order_acquire);
     if (depth > LAYOUT_MAX_ROOTS) {
         /* Note [Client control memory]: nonsense; mark what there is */
@@ -723,9 +652,10 @@ static void trace_stack(struct mark_job *j, struct seeder *sd, unsigned slot)
         depth = LAYOUT_MAX_ROOTS;
     }
     for (uint64_t e = 0; e < depth; e++)
-        trace_root(j, sd, t,
-                   (uintptr_t)atomic_load_explicit(&roots[e],
-                                                   memory_order_relaxed));
+        mark_root(j, sd,
+                  (uintptr_t)atomic_load_explicit(&roots[e],
+                                                  memory_order_relaxed),
+                  "a root stack");
 }
 
 void mark_stack(struct mark_job *j, unsigned slot, bool stopped)

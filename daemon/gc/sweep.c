@@ -81,7 +81,7 @@ static void assert_sweeping(const struct heap *h, uint8_t epoch)
 {
     const struct layout_control *c = h->control;
     (void)c, (void)epoch;
-    assert(epoch != 0 && epoch != LAYOUT_MARK_CONT);
+    assert(layout_mark_is_epoch(epoch));
     assert(atomic_load_explicit(&c->epoch, memory_order_relaxed) == epoch);
     assert(atomic_load_explicit(&c->phase, memory_order_relaxed) ==
            LAYOUT_PHASE_SWEEP);

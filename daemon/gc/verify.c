@@ -22,12 +22,6 @@
  *      or punched: pages punched out of the segment are not read, Note
  *      [Purging free memory] in purge.c).  A use after free that stores a
  *      pointer or data shows up here.
- *   4. no field of a reachable shared object, no global root and no root
- *      of another slot references a YOUNG segment (Note [References into
- *      a nursery] in validate.c); a slot's roots into its own nursery are
- *      traced with its tracer (Note [Tracing a slot's nursery] in mark.c)
- *      and what they emit is checked as a root of that slot (with check
- *      1: a shared object a young one keeps must be marked too).
  * Each failure is logged with the path from its root ("slot 2 root 5 ->
  * 0x... -> 0x...") and counted in the stats as verify_failures; the tests
  * run with the verifier on and require zero.
@@ -44,7 +38,6 @@
 #include "log.h"
 #include "sweep.h"
 #include "validate.h"
-#include "young.h"
 
 #define MAX_LOGGED 20
 #define NO_ROOT UINT32_MAX /* a failure found by scanning segment `root` */
@@ -139,16 +132,6 @@ static void visit(struct verifier *v, uintptr_t obj, uintptr_t parent,
                   uint32_t slot, uint32_t root)
 {
     struct valid_ref ref;
-    if (validate_in_nursery(v->h, obj)) { /* check 4 */
-        fail(v, obj, parent, slot, root,
-             parent ? "a shared object's field references a mutator's "
-                      "nursery"
-             : slot == GLOBAL_ROOT ? "a global references a mutator's "
-                                     "nursery"
-                                   : "a root references a nursery not its "
-                                     "own mutator's");
-        return;
-    }
     if (!validate_ref(v->h, obj, &ref)) {
         fail(v, obj, parent, slot, root,
              "reachable reference is not an allocated object");
@@ -201,40 +184,10 @@ static void trace(struct verifier *v)
         struct visit *self = find(v, obj);
         uint32_t slot = self->slot, root = self->root;
         void **f = (void **)obj;
-        for (size_t k = 0; k < layout_header_nrefs(hdr); k++) {
-            if (f[k] && validate_in_nursery(v->h, (uintptr_t)f[k]) &&
-                v->failures < MAX_LOGGED) /* check 4, naming the field */
-                log_error("heap '%s': verify: field %zu of object 0x%lx "
-                          "references a mutator's nursery (0x%lx)",
-                          v->h->cfg->name, k, (unsigned long)obj,
-                          (unsigned long)f[k]);
+        for (size_t k = 0; k < layout_header_nrefs(hdr); k++)
             if (f[k])
                 visit(v, (uintptr_t)f[k], obj, slot, root);
-        }
     }
-}
-
-struct verify_emit {
-    struct verifier *v;
-    uint32_t slot, root;
-};
-
-static void verify_emit(void *ctx, uintptr_t ref)
-{
-    struct verify_emit *e = ctx;
-    visit(e->v, ref, 0, e->slot, e->root);
-}
-
-/* Root P of slot I: traced if it is in the slot's nursery (check 4). */
-static void visit_root(struct verifier *v, struct young_trace *t,
-                       uintptr_t p, uint32_t i, uint32_t root)
-{
-    if (t && young_trace_contains(t, p)) {
-        struct verify_emit e = {v, i, root};
-        young_trace_root(t, p, verify_emit, &e);
-        return;
-    }
-    visit(v, p, 0, i, root);
 }
 
 static void check_roots(struct verifier *v)
@@ -255,13 +208,8 @@ static void check_roots(struct verifier *v)
             continue;
         uint64_t depth = m->root_depth;
         void *_Atomic *roots = layout_mutator_roots(m);
-        /* under heap->lock, as marking uses it: Note [Tracing a slot's
-         * nursery] */
-        struct young_trace *t = h->owners[i].young_tracer;
-        if (t)
-            young_trace_begin(t);
         if (m->pending_root)
-            visit_root(v, t, (uintptr_t)m->pending_root, i, UINT32_MAX - 2);
+            visit(v, (uintptr_t)m->pending_root, 0, i, UINT32_MAX - 2);
         trace(v);
         /* a deeper stack is a fault the marker reports (Note [Client
          * control memory]) */
@@ -270,7 +218,7 @@ static void check_roots(struct verifier *v)
         for (uint64_t r = 0; r < depth; r++) {
             void *p = atomic_load_explicit(&roots[r], memory_order_relaxed);
             if (p)
-                visit_root(v, t, (uintptr_t)p, i, (uint32_t)r);
+                visit(v, (uintptr_t)p, 0, i, (uint32_t)r);
             trace(v);
         }
     }

@@ -6,10 +6,8 @@
 
 struct heap;
 
-/* With heap->lock held, every mutator stopped and marking complete (the
- * slots' nursery tracers are used as marking uses them: Note [Tracing a
- * slot's nursery] in mark.c): every object reachable
- * from a root is allocated and marked.  Returns the failures (logged with
+/* With heap->lock held, every mutator stopped and marking complete: every
+ * object reachable from a root is allocated and marked.  Returns the failures (logged with
  * their path from a root). */
 uint64_t verify_reachable(struct heap *h, uint8_t epoch);
 

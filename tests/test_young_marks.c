@@ -1,0 +1,246 @@
+/* The daemon's side of young objects (Note [Young objects] in
+ * proto/young.h), in process: the collector's own code runs on a heap
+ * table built by seg_init and table_create over anonymous memory, as in
+ * test_sweep.c, and the test plays the clients -- it writes LAYOUT_MARK_YOUNG
+ * into the mark bytes of blocks of segments a client owns, as a young
+ * mutator allocating would -- and the loop thread (grants, returns,
+ * departures, under heap->lock).  So it needs nothing of libheapd's young
+ * side.  Marking runs mark_roots and mark_drain on the test's thread. */
+#include <check.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "grant.h"
+#include "heap.h"
+#include "layout.h"
+#include "mark.h"
+#include "segment.h"
+#include "slotmem.h"
+#include "table.h"
+#include "validate.h"
+#include "young.h"
+#include "check_main.h"
+
+enum { SEGS = 16, SHIFT = 17, OLD_EPOCH = 4, EPOCH = 5 };
+
+static struct config_heap cfg;
+static struct heap H;
+static unsigned cls; /* the size class of the objects: two fields */
+static int mem_fd = -1; /* the young client's control memory */
+
+static void setup(void)
+{
+    memset(&cfg, 0, sizeof cfg);
+    strcpy(cfg.name, "young-test");
+    cfg.segment_size = 1u << SHIFT;
+    cfg.max_size = (uint64_t)(layout_control_segments(cfg.segment_size) +
+                              SEGS) << SHIFT;
+    cfg.young_size = 2u << SHIFT;
+    cfg.young_age = 2;
+    cfg.mark_stack_limit = 1u << 20;
+    memset(&H, 0, sizeof H);
+    H.cfg = &cfg;
+    H.fd = -1; /* small segments only: nothing is punched */
+    H.seg_shift = SHIFT;
+    H.poison = true;
+    H.base = mmap(NULL, cfg.max_size, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert(H.base != MAP_FAILED);
+    H.control = H.base;
+    atomic_store(&H.control->epoch, OLD_EPOCH);
+    hd_mutex_init(&H.lock);
+    hd_mutex_init(&H.adoption);
+    ck_assert_int_eq(seg_init(&H), 0);
+    H.table_fd = -1;
+    ck_assert_int_eq(table_create(&H), 0); /* Note [The live table] */
+    seg_format(&H);
+    ck_assert_int_eq(slotmem_reserve(&H), 0);
+    cls = layout_size_class((uint32_t)layout_object_size(2, 0));
+    ck_assert_uint_ne(H.segs.small_nblocks[cls], 0);
+    mem_fd = slotmem_create(cfg.name, 1, 4);
+    ck_assert_int_ge(mem_fd, 0);
+}
+
+static void teardown(void)
+{
+    close(mem_fd);
+    slotmem_release(&H);
+    table_close(&H);
+    seg_destroy(&H);
+    munmap(H.base, cfg.max_size);
+    hd_mutex_destroy(&H.lock);
+    hd_mutex_destroy(&H.adoption);
+}
+
+static uint8_t *marks_of(uint32_t seg)
+{
+    return layout_seg_marks(heap_seg_addr(&H, seg));
+}
+
+/* The first field of block B of SEG. */
+static void **obj(uint32_t seg, uint32_t b)
+{
+    uint8_t *blocks = (uint8_t *)heap_seg_addr(&H, seg) +
+                      H.segs.small_first[cls];
+    return (void **)(blocks + (size_t)b * layout_class_size[cls] +
+                     LAYOUT_WORD);
+}
+
+/* What a client does to allocate block B of SEG with MARK (an epoch, or
+ * LAYOUT_MARK_YOUNG for a young mutator): the mark, then the object, of
+ * two reference fields A and B. */
+static void **allocate(uint32_t seg, uint32_t b, uint8_t mark, void *a,
+                       void *f)
+{
+    void **o = obj(seg, b);
+    __atomic_store_n(&marks_of(seg)[b], mark, __ATOMIC_RELAXED);
+    memset(o - 1, 0, layout_class_size[cls]);
+    ((uint64_t *)o)[-1] = layout_header(2, 0);
+    o[0] = a;
+    o[1] = f;
+    return o;
+}
+
+/* A small segment granted to CLIENT (holding *HELD) and formatted for the
+ * objects' class by it. */
+static uint32_t owned_segment(uint64_t client, uint32_t *held)
+{
+    uint32_t seg, fmt;
+    heap_lock(&H);
+    ck_assert_int_eq(seg_grant_small(&H, client, held, SEGS, 1, NULL,
+                                     UINT32_MAX, &seg, &fmt), 1);
+    heap_unlock(&H);
+    struct layout_segment *hd = heap_seg_addr(&H, seg);
+    hd->size_class = cls;
+    __atomic_store_n(&hd->kind, LAYOUT_SEG_SMALL, __ATOMIC_RELEASE);
+    ck_assert_uint_eq(seg_class(&H, seg), cls);
+    return seg;
+}
+
+/* The heap's segment for shared objects: granted to client 9, which
+ * allocates OLD_EPOCH objects into it and returns it (FILLED). */
+static uint32_t shared_segment(void)
+{
+    uint32_t held = 0, seg = owned_segment(9, &held);
+    heap_lock(&H);
+    ck_assert_int_eq(seg_return(&H, 9, &held, seg), 0);
+    heap_unlock(&H);
+    return seg;
+}
+
+/* Attach a slot of CLIENT, young with the heap's budget if YOUNG. */
+static unsigned attach(uint64_t client, uint64_t slots[2], bool young)
+{
+    heap_lock(&H);
+    unsigned region = (unsigned)(__builtin_popcountll(slots[0]));
+    int slot = grant_slot(&H, client, slots, mem_fd, region, 0,
+                          young ? cfg.young_size : 0,
+                          young ? cfg.young_age : 0);
+    heap_unlock(&H);
+    ck_assert_int_ge(slot, 0);
+    return (unsigned)slot;
+}
+
+static void push_root(unsigned slot, void *ref)
+{
+    struct layout_mutator *m = heap_slot(&H, slot);
+    void *_Atomic *roots = layout_mutator_roots(m);
+    uint64_t d = atomic_load(&m->root_depth);
+    atomic_store(&roots[d], ref);
+    atomic_store(&m->root_depth, d + 1);
+}
+
+static void log_urs(unsigned slot, void *ref)
+{
+    struct layout_mutator *m = heap_slot(&H, slot);
+    uint64_t head = atomic_load(&m->urs_head);
+    atomic_store(&m->urs[head % LAYOUT_URS_SIZE], ref);
+    atomic_store(&m->urs_head, head + 1);
+}
+
+/* Global I set to REF, a root of the next marking. */
+static void set_global(unsigned i, void *ref)
+{
+    H.globals[i].state = LAYOUT_GLOBAL_SET;
+    H.globals[i].static_flag = (uint8_t)(H.static_flag + 1);
+    atomic_store(&H.control->global_values[i], ref);
+}
+
+/* A cycle's marking, as the collector runs it (Note [Collection cycle]):
+ * the snapshot's new epoch, the roots, the URS rings of SLOTS, the drain;
+ * the marks stay for the caller to read. */
+static void mark_cycle(void)
+{
+    struct mark_job mj;
+    atomic_store(&H.control->epoch, EPOCH);
+    atomic_store(&H.control->phase, LAYOUT_PHASE_MARK);
+    mark_job_init(&mj, &H, EPOCH, 1);
+    heap_lock(&H);
+    mark_roots(&mj);
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
+        if (heap_slot_attached(&H, i))
+            mark_urs(&H, &mj, i);
+    heap_unlock(&H);
+    ck_assert(mark_drain(&mj, UINT64_MAX));
+    mark_job_destroy(&mj);
+    atomic_store(&H.control->phase, LAYOUT_PHASE_IDLE);
+}
+
+static uint64_t refused(void)
+{
+    return atomic_load(&H.stats.young_refs_refused);
+}
+
+/* ---- Note [References to young objects] in daemon/gc/validate.c ---- */
+
+/* Client 1's young object Y, referenced from everywhere but its own
+ * mutator: a shared object's field, a global, another mutator's root and
+ * URS entry.  Each is refused and counted, none marks Y (whose mark stays
+ * YOUNG) nor follows it (what Y references stays unmarked); the shared
+ * object itself is marked. */
+START_TEST(references_to_a_young_object_are_refused)
+{
+    uint32_t held = 0, own = owned_segment(1, &held);
+    uint32_t shared = shared_segment();
+    void **x = allocate(shared, 0, OLD_EPOCH, NULL, NULL);
+    void **y = allocate(own, 0, LAYOUT_MARK_YOUNG, x, NULL);
+    void **s = allocate(shared, 1, OLD_EPOCH, y, NULL);
+    set_global(0, s);
+    set_global(1, y);
+    uint64_t slots[2] = {0};
+    unsigned other = attach(2, slots, false);
+    push_root(other, y);
+    log_urs(other, y);
+
+    struct valid_ref ref;
+    ck_assert(!validate_ref(&H, (uintptr_t)y, &ref));
+    ck_assert(ref.young);
+    ck_assert_str_eq(validate_diagnose(&H, (uintptr_t)y),
+                     "a young object (its own mutator's: nothing shared may "
+                     "reference one)");
+    ck_assert(validate_ref(&H, (uintptr_t)s, &ref) && !ref.young);
+
+    uint64_t before = refused();
+    mark_cycle();
+    ck_assert_uint_eq(marks_of(own)[0], LAYOUT_MARK_YOUNG);
+    ck_assert_uint_eq(marks_of(shared)[1], EPOCH);
+    ck_assert_msg(marks_of(shared)[0] == OLD_EPOCH, "what only a young "
+                  "object references was marked through it (%u)",
+                  marks_of(shared)[0]);
+    ck_assert_uint_eq(refused() - before, 4);
+    ck_assert_uint_eq(atomic_load(&H.stats.bad_refs), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("young_marks");
+    TCase *t = tcase_create("young marks");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, references_to_a_young_object_are_refused);
+    suite_add_tcase(s, t);
+    return check_main(s);
+}
