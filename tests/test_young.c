@@ -1,15 +1,16 @@
 /* Young generations end to end (Note [Young objects, for the program] in
  * client/heapd.h, the Notes of client/minor.c), against a real heapd with
  * the verifier on: a young mutator's rooted data lives through many minor
- * collections and is promoted by age; every store that makes a young
- * graph shared publishes it (heapd_write, heapd_cas, heapd_global_set,
- * heapd_publish) and another process reads the copy across cycles; an old
- * object reachable at a snapshot only through young objects survives,
- * whether the mutator pushes it (Note [The preparatory push]) or, while
- * it is blocked, the daemon traces its nursery; a young graph published
- * into a dirty object during marking is black; and several young
- * mutators share a table with a non-young one through major cycles.
- * Misuse is tests/test_young_misuse.c.
+ * collections and is promoted by age where it is (the same address, no
+ * longer young, its mark an epoch); every store that makes a young graph
+ * shared publishes it in place (heapd_write, heapd_cas, heapd_global_set,
+ * heapd_publish) and another process reads it across cycles; an old object
+ * reachable at a snapshot only through young objects survives, whether the
+ * mutator pushes it (Note [The preparatory push]) or, while it is blocked,
+ * the daemon scans its young blocks; a young graph published into a dirty
+ * object during marking is black; and several young mutators share a table
+ * with a non-young one through major cycles.  Misuse is
+ * tests/test_young_misuse.c, kills tests/test_young_crash.c.
  */
 #include <check.h>
 #include <errno.h>
@@ -120,11 +121,16 @@ static void helper_leave(heapd_mutator *h)
     heapd_detach(h);
 }
 
+/* The least nursery budget heapd grants: two segments (Note [Young
+ * budgets] in daemon/gc/heap.h). */
+#define YOUNG_MIN (256u << 10)
+
 /* Allocate garbage until M's next minor collection has run. */
 static void minor_now(heapd_mutator *m)
 {
     heapd_young_stats a = young_stats(m), b;
-    /* each 56 bytes: a half fills within young_bytes / 2 / 56 */
+    /* each a block of 56 bytes: the budget runs out within young_bytes /
+     * 56 of them */
     uint64_t bound = a.young_bytes / 56 + 64;
     for (uint64_t k = 0;; k++) {
         ck_assert_msg(k < bound, "no minor collection after %llu "
@@ -178,17 +184,14 @@ START_TEST(young_list_through_minor_collections)
         void **n = new_node(m, 1, i); /* may run a minor collection */
         ck_assert_msg(n != NULL, "heapd_alloc %llu: %s",
                       (unsigned long long)i, heapd_last_error());
-        /* young, unless the survivors of the minor collection it ran
-         * left the half no room (Note [Minor collections]) */
         born_young += heapd_is_young(m, n);
         heapd_write(m, n, &n[0], heapd_root_get(m, r)); /* a plain store */
         heapd_root_set(m, r, n);
-        /* garbage: with every young object live, the survivors of a
-         * minor collection fill the new half, the next object goes
-         * shared, and storing the young list into it publishes all of it
-         * before any reaches its age */
+        /* garbage of the nodes' class: each minor collection frees it
+         * where it is, and the next allocations take those blocks again,
+         * so a node freed by mistake is overwritten */
         for (int g = 0; g < LIST_GARBAGE; g++)
-            ck_assert_ptr_nonnull(heapd_alloc(m, 0, 24));
+            ck_assert_ptr_nonnull(heapd_alloc(m, 1, sizeof(struct payload)));
         if ((i + 1) % LIST_BATCH != 0)
             continue;
         uint64_t young;
@@ -206,9 +209,9 @@ START_TEST(young_list_through_minor_collections)
                   (unsigned long long)y.minor_collections);
     ck_assert_msg(saw_young_and_shared, "the list never held young and "
                   "promoted nodes at once");
-    ck_assert_msg(born_young >= LIST_N - y.minor_collections,
-                  "only %llu of %u nodes were allocated young",
-                  (unsigned long long)born_young, LIST_N);
+    /* every small object of a young mutator is born young */
+    ck_assert_msg(born_young == LIST_N, "only %llu of %u nodes were "
+                  "allocated young", (unsigned long long)born_young, LIST_N);
     ck_assert_uint_gt(y.promoted_age_bytes, 0);
     ck_assert_uint_gt(y.minor_pause_max_ns, 0);
     ck_assert_uint_ge(y.minor_pause_total_ns, y.minor_pause_max_ns);
@@ -231,7 +234,8 @@ END_TEST
 
 /* With the heap's young_age HEAP_AGE and the attach's ASKED (0: the
  * heap's), a rooted object is young until it has survived the age, then
- * shared, and then it never moves. */
+ * shared where it is: the same address all along, its mark an epoch from
+ * then on (Note [Promotion in place] in client/minor.c). */
 static void aging(unsigned heap_age, unsigned asked)
 {
     char extra[64];
@@ -239,28 +243,34 @@ static void aging(unsigned heap_age, unsigned asked)
     snprintf(extra, sizeof extra, "young_age = %u\n", heap_age);
     harness_start_with(&D, extra);
     heapd_client *c = connect_plain(0);
-    heapd_mutator *m = attach_young(c, 64 << 10, asked);
+    heapd_mutator *m = attach_young(c, YOUNG_MIN, asked);
     ck_assert_uint_eq(young_stats(m).young_age, age);
-    size_t r = heapd_root_push(m, new_node(m, 0, 42));
-    ck_assert(heapd_is_young(m, heapd_root_get(m, r)));
+    void *born = new_node(m, 0, 42);
+    size_t r = heapd_root_push(m, born);
+    ck_assert(still_young(c, m, born));
     for (unsigned s = 1; s <= age; s++) {
-        uint64_t promoted = young_stats(m).promoted_age_bytes;
+        uint64_t before = young_stats(m).promoted_age_bytes;
         minor_now(m);
         void *o = heapd_root_get(m, r);
+        ck_assert_msg(o == born, "minor collection %u moved the object",
+                      s);
         ck_assert_msg(node_ok(o, 0, 42), "the object was damaged by minor "
                       "collection %u", s);
-        ck_assert_msg(heapd_is_young(m, o) == (s < age),
+        ck_assert_msg(s < age ? still_young(c, m, o) : promoted(c, m, o),
                       "young_age %u: after %u minor collections the object "
-                      "is %s", age, s, heapd_is_young(m, o) ? "young"
-                                                           : "shared");
+                      "is %s (mark %d)", age, s,
+                      heapd_is_young(m, o) ? "young" : "shared",
+                      mark_of(c, o));
         if (s == age)
-            ck_assert_uint_gt(young_stats(m).promoted_age_bytes, promoted);
+            ck_assert_uint_gt(young_stats(m).promoted_age_bytes, before);
     }
-    void *shared = heapd_root_get(m, r);
     minor_now(m);
-    ck_assert_ptr_eq(heapd_root_get(m, r), shared);
+    ck_assert_ptr_eq(heapd_root_get(m, r), born);
+    ck_assert(promoted(c, m, born));
     harness_collect(m);
-    ck_assert(node_ok(heapd_root_get(m, r), 0, 42));
+    ck_assert_ptr_eq(heapd_root_get(m, r), born);
+    ck_assert(node_ok(born, 0, 42));
+    ck_assert(promoted(c, m, born));
     heapd_detach(m);
     heapd_disconnect(c);
     harness_expect_healthy(&D);
@@ -291,7 +301,7 @@ START_TEST(aging_asked_three)
 }
 END_TEST
 
-/* ---- 2. publication ---- */
+/* ---- 3. publication ---- */
 
 #define TREE 50
 
@@ -306,7 +316,6 @@ static size_t build_tree(heapd_mutator *m, uint64_t base)
     for (size_t i = 0; i < TREE; i++) {
         void **n = new_node(m, 2, base + i);
         ck_assert_ptr_nonnull(n);
-        holder = heapd_root_get(m, s); /* it may have moved */
         heapd_write(m, holder, &holder[i], n);
     }
     holder = heapd_root_get(m, s);
@@ -323,9 +332,10 @@ static size_t build_tree(heapd_mutator *m, uint64_t base)
 }
 
 /* NULL if the tree from T is the one build_tree made with BASE (and, if
- * SHARED, has no young node), else what is wrong. */
-static const char *tree_broken(const heapd_mutator *m, void *t, uint64_t base,
-                               bool shared)
+ * SHARED, has no young node: each promoted where it is, its mark an
+ * epoch), else what is wrong. */
+static const char *tree_broken(const heapd_client *c, const heapd_mutator *m,
+                               void *t, uint64_t base, bool shared)
 {
     struct {
         void *n;
@@ -339,7 +349,7 @@ static const char *tree_broken(const heapd_mutator *m, void *t, uint64_t base,
         size_t i = stack[depth].i;
         if (!node_ok(n, 2, base + i))
             return "a node of the tree is damaged";
-        if (shared && heapd_is_young(m, n))
+        if (shared && !promoted(c, m, n))
             return "a node of a published tree is still young";
         seen++;
         for (size_t k = 0; k < 2; k++) {
@@ -358,9 +368,9 @@ static const char *tree_broken(const heapd_mutator *m, void *t, uint64_t base,
     return seen == TREE ? NULL : "the tree has the wrong number of nodes";
 }
 
-#define ck_tree(m, t, base, shared)                                          \
+#define ck_tree(c, m, t, base, shared)                                       \
     do {                                                                     \
-        const char *why_ = tree_broken((m), (t), (base), (shared));          \
+        const char *why_ = tree_broken((c), (m), (t), (base), (shared));     \
         ck_assert_msg(!why_, "tree %llu: %s", (unsigned long long)(base),    \
                       why_);                                                 \
     } while (0)
@@ -397,7 +407,7 @@ static void reader_kid(int go)
     heap_hi = heap_lo + heapd_heap_size(c);
     for (int k = 0; k < 20; k++) {
         void *t = heapd_global_get(m, "tree");
-        const char *why = t ? tree_broken(m, t, 300, true) : "no tree";
+        const char *why = t ? tree_broken(c, m, t, 300, true) : "no tree";
         if (why) {
             fprintf(stderr, "reader, cycle %d: %s\n", k, why);
             _exit(3);
@@ -412,7 +422,7 @@ static void reader_kid(int go)
     _exit(0);
 }
 
-START_TEST(publication_copies_young_graphs)
+START_TEST(publication_promotes_young_graphs_in_place)
 {
     harness_start_with(&D, NULL);
     int go[2];
@@ -433,69 +443,57 @@ START_TEST(publication_copies_young_graphs)
     size_t sx = heapd_root_push(m, new_shared_node(m, 0, 9999));
     uint64_t pub = young_stats(m).promoted_published_bytes;
 
-    /* heapd_write: the field gets the copy */
+    /* heapd_write: the field gets the tree itself, promoted where it is */
     size_t st = build_tree(m, 0);
     void **t = heapd_root_get(m, st);
-    s = heapd_root_get(m, ss);
     heapd_write(m, s, &s[0], t);
-    void **v = field(s, 0);
-    ck_assert_ptr_nonnull(v);
-    ck_assert_ptr_ne(v, t);
-    ck_assert(!heapd_is_young(m, v));
-    ck_tree(m, v, 0, true);
+    ck_assert_ptr_eq(field(s, 0), t);
+    ck_assert_ptr_eq(heapd_root_get(m, st), t);
+    ck_tree(c, m, t, 0, true);
     published_grew(m, &pub, "heapd_write");
-    ck_assert_ptr_eq(heapd_root_get(m, st), v); /* the root follows */
-    /* a store through the stale young address lands in the copy */
-    void *right = field(v, 1), *x = heapd_root_get(m, sx);
+    /* a store into it is now a shared store, with its barrier */
+    void *right = field(t, 1), *x = heapd_root_get(m, sx);
     heapd_write(m, t, &t[1], x);
     ck_assert_ptr_eq(field(field(s, 0), 1), x);
-    heapd_write(m, v, &v[1], right);
-    ck_tree(m, field(s, 0), 0, true);
+    heapd_write(m, t, &t[1], right);
+    ck_tree(c, m, field(s, 0), 0, true);
 
-    /* heapd_cas, succeeding: the copy; the stale address means it */
+    /* heapd_cas, succeeding: the tree itself, promoted */
     st = build_tree(m, 100);
-    t = heapd_root_get(m, st);
-    s = heapd_root_get(m, ss);
-    ck_assert(heapd_cas(m, s, &s[1], NULL, t));
-    void **v2 = field(s, 1);
-    ck_assert(!heapd_is_young(m, v2));
-    ck_tree(m, v2, 100, true);
+    void **t2 = heapd_root_get(m, st);
+    ck_assert(heapd_cas(m, s, &s[1], NULL, t2));
+    ck_assert_ptr_eq(field(s, 1), t2);
+    ck_tree(c, m, t2, 100, true);
     published_grew(m, &pub, "heapd_cas");
-    ck_assert(heapd_cas(m, s, &s[2], NULL, t));
-    ck_assert_ptr_eq(field(s, 2), v2);
-    ck_assert(heapd_cas(m, s, &s[1], t, v2));
-    ck_assert_ptr_eq(field(s, 1), v2);
-    /* failing: nothing stored, the young tree whole */
+    ck_assert(heapd_cas(m, s, &s[2], NULL, t2));
+    ck_assert_ptr_eq(field(s, 2), t2);
+    /* failing: nothing stored, the tree whole where it is */
     st = build_tree(m, 200);
     t = heapd_root_get(m, st);
-    s = heapd_root_get(m, ss);
     ck_assert(!heapd_cas(m, s, &s[1], NULL, t));
-    ck_assert_ptr_eq(field(s, 1), v2);
-    ck_tree(m, heapd_root_get(m, st), 200, false);
+    ck_assert_ptr_eq(field(s, 1), t2);
+    ck_assert_ptr_eq(heapd_root_get(m, st), t);
+    ck_tree(c, m, t, 200, false);
 
     /* heapd_global_set */
     st = build_tree(m, 300);
     t = heapd_root_get(m, st);
     ck_assert_int_eq(heapd_global_set(m, "tree", t), 0);
-    void *g = heapd_global_get(m, "tree");
-    ck_assert_ptr_nonnull(g);
-    ck_assert(!heapd_is_young(m, g));
-    ck_tree(m, g, 300, true);
+    ck_assert_ptr_eq(heapd_global_get(m, "tree"), t);
+    ck_tree(c, m, t, 300, true);
     published_grew(m, &pub, "heapd_global_set");
 
-    /* heapd_publish */
+    /* heapd_publish: its argument back, promoted with all it reaches */
     st = build_tree(m, 400);
     t = heapd_root_get(m, st);
-    void *p = heapd_publish(m, t);
-    ck_assert_ptr_ne(p, t);
-    ck_assert(!heapd_is_young(m, p));
-    ck_tree(m, p, 400, true);
+    ck_assert_ptr_eq(heapd_publish(m, t), t);
+    ck_tree(c, m, t, 400, true);
     published_grew(m, &pub, "heapd_publish");
-    ck_assert_ptr_eq(heapd_publish(m, p), p);
-    ck_assert_ptr_eq(heapd_publish(m, t), p);
-    ck_assert_ptr_eq(heapd_root_get(m, st), p);
-    s = heapd_root_get(m, ss);
+    ck_assert_ptr_eq(heapd_publish(m, t), t);
+    ck_assert_ptr_eq(heapd_root_get(m, st), t);
     ck_assert_ptr_eq(heapd_publish(m, s), s);
+    ck_assert_ptr_null(heapd_publish(m, NULL));
+    ck_assert_uint_eq(young_stats(m).promoted_published_bytes, pub);
     ck_assert_uint_eq(harness_stats(c).promoted_published_bytes, pub);
 
     /* another process reads the published tree across 20 cycles; this
@@ -506,10 +504,10 @@ START_TEST(publication_copies_young_graphs)
     harness_wait_ok(kid, "the reading process");
     heapd_blocking_leave(m);
     s = heapd_root_get(m, ss);
-    ck_tree(m, field(s, 0), 0, true);
-    ck_tree(m, field(s, 1), 100, true);
-    ck_tree(m, heapd_global_get(m, "tree"), 300, true);
-    ck_tree(m, heapd_root_get(m, st), 400, true);
+    ck_tree(c, m, field(s, 0), 0, true);
+    ck_tree(c, m, field(s, 1), 100, true);
+    ck_tree(c, m, heapd_global_get(m, "tree"), 300, true);
+    ck_tree(c, m, heapd_root_get(m, st), 400, true);
     ck_assert(node_ok(heapd_root_get(m, sx), 0, 9999));
     heapd_detach(m);
     heapd_disconnect(c);
@@ -518,7 +516,7 @@ START_TEST(publication_copies_young_graphs)
 }
 END_TEST
 
-/* ---- 3. an old object reachable only through young ones ---- */
+/* ---- 4. an old object reachable only through young ones ---- */
 
 #define C_ID 77
 
@@ -629,8 +627,8 @@ out:
 /* The daemon's side: the young mutator holds B -> C and is blocked from
  * before the cycle to after three; A -> C is cut after the first
  * snapshot, so in the next two C is reachable only through B, which only
- * the daemon's tracing of the blocked mutator's nursery finds (Note [The
- * preparatory push]). */
+ * the daemon's scan of the client's young blocks for the blocked mutator
+ * finds (Note [The preparatory push]). */
 START_TEST(blocked_young_mutator_keeps_old_object)
 {
     harness_start_with(&D, NULL);
@@ -662,14 +660,8 @@ START_TEST(blocked_young_mutator_keeps_old_object)
 }
 END_TEST
 
-/* ---- 4. a young graph published into a dirty object ---- */
+/* ---- 5. a young graph published into a dirty object ---- */
 
-/* (After GHC's Note [Dirty flags in the non-moving collector].)  While
- * marking, O (allocated before) is made dirty by a write, its fields
- * logged once, and N is allocated (black, and dirty from the start); a
- * young graph published into either then is not logged: its promoted
- * copies must be black.  Z, reachable at the snapshot only through young
- * Y3, must have been pushed: the copy of Y3 in N is never scanned. */
 /* One run of publication_into_dirty_object_while_marking; true if the
  * publications happened while marking, in the cycle of the snapshot. */
 static bool dirty_publication(heapd_mutator *m, heapd_client *c, int attempt)
@@ -702,9 +694,20 @@ static bool dirty_publication(heapd_mutator *m, heapd_client *c, int attempt)
     heapd_write(m, o, &o[2], heapd_root_get(m, s6)); /* published: Y6 */
     bool conclusive = phase_of(c) == LAYOUT_PHASE_MARK &&
                       epoch_of(c) == epoch;
-    void *p4 = field(n, 0);
-    ck_assert(!heapd_is_young(m, p4) && !heapd_is_young(m, field(p4, 0)));
-    ck_assert(!heapd_is_young(m, field(o, 2)));
+    /* promoted where they are, and black (and dirty) from then on: the
+     * header's tag is the epoch (Note [Promotion in place]) */
+    ck_assert_ptr_eq(field(n, 0), y4);
+    ck_assert_ptr_eq(field(o, 2), heapd_root_get(m, s6));
+    void *promoted_now[] = {y4, field(y4, 0), field(o, 2)};
+    for (size_t i = 0; i < 3; i++) {
+        void *p = promoted_now[i];
+        ck_assert(promoted(c, m, p));
+        uint64_t h = __atomic_load_n((uint64_t *)p - 1, __ATOMIC_RELAXED);
+        ck_assert_msg(!conclusive || layout_header_tag(h) == epoch,
+                      "attempt %d: object %zu, promoted while marking, has "
+                      "the tag %u, not the epoch %u", attempt, i,
+                      layout_header_tag(h), epoch);
+    }
     heapd_root_set(m, sx2, NULL);
     heapd_root_set(m, sy, NULL);
     heapd_root_set(m, s6, NULL);
@@ -734,9 +737,10 @@ static bool dirty_publication(heapd_mutator *m, heapd_client *c, int attempt)
 /* (After GHC's Note [Dirty flags in the non-moving collector].)  While
  * marking, O (allocated before) is made dirty by a write, its fields
  * logged once, and N is allocated (black, and dirty from the start); a
- * young graph published into either then is not logged: its promoted
- * copies must be black.  Z, reachable at the snapshot only through young
- * Y3, must have been pushed: the copy of Y3 in N is never scanned. */
+ * young graph published into either then is not logged: it is promoted
+ * where it is, and must be black (Note [Promotion in place]).  Z,
+ * reachable at the snapshot only through young Y3, must have been
+ * pushed: Y3, promoted black into N, is never scanned. */
 START_TEST(publication_into_dirty_object_while_marking)
 {
     harness_start_with(&D, NULL);
@@ -756,7 +760,7 @@ START_TEST(publication_into_dirty_object_while_marking)
 }
 END_TEST
 
-/* ---- 5. many young mutators ---- */
+/* ---- 6. many young mutators ---- */
 
 #define MAP_SLOTS 64
 #define YOUNG_WORKERS 4
@@ -989,7 +993,7 @@ static Suite *suite(void)
     tcase_add_test(t, aging_asked_three);
     suite_add_tcase(s, t);
     t = tcase_create("publication");
-    tcase_add_test(t, publication_copies_young_graphs);
+    tcase_add_test(t, publication_promotes_young_graphs_in_place);
     tcase_add_test(t, publication_into_dirty_object_while_marking);
     suite_add_tcase(s, t);
     t = tcase_create("push");
