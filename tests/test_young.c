@@ -2,15 +2,16 @@
  * client/heapd.h, the Notes of client/minor.c), against a real heapd with
  * the verifier on: a young mutator's rooted data lives through many minor
  * collections and is promoted by age where it is (the same address, no
- * longer young, its mark an epoch); every store that makes a young graph
- * shared publishes it in place (heapd_write, heapd_cas, heapd_global_set,
- * heapd_publish) and another process reads it across cycles; an old object
- * reachable at a snapshot only through young objects survives, whether the
- * mutator pushes it (Note [The preparatory push]) or, while it is blocked,
- * the daemon scans its young blocks; a young graph published into a dirty
- * object during marking is black; and several young mutators share a table
- * with a non-young one through major cycles.  Misuse is
- * tests/test_young_misuse.c, kills tests/test_young_crash.c.
+ * longer young, its mark an epoch), with every young object it reaches;
+ * every store that makes a young graph shared publishes it in place
+ * (heapd_write, heapd_cas, heapd_global_set, heapd_publish) and another
+ * process reads it across cycles; an old object reachable at a snapshot
+ * only through young objects survives, whether the mutator pushes it (Note
+ * [The preparatory push]) or, while it is blocked, the daemon scans its
+ * young blocks; a young graph published into a dirty object during marking
+ * is black; and several young mutators share a table with a non-young one
+ * through major cycles.  Misuse is tests/test_young_misuse.c, kills
+ * tests/test_young_crash.c.
  */
 #include <check.h>
 #include <errno.h>
@@ -298,6 +299,72 @@ END_TEST
 START_TEST(aging_asked_three)
 {
     aging(1, 3);
+}
+END_TEST
+
+/* The bytes a block of an object of NREFS references and NBYTES bytes
+ * takes (its size class). */
+static uint64_t block_bytes(size_t nrefs, size_t nbytes)
+{
+    return layout_class_size[layout_size_class(
+        (uint32_t)layout_object_size(nrefs, nbytes))];
+}
+
+/* A rooted young object promoted by age takes every young object it
+ * reaches with it, however young (Note [Promotion in place]): P ages
+ * through one minor collection, then gets young children C1 (with a
+ * child C2) and C3; at the minor collection where P reaches its age, all
+ * four become shared where they are. */
+START_TEST(rooted_object_promoted_in_place_with_its_children)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, YOUNG_MIN, 2);
+    void **p = new_node(m, 2, 1);
+    ck_assert_ptr_nonnull(p);
+    size_t r = heapd_root_push(m, p);
+    minor_now(m);
+    ck_assert_ptr_eq(heapd_root_get(m, r), p);
+    ck_assert_msg(still_young(c, m, p), "promoted after one minor "
+                  "collection of young_age 2");
+    void **c1 = new_node(m, 1, 2), **c2 = new_node(m, 0, 3);
+    void **c3 = new_node(m, 0, 4);
+    ck_assert(c1 && c2 && c3);
+    heapd_write(m, c1, &c1[0], c2); /* young into young: plain stores */
+    heapd_write(m, p, &p[0], c1);
+    heapd_write(m, p, &p[1], c3);
+    ck_assert(still_young(c, m, c1) && still_young(c, m, c2) &&
+              still_young(c, m, c3));
+    uint64_t aged = young_stats(m).promoted_age_bytes;
+    minor_now(m);
+    void **objs[] = {p, c1, c2, c3};
+    for (size_t i = 0; i < 4; i++)
+        ck_assert_msg(promoted(c, m, objs[i]), "object %zu of the promoted "
+                      "graph: young %d, mark %d", i,
+                      heapd_is_young(m, objs[i]), mark_of(c, objs[i]));
+    /* exactly these four: C locals (these) keep but never promote */
+    ck_assert_uint_eq(young_stats(m).promoted_age_bytes - aged,
+                      block_bytes(2, sizeof(struct payload)) +
+                          block_bytes(1, sizeof(struct payload)) +
+                          2 * block_bytes(0, sizeof(struct payload)));
+    for (int round = 0; round < 3; round++) {
+        ck_assert_ptr_eq(heapd_root_get(m, r), p);
+        ck_assert_msg(node_ok(p, 2, 1) && node_ok(c1, 1, 2) &&
+                          node_ok(c2, 0, 3) && node_ok(c3, 0, 4),
+                      "round %d: a promoted object is damaged", round);
+        ck_assert(field(p, 0) == c1 && field(c1, 0) == c2 &&
+                  field(p, 1) == c3);
+        for (size_t i = 0; i < 4; i++)
+            ck_assert(promoted(c, m, objs[i]));
+        /* a minor collection leaves them alone, the daemon keeps them */
+        minor_now(m);
+        harness_collect(m);
+    }
+    harness_expect_healthy(&D);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
 }
 END_TEST
 
@@ -991,6 +1058,7 @@ static Suite *suite(void)
     tcase_add_test(t, aging_asked_one);
     tcase_add_test(t, aging_heap_one);
     tcase_add_test(t, aging_asked_three);
+    tcase_add_test(t, rooted_object_promoted_in_place_with_its_children);
     suite_add_tcase(s, t);
     t = tcase_create("publication");
     tcase_add_test(t, publication_promotes_young_graphs_in_place);
