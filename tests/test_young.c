@@ -2,7 +2,9 @@
  * client/heapd.h, the Notes of client/minor.c), against a real heapd with
  * the verifier on: a young mutator's rooted data lives through many minor
  * collections and is promoted by age where it is (the same address, no
- * longer young, its mark an epoch), with every young object it reaches;
+ * longer young, its mark an epoch), with every young object it reaches; a
+ * young object that only a C local holds, by its address or an interior
+ * pointer, lives through dozens of minor collections and stays young;
  * every store that makes a young graph shared publishes it in place
  * (heapd_write, heapd_cas, heapd_global_set, heapd_publish) and another
  * process reads it across cycles; an old object reachable at a snapshot
@@ -361,6 +363,197 @@ START_TEST(rooted_object_promoted_in_place_with_its_children)
         harness_collect(m);
     }
     harness_expect_healthy(&D);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* ---- 2. young objects that only C locals hold ---- */
+
+/* Note [Minor collections]: a minor collection keeps what the mutator's
+ * stack and registers point to, interior pointers included, and never
+ * promotes it by age.  Each test allocates LOCAL_ALLOCS objects after it
+ * made its young objects, in a small nursery, so that dozens of minor
+ * collections run while only a C local holds them, and a few major
+ * cycles with the verifier on.  The garbage is of the held objects'
+ * classes too: a held block freed by mistake is allocated again and
+ * zeroed, which the checks of its counter see. */
+#define LOCAL_ALLOCS 10000
+#define LOCAL_YOUNG YOUNG_MIN
+#define LOCAL_MINORS 24    /* at least this many minor collections */
+#define LOCAL_CYCLES 4     /* major cycles among the allocations */
+
+/* What a held object holds in its bytes: a counter the loop moves on. */
+struct counter {
+    uint64_t count, check;
+};
+
+static void count_on(struct counter *k)
+{
+    k->count++;
+    k->check = check_of(k->count);
+}
+
+static bool count_ok(const struct counter *k, uint64_t want)
+{
+    return k->count == want && k->check == check_of(want);
+}
+
+static void count_start(struct counter *k)
+{
+    k->count = 0;
+    k->check = check_of(0);
+}
+
+/* Garbage allocation I of LOCAL_ALLOCS: of the classes the held objects
+ * and their children take (1 and 2 references and a counter, a node of
+ * no reference), or a 4 KiB block that makes the minor collections
+ * frequent, filled; a major cycle every LOCAL_ALLOCS / LOCAL_CYCLES. */
+static void local_garbage(heapd_mutator *m, uint64_t i)
+{
+    static const size_t nrefs[4] = {1, 2, 0, 0};
+    static const size_t nbytes[4] = {sizeof(struct counter),
+                                     sizeof(struct counter),
+                                     sizeof(struct payload), 4000};
+    void **g = heapd_alloc(m, nrefs[i % 4], nbytes[i % 4]);
+    ck_assert_msg(g != NULL, "heapd_alloc %llu: %s", (unsigned long long)i,
+                  heapd_last_error());
+    memset(heapd_bytes(g), 0xa5, nbytes[i % 4]);
+    if (i % (LOCAL_ALLOCS / LOCAL_CYCLES) == LOCAL_ALLOCS / LOCAL_CYCLES / 2)
+        ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+}
+
+/* After the loop: enough minor collections and major cycles ran, and
+ * the verifier found nothing. */
+static void local_ran(heapd_client *c, heapd_mutator *m, uint64_t minors,
+                      uint64_t cycles)
+{
+    uint64_t ran = young_stats(m).minor_collections - minors;
+    ck_assert_msg(ran >= LOCAL_MINORS, "only %llu minor collections ran",
+                  (unsigned long long)ran);
+    ck_assert_uint_ge(harness_stats(c).cycles_completed,
+                      cycles + LOCAL_CYCLES);
+    harness_expect_healthy(&D);
+}
+
+/* Wipe the stack below the caller's frame, where the frames of the
+ * calls before it left words: a young object it held there would
+ * otherwise be kept by a stale copy, not by what the test means to hold
+ * it. */
+static __attribute__((noinline)) void wipe_stack(void)
+{
+    volatile uint64_t words[4096];
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        words[i] = 0;
+}
+
+/* O (one reference, a counter) in a C local, not rooted, with a young
+ * child in its field.  The local is an ordinary one: the compiler keeps it
+ * in a callee-saved register or a stack slot, both of which the scan of
+ * the stack sees (Note [Scanning a mutator's own stack] in
+ * client/stack.c). */
+START_TEST(young_local_survives_minor_collections)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, LOCAL_YOUNG, 0);
+    uint64_t minors = young_stats(m).minor_collections;
+    uint64_t cycles = harness_stats(c).cycles_completed;
+    void **o = heapd_alloc(m, 1, sizeof(struct counter));
+    ck_assert_ptr_nonnull(o);
+    void **child = new_node(m, 0, 7);
+    ck_assert_ptr_nonnull(child);
+    heapd_write(m, o, &o[0], child);
+    count_start((struct counter *)(o + 1));
+    child = NULL;
+    for (uint64_t i = 0; i < LOCAL_ALLOCS; i++) {
+        struct counter *k = (struct counter *)(o + 1);
+        ck_assert_msg(count_ok(k, i), "after %llu allocations the object "
+                      "a C local holds was freed (count %llu)",
+                      (unsigned long long)i, (unsigned long long)k->count);
+        count_on(k);
+        local_garbage(m, i);
+    }
+    ck_assert(count_ok((struct counter *)(o + 1), LOCAL_ALLOCS));
+    ck_assert_msg(node_ok(field(o, 0), 0, 7), "the young child of the "
+                  "object a C local holds was freed");
+    /* Note [Minor collections]: what only C locals hold stays young */
+    ck_assert_msg(still_young(c, m, o) && still_young(c, m, field(o, 0)),
+                  "an object only a C local held was promoted (young %d "
+                  "mark %d, its child young %d mark %d)",
+                  heapd_is_young(m, o), mark_of(c, o),
+                  heapd_is_young(m, field(o, 0)), mark_of(c, field(o, 0)));
+    local_ran(c, m, minors, cycles);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* Young A (one reference, a counter) with child 11 and young B (two
+ * references, a counter) with child 12 in its field 1, of which the
+ * caller gets interior pointers only: A's bytes and B's field 1. */
+static __attribute__((noinline)) void
+interior_only(heapd_mutator *m, struct counter **bytes_of_a, void ***field_of_b)
+{
+    void **a = heapd_alloc(m, 1, sizeof(struct counter));
+    void **b = heapd_alloc(m, 2, sizeof(struct counter));
+    void **ca = new_node(m, 0, 11), **cb = new_node(m, 0, 12);
+    ck_assert(a && b && ca && cb);
+    heapd_write(m, a, &a[0], ca);
+    heapd_write(m, b, &b[1], cb);
+    count_start(heapd_bytes(a));
+    count_start(heapd_bytes(b));
+    *bytes_of_a = heapd_bytes(a);
+    *field_of_b = &b[1];
+}
+
+/* The same with interior pointers (heapd_bytes(o), &o[1]) as the only
+ * references: kept in volatile locals, so in the frame's stack slots, and
+ * the stack below wiped once they are made, so that no copy of the
+ * objects' own addresses is left anywhere the scan looks. */
+START_TEST(interior_pointer_keeps_young_object)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, LOCAL_YOUNG, 0);
+    uint64_t minors = young_stats(m).minor_collections;
+    uint64_t cycles = harness_stats(c).cycles_completed;
+    struct counter *ka0;
+    void **fb0;
+    interior_only(m, &ka0, &fb0);
+    struct counter *volatile ka = ka0;
+    void **volatile fb = fb0;
+    ka0 = NULL;
+    fb0 = NULL;
+    wipe_stack();
+    for (uint64_t i = 0; i < LOCAL_ALLOCS; i++) {
+        struct counter *kb = (struct counter *)(fb + 1);
+        ck_assert_msg(count_ok(ka, i) && count_ok(kb, i),
+                      "after %llu allocations an object only an interior "
+                      "pointer held was freed (counts %llu, %llu)",
+                      (unsigned long long)i,
+                      (unsigned long long)ka->count,
+                      (unsigned long long)kb->count);
+        count_on(ka);
+        count_on(kb);
+        local_garbage(m, i);
+    }
+    void **a = (void **)ka - 1, **b = (void **)fb - 1;
+    ck_assert(count_ok(ka, LOCAL_ALLOCS) &&
+              count_ok((struct counter *)(fb + 1), LOCAL_ALLOCS));
+    ck_assert_msg(node_ok(field(a, 0), 0, 11) && node_ok(field(b, 1), 0, 12),
+                  "a young child of an object an interior pointer held was "
+                  "freed");
+    ck_assert_ptr_null(field(b, 0));
+    ck_assert_msg(still_young(c, m, a) && still_young(c, m, b) &&
+                      still_young(c, m, field(a, 0)) &&
+                      still_young(c, m, field(b, 1)),
+                  "an object only an interior pointer held was promoted");
+    local_ran(c, m, minors, cycles);
     heapd_detach(m);
     heapd_disconnect(c);
     harness_expect_healthy(&D);
@@ -1059,6 +1252,10 @@ static Suite *suite(void)
     tcase_add_test(t, aging_heap_one);
     tcase_add_test(t, aging_asked_three);
     tcase_add_test(t, rooted_object_promoted_in_place_with_its_children);
+    suite_add_tcase(s, t);
+    t = tcase_create("locals");
+    tcase_add_test(t, young_local_survives_minor_collections);
+    tcase_add_test(t, interior_pointer_keeps_young_object);
     suite_add_tcase(s, t);
     t = tcase_create("publication");
     tcase_add_test(t, publication_promotes_young_graphs_in_place);
