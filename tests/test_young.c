@@ -4,15 +4,16 @@
  * collections and is promoted by age where it is (the same address, no
  * longer young, its mark an epoch), with every young object it reaches; a
  * young object that only a C local holds, by its address or an interior
- * pointer, lives through dozens of minor collections and stays young;
- * every store that makes a young graph shared publishes it in place
- * (heapd_write, heapd_cas, heapd_global_set, heapd_publish) and another
- * process reads it across cycles; an old object reachable at a snapshot
- * only through young objects survives, whether the mutator pushes it (Note
- * [The preparatory push]) or, while it is blocked, the daemon scans its
- * young blocks; a young graph published into a dirty object during marking
- * is black; and several young mutators share a table with a non-young one
- * through major cycles.  Misuse is tests/test_young_misuse.c, kills
+ * pointer, lives through dozens of minor collections and stays young; a
+ * dead young block is freed where it is and allocated again; every store
+ * that makes a young graph shared publishes it in place (heapd_write,
+ * heapd_cas, heapd_global_set, heapd_publish) and another process reads it
+ * across cycles; an old object reachable at a snapshot only through young
+ * objects survives, whether the mutator pushes it (Note [The preparatory
+ * push]) or, while it is blocked, the daemon scans its young blocks; a
+ * young graph published into a dirty object during marking is black; and
+ * several young mutators share a table with a non-young one through major
+ * cycles.  Misuse is tests/test_young_misuse.c, kills
  * tests/test_young_crash.c.
  */
 #include <check.h>
@@ -554,6 +555,86 @@ START_TEST(interior_pointer_keeps_young_object)
                       still_young(c, m, field(b, 1)),
                   "an object only an interior pointer held was promoted");
     local_ran(c, m, minors, cycles);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+#define DEAD_N 400
+#define DEAD_NBYTES 72  /* with one reference: a class nothing else takes */
+#define DEAD_STALE 8    /* kept by stale words of the stack, at most */
+#define DEAD_SLACK 1024 /* bytes of minor_now's garbage stale words keep */
+
+/* DEAD_N young objects, each in a root slot of its own (so that a stale
+ * copy of one address keeps that one only); their addresses in ADDR,
+ * which is malloc'd memory, not scanned. */
+static __attribute__((noinline)) void root_many(heapd_mutator *m,
+                                                uintptr_t *addr)
+{
+    for (size_t i = 0; i < DEAD_N; i++) {
+        void **n = heapd_alloc(m, 1, DEAD_NBYTES);
+        ck_assert_ptr_nonnull(n);
+        *(uint64_t *)heapd_bytes(n) = i;
+        ck_assert_uint_ne(heapd_root_push(m, n), (size_t)-1);
+        addr[i] = (uintptr_t)n;
+    }
+}
+
+static int cmp_addr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Note [Minor collections], step 3: a young block nothing reaches is
+ * freed where it is (its mark back to 0), the young bytes in use fall, and
+ * the next allocations of its class take it again. */
+START_TEST(dead_young_blocks_are_reused)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, YOUNG_MIN, 2);
+    uintptr_t *addr = malloc(DEAD_N * sizeof *addr);
+    ck_assert_ptr_nonnull(addr);
+    root_many(m, addr);
+    uint64_t bs = block_bytes(1, DEAD_NBYTES);
+    minor_now(m); /* they survive it, rooted, and are not old yet */
+    heapd_young_stats y = young_stats(m);
+    ck_assert_uint_ge(y.bytes_in_use, DEAD_N * bs);
+    for (size_t i = 0; i < DEAD_N; i++)
+        ck_assert(still_young(c, m, (void *)addr[i]) &&
+                  *(uint64_t *)heapd_bytes((void *)addr[i]) == i);
+    uint64_t in_use = y.bytes_in_use;
+    heapd_root_pop(m, DEAD_N);
+    wipe_stack();
+    minor_now(m);
+    size_t freed = 0;
+    for (size_t i = 0; i < DEAD_N; i++)
+        freed += mark_of(c, (void *)addr[i]) == 0;
+    ck_assert_msg(freed >= DEAD_N - DEAD_STALE, "only %zu of %u dead young "
+                  "blocks were freed", freed, DEAD_N);
+    y = young_stats(m);
+    ck_assert_msg(y.bytes_in_use + freed * bs <= in_use + DEAD_SLACK,
+                  "young bytes in use %llu -> %llu with %zu blocks of %llu "
+                  "bytes freed", (unsigned long long)in_use,
+                  (unsigned long long)y.bytes_in_use, freed,
+                  (unsigned long long)bs);
+    /* the freed blocks are the next ones of their class allocated */
+    qsort(addr, DEAD_N, sizeof *addr, cmp_addr);
+    size_t reused = 0;
+    for (size_t i = 0; i < freed; i++) {
+        void **n = heapd_alloc(m, 1, DEAD_NBYTES);
+        ck_assert_ptr_nonnull(n);
+        ck_assert(still_young(c, m, n));
+        uintptr_t a = (uintptr_t)n;
+        reused += bsearch(&a, addr, DEAD_N, sizeof *addr, cmp_addr) != NULL;
+    }
+    ck_assert_msg(reused == freed, "%zu of the %zu allocations after the "
+                  "minor collection took a freed block", reused, freed);
+    ck_assert_uint_eq(young_stats(m).minor_collections, y.minor_collections);
+    free(addr);
     heapd_detach(m);
     heapd_disconnect(c);
     harness_expect_healthy(&D);
@@ -1256,6 +1337,7 @@ static Suite *suite(void)
     t = tcase_create("locals");
     tcase_add_test(t, young_local_survives_minor_collections);
     tcase_add_test(t, interior_pointer_keeps_young_object);
+    tcase_add_test(t, dead_young_blocks_are_reused);
     suite_add_tcase(s, t);
     t = tcase_create("publication");
     tcase_add_test(t, publication_promotes_young_graphs_in_place);
