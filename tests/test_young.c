@@ -7,14 +7,14 @@
  * pointer, lives through dozens of minor collections and stays young; a
  * dead young block is freed where it is and allocated again; every store
  * that makes a young graph shared publishes it in place (heapd_write,
- * heapd_cas, heapd_global_set, heapd_publish) and another process reads it
- * across cycles; an old object reachable at a snapshot only through young
- * objects survives, whether the mutator pushes it (Note [The preparatory
- * push]) or, while it is blocked, the daemon scans its young blocks; a
- * young graph published into a dirty object during marking is black; and
- * several young mutators share a table with a non-young one through major
- * cycles.  Misuse is tests/test_young_misuse.c, kills
- * tests/test_young_crash.c.
+ * heapd_cas, heapd_global_set, heapd_publish, which returns its argument)
+ * and another process reads it across cycles; an old object reachable at
+ * a snapshot only through young objects survives, whether the mutator
+ * pushes it (Note [The preparatory push]) or, while it is blocked, the
+ * daemon scans its young blocks; a young graph published into a dirty
+ * object during marking is black; and several young mutators share a
+ * table with a non-young one through major cycles.  Misuse is
+ * tests/test_young_misuse.c, kills tests/test_young_crash.c.
  */
 #include <check.h>
 #include <errno.h>
@@ -857,6 +857,81 @@ START_TEST(publication_promotes_young_graphs_in_place)
 }
 END_TEST
 
+#define RING 64
+
+/* heapd_publish of one node of a young graph -- a ring of RING nodes,
+ * each also referencing a shared node or none -- returns that node and
+ * promotes the ring, every node once, and nothing else: a young node
+ * outside it, even one that references the ring, stays young. */
+START_TEST(publish_returns_its_argument_and_promotes_the_whole_graph)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, 0, 0);
+    void **x = new_shared_node(m, 0, 9000);
+    ck_assert_ptr_nonnull(x);
+    int xmark = mark_of(c, x);
+    ck_assert_uint_ne(heapd_root_push(m, x), (size_t)-1);
+    void **ring[RING];
+    for (size_t i = 0; i < RING; i++) {
+        ring[i] = new_node(m, 2, 100 + i);
+        ck_assert_ptr_nonnull(ring[i]);
+        heapd_root_push(m, ring[i]);
+    }
+    for (size_t i = 0; i < RING; i++) {
+        heapd_write(m, ring[i], &ring[i][0], ring[(i + 1) % RING]);
+        heapd_write(m, ring[i], &ring[i][1], i % 2 ? NULL : x);
+    }
+    void **out = new_node(m, 1, 5); /* young, outside: it references ring */
+    ck_assert_ptr_nonnull(out);
+    heapd_write(m, out, &out[0], ring[RING / 2]);
+    ck_assert_uint_ne(heapd_root_push(m, out), (size_t)-1);
+    void **lone = new_node(m, 0, 6); /* young, unrelated */
+    ck_assert_uint_ne(heapd_root_push(m, lone), (size_t)-1);
+    for (size_t i = 0; i < RING; i++)
+        ck_assert(still_young(c, m, ring[i]));
+    uint64_t pub = young_stats(m).promoted_published_bytes;
+    ck_assert_ptr_eq(heapd_publish(m, ring[7]), ring[7]);
+    for (size_t i = 0; i < RING; i++) {
+        ck_assert_msg(promoted(c, m, ring[i]), "ring node %zu: young %d "
+                      "mark %d", i, heapd_is_young(m, ring[i]),
+                      mark_of(c, ring[i]));
+        ck_assert(node_ok(ring[i], 2, 100 + i));
+        ck_assert_ptr_eq(field(ring[i], 0), ring[(i + 1) % RING]);
+        ck_assert_ptr_eq(field(ring[i], 1), i % 2 ? NULL : (void *)x);
+    }
+    ck_assert_uint_eq(young_stats(m).promoted_published_bytes - pub,
+                      RING * block_bytes(2, sizeof(struct payload)));
+    ck_assert_msg(still_young(c, m, out) && still_young(c, m, lone),
+                  "a publication promoted a young object its value does "
+                  "not reach");
+    ck_assert_int_eq(mark_of(c, x), xmark);
+    ck_assert_ptr_eq(field(out, 0), ring[RING / 2]);
+    /* published again: nothing more to do */
+    pub = young_stats(m).promoted_published_bytes;
+    ck_assert_ptr_eq(heapd_publish(m, ring[0]), ring[0]);
+    ck_assert_uint_eq(young_stats(m).promoted_published_bytes, pub);
+    /* the ring is the heap's now: a global keeps it through cycles, and
+     * the young objects stay their mutator's */
+    ck_assert_int_eq(heapd_global_set(m, "ring", ring[0]), 0);
+    heapd_root_pop(m, heapd_root_depth(m));
+    for (int cycle = 0; cycle < 2; cycle++) {
+        minor_now(m);
+        harness_collect(m);
+        void **n = heapd_global_get(m, "ring");
+        for (size_t i = 0; i < RING; i++, n = field(n, 0))
+            ck_assert_msg(n == ring[i] && node_ok(n, 2, 100 + i),
+                          "cycle %d: ring node %zu is damaged", cycle, i);
+        ck_assert_ptr_eq(n, ring[0]);
+        ck_assert(node_ok(x, 0, 9000));
+    }
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* ---- 4. an old object reachable only through young ones ---- */
 
 #define C_ID 77
@@ -1341,6 +1416,7 @@ static Suite *suite(void)
     suite_add_tcase(s, t);
     t = tcase_create("publication");
     tcase_add_test(t, publication_promotes_young_graphs_in_place);
+    tcase_add_test(t, publish_returns_its_argument_and_promotes_the_whole_graph);
     tcase_add_test(t, publication_into_dirty_object_while_marking);
     suite_add_tcase(s, t);
     t = tcase_create("push");
