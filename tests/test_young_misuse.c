@@ -361,6 +361,8 @@ START_TEST(forked_child_never_promotes)
 }
 END_TEST
 
+/* Note [Young budgets] in daemon/gc/heap.h: a budget of two segments to
+ * max_size, within max_client_bytes; an age of 1 to 8. */
 START_TEST(attach_opts_out_of_range)
 {
     harness_start_with(&D, "max_client_bytes = 4M\n");
@@ -373,26 +375,38 @@ START_TEST(attach_opts_out_of_range)
     ck_assert_int_eq(heapd_attach_opts(c, &o, &m), -EINVAL);
     ck_assert_msg(strstr(heapd_last_error(), "young_age"), "%s",
                   heapd_last_error());
-    /* more than a quarter of the heap: out of range */
+    /* less than two segments */
     o = (heapd_mutator_opts){.flags = HEAPD_MUTATOR_YOUNG,
-                             .young_size = 512u << 20};
+                             .young_size = 64u << 10};
     int rc = heapd_attach_opts(c, &o, &m);
-    ck_assert_msg(rc == -EINVAL, "a nursery of half the heap: %s (%d): %s",
+    ck_assert_msg(rc == -EINVAL, "a budget of one segment's half: %s (%d): "
+                  "%s", heapd_strerror(rc), rc, heapd_last_error());
+    /* more than the heap */
+    o = (heapd_mutator_opts){.flags = HEAPD_MUTATOR_YOUNG,
+                             .young_size = (size_t)2 << 30};
+    rc = heapd_attach_opts(c, &o, &m);
+    ck_assert_msg(rc == -EINVAL, "a budget of twice the heap: %s (%d): %s",
                   heapd_strerror(rc), rc, heapd_last_error());
+    ck_assert_msg(strstr(heapd_last_error(), "max_size"), "%s",
+                  heapd_last_error());
     /* more than the client's quota */
     o = (heapd_mutator_opts){.flags = HEAPD_MUTATOR_YOUNG,
                              .young_size = 8u << 20};
     rc = heapd_attach_opts(c, &o, &m);
-    ck_assert_msg(rc == -ENOMEM, "a nursery over max_client_bytes: %s (%d): "
+    ck_assert_msg(rc == -ENOMEM, "a budget over max_client_bytes: %s (%d): "
                   "%s", heapd_strerror(rc), rc, heapd_last_error());
     ck_assert_msg(strstr(heapd_last_error(), "max_client_bytes"), "%s",
                   heapd_last_error());
     ck_assert_ptr_null(m);
-    /* and the client attaches what fits */
+    /* and the client attaches what fits, and gets what it asked */
     o = (heapd_mutator_opts){.flags = HEAPD_MUTATOR_YOUNG,
-                             .young_size = 1u << 20};
+                             .young_size = 1u << 20, .young_age = 3};
     ck_assert_int_eq(heapd_attach_opts(c, &o, &m), 0);
-    ck_assert_ptr_nonnull(new_node(m, 0, 1));
+    heapd_young_stats y = young_stats(m);
+    ck_assert_uint_eq(y.young_bytes, 1u << 20);
+    ck_assert_uint_eq(y.young_age, 3);
+    void **n = new_node(m, 0, 1);
+    ck_assert(n && still_young(c, m, n));
     heapd_detach(m);
     heapd_disconnect(c);
     harness_expect_healthy(&D);
