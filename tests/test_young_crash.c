@@ -7,8 +7,9 @@
  * client, another client's data is whole, the verifier finds nothing, and
  * within a few cycles the heap's segments are back where they were before
  * the kid connected (Note [The young invariant]: what a publication or a
- * minor collection left half done is unreachable, and the nursery goes
- * with the slot).
+ * minor collection left half done -- young blocks, objects promoted in
+ * place, marks of both kinds in one segment -- is unreachable, and heapd
+ * frees a dead client's young blocks in the segments it takes back).
  */
 #include <check.h>
 #include <errno.h>
@@ -100,9 +101,18 @@ static void kid(const char *phase, int ready)
                              .flags = HEAPD_CONNECT_NO_RECONNECT};
     heapd_client *c;
     heapd_mutator *m;
-    heapd_mutator_opts mo = {.flags = HEAPD_MUTATOR_YOUNG};
+    /* young_age 1 in a minor collection: it promotes the list's head by
+     * age at its first root and stops before it has followed the list
+     * (Note [Promotion in place]), so that the kill leaves a promoted
+     * object that references young blocks */
+    bool minor = strcmp(phase, "minor") == 0;
+    heapd_mutator_opts mo = {.flags = HEAPD_MUTATOR_YOUNG,
+                             .young_age = minor ? 1 : 0};
     if (heapd_connect(&c, &co) != 0 || heapd_attach_opts(c, &mo, &m) != 0)
         _exit(KID_ATTACH);
+    /* the young list in the first root slot, which a young phase reaches
+     * before it stops halfway through the roots */
+    size_t sl = young_chain(m, YOUNG_LIST, 0);
     /* shared objects, rooted by this mutator only */
     void **s = heapd_alloc_shared(m, 8, 0);
     if (!s)
@@ -115,7 +125,6 @@ static void kid(const char *phase, int ready)
             _exit(KID_BUILD);
         heapd_write(m, s, &s[k], x);
     }
-    size_t sl = young_chain(m, YOUNG_LIST, 0);
     bool publish = strcmp(phase, "publish") == 0;
     if (!publish) {
         /* published subgraphs (for "publish", the first publication of
@@ -131,7 +140,7 @@ static void kid(const char *phase, int ready)
         _exit(KID_BUILD);
     close(ready);
     heapd_young_stats y;
-    if (strcmp(phase, "minor") == 0) {
+    if (minor) {
         heapd_young_stats_get(m, &y);
         uint64_t minors = y.minor_collections;
         while (y.minor_collections == minors) {
