@@ -231,7 +231,75 @@ START_TEST(references_to_a_young_object_are_refused)
                   "object references was marked through it (%u)",
                   marks_of(shared)[0]);
     ck_assert_uint_eq(refused() - before, 4);
-    ck_assert_uint_eq(atomic_load(&H.stats.bad_refs), 0);
+    uint64_t bad = atomic_load(&H.stats.bad_refs);
+    ck_assert_uint_eq(bad, 0);
+}
+END_TEST
+
+/* ---- Note [The daemon's preparatory push] in daemon/gc/mark.c ---- */
+
+/* Client 1's young objects, in a segment it owns: Y0 under a root of its
+ * young slot, Y1 reached from Y0 alone, Y2 from nothing the daemon sees
+ * (a C local's, say); between them they reference the shared S1 and S2,
+ * client 3's young object Z, and a word that is no object.  Returns the
+ * shared segment (S1 block 1, S2 block 2, S3 -- referenced by nothing --
+ * block 3). */
+static uint32_t young_graph(unsigned slot, uint32_t *own)
+{
+    uint32_t held = 0, other_held = 0;
+    *own = owned_segment(1, &held);
+    uint32_t theirs = owned_segment(3, &other_held);
+    uint32_t shared = shared_segment();
+    void **s1 = allocate(shared, 1, OLD_EPOCH, NULL, NULL);
+    void **s2 = allocate(shared, 2, OLD_EPOCH, NULL, NULL);
+    allocate(shared, 3, OLD_EPOCH, NULL, NULL);
+    void **z = allocate(theirs, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    void **y1 = allocate(*own, 1, LAYOUT_MARK_YOUNG, s1, z);
+    void **y0 = allocate(*own, 0, LAYOUT_MARK_YOUNG, y1, NULL);
+    allocate(*own, 2, LAYOUT_MARK_YOUNG, s2,
+             (void *)0xdbdbdbdbdbdbdbdbull);
+    push_root(slot, y0);
+    return shared;
+}
+
+/* The daemon takes the handshake of a young slot (its mutator blocked):
+ * every young block of its client is taken as live, so S1 and S2 are
+ * marked, and S3 is not; its root into its own young block is skipped,
+ * Z refused, the junk word dropped, and no young mark written. */
+START_TEST(the_daemons_push_marks_what_young_objects_reference)
+{
+    uint64_t slots[2] = {0};
+    unsigned slot = attach(1, slots, true);
+    uint32_t own, shared = young_graph(slot, &own);
+    uint64_t before = refused();
+    mark_cycle();
+    ck_assert_uint_eq(atomic_load(&heap_slot(&H, slot)->stack_marked),
+                      EPOCH); /* the daemon took it */
+    ck_assert_msg(marks_of(shared)[1] == EPOCH && marks_of(shared)[2] ==
+                      EPOCH, "what young objects reference was not marked "
+                  "(S1 %u, S2 %u)", marks_of(shared)[1],
+                  marks_of(shared)[2]);
+    ck_assert_uint_eq(marks_of(shared)[3], OLD_EPOCH);
+    for (uint32_t b = 0; b < 3; b++)
+        ck_assert_uint_eq(marks_of(own)[b], LAYOUT_MARK_YOUNG);
+    ck_assert_uint_eq(refused() - before, 1); /* Z, client 3's */
+    uint64_t bad = atomic_load(&H.stats.bad_refs);
+    ck_assert_uint_eq(bad, 0);
+}
+END_TEST
+
+/* The same objects under a slot of client 1 that is not young: its root
+ * into a young block is refused, and nothing is pushed for it. */
+START_TEST(an_old_slot_gets_no_push)
+{
+    uint64_t slots[2] = {0};
+    unsigned slot = attach(1, slots, false);
+    uint32_t own, shared = young_graph(slot, &own);
+    uint64_t before = refused();
+    mark_cycle();
+    ck_assert_uint_eq(marks_of(shared)[1], OLD_EPOCH);
+    ck_assert_uint_eq(marks_of(shared)[2], OLD_EPOCH);
+    ck_assert_uint_eq(refused() - before, 1); /* its root */
 }
 END_TEST
 
@@ -241,6 +309,8 @@ int main(void)
     TCase *t = tcase_create("young marks");
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, references_to_a_young_object_are_refused);
+    tcase_add_test(t, the_daemons_push_marks_what_young_objects_reference);
+    tcase_add_test(t, an_old_slot_gets_no_push);
     suite_add_tcase(s, t);
     return check_main(s);
 }
