@@ -8,6 +8,7 @@
  * side.  Marking runs mark_roots and mark_drain on the test's thread. */
 #include <check.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "mark.h"
 #include "segment.h"
 #include "slotmem.h"
+#include "sweep.h"
 #include "table.h"
 #include "validate.h"
 #include "young.h"
@@ -303,6 +305,90 @@ START_TEST(an_old_slot_gets_no_push)
 }
 END_TEST
 
+/* ---- Note [Sweeping] in daemon/gc/sweep.c ---- */
+
+/* The sweep of the cycle of EPOCH, on the test's thread. */
+static void sweep_cycle(void)
+{
+    struct sweep_job sj;
+    atomic_store(&H.control->epoch, EPOCH);
+    atomic_store(&H.control->phase, LAYOUT_PHASE_SWEEP);
+    sweep_job_init(&sj, &H, EPOCH);
+    sweep_worker(&sj, 0);
+    heap_lock(&H);
+    sweep_job_finish(&sj);
+    heap_unlock(&H);
+    atomic_store(&H.control->phase, LAYOUT_PHASE_IDLE);
+}
+
+/* A young block is never freed nor written by a sweep, and is in use:
+ * in a segment its client owns, beside a dead block (freed) and a live
+ * one; and in a FILLED segment (its client returned it with a young block
+ * in it, against Note [Young objects]), which is not freed for it.  Both
+ * count in segments_young. */
+START_TEST(the_sweep_leaves_young_blocks_alone)
+{
+    uint32_t held = 0, own = owned_segment(1, &held);
+    uint32_t filled = shared_segment();
+    void **y = allocate(own, 0, LAYOUT_MARK_YOUNG, (void *)0x1234, NULL);
+    allocate(own, 1, LAYOUT_MARK_YOUNG, NULL, NULL);
+    allocate(own, 2, OLD_EPOCH, NULL, NULL);
+    allocate(own, 3, EPOCH, NULL, NULL);
+    allocate(filled, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    sweep_cycle();
+    ck_assert_uint_eq(marks_of(own)[0], LAYOUT_MARK_YOUNG);
+    ck_assert_uint_eq(marks_of(own)[1], LAYOUT_MARK_YOUNG);
+    ck_assert_msg(y[0] == (void *)0x1234 &&
+                      ((uint64_t *)y)[-1] == layout_header(2, 0),
+                  "the sweep wrote into a young block");
+    ck_assert_uint_eq(marks_of(own)[2], 0);
+    ck_assert_uint_eq(marks_of(own)[3], EPOCH);
+    ck_assert_uint_eq(H.segs.segs[filled].state, SEG_FILLED);
+    ck_assert_uint_eq(marks_of(filled)[0], LAYOUT_MARK_YOUNG);
+    ck_assert_uint_eq(H.young_segments, 2);
+}
+END_TEST
+
+/* An evicted client's segments are fenced (Note [Evicted clients] in
+ * daemon/stall.c): a dead block is kept with the epoch, a young one with
+ * its mark. */
+START_TEST(a_fenced_segment_keeps_its_young_marks)
+{
+    uint32_t held = 0, own = owned_segment(4, &held);
+    allocate(own, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    allocate(own, 1, OLD_EPOCH, NULL, NULL);
+    uint32_t *fenced, n;
+    heap_lock(&H);
+    ck_assert_int_eq(seg_fence(&H, &fenced, &n), 0);
+    heap_unlock(&H);
+    sweep_cycle();
+    ck_assert_uint_eq(marks_of(own)[0], LAYOUT_MARK_YOUNG);
+    ck_assert_uint_eq(marks_of(own)[1], EPOCH);
+    heap_lock(&H);
+    seg_unfence(&H, fenced, n);
+    heap_unlock(&H);
+    free(fenced);
+}
+END_TEST
+
+/* A shared object that only a young object of a blocked young mutator
+ * references survives the cycle (the daemon's push marks it, the sweep
+ * keeps it), and one nothing references does not. */
+START_TEST(what_only_a_young_object_keeps_survives_a_cycle)
+{
+    uint64_t slots[2] = {0};
+    unsigned slot = attach(1, slots, true);
+    uint32_t own, shared = young_graph(slot, &own);
+    mark_cycle();
+    sweep_cycle();
+    ck_assert_uint_eq(marks_of(shared)[1], EPOCH);
+    ck_assert_uint_eq(marks_of(shared)[2], EPOCH);
+    ck_assert_msg(marks_of(shared)[3] == 0, "an object nothing references "
+                  "survived the cycle (mark %u)", marks_of(shared)[3]);
+    ck_assert_uint_eq(H.segs.segs[shared].state, SEG_FILLED);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("young_marks");
@@ -311,6 +397,9 @@ int main(void)
     tcase_add_test(t, references_to_a_young_object_are_refused);
     tcase_add_test(t, the_daemons_push_marks_what_young_objects_reference);
     tcase_add_test(t, an_old_slot_gets_no_push);
+    tcase_add_test(t, the_sweep_leaves_young_blocks_alone);
+    tcase_add_test(t, a_fenced_segment_keeps_its_young_marks);
+    tcase_add_test(t, what_only_a_young_object_keeps_survives_a_cycle);
     suite_add_tcase(s, t);
     return check_main(s);
 }

@@ -216,8 +216,8 @@
  * free: GCBench ended with 197 FILLED segments (25 MB) for 8.5 MB of live
  * small objects, and every fresh page is a page fault in every client that
  * touches it.  So when the sweep leaves a FILLED segment with at least a
- * quarter of its blocks free it becomes reusable (reuse_bits), and
- * a refill that names the size classes its client allocates in
+ * quarter of its blocks free (mark 0: a young block is in use, Note
+ * [Sweeping]) it becomes reusable (reuse_bits), and a refill that names the size classes its client allocates in
  * (SegmentRequest.classes) gets reusable segments of those classes first,
  * the lowest first, and blank ones only for the rest.  Such a segment goes
  * to its new owner (with a quota, only the client it is charged to, or
