@@ -16,6 +16,7 @@
 #include "config.h"
 #include "grant.h"
 #include "heap.h"
+#include "kept.h"
 #include "layout.h"
 #include "mark.h"
 #include "segment.h"
@@ -389,6 +390,99 @@ START_TEST(what_only_a_young_object_keeps_survives_a_cycle)
 }
 END_TEST
 
+/* ---- Note [Young blocks of a client gone] in daemon/gc/segment.c ---- */
+
+static bool poisoned(void **o)
+{
+    const uint8_t *b = (const uint8_t *)(o - 1);
+    for (size_t k = 0; k < layout_class_size[cls]; k++)
+        if (b[k] != SWEEP_POISON)
+            return false;
+    return true;
+}
+
+/* Client 1 goes: the young blocks of the segment it owned and of one it
+ * returned with a young block in it are freed (poisoned, mark 0) before
+ * the segments are FILLED; its shared block is the sweep's to judge, and
+ * client 2's young block is client 2's. */
+START_TEST(a_departed_clients_young_blocks_are_freed)
+{
+    uint32_t held = 0, held2 = 0;
+    uint32_t own = owned_segment(1, &held);
+    uint32_t returned = owned_segment(1, &held);
+    uint32_t theirs = owned_segment(2, &held2);
+    void **y = allocate(own, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    allocate(own, 1, OLD_EPOCH, NULL, NULL);
+    void **r = allocate(returned, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    allocate(theirs, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    heap_lock(&H);
+    ck_assert_int_eq(seg_return(&H, 1, &held, returned), 0);
+    ck_assert_uint_eq(marks_of(returned)[0], LAYOUT_MARK_YOUNG);
+    seg_orphan(&H, 1);
+    heap_unlock(&H);
+    ck_assert_uint_eq(H.segs.segs[own].state, SEG_FILLED);
+    ck_assert_msg(marks_of(own)[0] == 0 && poisoned(y), "a young block of "
+                  "a client gone was not freed (mark %u)", marks_of(own)[0]);
+    ck_assert_uint_eq(marks_of(own)[1], OLD_EPOCH);
+    ck_assert_msg(marks_of(returned)[0] == 0 && poisoned(r), "a young "
+                  "block of a segment it returned was not freed (mark %u)",
+                  marks_of(returned)[0]);
+    ck_assert_uint_eq(marks_of(theirs)[0], LAYOUT_MARK_YOUNG);
+}
+END_TEST
+
+/* An evicted client's fenced segment keeps its young blocks while the
+ * fence stands -- through its departure and a sweep -- and loses them
+ * when the fence lifts (its process is gone). */
+START_TEST(an_evicted_clients_young_blocks_wait_for_the_fence)
+{
+    uint32_t held = 0, own = owned_segment(4, &held);
+    allocate(own, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    uint32_t *fenced, n;
+    heap_lock(&H);
+    ck_assert_int_eq(seg_fence(&H, &fenced, &n), 0);
+    seg_orphan(&H, 4);
+    heap_unlock(&H);
+    ck_assert_uint_eq(H.segs.segs[own].state, SEG_FILLED);
+    ck_assert_uint_eq(marks_of(own)[0], LAYOUT_MARK_YOUNG);
+    sweep_cycle();
+    ck_assert_uint_eq(marks_of(own)[0], LAYOUT_MARK_YOUNG);
+    heap_lock(&H);
+    seg_unfence(&H, fenced, n);
+    heap_unlock(&H);
+    free(fenced);
+    ck_assert_msg(marks_of(own)[0] == 0, "an evicted client's young block "
+                  "outlived its fence (mark %u)", marks_of(own)[0]);
+}
+END_TEST
+
+/* Note [Recovering the segment table]: a restart keeps the young blocks
+ * of the client it keeps (1), and frees those of the client it does not
+ * (2) and of a FILLED segment. */
+START_TEST(a_restart_keeps_young_blocks_of_kept_clients_only)
+{
+    uint32_t held1 = 0, held2 = 0;
+    uint32_t kept_seg = owned_segment(1, &held1);
+    uint32_t gone_seg = owned_segment(2, &held2);
+    uint32_t filled = shared_segment();
+    allocate(kept_seg, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    allocate(gone_seg, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    allocate(filled, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    struct resume_client kept = {.id = 1};
+    char why[256] = "";
+    uint32_t odd = 0;
+    heap_lock(&H);
+    ck_assert_int_eq(seg_recover(&H, 0, &kept, NULL, &odd, why, sizeof why),
+                     0);
+    heap_unlock(&H);
+    ck_assert_uint_eq(H.segs.segs[kept_seg].state, SEG_OWNED);
+    ck_assert_uint_eq(marks_of(kept_seg)[0], LAYOUT_MARK_YOUNG);
+    ck_assert_uint_eq(H.segs.segs[gone_seg].state, SEG_FILLED);
+    ck_assert_uint_eq(marks_of(gone_seg)[0], 0);
+    ck_assert_uint_eq(marks_of(filled)[0], 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("young_marks");
@@ -400,6 +494,9 @@ int main(void)
     tcase_add_test(t, the_sweep_leaves_young_blocks_alone);
     tcase_add_test(t, a_fenced_segment_keeps_its_young_marks);
     tcase_add_test(t, what_only_a_young_object_keeps_survives_a_cycle);
+    tcase_add_test(t, a_departed_clients_young_blocks_are_freed);
+    tcase_add_test(t, an_evicted_clients_young_blocks_wait_for_the_fence);
+    tcase_add_test(t, a_restart_keeps_young_blocks_of_kept_clients_only);
     suite_add_tcase(s, t);
     return check_main(s);
 }
