@@ -994,7 +994,8 @@ void session_cycle_done(struct heap *h, void *daemon)
  * frees the client's slots -- reading what is left in their URS rings from
  * shared memory, so that nothing a mutator logged is lost, and releasing
  * its stack words: a dead mutator holds up no stop (Note [Stop the
- * world]) -- orphans its segments (Note [Segment supply]), moves the
+ * world]) -- orphans its segments (Note [Segment supply]), its young
+ * blocks freed (Note [Young blocks of a client gone]), moves the
  * remark work it was asked for to the global stack and stops sending it
  * requests (Note [Remark]), and releases the global roots it was
  * initialising (Note [Global roots]); its requests still waiting for a

@@ -8,6 +8,7 @@
  * side.  Marking runs mark_roots and mark_drain on the test's thread. */
 #include <check.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -15,10 +16,12 @@
 #include "config.h"
 #include "grant.h"
 #include "heap.h"
+#include "kept.h"
 #include "layout.h"
 #include "mark.h"
 #include "segment.h"
 #include "slotmem.h"
+#include "sweep.h"
 #include "table.h"
 #include "validate.h"
 #include "young.h"
@@ -231,7 +234,252 @@ START_TEST(references_to_a_young_object_are_refused)
                   "object references was marked through it (%u)",
                   marks_of(shared)[0]);
     ck_assert_uint_eq(refused() - before, 4);
-    ck_assert_uint_eq(atomic_load(&H.stats.bad_refs), 0);
+    uint64_t bad = atomic_load(&H.stats.bad_refs);
+    ck_assert_uint_eq(bad, 0);
+}
+END_TEST
+
+/* ---- Note [The daemon's preparatory push] in daemon/gc/mark.c ---- */
+
+/* Client 1's young objects, in a segment it owns: Y0 under a root of its
+ * young slot, Y1 reached from Y0 alone, Y2 from nothing the daemon sees
+ * (a C local's, say); between them they reference the shared S1 and S2,
+ * client 3's young object Z, and a word that is no object.  Returns the
+ * shared segment (S1 block 1, S2 block 2, S3 -- referenced by nothing --
+ * block 3). */
+static uint32_t young_graph(unsigned slot, uint32_t *own)
+{
+    uint32_t held = 0, other_held = 0;
+    *own = owned_segment(1, &held);
+    uint32_t theirs = owned_segment(3, &other_held);
+    uint32_t shared = shared_segment();
+    void **s1 = allocate(shared, 1, OLD_EPOCH, NULL, NULL);
+    void **s2 = allocate(shared, 2, OLD_EPOCH, NULL, NULL);
+    allocate(shared, 3, OLD_EPOCH, NULL, NULL);
+    void **z = allocate(theirs, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    void **y1 = allocate(*own, 1, LAYOUT_MARK_YOUNG, s1, z);
+    void **y0 = allocate(*own, 0, LAYOUT_MARK_YOUNG, y1, NULL);
+    allocate(*own, 2, LAYOUT_MARK_YOUNG, s2,
+             (void *)0xdbdbdbdbdbdbdbdbull);
+    push_root(slot, y0);
+    return shared;
+}
+
+/* The daemon takes the handshake of a young slot (its mutator blocked):
+ * every young block of its client is taken as live, so S1 and S2 are
+ * marked, and S3 is not; its root into its own young block is skipped,
+ * Z refused, the junk word dropped, and no young mark written. */
+START_TEST(the_daemons_push_marks_what_young_objects_reference)
+{
+    uint64_t slots[2] = {0};
+    unsigned slot = attach(1, slots, true);
+    uint32_t own, shared = young_graph(slot, &own);
+    uint64_t before = refused();
+    mark_cycle();
+    ck_assert_uint_eq(atomic_load(&heap_slot(&H, slot)->stack_marked),
+                      EPOCH); /* the daemon took it */
+    ck_assert_msg(marks_of(shared)[1] == EPOCH && marks_of(shared)[2] ==
+                      EPOCH, "what young objects reference was not marked "
+                  "(S1 %u, S2 %u)", marks_of(shared)[1],
+                  marks_of(shared)[2]);
+    ck_assert_uint_eq(marks_of(shared)[3], OLD_EPOCH);
+    for (uint32_t b = 0; b < 3; b++)
+        ck_assert_uint_eq(marks_of(own)[b], LAYOUT_MARK_YOUNG);
+    ck_assert_uint_eq(refused() - before, 1); /* Z, client 3's */
+    uint64_t bad = atomic_load(&H.stats.bad_refs);
+    ck_assert_uint_eq(bad, 0);
+}
+END_TEST
+
+/* The same objects under a slot of client 1 that is not young: its root
+ * into a young block is refused, and nothing is pushed for it. */
+START_TEST(an_old_slot_gets_no_push)
+{
+    uint64_t slots[2] = {0};
+    unsigned slot = attach(1, slots, false);
+    uint32_t own, shared = young_graph(slot, &own);
+    uint64_t before = refused();
+    mark_cycle();
+    ck_assert_uint_eq(marks_of(shared)[1], OLD_EPOCH);
+    ck_assert_uint_eq(marks_of(shared)[2], OLD_EPOCH);
+    ck_assert_uint_eq(refused() - before, 1); /* its root */
+}
+END_TEST
+
+/* ---- Note [Sweeping] in daemon/gc/sweep.c ---- */
+
+/* The sweep of the cycle of EPOCH, on the test's thread. */
+static void sweep_cycle(void)
+{
+    struct sweep_job sj;
+    atomic_store(&H.control->epoch, EPOCH);
+    atomic_store(&H.control->phase, LAYOUT_PHASE_SWEEP);
+    sweep_job_init(&sj, &H, EPOCH);
+    sweep_worker(&sj, 0);
+    heap_lock(&H);
+    sweep_job_finish(&sj);
+    heap_unlock(&H);
+    atomic_store(&H.control->phase, LAYOUT_PHASE_IDLE);
+}
+
+/* A young block is never freed nor written by a sweep, and is in use:
+ * in a segment its client owns, beside a dead block (freed) and a live
+ * one; and in a FILLED segment (its client returned it with a young block
+ * in it, against Note [Young objects]), which is not freed for it.  Both
+ * count in segments_young. */
+START_TEST(the_sweep_leaves_young_blocks_alone)
+{
+    uint32_t held = 0, own = owned_segment(1, &held);
+    uint32_t filled = shared_segment();
+    void **y = allocate(own, 0, LAYOUT_MARK_YOUNG, (void *)0x1234, NULL);
+    allocate(own, 1, LAYOUT_MARK_YOUNG, NULL, NULL);
+    allocate(own, 2, OLD_EPOCH, NULL, NULL);
+    allocate(own, 3, EPOCH, NULL, NULL);
+    allocate(filled, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    sweep_cycle();
+    ck_assert_uint_eq(marks_of(own)[0], LAYOUT_MARK_YOUNG);
+    ck_assert_uint_eq(marks_of(own)[1], LAYOUT_MARK_YOUNG);
+    ck_assert_msg(y[0] == (void *)0x1234 &&
+                      ((uint64_t *)y)[-1] == layout_header(2, 0),
+                  "the sweep wrote into a young block");
+    ck_assert_uint_eq(marks_of(own)[2], 0);
+    ck_assert_uint_eq(marks_of(own)[3], EPOCH);
+    ck_assert_uint_eq(H.segs.segs[filled].state, SEG_FILLED);
+    ck_assert_uint_eq(marks_of(filled)[0], LAYOUT_MARK_YOUNG);
+    ck_assert_uint_eq(H.young_segments, 2);
+}
+END_TEST
+
+/* An evicted client's segments are fenced (Note [Evicted clients] in
+ * daemon/stall.c): a dead block is kept with the epoch, a young one with
+ * its mark. */
+START_TEST(a_fenced_segment_keeps_its_young_marks)
+{
+    uint32_t held = 0, own = owned_segment(4, &held);
+    allocate(own, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    allocate(own, 1, OLD_EPOCH, NULL, NULL);
+    uint32_t *fenced, n;
+    heap_lock(&H);
+    ck_assert_int_eq(seg_fence(&H, &fenced, &n), 0);
+    heap_unlock(&H);
+    sweep_cycle();
+    ck_assert_uint_eq(marks_of(own)[0], LAYOUT_MARK_YOUNG);
+    ck_assert_uint_eq(marks_of(own)[1], EPOCH);
+    heap_lock(&H);
+    seg_unfence(&H, fenced, n);
+    heap_unlock(&H);
+    free(fenced);
+}
+END_TEST
+
+/* A shared object that only a young object of a blocked young mutator
+ * references survives the cycle (the daemon's push marks it, the sweep
+ * keeps it), and one nothing references does not. */
+START_TEST(what_only_a_young_object_keeps_survives_a_cycle)
+{
+    uint64_t slots[2] = {0};
+    unsigned slot = attach(1, slots, true);
+    uint32_t own, shared = young_graph(slot, &own);
+    mark_cycle();
+    sweep_cycle();
+    ck_assert_uint_eq(marks_of(shared)[1], EPOCH);
+    ck_assert_uint_eq(marks_of(shared)[2], EPOCH);
+    ck_assert_msg(marks_of(shared)[3] == 0, "an object nothing references "
+                  "survived the cycle (mark %u)", marks_of(shared)[3]);
+    ck_assert_uint_eq(H.segs.segs[shared].state, SEG_FILLED);
+}
+END_TEST
+
+/* ---- Note [Young blocks of a client gone] in daemon/gc/segment.c ---- */
+
+static bool poisoned(void **o)
+{
+    const uint8_t *b = (const uint8_t *)(o - 1);
+    for (size_t k = 0; k < layout_class_size[cls]; k++)
+        if (b[k] != SWEEP_POISON)
+            return false;
+    return true;
+}
+
+/* Client 1 goes: the young blocks of the segment it owned and of one it
+ * returned with a young block in it are freed (poisoned, mark 0) before
+ * the segments are FILLED; its shared block is the sweep's to judge, and
+ * client 2's young block is client 2's. */
+START_TEST(a_departed_clients_young_blocks_are_freed)
+{
+    uint32_t held = 0, held2 = 0;
+    uint32_t own = owned_segment(1, &held);
+    uint32_t returned = owned_segment(1, &held);
+    uint32_t theirs = owned_segment(2, &held2);
+    void **y = allocate(own, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    allocate(own, 1, OLD_EPOCH, NULL, NULL);
+    void **r = allocate(returned, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    allocate(theirs, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    heap_lock(&H);
+    ck_assert_int_eq(seg_return(&H, 1, &held, returned), 0);
+    ck_assert_uint_eq(marks_of(returned)[0], LAYOUT_MARK_YOUNG);
+    seg_orphan(&H, 1);
+    heap_unlock(&H);
+    ck_assert_uint_eq(H.segs.segs[own].state, SEG_FILLED);
+    ck_assert_msg(marks_of(own)[0] == 0 && poisoned(y), "a young block of "
+                  "a client gone was not freed (mark %u)", marks_of(own)[0]);
+    ck_assert_uint_eq(marks_of(own)[1], OLD_EPOCH);
+    ck_assert_msg(marks_of(returned)[0] == 0 && poisoned(r), "a young "
+                  "block of a segment it returned was not freed (mark %u)",
+                  marks_of(returned)[0]);
+    ck_assert_uint_eq(marks_of(theirs)[0], LAYOUT_MARK_YOUNG);
+}
+END_TEST
+
+/* An evicted client's fenced segment keeps its young blocks while the
+ * fence stands -- through its departure and a sweep -- and loses them
+ * when the fence lifts (its process is gone). */
+START_TEST(an_evicted_clients_young_blocks_wait_for_the_fence)
+{
+    uint32_t held = 0, own = owned_segment(4, &held);
+    allocate(own, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    uint32_t *fenced, n;
+    heap_lock(&H);
+    ck_assert_int_eq(seg_fence(&H, &fenced, &n), 0);
+    seg_orphan(&H, 4);
+    heap_unlock(&H);
+    ck_assert_uint_eq(H.segs.segs[own].state, SEG_FILLED);
+    ck_assert_uint_eq(marks_of(own)[0], LAYOUT_MARK_YOUNG);
+    sweep_cycle();
+    ck_assert_uint_eq(marks_of(own)[0], LAYOUT_MARK_YOUNG);
+    heap_lock(&H);
+    seg_unfence(&H, fenced, n);
+    heap_unlock(&H);
+    free(fenced);
+    ck_assert_msg(marks_of(own)[0] == 0, "an evicted client's young block "
+                  "outlived its fence (mark %u)", marks_of(own)[0]);
+}
+END_TEST
+
+/* Note [Recovering the segment table]: a restart keeps the young blocks
+ * of the client it keeps (1), and frees those of the client it does not
+ * (2) and of a FILLED segment. */
+START_TEST(a_restart_keeps_young_blocks_of_kept_clients_only)
+{
+    uint32_t held1 = 0, held2 = 0;
+    uint32_t kept_seg = owned_segment(1, &held1);
+    uint32_t gone_seg = owned_segment(2, &held2);
+    uint32_t filled = shared_segment();
+    allocate(kept_seg, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    allocate(gone_seg, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    allocate(filled, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    struct resume_client kept = {.id = 1};
+    char why[256] = "";
+    uint32_t odd = 0;
+    heap_lock(&H);
+    ck_assert_int_eq(seg_recover(&H, 0, &kept, NULL, &odd, why, sizeof why),
+                     0);
+    heap_unlock(&H);
+    ck_assert_uint_eq(H.segs.segs[kept_seg].state, SEG_OWNED);
+    ck_assert_uint_eq(marks_of(kept_seg)[0], LAYOUT_MARK_YOUNG);
+    ck_assert_uint_eq(H.segs.segs[gone_seg].state, SEG_FILLED);
+    ck_assert_uint_eq(marks_of(gone_seg)[0], 0);
+    ck_assert_uint_eq(marks_of(filled)[0], 0);
 }
 END_TEST
 
@@ -241,6 +489,14 @@ int main(void)
     TCase *t = tcase_create("young marks");
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, references_to_a_young_object_are_refused);
+    tcase_add_test(t, the_daemons_push_marks_what_young_objects_reference);
+    tcase_add_test(t, an_old_slot_gets_no_push);
+    tcase_add_test(t, the_sweep_leaves_young_blocks_alone);
+    tcase_add_test(t, a_fenced_segment_keeps_its_young_marks);
+    tcase_add_test(t, what_only_a_young_object_keeps_survives_a_cycle);
+    tcase_add_test(t, a_departed_clients_young_blocks_are_freed);
+    tcase_add_test(t, an_evicted_clients_young_blocks_wait_for_the_fence);
+    tcase_add_test(t, a_restart_keeps_young_blocks_of_kept_clients_only);
     suite_add_tcase(s, t);
     return check_main(s);
 }

@@ -161,6 +161,9 @@ struct heap {
                                         thread's end of the collector
                                         (Note [Collector handoff]) */
     _Atomic uint32_t bad_logged;     /* bad references logged this cycle */
+    uint32_t young_segments;         /* segments holding a young block at
+                                        the last sweep (Note [Sweeping] in
+                                        sweep.c); heap->lock */
 };
 
 /* heap->lock, taken and released only through these (Note [Checked lock

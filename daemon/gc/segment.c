@@ -34,8 +34,9 @@
  *
  * When a client's connection closes for any reason (seg_orphan), its
  * formatted segments become FILLED (the blocks it allocated stay until a
- * sweep finds them dead), its blank ones FREE, and its large runs
- * ownerless: nothing is lost and nothing leaks.  The FILLED
+ * sweep finds them dead, but its young blocks, which are freed: Note
+ * [Young blocks of a client gone]), its blank ones FREE, and its large
+ * runs ownerless: nothing is lost and nothing leaks.  The FILLED
  * ones and the large runs are orphans (stats segments_orphaned) until the
  * sweep frees them or a grant gives them, partly free, to another client
  * (segments_adopted); no other state holds an orphan, so once every
@@ -216,8 +217,8 @@
  * free: GCBench ended with 197 FILLED segments (25 MB) for 8.5 MB of live
  * small objects, and every fresh page is a page fault in every client that
  * touches it.  So when the sweep leaves a FILLED segment with at least a
- * quarter of its blocks free it becomes reusable (reuse_bits), and
- * a refill that names the size classes its client allocates in
+ * quarter of its blocks free (mark 0: a young block is in use, Note
+ * [Sweeping]) it becomes reusable (reuse_bits), and a refill that names the size classes its client allocates in
  * (SegmentRequest.classes) gets reusable segments of those classes first,
  * the lowest first, and blank ones only for the rest.  Such a segment goes
  * to its new owner (with a quota, only the client it is charged to, or
@@ -256,6 +257,7 @@
 #include "heap.h"
 #include "log.h"
 #include "kept.h"
+#include "sweep.h"
 
 
 /* The transitions set_state makes (Note [Segment lifecycle], (1) to
@@ -907,18 +909,87 @@ int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i)
     return 0;
 }
 
+/* Note [Young blocks of a client gone]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * Young blocks (Note [Young objects] in proto/young.h) are no state of
+ * the table: a segment that holds them is OWNED by the client whose
+ * mutator allocated them, and only that mutator frees or promotes them.
+ * When the client goes -- its socket closes, it dies, it is evicted, a
+ * restart does not keep it, or a kept one does not come back -- its young
+ * objects are garbage (nothing shared may reference one: Note [The young
+ * invariant] in client/minor.c) that nobody else would ever free.  So
+ * seg_orphan frees them, under heap->lock, before its segments become
+ * FILLED (or FREE): every YOUNG mark in the segments it owned becomes 0,
+ * the block poisoned first where the heap poisons, as the sweep frees a
+ * block; and so in the FILLED segments still charged to it, which it
+ * returned with young blocks in them, against the contract.  A fenced
+ * segment keeps them until its last fence lifts (seg_unfence): the
+ * evicted process may still write into them (Note [Evicted clients] in
+ * stall.c); then a FILLED one charged to nobody, or a large run owned by
+ * nobody, loses them.  seg_recover frees those of every FILLED segment and
+ * ownerless large run (a restart drops the fences; no client is alive yet
+ * whose mutator could use them) and, through seg_orphan, those of every
+ * client it does not keep; a kept client's stay with its segments, for its
+ * mutators to go on with.  A clean detach of one young mutator frees its
+ * own young blocks on the client's side, and the daemon does nothing then:
+ * the client's other mutators allocate in the same segments.
+ */
+static uint32_t free_young(struct heap *h, uint32_t i)
+{
+    const struct segtab *t = &h->segs;
+    const struct seg *s = &t->segs[i];
+    uint8_t *seg = heap_seg_addr(h, i);
+    uint8_t *marks = layout_seg_marks(seg);
+    uint32_t freed = 0;
+    if (s->state == SEG_LARGE) {
+        if (__atomic_load_n(marks, __ATOMIC_RELAXED) != LAYOUT_MARK_YOUNG)
+            return 0;
+        __atomic_store_n(marks, 0, __ATOMIC_RELEASE); /* the sweep frees it */
+        return 1;
+    }
+    if (s->state != SEG_OWNED && s->state != SEG_FILLED)
+        return 0;
+    uint8_t cls = seg_class(h, i);
+    if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
+        return 0; /* blank, or no block to tell apart */
+    uint32_t n = t->small_nblocks[cls], bs = layout_class_size[cls];
+    uint8_t *blocks = seg + t->small_first[cls];
+    for (uint32_t b = 0; b < n; b++) {
+        if (__atomic_load_n(&marks[b], __ATOMIC_RELAXED) != LAYOUT_MARK_YOUNG)
+            continue;
+        /* as the sweep frees a block (Note [Sweeping]): its span poisoned,
+         * then its marks, the first last */
+        uint32_t k = (uint32_t)(layout_block_span(marks, b, n, cls) / bs);
+        if (h->poison)
+            memset(blocks + (size_t)b * bs, SWEEP_POISON, (size_t)k * bs);
+        for (uint32_t x = b + k - 1; x > b; x--)
+            __atomic_store_n(&marks[x], 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&marks[b], 0, __ATOMIC_RELEASE);
+        freed++;
+        b += k - 1;
+    }
+    return freed;
+}
+
 void seg_orphan(struct heap *h, uint64_t owner)
 {
     ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     uint16_t charge = charge_find(h, owner, false);
+    uint32_t young = 0;
     for (uint32_t i = t->first; i < t->high; i++) {
         struct seg *s = &t->segs[i];
-        /* what it left is charged to nobody: Note [Quota] */
-        if (charge != 0 && s->charge == charge)
+        /* what it left is charged to nobody: Note [Quota]; its young
+         * blocks are garbage: Note [Young blocks of a client gone] */
+        if (charge != 0 && s->charge == charge) {
             __atomic_store_n(&s->charge, 0, __ATOMIC_RELAXED);
+            if (s->state == SEG_FILLED && !s->fenced)
+                young += free_young(h, i);
+        }
         if (s->owner != owner)
             continue;
+        if (!s->fenced)
+            young += free_young(h, i);
         if (unown(h, i)) {
             if (s->state == SEG_FILLED)
                 orphan(t, s);
@@ -931,6 +1002,9 @@ void seg_orphan(struct heap *h, uint64_t owner)
     }
     if (charge != 0)
         memset(&t->charges[charge - 1], 0, sizeof t->charges[0]);
+    if (young)
+        log_debug("heap '%s': client %llu left %u young blocks; freed",
+                  h->cfg->name, (unsigned long long)owner, young);
 }
 
 /* Note [Recovering the segment table]
@@ -958,7 +1032,10 @@ void seg_orphan(struct heap *h, uint64_t owner)
  *   - every client is gone with its connection, but those the live
  *     table's registry names (KEPT: Note [Resuming clients] in resume.c
  *     then decides whether they come back): each other owner's segments
- *     are orphaned as seg_orphan does for a client that crashed.
+ *     are orphaned as seg_orphan does for a client that crashed, its
+ *     young blocks freed, and so are the young blocks of every FILLED
+ *     segment (Note [Young blocks of a client gone]); a kept client's
+ *     stay young.
  * A table sealed at a clean stop (SEALED) goes through the same steps,
  * which then find nothing to do: no run to repair, no free bit to fix, no
  * remark mark, no owner the registry does not name, no reuse bit on a
@@ -1088,6 +1165,17 @@ int seg_recover(struct heap *h, uint64_t cycles,
             gone++;
         }
     }
+    /* Note [Young blocks of a client gone]: no FILLED segment or
+     * ownerless run is any live client's */
+    uint32_t young = 0;
+    for (uint32_t i = t->first; i < t->high; i++)
+        if (t->segs[i].state == SEG_FILLED ||
+            (t->segs[i].state == SEG_LARGE && t->segs[i].owner == 0))
+            young += free_young(h, i);
+    if (young)
+        log_warn("heap '%s': %u young blocks were in segments no client "
+                 "owns (a client returned them, or left while evicted); "
+                 "freed", h->cfg->name, young);
     if (repaired)
         log_warn("heap '%s': %u segments of large runs are free again: a "
                  "kill cut them short", h->cfg->name, repaired);
@@ -1164,8 +1252,14 @@ void seg_unfence(struct heap *h, const uint32_t *segs, uint32_t n)
         /* See Note [Segment lifecycle]: the flag fenced */
         __atomic_store_n(&s->fenced, (uint8_t)(s->fenced - 1),
                          __ATOMIC_RELAXED);
-        if (s->fenced == 0)
-            t->n_fenced--;
+        if (s->fenced != 0)
+            continue;
+        t->n_fenced--;
+        /* Note [Young blocks of a client gone]: the evicted process is
+         * gone */
+        if ((s->state == SEG_FILLED && s->charge == 0) ||
+            (s->state == SEG_LARGE && s->owner == 0))
+            free_young(h, segs[k]);
     }
 }
 
