@@ -24,6 +24,7 @@
 #include "sweep.h"
 #include "table.h"
 #include "validate.h"
+#include "verify.h"
 #include "young.h"
 #include "check_main.h"
 
@@ -483,6 +484,67 @@ START_TEST(a_restart_keeps_young_blocks_of_kept_clients_only)
 }
 END_TEST
 
+/* ---- Note [Heap verifier] in daemon/gc/verify.c, check 4 ---- */
+
+static uint64_t verify_reachable_now(void)
+{
+    heap_lock(&H);
+    uint64_t f = verify_reachable(&H, EPOCH);
+    heap_unlock(&H);
+    return f;
+}
+
+static uint64_t verify_segments_now(void)
+{
+    heap_lock(&H);
+    uint64_t f = verify_segments(&H, EPOCH);
+    heap_unlock(&H);
+    return f;
+}
+
+/* After a sweep, a young block may be in a segment its client owns, and
+ * nowhere else: one in a FILLED segment is a failure. */
+START_TEST(the_verifier_wants_young_blocks_in_owned_segments)
+{
+    uint32_t held = 0, own = owned_segment(1, &held);
+    allocate(own, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    sweep_cycle();
+    ck_assert_uint_eq(verify_segments_now(), 0);
+    uint32_t filled = shared_segment();
+    allocate(filled, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    sweep_cycle();
+    ck_assert_uint_eq(verify_segments_now(), 1);
+}
+END_TEST
+
+/* A young slot's roots may reach its client's young objects, and what
+ * they reference must be marked; a global, a shared object or another
+ * slot's root that references a young object is a failure. */
+START_TEST(verify_follows_young_objects_from_their_slot)
+{
+    uint64_t slots[2] = {0};
+    unsigned slot = attach(1, slots, true);
+    uint32_t held = 0, own = owned_segment(1, &held);
+    uint32_t shared = shared_segment();
+    void **s1 = allocate(shared, 1, OLD_EPOCH, NULL, NULL);
+    void **y1 = allocate(own, 1, LAYOUT_MARK_YOUNG, s1, NULL);
+    void **y0 = allocate(own, 0, LAYOUT_MARK_YOUNG, y1, NULL);
+    push_root(slot, y0);
+    /* not marked yet: S1 is reached through two young objects */
+    ck_assert_uint_eq(verify_reachable_now(), 1);
+    mark_cycle();
+    ck_assert_uint_eq(verify_reachable_now(), 0);
+    set_global(0, y1);
+    ck_assert_uint_eq(verify_reachable_now(), 1);
+    set_global(0, allocate(shared, 2, EPOCH, y1, NULL));
+    ck_assert_uint_eq(verify_reachable_now(), 1);
+    set_global(0, NULL);
+    unsigned other = attach(2, slots, false);
+    push_root(other, y0);
+    ck_assert_uint_eq(verify_reachable_now(), 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("young_marks");
@@ -497,6 +559,8 @@ int main(void)
     tcase_add_test(t, a_departed_clients_young_blocks_are_freed);
     tcase_add_test(t, an_evicted_clients_young_blocks_wait_for_the_fence);
     tcase_add_test(t, a_restart_keeps_young_blocks_of_kept_clients_only);
+    tcase_add_test(t, the_verifier_wants_young_blocks_in_owned_segments);
+    tcase_add_test(t, verify_follows_young_objects_from_their_slot);
     suite_add_tcase(s, t);
     return check_main(s);
 }

@@ -15,13 +15,28 @@
  *      its block;
  *   2. Note [Epoch-tagged marks] holds: every non-zero mark byte of every
  *      small segment and large run equals the epoch, or is a continuation
- *      in a segment of the run class (Note [Runs]);
+ *      in a segment of the run class (Note [Runs]), or is young (check 4);
  *   3. every byte of every free block of a small segment is poison (freed
  *      by a sweep) or zero (never written: a segment reformatted for
  *      another class has blocks that straddle old poison and old zeroes;
  *      or punched: pages punched out of the segment are not read, Note
  *      [Purging free memory] in purge.c).  A use after free that stores a
  *      pointer or data shows up here.
+ *   4. young objects (Note [Young objects] in proto/young.h) are where
+ *      they may be, and referenced by whom may: a YOUNG mark only in a
+ *      small segment of a class other than the run class that a client
+ *      owns (OWNED), or that stays fenced for a client evicted with it
+ *      (Note [Young blocks of a client gone] in segment.c) -- never in a
+ *      FILLED segment otherwise, nor as a large object's mark; and a
+ *      young object reachable only from a young slot's roots, through
+ *      young objects, in a segment the slot's client owns -- never from a
+ *      shared object, a global, or another slot's roots (Note [References
+ *      to young objects] in validate.c).  Such a young object is traced
+ *      but not required to be marked (its header's tag is its age), and
+ *      the shared objects it references are checked as in 1: marked, for
+ *      a young mutator's handshake pushes them (Note [The preparatory
+ *      push] in client/minor.c).  Free segments are not read (their
+ *      pages may be punched: Note [Free memory stays free] in purge.c).
  * Each failure is logged with the path from its root ("slot 2 root 5 ->
  * 0x... -> 0x...") and counted in the stats as verify_failures; the tests
  * run with the verifier on and require zero.
@@ -47,6 +62,7 @@ struct visit {
     uintptr_t obj;      /* 0: empty */
     uintptr_t parent;   /* 0: a root */
     uint32_t slot, root;
+    bool young;         /* a young object of SLOT's client (check 4) */
 };
 
 struct verifier {
@@ -128,13 +144,41 @@ static void fail(struct verifier *v, uintptr_t obj, uintptr_t parent,
                   v->h->cfg->name, what, slot, root, path);
 }
 
+/* Check 4: may young object OBJ be reached from PARENT (0: a root of
+ * SLOT, or of GLOBAL_ROOT)?  Only from a young slot's roots, or a young
+ * object they reach, and in a segment the slot's client owns. */
+static const char *young_refused(struct verifier *v, uintptr_t obj,
+                                 uintptr_t parent, uint32_t slot)
+{
+    const struct heap *h = v->h;
+    if (parent && !find(v, parent)->young)
+        return "a shared object's field references a young object";
+    if (slot == GLOBAL_ROOT)
+        return "a global references a young object";
+    uint32_t i = (uint32_t)((obj - (uintptr_t)h->base) >> h->seg_shift);
+    if (h->owners[slot].young_bytes == 0 ||
+        h->segs.segs[i].state != SEG_OWNED ||
+        h->segs.segs[i].owner != atomic_load(&h->owners[slot].client_id))
+        return parent ? "a young object references another client's young "
+                        "object"
+                      : "a root references a young object not its own "
+                        "mutator's";
+    return NULL;
+}
+
 static void visit(struct verifier *v, uintptr_t obj, uintptr_t parent,
                   uint32_t slot, uint32_t root)
 {
     struct valid_ref ref;
-    if (!validate_ref(v->h, obj, &ref)) {
+    bool shared = validate_ref(v->h, obj, &ref);
+    if (!shared && !ref.young) {
         fail(v, obj, parent, slot, root,
              "reachable reference is not an allocated object");
+        return;
+    }
+    const char *why = shared ? NULL : young_refused(v, obj, parent, slot);
+    if (why) { /* check 4 */
+        fail(v, obj, parent, slot, root, why);
         return;
     }
     if ((v->n + 1) * 2 > v->cap && !grow(v)) {
@@ -144,9 +188,9 @@ static void visit(struct verifier *v, uintptr_t obj, uintptr_t parent,
     struct visit *e = find(v, obj);
     if (e->obj)
         return;
-    *e = (struct visit){obj, parent, slot, root};
+    *e = (struct visit){obj, parent, slot, root, !shared};
     v->n++;
-    if (*ref.mark != v->epoch)
+    if (shared && *ref.mark != v->epoch)
         fail(v, obj, parent, slot, root, "reachable object is not marked");
     uint64_t hdr = *(uint64_t *)(obj - LAYOUT_WORD);
     uint8_t tag = layout_header_tag(hdr);
@@ -154,7 +198,7 @@ static void visit(struct verifier *v, uintptr_t obj, uintptr_t parent,
         fail(v, obj, parent, slot, root, "reachable object is poisoned");
     else if (validate_header(&ref) == 0)
         fail(v, obj, parent, slot, root, "object header exceeds its block");
-    else if (tag != 0 && tag != v->epoch)
+    else if (shared && tag != 0 && tag != v->epoch)
         /* Note [Dirty tags]: marking scanned it, so no stale tag is left */
         fail(v, obj, parent, slot, root, "reachable object keeps a stale "
                                          "dirty tag");
@@ -176,8 +220,8 @@ static void trace(struct verifier *v)
     while (v->sn > 0 && !v->oom) {
         uintptr_t obj = v->stack[--v->sn];
         struct valid_ref ref;
-        if (!validate_ref(v->h, obj, &ref))
-            continue;
+        if (!validate_ref(v->h, obj, &ref) && !ref.young)
+            continue; /* freed meanwhile: nothing runs in the pause */
         uint64_t hdr = validate_header(&ref);
         if (hdr == 0)
             continue;
@@ -255,7 +299,10 @@ static void check_segments(struct verifier *v)
         uint8_t *seg = heap_seg_addr(h, i);
         uint8_t *marks = layout_seg_marks(seg);
         if (st == SEG_LARGE) {
-            if (marks[0] != 0 && marks[0] != v->epoch)
+            if (marks[0] == LAYOUT_MARK_YOUNG) /* check 4 */
+                fail(v, (uintptr_t)(seg + LAYOUT_LARGE_OBJECT + 8), 0,
+                     NO_ROOT, i, "a large object is young");
+            else if (marks[0] != 0 && marks[0] != v->epoch)
                 fail(v, (uintptr_t)(seg + LAYOUT_LARGE_OBJECT + 8), 0,
                      NO_ROOT, i,
                      "large object survived a sweep with a stale mark");
@@ -268,13 +315,22 @@ static void check_segments(struct verifier *v)
             continue;
         uint32_t bs = layout_class_size[cls], n = t->small_nblocks[cls];
         uint8_t *blocks = seg + t->small_first[cls];
+        /* check 4: young blocks where a live client allocates, or kept
+         * by a fence */
+        const char *young_bad =
+            cls == LAYOUT_CLASS_RUN ? "a run object is young"
+            : st == SEG_OWNED || seg_fenced(t, i)
+                ? NULL
+                : "a young block is in a segment no client owns";
         for (uint32_t b = 0; b < n; b++) {
             uintptr_t obj = (uintptr_t)(blocks + (size_t)b * bs + 8);
-            if (marks[b] == v->epoch)
+            if (marks[b] == v->epoch || marks[b] == LAYOUT_MARK_YOUNG) {
+                if (marks[b] == LAYOUT_MARK_YOUNG && young_bad)
+                    fail(v, obj, 0, NO_ROOT, i, young_bad);
                 /* and its continuations: Note [Runs] */
                 b += (uint32_t)(layout_block_span(marks, b, n, cls) / bs) -
                      1;
-            else if (marks[b] != 0 && (cls != LAYOUT_CLASS_RUN ||
+            } else if (marks[b] != 0 && (cls != LAYOUT_CLASS_RUN ||
                                        marks[b] != LAYOUT_MARK_CONT))
                 /* a continuation that follows no object is a client's,
                  * left to the segment's next life (Note [Runs]) */
