@@ -708,6 +708,10 @@ void young_collect(heapd_mutator *m)
 void *young_publish(heapd_mutator *m, void *r)
 {
     struct young_gen *y = &m->young;
+    /* heapd_global_set and heapd_global_once call it for every mutator:
+     * one without a young generation has no segment map to look in */
+    if (!m->young_on)
+        return r;
     struct young_seg *s = seg_of_addr(m, (uintptr_t)r);
     uint32_t b;
     if (!s || (b = block_of_obj(s, (uintptr_t)r)) == UINT32_MAX ||

@@ -122,7 +122,7 @@ static const struct key heap_keys[HK_COUNT] = {
     { "stall_timeout", K_TIMEOUT, 10, 86400 * 1000, "" },
     { "stall_action", K_STALL_ACTION, 0, 0, "" },
     { "reconnect_timeout", K_DURATION, 10, 86400 * 1000, "" },
-    /* Note [Nurseries] in proto/young.h */
+    /* Note [Young budgets] in daemon/gc/heap.h */
     { "young_size", K_SIZE, 64 * KIB, 256 * MIB, "" },
     { "young_age", K_UINT, 1, LAYOUT_YOUNG_AGE_MAX, "" },
 };
@@ -810,9 +810,10 @@ static void finish_heap(struct parse *p)
     if (kl[HK_MAX_SIZE] && !bad[HK_MAX_SIZE] && kl[HK_YOUNG_SIZE] &&
         !bad[HK_YOUNG_SIZE] && h->young_size > h->max_size / 4)
         report_at(p, kl[HK_YOUNG_SIZE], "young_size %s is more than a "
-                  "quarter of max_size %s; lower it (a nursery is a "
-                  "mutator's own, and at most a quarter of the heap)",
-                  SIZE(h->young_size), SIZE(h->max_size));
+                  "quarter of max_size %s; lower it (every young mutator "
+                  "that asks for no budget allocates this much between its "
+                  "minor collections)", SIZE(h->young_size),
+                  SIZE(h->max_size));
     check_stall(p);
     if (!kl[HK_BASE] || bad[HK_BASE] || !kl[HK_MAX_SIZE] ||
         bad[HK_MAX_SIZE] || bad[HK_SEGMENT_SIZE])

@@ -51,8 +51,9 @@ struct config_heap {
     enum config_stall_action stall_action;
     /* Note [Resuming clients] in daemon/resume.c */
     uint64_t reconnect_timeout_ms; /* a restart keeps a client this long */
-    /* Note [Nurseries] in proto/young.h: what an attach asks for with 0 */
-    uint64_t young_size;        /* a nursery's bytes */
+    /* Note [Young budgets] in daemon/gc/heap.h: what an attach asks for
+     * with 0 */
+    uint64_t young_size;        /* a nursery budget's bytes */
     uint32_t young_age;         /* minor collections before promotion */
     size_t n_allow_users;
     uid_t allow_users[CONFIG_MAX_IDS];

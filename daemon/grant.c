@@ -57,7 +57,8 @@ static void young_words_clear(struct layout_mutator *m)
  * good, and forged BLOCKED words filled every slot.)
  */
 int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
-               unsigned region, uint64_t granted)
+               unsigned region, uint64_t granted, uint64_t young_bytes,
+               uint32_t young_age)
 {
     ASSERT_LOCK_HELD(&h->lock);
     for (int i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
@@ -71,11 +72,9 @@ int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
             return rc;
         struct layout_mutator *m = heap_slot(h, (unsigned)i);
         h->owners[i].region = region;
-        /* no nursery unless grant_young_bind gives it one; a record left
-         * by a client dropped after a restart is not this slot's */
-        h->owners[i].young_first = h->owners[i].young_segs = 0;
-        h->owners[i].young_age = 0;
-        h->owners[i].young_tracer = NULL;
+        /* Note [Young budgets] in daemon/gc/heap.h */
+        h->owners[i].young_bytes = young_bytes;
+        h->owners[i].young_age = young_bytes ? young_age : 0;
         atomic_store(&h->owners[i].alloc_bound, granted);
         atomic_store(&h->owners[i].fault, SLOT_FAULT_NONE);
         m->client_id = client; /* for a debugger; never read back */
@@ -101,7 +100,8 @@ int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
         slots[i / 64] |= 1ull << (i % 64);
         h->mutators++;
         table_slot_set(h, (unsigned)i, client, region, granted);
-        table_slot_young(h, (unsigned)i, 0, 0, 0);
+        table_slot_young(h, (unsigned)i, h->owners[i].young_bytes,
+                         h->owners[i].young_age);
         return i;
     }
     return -ENOSPC;
@@ -113,18 +113,16 @@ void grant_free_slot(struct heap *h, uint64_t slots[2], unsigned slot, int fd)
     mark_urs(h, h->marking, slot);
     collector_retire_slot(h, slot);
     struct heap_slot_owner *o = &h->owners[slot];
-    /* Note [Nurseries]: its young words stay counted, its nursery goes
-     * (Note [A nursery in the segment table]) */
+    /* Note [Young objects]: its young words stay counted; its young
+     * blocks are its client's to free (a detach) or the daemon's (its
+     * client's departure: seg_orphan) */
     struct heap_young_words w;
     grant_young_words(h, slot, &w);
     young_words_add(&h->stats.young_retired, &w);
     young_words_clear(heap_slot(h, slot));
-    if (o->young_segs)
-        seg_free_young(h, o->young_first);
-    mark_young_tracer_free(o->young_tracer);
-    o->young_tracer = NULL;
-    o->young_first = o->young_segs = o->young_age = 0;
-    table_slot_young(h, slot, 0, 0, 0);
+    o->young_bytes = 0;
+    o->young_age = 0;
+    table_slot_young(h, slot, 0, 0);
     o->pid = 0;
     o->uid = 0;
     o->name[0] = '\0';
@@ -150,48 +148,7 @@ void grant_bound_slots(struct heap *h, const uint64_t slots[2],
     }
 }
 
-/* ---- nurseries ---- */
-
-static uint32_t quota_segs(const struct heap *h, uint64_t client);
-
-int grant_young(struct heap *h, uint64_t client, uint32_t *held,
-                uint32_t segs, uint32_t *first, struct young_trace **tracer)
-{
-    ASSERT_LOCK_HELD(&h->lock);
-    int rc = seg_grant_young(h, client, held, quota_segs(h, client), segs,
-                             first);
-    if (rc < 0)
-        return rc;
-    *tracer = mark_young_tracer(h, *first, segs);
-    if (!*tracer) {
-        seg_free_young(h, *first);
-        *held -= segs;
-        return -ENOMEM;
-    }
-    return 0;
-}
-
-void grant_young_bind(struct heap *h, unsigned slot, uint32_t first,
-                      uint32_t segs, uint32_t age, struct young_trace *tracer)
-{
-    ASSERT_LOCK_HELD(&h->lock);
-    struct heap_slot_owner *o = &h->owners[slot];
-    o->young_first = first;
-    o->young_segs = segs;
-    o->young_age = age;
-    o->young_tracer = tracer;
-    table_slot_young(h, slot, first, segs, age);
-}
-
-void grant_young_undo(struct heap *h, uint32_t *held, uint32_t first,
-                      struct young_trace *tracer)
-{
-    ASSERT_LOCK_HELD(&h->lock);
-    uint32_t segs = h->segs.segs[first].run;
-    seg_free_young(h, first);
-    *held -= segs;
-    mark_young_tracer_free(tracer);
-}
+/* ---- young words (Note [Young objects] in proto/young.h) ---- */
 
 void grant_young_words(const struct heap *h, unsigned slot,
                        struct heap_young_words *out)
@@ -199,7 +156,7 @@ void grant_young_words(const struct heap *h, unsigned slot,
     ASSERT_LOCK_HELD(&h->lock);
     const struct layout_mutator *m = heap_slot(h, slot);
     memset(out, 0, sizeof *out);
-    if (h->owners[slot].young_segs == 0)
+    if (h->owners[slot].young_bytes == 0)
         return; /* words nobody writes, whatever a client put there */
 #define YOUNG_WORD(f) atomic_load_explicit(&m->f, memory_order_relaxed)
     out->minor = YOUNG_WORD(young_minor);

@@ -15,18 +15,20 @@
 struct heap;
 struct conn;
 struct workers;
-struct young_trace;
 
 /* ---- mutator slots (Note [Mutator slots] in proto/layout.h) ---- */
 
 /* With heap->lock held: give client CLIENT, granted GRANTED bytes of
  * segments so far, a free slot, whose words are region REGION of its
  * control memory FD (Note [Client control memory]),
- * marking it in SLOTS (bit i: slot i is the client's).  Returns the slot,
- * -ENOSPC when all LAYOUT_MAX_MUTATORS are attached, or another -errno
- * when the region cannot be mapped. */
+ * marking it in SLOTS (bit i: slot i is the client's); YOUNG_BYTES > 0:
+ * its mutator is young, with that nursery budget, promoting at YOUNG_AGE
+ * (Note [Young budgets] in daemon/gc/heap.h, checked by the caller).
+ * Returns the slot, -ENOSPC when all LAYOUT_MAX_MUTATORS are attached,
+ * or another -errno when the region cannot be mapped. */
 int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
-               unsigned region, uint64_t granted);
+               unsigned region, uint64_t granted, uint64_t young_bytes,
+               uint32_t young_age);
 /* With heap->lock held: the client holding SLOTS has been granted
  * GRANTED bytes of segments so far, which bounds what each of its
  * mutators can say it allocated (Note [Client control memory]). */
@@ -37,33 +39,11 @@ void grant_bound_slots(struct heap *h, const uint64_t slots[2],
  * ring first: nothing a mutator logged is lost, even when it died (Note
  * [Update remembered set]). */
 void grant_free_slot(struct heap *h, uint64_t slots[2], unsigned slot, int fd);
-/* grant_free_slot gives the slot's nursery back with it (Note [A nursery
- * in the segment table] in segment.c): a caller that counts what its
- * client holds takes grant_young_held() off first. */
-static inline uint32_t grant_young_held(const struct heap *h, unsigned slot)
-{
-    return h->owners[slot].young_segs;
-}
 
-/* ---- nurseries (Note [Nurseries] in proto/young.h) ---- */
+/* ---- young words (Note [Young objects] in proto/young.h) ---- */
 
-/* With heap->lock held: a nursery run of SEGS segments for CLIENT, whose
- * *HELD segments count toward its quota (Note [Quota] in segment.c), and
- * the tracer the collector reads it with (Note [Tracing a slot's nursery]
- * in mark.c).  Returns 0 with *FIRST and *TRACER set, -EDQUOT, -ENOSPC,
- * -EFBIG as seg_grant_young, or -ENOMEM (nothing granted). */
-int grant_young(struct heap *h, uint64_t client, uint32_t *held,
-                uint32_t segs, uint32_t *first, struct young_trace **tracer);
-/* With heap->lock held: slot SLOT, just granted, has that nursery, whose
- * objects are promoted at AGE; the slot owns the run and the tracer from
- * now on. */
-void grant_young_bind(struct heap *h, unsigned slot, uint32_t first,
-                      uint32_t segs, uint32_t age, struct young_trace *tracer);
-/* With heap->lock held: undo a grant_young whose slot was never bound. */
-void grant_young_undo(struct heap *h, uint32_t *held, uint32_t first,
-                      struct young_trace *tracer);
-/* With heap->lock held: the young words of slot SLOT (0s without a
- * nursery) and of every slot, the freed ones' included. */
+/* With heap->lock held: the young words of slot SLOT (0s unless it is
+ * young) and of every slot, the freed ones' included. */
 void grant_young_words(const struct heap *h, unsigned slot,
                        struct heap_young_words *out);
 void grant_young_totals(const struct heap *h, struct heap_young_words *out);

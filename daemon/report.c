@@ -121,11 +121,11 @@ static void mutator_info(struct heap *h, unsigned i, uint64_t now,
     mi->urs_backlog = head - tail < LAYOUT_URS_SIZE ? head - tail
                                                     : LAYOUT_URS_SIZE;
     mi->root_depth = depth < LAYOUT_MAX_ROOTS ? depth : LAYOUT_MAX_ROOTS;
-    /* Note [Nurseries]: the size is the daemon's record, the rest the
-     * mutator's statistics */
+    /* Note [Young budgets] in daemon/gc/heap.h: the budget is the
+     * daemon's record, the rest the mutator's statistics */
     struct heap_young_words w;
     grant_young_words(h, i, &w);
-    mi->young_bytes = (uint64_t)o->young_segs << h->seg_shift;
+    mi->young_bytes = o->young_bytes;
     mi->minor_collections = w.minor;
     mi->promoted_bytes = w.promoted_age + w.promoted_pub;
     mi->minor_pause_max_ns = w.pause_max_ns;
@@ -321,6 +321,7 @@ static int heap_segments(struct heap *h, Heapd__HeapSegments *hs,
         goto out;
     }
     hs->block_bytes = h->stats.block_bytes;
+    hs->segments_young = h->young_segments; /* Note [Sweeping] */
     hs->segments_total = t->count - t->first;
     /* never taken: free and punched (Note [Reports]) */
     hs->segments_free = t->count - high;
@@ -338,10 +339,6 @@ static int heap_segments(struct heap *h, Heapd__HeapSegments *hs,
             continue;
         case SEG_LARGE_TAIL:
             hs->segments_large_tail++;
-            continue;
-        case SEG_YOUNG:
-        case SEG_YOUNG_TAIL: /* Note [A nursery in the segment table] */
-            hs->segments_young++;
             continue;
         case SEG_OWNED:
             hs->segments_owned++;

@@ -10,14 +10,14 @@
  *     and once all are idle suspends each mutator client: its record in
  *     the live table's registry (id, the token its Welcome carried, pid,
  *     uid, process start, name, bytes granted; each slot's client, region,
- *     bound and nursery) stays, its slots stay attached and its segments
- *     OWNED, and its connection closes with nothing given back; requests
- *     it had waiting are dropped (the client sends again what was never
- *     answered).  Its control memory is in the store (heapd.client.HEAP.ID)
- *     from its Welcome to its departure.  Then the table is sealed (Note
- *     [The live table] in table.c).  A client the registry had no room for
- *     (TABLE_CLIENTS on one heap) is not suspended but told to connect
- *     anew: nothing would keep it;
+ *     bound and young generation) stays, its slots stay attached and its
+ *     segments OWNED, and its connection closes with nothing given back;
+ *     requests it had waiting are dropped (the client sends again what
+ *     was never answered).  Its control memory is in the store
+ *     (heapd.client.HEAP.ID) from its Welcome to its departure.  Then the
+ *     table is sealed (Note [The live table] in table.c).  A client the
+ *     registry had no room for (TABLE_CLIENTS on one heap) is not
+ *     suspended but told to connect anew: nothing would keep it;
  *   - the next heapd, taking the table back, makes a record of each
  *     client the registry names (kept_of in table.c, the one place one is
  *     made) and attaches its slots again over the same windows if the
@@ -59,7 +59,6 @@
 #include "grant.h"
 #include "heap.h"
 #include "log.h"
-#include "mark.h"
 #include "remark.h"
 #include "segment.h"
 #include "slotmem.h"
@@ -165,41 +164,9 @@ static void drop(struct daemon *d, struct resume_client *r, bool attached,
     free(r);
 }
 
-/* Slot I of R had the nursery heap->owners[I] names (from the live
- * table): give it back if the segment table agrees --
- * a YOUNG run of R's of that length -- with a new tracer (Note [Tracing
- * a slot's nursery] in mark.c); else the slot goes on without one, and a
- * run the table holds for R is freed when R goes (seg_orphan).  Returns
- * 0 or -ENOMEM.  With heap->lock held. */
-static int young_again(struct heap *h, struct resume_client *r, unsigned i)
-{
-    ASSERT_LOCK_HELD(&h->lock);
-    struct heap_slot_owner *o = &h->owners[i];
-    const struct segtab *t = &h->segs;
-    uint32_t first = o->young_first, segs = o->young_segs;
-    o->young_tracer = NULL;
-    if (segs == 0)
-        return 0;
-    if (first < t->first || first >= t->count ||
-        t->segs[first].state != SEG_YOUNG || t->segs[first].run != segs ||
-        t->segs[first].owner != r->id) {
-        log_warn("heap '%s': slot %u of kept client %llu named a nursery "
-                 "at segment %u the segment table does not hold for it; "
-                 "it resumes without one", h->cfg->name, i,
-                 (unsigned long long)r->id, first);
-        o->young_first = o->young_segs = o->young_age = 0;
-        table_slot_young(h, i, 0, 0, 0);
-        return 0;
-    }
-    o->young_tracer = mark_young_tracer(h, first, segs);
-    if (!o->young_tracer)
-        return -ENOMEM;
-    table_slot_young(h, i, first, segs, o->young_age);
-    return 0;
-}
-
 /* Attach R's slots again over their windows (heap->owners holds their
- * records from the table), with their nurseries.  With heap->lock held. */
+ * records from the table, young generations included).  With heap->lock
+ * held. */
 static int attach_again(struct heap *h, struct resume_client *r)
 {
     ASSERT_LOCK_HELD(&h->lock);
@@ -209,8 +176,6 @@ static int attach_again(struct heap *h, struct resume_client *r)
         struct heap_slot_owner *o = &h->owners[i];
         int rc = slotmem_map(h, i, r->mem_fd, o->region);
         if (rc < 0)
-            return rc;
-        if ((rc = young_again(h, r, i)) < 0)
             return rc;
         o->pid = r->pid;
         o->uid = r->uid;

@@ -278,7 +278,7 @@ static uint64_t stat_fragmentation_permille(const struct heap *h)
     return blocks ? heap_committed_bytes(h) * 1000u / blocks : 0;
 }
 
-/* Note [Nurseries] in proto/young.h: the attached slots' young words,
+/* Note [Young objects] in proto/young.h: the attached slots' young words,
  * and the freed ones' totals (grant_free_slot). */
 static uint64_t stat_minor_collections(const struct heap *h)
 {
@@ -473,16 +473,17 @@ static int defer(struct conn *c, struct heap *h, uint64_t seq,
 
 /* ---- mutator slots (Note [Mutator slots]) ---- */
 
-/* Note [Nurseries] in proto/young.h: the nursery attach request R asks
- * for, in *SEGS segments (0: none) promoting at *AGE.  Returns 1, or,
- * for a request out of range, what answering it with an error returned
- * (never 1). */
+/* Note [Young budgets] in daemon/gc/heap.h: the young generation attach
+ * request R asks for, a nursery budget of *BYTES (0: not young) promoting
+ * at *AGE.  Returns 1, or, for a request out of range, what answering it
+ * with an error returned (never 1). */
 static int young_asked(struct conn *c, struct heap *h, uint64_t seq,
-                        const Heapd__AttachRequest *r, uint32_t *segs,
-                        uint32_t *age)
+                       const Heapd__AttachRequest *r, uint64_t *bytes,
+                       uint32_t *age)
 {
     const struct config_heap *cfg = h->cfg;
-    *segs = 0;
+    unsigned long long min = heap_young_min(h), max = heap_young_max(h);
+    *bytes = 0;
     *age = 0;
     if (!r || !r->young)
         return 1;
@@ -494,81 +495,47 @@ static int young_asked(struct conn *c, struct heap *h, uint64_t seq,
                          "or 0 for the young_age of heap '%s' (%u)", *age,
                          LAYOUT_YOUNG_AGE_MAX, cfg->name, cfg->young_age);
     }
-    uint64_t bytes = r->young_bytes ? r->young_bytes : cfg->young_size;
-    if (bytes > cfg->max_size / 4) {
+    if (r->young_bytes == 0) /* the heap's, at least the least budget */
+        *bytes = cfg->young_size > min ? cfg->young_size : min;
+    else if ((*bytes = r->young_bytes) < min) {
         c->d->requests_refused++;
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
-                         "a nursery of %llu bytes is more than a quarter "
-                         "of heap '%s' (max_size %llu bytes); ask for a "
-                         "smaller young_size (or lower young_size in "
-                         "[heap %s] of %s)", (unsigned long long)bytes,
-                         cfg->name, (unsigned long long)cfg->max_size,
-                         cfg->name, c->d->cfg.path);
+                         "a nursery budget of %llu bytes is less than %u "
+                         "segments of heap '%s': ask for %llu bytes or "
+                         "more, or 0 for its young_size",
+                         (unsigned long long)*bytes, HEAP_YOUNG_MIN_SEGMENTS,
+                         cfg->name, min);
     }
-    if (cfg->max_client_bytes && bytes > cfg->max_client_bytes) {
+    if (*bytes > cfg->max_size) {
+        c->d->requests_refused++;
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                         "a nursery budget of %llu bytes is more than heap "
+                         "'%s' holds (max_size %llu bytes): ask for %llu "
+                         "bytes or less, or 0 for its young_size",
+                         (unsigned long long)*bytes, cfg->name,
+                         (unsigned long long)cfg->max_size, max);
+    }
+    if (*bytes > max) {
         c->d->requests_refused++;
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
-                         "a nursery of %llu bytes is more than this "
-                         "client's quota (max_client_bytes %llu in [heap "
-                         "%s] of %s); ask for a smaller young_size, or "
-                         "raise max_client_bytes",
-                         (unsigned long long)bytes,
+                         "a nursery budget of %llu bytes is more than this "
+                         "client may hold (max_client_bytes %llu in [heap "
+                         "%s] of %s): ask for %llu bytes or less, or raise "
+                         "max_client_bytes", (unsigned long long)*bytes,
                          (unsigned long long)cfg->max_client_bytes,
-                         cfg->name, c->d->cfg.path);
+                         cfg->name, c->d->cfg.path, max);
     }
-    /* whole segments, and room for two halves of a page each */
-    uint64_t min = LAYOUT_YOUNG_START + 2 * 4096;
-    bytes = bytes < min ? min : bytes;
-    *segs = (uint32_t)((bytes + cfg->segment_size - 1) >> h->seg_shift);
+    /* Note [Young budgets]: what kept_of will take back */
+    assert(heap_young_ok(h, *bytes, *age));
     return 1;
-}
-
-/* Answer an attach whose nursery of SEGS segments grant_young refused
- * with RC. */
-static int young_refused(struct conn *c, struct heap *h, uint64_t seq,
-                         int rc, uint32_t segs, uint32_t held)
-{
-    const struct config_heap *cfg = h->cfg;
-    unsigned long long bytes = (unsigned long long)segs << h->seg_shift;
-    switch (rc) {
-    case -EDQUOT:
-        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
-                                "no room in this client's quota for a "
-                                "nursery of %llu bytes: it holds %u "
-                                "segments (%llu bytes) of heap '%s' and "
-                                "max_client_bytes is %llu; ask for a "
-                                "smaller young_size, detach a young "
-                                "mutator, or raise max_client_bytes in "
-                                "[heap %s]", bytes, held,
-                                (unsigned long long)held << h->seg_shift,
-                                cfg->name,
-                                (unsigned long long)cfg->max_client_bytes,
-                                cfg->name);
-    case -ENOSPC:
-    case -EFBIG:
-        collector_request(h); /* what is dead may make room */
-        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
-                                "heap '%s' has no run of %u free segments "
-                                "for a nursery of %llu bytes (max_size "
-                                "%llu); try again after a collection, ask "
-                                "for a smaller young_size, or raise "
-                                "max_size in [heap %s]", cfg->name, segs,
-                                bytes, (unsigned long long)cfg->max_size,
-                                cfg->name);
-    default:
-        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
-                                "heapd has no memory to trace a nursery of "
-                                "%llu bytes: %s; ask for a smaller "
-                                "young_size", bytes, strerror(-rc));
-    }
 }
 
 static int handle_attach(struct conn *c, uint64_t seq,
                          const Heapd__AttachRequest *ar)
 {
     struct heap *h = mutator_heap(c, seq, "attach");
-    uint32_t young_segs, young_age, young_first = 0;
-    struct young_trace *tracer = NULL;
+    uint64_t young_bytes;
+    uint32_t young_age;
     int slot;
 
     if (!h)
@@ -592,29 +559,15 @@ static int handle_attach(struct conn *c, uint64_t seq,
             used[h->owners[i].region] = true;
     while (used[region])
         region++;
-    int asked = young_asked(c, h, seq, ar, &young_segs, &young_age);
+    int asked = young_asked(c, h, seq, ar, &young_bytes, &young_age);
     if (asked != 1)
         return asked;
     heap_lock(h);
-    if (young_segs) {
-        int rc = grant_young(h, c->id, &c->held, young_segs, &young_first,
-                             &tracer);
-        if (rc < 0) {
-            uint32_t held = c->held;
-            heap_unlock(h);
-            return young_refused(c, h, seq, rc, young_segs, held);
-        }
-    }
-    slot = grant_slot(h, c->id, c->slots, c->mem_fd, region, c->granted);
-    if (slot >= 0) {
+    slot = grant_slot(h, c->id, c->slots, c->mem_fd, region, c->granted,
+                      young_bytes, young_age);
+    if (slot >= 0)
         safepoint_own_slot(h, (unsigned)slot, (int)c->peer.pid,
                            (unsigned)c->peer.uid, c->name);
-        if (young_segs)
-            grant_young_bind(h, (unsigned)slot, young_first, young_segs,
-                             young_age, tracer);
-    } else if (young_segs) {
-        grant_young_undo(h, &c->held, young_first, tracer);
-    }
     assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
     heap_unlock(h);
     if (slot == -ENOSPC)
@@ -631,8 +584,7 @@ static int handle_attach(struct conn *c, uint64_t seq,
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     r.slot = (uint32_t)slot;
     r.region = region;
-    r.young_first = young_first;
-    r.young_segments = young_segs;
+    r.young_bytes = young_bytes;
     r.young_age = young_age;
     env.body_case = HEAPD__ENVELOPE__BODY_ATTACH_REPLY;
     env.attach_reply = &r;
@@ -653,8 +605,6 @@ static int handle_detach(struct conn *c, uint64_t seq,
                            r->slot);
     }
     heap_lock(h);
-    /* its nursery goes with it (Note [A nursery in the segment table]) */
-    c->held -= grant_young_held(h, r->slot);
     grant_free_slot(h, c->slots, r->slot, c->mem_fd);
     assert(grant_check_slots(h)); /* Note [Checking mutator slots] */
     heap_unlock(h);
@@ -1044,7 +994,8 @@ void session_cycle_done(struct heap *h, void *daemon)
  * frees the client's slots -- reading what is left in their URS rings from
  * shared memory, so that nothing a mutator logged is lost, and releasing
  * its stack words: a dead mutator holds up no stop (Note [Stop the
- * world]) -- orphans its segments (Note [Segment supply]), moves the
+ * world]) -- orphans its segments (Note [Segment supply]), its young
+ * blocks freed (Note [Young blocks of a client gone]), moves the
  * remark work it was asked for to the global stack and stops sending it
  * requests (Note [Remark]), and releases the global roots it was
  * initialising (Note [Global roots]); its requests still waiting for a

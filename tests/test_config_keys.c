@@ -217,8 +217,8 @@ START_TEST(t_mark_stack_range)
 }
 END_TEST
 
-/* Note [Nurseries] in proto/young.h: the heap's defaults for an attach
- * that asks for none */
+/* Note [Young budgets] in daemon/gc/heap.h: the heap's defaults for an
+ * attach that asks for none */
 START_TEST(t_young_keys)
 {
     struct config c;
@@ -240,8 +240,9 @@ START_TEST(t_young_keys)
     expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 512M\n"
                   "young_size = 256M\n",
                   "heapd:t.conf:4: young_size 256M is more than a quarter "
-                  "of max_size 512M; lower it (a nursery is a mutator's "
-                  "own, and at most a quarter of the heap)\n");
+                  "of max_size 512M; lower it (every young mutator that "
+                  "asks for no budget allocates this much between its "
+                  "minor collections)\n");
     expect_errors(HEAP "young_age = 0\n",
                   "heapd:t.conf:4: young_age 0 is out of range (1..8)\n");
     expect_errors(HEAP "young_age = 9\n",

@@ -1,15 +1,20 @@
 /* Young generations end to end (Note [Young objects, for the program] in
  * client/heapd.h, the Notes of client/minor.c), against a real heapd with
  * the verifier on: a young mutator's rooted data lives through many minor
- * collections and is promoted by age; every store that makes a young
- * graph shared publishes it (heapd_write, heapd_cas, heapd_global_set,
- * heapd_publish) and another process reads the copy across cycles; an old
- * object reachable at a snapshot only through young objects survives,
- * whether the mutator pushes it (Note [The preparatory push]) or, while
- * it is blocked, the daemon traces its nursery; a young graph published
- * into a dirty object during marking is black; and several young
- * mutators share a table with a non-young one through major cycles.
- * Misuse is tests/test_young_misuse.c.
+ * collections and is promoted by age where it is (the same address, no
+ * longer young, its mark an epoch), with every young object it reaches; a
+ * young object that only a C local holds, by its address or an interior
+ * pointer, lives through dozens of minor collections and stays young; a
+ * dead young block is freed where it is and allocated again; every store
+ * that makes a young graph shared publishes it in place (heapd_write,
+ * heapd_cas, heapd_global_set, heapd_publish, which returns its argument)
+ * and another process reads it across cycles; an old object reachable at
+ * a snapshot only through young objects survives, whether the mutator
+ * pushes it (Note [The preparatory push]) or, while it is blocked, the
+ * daemon scans its young blocks; a young graph published into a dirty
+ * object during marking is black; and several young mutators share a
+ * table with a non-young one through major cycles.  Misuse is
+ * tests/test_young_misuse.c, kills tests/test_young_crash.c.
  */
 #include <check.h>
 #include <errno.h>
@@ -120,11 +125,16 @@ static void helper_leave(heapd_mutator *h)
     heapd_detach(h);
 }
 
+/* The least nursery budget heapd grants: two segments (Note [Young
+ * budgets] in daemon/gc/heap.h). */
+#define YOUNG_MIN (256u << 10)
+
 /* Allocate garbage until M's next minor collection has run. */
 static void minor_now(heapd_mutator *m)
 {
     heapd_young_stats a = young_stats(m), b;
-    /* each 56 bytes: a half fills within young_bytes / 2 / 56 */
+    /* each a block of 56 bytes: the budget runs out within young_bytes /
+     * 56 of them */
     uint64_t bound = a.young_bytes / 56 + 64;
     for (uint64_t k = 0;; k++) {
         ck_assert_msg(k < bound, "no minor collection after %llu "
@@ -178,17 +188,14 @@ START_TEST(young_list_through_minor_collections)
         void **n = new_node(m, 1, i); /* may run a minor collection */
         ck_assert_msg(n != NULL, "heapd_alloc %llu: %s",
                       (unsigned long long)i, heapd_last_error());
-        /* young, unless the survivors of the minor collection it ran
-         * left the half no room (Note [Minor collections]) */
         born_young += heapd_is_young(m, n);
         heapd_write(m, n, &n[0], heapd_root_get(m, r)); /* a plain store */
         heapd_root_set(m, r, n);
-        /* garbage: with every young object live, the survivors of a
-         * minor collection fill the new half, the next object goes
-         * shared, and storing the young list into it publishes all of it
-         * before any reaches its age */
+        /* garbage of the nodes' class: each minor collection frees it
+         * where it is, and the next allocations take those blocks again,
+         * so a node freed by mistake is overwritten */
         for (int g = 0; g < LIST_GARBAGE; g++)
-            ck_assert_ptr_nonnull(heapd_alloc(m, 0, 24));
+            ck_assert_ptr_nonnull(heapd_alloc(m, 1, sizeof(struct payload)));
         if ((i + 1) % LIST_BATCH != 0)
             continue;
         uint64_t young;
@@ -206,9 +213,9 @@ START_TEST(young_list_through_minor_collections)
                   (unsigned long long)y.minor_collections);
     ck_assert_msg(saw_young_and_shared, "the list never held young and "
                   "promoted nodes at once");
-    ck_assert_msg(born_young >= LIST_N - y.minor_collections,
-                  "only %llu of %u nodes were allocated young",
-                  (unsigned long long)born_young, LIST_N);
+    /* every small object of a young mutator is born young */
+    ck_assert_msg(born_young == LIST_N, "only %llu of %u nodes were "
+                  "allocated young", (unsigned long long)born_young, LIST_N);
     ck_assert_uint_gt(y.promoted_age_bytes, 0);
     ck_assert_uint_gt(y.minor_pause_max_ns, 0);
     ck_assert_uint_ge(y.minor_pause_total_ns, y.minor_pause_max_ns);
@@ -231,7 +238,8 @@ END_TEST
 
 /* With the heap's young_age HEAP_AGE and the attach's ASKED (0: the
  * heap's), a rooted object is young until it has survived the age, then
- * shared, and then it never moves. */
+ * shared where it is: the same address all along, its mark an epoch from
+ * then on (Note [Promotion in place] in client/minor.c). */
 static void aging(unsigned heap_age, unsigned asked)
 {
     char extra[64];
@@ -239,28 +247,34 @@ static void aging(unsigned heap_age, unsigned asked)
     snprintf(extra, sizeof extra, "young_age = %u\n", heap_age);
     harness_start_with(&D, extra);
     heapd_client *c = connect_plain(0);
-    heapd_mutator *m = attach_young(c, 64 << 10, asked);
+    heapd_mutator *m = attach_young(c, YOUNG_MIN, asked);
     ck_assert_uint_eq(young_stats(m).young_age, age);
-    size_t r = heapd_root_push(m, new_node(m, 0, 42));
-    ck_assert(heapd_is_young(m, heapd_root_get(m, r)));
+    void *born = new_node(m, 0, 42);
+    size_t r = heapd_root_push(m, born);
+    ck_assert(still_young(c, m, born));
     for (unsigned s = 1; s <= age; s++) {
-        uint64_t promoted = young_stats(m).promoted_age_bytes;
+        uint64_t before = young_stats(m).promoted_age_bytes;
         minor_now(m);
         void *o = heapd_root_get(m, r);
+        ck_assert_msg(o == born, "minor collection %u moved the object",
+                      s);
         ck_assert_msg(node_ok(o, 0, 42), "the object was damaged by minor "
                       "collection %u", s);
-        ck_assert_msg(heapd_is_young(m, o) == (s < age),
+        ck_assert_msg(s < age ? still_young(c, m, o) : promoted(c, m, o),
                       "young_age %u: after %u minor collections the object "
-                      "is %s", age, s, heapd_is_young(m, o) ? "young"
-                                                           : "shared");
+                      "is %s (mark %d)", age, s,
+                      heapd_is_young(m, o) ? "young" : "shared",
+                      mark_of(c, o));
         if (s == age)
-            ck_assert_uint_gt(young_stats(m).promoted_age_bytes, promoted);
+            ck_assert_uint_gt(young_stats(m).promoted_age_bytes, before);
     }
-    void *shared = heapd_root_get(m, r);
     minor_now(m);
-    ck_assert_ptr_eq(heapd_root_get(m, r), shared);
+    ck_assert_ptr_eq(heapd_root_get(m, r), born);
+    ck_assert(promoted(c, m, born));
     harness_collect(m);
-    ck_assert(node_ok(heapd_root_get(m, r), 0, 42));
+    ck_assert_ptr_eq(heapd_root_get(m, r), born);
+    ck_assert(node_ok(born, 0, 42));
+    ck_assert(promoted(c, m, born));
     heapd_detach(m);
     heapd_disconnect(c);
     harness_expect_healthy(&D);
@@ -291,7 +305,344 @@ START_TEST(aging_asked_three)
 }
 END_TEST
 
-/* ---- 2. publication ---- */
+/* The bytes a block of an object of NREFS references and NBYTES bytes
+ * takes (its size class). */
+static uint64_t block_bytes(size_t nrefs, size_t nbytes)
+{
+    return layout_class_size[layout_size_class(
+        (uint32_t)layout_object_size(nrefs, nbytes))];
+}
+
+/* A rooted young object promoted by age takes every young object it
+ * reaches with it, however young (Note [Promotion in place]): P ages
+ * through one minor collection, then gets young children C1 (with a
+ * child C2) and C3; at the minor collection where P reaches its age, all
+ * four become shared where they are. */
+START_TEST(rooted_object_promoted_in_place_with_its_children)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, YOUNG_MIN, 2);
+    void **p = new_node(m, 2, 1);
+    ck_assert_ptr_nonnull(p);
+    size_t r = heapd_root_push(m, p);
+    minor_now(m);
+    ck_assert_ptr_eq(heapd_root_get(m, r), p);
+    ck_assert_msg(still_young(c, m, p), "promoted after one minor "
+                  "collection of young_age 2");
+    void **c1 = new_node(m, 1, 2), **c2 = new_node(m, 0, 3);
+    void **c3 = new_node(m, 0, 4);
+    ck_assert(c1 && c2 && c3);
+    heapd_write(m, c1, &c1[0], c2); /* young into young: plain stores */
+    heapd_write(m, p, &p[0], c1);
+    heapd_write(m, p, &p[1], c3);
+    ck_assert(still_young(c, m, c1) && still_young(c, m, c2) &&
+              still_young(c, m, c3));
+    uint64_t aged = young_stats(m).promoted_age_bytes;
+    minor_now(m);
+    void **objs[] = {p, c1, c2, c3};
+    for (size_t i = 0; i < 4; i++)
+        ck_assert_msg(promoted(c, m, objs[i]), "object %zu of the promoted "
+                      "graph: young %d, mark %d", i,
+                      heapd_is_young(m, objs[i]), mark_of(c, objs[i]));
+    /* exactly these four: C locals (these) keep but never promote */
+    ck_assert_uint_eq(young_stats(m).promoted_age_bytes - aged,
+                      block_bytes(2, sizeof(struct payload)) +
+                          block_bytes(1, sizeof(struct payload)) +
+                          2 * block_bytes(0, sizeof(struct payload)));
+    for (int round = 0; round < 3; round++) {
+        ck_assert_ptr_eq(heapd_root_get(m, r), p);
+        ck_assert_msg(node_ok(p, 2, 1) && node_ok(c1, 1, 2) &&
+                          node_ok(c2, 0, 3) && node_ok(c3, 0, 4),
+                      "round %d: a promoted object is damaged", round);
+        ck_assert(field(p, 0) == c1 && field(c1, 0) == c2 &&
+                  field(p, 1) == c3);
+        for (size_t i = 0; i < 4; i++)
+            ck_assert(promoted(c, m, objs[i]));
+        /* a minor collection leaves them alone, the daemon keeps them */
+        minor_now(m);
+        harness_collect(m);
+    }
+    harness_expect_healthy(&D);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* ---- 2. young objects that only C locals hold ---- */
+
+/* Note [Minor collections]: a minor collection keeps what the mutator's
+ * stack and registers point to, interior pointers included, and never
+ * promotes it by age.  Each test allocates LOCAL_ALLOCS objects after it
+ * made its young objects, in a small nursery, so that dozens of minor
+ * collections run while only a C local holds them, and a few major
+ * cycles with the verifier on.  The garbage is of the held objects'
+ * classes too: a held block freed by mistake is allocated again and
+ * zeroed, which the checks of its counter see. */
+#define LOCAL_ALLOCS 10000
+#define LOCAL_YOUNG YOUNG_MIN
+#define LOCAL_MINORS 24    /* at least this many minor collections */
+#define LOCAL_CYCLES 4     /* major cycles among the allocations */
+
+/* What a held object holds in its bytes: a counter the loop moves on. */
+struct counter {
+    uint64_t count, check;
+};
+
+static void count_on(struct counter *k)
+{
+    k->count++;
+    k->check = check_of(k->count);
+}
+
+static bool count_ok(const struct counter *k, uint64_t want)
+{
+    return k->count == want && k->check == check_of(want);
+}
+
+static void count_start(struct counter *k)
+{
+    k->count = 0;
+    k->check = check_of(0);
+}
+
+/* Garbage allocation I of LOCAL_ALLOCS: of the classes the held objects
+ * and their children take (1 and 2 references and a counter, a node of
+ * no reference), or a 4 KiB block that makes the minor collections
+ * frequent, filled; a major cycle every LOCAL_ALLOCS / LOCAL_CYCLES. */
+static void local_garbage(heapd_mutator *m, uint64_t i)
+{
+    static const size_t nrefs[4] = {1, 2, 0, 0};
+    static const size_t nbytes[4] = {sizeof(struct counter),
+                                     sizeof(struct counter),
+                                     sizeof(struct payload), 4000};
+    void **g = heapd_alloc(m, nrefs[i % 4], nbytes[i % 4]);
+    ck_assert_msg(g != NULL, "heapd_alloc %llu: %s", (unsigned long long)i,
+                  heapd_last_error());
+    memset(heapd_bytes(g), 0xa5, nbytes[i % 4]);
+    if (i % (LOCAL_ALLOCS / LOCAL_CYCLES) == LOCAL_ALLOCS / LOCAL_CYCLES / 2)
+        ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+}
+
+/* After the loop: enough minor collections and major cycles ran, and
+ * the verifier found nothing. */
+static void local_ran(heapd_client *c, heapd_mutator *m, uint64_t minors,
+                      uint64_t cycles)
+{
+    uint64_t ran = young_stats(m).minor_collections - minors;
+    ck_assert_msg(ran >= LOCAL_MINORS, "only %llu minor collections ran",
+                  (unsigned long long)ran);
+    ck_assert_uint_ge(harness_stats(c).cycles_completed,
+                      cycles + LOCAL_CYCLES);
+    harness_expect_healthy(&D);
+}
+
+/* Wipe the stack below the caller's frame, where the frames of the
+ * calls before it left words: a young object it held there would
+ * otherwise be kept by a stale copy, not by what the test means to hold
+ * it. */
+static __attribute__((noinline)) void wipe_stack(void)
+{
+    volatile uint64_t words[4096];
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        words[i] = 0;
+}
+
+/* O (one reference, a counter) in a C local, not rooted, with a young
+ * child in its field.  The local is an ordinary one: the compiler keeps it
+ * in a callee-saved register or a stack slot, both of which the scan of
+ * the stack sees (Note [Scanning a mutator's own stack] in
+ * client/stack.c). */
+START_TEST(young_local_survives_minor_collections)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, LOCAL_YOUNG, 0);
+    uint64_t minors = young_stats(m).minor_collections;
+    uint64_t cycles = harness_stats(c).cycles_completed;
+    void **o = heapd_alloc(m, 1, sizeof(struct counter));
+    ck_assert_ptr_nonnull(o);
+    void **child = new_node(m, 0, 7);
+    ck_assert_ptr_nonnull(child);
+    heapd_write(m, o, &o[0], child);
+    count_start((struct counter *)(o + 1));
+    child = NULL;
+    for (uint64_t i = 0; i < LOCAL_ALLOCS; i++) {
+        struct counter *k = (struct counter *)(o + 1);
+        ck_assert_msg(count_ok(k, i), "after %llu allocations the object "
+                      "a C local holds was freed (count %llu)",
+                      (unsigned long long)i, (unsigned long long)k->count);
+        count_on(k);
+        local_garbage(m, i);
+    }
+    ck_assert(count_ok((struct counter *)(o + 1), LOCAL_ALLOCS));
+    ck_assert_msg(node_ok(field(o, 0), 0, 7), "the young child of the "
+                  "object a C local holds was freed");
+    /* Note [Minor collections]: what only C locals hold stays young */
+    ck_assert_msg(still_young(c, m, o) && still_young(c, m, field(o, 0)),
+                  "an object only a C local held was promoted (young %d "
+                  "mark %d, its child young %d mark %d)",
+                  heapd_is_young(m, o), mark_of(c, o),
+                  heapd_is_young(m, field(o, 0)), mark_of(c, field(o, 0)));
+    local_ran(c, m, minors, cycles);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* Young A (one reference, a counter) with child 11 and young B (two
+ * references, a counter) with child 12 in its field 1, of which the
+ * caller gets interior pointers only: A's bytes and B's field 1. */
+static __attribute__((noinline)) void
+interior_only(heapd_mutator *m, struct counter **bytes_of_a, void ***field_of_b)
+{
+    void **a = heapd_alloc(m, 1, sizeof(struct counter));
+    void **b = heapd_alloc(m, 2, sizeof(struct counter));
+    void **ca = new_node(m, 0, 11), **cb = new_node(m, 0, 12);
+    ck_assert(a && b && ca && cb);
+    heapd_write(m, a, &a[0], ca);
+    heapd_write(m, b, &b[1], cb);
+    count_start(heapd_bytes(a));
+    count_start(heapd_bytes(b));
+    *bytes_of_a = heapd_bytes(a);
+    *field_of_b = &b[1];
+}
+
+/* The same with interior pointers (heapd_bytes(o), &o[1]) as the only
+ * references: kept in volatile locals, so in the frame's stack slots, and
+ * the stack below wiped once they are made, so that no copy of the
+ * objects' own addresses is left anywhere the scan looks. */
+START_TEST(interior_pointer_keeps_young_object)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, LOCAL_YOUNG, 0);
+    uint64_t minors = young_stats(m).minor_collections;
+    uint64_t cycles = harness_stats(c).cycles_completed;
+    struct counter *ka0;
+    void **fb0;
+    interior_only(m, &ka0, &fb0);
+    struct counter *volatile ka = ka0;
+    void **volatile fb = fb0;
+    ka0 = NULL;
+    fb0 = NULL;
+    wipe_stack();
+    for (uint64_t i = 0; i < LOCAL_ALLOCS; i++) {
+        struct counter *kb = (struct counter *)(fb + 1);
+        ck_assert_msg(count_ok(ka, i) && count_ok(kb, i),
+                      "after %llu allocations an object only an interior "
+                      "pointer held was freed (counts %llu, %llu)",
+                      (unsigned long long)i,
+                      (unsigned long long)ka->count,
+                      (unsigned long long)kb->count);
+        count_on(ka);
+        count_on(kb);
+        local_garbage(m, i);
+    }
+    void **a = (void **)ka - 1, **b = (void **)fb - 1;
+    ck_assert(count_ok(ka, LOCAL_ALLOCS) &&
+              count_ok((struct counter *)(fb + 1), LOCAL_ALLOCS));
+    ck_assert_msg(node_ok(field(a, 0), 0, 11) && node_ok(field(b, 1), 0, 12),
+                  "a young child of an object an interior pointer held was "
+                  "freed");
+    ck_assert_ptr_null(field(b, 0));
+    ck_assert_msg(still_young(c, m, a) && still_young(c, m, b) &&
+                      still_young(c, m, field(a, 0)) &&
+                      still_young(c, m, field(b, 1)),
+                  "an object only an interior pointer held was promoted");
+    local_ran(c, m, minors, cycles);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+#define DEAD_N 400
+#define DEAD_NBYTES 72  /* with one reference: a class nothing else takes */
+#define DEAD_STALE 8    /* kept by stale words of the stack, at most */
+#define DEAD_SLACK 1024 /* bytes of minor_now's garbage stale words keep */
+
+/* DEAD_N young objects, each in a root slot of its own (so that a stale
+ * copy of one address keeps that one only); their addresses in ADDR,
+ * which is malloc'd memory, not scanned. */
+static __attribute__((noinline)) void root_many(heapd_mutator *m,
+                                                uintptr_t *addr)
+{
+    for (size_t i = 0; i < DEAD_N; i++) {
+        void **n = heapd_alloc(m, 1, DEAD_NBYTES);
+        ck_assert_ptr_nonnull(n);
+        *(uint64_t *)heapd_bytes(n) = i;
+        ck_assert_uint_ne(heapd_root_push(m, n), (size_t)-1);
+        addr[i] = (uintptr_t)n;
+    }
+}
+
+static int cmp_addr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Note [Minor collections], step 3: a young block nothing reaches is
+ * freed where it is (its mark back to 0), the young bytes in use fall, and
+ * the next allocations of its class take it again. */
+START_TEST(dead_young_blocks_are_reused)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, YOUNG_MIN, 2);
+    uintptr_t *addr = malloc(DEAD_N * sizeof *addr);
+    ck_assert_ptr_nonnull(addr);
+    root_many(m, addr);
+    uint64_t bs = block_bytes(1, DEAD_NBYTES);
+    minor_now(m); /* they survive it, rooted, and are not old yet */
+    heapd_young_stats y = young_stats(m);
+    ck_assert_uint_ge(y.bytes_in_use, DEAD_N * bs);
+    for (size_t i = 0; i < DEAD_N; i++)
+        ck_assert(still_young(c, m, (void *)addr[i]) &&
+                  *(uint64_t *)heapd_bytes((void *)addr[i]) == i);
+    uint64_t in_use = y.bytes_in_use;
+    heapd_root_pop(m, DEAD_N);
+    wipe_stack();
+    minor_now(m);
+    size_t freed = 0;
+    for (size_t i = 0; i < DEAD_N; i++)
+        freed += mark_of(c, (void *)addr[i]) == 0;
+    ck_assert_msg(freed >= DEAD_N - DEAD_STALE, "only %zu of %u dead young "
+                  "blocks were freed", freed, DEAD_N);
+    y = young_stats(m);
+    ck_assert_msg(y.bytes_in_use + freed * bs <= in_use + DEAD_SLACK,
+                  "young bytes in use %llu -> %llu with %zu blocks of %llu "
+                  "bytes freed", (unsigned long long)in_use,
+                  (unsigned long long)y.bytes_in_use, freed,
+                  (unsigned long long)bs);
+    /* the freed blocks are the next ones of their class allocated */
+    qsort(addr, DEAD_N, sizeof *addr, cmp_addr);
+    size_t reused = 0;
+    for (size_t i = 0; i < freed; i++) {
+        void **n = heapd_alloc(m, 1, DEAD_NBYTES);
+        ck_assert_ptr_nonnull(n);
+        ck_assert(still_young(c, m, n));
+        uintptr_t a = (uintptr_t)n;
+        reused += bsearch(&a, addr, DEAD_N, sizeof *addr, cmp_addr) != NULL;
+    }
+    ck_assert_msg(reused == freed, "%zu of the %zu allocations after the "
+                  "minor collection took a freed block", reused, freed);
+    ck_assert_uint_eq(young_stats(m).minor_collections, y.minor_collections);
+    free(addr);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* ---- 3. publication ---- */
 
 #define TREE 50
 
@@ -306,7 +657,6 @@ static size_t build_tree(heapd_mutator *m, uint64_t base)
     for (size_t i = 0; i < TREE; i++) {
         void **n = new_node(m, 2, base + i);
         ck_assert_ptr_nonnull(n);
-        holder = heapd_root_get(m, s); /* it may have moved */
         heapd_write(m, holder, &holder[i], n);
     }
     holder = heapd_root_get(m, s);
@@ -323,9 +673,10 @@ static size_t build_tree(heapd_mutator *m, uint64_t base)
 }
 
 /* NULL if the tree from T is the one build_tree made with BASE (and, if
- * SHARED, has no young node), else what is wrong. */
-static const char *tree_broken(const heapd_mutator *m, void *t, uint64_t base,
-                               bool shared)
+ * SHARED, has no young node: each promoted where it is, its mark an
+ * epoch), else what is wrong. */
+static const char *tree_broken(const heapd_client *c, const heapd_mutator *m,
+                               void *t, uint64_t base, bool shared)
 {
     struct {
         void *n;
@@ -339,7 +690,7 @@ static const char *tree_broken(const heapd_mutator *m, void *t, uint64_t base,
         size_t i = stack[depth].i;
         if (!node_ok(n, 2, base + i))
             return "a node of the tree is damaged";
-        if (shared && heapd_is_young(m, n))
+        if (shared && !promoted(c, m, n))
             return "a node of a published tree is still young";
         seen++;
         for (size_t k = 0; k < 2; k++) {
@@ -358,9 +709,9 @@ static const char *tree_broken(const heapd_mutator *m, void *t, uint64_t base,
     return seen == TREE ? NULL : "the tree has the wrong number of nodes";
 }
 
-#define ck_tree(m, t, base, shared)                                          \
+#define ck_tree(c, m, t, base, shared)                                       \
     do {                                                                     \
-        const char *why_ = tree_broken((m), (t), (base), (shared));          \
+        const char *why_ = tree_broken((c), (m), (t), (base), (shared));     \
         ck_assert_msg(!why_, "tree %llu: %s", (unsigned long long)(base),    \
                       why_);                                                 \
     } while (0)
@@ -397,7 +748,7 @@ static void reader_kid(int go)
     heap_hi = heap_lo + heapd_heap_size(c);
     for (int k = 0; k < 20; k++) {
         void *t = heapd_global_get(m, "tree");
-        const char *why = t ? tree_broken(m, t, 300, true) : "no tree";
+        const char *why = t ? tree_broken(c, m, t, 300, true) : "no tree";
         if (why) {
             fprintf(stderr, "reader, cycle %d: %s\n", k, why);
             _exit(3);
@@ -412,7 +763,7 @@ static void reader_kid(int go)
     _exit(0);
 }
 
-START_TEST(publication_copies_young_graphs)
+START_TEST(publication_promotes_young_graphs_in_place)
 {
     harness_start_with(&D, NULL);
     int go[2];
@@ -433,69 +784,57 @@ START_TEST(publication_copies_young_graphs)
     size_t sx = heapd_root_push(m, new_shared_node(m, 0, 9999));
     uint64_t pub = young_stats(m).promoted_published_bytes;
 
-    /* heapd_write: the field gets the copy */
+    /* heapd_write: the field gets the tree itself, promoted where it is */
     size_t st = build_tree(m, 0);
     void **t = heapd_root_get(m, st);
-    s = heapd_root_get(m, ss);
     heapd_write(m, s, &s[0], t);
-    void **v = field(s, 0);
-    ck_assert_ptr_nonnull(v);
-    ck_assert_ptr_ne(v, t);
-    ck_assert(!heapd_is_young(m, v));
-    ck_tree(m, v, 0, true);
+    ck_assert_ptr_eq(field(s, 0), t);
+    ck_assert_ptr_eq(heapd_root_get(m, st), t);
+    ck_tree(c, m, t, 0, true);
     published_grew(m, &pub, "heapd_write");
-    ck_assert_ptr_eq(heapd_root_get(m, st), v); /* the root follows */
-    /* a store through the stale young address lands in the copy */
-    void *right = field(v, 1), *x = heapd_root_get(m, sx);
+    /* a store into it is now a shared store, with its barrier */
+    void *right = field(t, 1), *x = heapd_root_get(m, sx);
     heapd_write(m, t, &t[1], x);
     ck_assert_ptr_eq(field(field(s, 0), 1), x);
-    heapd_write(m, v, &v[1], right);
-    ck_tree(m, field(s, 0), 0, true);
+    heapd_write(m, t, &t[1], right);
+    ck_tree(c, m, field(s, 0), 0, true);
 
-    /* heapd_cas, succeeding: the copy; the stale address means it */
+    /* heapd_cas, succeeding: the tree itself, promoted */
     st = build_tree(m, 100);
-    t = heapd_root_get(m, st);
-    s = heapd_root_get(m, ss);
-    ck_assert(heapd_cas(m, s, &s[1], NULL, t));
-    void **v2 = field(s, 1);
-    ck_assert(!heapd_is_young(m, v2));
-    ck_tree(m, v2, 100, true);
+    void **t2 = heapd_root_get(m, st);
+    ck_assert(heapd_cas(m, s, &s[1], NULL, t2));
+    ck_assert_ptr_eq(field(s, 1), t2);
+    ck_tree(c, m, t2, 100, true);
     published_grew(m, &pub, "heapd_cas");
-    ck_assert(heapd_cas(m, s, &s[2], NULL, t));
-    ck_assert_ptr_eq(field(s, 2), v2);
-    ck_assert(heapd_cas(m, s, &s[1], t, v2));
-    ck_assert_ptr_eq(field(s, 1), v2);
-    /* failing: nothing stored, the young tree whole */
+    ck_assert(heapd_cas(m, s, &s[2], NULL, t2));
+    ck_assert_ptr_eq(field(s, 2), t2);
+    /* failing: nothing stored, the tree whole where it is */
     st = build_tree(m, 200);
     t = heapd_root_get(m, st);
-    s = heapd_root_get(m, ss);
     ck_assert(!heapd_cas(m, s, &s[1], NULL, t));
-    ck_assert_ptr_eq(field(s, 1), v2);
-    ck_tree(m, heapd_root_get(m, st), 200, false);
+    ck_assert_ptr_eq(field(s, 1), t2);
+    ck_assert_ptr_eq(heapd_root_get(m, st), t);
+    ck_tree(c, m, t, 200, false);
 
     /* heapd_global_set */
     st = build_tree(m, 300);
     t = heapd_root_get(m, st);
     ck_assert_int_eq(heapd_global_set(m, "tree", t), 0);
-    void *g = heapd_global_get(m, "tree");
-    ck_assert_ptr_nonnull(g);
-    ck_assert(!heapd_is_young(m, g));
-    ck_tree(m, g, 300, true);
+    ck_assert_ptr_eq(heapd_global_get(m, "tree"), t);
+    ck_tree(c, m, t, 300, true);
     published_grew(m, &pub, "heapd_global_set");
 
-    /* heapd_publish */
+    /* heapd_publish: its argument back, promoted with all it reaches */
     st = build_tree(m, 400);
     t = heapd_root_get(m, st);
-    void *p = heapd_publish(m, t);
-    ck_assert_ptr_ne(p, t);
-    ck_assert(!heapd_is_young(m, p));
-    ck_tree(m, p, 400, true);
+    ck_assert_ptr_eq(heapd_publish(m, t), t);
+    ck_tree(c, m, t, 400, true);
     published_grew(m, &pub, "heapd_publish");
-    ck_assert_ptr_eq(heapd_publish(m, p), p);
-    ck_assert_ptr_eq(heapd_publish(m, t), p);
-    ck_assert_ptr_eq(heapd_root_get(m, st), p);
-    s = heapd_root_get(m, ss);
+    ck_assert_ptr_eq(heapd_publish(m, t), t);
+    ck_assert_ptr_eq(heapd_root_get(m, st), t);
     ck_assert_ptr_eq(heapd_publish(m, s), s);
+    ck_assert_ptr_null(heapd_publish(m, NULL));
+    ck_assert_uint_eq(young_stats(m).promoted_published_bytes, pub);
     ck_assert_uint_eq(harness_stats(c).promoted_published_bytes, pub);
 
     /* another process reads the published tree across 20 cycles; this
@@ -506,10 +845,10 @@ START_TEST(publication_copies_young_graphs)
     harness_wait_ok(kid, "the reading process");
     heapd_blocking_leave(m);
     s = heapd_root_get(m, ss);
-    ck_tree(m, field(s, 0), 0, true);
-    ck_tree(m, field(s, 1), 100, true);
-    ck_tree(m, heapd_global_get(m, "tree"), 300, true);
-    ck_tree(m, heapd_root_get(m, st), 400, true);
+    ck_tree(c, m, field(s, 0), 0, true);
+    ck_tree(c, m, field(s, 1), 100, true);
+    ck_tree(c, m, heapd_global_get(m, "tree"), 300, true);
+    ck_tree(c, m, heapd_root_get(m, st), 400, true);
     ck_assert(node_ok(heapd_root_get(m, sx), 0, 9999));
     heapd_detach(m);
     heapd_disconnect(c);
@@ -518,7 +857,82 @@ START_TEST(publication_copies_young_graphs)
 }
 END_TEST
 
-/* ---- 3. an old object reachable only through young ones ---- */
+#define RING 64
+
+/* heapd_publish of one node of a young graph -- a ring of RING nodes,
+ * each also referencing a shared node or none -- returns that node and
+ * promotes the ring, every node once, and nothing else: a young node
+ * outside it, even one that references the ring, stays young. */
+START_TEST(publish_returns_its_argument_and_promotes_the_whole_graph)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, 0, 0);
+    void **x = new_shared_node(m, 0, 9000);
+    ck_assert_ptr_nonnull(x);
+    int xmark = mark_of(c, x);
+    ck_assert_uint_ne(heapd_root_push(m, x), (size_t)-1);
+    void **ring[RING];
+    for (size_t i = 0; i < RING; i++) {
+        ring[i] = new_node(m, 2, 100 + i);
+        ck_assert_ptr_nonnull(ring[i]);
+        heapd_root_push(m, ring[i]);
+    }
+    for (size_t i = 0; i < RING; i++) {
+        heapd_write(m, ring[i], &ring[i][0], ring[(i + 1) % RING]);
+        heapd_write(m, ring[i], &ring[i][1], i % 2 ? NULL : x);
+    }
+    void **out = new_node(m, 1, 5); /* young, outside: it references ring */
+    ck_assert_ptr_nonnull(out);
+    heapd_write(m, out, &out[0], ring[RING / 2]);
+    ck_assert_uint_ne(heapd_root_push(m, out), (size_t)-1);
+    void **lone = new_node(m, 0, 6); /* young, unrelated */
+    ck_assert_uint_ne(heapd_root_push(m, lone), (size_t)-1);
+    for (size_t i = 0; i < RING; i++)
+        ck_assert(still_young(c, m, ring[i]));
+    uint64_t pub = young_stats(m).promoted_published_bytes;
+    ck_assert_ptr_eq(heapd_publish(m, ring[7]), ring[7]);
+    for (size_t i = 0; i < RING; i++) {
+        ck_assert_msg(promoted(c, m, ring[i]), "ring node %zu: young %d "
+                      "mark %d", i, heapd_is_young(m, ring[i]),
+                      mark_of(c, ring[i]));
+        ck_assert(node_ok(ring[i], 2, 100 + i));
+        ck_assert_ptr_eq(field(ring[i], 0), ring[(i + 1) % RING]);
+        ck_assert_ptr_eq(field(ring[i], 1), i % 2 ? NULL : (void *)x);
+    }
+    ck_assert_uint_eq(young_stats(m).promoted_published_bytes - pub,
+                      RING * block_bytes(2, sizeof(struct payload)));
+    ck_assert_msg(still_young(c, m, out) && still_young(c, m, lone),
+                  "a publication promoted a young object its value does "
+                  "not reach");
+    ck_assert_int_eq(mark_of(c, x), xmark);
+    ck_assert_ptr_eq(field(out, 0), ring[RING / 2]);
+    /* published again: nothing more to do */
+    pub = young_stats(m).promoted_published_bytes;
+    ck_assert_ptr_eq(heapd_publish(m, ring[0]), ring[0]);
+    ck_assert_uint_eq(young_stats(m).promoted_published_bytes, pub);
+    /* the ring is the heap's now: a global keeps it through cycles, and
+     * the young objects stay their mutator's */
+    ck_assert_int_eq(heapd_global_set(m, "ring", ring[0]), 0);
+    heapd_root_pop(m, heapd_root_depth(m));
+    for (int cycle = 0; cycle < 2; cycle++) {
+        minor_now(m);
+        harness_collect(m);
+        void **n = heapd_global_get(m, "ring");
+        for (size_t i = 0; i < RING; i++, n = field(n, 0))
+            ck_assert_msg(n == ring[i] && node_ok(n, 2, 100 + i),
+                          "cycle %d: ring node %zu is damaged", cycle, i);
+        ck_assert_ptr_eq(n, ring[0]);
+        ck_assert(node_ok(x, 0, 9000));
+    }
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* ---- 4. an old object reachable only through young ones ---- */
 
 #define C_ID 77
 
@@ -629,8 +1043,8 @@ out:
 /* The daemon's side: the young mutator holds B -> C and is blocked from
  * before the cycle to after three; A -> C is cut after the first
  * snapshot, so in the next two C is reachable only through B, which only
- * the daemon's tracing of the blocked mutator's nursery finds (Note [The
- * preparatory push]). */
+ * the daemon's scan of the client's young blocks for the blocked mutator
+ * finds (Note [The preparatory push]). */
 START_TEST(blocked_young_mutator_keeps_old_object)
 {
     harness_start_with(&D, NULL);
@@ -662,14 +1076,8 @@ START_TEST(blocked_young_mutator_keeps_old_object)
 }
 END_TEST
 
-/* ---- 4. a young graph published into a dirty object ---- */
+/* ---- 5. a young graph published into a dirty object ---- */
 
-/* (After GHC's Note [Dirty flags in the non-moving collector].)  While
- * marking, O (allocated before) is made dirty by a write, its fields
- * logged once, and N is allocated (black, and dirty from the start); a
- * young graph published into either then is not logged: its promoted
- * copies must be black.  Z, reachable at the snapshot only through young
- * Y3, must have been pushed: the copy of Y3 in N is never scanned. */
 /* One run of publication_into_dirty_object_while_marking; true if the
  * publications happened while marking, in the cycle of the snapshot. */
 static bool dirty_publication(heapd_mutator *m, heapd_client *c, int attempt)
@@ -702,9 +1110,20 @@ static bool dirty_publication(heapd_mutator *m, heapd_client *c, int attempt)
     heapd_write(m, o, &o[2], heapd_root_get(m, s6)); /* published: Y6 */
     bool conclusive = phase_of(c) == LAYOUT_PHASE_MARK &&
                       epoch_of(c) == epoch;
-    void *p4 = field(n, 0);
-    ck_assert(!heapd_is_young(m, p4) && !heapd_is_young(m, field(p4, 0)));
-    ck_assert(!heapd_is_young(m, field(o, 2)));
+    /* promoted where they are, and black (and dirty) from then on: the
+     * header's tag is the epoch (Note [Promotion in place]) */
+    ck_assert_ptr_eq(field(n, 0), y4);
+    ck_assert_ptr_eq(field(o, 2), heapd_root_get(m, s6));
+    void *promoted_now[] = {y4, field(y4, 0), field(o, 2)};
+    for (size_t i = 0; i < 3; i++) {
+        void *p = promoted_now[i];
+        ck_assert(promoted(c, m, p));
+        uint64_t h = __atomic_load_n((uint64_t *)p - 1, __ATOMIC_RELAXED);
+        ck_assert_msg(!conclusive || layout_header_tag(h) == epoch,
+                      "attempt %d: object %zu, promoted while marking, has "
+                      "the tag %u, not the epoch %u", attempt, i,
+                      layout_header_tag(h), epoch);
+    }
     heapd_root_set(m, sx2, NULL);
     heapd_root_set(m, sy, NULL);
     heapd_root_set(m, s6, NULL);
@@ -734,9 +1153,10 @@ static bool dirty_publication(heapd_mutator *m, heapd_client *c, int attempt)
 /* (After GHC's Note [Dirty flags in the non-moving collector].)  While
  * marking, O (allocated before) is made dirty by a write, its fields
  * logged once, and N is allocated (black, and dirty from the start); a
- * young graph published into either then is not logged: its promoted
- * copies must be black.  Z, reachable at the snapshot only through young
- * Y3, must have been pushed: the copy of Y3 in N is never scanned. */
+ * young graph published into either then is not logged: it is promoted
+ * where it is, and must be black (Note [Promotion in place]).  Z,
+ * reachable at the snapshot only through young Y3, must have been
+ * pushed: Y3, promoted black into N, is never scanned. */
 START_TEST(publication_into_dirty_object_while_marking)
 {
     harness_start_with(&D, NULL);
@@ -756,7 +1176,7 @@ START_TEST(publication_into_dirty_object_while_marking)
 }
 END_TEST
 
-/* ---- 5. many young mutators ---- */
+/* ---- 6. many young mutators ---- */
 
 #define MAP_SLOTS 64
 #define YOUNG_WORKERS 4
@@ -987,9 +1407,16 @@ static Suite *suite(void)
     tcase_add_test(t, aging_asked_one);
     tcase_add_test(t, aging_heap_one);
     tcase_add_test(t, aging_asked_three);
+    tcase_add_test(t, rooted_object_promoted_in_place_with_its_children);
+    suite_add_tcase(s, t);
+    t = tcase_create("locals");
+    tcase_add_test(t, young_local_survives_minor_collections);
+    tcase_add_test(t, interior_pointer_keeps_young_object);
+    tcase_add_test(t, dead_young_blocks_are_reused);
     suite_add_tcase(s, t);
     t = tcase_create("publication");
-    tcase_add_test(t, publication_copies_young_graphs);
+    tcase_add_test(t, publication_promotes_young_graphs_in_place);
+    tcase_add_test(t, publish_returns_its_argument_and_promotes_the_whole_graph);
     tcase_add_test(t, publication_into_dirty_object_while_marking);
     suite_add_tcase(s, t);
     t = tcase_create("push");

@@ -7,8 +7,9 @@
  * client, another client's data is whole, the verifier finds nothing, and
  * within a few cycles the heap's segments are back where they were before
  * the kid connected (Note [The young invariant]: what a publication or a
- * minor collection left half done is unreachable, and the nursery goes
- * with the slot).
+ * minor collection left half done -- young blocks, objects promoted in
+ * place, marks of both kinds in one segment -- is unreachable, and heapd
+ * frees a dead client's young blocks in the segments it takes back).
  */
 #include <check.h>
 #include <errno.h>
@@ -23,48 +24,13 @@
 
 #include "harness.h"
 #include "heapd.h"
+#include "layout.h"
+#include "young_util.h"
 #include "check_main.h"
 
-static struct daemon_proc D;
-
-#define MAGIC 0x63727573686b6964ull
 #define YOUNG_LIST 1000     /* young nodes the kid roots */
 #define OTHER_N 300         /* another client's shared list */
 #define HELPER_ROOTS 50000  /* roots the daemon marks before the kid's */
-
-struct payload {
-    uint64_t id, check;
-};
-
-static uint64_t check_of(uint64_t id)
-{
-    return (id * 0x9e3779b97f4a7c15ull) ^ MAGIC;
-}
-
-static void **new_node(heapd_mutator *m, size_t nrefs, uint64_t id)
-{
-    void **n = heapd_alloc(m, nrefs, sizeof(struct payload));
-    if (n) {
-        struct payload *p = heapd_bytes(n);
-        p->id = id;
-        p->check = check_of(id);
-    }
-    return n;
-}
-
-static bool node_ok(void *n, size_t nrefs, uint64_t id)
-{
-    if (!n || heapd_nrefs(n) != nrefs ||
-        heapd_nbytes(n) != sizeof(struct payload))
-        return false;
-    const struct payload *p = heapd_bytes(n);
-    return p->id == id && p->check == check_of(id);
-}
-
-static void *field(void *obj, size_t k)
-{
-    return __atomic_load_n(&((void **)obj)[k], __ATOMIC_ACQUIRE);
-}
 
 /* A kid's exit codes: any exit means it never stopped. */
 enum kid_exit {
@@ -90,8 +56,8 @@ static size_t young_chain(heapd_mutator *m, size_t n, uint64_t base)
     return s;
 }
 
-/* The kid: young data, then PHASE started; READY gets a byte when the
- * data is built. */
+/* The kid: young data, then PHASE started; READY gets the address of
+ * its young list's head when the data is built. */
 static void kid(const char *phase, int ready)
 {
     /* read once, at the first place it could stop */
@@ -100,9 +66,18 @@ static void kid(const char *phase, int ready)
                              .flags = HEAPD_CONNECT_NO_RECONNECT};
     heapd_client *c;
     heapd_mutator *m;
-    heapd_mutator_opts mo = {.flags = HEAPD_MUTATOR_YOUNG};
+    /* young_age 1 in a minor collection: it promotes the list's head by
+     * age at its first root and stops before it has followed the list
+     * (Note [Promotion in place]), so that the kill leaves a promoted
+     * object that references young blocks */
+    bool minor = strcmp(phase, "minor") == 0;
+    heapd_mutator_opts mo = {.flags = HEAPD_MUTATOR_YOUNG,
+                             .young_age = minor ? 1 : 0};
     if (heapd_connect(&c, &co) != 0 || heapd_attach_opts(c, &mo, &m) != 0)
         _exit(KID_ATTACH);
+    /* the young list in the first root slot, which a young phase reaches
+     * before it stops halfway through the roots */
+    size_t sl = young_chain(m, YOUNG_LIST, 0);
     /* shared objects, rooted by this mutator only */
     void **s = heapd_alloc_shared(m, 8, 0);
     if (!s)
@@ -115,7 +90,6 @@ static void kid(const char *phase, int ready)
             _exit(KID_BUILD);
         heapd_write(m, s, &s[k], x);
     }
-    size_t sl = young_chain(m, YOUNG_LIST, 0);
     bool publish = strcmp(phase, "publish") == 0;
     if (!publish) {
         /* published subgraphs (for "publish", the first publication of
@@ -127,11 +101,12 @@ static void kid(const char *phase, int ready)
             heapd_root_pop(m, 1);
         }
     }
-    if (write(ready, "r", 1) != 1)
+    void *head = heapd_root_get(m, sl);
+    if (write(ready, &head, sizeof head) != (ssize_t)sizeof head)
         _exit(KID_BUILD);
     close(ready);
     heapd_young_stats y;
-    if (strcmp(phase, "minor") == 0) {
+    if (minor) {
         heapd_young_stats_get(m, &y);
         uint64_t minors = y.minor_collections;
         while (y.minor_collections == minors) {
@@ -158,16 +133,13 @@ static void kid(const char *phase, int ready)
 /* Another client's list under global "other", then it leaves. */
 static void build_other_list(void)
 {
-    heapd_client *c;
+    heapd_client *c = connect_plain(0);
     heapd_mutator *m;
-    harness_attach(&D, &c, &m);
+    ck_assert_int_eq(heapd_attach(c, &m), 0);
     size_t r = heapd_root_push(m, NULL);
     for (uint64_t i = 0; i < OTHER_N; i++) {
-        void **n = heapd_alloc_shared(m, 1, sizeof(struct payload));
+        void **n = new_shared_node(m, 1, 5000 + i);
         ck_assert_ptr_nonnull(n);
-        struct payload *p = heapd_bytes(n);
-        p->id = 5000 + i;
-        p->check = check_of(5000 + i);
         heapd_write(m, n, &n[0], heapd_root_get(m, r));
         heapd_root_set(m, r, n);
     }
@@ -178,9 +150,9 @@ static void build_other_list(void)
 
 static void expect_other_list(void)
 {
-    heapd_client *c;
+    heapd_client *c = connect_plain(0);
     heapd_mutator *m;
-    harness_attach(&D, &c, &m);
+    ck_assert_int_eq(heapd_attach(c, &m), 0);
     uint64_t n = 0;
     for (void *p = heapd_global_get(m, "other"); p; p = field(p, 0), n++)
         ck_assert_msg(n < OTHER_N && node_ok(p, 1, 5000 + OTHER_N - 1 - n),
@@ -189,6 +161,35 @@ static void expect_other_list(void)
     ck_assert_uint_eq(n, OTHER_N);
     heapd_detach(m);
     heapd_disconnect(c);
+}
+
+/* Where the kid stopped, as its young list from HEAD shows it (read in
+ * C's mapping of the heap): a minor collection at young_age 1 has
+ * promoted the head, which its first root reaches, and not yet followed
+ * it; a publication of the list has promoted the head and the node it
+ * reached first; a preparatory push promotes nothing (Note [Promotion in
+ * place] in client/minor.c).  The rest is young. */
+static void expect_stopped_list(heapd_client *c, const char *phase,
+                                void *head)
+{
+    size_t promoted_n = strcmp(phase, "minor") == 0     ? 1
+                        : strcmp(phase, "publish") == 0 ? 2
+                                                        : 0;
+    size_t n = 0;
+    for (void *p = head; p && n < YOUNG_LIST; p = field(p, 0), n++) {
+        int mk = mark_of(c, p);
+        bool want_promoted = n < promoted_n;
+        ck_assert_msg(node_ok(p, 1, YOUNG_LIST - 1 - n),
+                      "%s: node %zu of the stopped kid's list is damaged",
+                      phase, n);
+        ck_assert_msg(want_promoted ? mk > 0 && layout_mark_is_epoch(
+                                                    (uint8_t)mk)
+                                    : mk == LAYOUT_MARK_YOUNG,
+                      "%s: node %zu of the stopped kid's list has the mark "
+                      "%d, not %s", phase, n, mk,
+                      want_promoted ? "an epoch" : "young");
+    }
+    ck_assert_uint_eq(n, YOUNG_LIST);
 }
 
 struct segs {
@@ -258,9 +259,9 @@ static void killed_in(const char *phase)
     /* a blocked mutator with a deep stack: heapd marks its stack before
      * the kid's (a lower slot), so that the kid's own handshake, the
      * push, usually wins */
-    heapd_client *hc;
+    heapd_client *hc = connect_plain(0);
     heapd_mutator *helper;
-    harness_attach(&D, &hc, &helper);
+    ck_assert_int_eq(heapd_attach(hc, &helper), 0);
     size_t hs = heapd_root_push(helper, heapd_alloc(helper, 0, 8));
     for (size_t i = 1; i < HELPER_ROOTS; i++)
         ck_assert_uint_ne(heapd_root_push(helper, heapd_root_get(helper, hs)),
@@ -280,9 +281,9 @@ static void killed_in(const char *phase)
         kid(phase, ready[1]);
     }
     close(ready[1]);
-    char r;
-    ck_assert_msg(read(ready[0], &r, 1) == 1, "the kid died building its "
-                  "young data");
+    void *head;
+    ck_assert_msg(read(ready[0], &head, sizeof head) == (ssize_t)sizeof head,
+                  "the kid died building its young data");
     close(ready[0]);
     struct stop_wait w = {.kid = k, .ctl = ctl,
                           .cycles = strcmp(phase, "push") == 0};
@@ -290,6 +291,7 @@ static void killed_in(const char *phase)
     snprintf(what, sizeof what, "the young kid to stop itself in its %s",
              phase);
     harness_wait_until(kid_stopped, &w, what);
+    expect_stopped_list(hc, phase, head);
     ck_assert_int_eq(kill(k, SIGKILL), 0);
     int st = harness_wait_pid(k, HARNESS_WAIT_MS);
     ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,

@@ -1,8 +1,11 @@
 /* What the young generation's end-to-end tests share: their daemon, the
- * nodes they check, and connecting and attaching (young_util.h). */
+ * nodes they check, connecting and attaching, and marks (young_util.h). */
 #include "young_util.h"
 
 #include <check.h>
+
+#include "client.h"
+#include "layout.h"
 
 struct daemon_proc D;
 
@@ -89,4 +92,42 @@ heapd_young_stats young_stats(const heapd_mutator *m)
     heapd_young_stats y;
     heapd_young_stats_get(m, &y);
     return y;
+}
+
+int mark_of(const heapd_client *c, const void *obj)
+{
+    uint64_t off = (uint64_t)((uintptr_t)obj - (uintptr_t)c->base);
+    if (off >= c->size)
+        return -1;
+    uint32_t i = (uint32_t)(off >> c->seg_shift);
+    if (i < c->first_segment)
+        return -1;
+    uint8_t *seg = client_seg_addr(c, i);
+    const struct layout_segment *hd = (const struct layout_segment *)seg;
+    if (__atomic_load_n(&hd->kind, __ATOMIC_ACQUIRE) != LAYOUT_SEG_SMALL)
+        return -1;
+    uint32_t cls = __atomic_load_n(&hd->size_class, __ATOMIC_RELAXED);
+    if (cls >= LAYOUT_CLASS_RUN)
+        return -1;
+    uint32_t b = layout_small_block((uint64_t)((const uint8_t *)obj - seg),
+                                    c->small_first[cls],
+                                    c->small_nblocks[cls],
+                                    layout_class_size[cls],
+                                    c->small_magic[cls]);
+    if (b == UINT32_MAX)
+        return -1;
+    return __atomic_load_n(layout_seg_marks(seg) + b, __ATOMIC_ACQUIRE);
+}
+
+bool promoted(const heapd_client *c, const heapd_mutator *m, const void *obj)
+{
+    int mk = mark_of(c, obj);
+    return !heapd_is_young(m, obj) && mk > 0 &&
+           layout_mark_is_epoch((uint8_t)mk);
+}
+
+bool still_young(const heapd_client *c, const heapd_mutator *m,
+                 const void *obj)
+{
+    return heapd_is_young(m, obj) && mark_of(c, obj) == LAYOUT_MARK_YOUNG;
 }

@@ -1,6 +1,7 @@
 /* What the young generation's end-to-end tests share (tests/test_young.c,
- * tests/test_young_misuse.c): their daemon, a node with a checked
- * payload, and connecting and attaching.  See tests/young_util.c. */
+ * tests/test_young_misuse.c, tests/test_young_crash.c): their daemon, a
+ * node with a checked payload, connecting and attaching, and reading an
+ * object's mark.  See tests/young_util.c. */
 #ifndef HEAPD_TESTS_YOUNG_UTIL_H
 #define HEAPD_TESTS_YOUNG_UTIL_H
 
@@ -39,5 +40,14 @@ heapd_client *connect_plain(unsigned flags);
 /* Attach the calling thread to C as a young mutator. */
 heapd_mutator *attach_young(heapd_client *c, size_t size, unsigned age);
 heapd_young_stats young_stats(const heapd_mutator *m);
+/* The mark byte of the block of object OBJ of C's heap, in a small
+ * segment (Note [Young objects] in proto/young.h: LAYOUT_MARK_YOUNG, an
+ * epoch, or 0 once freed); -1 if OBJ is no small block's object. */
+int mark_of(const heapd_client *c, const void *obj);
+/* OBJ was promoted where it is: not young for M, its mark an epoch. */
+bool promoted(const heapd_client *c, const heapd_mutator *m, const void *obj);
+/* OBJ is one of M's young objects, by heapd_is_young and by its mark. */
+bool still_young(const heapd_client *c, const heapd_mutator *m,
+                 const void *obj);
 
 #endif

@@ -174,7 +174,7 @@ static uint64_t live_now(const struct heap *h)
  * the bound gc_overhead stands for (Go's heap goal under GOGC).  What is
  * measured against it is the memory the segment table accounts for as
  * committed (seg_committed: segments not punched, less the pages punched
- * out of them), nurseries left out: they are per mutator and fixed.
+ * out of them).
  * Where the heap's collector has no core of its own -- as many mutators
  * allocating as there are cores, so that its workers run only when
  * mutators wait (Note [Worker priority]) -- these rules keep the heap near
@@ -362,9 +362,7 @@ uint64_t collector_growth_cap(const struct heap *h)
 uint64_t collector_committed(const struct heap *h)
 {
     ASSERT_LOCK_HELD(&h->lock);
-    const struct segtab *t = &h->segs;
-    return seg_committed(t, h->seg_shift) -
-           ((uint64_t)t->n_young << h->seg_shift);
+    return seg_committed(&h->segs, h->seg_shift);
 }
 
 void collector_check_trigger(struct heap *h)

@@ -56,8 +56,7 @@ uint64_t collector_paced_until(const struct heap *h);
 /* With heap->lock held: the number of the cycle under way, 0 if none. */
 uint64_t collector_running(const struct heap *h);
 /* With heap->lock held: how far the heap's committed memory may grow
- * before grants wait for a cycle, and that memory (nurseries left out):
- * Note [Heap goal]. */
+ * before grants wait for a cycle, and that memory: Note [Heap goal]. */
 uint64_t collector_growth_cap(const struct heap *h);
 uint64_t collector_committed(const struct heap *h);
 

@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "mark.h"
 #include "slotmem.h"
 #include "table.h"
 
@@ -224,12 +223,6 @@ out:
 
 void heap_close(struct heap *h)
 {
-    /* slots still attached at exit (clients kept for the next heapd) keep
-     * their nursery in the live table, not their tracer */
-    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
-        mark_young_tracer_free(h->owners[i].young_tracer);
-        h->owners[i].young_tracer = NULL;
-    }
     slotmem_release(h);
     table_close(h);
     seg_destroy(h);

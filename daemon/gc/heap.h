@@ -15,11 +15,11 @@
 #include "lock.h"
 #include "notify.h"
 #include "segment.h"
+#include "young.h"
 
 struct collector;
 struct mark_job;
 struct handoff;
-struct young_trace;
 
 /* The field a line of HEAPD_HEAP_COUNTERS gives the daemon, by its source
  * (see Note [Counter table] in proto/heapd_counters.h): LOCKED ones are
@@ -31,7 +31,7 @@ struct young_trace;
 #define HEAP_STATS_FIELD_(name, type, kind, unit, source, help) \
     HEAP_STATS_FIELD_##source(name)
 
-/* A slot's young words (struct layout_mutator, Note [Nurseries] in
+/* A slot's young words (struct layout_mutator, Note [Young objects] in
  * proto/young.h), or their totals: sums, but pause_max_ns, a maximum.
  * Client-written statistics: read relaxed, trusted for nothing else. */
 struct heap_young_words {
@@ -46,7 +46,7 @@ struct heap_stats {
     uint64_t alloc_retired;      /* bytes allocated by slots now freed;
                                     heap->lock */
     struct heap_young_words young_retired; /* the young words of slots
-                                    now freed (Note [Nurseries] in
+                                    now freed (Note [Young objects] in
                                     proto/young.h), folded in by
                                     grant_free_slot; heap->lock */
     uint64_t created_unix_ns;    /* CLOCK_REALTIME when the heap was made:
@@ -82,14 +82,11 @@ struct heap_slot_owner {
                                         collector waits for it; 0: it
                                         does not */
     _Atomic uint32_t stall_on;       /* enum layout_stall_on */
-    /* Note [Nurseries] in proto/young.h: the slot's nursery run, the
-     * daemon's own record (never read back from shared memory); set by
-     * grant_young with the slot, given back with it.  heap->lock */
-    uint32_t young_first;            /* its first segment */
-    uint32_t young_segs;             /* segments in it; 0: no nursery */
+    /* Note [Young objects] in proto/young.h: the slot's young
+     * generation as its attach set it, the daemon's own record (never
+     * read back from shared memory).  heap->lock */
+    uint64_t young_bytes;            /* its nursery budget; 0: not young */
     uint32_t young_age;              /* the age it promotes at */
-    struct young_trace *young_tracer; /* Note [Tracing a slot's nursery]
-                                        in daemon/gc/mark.c */
     int pid;                         /* the rest: heap->lock */
     unsigned uid;
     char name[64];                   /* client_name from Hello */
@@ -164,6 +161,9 @@ struct heap {
                                         thread's end of the collector
                                         (Note [Collector handoff]) */
     _Atomic uint32_t bad_logged;     /* bad references logged this cycle */
+    uint32_t young_segments;         /* segments holding a young block at
+                                        the last sweep (Note [Sweeping] in
+                                        sweep.c); heap->lock */
 };
 
 /* heap->lock, taken and released only through these (Note [Checked lock
@@ -187,6 +187,41 @@ static inline void heap_unlock_(struct heap *h, const char *func,
  * grants are not paced (Note [Stalls] in daemon/stall.c). */
 #define HEAP_STALLED_STOP 1u     /* the collector parked a stop */
 #define HEAP_STALLED_REMARK 2u   /* a remark request is late */
+
+/* Note [Young budgets]
+ * ~~~~~~~~~~~~~~~~~~~~
+ * A mutator attached young (Note [Young objects] in proto/young.h) is
+ * granted no memory for it: its young objects live in the segments its
+ * client is granted as any client is.  What the attach settles is the
+ * mutator's nursery budget -- the bytes it allocates between two of its
+ * minor collections -- and the age it promotes at, which the daemon
+ * keeps in the slot's owner record and in the live table, reports, and
+ * tells the mutator in the AttachReply.  An attach that asks for 0 gets
+ * the heap's young_size (raised to the least budget below) and
+ * young_age.  A budget is refused below HEAP_YOUNG_MIN_SEGMENTS segments'
+ * worth (its minor collections would run before the mutator filled one
+ * segment of a class, each paying its fixed cost for a handful of
+ * blocks) and above max_size, or above max_client_bytes where one is
+ * set: a mutator that must allocate more than its client may hold
+ * before it collects runs out of memory first.
+ */
+#define HEAP_YOUNG_MIN_SEGMENTS 2u
+static inline uint64_t heap_young_min(const struct heap *h)
+{
+    return (uint64_t)HEAP_YOUNG_MIN_SEGMENTS << h->seg_shift;
+}
+static inline uint64_t heap_young_max(const struct heap *h)
+{
+    uint64_t q = h->cfg->max_client_bytes;
+    return q != 0 && q < h->cfg->max_size ? q : h->cfg->max_size;
+}
+/* A budget and an age an attach may be given (Note [Young budgets]). */
+static inline bool heap_young_ok(const struct heap *h, uint64_t bytes,
+                                 uint32_t age)
+{
+    return bytes >= heap_young_min(h) && bytes <= heap_young_max(h) &&
+           age >= 1 && age <= LAYOUT_YOUNG_AGE_MAX;
+}
 
 /* Slot I is attached, by the daemon's own record (Note [Slots are the
  * daemon's] in daemon/grant.c), whatever its shared status word says. */

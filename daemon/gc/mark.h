@@ -12,7 +12,6 @@
 #include "notify.h"
 
 struct heap;
-struct young_trace;
 
 struct mark_packet;
 
@@ -65,13 +64,6 @@ void mark_stack(struct mark_job *j, unsigned slot, bool stopped);
  * may be NULL outside marking: the entries are then dropped.  Returns the
  * entries consumed. */
 uint64_t mark_urs(struct heap *h, struct mark_job *j, unsigned slot);
-
-/* Note [Tracing a slot's nursery] in mark.c: a tracer for the nursery
- * run of SEGS segments at segment FIRST, or NULL without memory; freed by
- * mark_young_tracer_free (NULL: nothing). */
-struct young_trace *mark_young_tracer(struct heap *h, uint32_t first,
-                                      uint32_t segs);
-void mark_young_tracer_free(struct young_trace *t);
 
 /* Start a new round of workers on the same job. */
 void mark_round_reset(struct mark_job *j);

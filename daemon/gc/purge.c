@@ -169,8 +169,9 @@ bool seg_has_pages(const struct heap *h, uint32_t first, uint32_t n,
 /* ---- free pages of FILLED segments ---- */
 
 /* Does page P of a small segment whose NBLOCKS blocks of BS bytes start
- * at FIRST hold nothing in use (MARKS: the blocks' marks)?  Pages that
- * overlap the header and marks never do. */
+ * at FIRST hold nothing in use (MARKS: the blocks' marks; any mark but 0
+ * is a block in use, a young one's included: Note [Sweeping])?  Pages
+ * that overlap the header and marks never do. */
 static bool page_free(const struct segtab *t, const uint8_t *marks,
                       uint32_t nblocks, uint32_t first, uint32_t bs,
                       uint32_t p)

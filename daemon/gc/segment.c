@@ -34,8 +34,9 @@
  *
  * When a client's connection closes for any reason (seg_orphan), its
  * formatted segments become FILLED (the blocks it allocated stay until a
- * sweep finds them dead), its blank ones FREE, and its large runs
- * ownerless: nothing is lost and nothing leaks.  The FILLED
+ * sweep finds them dead, but its young blocks, which are freed: Note
+ * [Young blocks of a client gone]), its blank ones FREE, and its large
+ * runs ownerless: nothing is lost and nothing leaks.  The FILLED
  * ones and the large runs are orphans (stats segments_orphaned) until the
  * sweep frees them or a grant gives them, partly free, to another client
  * (segments_adopted); no other state holds an orphan, so once every
@@ -65,9 +66,6 @@
  *               owned by the client that asked for it, by nobody once
  *               that client went
  *   LARGE_TAIL  the run's other segments (seg.run: the head)
- *   YOUNG       the head of a mutator's nursery run (Note [A nursery in
- *               the segment table]); owned by nobody only while fenced
- *   YOUNG_TAIL  the run's other segments
  *   CONTROL     the control area, below `first`: never changes, and no
  *               walk of the table reaches it
  *
@@ -90,7 +88,7 @@
  * new state] and who calls it.  Each is made with heap->lock held but
  * seg_format's, on a heap nobody has yet (table_take_back holds it for
  * seg_recover too, though no other thread runs then); debug builds assert
- * those set_state makes, (1) to (7), and what seg_release frees at (6).
+ * those set_state makes, (1) to (5), and what seg_release frees at (5).
  * "loop" is the daemon's loop thread; "sweeper" a worker of the
  * collector's sweep (Note [Sweeping] in sweep.c).
  *
@@ -99,14 +97,11 @@
  *   FILLED       -> OWNED       [grant_reusable]  loop, grant (2)
  *   FREE         -> LARGE, LARGE_TAIL
  *                               [take]            loop, grant (3)
- *   FREE         -> YOUNG, YOUNG_TAIL
- *                               [take]            loop, attach (4)
- *   OWNED        -> FILLED      [unown_small]     loop; startup (5)
- *   OWNED        -> FREE        [make_free]       loop; startup (5)
- *   FILLED       -> FREE        [make_free]       sweeper (6)
- *   LARGE, LARGE_TAIL -> FREE   [make_free]       sweeper (6)
- *   YOUNG, YOUNG_TAIL -> FREE   [make_free]       loop; startup (7)
- *   LARGE*, YOUNG* -> FREE      [seg_recover]     startup (table.c) (8)
+ *   OWNED        -> FILLED      [unown_small]     loop; startup (4)
+ *   OWNED        -> FREE        [make_free]       loop; startup (4)
+ *   FILLED       -> FREE        [make_free]       sweeper (5)
+ *   LARGE, LARGE_TAIL -> FREE   [make_free]       sweeper (5)
+ *   LARGE, LARGE_TAIL -> FREE   [seg_recover]     startup (table.c) (6)
  *
  *   (1) seg_grant_small, for a SegmentRequest SMALL: a FREE segment,
  *       not fenced, nor out of the pool for a punch (committed ones
@@ -117,35 +112,28 @@
  *       nobody.  It keeps its class; an orphan is adopted.
  *   (3) seg_grant_large, for a SegmentRequest LARGE: a run of FREE
  *       segments not fenced, punched first unless it reads as zero.
- *   (4) seg_grant_young, for a slot attached with a nursery: as (3).
- *   (5) unown_small, by seg_return (a SegmentReturn, or a remark answer
+ *   (4) unown_small, by seg_return (a SegmentReturn, or a remark answer
  *       that releases a segment its client still owns) or by seg_orphan
  *       (the client left, crashed or was evicted; a client kept across a
  *       restart did not come back, resume.c; at startup, seg_recover
  *       keeps no other owner): FILLED, or FREE if it is blank and not
  *       fenced.
- *   (6) seg_release, from the sweep's release: the state still the one
+ *   (5) seg_release, from the sweep's release: the state still the one
  *       swept, not fenced, nothing in it live (or, its class unknown,
  *       nothing referred to it: Note [A segment leaves its owner]).  A
  *       LARGE run is punched, all of it.
- *   (7) seg_free_young, when its slot is freed (a detach, the client's
- *       departure), its grant is undone, its owner goes (seg_orphan), or
- *       seg_unfence lifts the last fence of one owned by nobody; it is
- *       punched.  While a segment of the run is fenced it stays YOUNG,
- *       owned by nobody.
- *   (8) a run a kill cut short (its head and tails disagree), or a
- *       nursery owned by nobody or whose segments disagree on their
- *       owner; not punched (it may hold pages).
+ *   (6) a run a kill cut short (its head and tails disagree); not
+ *       punched (it may hold pages).
  *
  * The flags change thus (with heap->lock held, but seg_format's):
  *
  *   punched   set at seg_format; on FREE segments that seg_purge and
  *             seg_punch_strays (collector thread; the loop for strays)
  *             take out of free_bits to punch with the lock dropped
- *             (runs_take, runs_punch); by seg_punch on a LARGE run at (6),
- *             at (7), and before the take at (3) and (4).  Cleared by
- *             seg_set_punched at every grant, and at (8).
- *   orphan    set by seg_orphan (orphan) on what (5) left FILLED and on
+ *             (runs_take, runs_punch); by seg_punch on a LARGE run at (5)
+ *             and before the take at (3).  Cleared by seg_set_punched at
+ *             every grant, and at (6).
+ *   orphan    set by seg_orphan (orphan) on what (4) left FILLED and on
  *             the heads of its LARGE runs; cleared by adopt, at (2) and
  *             at every make_free, and by seg_recover.
  *   reusable  set by seg_swept_filled (sweeper) on a FILLED segment not
@@ -162,8 +150,8 @@
  *             belong to the watch of the heapd that evicted).
  *
  * The owner changes without the state when seg_orphan gives a LARGE run
- * to nobody (at startup too, for a client the registry does not keep),
- * and at (7) for a fenced nursery.  Nothing else stores a state or a flag
+ * to nobody (at startup too, for a client the registry does not keep).
+ * Nothing else stores a state or a flag
  * (table_adopt takes a whole table over); segtab_check (Note [Checking the segment
  * table]) holds the table to most of these rules at releases of the lock.
  *
@@ -229,8 +217,8 @@
  * free: GCBench ended with 197 FILLED segments (25 MB) for 8.5 MB of live
  * small objects, and every fresh page is a page fault in every client that
  * touches it.  So when the sweep leaves a FILLED segment with at least a
- * quarter of its blocks free it becomes reusable (reuse_bits), and
- * a refill that names the size classes its client allocates in
+ * quarter of its blocks free (mark 0: a young block is in use, Note
+ * [Sweeping]) it becomes reusable (reuse_bits), and a refill that names the size classes its client allocates in
  * (SegmentRequest.classes) gets reusable segments of those classes first,
  * the lowest first, and blank ones only for the rest.  Such a segment goes
  * to its new owner (with a quota, only the client it is charged to, or
@@ -269,21 +257,19 @@
 #include "heap.h"
 #include "log.h"
 #include "kept.h"
+#include "sweep.h"
 
 
 /* The transitions set_state makes (Note [Segment lifecycle], (1) to
- * (7)): bit TO of seg_next[FROM]. */
+ * (5)): bit TO of seg_next[FROM]. */
 #define SEG_TO(st) (1u << (st))
 static const uint8_t seg_next[SEG_STATE_MAX + 1] = {
     [SEG_FREE] = SEG_TO(SEG_OWNED) | SEG_TO(SEG_LARGE) |
-                 SEG_TO(SEG_LARGE_TAIL) | SEG_TO(SEG_YOUNG) |
-                 SEG_TO(SEG_YOUNG_TAIL),
+                 SEG_TO(SEG_LARGE_TAIL),
     [SEG_OWNED] = SEG_TO(SEG_FILLED) | SEG_TO(SEG_FREE),
     [SEG_FILLED] = SEG_TO(SEG_OWNED) | SEG_TO(SEG_FREE),
     [SEG_LARGE] = SEG_TO(SEG_FREE),
     [SEG_LARGE_TAIL] = SEG_TO(SEG_FREE),
-    [SEG_YOUNG] = SEG_TO(SEG_FREE),
-    [SEG_YOUNG_TAIL] = SEG_TO(SEG_FREE),
 };
 #undef SEG_TO
 
@@ -411,7 +397,7 @@ static uint32_t find_free(const struct segtab *t, uint32_t from)
     return find_bit(t, t->free_bits, from);
 }
 
-/* Take free segment I into state ST: transitions (1), (3) and (4) of
+/* Take free segment I into state ST: transitions (1) and (3) of
  * Note [Segment lifecycle].  Everything a reader of the table needs is
  * written before the state is published (release). */
 static void take(struct segtab *t, uint32_t i, enum seg_state st,
@@ -711,7 +697,7 @@ uint64_t seg_run_segments(const struct heap *h, uint64_t bytes)
 
 /* With heap->lock held: the first run of NEED free segments none of which
  * is fenced, made to read as zero (Note [Free memory stays free]: a large
- * object must, and a nursery's owner formats it from zero), into *START;
+ * object must), into *START;
  * -ENOSPC if there is none.  The caller takes the run. */
 static int free_run_zeroed(struct heap *h, uint32_t need, uint32_t *start)
 {
@@ -776,79 +762,7 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
     return 0;
 }
 
-static void make_free(struct heap *h, uint32_t i);
-
-/* Note [A nursery in the segment table]
- * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * A mutator's nursery (Note [Nurseries] in proto/young.h) is a run of
- * whole segments kept as a large run is: the head SEG_YOUNG with the
- * run's length in seg.run, each other segment SEG_YOUNG_TAIL naming the
- * head, all owned by the client, charged to no quota record but counted
- * in the segments the client holds (conn.held, so max_client_bytes bounds
- * it exactly like a reserve).  It is zeroed (punched) before the grant,
- * as a large run is, for its owner to format; the daemon writes nothing
- * into it.  Only the states say what it is: no sweep, remark, adoption,
- * grant or validation treats a YOUNG segment as holding shared objects
- * (Note [References into a nursery] in validate.c), and it stays YOUNG
- * until its slot is freed (grant_free_slot), or its client goes
- * (seg_orphan, which also covers a client dropped after a restart), when
- * it is punched and FREE again at once -- nothing shared lives in it.  A
- * fenced one (Note [Evicted clients] in stall.c: its evicted process may
- * still write there) stays YOUNG, owned by nobody, until seg_unfence lifts
- * the last fence; so no other client is given memory such a process may
- * write.  A nursery freed at once rather than kept a cycle costs nothing
- * in safety: only its own mutator's roots may point into it, and the slot
- * is gone.
- */
-int seg_grant_young(struct heap *h, uint64_t owner, uint32_t *held,
-                    uint32_t quota_segs, uint32_t segs, uint32_t *first)
-{
-    ASSERT_LOCK_HELD(&h->lock);
-    struct segtab *t = &h->segs;
-    uint32_t start = 0;
-
-    if (segs == 0 || segs > t->count - t->first)
-        return -EFBIG;
-    if (segs > quota_left(*held, quota_segs))
-        return -EDQUOT;
-    int rc = free_run_zeroed(h, segs, &start);
-    if (rc < 0)
-        return rc;
-    for (uint32_t i = start; i < start + segs; i++) {
-        take(t, i, i == start ? SEG_YOUNG : SEG_YOUNG_TAIL, owner, 0,
-             i == start ? segs : start);
-        seg_set_punched(h, i, false);
-    }
-    t->n_young += segs;
-    *held += segs;
-    *first = start;
-    return 0;
-}
-
-void seg_free_young(struct heap *h, uint32_t first)
-{
-    ASSERT_LOCK_HELD(&h->lock);
-    struct segtab *t = &h->segs;
-    if (first < t->first || first >= t->count ||
-        t->segs[first].state != SEG_YOUNG)
-        return;
-    uint32_t n = t->segs[first].run;
-    bool fenced = false;
-    for (uint32_t k = first; k < first + n; k++)
-        fenced |= t->segs[k].fenced != 0;
-    if (fenced) { /* Note [A nursery in the segment table] */
-        for (uint32_t k = first; k < first + n; k++)
-            t->segs[k].owner = 0;
-        return;
-    }
-    /* See Note [Segment lifecycle], (7) */
-    seg_punch(h, first, n);
-    for (uint32_t k = first; k < first + n; k++)
-        make_free(h, k);
-    t->n_young -= n;
-}
-
-/* Segment I becomes FREE: transitions (5), (6) and (7) of Note [Segment
+/* Segment I becomes FREE: transitions (4) and (5) of Note [Segment
  * lifecycle]. */
 static void make_free(struct heap *h, uint32_t i)
 {
@@ -941,7 +855,7 @@ static void unown_small(struct heap *h, uint32_t i)
     }
     __atomic_store_n(&s->cls, cls, __ATOMIC_RELEASE); /* see seg_class */
     s->owner = 0;
-    /* See Note [Segment lifecycle], (5) */
+    /* See Note [Segment lifecycle], (4) */
     set_state(&h->segs, s, SEG_FILLED);
     h->segs.n_filled++;
 }
@@ -995,26 +909,90 @@ int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i)
     return 0;
 }
 
+/* Note [Young blocks of a client gone]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * Young blocks (Note [Young objects] in proto/young.h) are no state of
+ * the table: a segment that holds them is OWNED by the client whose
+ * mutator allocated them, and only that mutator frees or promotes them.
+ * When the client goes -- its socket closes, it dies, it is evicted, a
+ * restart does not keep it, or a kept one does not come back -- its young
+ * objects are garbage (nothing shared may reference one: Note [The young
+ * invariant] in client/minor.c) that nobody else would ever free.  So
+ * seg_orphan frees them, under heap->lock, before its segments become
+ * FILLED (or FREE): every YOUNG mark in the segments it owned becomes 0,
+ * the block poisoned first where the heap poisons, as the sweep frees a
+ * block; and so in the FILLED segments still charged to it, which it
+ * returned with young blocks in them, against the contract.  A fenced
+ * segment keeps them until its last fence lifts (seg_unfence): the
+ * evicted process may still write into them (Note [Evicted clients] in
+ * stall.c); then a FILLED one charged to nobody, or a large run owned by
+ * nobody, loses them.  seg_recover frees those of every FILLED segment and
+ * ownerless large run (a restart drops the fences; no client is alive yet
+ * whose mutator could use them) and, through seg_orphan, those of every
+ * client it does not keep; a kept client's stay with its segments, for its
+ * mutators to go on with.  A clean detach of one young mutator frees its
+ * own young blocks on the client's side, and the daemon does nothing then:
+ * the client's other mutators allocate in the same segments.
+ */
+static uint32_t free_young(struct heap *h, uint32_t i)
+{
+    const struct segtab *t = &h->segs;
+    const struct seg *s = &t->segs[i];
+    uint8_t *seg = heap_seg_addr(h, i);
+    uint8_t *marks = layout_seg_marks(seg);
+    uint32_t freed = 0;
+    if (s->state == SEG_LARGE) {
+        if (__atomic_load_n(marks, __ATOMIC_RELAXED) != LAYOUT_MARK_YOUNG)
+            return 0;
+        __atomic_store_n(marks, 0, __ATOMIC_RELEASE); /* the sweep frees it */
+        return 1;
+    }
+    if (s->state != SEG_OWNED && s->state != SEG_FILLED)
+        return 0;
+    uint8_t cls = seg_class(h, i);
+    if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
+        return 0; /* blank, or no block to tell apart */
+    uint32_t n = t->small_nblocks[cls], bs = layout_class_size[cls];
+    uint8_t *blocks = seg + t->small_first[cls];
+    for (uint32_t b = 0; b < n; b++) {
+        if (__atomic_load_n(&marks[b], __ATOMIC_RELAXED) != LAYOUT_MARK_YOUNG)
+            continue;
+        /* as the sweep frees a block (Note [Sweeping]): its span poisoned,
+         * then its marks, the first last */
+        uint32_t k = (uint32_t)(layout_block_span(marks, b, n, cls) / bs);
+        if (h->poison)
+            memset(blocks + (size_t)b * bs, SWEEP_POISON, (size_t)k * bs);
+        for (uint32_t x = b + k - 1; x > b; x--)
+            __atomic_store_n(&marks[x], 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&marks[b], 0, __ATOMIC_RELEASE);
+        freed++;
+        b += k - 1;
+    }
+    return freed;
+}
+
 void seg_orphan(struct heap *h, uint64_t owner)
 {
     ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     uint16_t charge = charge_find(h, owner, false);
+    uint32_t young = 0;
     for (uint32_t i = t->first; i < t->high; i++) {
         struct seg *s = &t->segs[i];
-        /* what it left is charged to nobody: Note [Quota] */
-        if (charge != 0 && s->charge == charge)
+        /* what it left is charged to nobody: Note [Quota]; its young
+         * blocks are garbage: Note [Young blocks of a client gone] */
+        if (charge != 0 && s->charge == charge) {
             __atomic_store_n(&s->charge, 0, __ATOMIC_RELAXED);
+            if (s->state == SEG_FILLED && !s->fenced)
+                young += free_young(h, i);
+        }
         if (s->owner != owner)
             continue;
+        if (!s->fenced)
+            young += free_young(h, i);
         if (unown(h, i)) {
             if (s->state == SEG_FILLED)
                 orphan(t, s);
-            continue;
-        }
-        if (s->state == SEG_YOUNG) { /* Note [A nursery in the segment
-                                          table] */
-            seg_free_young(h, i);
             continue;
         }
         if (s->state == SEG_LARGE)
@@ -1024,6 +1002,9 @@ void seg_orphan(struct heap *h, uint64_t owner)
     }
     if (charge != 0)
         memset(&t->charges[charge - 1], 0, sizeof t->charges[0]);
+    if (young)
+        log_debug("heap '%s': client %llu left %u young blocks; freed",
+                  h->cfg->name, (unsigned long long)owner, young);
 }
 
 /* Note [Recovering the segment table]
@@ -1040,10 +1021,6 @@ void seg_orphan(struct heap *h, uint64_t owner)
  *     its critical section, and a run given back is dead, so no client
  *     holds such a run and its segments become free (not punched: they may
  *     hold pages);
- *   - so does a nursery run whose head and tails disagree, or that is
- *     owned by nobody (its slot went while it was fenced, and the fences
- *     are dropped): nothing shared lives in a nursery (Note [A nursery in
- *     the segment table]);
  *   - the free bitmap, the counts and `high` are recounted from the states
  *     (a punch takes its segments out of the bitmap while it runs without
  *     the lock; a never-touched free segment is the only one with the
@@ -1055,9 +1032,10 @@ void seg_orphan(struct heap *h, uint64_t owner)
  *   - every client is gone with its connection, but those the live
  *     table's registry names (KEPT: Note [Resuming clients] in resume.c
  *     then decides whether they come back): each other owner's segments
- *     are orphaned as seg_orphan does for a client that crashed, and
- *     its nurseries freed; a kept client's stay YOUNG, for attach_again
- *     (resume.c) to give back to their slots.
+ *     are orphaned as seg_orphan does for a client that crashed, its
+ *     young blocks freed, and so are the young blocks of every FILLED
+ *     segment (Note [Young blocks of a client gone]); a kept client's
+ *     stay young.
  * A table sealed at a clean stop (SEALED) goes through the same steps,
  * which then find nothing to do: no run to repair, no free bit to fix, no
  * remark mark, no owner the registry does not name, no reuse bit on a
@@ -1097,7 +1075,7 @@ int seg_recover(struct heap *h, uint64_t cycles,
     if (!sealed)
         memset(t->reuse_bits, 0, words * sizeof(uint64_t));
     t->high = t->first;
-    t->n_free = t->n_owned = t->n_filled = t->n_large = t->n_young = 0;
+    t->n_free = t->n_owned = t->n_filled = t->n_large = 0;
     t->n_reusable = t->n_fenced = 0;
     t->orphaned = t->adopted = 0;
     for (uint32_t i = t->first; i < t->count; i++) {
@@ -1125,35 +1103,28 @@ int seg_recover(struct heap *h, uint64_t cycles,
         if (s->unknown_since > cycles)
             s->unknown_since = cycles;
     }
-    /* large and nursery runs whose head and tails disagree; a nursery owned
-     * by nobody (its fence dropped above) or whose segments disagree on
-     * their owner is as good as given back (Note [A nursery in the
-     * segment table]) */
+    /* large runs whose head and tails disagree */
     for (uint32_t i = t->first; i < t->count; i++) {
         struct seg *s = &t->segs[i];
-        bool bad = false, young = s->state == SEG_YOUNG ||
-                                  s->state == SEG_YOUNG_TAIL;
-        uint8_t head_st = young ? SEG_YOUNG : SEG_LARGE;
-        uint8_t tail_st = young ? SEG_YOUNG_TAIL : SEG_LARGE_TAIL;
-        if (s->state == head_st) {
-            bad = s->run == 0 || s->run > t->count - i ||
-                  (young && s->owner == 0);
+        bool bad = false;
+        if (s->state == SEG_LARGE) {
+            bad = s->run == 0 || s->run > t->count - i;
             for (uint32_t k = i + 1; !bad && k < i + s->run; k++)
-                bad = t->segs[k].state != tail_st || t->segs[k].run != i ||
-                      (young && t->segs[k].owner != s->owner);
-        } else if (s->state == tail_st) {
+                bad = t->segs[k].state != SEG_LARGE_TAIL ||
+                      t->segs[k].run != i;
+        } else if (s->state == SEG_LARGE_TAIL) {
             uint32_t hd = s->run;
-            bad = hd < t->first || hd >= i || t->segs[hd].state != head_st ||
+            bad = hd < t->first || hd >= i || t->segs[hd].state != SEG_LARGE ||
                   hd + t->segs[hd].run <= i;
         }
         if (!bad)
             continue;
-        uint32_t end = s->state == head_st ? i + s->run : i + 1;
+        uint32_t end = s->state == SEG_LARGE ? i + s->run : i + 1;
         for (uint32_t k = i; k < end && k < t->count; k++) {
             struct seg *x = &t->segs[k];
-            if (k > i && (x->state != tail_st || x->run != i))
+            if (k > i && (x->state != SEG_LARGE_TAIL || x->run != i))
                 break;
-            /* See Note [Segment lifecycle], (8) */
+            /* See Note [Segment lifecycle], (6) */
             x->state = SEG_FREE;
             x->owner = 0;
             x->orphan = 0;
@@ -1175,8 +1146,6 @@ int seg_recover(struct heap *h, uint64_t cycles,
         case SEG_OWNED: t->n_owned++; break;
         case SEG_FILLED: t->n_filled++; break;
         case SEG_LARGE: t->n_large++; break;
-        case SEG_YOUNG:
-        case SEG_YOUNG_TAIL: t->n_young++; break;
         default: break;
         }
         if (s->orphan)
@@ -1196,11 +1165,20 @@ int seg_recover(struct heap *h, uint64_t cycles,
             gone++;
         }
     }
+    /* Note [Young blocks of a client gone]: no FILLED segment or
+     * ownerless run is any live client's */
+    uint32_t young = 0;
+    for (uint32_t i = t->first; i < t->high; i++)
+        if (t->segs[i].state == SEG_FILLED ||
+            (t->segs[i].state == SEG_LARGE && t->segs[i].owner == 0))
+            young += free_young(h, i);
+    if (young)
+        log_warn("heap '%s': %u young blocks were in segments no client "
+                 "owns (a client returned them, or left while evicted); "
+                 "freed", h->cfg->name, young);
     if (repaired)
-        log_warn("heap '%s': %u segments of large or nursery runs are free "
-                 "again: a kill cut them short, or a nursery was owned by "
-                 "nobody (an evicted client's, fenced at the stop)",
-                 h->cfg->name, repaired);
+        log_warn("heap '%s': %u segments of large runs are free again: a "
+                 "kill cut them short", h->cfg->name, repaired);
     if (unbitted)
         log_info("heap '%s': %u segments' free bits disagreed with their "
                  "states when heapd died (a punch or a grant under way); "
@@ -1274,25 +1252,24 @@ void seg_unfence(struct heap *h, const uint32_t *segs, uint32_t n)
         /* See Note [Segment lifecycle]: the flag fenced */
         __atomic_store_n(&s->fenced, (uint8_t)(s->fenced - 1),
                          __ATOMIC_RELAXED);
-        if (s->fenced == 0)
-            t->n_fenced--;
-    }
-    /* a nursery whose slot went while it was fenced goes now (Note [A
-     * nursery in the segment table]) */
-    for (uint32_t k = 0; k < n; k++) {
-        struct seg *s = &t->segs[segs[k]];
-        if (s->state == SEG_YOUNG && s->owner == 0)
-            seg_free_young(h, segs[k]);
+        if (s->fenced != 0)
+            continue;
+        t->n_fenced--;
+        /* Note [Young blocks of a client gone]: the evicted process is
+         * gone */
+        if ((s->state == SEG_FILLED && s->charge == 0) ||
+            (s->state == SEG_LARGE && s->owner == 0))
+            free_young(h, segs[k]);
     }
 }
 
-/* See Note [Segment lifecycle], (6) */
+/* See Note [Segment lifecycle], (5) */
 void seg_release(struct heap *h, uint32_t i)
 {
     ASSERT_LOCK_HELD(&h->lock);
     struct segtab *t = &h->segs;
     struct seg *s = &t->segs[i];
-    /* See Note [Segment lifecycle], (6): FILLED or the head of a large
+    /* See Note [Segment lifecycle], (5): FILLED or the head of a large
      * run, not fenced, and no punch of its free pages under way (seg_purge
      * runs after the sweep, on the same thread) */
     assert(s->state == SEG_FILLED || s->state == SEG_LARGE);
@@ -1326,10 +1303,7 @@ void seg_release(struct heap *h, uint32_t i)
  *     FILLED segment (Note [Reusing partly free segments]);
  *   - every orphan is FILLED or LARGE, and orphaned - adopted is their
  *     number (Note [Segment supply]);
- *   - every LARGE_TAIL names a LARGE head whose run covers it, every
- *     YOUNG_TAIL a YOUNG head of the same owner whose run covers it, and
- *     n_young counts them all; a nursery owned by nobody is fenced (Note
- *     [A nursery in the segment table]);
+ *   - every LARGE_TAIL names a LARGE head whose run covers it;
  *   - a segment charged to a client (Note [Quota]) holds objects (is
  *     not FREE) and names a record in use.
  * Every release of heap->lock goes through heap_unlock (Note [Checked
@@ -1411,16 +1385,6 @@ bool segtab_check(const struct segtab *t)
              s->run + t->segs[s->run].run <= i))
             SEGTAB_BAD("large tail %u names head %u, which does not cover it",
                        i, s->run);
-        /* Note [A nursery in the segment table] */
-        if (st == SEG_YOUNG_TAIL &&
-            (s->run >= i || s->run < t->first ||
-             t->segs[s->run].state != SEG_YOUNG ||
-             s->run + t->segs[s->run].run <= i ||
-             t->segs[s->run].owner != s->owner))
-            SEGTAB_BAD("nursery tail %u names head %u, which does not "
-                       "cover it or has another owner", i, s->run);
-        if (st == SEG_YOUNG && s->owner == 0 && !s->fenced)
-            SEGTAB_BAD("nursery %u is owned by nobody but not fenced", i);
         /* Note [Purging free memory] in purge.c */
         if (s->purging && st != SEG_FILLED)
             SEGTAB_BAD("segment %u is being purged in state %u", i, st);
@@ -1442,9 +1406,6 @@ bool segtab_check(const struct segtab *t)
     if (n[SEG_LARGE] != t->n_large)
         SEGTAB_BAD("n_large %u, but %u segments are LARGE", t->n_large,
                    n[SEG_LARGE]);
-    if (n[SEG_YOUNG] + n[SEG_YOUNG_TAIL] != t->n_young)
-        SEGTAB_BAD("n_young %u, but %u segments are in nurseries",
-                   t->n_young, n[SEG_YOUNG] + n[SEG_YOUNG_TAIL]);
     uint32_t nfree = seg_popcount(t->free_bits, (t->count + 63) / 64);
     if (nfree != t->n_free)
         SEGTAB_BAD("n_free %u, but free_bits has %u bits set", t->n_free,

@@ -28,11 +28,8 @@ enum seg_state {
     SEG_FILLED,         /* returned (or orphaned) small segment */
     SEG_LARGE,          /* first segment of a large object's run */
     SEG_LARGE_TAIL,     /* other segments of that run */
-    SEG_YOUNG,          /* first segment of a mutator's nursery run (Note
-                           [Nurseries] in proto/young.h) */
-    SEG_YOUNG_TAIL,     /* other segments of that run */
 };
-#define SEG_STATE_MAX SEG_YOUNG_TAIL
+#define SEG_STATE_MAX SEG_LARGE_TAIL
 
 #define SEG_CLASS_UNKNOWN 0xffu /* owned but not formatted (or corrupt) */
 
@@ -49,8 +46,8 @@ struct seg {
                            punched without the lock, and it is granted to
                            nobody meanwhile (Note [Purging free memory]
                            in daemon/gc/purge.c) */
-    uint32_t run;       /* large and young: segments in the run; their
-                           tails: the head's index */
+    uint32_t run;       /* large: segments in the run; its tails: the
+                           head's index */
     uint64_t owner;     /* client id, 0 for none */
     uint64_t free_since;/* cycles_completed when it became free */
     uint64_t unknown_since; /* cycles_completed when it became FILLED
@@ -94,8 +91,6 @@ struct segtab {
                                [Reusing partly free segments]) */
     uint32_t n_free, n_owned, n_filled, n_large, n_reusable;
     uint32_t n_fenced;      /* segments with fenced != 0 */
-    uint32_t n_young;       /* YOUNG and YOUNG_TAIL segments (Note [A
-                               nursery in the segment table]) */
     _Atomic uint32_t strays_again; /* walks seg_punch_strays still makes
                               whatever the counts say (Note [Free memory
                               stays free]) */
@@ -182,8 +177,7 @@ static inline uint32_t seg_popcount(const uint64_t *w, uint32_t n)
 
 /* With heap->lock held: the bytes of heap memory the table accounts for
  * as committed (Note [Purging free memory] in daemon/gc/purge.c): every
- * segment not punched, less the pages punched out of them.  Nurseries
- * included. */
+ * segment not punched, less the pages punched out of them. */
 static inline uint64_t seg_committed(const struct segtab *t,
                                      unsigned seg_shift)
 {
@@ -233,32 +227,13 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
                     uint32_t quota_segs, uint64_t bytes, uint32_t *first,
                     uint32_t *run);
 
-/* Note [A nursery in the segment table] in segment.c: grant OWNER, whose
- * *HELD segments count toward QUOTA_SEGS, a nursery run of SEGS segments,
- * zeroed.  Returns 0 with *FIRST set, -EDQUOT, -ENOSPC, or -EFBIG when
- * it can never fit. */
-int seg_grant_young(struct heap *h, uint64_t owner, uint32_t *held,
-                    uint32_t quota_segs, uint32_t segs, uint32_t *first);
-/* The nursery run at FIRST leaves its slot: punched and free, or, while
- * fenced, kept YOUNG and owned by nobody until its fence lifts.  Does
- * nothing if FIRST is not the head of a nursery run. */
-void seg_free_young(struct heap *h, uint32_t first);
-/* True if segment I is in a nursery run (any thread). */
-static inline bool seg_is_young(const struct segtab *t, uint32_t i)
-{
-    uint8_t st = __atomic_load_n(&t->segs[i].state, __ATOMIC_ACQUIRE);
-    return st == SEG_YOUNG || st == SEG_YOUNG_TAIL;
-}
-
 /* OWNER gives segment I back.  Returns 0 or -EINVAL when I is not a small
  * segment owned by OWNER (nothing changes). */
 int seg_return(struct heap *h, uint64_t owner, uint32_t *held, uint32_t i);
 
 /* OWNER is gone: its small segments become FILLED (or FREE if never
- * formatted), its nursery runs go as seg_free_young says, its large runs
- * ownerless: all of
- * them counted as orphaned until a sweep frees them or a grant adopts
- * them. */
+ * formatted), its large runs ownerless: all of them counted as orphaned
+ * until a sweep frees them or a grant adopts them. */
 void seg_orphan(struct heap *h, uint64_t owner);
 
 /* Note [Evicted clients] in daemon/stall.c: fence every segment in use

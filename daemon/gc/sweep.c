@@ -7,6 +7,13 @@
  * small segment (OWNED or FILLED, class known) and every large run:
  *   - a block whose mark is the epoch is live; its block size counts in
  *     live_bytes;
+ *   - a block whose mark is LAYOUT_MARK_YOUNG holds a young object, which
+ *     only its mutator frees or promotes (Note [Young objects] in
+ *     proto/young.h): it is never freed nor written, fenced or not, and
+ *     counts as in use (live_bytes, the segment's live blocks: it is
+ *     neither freed whole nor made reusable for it, Note [Reusing partly
+ *     free segments]); the segments that hold one are counted for
+ *     `heapctl segments` (segments_young);
  *   - a block with any other non-zero mark is dead: when the heap poisons
  *     (verify = true, or a build with assertions) its bytes become
  *     SWEEP_POISON, and then its mark becomes 0 (a release store); a run
@@ -21,8 +28,9 @@
  *     the epoch, as if marked (Note [Evicted clients] in
  *     daemon/stall.c).
  * OWNED segments are swept too, while their owners allocate into them: an
- * owner writes only marks that are 0 (setting the epoch) and the sweeper
- * only marks that are neither 0 nor the epoch (setting 0), so they never
+ * owner writes only marks that are 0 (setting the epoch, or YOUNG) and
+ * its own YOUNG ones (setting 0 or the epoch), and the sweeper only marks
+ * that are neither 0, the epoch nor YOUNG (setting 0), so they never
  * write the same mark, and the owner cannot take a block before its poison
  * is in.  Sweeping every segment keeps Note [Epoch reuse] true.  A segment
  * an owner formatted after the snapshot holds only black blocks.
@@ -81,7 +89,7 @@ static void assert_sweeping(const struct heap *h, uint8_t epoch)
 {
     const struct layout_control *c = h->control;
     (void)c, (void)epoch;
-    assert(epoch != 0 && epoch != LAYOUT_MARK_CONT);
+    assert(layout_mark_is_epoch(epoch));
     assert(atomic_load_explicit(&c->epoch, memory_order_relaxed) == epoch);
     assert(atomic_load_explicit(&c->phase, memory_order_relaxed) ==
            LAYOUT_PHASE_SWEEP);
@@ -104,6 +112,7 @@ void sweep_job_init(struct sweep_job *j, struct heap *h, uint8_t epoch)
 void sweep_job_finish(struct sweep_job *j)
 {
     ASSERT_LOCK_HELD(&j->h->lock);
+    j->h->young_segments = atomic_load(&j->young_segments);
     seg_sweep_charged(j->h, j->charged, j->ncharged);
     free(j->charged);
     j->charged = NULL;
@@ -130,13 +139,16 @@ static bool holds_live(const struct heap *h, uint32_t i, uint8_t expect,
     const uint8_t *marks = layout_seg_marks(heap_seg_addr(h, i));
     if (expect == SEG_LARGE) {
         uint8_t m = __atomic_load_n(marks, __ATOMIC_ACQUIRE);
-        return m == epoch || (m == 0 && t->segs[i].owner != 0);
+        return m == epoch || m == LAYOUT_MARK_YOUNG ||
+               (m == 0 && t->segs[i].owner != 0);
     }
     uint8_t cls = __atomic_load_n(&t->segs[i].cls, __ATOMIC_ACQUIRE);
     if (cls >= LAYOUT_NCLASSES || t->small_nblocks[cls] == 0)
         return false; /* no block to tell apart: Note [A segment leaves its
                          owner] decided */
-    return memchr(marks, epoch, t->small_nblocks[cls]) != NULL;
+    /* a young block is in use (Note [Sweeping]) */
+    return memchr(marks, epoch, t->small_nblocks[cls]) != NULL ||
+           memchr(marks, LAYOUT_MARK_YOUNG, t->small_nblocks[cls]) != NULL;
 }
 
 /* Free segment I, swept in state EXPECT, if it is still in that state and
@@ -183,6 +195,7 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
     uint32_t n = t->small_nblocks[cls], bs = layout_class_size[cls];
     uint8_t *blocks = seg + t->small_first[cls];
     uint32_t nlive = 0;
+    bool young = false;
 
     for (uint32_t b = 0; b < n; b++) {
         uint8_t m = __atomic_load_n(&marks[b], __ATOMIC_RELAXED);
@@ -192,6 +205,12 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
         /* the blocks it spans, its continuations read before any of them
          * is freed (Note [Runs]) */
         uint32_t k = (uint32_t)(layout_block_span(marks, b, n, cls) / bs);
+        if (m == LAYOUT_MARK_YOUNG) { /* its mutator's: Note [Sweeping] */
+            young = true;
+            nlive += k;
+            b += k - 1;
+            continue;
+        }
         if (m == j->epoch) {
             nlive += k;
             b += k - 1;
@@ -218,6 +237,9 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
         b += k - 1;
     }
     *live += (uint64_t)nlive * bs;
+    if (young)
+        atomic_fetch_add_explicit(&j->young_segments, 1,
+                                  memory_order_relaxed);
     if (state == SEG_FILLED) /* an OWNED one counts whole, as held */
         tally(j, i, (uint64_t)nlive * bs);
     if (nlive == 0 && state == SEG_FILLED && !fenced) {
@@ -240,7 +262,12 @@ static void sweep_large(struct sweep_job *j, uint32_t i, uint64_t *live,
     uint8_t *mark = layout_seg_marks(heap_seg_addr(h, i));
     uint8_t m = __atomic_load_n(mark, __ATOMIC_ACQUIRE);
 
-    if (m == j->epoch) {
+    if (m == j->epoch || m == LAYOUT_MARK_YOUNG) {
+        /* a young large object is a client's mistake (Note [Young
+         * objects]), but its mark is its mutator's all the same */
+        if (m == LAYOUT_MARK_YOUNG)
+            atomic_fetch_add_explicit(&j->young_segments, 1,
+                                      memory_order_relaxed);
         *live += (uint64_t)s->run << h->seg_shift;
         tally(j, i, (uint64_t)s->run << h->seg_shift);
         return;

@@ -17,6 +17,8 @@ struct sweep_job {
     _Atomic uint64_t live_bytes;  /* blocks that survived */
     _Atomic uint64_t freed_blocks;
     _Atomic uint64_t freed_segments;
+    _Atomic uint32_t young_segments; /* holding a young block (Note
+                                        [Sweeping]) */
     _Atomic uint64_t *charged;    /* per quota record: bytes that survived
                                      in the segments charged to it (Note
                                      [Quota] in daemon/gc/segment.c); NULL
@@ -27,7 +29,8 @@ struct sweep_job {
 /* Takes heap->lock. */
 void sweep_job_init(struct sweep_job *j, struct heap *h, uint8_t epoch);
 /* With heap->lock held, once every worker is done: hand the per-client
- * tally to the segment table (Note [Quota]) and free it. */
+ * tally to the segment table (Note [Quota]) and free it, and the count of
+ * segments holding young blocks to the heap (heap->young_segments). */
 void sweep_job_finish(struct sweep_job *j);
 /* One worker's share (a workers_fn). */
 void sweep_worker(void *job, unsigned worker);

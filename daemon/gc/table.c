@@ -5,7 +5,8 @@
  * What a new heapd needs to trust a heap -- every segment's record, the
  * free and reuse bitmaps, the globals' records, the registry of connected
  * mutator clients (id, token, pid, start, name, bytes granted; each
- * slot's client, region, bound and nursery), the last stop generation and
+ * slot's client, region, bound and young generation), the last stop
+ * generation and
  * the counters -- lives not in heapd's private memory but in a
  * daemon-only memfd, heapd.table.NAME in the service manager's store from
  * the heap's creation on (beside heapd.heap.NAME and heapd.page.NAME:
@@ -83,14 +84,15 @@
  * memfd cost no store more than private ones: the same stores into the
  * same memory; the table of a 4 GiB heap of 1 MiB segments is 416 KiB.
  *
- * The release before this one (table version 3) had no clean record and
- * saved a state, heapd.state.NAME, at a clean stop.  This heapd reads a
- * version-3 table -- this header without the clean record, every offset
- * the same -- as one a kill left, rewriting its header as version 4, and
- * drops the state unread with a log line: an upgrade costs the verifying
- * cycles once and keeps the heap and its clients.  A heapd of version 3
- * refuses a version-4 table: a downgrade keeps the heap as lost-* for an
- * operator and starts it empty.
+ * Tables of another version are refused.  The release before this one
+ * (table version 4) kept a slot's nursery run where this one keeps its
+ * young budget (Note [Young objects] in proto/young.h), but a table of
+ * its never gets this far: its heap is of layout 13, whose epoch 254 is
+ * this layout's young mark, and heap_open refuses that heap's control
+ * area before its table is read.  So an upgrade from it keeps the heap as
+ * lost-* for an operator and starts it empty, as a downgrade does; so
+ * does one from the release before that (version 3), which saved a state
+ * beside its table (heapd.state.NAME, dropped unread).
  */
 #include "table.h"
 
@@ -109,9 +111,9 @@
 
 #define TABLE_MAGIC 0x3162746470616568ull /* "heapdtb1", little-endian */
 /* 3: a slot's nursery (young_first, young_segs, young_age)
- * 4: the clean record (Note [The live table]), appended to the header */
-#define TABLE_VERSION 4u
-#define TABLE_VERSION_BEFORE 3u /* the previous release's: read as killed */
+ * 4: the clean record (Note [The live table]), appended to the header
+ * 5: a slot's young budget and age instead of its nursery */
+#define TABLE_VERSION 5u
 #define TABLE_CLEAN 0x6e61656c63627468ull /* "htbclean", little-endian */
 
 struct table_stats_copy {
@@ -132,13 +134,14 @@ struct table_client {
 };
 
 /* Who holds mutator slot I: its client (0: free), region, alloc_bound,
- * and its nursery run (Note [Nurseries] in proto/young.h; young_segs 0:
- * none), which seg_recover keeps YOUNG for a kept client. */
+ * and its young generation (Note [Young objects] in proto/young.h): the
+ * nursery budget and the age it promotes at; young_bytes 0: none. */
 struct table_slot {
     uint64_t client;
     uint32_t region;
     uint64_t alloc_bound;
-    uint32_t young_first, young_segs, young_age;
+    uint64_t young_bytes;
+    uint32_t young_age;
 };
 
 /* What a clean stop adds (Note [The live table]): `word` is TABLE_CLEAN
@@ -163,17 +166,9 @@ struct table_header {
     _Atomic uint32_t stop_gen;  /* the last stop generation asked */
     struct table_slot slots[LAYOUT_MAX_MUTATORS];
     struct table_client clients[TABLE_CLIENTS];
-    /* version 4 on; everything above is version 3's */
     struct table_clean clean;
 };
 
-/* a version-3 header is this one up to `clean`, and lies on the same
- * pages: its table's offsets are a version-4 table's (any page size is a
- * multiple of 4096) */
-#define TABLE_BEFORE_BYTES offsetof(struct table_header, clean)
-_Static_assert((sizeof(struct table_header) + 4095) / 4096 ==
-                   (TABLE_BEFORE_BYTES + 4095) / 4096,
-               "the clean record moves a version-3 table's records");
 _Static_assert(offsetof(struct table_header, clean.sum) % 8 == 0 &&
                    offsetof(struct table_header, clean.word) ==
                        offsetof(struct table_header, clean.sum) + 8,
@@ -265,16 +260,10 @@ int table_adopt(struct heap *h, int fd, char *why, size_t n)
     got = pread(fd, &hd, sizeof hd, 0);
     if (got != (ssize_t)sizeof hd || hd.magic != TABLE_MAGIC)
         REFUSE("its table is not heapd's");
-    /* Note [The live table]: the previous release's, read as killed; of
-     * either header size, for a heapd killed while it rewrote the header
-     * below (header_bytes stored, version not yet) */
-    bool before = hd.version == TABLE_VERSION_BEFORE &&
-                  (hd.header_bytes == TABLE_BEFORE_BYTES ||
-                   hd.header_bytes == want.header_bytes);
-    if (hd.version != TABLE_VERSION && !before)
+    /* Note [The live table]: one version */
+    if (hd.version != TABLE_VERSION)
         REFUSE("its table is of version %u, and this heapd reads version "
-               "%u (and %u, of the release before) only", hd.version,
-               TABLE_VERSION, TABLE_VERSION_BEFORE);
+               "%u only", hd.version, TABLE_VERSION);
     if (hd.layout_version != LAYOUT_VERSION)
         REFUSE("the heap is of layout version %u, and this heapd's is %u",
                hd.layout_version, LAYOUT_VERSION);
@@ -288,7 +277,7 @@ int table_adopt(struct heap *h, int fd, char *why, size_t n)
                (unsigned long long)want.base,
                (unsigned long long)want.max_size,
                (unsigned long long)want.segment_size);
-    if ((!before && hd.header_bytes != want.header_bytes) ||
+    if (hd.header_bytes != want.header_bytes ||
         hd.seg_bytes != want.seg_bytes ||
         hd.global_bytes != want.global_bytes ||
         hd.stats_bytes != want.stats_bytes || hd.count != want.count ||
@@ -302,19 +291,6 @@ int table_adopt(struct heap *h, int fd, char *why, size_t n)
     if ((rc = map_table(h, fd, &want)) < 0)
         REFUSE("its table cannot be mapped: %s", strerror(-rc));
     h->stats.created_unix_ns = hd.created_unix_ns;
-    if (before) {
-        /* a version-3 heapd never wrote past its header: the clean record
-         * reads as zero, but is not trusted to */
-        struct table_header *t = h->table;
-        memset(&t->clean, 0, sizeof t->clean);
-        t->header_bytes = (uint32_t)sizeof *t;
-        t->version = TABLE_VERSION;
-        log_warn("heap '%s': its table is of version %u, the release "
-                 "before this heapd's; it is recovered as after a kill "
-                 "(its verifying cycles run once) and is of version %u "
-                 "from now on", h->cfg->name, TABLE_VERSION_BEFORE,
-                 TABLE_VERSION);
-    }
     return 0;
 out:
     close(fd);
@@ -469,14 +445,14 @@ int table_take_back(struct heap *h, char *why, size_t n,
     rc = 0;
     for (struct resume_client *r = *kept; r; r = r->next)
         for (uint32_t i = t->first; i < t->high; i++)
-            r->held += (t->segs[i].state == SEG_OWNED ||
-                        seg_is_young(t, i)) && t->segs[i].owner == r->id;
+            r->held += t->segs[i].state == SEG_OWNED &&
+                       t->segs[i].owner == r->id;
     uint32_t stale = 0;
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++)
         if (!kept_id(*kept, hd->slots[i].client)) {
             stale += hd->slots[i].client != 0;
             table_slot_set(h, i, 0, 0, 0);
-            table_slot_young(h, i, 0, 0, 0);
+            table_slot_young(h, i, 0, 0);
         }
     if (stale)
         not_clean(h, clean, "its slots name clients its registry does not "
@@ -564,15 +540,14 @@ void table_slot_set(struct heap *h, unsigned slot, uint64_t client,
     hd->slots[slot].client = client;
 }
 
-void table_slot_young(struct heap *h, unsigned slot, uint32_t first,
-                      uint32_t segs, uint32_t age)
+void table_slot_young(struct heap *h, unsigned slot, uint64_t bytes,
+                      uint32_t age)
 {
     ASSERT_LOCK_HELD(&h->lock);
     struct table_header *hd = h->table;
     if (!hd)
         return;
-    hd->slots[slot].young_first = first;
-    hd->slots[slot].young_segs = segs;
+    hd->slots[slot].young_bytes = bytes;
     hd->slots[slot].young_age = age;
 }
 
@@ -592,10 +567,11 @@ bool table_client_listed(struct heap *h, uint64_t id)
 /* The kept client (Note [Resuming clients] in resume.c) of registry
  * record TC, whose `valid` word read ID: the one place a resume_client
  * is made, after a clean stop and after a kill alike.  Each slot the
- * table gives it has its region, bound and nursery put back into
- * heap->owners (the nursery checked against the segment table by
- * attach_again); *ODD counts the slots naming it in a region no heapd
- * writes, which it does not get.  Its `held` is counted once the segment
+ * table gives it has its region, bound and young generation put back
+ * into heap->owners (a budget or an age out of range is a young
+ * generation no heapd grants: the slot resumes without one, counted in
+ * *ODD); *ODD counts the slots naming it in a region no heapd writes,
+ * which it does not get.  Its `held` is counted once the segment
  * records are recovered (table_take_back).  NULL: out of memory. */
 static struct resume_client *kept_of(struct heap *h,
                                      const struct table_client *tc,
@@ -621,16 +597,21 @@ static struct resume_client *kept_of(struct heap *h,
         if (ts->region >= LAYOUT_MAX_MUTATORS) {
             (*odd)++; /* no slot of R's: its record goes too */
             table_slot_set(h, i, 0, 0, 0);
-            table_slot_young(h, i, 0, 0, 0);
+            table_slot_young(h, i, 0, 0);
             continue;
         }
         r->slots[i / 64] |= 1ull << (i % 64);
         h->owners[i].region = ts->region;
         atomic_store(&h->owners[i].alloc_bound, ts->alloc_bound);
-        h->owners[i].young_first = ts->young_first;
-        h->owners[i].young_segs = ts->young_segs;
-        h->owners[i].young_age = ts->young_age;
-        h->owners[i].young_tracer = NULL;
+        uint64_t bytes = ts->young_bytes;
+        uint32_t age = ts->young_age;
+        if (bytes != 0 && !heap_young_ok(h, bytes, age)) {
+            (*odd)++; /* not what an attach grants */
+            bytes = 0;
+            table_slot_young(h, i, 0, 0);
+        }
+        h->owners[i].young_bytes = bytes;
+        h->owners[i].young_age = bytes ? age : 0;
     }
     return r;
 }

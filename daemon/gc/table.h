@@ -20,10 +20,10 @@ int table_create(struct heap *h);
 
 /* The table of a heap the service manager kept (FD, taken over: closed
  * on failure): mapped and pointed into as table_create does, if its header
- * matches H's geometry and this heapd's record sizes (or is the previous
- * release's: Note [The live table], whose header it makes this one's).
- * Stores nothing else into it (table_take_back reads it first).  Returns 0,
- * or -EINVAL with WHY (N bytes) saying what disagreed. */
+ * is of this heapd's version, H's geometry and this heapd's record sizes
+ * (Note [The live table]).  Stores nothing else into it (table_take_back
+ * reads it first).  Returns 0, or -EINVAL with WHY (N bytes) saying what
+ * disagreed. */
 int table_adopt(struct heap *h, int fd, char *why, size_t n);
 
 /* The adopted table taken back (Note [The live table]), under
@@ -61,11 +61,11 @@ bool table_client_listed(struct heap *h, uint64_t id);
 void table_client_granted(struct heap *h, uint64_t id, uint64_t granted);
 void table_slot_set(struct heap *h, unsigned slot, uint64_t client,
                     unsigned region, uint64_t alloc_bound);
-/* With heap->lock held: slot SLOT's nursery (Note [Nurseries] in
- * proto/young.h), the run at FIRST of SEGS segments (0: none), promoting
- * at AGE. */
-void table_slot_young(struct heap *h, unsigned slot, uint32_t first,
-                      uint32_t segs, uint32_t age);
+/* With heap->lock held: slot SLOT's young generation (Note [Young
+ * budgets] in heap.h): its nursery budget BYTES (0: not young),
+ * promoting at AGE. */
+void table_slot_young(struct heap *h, unsigned slot, uint64_t bytes,
+                      uint32_t age);
 /* The collector thread asked stop generation GEN. */
 void table_stop_gen(struct heap *h, uint32_t gen);
 

@@ -11,8 +11,11 @@
  *     segment of a large run) -- never a header, the control
  *     area or a free segment;
  *   - exactly the first-field address of a block of that segment;
- *   - whose mark byte is an epoch (the block is allocated; 0 is free and
- *     LAYOUT_MARK_CONT the inside of a run object, Note [Runs]).
+ *   - whose mark byte is an epoch (the block is allocated; 0 is free,
+ *     LAYOUT_MARK_CONT the inside of a run object, Note [Runs], and
+ *     LAYOUT_MARK_YOUNG a young object, Note [References to young
+ *     objects]).  The mark is read once, and what was read is what the
+ *     caller decides by (valid_ref.seen).
  * The geometry comes from the daemon's table and layout_small_geometry,
  * never from the segment header, so nothing a client writes can make a
  * marker read outside the heap.  A bad reference is counted (stats
@@ -21,22 +24,45 @@
  * object: than its span) is counted the same way and its fields are not
  * traced.
  *
- * Note [References into a nursery]
- * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * A reference into a YOUNG segment (any mutator's nursery: Note [A
- * nursery in the segment table] in segment.c) is never a valid object
- * reference, wherever the daemon meets it -- a field, a global, a URS
- * entry, a root of any slot, a reference a nursery trace emits: the
- * only way into a nursery is its own mutator's roots, which the marker
- * traces instead of validating (Note [Tracing a slot's nursery] in
- * mark.c), and nothing shared may reference a young object (Note [Young
- * objects, for the program] in client/heapd.h).  Such a reference is not
- * followed and is counted in young_refs_refused instead of bad_refs, so
- * that the counters tell a young object that escaped (a client bug the
- * program can fix: publish it) from memory that is not an object at all;
- * it is logged as a bad reference is, a few a cycle.  Following one would
- * let a mutator's minor collection move or reuse what another client's
- * object points to, behind the collector's back.
+ * Note [References to young objects]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A block whose mark is LAYOUT_MARK_YOUNG holds a young object (Note
+ * [Young objects] in proto/young.h): its own mutator may reference it --
+ * from its roots, its C locals, its other young objects -- and nothing
+ * shared may (Note [The young invariant] in client/minor.c: a young value
+ * is promoted before it is stored anywhere shared).  So validate_ref
+ * refuses a reference to a young block wherever the daemon meets it: a
+ * shared object's field, a global, a URS entry, a block a remark rescans,
+ * any slot's roots, a young block's fields.  Such a reference is not
+ * marked and not followed, counted in young_refs_refused (not bad_refs,
+ * so that the counters tell a young object that escaped, a bug of its
+ * client's program, from memory that is no object at all) and logged as
+ * a bad reference is, a few a cycle.  The one place the daemon takes a
+ * young reference is a young slot's own stack handshake: its roots into
+ * its client's young blocks are skipped there, and those blocks scanned
+ * instead (Note [The daemon's preparatory push] in mark.c).
+ * Refusing is safe for everyone but the client that broke the invariant,
+ * which is the client's to keep: the young object is not marked, so its
+ * owner's minor collection frees it as if nothing else held it (or
+ * promotes it, black), and the shared object keeps a dangling reference
+ * that validation refuses from then on (a free block, or one its client
+ * allocated again) -- the program that follows it meets its own bug, and
+ * the collector frees nothing another client reaches because of it.
+ * Marking it instead would write the epoch over a mark only its mutator
+ * writes: the object would be shared behind its mutator's back, which
+ * would still free it at its next minor collection.
+ * The marker never turns a YOUNG mark into an epoch.  mark_one stores the
+ * epoch only if the one load validate_ref made read another epoch (a
+ * shared object not yet marked); between that load and the store the mark
+ * cannot become YOUNG, for only its owner writes a YOUNG mark, only over
+ * a 0 (an allocation), and an epoch becomes 0 only by a sweep, which
+ * never runs while marking (Note [Epoch-tagged marks] in proto/layout.h;
+ * a mutator frees only its own young blocks).  A mark read as YOUNG is
+ * never written; that its owner promotes it (YOUNG -> the epoch, black)
+ * right after is benign: the object is shared from then on, and a
+ * reference read before the promotion was stored before it, against the
+ * invariant (a mutator promotes, with release order, before it stores:
+ * a marker that reads the reference reads the promoted mark).
  */
 #include "validate.h"
 
@@ -45,6 +71,7 @@
 bool validate_ref(const struct heap *h, uintptr_t r, struct valid_ref *out)
 {
     const struct segtab *t = &h->segs;
+    out->young = false;
     uintptr_t base = (uintptr_t)h->base;
     uint32_t i, idx;
     uintptr_t seg, off;
@@ -84,7 +111,10 @@ bool validate_ref(const struct heap *h, uintptr_t r, struct valid_ref *out)
     }
     out->obj = r;
     out->mark = layout_seg_marks((void *)seg) + idx;
-    return layout_mark_in_use(__atomic_load_n(out->mark, __ATOMIC_RELAXED));
+    out->seen = __atomic_load_n(out->mark, __ATOMIC_RELAXED);
+    /* Note [References to young objects] */
+    out->young = out->seen == LAYOUT_MARK_YOUNG;
+    return layout_mark_is_epoch(out->seen);
 }
 
 uint64_t validate_header(const struct valid_ref *ref)
@@ -94,14 +124,6 @@ uint64_t validate_header(const struct valid_ref *ref)
     uint64_t size = layout_object_size(layout_header_nrefs(hdr),
                                        layout_header_nbytes(hdr));
     return size <= ref->block_size ? hdr : 0;
-}
-
-bool validate_in_nursery(const struct heap *h, uintptr_t r)
-{
-    uintptr_t base = (uintptr_t)h->base;
-    if (r < base || r - base >= h->cfg->max_size)
-        return false;
-    return seg_is_young(&h->segs, (uint32_t)((r - base) >> h->seg_shift));
 }
 
 const char *validate_diagnose(const struct heap *h, uintptr_t r)
@@ -118,10 +140,6 @@ const char *validate_diagnose(const struct heap *h, uintptr_t r)
     case SEG_CONTROL: return "in the control area";
     case SEG_FREE: return "in a free segment";
     case SEG_LARGE_TAIL: return "inside a large object";
-    case SEG_YOUNG:
-    case SEG_YOUNG_TAIL: /* Note [References into a nursery] */
-        return "points into a mutator's nursery (a young object, which "
-               "nothing shared may reference)";
     case SEG_LARGE:
         if (off < LAYOUT_LARGE_OBJECT + LAYOUT_WORD)
             return "in a segment's header";
@@ -137,7 +155,10 @@ const char *validate_diagnose(const struct heap *h, uintptr_t r)
     default: break;
     }
     ref.mark = NULL; /* validate_ref sets it for a block's first field */
-    if (!validate_ref(h, r, &ref))
-        return ref.mark ? "a free block" : "not the first field of a block";
-    return "an object freed meanwhile";
+    if (validate_ref(h, r, &ref))
+        return "an object freed meanwhile";
+    if (ref.young) /* Note [References to young objects] */
+        return "a young object (its own mutator's: nothing shared may "
+               "reference one)";
+    return ref.mark ? "a free block" : "not the first field of a block";
 }

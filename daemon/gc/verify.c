@@ -15,19 +15,28 @@
  *      its block;
  *   2. Note [Epoch-tagged marks] holds: every non-zero mark byte of every
  *      small segment and large run equals the epoch, or is a continuation
- *      in a segment of the run class (Note [Runs]);
+ *      in a segment of the run class (Note [Runs]), or is young (check 4);
  *   3. every byte of every free block of a small segment is poison (freed
  *      by a sweep) or zero (never written: a segment reformatted for
  *      another class has blocks that straddle old poison and old zeroes;
  *      or punched: pages punched out of the segment are not read, Note
  *      [Purging free memory] in purge.c).  A use after free that stores a
  *      pointer or data shows up here.
- *   4. no field of a reachable shared object, no global root and no root
- *      of another slot references a YOUNG segment (Note [References into
- *      a nursery] in validate.c); a slot's roots into its own nursery are
- *      traced with its tracer (Note [Tracing a slot's nursery] in mark.c)
- *      and what they emit is checked as a root of that slot (with check
- *      1: a shared object a young one keeps must be marked too).
+ *   4. young objects (Note [Young objects] in proto/young.h) are where
+ *      they may be, and referenced by whom may: a YOUNG mark only in a
+ *      small segment of a class other than the run class that a client
+ *      owns (OWNED), or that stays fenced for a client evicted with it
+ *      (Note [Young blocks of a client gone] in segment.c) -- never in a
+ *      FILLED segment otherwise, nor as a large object's mark; and a
+ *      young object reachable only from a young slot's roots, through
+ *      young objects, in a segment the slot's client owns -- never from a
+ *      shared object, a global, or another slot's roots (Note [References
+ *      to young objects] in validate.c).  Such a young object is traced
+ *      but not required to be marked (its header's tag is its age), and
+ *      the shared objects it references are checked as in 1: marked, for
+ *      a young mutator's handshake pushes them (Note [The preparatory
+ *      push] in client/minor.c).  Free segments are not read (their
+ *      pages may be punched: Note [Free memory stays free] in purge.c).
  * Each failure is logged with the path from its root ("slot 2 root 5 ->
  * 0x... -> 0x...") and counted in the stats as verify_failures; the tests
  * run with the verifier on and require zero.
@@ -44,7 +53,6 @@
 #include "log.h"
 #include "sweep.h"
 #include "validate.h"
-#include "young.h"
 
 #define MAX_LOGGED 20
 #define NO_ROOT UINT32_MAX /* a failure found by scanning segment `root` */
@@ -54,6 +62,7 @@ struct visit {
     uintptr_t obj;      /* 0: empty */
     uintptr_t parent;   /* 0: a root */
     uint32_t slot, root;
+    bool young;         /* a young object of SLOT's client (check 4) */
 };
 
 struct verifier {
@@ -135,23 +144,41 @@ static void fail(struct verifier *v, uintptr_t obj, uintptr_t parent,
                   v->h->cfg->name, what, slot, root, path);
 }
 
+/* Check 4: may young object OBJ be reached from PARENT (0: a root of
+ * SLOT, or of GLOBAL_ROOT)?  Only from a young slot's roots, or a young
+ * object they reach, and in a segment the slot's client owns. */
+static const char *young_refused(struct verifier *v, uintptr_t obj,
+                                 uintptr_t parent, uint32_t slot)
+{
+    const struct heap *h = v->h;
+    if (parent && !find(v, parent)->young)
+        return "a shared object's field references a young object";
+    if (slot == GLOBAL_ROOT)
+        return "a global references a young object";
+    uint32_t i = (uint32_t)((obj - (uintptr_t)h->base) >> h->seg_shift);
+    if (h->owners[slot].young_bytes == 0 ||
+        h->segs.segs[i].state != SEG_OWNED ||
+        h->segs.segs[i].owner != atomic_load(&h->owners[slot].client_id))
+        return parent ? "a young object references another client's young "
+                        "object"
+                      : "a root references a young object not its own "
+                        "mutator's";
+    return NULL;
+}
+
 static void visit(struct verifier *v, uintptr_t obj, uintptr_t parent,
                   uint32_t slot, uint32_t root)
 {
     struct valid_ref ref;
-    if (validate_in_nursery(v->h, obj)) { /* check 4 */
-        fail(v, obj, parent, slot, root,
-             parent ? "a shared object's field references a mutator's "
-                      "nursery"
-             : slot == GLOBAL_ROOT ? "a global references a mutator's "
-                                     "nursery"
-                                   : "a root references a nursery not its "
-                                     "own mutator's");
-        return;
-    }
-    if (!validate_ref(v->h, obj, &ref)) {
+    bool shared = validate_ref(v->h, obj, &ref);
+    if (!shared && !ref.young) {
         fail(v, obj, parent, slot, root,
              "reachable reference is not an allocated object");
+        return;
+    }
+    const char *why = shared ? NULL : young_refused(v, obj, parent, slot);
+    if (why) { /* check 4 */
+        fail(v, obj, parent, slot, root, why);
         return;
     }
     if ((v->n + 1) * 2 > v->cap && !grow(v)) {
@@ -161,9 +188,9 @@ static void visit(struct verifier *v, uintptr_t obj, uintptr_t parent,
     struct visit *e = find(v, obj);
     if (e->obj)
         return;
-    *e = (struct visit){obj, parent, slot, root};
+    *e = (struct visit){obj, parent, slot, root, !shared};
     v->n++;
-    if (*ref.mark != v->epoch)
+    if (shared && *ref.mark != v->epoch)
         fail(v, obj, parent, slot, root, "reachable object is not marked");
     uint64_t hdr = *(uint64_t *)(obj - LAYOUT_WORD);
     uint8_t tag = layout_header_tag(hdr);
@@ -171,7 +198,7 @@ static void visit(struct verifier *v, uintptr_t obj, uintptr_t parent,
         fail(v, obj, parent, slot, root, "reachable object is poisoned");
     else if (validate_header(&ref) == 0)
         fail(v, obj, parent, slot, root, "object header exceeds its block");
-    else if (tag != 0 && tag != v->epoch)
+    else if (shared && tag != 0 && tag != v->epoch)
         /* Note [Dirty tags]: marking scanned it, so no stale tag is left */
         fail(v, obj, parent, slot, root, "reachable object keeps a stale "
                                          "dirty tag");
@@ -193,48 +220,18 @@ static void trace(struct verifier *v)
     while (v->sn > 0 && !v->oom) {
         uintptr_t obj = v->stack[--v->sn];
         struct valid_ref ref;
-        if (!validate_ref(v->h, obj, &ref))
-            continue;
+        if (!validate_ref(v->h, obj, &ref) && !ref.young)
+            continue; /* freed meanwhile: nothing runs in the pause */
         uint64_t hdr = validate_header(&ref);
         if (hdr == 0)
             continue;
         struct visit *self = find(v, obj);
         uint32_t slot = self->slot, root = self->root;
         void **f = (void **)obj;
-        for (size_t k = 0; k < layout_header_nrefs(hdr); k++) {
-            if (f[k] && validate_in_nursery(v->h, (uintptr_t)f[k]) &&
-                v->failures < MAX_LOGGED) /* check 4, naming the field */
-                log_error("heap '%s': verify: field %zu of object 0x%lx "
-                          "references a mutator's nursery (0x%lx)",
-                          v->h->cfg->name, k, (unsigned long)obj,
-                          (unsigned long)f[k]);
+        for (size_t k = 0; k < layout_header_nrefs(hdr); k++)
             if (f[k])
                 visit(v, (uintptr_t)f[k], obj, slot, root);
-        }
     }
-}
-
-struct verify_emit {
-    struct verifier *v;
-    uint32_t slot, root;
-};
-
-static void verify_emit(void *ctx, uintptr_t ref)
-{
-    struct verify_emit *e = ctx;
-    visit(e->v, ref, 0, e->slot, e->root);
-}
-
-/* Root P of slot I: traced if it is in the slot's nursery (check 4). */
-static void visit_root(struct verifier *v, struct young_trace *t,
-                       uintptr_t p, uint32_t i, uint32_t root)
-{
-    if (t && young_trace_contains(t, p)) {
-        struct verify_emit e = {v, i, root};
-        young_trace_root(t, p, verify_emit, &e);
-        return;
-    }
-    visit(v, p, 0, i, root);
 }
 
 static void check_roots(struct verifier *v)
@@ -255,13 +252,8 @@ static void check_roots(struct verifier *v)
             continue;
         uint64_t depth = m->root_depth;
         void *_Atomic *roots = layout_mutator_roots(m);
-        /* under heap->lock, as marking uses it: Note [Tracing a slot's
-         * nursery] */
-        struct young_trace *t = h->owners[i].young_tracer;
-        if (t)
-            young_trace_begin(t);
         if (m->pending_root)
-            visit_root(v, t, (uintptr_t)m->pending_root, i, UINT32_MAX - 2);
+            visit(v, (uintptr_t)m->pending_root, 0, i, UINT32_MAX - 2);
         trace(v);
         /* a deeper stack is a fault the marker reports (Note [Client
          * control memory]) */
@@ -270,7 +262,7 @@ static void check_roots(struct verifier *v)
         for (uint64_t r = 0; r < depth; r++) {
             void *p = atomic_load_explicit(&roots[r], memory_order_relaxed);
             if (p)
-                visit_root(v, t, (uintptr_t)p, i, (uint32_t)r);
+                visit(v, (uintptr_t)p, 0, i, (uint32_t)r);
             trace(v);
         }
     }
@@ -307,7 +299,10 @@ static void check_segments(struct verifier *v)
         uint8_t *seg = heap_seg_addr(h, i);
         uint8_t *marks = layout_seg_marks(seg);
         if (st == SEG_LARGE) {
-            if (marks[0] != 0 && marks[0] != v->epoch)
+            if (marks[0] == LAYOUT_MARK_YOUNG) /* check 4 */
+                fail(v, (uintptr_t)(seg + LAYOUT_LARGE_OBJECT + 8), 0,
+                     NO_ROOT, i, "a large object is young");
+            else if (marks[0] != 0 && marks[0] != v->epoch)
                 fail(v, (uintptr_t)(seg + LAYOUT_LARGE_OBJECT + 8), 0,
                      NO_ROOT, i,
                      "large object survived a sweep with a stale mark");
@@ -320,13 +315,22 @@ static void check_segments(struct verifier *v)
             continue;
         uint32_t bs = layout_class_size[cls], n = t->small_nblocks[cls];
         uint8_t *blocks = seg + t->small_first[cls];
+        /* check 4: young blocks where a live client allocates, or kept
+         * by a fence */
+        const char *young_bad =
+            cls == LAYOUT_CLASS_RUN ? "a run object is young"
+            : st == SEG_OWNED || seg_fenced(t, i)
+                ? NULL
+                : "a young block is in a segment no client owns";
         for (uint32_t b = 0; b < n; b++) {
             uintptr_t obj = (uintptr_t)(blocks + (size_t)b * bs + 8);
-            if (marks[b] == v->epoch)
+            if (marks[b] == v->epoch || marks[b] == LAYOUT_MARK_YOUNG) {
+                if (marks[b] == LAYOUT_MARK_YOUNG && young_bad)
+                    fail(v, obj, 0, NO_ROOT, i, young_bad);
                 /* and its continuations: Note [Runs] */
                 b += (uint32_t)(layout_block_span(marks, b, n, cls) / bs) -
                      1;
-            else if (marks[b] != 0 && (cls != LAYOUT_CLASS_RUN ||
+            } else if (marks[b] != 0 && (cls != LAYOUT_CLASS_RUN ||
                                        marks[b] != LAYOUT_MARK_CONT))
                 /* a continuation that follows no object is a client's,
                  * left to the segment's next life (Note [Runs]) */

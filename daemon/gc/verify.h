@@ -6,16 +6,15 @@
 
 struct heap;
 
-/* With heap->lock held, every mutator stopped and marking complete (the
- * slots' nursery tracers are used as marking uses them: Note [Tracing a
- * slot's nursery] in mark.c): every object reachable
- * from a root is allocated and marked.  Returns the failures (logged with
- * their path from a root). */
+/* With heap->lock held, every mutator stopped and marking complete: every
+ * shared object reachable from a root is allocated and marked, and every
+ * young one reachable where it may be (Note [Heap verifier], check 4).
+ * Returns the failures (logged with their path from a root). */
 uint64_t verify_reachable(struct heap *h, uint8_t epoch);
 
 /* With heap->lock held, every mutator stopped and the sweep of EPOCH
- * complete: every
- * non-zero mark is EPOCH and every free block is poison or zero. */
+ * complete: every non-zero mark is EPOCH, a continuation, or young where a
+ * young block may be, and every free block is poison or zero. */
 uint64_t verify_segments(struct heap *h, uint8_t epoch);
 
 #endif
