@@ -1079,8 +1079,8 @@ void harness_expect_healthy(const struct daemon_proc *d)
     heapd_stats_t st = harness_daemon_stats(d);
     ck_assert_msg(st.verify_failures == 0 && st.bad_refs == 0 &&
                       st.young_refs_refused == 0,
-                  "verify failures %llu, bad refs %llu, references into "
-                  "nurseries %llu after %llu cycles (see heapd's log)",
+                  "verify failures %llu, bad refs %llu, references to "
+                  "young objects %llu after %llu cycles (see heapd's log)",
                   (unsigned long long)st.verify_failures,
                   (unsigned long long)st.bad_refs,
                   (unsigned long long)st.young_refs_refused,
