@@ -23,8 +23,6 @@
 #include <unistd.h>
 
 #include "check_main.h"
-#include "fdpass.h"
-#include "frame.h"
 #include "harness.h"
 #include "heapd.h"
 #include "layout.h"
@@ -35,76 +33,7 @@ static struct daemon_proc D;
 
 #define SEG (128u << 10) /* harness_default_config's segment_size */
 
-/* A raw mutator client that keeps its Welcome's descriptors. */
-struct raw {
-    int sock;
-    int heap_fd, mem_fd;
-    uint64_t base;
-};
-
-/* Read the Welcome of a Hello just sent, keeping the heap's memfd and the
- * client's control memory (Note [Client control memory]). */
-static void raw_connect(struct raw *r)
-{
-    int got[FDPASS_MAX];
-    unsigned ngot = 0;
-    uint8_t hdr[4];
-    r->sock = harness_raw_connect(D.sock);
-    harness_send_hello(r->sock, "default", PROTOCOL_VERSION,
-                       HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
-    /* the descriptors come with the frame's first bytes */
-    ssize_t n = fdpass_recv(r->sock, hdr, sizeof hdr, got, &ngot);
-    ck_assert_msg(n == (ssize_t)sizeof hdr && ngot == 3,
-                  "a Welcome with 3 descriptors: got %zd bytes, %u fds", n,
-                  ngot);
-    r->heap_fd = got[0];
-    close(got[1]);
-    r->mem_fd = got[2];
-    uint32_t len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 |
-                   (uint32_t)hdr[2] << 8 | hdr[3];
-    ck_assert_msg(len > 0 && len <= FRAME_MAX_PAYLOAD, "bad length %u", len);
-    uint8_t *buf = malloc(len);
-    ck_assert_ptr_nonnull(buf);
-    for (size_t at = 0; at < len;) {
-        ssize_t k = read(r->sock, buf + at, len - at);
-        ck_assert_msg(k > 0, "EOF inside the Welcome");
-        at += (size_t)k;
-    }
-    Heapd__Envelope *w = frame_decode(buf, len);
-    free(buf);
-    ck_assert_msg(w && w->body_case == HEAPD__ENVELOPE__BODY_WELCOME,
-                  "heapd did not welcome a raw mutator");
-    r->base = w->welcome->heap_base;
-    heapd__envelope__free_unpacked(w, NULL);
-}
-
-static void raw_close(struct raw *r)
-{
-    close(r->sock);
-    close(r->heap_fd);
-    close(r->mem_fd);
-}
-
-/* Send AttachRequest{young, BYTES, AGE} as SEQ; the reply (caller frees). */
-static Heapd__Envelope *raw_attach(struct raw *r, uint64_t seq, bool young,
-                                   uint64_t bytes, uint32_t age)
-{
-    Heapd__AttachRequest ar = HEAPD__ATTACH_REQUEST__INIT;
-    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
-    ar.young = young;
-    ar.young_bytes = bytes;
-    ar.young_age = age;
-    env.seq = seq;
-    env.body_case = HEAPD__ENVELOPE__BODY_ATTACH_REQUEST;
-    env.attach_request = &ar;
-    harness_send_env(r->sock, &env);
-    Heapd__Envelope *e = harness_read_env(r->sock, NULL);
-    ck_assert_msg(e != NULL, "heapd closed the connection at an attach");
-    ck_assert_uint_eq(e->seq, seq);
-    return e;
-}
-
-static void raw_detach(struct raw *r, uint32_t slot)
+static void raw_detach(struct harness_raw *r, uint32_t slot)
 {
     Heapd__DetachRequest dr = HEAPD__DETACH_REQUEST__INIT;
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
@@ -165,11 +94,11 @@ START_TEST(budget_given_with_the_slot)
 {
     harness_start_with(&D, "young_size = 512K\n");
     heapd_client *ctl = harness_control(&D);
-    struct raw r;
-    raw_connect(&r);
+    struct harness_raw r;
+    harness_raw_mutator(D.sock, &r);
 
     /* the heap's young_size and young_age */
-    Heapd__Envelope *e = raw_attach(&r, 1, true, 0, 0);
+    Heapd__Envelope *e = harness_raw_attach(&r, 1, true, 0, 0);
     ck_assert_int_eq(e->body_case, HEAPD__ENVELOPE__BODY_ATTACH_REPLY);
     ck_assert_uint_eq(e->attach_reply->young_bytes, 512u << 10);
     ck_assert_uint_eq(e->attach_reply->young_age, 2);
@@ -177,14 +106,14 @@ START_TEST(budget_given_with_the_slot)
     heapd__envelope__free_unpacked(e, NULL);
 
     /* asked for: a budget need not be whole segments; the age as asked */
-    e = raw_attach(&r, 2, true, 300u << 10, 5);
+    e = harness_raw_attach(&r, 2, true, 300u << 10, 5);
     ck_assert_int_eq(e->body_case, HEAPD__ENVELOPE__BODY_ATTACH_REPLY);
     ck_assert_uint_eq(e->attach_reply->young_bytes, 300u << 10);
     ck_assert_uint_eq(e->attach_reply->young_age, 5);
     heapd__envelope__free_unpacked(e, NULL);
 
     /* a plain attach is as before, whatever it says of a budget */
-    e = raw_attach(&r, 3, false, 1u << 20, 0);
+    e = harness_raw_attach(&r, 3, false, 1u << 20, 0);
     ck_assert_int_eq(e->body_case, HEAPD__ENVELOPE__BODY_ATTACH_REPLY);
     ck_assert_uint_eq(e->attach_reply->young_bytes, 0);
     ck_assert_uint_eq(e->attach_reply->young_age, 0);
@@ -208,7 +137,7 @@ START_TEST(budget_given_with_the_slot)
     ck_assert_msg(found, "the clients report lacks slot %u", slot);
     heapd_clients_free(info);
     raw_detach(&r, slot);
-    raw_close(&r);
+    harness_raw_close(&r);
     heapd_disconnect(ctl);
     harness_stop_clean(&D);
 }
@@ -218,13 +147,13 @@ END_TEST
 START_TEST(a_small_young_size_is_raised_to_two_segments)
 {
     harness_start_with(&D, "young_size = 64K\n");
-    struct raw r;
-    raw_connect(&r);
-    Heapd__Envelope *e = raw_attach(&r, 1, true, 0, 0);
+    struct harness_raw r;
+    harness_raw_mutator(D.sock, &r);
+    Heapd__Envelope *e = harness_raw_attach(&r, 1, true, 0, 0);
     ck_assert_int_eq(e->body_case, HEAPD__ENVELOPE__BODY_ATTACH_REPLY);
     ck_assert_uint_eq(e->attach_reply->young_bytes, 2 * SEG);
     heapd__envelope__free_unpacked(e, NULL);
-    raw_close(&r);
+    harness_raw_close(&r);
     harness_stop_clean(&D);
 }
 END_TEST
@@ -232,111 +161,38 @@ END_TEST
 START_TEST(budget_requests_out_of_range_are_refused)
 {
     harness_start_with(&D, "max_client_bytes = 1M\n");
-    struct raw r;
-    raw_connect(&r);
+    struct harness_raw r;
+    harness_raw_mutator(D.sock, &r);
     heapd_stats_t before = harness_daemon_stats(&D);
-    expect_error(raw_attach(&r, 1, true, 0, LAYOUT_YOUNG_AGE_MAX + 1),
+    expect_error(harness_raw_attach(&r, 1, true, 0,
+                                    LAYOUT_YOUNG_AGE_MAX + 1),
                  HEAPD__ERROR_CODE__ERROR_BAD_REQUEST, "young_age 9");
     heapd_stats_t after = harness_daemon_stats(&D);
     ck_assert_uint_eq(after.frames_rejected, before.frames_rejected + 1);
     /* less than two segments: it says what to ask for */
-    expect_error(raw_attach(&r, 2, true, SEG, 0),
+    expect_error(harness_raw_attach(&r, 2, true, SEG, 0),
                  HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
                  "ask for 262144 bytes or more");
     /* more than the heap (max_size 1G) */
-    expect_error(raw_attach(&r, 3, true, 2ull << 30, 0),
+    expect_error(harness_raw_attach(&r, 3, true, 2ull << 30, 0),
                  HEAPD__ERROR_CODE__ERROR_BAD_REQUEST, "max_size");
     /* more than the client may hold */
-    expect_error(raw_attach(&r, 4, true, 2u << 20, 0),
+    expect_error(harness_raw_attach(&r, 4, true, 2u << 20, 0),
                  HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                  "ask for 1048576 bytes or less, or raise max_client_bytes");
     after = harness_daemon_stats(&D);
     ck_assert_uint_eq(after.requests_refused, before.requests_refused + 3);
     /* a budget is no memory: two of the quota's size fit */
     for (uint64_t seq = 5; seq < 7; seq++) {
-        Heapd__Envelope *e = raw_attach(&r, seq, true, 1u << 20, 0);
+        Heapd__Envelope *e =
+            harness_raw_attach(&r, seq, true, 1u << 20, 0);
         ck_assert_int_eq(e->body_case, HEAPD__ENVELOPE__BODY_ATTACH_REPLY);
         heapd__envelope__free_unpacked(e, NULL);
     }
-    raw_close(&r);
+    harness_raw_close(&r);
     harness_stop_clean(&D);
 }
 END_TEST
-
-/* ---- a raw young mutator ---- */
-
-/* The raw client's segments are written through the heap's mapping at
- * base, which a libheapd client of this process made (harness_attach). */
-static unsigned cls; /* two reference fields */
-
-static void *seg_addr(const struct raw *r, uint32_t seg)
-{
-    return (void *)(uintptr_t)(r->base + (uint64_t)seg * SEG);
-}
-
-/* One small segment granted to R (its reply read), formatted for the
- * class of two fields, as a mutator formats a blank one. */
-static uint32_t raw_segment(struct raw *r, uint64_t seq)
-{
-    Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
-    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
-    sr.kind = HEAPD__SEGMENT_KIND__SEGMENT_SMALL;
-    sr.count = 1;
-    env.seq = seq;
-    env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
-    env.segment_request = &sr;
-    harness_send_env(r->sock, &env);
-    Heapd__Envelope *g = harness_read_env(r->sock, NULL);
-    ck_assert_msg(g && g->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT,
-                  "no segment for the raw young client");
-    uint32_t seg = g->segment_grant->segments[0];
-    heapd__envelope__free_unpacked(g, NULL);
-    cls = layout_size_class((uint32_t)layout_object_size(2, 0));
-    struct layout_segment *hd = seg_addr(r, seg);
-    hd->size_class = cls;
-    __atomic_store_n(&hd->kind, LAYOUT_SEG_SMALL, __ATOMIC_RELEASE);
-    return seg;
-}
-
-/* Block B of SEG made young, its two fields A and F: the mark first, as
- * libheapd's allocator sets it. */
-static void **raw_young(const struct raw *r, uint32_t seg, uint32_t b,
-                        void *a, void *f)
-{
-    uint32_t nblocks, first;
-    layout_small_geometry(SEG, cls, &nblocks, &first);
-    uint8_t *s = seg_addr(r, seg);
-    void **o = (void **)(s + first + (size_t)b * layout_class_size[cls] +
-                         LAYOUT_WORD);
-    __atomic_store_n(&layout_seg_marks(s)[b], LAYOUT_MARK_YOUNG,
-                     __ATOMIC_RELAXED);
-    ((uint64_t *)o)[-1] = layout_header(2, 0);
-    o[0] = a;
-    o[1] = f;
-    return o;
-}
-
-/* The words of the slot in REGION of R's control memory, mapped. */
-static struct layout_mutator *raw_slot_words(struct raw *r, uint32_t region)
-{
-    void *p = mmap(NULL, LAYOUT_MUTATOR_BYTES, PROT_READ | PROT_WRITE,
-                   MAP_SHARED, r->mem_fd,
-                   (off_t)region * (off_t)LAYOUT_MUTATOR_BYTES);
-    ck_assert_msg(p != MAP_FAILED, "cannot map the raw client's slot words");
-    return p;
-}
-
-/* Attach R young, in a blocking region as far as stops go, so that the
- * daemon takes its stack handshake (Note [Stack marking handshake]). */
-static struct layout_mutator *raw_young_mutator(struct raw *r)
-{
-    Heapd__Envelope *e = raw_attach(r, 1, true, 0, 0);
-    ck_assert_int_eq(e->body_case, HEAPD__ENVELOPE__BODY_ATTACH_REPLY);
-    struct layout_mutator *m = raw_slot_words(r, e->attach_reply->region);
-    heapd__envelope__free_unpacked(e, NULL);
-    atomic_store(&m->status, LAYOUT_STATUS(0, LAYOUT_MUT_BLOCKED));
-    return m;
-}
 
 #define MAGIC 0x5eed5eed5eed5eedull
 
@@ -369,11 +225,12 @@ START_TEST(what_a_blocked_young_mutator_holds_lives)
     uint64_t *s = heapd_alloc(mu, 0, sizeof(uint64_t));
     ck_assert_ptr_nonnull(s);
     *s = MAGIC;
-    struct raw r;
-    raw_connect(&r);
-    struct layout_mutator *m = raw_young_mutator(&r);
-    uint32_t seg = raw_segment(&r, 2);
-    void **y = raw_young(&r, seg, 0, s, NULL);
+    struct harness_raw r;
+    harness_raw_mutator(D.sock, &r);
+    harness_raw_map(&r); /* the libheapd client's mapping, in fact */
+    struct layout_mutator *m = harness_raw_young_mutator(&r, true);
+    uint32_t seg = harness_raw_segment(&r, 2);
+    void **y = harness_raw_young(&r, seg, 0, s, NULL);
     /* S is the young object's alone from here (C locals may hold it
      * still, but nothing the daemon reads) */
     for (int i = 0; i < 3; i++)
@@ -383,17 +240,17 @@ START_TEST(what_a_blocked_young_mutator_holds_lives)
                   "references was freed (0x%llx)",
                   (unsigned long long)*s);
     ck_assert_ptr_eq(y[0], s);
-    ck_assert_uint_eq(layout_seg_marks(seg_addr(&r, seg))[0],
+    ck_assert_uint_eq(harness_raw_mark(&r, seg, 0),
                       LAYOUT_MARK_YOUNG);
     wait_young(ctl, 1, "the young block's segment is counted");
     harness_expect_healthy(&D);
 
     munmap(m, LAYOUT_MUTATOR_BYTES);
-    raw_close(&r); /* a crash, for heapd */
+    harness_raw_close(&r); /* a crash, for heapd */
     struct poisoned_wait w = {mu, s};
     harness_wait_until(word_freed, &w, "the object the young block of a "
                        "client gone referenced is freed");
-    ck_assert_uint_eq(layout_seg_marks(seg_addr(&r, seg))[0], 0);
+    ck_assert_uint_eq(harness_raw_mark(&r, seg, 0), 0);
     wait_young(ctl, 0, "no segment holds young blocks");
     harness_expect_healthy(&D);
     heapd_detach(mu);
@@ -414,11 +271,12 @@ START_TEST(references_to_young_objects_are_refused)
     heapd_client *c;
     heapd_mutator *mu;
     harness_attach(&D, &c, &mu);
-    struct raw r;
-    raw_connect(&r);
-    struct layout_mutator *m = raw_young_mutator(&r);
-    uint32_t seg = raw_segment(&r, 2);
-    void *young = raw_young(&r, seg, 0, NULL, NULL);
+    struct harness_raw r;
+    harness_raw_mutator(D.sock, &r);
+    harness_raw_map(&r); /* the libheapd client's mapping, in fact */
+    struct layout_mutator *m = harness_raw_young_mutator(&r, true);
+    uint32_t seg = harness_raw_segment(&r, 2);
+    void *young = harness_raw_young(&r, seg, 0, NULL, NULL);
 
     void **obj = heapd_alloc(mu, 1, 0);
     ck_assert_ptr_nonnull(obj);
@@ -434,7 +292,7 @@ START_TEST(references_to_young_objects_are_refused)
                       before.young_refs_refused + 3 * 3);
     ck_assert_uint_eq(after.bad_refs, before.bad_refs);
     ck_assert_uint_gt(after.verify_failures, before.verify_failures);
-    ck_assert_uint_eq(layout_seg_marks(seg_addr(&r, seg))[0],
+    ck_assert_uint_eq(harness_raw_mark(&r, seg, 0),
                       LAYOUT_MARK_YOUNG);
     ck_assert_ptr_eq(heapd_root_get(mu, held), obj);
     ck_assert_ptr_eq(obj[0], young);
@@ -452,7 +310,7 @@ START_TEST(references_to_young_objects_are_refused)
     ck_assert_uint_eq(after.verify_failures, before.verify_failures);
 
     munmap(m, LAYOUT_MUTATOR_BYTES);
-    raw_close(&r);
+    harness_raw_close(&r);
     heapd_detach(mu);
     heapd_disconnect(c);
     ck_assert_uint_gt(harness_still_serving(D.sock), 0);
@@ -460,9 +318,15 @@ START_TEST(references_to_young_objects_are_refused)
 }
 END_TEST
 
+struct mark_wait {
+    struct harness_raw *r;
+    uint32_t seg;
+};
+
 static bool mark_freed(void *arg, char *seen, size_t len)
 {
-    uint8_t m = __atomic_load_n((const uint8_t *)arg, __ATOMIC_RELAXED);
+    struct mark_wait *w = arg;
+    uint8_t m = harness_raw_mark(w->r, w->seg, 0);
     snprintf(seen, len, "its mark is %u", m);
     return m == 0;
 }
@@ -477,11 +341,12 @@ START_TEST(a_young_block_returned_is_a_verifier_failure)
     heapd_client *c;
     heapd_mutator *mu;
     harness_attach(&D, &c, &mu);
-    struct raw r;
-    raw_connect(&r);
-    struct layout_mutator *m = raw_young_mutator(&r);
-    uint32_t seg = raw_segment(&r, 2);
-    raw_young(&r, seg, 0, NULL, NULL);
+    struct harness_raw r;
+    harness_raw_mutator(D.sock, &r);
+    harness_raw_map(&r); /* the libheapd client's mapping, in fact */
+    struct layout_mutator *m = harness_raw_young_mutator(&r, true);
+    uint32_t seg = harness_raw_segment(&r, 2);
+    harness_raw_young(&r, seg, 0, NULL, NULL);
     Heapd__SegmentReturn sr = HEAPD__SEGMENT_RETURN__INIT;
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     sr.n_segments = 1;
@@ -497,13 +362,14 @@ START_TEST(a_young_block_returned_is_a_verifier_failure)
         ck_assert_int_eq(heapd_collect(mu, HEAPD_COLLECT_WAIT), 0);
     ck_assert_uint_gt(harness_stats(c).verify_failures,
                       before.verify_failures);
-    ck_assert_uint_eq(layout_seg_marks(seg_addr(&r, seg))[0],
+    ck_assert_uint_eq(harness_raw_mark(&r, seg, 0),
                       LAYOUT_MARK_YOUNG);
 
     munmap(m, LAYOUT_MUTATOR_BYTES);
-    raw_close(&r);
+    harness_raw_close(&r);
     /* freed with the client: no cycle reports it again */
-    harness_wait_until(mark_freed, layout_seg_marks(seg_addr(&r, seg)),
+    struct mark_wait w = {&r, seg};
+    harness_wait_until(mark_freed, &w,
                        "the young block of a client gone is freed");
     before = harness_stats(c);
     for (int i = 0; i < 2; i++)
