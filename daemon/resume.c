@@ -140,8 +140,13 @@ static void drop(struct daemon *d, struct resume_client *r, bool attached,
         if (!(r->slots[i / 64] >> (i % 64) & 1))
             continue;
         table_slot_set(h, i, 0, 0, 0);
-        if (attached)
+        table_slot_young(h, i, 0, 0);
+        if (attached) {
             grant_free_slot(h, r->slots, i, r->mem_fd);
+        } else { /* kept_of's records, never attached */
+            h->owners[i].young_bytes = 0;
+            h->owners[i].young_age = 0;
+        }
     }
     seg_orphan(h, r->id);
     remark_client_gone(h, r->id);

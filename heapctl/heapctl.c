@@ -385,10 +385,11 @@ static void print_clients_text(const heapd_client_info *cl, size_t n)
                    "allocated, URS backlog %" PRIu64 ", %" PRIu64
                    " roots\n", m->slot, what, m->alloc_bytes,
                    m->urs_backlog, m->root_depth);
-            /* a young mutator's nursery (Note [Young objects, for the
-             * program] in heapd.h) on a line of its own */
+            /* a young mutator's nursery budget (Note [Young objects, for
+             * the program] in heapd.h) on a line of its own */
             if (m->young_bytes)
-                printf("                nursery %" PRIu64 " bytes, %" PRIu64
+                printf("                nursery budget %" PRIu64
+                       " bytes, %" PRIu64
                        " minor collections (longest %" PRIu64 " us), %" PRIu64
                        " bytes promoted\n", m->young_bytes,
                        m->minor_collections, m->minor_pause_max_ns / 1000,
@@ -466,7 +467,7 @@ static void print_segments_text(const heapd_heap_segments *hs, size_t n)
                h->free, h->punched, h->owned, h->filled, h->large,
                h->large_tail, h->orphaned, h->unformatted,
                h->young ? "" : "\n");
-        if (h->young) /* only a heap with nurseries says so */
+        if (h->young) /* only a heap with young objects says so */
             printf(", young %" PRIu32 "\n", h->young);
         char cb[32], bb[32];
         printf("  committed %s, in blocks kept by the last sweep %s\n",

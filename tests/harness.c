@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -24,7 +25,9 @@
 #include "clock.h"
 #include "fdpass.h"
 #include "frame.h"
+#include "layout.h"
 #include "wire.h"
+#include "young.h"
 
 int64_t harness_now_ms(void)
 {
@@ -905,6 +908,150 @@ Heapd__Envelope *harness_read_env(int fd, int *fd_out)
     return env;
 }
 
+void harness_raw_mutator(const char *sock, struct harness_raw *r)
+{
+    int got[FDPASS_MAX];
+    unsigned ngot = 0;
+    uint8_t hdr[4];
+    r->sock = harness_raw_connect(sock);
+    harness_send_hello(r->sock, "default", PROTOCOL_VERSION,
+                       HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
+    /* the descriptors come with the frame's first bytes */
+    ssize_t n = fdpass_recv(r->sock, hdr, sizeof hdr, got, &ngot);
+    ck_assert_msg(n == (ssize_t)sizeof hdr && ngot == 3,
+                  "a Welcome with 3 descriptors: got %zd bytes, %u fds", n,
+                  ngot);
+    r->heap_fd = got[0];
+    close(got[1]);
+    r->mem_fd = got[2];
+    uint32_t len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 |
+                   (uint32_t)hdr[2] << 8 | hdr[3];
+    ck_assert_msg(len > 0 && len <= FRAME_MAX_PAYLOAD, "bad length %u", len);
+    uint8_t *buf = malloc(len);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_msg(read_bounded(r->sock, buf, len, NULL,
+                               harness_now_ms() + HARNESS_WAIT_MS),
+                  "EOF inside the Welcome");
+    Heapd__Envelope *w = frame_decode(buf, len);
+    free(buf);
+    ck_assert_msg(w && w->body_case == HEAPD__ENVELOPE__BODY_WELCOME,
+                  "heapd did not welcome a raw mutator");
+    r->base = w->welcome->heap_base;
+    r->max_size = w->welcome->max_size;
+    r->segment_size = w->welcome->segment_size;
+    heapd__envelope__free_unpacked(w, NULL);
+}
+
+void harness_raw_close(struct harness_raw *r)
+{
+    close(r->sock);
+    close(r->heap_fd);
+    close(r->mem_fd);
+}
+
+Heapd__Envelope *harness_raw_attach(struct harness_raw *r, uint64_t seq,
+                                    bool young, uint64_t bytes, uint32_t age)
+{
+    Heapd__AttachRequest ar = HEAPD__ATTACH_REQUEST__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    ar.young = young;
+    ar.young_bytes = bytes;
+    ar.young_age = age;
+    env.seq = seq;
+    env.body_case = HEAPD__ENVELOPE__BODY_ATTACH_REQUEST;
+    env.attach_request = &ar;
+    harness_send_env(r->sock, &env);
+    Heapd__Envelope *e = harness_read_env(r->sock, NULL);
+    ck_assert_msg(e != NULL, "heapd closed the connection at an attach");
+    ck_assert_uint_eq(e->seq, seq);
+    return e;
+}
+
+struct layout_mutator *harness_raw_young_mutator(struct harness_raw *r,
+                                                 bool blocked)
+{
+    Heapd__Envelope *e = harness_raw_attach(r, 1, true, 0, 0);
+    ck_assert_int_eq(e->body_case, HEAPD__ENVELOPE__BODY_ATTACH_REPLY);
+    ck_assert_uint_ne(e->attach_reply->young_bytes, 0);
+    void *p = mmap(NULL, LAYOUT_MUTATOR_BYTES, PROT_READ | PROT_WRITE,
+                   MAP_SHARED, r->mem_fd,
+                   (off_t)e->attach_reply->region *
+                       (off_t)LAYOUT_MUTATOR_BYTES);
+    heapd__envelope__free_unpacked(e, NULL);
+    ck_assert_msg(p != MAP_FAILED, "cannot map the raw client's slot words");
+    struct layout_mutator *m = p;
+    if (blocked)
+        atomic_store(&m->status, LAYOUT_STATUS(0, LAYOUT_MUT_BLOCKED));
+    return m;
+}
+
+void harness_raw_map(struct harness_raw *r)
+{
+    void *p = mmap((void *)(uintptr_t)r->base, r->max_size,
+                   PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_FIXED_NOREPLACE | MAP_NORESERVE,
+                   r->heap_fd, 0);
+    ck_assert_msg(p == (void *)(uintptr_t)r->base ||
+                      (p == MAP_FAILED && errno == EEXIST),
+                  "cannot map the heap at its base: %s", strerror(errno));
+}
+
+static unsigned raw_class(void)
+{
+    return layout_size_class((uint32_t)layout_object_size(2, 0));
+}
+
+static uint8_t *raw_seg(const struct harness_raw *r, uint32_t seg)
+{
+    return (uint8_t *)(uintptr_t)(r->base + (uint64_t)seg * r->segment_size);
+}
+
+uint32_t harness_raw_segment(struct harness_raw *r, uint64_t seq)
+{
+    Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    sr.kind = HEAPD__SEGMENT_KIND__SEGMENT_SMALL;
+    sr.count = 1;
+    env.seq = seq;
+    env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
+    env.segment_request = &sr;
+    harness_send_env(r->sock, &env);
+    Heapd__Envelope *g = harness_read_env(r->sock, NULL);
+    ck_assert_msg(g && g->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT,
+                  "no segment for the raw client");
+    uint32_t seg = g->segment_grant->segments[0];
+    heapd__envelope__free_unpacked(g, NULL);
+    /* as a mutator formats a blank one (Note [Segments]) */
+    struct layout_segment *hd = (struct layout_segment *)raw_seg(r, seg);
+    hd->size_class = raw_class();
+    __atomic_store_n(&hd->kind, LAYOUT_SEG_SMALL, __ATOMIC_RELEASE);
+    return seg;
+}
+
+void **harness_raw_young(struct harness_raw *r, uint32_t seg, uint32_t b,
+                         void *a, void *f)
+{
+    uint32_t nblocks, first;
+    unsigned cls = raw_class();
+    layout_small_geometry(r->segment_size, cls, &nblocks, &first);
+    ck_assert_uint_lt(b, nblocks);
+    uint8_t *s = raw_seg(r, seg);
+    void **o = (void **)(s + first + (size_t)b * layout_class_size[cls] +
+                         LAYOUT_WORD);
+    __atomic_store_n(&layout_seg_marks(s)[b], LAYOUT_MARK_YOUNG,
+                     __ATOMIC_RELAXED);
+    ((uint64_t *)o)[-1] = layout_header(2, 0);
+    o[0] = a;
+    o[1] = f;
+    return o;
+}
+
+uint8_t harness_raw_mark(struct harness_raw *r, uint32_t seg, uint32_t b)
+{
+    return __atomic_load_n(&layout_seg_marks(raw_seg(r, seg))[b],
+                           __ATOMIC_RELAXED);
+}
+
 bool harness_wait_eof(int fd)
 {
     int64_t deadline = harness_now_ms() + HARNESS_WAIT_MS;
@@ -1079,8 +1226,8 @@ void harness_expect_healthy(const struct daemon_proc *d)
     heapd_stats_t st = harness_daemon_stats(d);
     ck_assert_msg(st.verify_failures == 0 && st.bad_refs == 0 &&
                       st.young_refs_refused == 0,
-                  "verify failures %llu, bad refs %llu, references into "
-                  "nurseries %llu after %llu cycles (see heapd's log)",
+                  "verify failures %llu, bad refs %llu, references to "
+                  "young objects %llu after %llu cycles (see heapd's log)",
                   (unsigned long long)st.verify_failures,
                   (unsigned long long)st.bad_refs,
                   (unsigned long long)st.young_refs_refused,

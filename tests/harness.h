@@ -209,6 +209,40 @@ int harness_raw_welcomed(const char *sock, Heapd__ClientKind kind);
 /* Read one envelope (bounded); NULL at EOF.  *fd_out gets a passed fd or
  * -1 (may be NULL). */
 Heapd__Envelope *harness_read_env(int fd, int *fd_out);
+
+/* A raw mutator client that keeps its Welcome's descriptors, for tests
+ * that play a mutator by hand -- a young one too, writing young marks
+ * into blocks of its own segments as libheapd's allocator would (Note
+ * [Young objects] in proto/young.h). */
+struct harness_raw {
+    int sock, heap_fd, mem_fd;
+    uint64_t base, max_size, segment_size;
+};
+struct layout_mutator;
+/* Hello to heap "default" of SOCK as a mutator, and its Welcome. */
+void harness_raw_mutator(const char *sock, struct harness_raw *r);
+void harness_raw_close(struct harness_raw *r);
+/* AttachRequest{YOUNG, BYTES, AGE} as SEQ; the reply (caller frees). */
+Heapd__Envelope *harness_raw_attach(struct harness_raw *r, uint64_t seq,
+                                    bool young, uint64_t bytes, uint32_t age);
+/* Attach young with the heap's budget (seq 1); the slot's words, mapped
+ * (munmap LAYOUT_MUTATOR_BYTES), BLOCKED if BLOCKED: the daemon then takes
+ * its stack handshake (Note [Stack marking handshake]). */
+struct layout_mutator *harness_raw_young_mutator(struct harness_raw *r,
+                                                 bool blocked);
+/* Map the heap at its base in this process, unless something (a libheapd
+ * client) has. */
+void harness_raw_map(struct harness_raw *r);
+/* One small segment granted to R (request SEQ), formatted by hand for the
+ * class of objects of two reference fields; the heap mapped at base. */
+uint32_t harness_raw_segment(struct harness_raw *r, uint64_t seq);
+/* Block B of segment SEG (from harness_raw_segment) made young, with
+ * fields A and F: the mark first, as libheapd's allocator sets it.
+ * Returns the object. */
+void **harness_raw_young(struct harness_raw *r, uint32_t seg, uint32_t b,
+                         void *a, void *f);
+/* The mark of block B of SEG. */
+uint8_t harness_raw_mark(struct harness_raw *r, uint32_t seg, uint32_t b);
 /* True if the peer closes the connection (EOF) within the bound. */
 bool harness_wait_eof(int fd);
 

@@ -4,12 +4,13 @@
  * object a global holds, from its table sealed at the stop, and a
  * restart after a kill from the table as the kill left it; a client
  * connected at either resumes; a sealed table stored into after its seal
- * is recovered as after a kill, and so are the previous release's table
- * and one sealed while an evicted client's nursery was fenced;
- * a table damaged or of another version is refused, kept for an
- * operator, and its heap started empty. */
+ * is recovered as after a kill; one sealed while an evicted young
+ * client's segments were fenced comes back without its young blocks; a
+ * table damaged or of another version, and the heap of the release
+ * before, are refused, kept for an operator, and the heap started empty. */
 #include <check.h>
 #include <errno.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -220,10 +221,10 @@ struct resumer {
 };
 
 /* In a kid: connect to heapd with RECONNECT_MS, attach (YOUNG: with a
- * small nursery, so that the list is partly young and partly promoted
- * when heapd goes, Note [Nurseries]) and push NODES nodes on a list under
- * a new root, whose slot goes to *SLOT; a young mutator's head must be in
- * its nursery.  Anything failing ends the kid (RESUMER_SETUP). */
+ * small budget, so that the list is partly young and partly promoted
+ * when heapd goes, Note [Young objects]) and push NODES nodes on a list
+ * under a new root, whose slot goes to *SLOT; a young mutator's head must
+ * be young.  Anything failing ends the kid (RESUMER_SETUP). */
 static heapd_mutator *kid_start(unsigned reconnect_ms, bool young,
                                 heapd_client **c, size_t *slot)
 {
@@ -255,7 +256,7 @@ static heapd_mutator *kid_start(unsigned reconnect_ms, bool young,
  * then EXPECT: true, carries on as if nothing happened (its list whole,
  * allocation and a cycle work); false, sees its next call fail with
  * HEAPD_ECLOSED and a message containing SAYS. */
-static bool resumer_young; /* the kid's mutator has a nursery */
+static bool resumer_young; /* the kid's mutator is young */
 
 static struct resumer fork_resumer(bool expect, const char *says,
                                    unsigned reconnect_ms)
@@ -380,10 +381,12 @@ START_TEST(client_connected_at_the_restart_resumes)
 }
 END_TEST
 
-/* The same for a client whose mutator has a nursery: its young objects,
- * reached only from its roots, are traced by the new heapd (Note
- * [Tracing a slot's nursery] in daemon/gc/mark.c), and its nursery is its
- * own again after the restart and after a kill. */
+/* The same for a client whose mutator is young: its young blocks stay in
+ * its segments across the restart (Note [Young blocks of a client gone]
+ * in daemon/gc/segment.c), its slot young with its budget (Note [Young
+ * budgets] in daemon/gc/heap.h), and what they reference is kept by the
+ * new heapd (Note [The daemon's preparatory push] in daemon/gc/mark.c),
+ * after a clean restart and after a kill. */
 START_TEST(young_client_resumes_after_a_restart)
 {
     start();
@@ -562,9 +565,10 @@ START_TEST(killed_daemon_orphans_what_clients_held)
 END_TEST
 
 /* Restart, after a clean stop or a kill (KILLED), with the stored table
- * changed by SPOIL: the heap is refused with WHY in the log, kept for an
- * operator, and started empty. */
-static void refused_case(bool killed, void (*spoil)(int fd), const char *why)
+ * changed by SPOIL: the heap is refused with WHY (and WHY_TOO, if not
+ * NULL) in the log, kept for an operator, and started empty. */
+static void refused_case(bool killed, void (*spoil)(int fd), const char *why,
+                         const char *why_too)
 {
     start();
     with_client(publish_list);
@@ -580,6 +584,8 @@ static void refused_case(bool killed, void (*spoil)(int fd), const char *why)
                   "heapd did not say the heap was not recovered");
     ck_assert_msg(harness_log_contains(&D, why), "heapd's log does not say "
                   "'%s'", why);
+    ck_assert_msg(!why_too || harness_log_contains(&D, why_too),
+                  "heapd's log does not say '%s'", why_too);
     harness_drain_notify(&D);
     ck_assert_int_eq(harness_stored(&D, "heapd.lost-heap.default"), 1);
     ck_assert_int_eq(harness_stored(&D, "heapd.lost-page.default"), 1);
@@ -638,26 +644,28 @@ static void unsealed_copy(int fd)
 
 START_TEST(unsealed_table_is_refused)
 {
-    refused_case(false, unsealed_copy, "its table is not a sealed memfd");
+    refused_case(false, unsealed_copy, "its table is not a sealed memfd",
+                 NULL);
 }
 END_TEST
 
 START_TEST(garbage_table_after_a_stop_is_refused)
 {
-    refused_case(false, garbage, "its table is not heapd's");
+    refused_case(false, garbage, "its table is not heapd's", NULL);
 }
 END_TEST
 
 START_TEST(table_of_another_version_is_refused)
 {
     refused_case(false, newer_version,
-                 "its table is of version 99, and this heapd reads version 4");
+                 "its table is of version 99, and this heapd reads version 5 "
+                 "only", NULL);
 }
 END_TEST
 
 START_TEST(garbage_table_after_a_kill_is_refused)
 {
-    refused_case(true, garbage, "its table is not heapd's");
+    refused_case(true, garbage, "its table is not heapd's", NULL);
 }
 END_TEST
 
@@ -703,18 +711,22 @@ START_TEST(sealed_table_stored_into_is_recovered_as_killed)
 }
 END_TEST
 
-/* The table of the release before (version 3: no clean record, and a
- * saved state beside it after a clean stop), as that heapd's clean stop
- * left it: the header is this one's less the clean record (32 bytes) */
+/* The heap of the release before: layout 13 (its epoch 254 is this
+ * layout's young mark), its table of version 4, and the saved state of the
+ * release before that beside them.  heapd refuses the heap's control area
+ * before it reads its table (Note [The live table]), keeps the heap for an
+ * operator, starts it empty, and drops the state unread. */
 static void release_before(int fd)
 {
-    uint32_t v = 3, bytes;
+    uint32_t v = 4, layout = 13;
     ck_assert_int_eq(pwrite(fd, &v, sizeof v, 8), (ssize_t)sizeof v);
-    ck_assert_int_eq(pread(fd, &bytes, sizeof bytes, 48),
-                     (ssize_t)sizeof bytes);
-    bytes -= 32;
-    ck_assert_int_eq(pwrite(fd, &bytes, sizeof bytes, 48),
-                     (ssize_t)sizeof bytes);
+    /* the control area's identity is in the daemon's page (Note [The
+     * daemon's page]) */
+    int page = harness_stored_fd(&D, "heapd.page.default");
+    ck_assert_int_ge(page, 0);
+    ck_assert_int_eq(pwrite(page, &layout, sizeof layout,
+                            offsetof(struct layout_control, layout_version)),
+                     (ssize_t)sizeof layout);
     int state = memfd_create("heapd:default:state", MFD_CLOEXEC);
     ck_assert_int_ge(state, 0);
     garbage(state);
@@ -722,36 +734,21 @@ static void release_before(int fd)
     close(state);
 }
 
-START_TEST(table_of_the_release_before_is_recovered_as_killed)
+START_TEST(heap_of_the_release_before_is_refused)
 {
-    recovered_as_killed(release_before, "its table is of version 3",
-                        "heapd.state.default, which this heapd does not read");
-}
-END_TEST
-
-/* A heapd killed while it rewrote such a header for this release: its
- * size stored, its version not yet */
-static void release_before_half_rewritten(int fd)
-{
-    uint32_t v = 3;
-    ck_assert_int_eq(pwrite(fd, &v, sizeof v, 8), (ssize_t)sizeof v);
-}
-
-START_TEST(table_of_the_release_before_half_rewritten_is_recovered)
-{
-    recovered_as_killed(release_before_half_rewritten,
-                        "its table is of version 3", NULL);
+    refused_case(false, release_before, "the kept heap's control area does "
+                 "not match its configuration", "heapd.state.default, which "
+                 "this heapd does not read");
 }
 END_TEST
 
 /* ---- a fence standing at a clean stop (Note [Evicted clients] in
  * daemon/stall.c) ---- */
 
-/* A young mutator's kid: its list of NODES under a root, the head in its
- * nursery; it says so through a pipe and stops itself (SIGSTOP) outside
- * a blocking region, so the next stop stalls on it.  Returns once it is
- * stopped.  Continued, it would reach heapd_safepoint, where an evicted
- * process aborts. */
+/* A young mutator's kid, played by hand (struct harness_raw): three young
+ * blocks in a segment it was granted; it says so through a pipe and stops
+ * itself (SIGSTOP) with its slot RUNNING, so the next stop stalls on it.
+ * Returns once it is stopped. */
 static pid_t fork_young_and_stop(void)
 {
     int ready[2];
@@ -759,20 +756,23 @@ static pid_t fork_young_and_stop(void)
     pid_t kid = fork();
     ck_assert_int_ge(kid, 0);
     if (kid == 0) {
-        heapd_client *c;
-        size_t slot;
+        struct harness_raw r;
         close(ready[0]);
-        heapd_mutator *m = kid_start(0, true, &c, &slot);
+        harness_raw_mutator(D.sock, &r);
+        harness_raw_map(&r);
+        harness_raw_young_mutator(&r, false);
+        uint32_t seg = harness_raw_segment(&r, 2);
+        for (uint32_t b = 0; b < 3; b++)
+            harness_raw_young(&r, seg, b, NULL, NULL);
         if (write(ready[1], "r", 1) != 1)
             _exit(RESUMER_SETUP);
-        raise(SIGSTOP);
-        heapd_safepoint(m);
-        _exit(RESUMER_CALL);
+        for (;;)
+            raise(SIGSTOP);
     }
     close(ready[1]);
     char r;
     ck_assert_msg(read(ready[0], &r, 1) == 1,
-                  "the young kid died before its nursery was filled");
+                  "the young kid died before its young blocks were made");
     close(ready[0]);
     int st;
     ck_assert_int_eq(waitpid(kid, &st, WUNTRACED), kid);
@@ -781,7 +781,8 @@ static pid_t fork_young_and_stop(void)
     return kid;
 }
 
-/* Segments of heap "default" in nurseries (heapctl segments). */
+/* Segments of heap "default" holding young blocks at the last sweep
+ * (heapctl segments). */
 static uint32_t young_segments(heapd_client *ctl)
 {
     heapd_heap_segments seg;
@@ -796,17 +797,17 @@ static void delete_list(heapd_mutator *m)
     ck_assert_int_eq(heapd_global_delete(m, "list"), 0);
 }
 
-/* A young client evicted while stopped: its nursery stays YOUNG, owned by
- * nobody, fenced with every segment in use (Note [A nursery in the
- * segment table] in daemon/gc/segment.c).  heapd stops cleanly while the
- * fence stands (the process is alive, stopped).  The next heapd takes the
- * heap back, but not as clean: the ownerless nursery is freed
- * (Note [Recovering the segment table], transition (8) of Note [Segment
- * lifecycle]), so the heap is recovered as after a kill, verifying cycles
- * and all; what a global holds for a client connected across the restart
- * is whole.  The evicted process dies later, unknown to the new heapd,
- * and every segment comes back. */
-START_TEST(fenced_nursery_of_an_evicted_client_at_a_clean_restart)
+/* A young client evicted while stopped: its segment, FILLED once it is
+ * gone, keeps its young blocks while the fence stands (Note [Young blocks
+ * of a client gone] in daemon/gc/segment.c).  heapd stops cleanly while
+ * the fence stands (the process is alive, stopped).  The next heapd drops
+ * the fence with the watch of the heapd that set it, frees those young
+ * blocks, which no client it serves owns (Note [Recovering the segment
+ * table]), says so, and takes the heap back as clean otherwise; what a
+ * global holds for a client connected across the restart is whole.  The
+ * evicted process dies later, unknown to the new heapd, and every segment
+ * comes back. */
+START_TEST(fenced_young_blocks_at_a_clean_restart)
 {
     harness_start_logged(&D, harness_default_config("@SOCK@",
                          "verify = true\nstall_warn = 200ms\n"
@@ -816,15 +817,14 @@ START_TEST(fenced_nursery_of_an_evicted_client_at_a_clean_restart)
     pid_t young = fork_young_and_stop();
     /* the forks are done: the test's own client may start threads */
     heapd_client *ctl = harness_control(&D);
-    uint32_t nursery = young_segments(ctl);
-    ck_assert_uint_eq(nursery, 2); /* 256 KiB of 128 KiB segments */
     ck_assert_int_eq(heapd_request_collect(ctl, 0), 0);
     harness_wait_stat(&D, ctl, clients_evicted, ==, 1);
-    /* the stalled cycle ends without it */
+    /* the stalled cycle ends without it, and the next sweeps its segment */
+    ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
     ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
     heapd_stats_t st = harness_stats(ctl);
-    ck_assert_uint_gt(st.segments_fenced, nursery);
-    ck_assert_uint_eq(young_segments(ctl), nursery); /* fenced, ownerless */
+    ck_assert_uint_gt(st.segments_fenced, 0);
+    ck_assert_uint_eq(young_segments(ctl), 1); /* fenced, kept young */
     uint64_t crashed = st.clients_crashed; /* the eviction's */
     heapd_disconnect(ctl);
 
@@ -838,29 +838,20 @@ START_TEST(fenced_nursery_of_an_evicted_client_at_a_clean_restart)
     harness_restart(&D);
     ck_assert_msg(!harness_log_contains(&D, "not recovered"),
                   "the heap was refused after a clean stop with a fence");
-    ck_assert_msg(harness_log_contains(&D, "its segment table is not as a "
-                                       "clean stop leaves it"),
-                  "heapd did not say why the sealed table is not clean");
-    char freed[96];
-    snprintf(freed, sizeof freed, "%u segments of large or nursery runs",
-             nursery);
-    ck_assert_msg(harness_log_contains(&D, freed),
-                  "heapd did not say it freed the ownerless nursery ('%s')",
-                  freed);
-    ck_assert_msg(harness_log_contains(&D, "'default': recovered from the "
-                                       "table as after a kill"),
-                  "heapd did not recover the heap as after a kill");
+    ck_assert_msg(harness_log_contains(&D, "3 young blocks were in "
+                                       "segments no client owns"),
+                  "heapd did not say it freed the evicted client's young "
+                  "blocks");
     harness_drain_notify(&D);
     ck_assert_int_eq(harness_stored(&D, "heapd.lost-table.default"), 0);
     ck_assert_int_eq(harness_stored(&D, "heapd.table.default"), 1);
-    /* the healthy client comes back, and then the verifying cycles run
-     * (Note [Recovery cycles]) */
     harness_wait_stat(&D, NULL, clients_resumed, ==, 1);
     with_client(check_list);
     ctl = harness_control(&D);
+    ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
     st = harness_stats(ctl);
     ck_assert_uint_eq(st.restarts_survived, 1);
-    ck_assert_uint_eq(st.crashes_recovered, 1);
+    ck_assert_uint_eq(st.crashes_recovered, 0);
     ck_assert_uint_eq(st.clients_crashed, crashed);
     ck_assert_uint_eq(st.verify_failures, 0);
     ck_assert_uint_eq(st.segments_fenced, 0);
@@ -913,9 +904,8 @@ static Suite *suite(void)
     tcase_add_test(t, table_of_another_version_is_refused);
     tcase_add_test(t, garbage_table_after_a_kill_is_refused);
     tcase_add_test(t, sealed_table_stored_into_is_recovered_as_killed);
-    tcase_add_test(t, table_of_the_release_before_is_recovered_as_killed);
-    tcase_add_test(t, table_of_the_release_before_half_rewritten_is_recovered);
-    tcase_add_test(t, fenced_nursery_of_an_evicted_client_at_a_clean_restart);
+    tcase_add_test(t, heap_of_the_release_before_is_refused);
+    tcase_add_test(t, fenced_young_blocks_at_a_clean_restart);
     suite_add_tcase(s, t);
     return s;
 }

@@ -484,6 +484,54 @@ START_TEST(a_restart_keeps_young_blocks_of_kept_clients_only)
 }
 END_TEST
 
+/* Note [The live table]: a young slot of a client the registry keeps
+ * comes back young, with its budget and age (kept_of), and so do the
+ * young blocks of its segments; a client not in the registry is gone,
+ * and its young blocks with it.  A slot whose young words are no budget
+ * an attach grants comes back, but not young. */
+START_TEST(a_kept_young_slot_comes_back_young)
+{
+    uint8_t token[RESUME_TOKEN_BYTES] = {1};
+    uint64_t slots[2] = {0}, gone_slots[2] = {0};
+    heap_lock(&H);
+    table_client_add(&H, 1, token, 100, 0, 0, 1, "kept");
+    heap_unlock(&H);
+    unsigned slot = attach(1, slots, true);
+    unsigned odd_slot = attach(1, slots, true);
+    attach(2, gone_slots, true);
+    uint32_t held1 = 0, held2 = 0;
+    uint32_t kept_seg = owned_segment(1, &held1);
+    uint32_t gone_seg = owned_segment(2, &held2);
+    allocate(kept_seg, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    allocate(gone_seg, 0, LAYOUT_MARK_YOUNG, NULL, NULL);
+    heap_lock(&H);
+    table_slot_young(&H, odd_slot, 1, 2); /* a budget of one byte */
+    heap_unlock(&H);
+    /* the next heapd: nothing of this one's private records */
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
+        atomic_store(&H.owners[i].client_id, 0);
+        H.owners[i].young_bytes = 0;
+        H.owners[i].young_age = 0;
+    }
+    struct resume_client *kept = NULL;
+    char why[256] = "";
+    bool clean = true;
+    ck_assert_int_eq(table_take_back(&H, why, sizeof why, &kept, &clean), 0);
+    ck_assert_ptr_nonnull(kept);
+    ck_assert_uint_eq(kept->id, 1);
+    ck_assert_ptr_null(kept->next);
+    ck_assert(!clean);
+    ck_assert(kept->slots[slot / 64] >> (slot % 64) & 1);
+    ck_assert_uint_eq(H.owners[slot].young_bytes, cfg.young_size);
+    ck_assert_uint_eq(H.owners[slot].young_age, cfg.young_age);
+    ck_assert(kept->slots[odd_slot / 64] >> (odd_slot % 64) & 1);
+    ck_assert_uint_eq(H.owners[odd_slot].young_bytes, 0);
+    ck_assert_uint_eq(marks_of(kept_seg)[0], LAYOUT_MARK_YOUNG);
+    ck_assert_uint_eq(marks_of(gone_seg)[0], 0);
+    free(kept);
+}
+END_TEST
+
 /* ---- Note [Heap verifier] in daemon/gc/verify.c, check 4 ---- */
 
 static uint64_t verify_reachable_now(void)
@@ -559,6 +607,7 @@ int main(void)
     tcase_add_test(t, a_departed_clients_young_blocks_are_freed);
     tcase_add_test(t, an_evicted_clients_young_blocks_wait_for_the_fence);
     tcase_add_test(t, a_restart_keeps_young_blocks_of_kept_clients_only);
+    tcase_add_test(t, a_kept_young_slot_comes_back_young);
     tcase_add_test(t, the_verifier_wants_young_blocks_in_owned_segments);
     tcase_add_test(t, verify_follows_young_objects_from_their_slot);
     suite_add_tcase(s, t);

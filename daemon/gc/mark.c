@@ -676,9 +676,9 @@ struct young_push {
     uint64_t client;
 };
 
-/* R, which validate_ref refused as young (REF), is a young block of a
- * segment client P->client owns (Note [The daemon's preparatory push]).
- * With heap->lock held. */
+/* Is R, which validate_ref refused as young, in a segment client
+ * P->client owns (Note [The daemon's preparatory push])?  With
+ * heap->lock held. */
 static bool own_young(const struct young_push *p, uintptr_t r)
 {
     const struct heap *h = p->j->h;

@@ -151,9 +151,9 @@
  *
  * The owner changes without the state when seg_orphan gives a LARGE run
  * to nobody (at startup too, for a client the registry does not keep).
- * Nothing else stores a state or a flag
- * (table_adopt takes a whole table over); segtab_check (Note [Checking the segment
- * table]) holds the table to most of these rules at releases of the lock.
+ * Nothing else stores a state or a flag (table_adopt takes a whole table
+ * over); segtab_check (Note [Checking the segment table]) holds the table
+ * to most of these rules at releases of the lock.
  *
  * Note [Quota]
  * ~~~~~~~~~~~~
@@ -218,9 +218,10 @@
  * small objects, and every fresh page is a page fault in every client that
  * touches it.  So when the sweep leaves a FILLED segment with at least a
  * quarter of its blocks free (mark 0: a young block is in use, Note
- * [Sweeping]) it becomes reusable (reuse_bits), and a refill that names the size classes its client allocates in
- * (SegmentRequest.classes) gets reusable segments of those classes first,
- * the lowest first, and blank ones only for the rest.  Such a segment goes
+ * [Sweeping]) it becomes reusable (reuse_bits), and a refill that names
+ * the size classes its client allocates in (SegmentRequest.classes) gets
+ * reusable segments of those classes first, the lowest first, and blank
+ * ones only for the rest.  Such a segment goes
  * to its new owner (with a quota, only the client it is charged to, or
  * anyone if it is charged to nobody: Note [Quota]) formatted: its header
  * keeps its class and kind SMALL, the grant names the class
