@@ -178,11 +178,14 @@ int young_init(heapd_mutator *m, uint64_t budget, uint32_t age)
 }
 
 static void untrack(heapd_mutator *m, struct young_seg *s);
+static void free_block(struct young_seg *s, uint32_t k, uint8_t poison);
 
 void young_release(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
     heapd_client *c = m->c;
+    uint8_t poison = (uint8_t)atomic_load_explicit(&m->ctl->poison,
+                                                   memory_order_relaxed);
     /* its young objects are garbage now: nothing shared references one
      * (Note [The young invariant]) */
     for (uint32_t i = 0; i < y->nsegs; i++) {
@@ -190,7 +193,7 @@ void young_release(heapd_mutator *m)
         for (uint32_t b = 0; b < s->nblocks; b++)
             if (__atomic_load_n(&s->marks[b], __ATOMIC_RELAXED) ==
                 LAYOUT_MARK_YOUNG)
-                __atomic_store_n(&s->marks[b], 0, __ATOMIC_RELEASE);
+                free_block(s, b, poison);
     }
     while (y->nsegs > 0) {
         struct young_seg *s = &y->segs[y->nsegs - 1];
@@ -618,9 +621,19 @@ static void record_pause(struct young_gen *y, uint64_t ns)
     y->hist[b < YOUNG_HIST ? b : YOUNG_HIST - 1]++;
 }
 
+/* Free young block K of S: filled first, as the daemon's sweep fills
+ * what it frees, when the heap says so (a heap that verifies: Note
+ * [Heap verifier] in daemon/gc/verify.c). */
+static void free_block(struct young_seg *s, uint32_t k, uint8_t poison)
+{
+    if (poison)
+        memset(s->blocks + (size_t)k * s->block_size, poison, s->block_size);
+    __atomic_store_n(&s->marks[k], 0, __ATOMIC_RELEASE);
+}
+
 /* Free the young blocks of S the trace did not reach; returns its free
  * blocks. */
-static uint32_t sweep_seg(struct young_seg *s)
+static uint32_t sweep_seg(struct young_seg *s, uint8_t poison)
 {
     const uint64_t ones = 0x0101010101010101ull, low7 = 0x7f7f7f7f7f7f7f7full;
     uint32_t young = 0, free_blocks = 0, b = 0;
@@ -640,7 +653,7 @@ static uint32_t sweep_seg(struct young_seg *s)
                 young++;
                 continue;
             }
-            __atomic_store_n(&s->marks[k], 0, __ATOMIC_RELEASE);
+            free_block(s, k, poison);
             free_blocks++;
         }
     }
@@ -651,7 +664,7 @@ static uint32_t sweep_seg(struct young_seg *s)
                 young++;
                 continue;
             }
-            __atomic_store_n(&s->marks[b], 0, __ATOMIC_RELEASE);
+            free_block(s, b, poison);
             mk = 0;
         }
         free_blocks += mk == 0;
@@ -666,10 +679,12 @@ static void settle(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
     heapd_client *c = m->c;
+    uint8_t poison = (uint8_t)atomic_load_explicit(&m->ctl->poison,
+                                                   memory_order_relaxed);
     y->survived = 0;
     for (uint32_t i = 0; i < y->nsegs;) {
         struct young_seg *s = &y->segs[i];
-        uint32_t free_blocks = sweep_seg(s);
+        uint32_t free_blocks = sweep_seg(s, poison);
         bool current = m->cur[s->cls].index == s->index;
         y->survived += (uint64_t)s->young * s->block_size;
         if (current) {

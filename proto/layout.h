@@ -228,6 +228,7 @@ static inline uint64_t layout_object_size(uint64_t nrefs, uint64_t nbytes)
 #define LAYOUT_RUN_GRANULE 1024u
 #define LAYOUT_MARK_CONT 255u
 #define LAYOUT_MARK_YOUNG 254u /* Note [Young objects] in proto/young.h */
+#define LAYOUT_POISON 0xdbu    /* the byte a freed block is filled with */
 #define LAYOUT_MIN_BLOCK 16u
 #define LAYOUT_MAX_SMALL 16384u
 
@@ -576,6 +577,11 @@ struct layout_control {
     uint32_t control_segments;    /* segments taken by the control area */
     uint32_t segment_count;       /* max_size / segment_size */
     char heap_name[64];
+    /* 0, or LAYOUT_POISON when freed blocks are filled with it (a heap
+     * that verifies): what frees a block -- the daemon's sweep, a minor
+     * collection -- fills it first.  Written by the daemon when it opens
+     * the heap, before it answers any client. */
+    _Atomic uint32_t poison;
 
     /* collector state, shared with running mutators */
     alignas(64) _Atomic uint32_t epoch;  /* Note [Epoch-tagged marks] */

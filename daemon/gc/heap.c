@@ -172,6 +172,9 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
         h->fd = -1;
         goto out;
     }
+    /* before any client reads it, kept ones included: they fill what a
+     * minor collection frees as the sweep does (Note [Sweeping]) */
+    atomic_store(&h->control->poison, h->poison ? LAYOUT_POISON : 0u);
     if ((rc = seg_init(h)) < 0) {
         log_error("heap '%s': out of memory for its segment table",
                   cfg->name);

@@ -6,9 +6,11 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "layout.h"
+
 struct heap;
 
-#define SWEEP_POISON 0xdb  /* byte pattern of a freed block */
+#define SWEEP_POISON LAYOUT_POISON /* byte pattern of a freed block */
 
 struct sweep_job {
     struct heap *h;
