@@ -186,6 +186,14 @@ void young_release(heapd_mutator *m)
     heapd_client *c = m->c;
     uint8_t poison = (uint8_t)atomic_load_explicit(&m->ctl->poison,
                                                    memory_order_relaxed);
+    /* its roots go first, once this cycle's handshake has seen them (Note
+     * [The preparatory push]): a stop before heapd hears of the detach
+     * must not find them naming freed blocks (the verifier did) */
+    if (barrier_stack_due(m))
+        barrier_stack_slow(m);
+    m->depth = 0;
+    atomic_store_explicit(&m->slot->root_depth, 0, memory_order_release);
+    atomic_store(&m->slot->pending_root, NULL);
     /* its young objects are garbage now: nothing shared references one
      * (Note [The young invariant]) */
     for (uint32_t i = 0; i < y->nsegs; i++) {
