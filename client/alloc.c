@@ -129,10 +129,14 @@ static int next_segment(heapd_mutator *m, unsigned cls)
     int rc;
 
     release_current(m, cls);
-    if (m->young_on && cls != LAYOUT_CLASS_RUN &&
-        (idx = young_reuse_take(m, cls)) != 0) {
-        alloc_install(m, cls, idx, true);
-        return 0;
+    if (m->young_on && cls != LAYOUT_CLASS_RUN) {
+        int64_t r = young_reuse_take(m, cls);
+        if (r < 0)
+            return (int)r;
+        if (r > 0) {
+            alloc_install(m, cls, (uint32_t)r, true);
+            return 0;
+        }
     }
     if ((rc = reserve_take(m, cls, &idx, &formatted)) < 0)
         return rc;
@@ -439,7 +443,8 @@ void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
             __atomic_store_n(field, val, __ATOMIC_RELEASE);
             return;
         }
-        young_publish(m, val);
+        if (young_is_mine(m, val))
+            young_publish(m, val);
     }
     if (CHECKED(m->c)) { /* Note [Checked mode] */
         checked_field(m->c, obj, field, "heapd_write");
@@ -466,7 +471,8 @@ bool heapd_cas(heapd_mutator *m, void *obj, void **field, void *expected,
                                                false, __ATOMIC_SEQ_CST,
                                                __ATOMIC_SEQ_CST);
         }
-        young_publish(m, desired);
+        if (young_is_mine(m, desired))
+            young_publish(m, desired);
     }
     if (CHECKED(m->c)) { /* Note [Checked mode] */
         checked_field(m->c, obj, field, "heapd_cas");

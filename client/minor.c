@@ -135,6 +135,11 @@ static inline void stop_in(enum young_phase phase)
 /* Segments with fewer free blocks than 1/REUSE_SHARE of theirs are not
  * allocated in again before the daemon sweeps them. */
 #define REUSE_SHARE 8
+/* Note [Sizing the nursery]: the next minor collection comes after at
+ * least YOUNG_GROWTH times what survived the last one. */
+#define YOUNG_GROWTH 2
+/* Note [Young segments]: spare segments, at most this many budgets */
+#define SPARE_BUDGETS 2
 
 static void publish_stats(heapd_mutator *m)
 {
@@ -164,6 +169,7 @@ int young_init(heapd_mutator *m, uint64_t budget, uint32_t age)
     memset(y, 0, sizeof *y);
     y->age = age;
     y->budget = budget;
+    y->minor_at = m->young_bytes;
     y->next_minor = m->young_bytes + budget;
     y->heap_segs = (uint32_t)(c->size >> c->seg_shift);
     if ((rc = stack_base_of_self(&y->stack_base, &y->stack_limit)) < 0)
@@ -203,6 +209,12 @@ void young_release(heapd_mutator *m)
                 LAYOUT_MARK_YOUNG)
                 free_block(s, b, poison);
     }
+    for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
+        if (y->nspare[k])
+            reserve_give_back(c, y->spare[k], y->nspare[k], false);
+        y->nspare[k] = 0;
+    }
+    y->spare_bytes = 0;
     while (y->nsegs > 0) {
         struct young_seg *s = &y->segs[y->nsegs - 1];
         uint32_t idx = s->index;
@@ -221,8 +233,10 @@ void young_free(heapd_mutator *m)
         free(y->segs[i].live);
     free(y->segs);
     free(y->segmap);
-    for (unsigned k = 0; k < LAYOUT_NCLASSES; k++)
+    for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
         free(y->reuse[k]);
+        free(y->spare[k]);
+    }
     free(y->work);
     memset(y, 0, sizeof *y);
     m->young_on = false;
@@ -257,10 +271,29 @@ bool young_tracks(const heapd_mutator *m, uint32_t idx)
     return m->young_on && seg_at(&m->young, idx) != NULL;
 }
 
+static int64_t spare_find(const struct young_gen *y, unsigned cls,
+                          uint32_t idx);
+
 bool young_seg_view(const heapd_mutator *m, uint32_t idx,
                     struct alloc_seg *out)
 {
     const struct young_seg *s = m->young_on ? seg_at(&m->young, idx) : NULL;
+    if (!s && m->young_on) {
+        for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
+            if (spare_find(&m->young, k, idx) < 0)
+                continue;
+            const heapd_client *c = m->c;
+            uint8_t *seg = client_seg_addr(c, idx);
+            memset(out, 0, sizeof *out);
+            out->marks = layout_seg_marks(seg);
+            out->blocks = seg + c->small_first[k];
+            out->nblocks = c->small_nblocks[k];
+            out->block_size = layout_class_size[k];
+            out->index = idx;
+            out->cls = (uint8_t)k;
+            return true;
+        }
+    }
     if (!s)
         return false;
     memset(out, 0, sizeof *out);
@@ -374,29 +407,74 @@ static bool reuse_add(struct young_gen *y, struct young_seg *s)
     return true;
 }
 
-uint32_t young_reuse_take(heapd_mutator *m, unsigned cls)
+/* Spare segment IDX of M: its index in spare[CLS], or -1. */
+static int64_t spare_find(const struct young_gen *y, unsigned cls,
+                          uint32_t idx)
+{
+    for (uint32_t i = 0; i < y->nspare[cls]; i++)
+        if (y->spare[cls][i] == idx)
+            return i;
+    return -1;
+}
+
+static void spare_remove(heapd_mutator *m, unsigned cls, uint32_t i)
 {
     struct young_gen *y = &m->young;
-    if (y->nreuse[cls] == 0)
+    y->spare[cls][i] = y->spare[cls][--y->nspare[cls]];
+    y->spare_bytes -= m->c->segment_size;
+}
+
+/* Keep segment IDX of CLS as a spare, if there is room in the list and
+ * in the bound; false: the caller gives it back. */
+static bool spare_add(heapd_mutator *m, unsigned cls, uint32_t idx,
+                      uint64_t bound)
+{
+    struct young_gen *y = &m->young;
+    if (y->spare_bytes + m->c->segment_size > bound)
+        return false;
+    if (y->nspare[cls] == y->capspare[cls]) {
+        uint32_t cap = y->capspare[cls] ? 2 * y->capspare[cls] : 8;
+        uint32_t *v = realloc(y->spare[cls], cap * sizeof *v);
+        if (!v)
+            return false;
+        y->spare[cls] = v;
+        y->capspare[cls] = cap;
+    }
+    y->spare[cls][y->nspare[cls]++] = idx;
+    y->spare_bytes += m->c->segment_size;
+    return true;
+}
+
+const uint32_t *young_spares(const heapd_mutator *m, unsigned cls,
+                             uint32_t *n)
+{
+    *n = m->young_on ? m->young.nspare[cls] : 0;
+    return m->young.spare[cls];
+}
+
+int64_t young_reuse_take(heapd_mutator *m, unsigned cls)
+{
+    struct young_gen *y = &m->young;
+    if (y->nreuse[cls] > 0) {
+        uint32_t idx = y->reuse[cls][--y->nreuse[cls]];
+        struct young_seg *s = seg_at(y, idx);
+        assert(s && s->reusable);
+        s->reusable = false;
+        return idx;
+    }
+    if (y->nspare[cls] == 0)
         return 0;
-    uint32_t idx = y->reuse[cls][--y->nreuse[cls]];
-    struct young_seg *s = seg_at(y, idx);
-    assert(s && s->reusable);
-    s->reusable = false;
+    uint32_t idx = y->spare[cls][y->nspare[cls] - 1];
+    spare_remove(m, cls, y->nspare[cls] - 1);
+    int rc = young_track(m, idx, cls);
+    if (rc < 0) {
+        reserve_give_back(m->c, &idx, 1, false);
+        return rc;
+    }
     return idx;
 }
 
 /* ---- telling young objects ---- */
-
-/* The block of young segment S that object pointer V is, or UINT32_MAX. */
-static inline uint32_t block_of_obj(const struct young_seg *s, uintptr_t v)
-{
-    uint64_t b = (uint64_t)(v - LAYOUT_WORD - (uintptr_t)s->blocks);
-    if (b >= (uint64_t)s->nblocks * s->block_size)
-        return UINT32_MAX;
-    uint32_t idx = (uint32_t)((b * s->magic) >> 32);
-    return (uint64_t)idx * s->block_size == b ? idx : UINT32_MAX;
-}
 
 /* The block of young segment S that address P is anywhere inside (an
  * interior pointer), or UINT32_MAX. */
@@ -409,34 +487,6 @@ static inline uint32_t block_at(const struct young_seg *s, uintptr_t p)
     if ((uint64_t)idx * s->block_size > b)
         idx--; /* the multiply may be one high off a block's start */
     return idx;
-}
-
-static inline struct young_seg *seg_of_addr(const heapd_mutator *m,
-                                            uintptr_t p)
-{
-    const heapd_client *c = m->c;
-    uint64_t off = (uint64_t)(p - (uintptr_t)c->base);
-    if (off >= c->size)
-        return NULL;
-    uint32_t k = m->young.segmap[off >> c->seg_shift];
-    return k ? &m->young.segs[k - 1] : NULL;
-}
-
-static inline bool is_young_block(const struct young_seg *s, uint32_t b)
-{
-    return __atomic_load_n(&s->marks[b], __ATOMIC_RELAXED) ==
-           LAYOUT_MARK_YOUNG;
-}
-
-bool young_is_mine(const heapd_mutator *m, const void *obj)
-{
-    if (!m->young_on)
-        return false;
-    struct young_seg *s = seg_of_addr(m, (uintptr_t)obj);
-    if (!s)
-        return false;
-    uint32_t b = block_of_obj(s, (uintptr_t)obj);
-    return b != UINT32_MAX && is_young_block(s, b);
 }
 
 /* ---- the trace (Note [Minor collections]) ---- */
@@ -498,10 +548,14 @@ static void visit(heapd_mutator *m, struct young_seg *s, uint32_t b,
         push_work(y, (uintptr_t)obj);
         return;
     }
+    if (mode == VISIT_KEEP) { /* never promoted: its age does not matter */
+        push_work(y, (uintptr_t)obj);
+        return;
+    }
     uint64_t *hp = (uint64_t *)obj - 1;
     uint64_t h = __atomic_load_n(hp, __ATOMIC_RELAXED);
     unsigned age = layout_header_tag(h) + 1u;
-    if (mode == VISIT_AGE && age >= y->age) {
+    if (age >= y->age) {
         promote_one(m, s, b, obj, true);
         return;
     }
@@ -518,10 +572,10 @@ static inline void reach(heapd_mutator *m, void *v, enum visit_mode mode)
 {
     if (!v)
         return;
-    struct young_seg *s = seg_of_addr(m, (uintptr_t)v);
+    struct young_seg *s = young_seg_of(m, (uintptr_t)v);
     uint32_t b;
-    if (s && (b = block_of_obj(s, (uintptr_t)v)) != UINT32_MAX &&
-        is_young_block(s, b)) {
+    if (s && (b = young_block_of(s, (uintptr_t)v)) != UINT32_MAX &&
+        young_block_is_young(s, b)) {
         visit(m, s, b, v, mode);
         return;
     }
@@ -576,9 +630,9 @@ struct stack_ctx {
 static void stack_word(void *ctx, uintptr_t w)
 {
     struct stack_ctx *sc = ctx;
-    struct young_seg *s = seg_of_addr(sc->m, w);
+    struct young_seg *s = young_seg_of(sc->m, w);
     uint32_t b;
-    if (!s || (b = block_at(s, w)) >= s->nblocks || !is_young_block(s, b))
+    if (!s || (b = block_at(s, w)) >= s->nblocks || !young_block_is_young(s, b))
         return;
     visit(sc->m, s, b, s->blocks + (size_t)b * s->block_size + LAYOUT_WORD,
           sc->mode);
@@ -592,7 +646,7 @@ static void reach_all(heapd_mutator *m, enum visit_mode mode)
     for (uint32_t i = 0; i < y->nsegs; i++) {
         struct young_seg *s = &y->segs[i];
         for (uint32_t b = 0; b < s->nblocks; b++)
-            if (is_young_block(s, b))
+            if (young_block_is_young(s, b))
                 visit(m, s, b,
                       s->blocks + (size_t)b * s->block_size + LAYOUT_WORD,
                       mode);
@@ -654,7 +708,7 @@ static uint32_t sweep_seg(struct young_seg *s, uint8_t poison)
         uint64_t x = w ^ (ones * LAYOUT_MARK_YOUNG);
         uint64_t zero = ~(((w & low7) + low7) | w) & ~low7;
         uint64_t yng = ~(((x & low7) + low7) | x) & ~low7;
-        free_blocks += (uint32_t)__builtin_popcountll(zero);
+        free_blocks += (uint32_t)(((zero >> 7) * ones) >> 56);
         for (; yng; yng &= yng - 1) {
             uint32_t k = b + ((uint32_t)__builtin_ctzll(yng) >> 3);
             if (s->live[k >> 6] & ((uint64_t)1 << (k & 63))) {
@@ -689,6 +743,8 @@ static void settle(heapd_mutator *m)
     heapd_client *c = m->c;
     uint8_t poison = (uint8_t)atomic_load_explicit(&m->ctl->poison,
                                                    memory_order_relaxed);
+    /* spares for what a nursery allocates (Note [Young segments]) */
+    uint64_t spare_bound = SPARE_BUDGETS * y->budget;
     y->survived = 0;
     for (uint32_t i = 0; i < y->nsegs;) {
         struct young_seg *s = &y->segs[i];
@@ -697,13 +753,16 @@ static void settle(heapd_mutator *m)
         y->survived += (uint64_t)s->young * s->block_size;
         if (current) {
             m->cur[s->cls].cursor = 0; /* its holes are the next blocks */
-        } else if (free_blocks * REUSE_SHARE >= s->nblocks) {
-            reuse_add(y, s);
         } else if (s->young == 0) {
             uint32_t idx = s->index;
+            unsigned cls = s->cls;
+            bool room = free_blocks * REUSE_SHARE >= s->nblocks;
             untrack(m, s); /* moves the last one here: look at i again */
-            reserve_give_back(c, &idx, 1, false);
+            if (!room || !spare_add(m, cls, idx, spare_bound))
+                reserve_give_back(c, &idx, 1, false);
             continue;
+        } else if (free_blocks * REUSE_SHARE >= s->nblocks) {
+            reuse_add(y, s);
         } else {
             reuse_drop(y, s);
         }
@@ -721,7 +780,10 @@ void young_collect(heapd_mutator *m)
     drain(m, VISIT_AGE);
     reach_stack(m, VISIT_KEEP);
     settle(m);
-    y->next_minor = m->young_bytes + y->budget;
+    /* Note [Sizing the nursery] */
+    uint64_t grown = y->survived * YOUNG_GROWTH;
+    y->minor_at = m->young_bytes;
+    y->next_minor = m->young_bytes + (grown > y->budget ? grown : y->budget);
     record_pause(y, monotonic_ns() - t0);
     publish_stats(m);
 }
@@ -735,10 +797,10 @@ void *young_publish(heapd_mutator *m, void *r)
      * one without a young generation has no segment map to look in */
     if (!m->young_on)
         return r;
-    struct young_seg *s = seg_of_addr(m, (uintptr_t)r);
+    struct young_seg *s = young_seg_of(m, (uintptr_t)r);
     uint32_t b;
-    if (!s || (b = block_of_obj(s, (uintptr_t)r)) == UINT32_MAX ||
-        !is_young_block(s, b))
+    if (!s || (b = young_block_of(s, (uintptr_t)r)) == UINT32_MAX ||
+        !young_block_is_young(s, b))
         return r;
     /* Note [A dead daemon], Note [Clients and fork]: the segments are not
      * this mutator's to change any more; the young reference is stored as
@@ -756,10 +818,10 @@ void *young_publish(heapd_mutator *m, void *r)
             __atomic_load_n((uint64_t *)obj - 1, __ATOMIC_RELAXED));
         for (size_t k = 0; k < n; k++) {
             void *v = __atomic_load_n(&obj[k], __ATOMIC_RELAXED);
-            struct young_seg *vs = v ? seg_of_addr(m, (uintptr_t)v) : NULL;
+            struct young_seg *vs = v ? young_seg_of(m, (uintptr_t)v) : NULL;
             uint32_t vb;
-            if (vs && (vb = block_of_obj(vs, (uintptr_t)v)) != UINT32_MAX &&
-                is_young_block(vs, vb))
+            if (vs && (vb = young_block_of(vs, (uintptr_t)v)) != UINT32_MAX &&
+                young_block_is_young(vs, vb))
                 promote_one(m, vs, vb, v, false);
         }
     }
@@ -823,8 +885,14 @@ bool young_surrender(heapd_mutator *m, uint32_t idx)
 {
     struct young_gen *y = &m->young;
     struct young_seg *s = seg_at(y, idx);
-    if (!s)
+    if (!s) {
+        for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
+            int64_t i = spare_find(y, k, idx);
+            if (i >= 0)
+                spare_remove(m, k, (uint32_t)i);
+        }
         return true;
+    }
     /* promoted black, its young blocks' fields must have been pushed
      * (Note [The preparatory push]) */
     if (barrier_on(m) &&
@@ -832,7 +900,7 @@ bool young_surrender(heapd_mutator *m, uint32_t idx)
         return false;
     y->nwork = 0;
     for (uint32_t b = 0; b < s->nblocks; b++) {
-        if (!is_young_block(s, b))
+        if (!young_block_is_young(s, b))
             continue;
         promote_one(m, s, b,
                     s->blocks + (size_t)b * s->block_size + LAYOUT_WORD,
@@ -881,8 +949,7 @@ void heapd_young_stats_get(const heapd_mutator *m, heapd_young_stats *out)
     out->promoted_published_bytes = y->promoted_pub;
     out->minor_pause_max_ns = y->pause_max;
     out->minor_pause_total_ns = y->pause_total;
-    out->bytes_in_use = y->survived + (m->young_bytes + y->budget -
-                                       y->next_minor);
+    out->bytes_in_use = y->survived + (m->young_bytes - y->minor_at);
     /* p99: the upper end of the bucket the 99th percentile falls in */
     uint64_t seen = 0, want = y->minor - y->minor / 100;
     for (unsigned b = 0; b < YOUNG_HIST && y->minor; b++) {

@@ -32,7 +32,8 @@ struct young_gen {
     bool on;
     uint32_t age;               /* promote at this many survivals */
     uint64_t budget;            /* bytes allocated between minor collections */
-    uint64_t next_minor;        /* alloc_bytes at which the next one runs */
+    uint64_t next_minor;        /* young_bytes at which the next one runs */
+    uint64_t minor_at;          /* young_bytes at the last one */
     uintptr_t stack_base;       /* the attached thread's stack: its base */
     uintptr_t stack_limit;      /* and its lowest address */
     /* the young segments: segs[segmap[i] - 1] is segment i's */
@@ -43,6 +44,11 @@ struct young_gen {
     /* per size class: young segments with free blocks, for allocation */
     uint32_t *reuse[LAYOUT_NCLASSES];
     uint32_t nreuse[LAYOUT_NCLASSES];
+    /* per size class: segments a sweep found no young block in, kept
+     * (untracked) for allocation: Note [Young segments] */
+    uint32_t *spare[LAYOUT_NCLASSES];
+    uint32_t nspare[LAYOUT_NCLASSES], capspare[LAYOUT_NCLASSES];
+    uint64_t spare_bytes;
     /* the trace's work list: objects, the low bit set on promoted ones */
     uintptr_t *work;
     size_t nwork, capwork;
@@ -60,18 +66,15 @@ int young_init(heapd_mutator *m, uint64_t budget, uint32_t age);
 void young_release(heapd_mutator *m);
 void young_free(heapd_mutator *m);
 
-/* True if OBJ is one of M's young objects (an object pointer, not an
- * interior one). */
-bool young_is_mine(const heapd_mutator *m, const void *obj);
-
 /* A young mutator's minor collection is due (alloc_bytes reached
  * next_minor): run it.  A safepoint's caller only. */
 void young_collect(heapd_mutator *m);
 /* M installed segment IDX as its current segment of CLS: track it. */
 int young_track(heapd_mutator *m, uint32_t idx, unsigned cls);
-/* A young segment of CLS with free blocks, taken off its reuse list, or
- * 0. */
-uint32_t young_reuse_take(heapd_mutator *m, unsigned cls);
+/* A segment of CLS with free blocks for M to allocate in: one of its
+ * young segments with room, or a spare one (tracked again), or 0.  A
+ * negative errno if tracking it failed (it is given back). */
+int64_t young_reuse_take(heapd_mutator *m, unsigned cls);
 
 /* R itself; if it is one of M's young objects it is promoted first, with
  * everything young it reaches (Note [The young invariant]).  Never
@@ -88,14 +91,19 @@ bool young_push_roots(heapd_mutator *m);
 void young_resume(heapd_mutator *m);
 /* The agent, for a blocked mutator M (its `hold` held): promote every
  * young block of segment IDX, with what each reaches, and stop tracking
- * it, so that it may be given back (Note [Remark requests] in
- * client/remark.c).  False if it cannot now (M's stack handshake of this
- * cycle is not done yet). */
+ * it (or take it off its spare list), so that it may be given back (Note
+ * [Remark requests] in client/remark.c).  False if it cannot now (M's
+ * stack handshake of this cycle is not done yet). */
 bool young_surrender(heapd_mutator *m, uint32_t idx);
+/* The spare segments of M, for the agent to look through: *N of them
+ * in class CLS. */
+const uint32_t *young_spares(const heapd_mutator *m, unsigned cls,
+                             uint32_t *n);
 /* True if IDX is one of M's young segments. */
 bool young_tracks(const heapd_mutator *m, uint32_t idx);
-/* Young segment IDX of M as an allocation segment (for a rescan: Note
- * [Remark requests] in client/remark.c); false if M does not track it. */
+/* Young or spare segment IDX of M as an allocation segment (for a
+ * rescan: Note [Remark requests] in client/remark.c); false if it is
+ * neither. */
 struct alloc_seg;
 bool young_seg_view(const heapd_mutator *m, uint32_t idx,
                     struct alloc_seg *out);

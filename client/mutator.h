@@ -148,4 +148,49 @@ int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
 /* heapd_disconnect: free mutators the application did not detach. */
 void mutator_free_all(heapd_client *c);
 
+/* ---- telling a young object (Note [Young segments] in client/minor.c),
+ * inline: heapd_write asks it of every store ---- */
+
+/* The young segment of M that address P is in, or NULL. */
+static inline struct young_seg *young_seg_of(const heapd_mutator *m,
+                                             uintptr_t p)
+{
+    const heapd_client *c = m->c;
+    uint64_t off = (uint64_t)(p - (uintptr_t)c->base);
+    if (off >= c->size)
+        return NULL;
+    uint32_t k = m->young.segmap[off >> c->seg_shift];
+    return k ? &m->young.segs[k - 1] : NULL;
+}
+
+/* The block of young segment S that object pointer V is, or UINT32_MAX
+ * (layout_small_block's multiply). */
+static inline uint32_t young_block_of(const struct young_seg *s, uintptr_t v)
+{
+    uint64_t b = (uint64_t)(v - LAYOUT_WORD - (uintptr_t)s->blocks);
+    if (b >= (uint64_t)s->nblocks * s->block_size)
+        return UINT32_MAX;
+    uint32_t idx = (uint32_t)((b * s->magic) >> 32);
+    return (uint64_t)idx * s->block_size == b ? idx : UINT32_MAX;
+}
+
+static inline bool young_block_is_young(const struct young_seg *s, uint32_t b)
+{
+    return __atomic_load_n(&s->marks[b], __ATOMIC_RELAXED) ==
+           LAYOUT_MARK_YOUNG;
+}
+
+/* True if OBJ is one of M's young objects (an object pointer, not an
+ * interior one). */
+static inline bool young_is_mine(const heapd_mutator *m, const void *obj)
+{
+    if (!m->young_on)
+        return false;
+    struct young_seg *s = young_seg_of(m, (uintptr_t)obj);
+    if (!s)
+        return false;
+    uint32_t b = young_block_of(s, (uintptr_t)obj);
+    return b != UINT32_MAX && young_block_is_young(s, b);
+}
+
 #endif

@@ -224,6 +224,22 @@ static void take_from_blocked(heapd_client *c, struct answers *a)
                     memset(&m->cur[k], 0, sizeof m->cur[k]);
                 }
             }
+            /* its spare segments, which hold no young block */
+            for (unsigned k = 0; k < LAYOUT_NCLASSES && nback < BACK_MAX;
+                 k++) {
+                uint32_t n;
+                const uint32_t *sp = young_spares(m, k, &n);
+                for (uint32_t i = 0; i < n && nback < BACK_MAX;) {
+                    uint32_t s = sp[i];
+                    if (is_queued(r, s) && young_surrender(m, s)) {
+                        unqueue_locked(r, s); /* moved the last one here */
+                        back[nback++] = s;
+                        n--;
+                        continue;
+                    }
+                    i++;
+                }
+            }
             /* its other young segments: promoted, then given back too
              * (Note [Young segments] in client/minor.c) */
             for (uint32_t i = 0; m->young.on && i < m->young.nsegs &&
