@@ -258,7 +258,7 @@ static __attribute__((noinline)) uint32_t next_free_mark(const uint8_t *marks,
 /* The next free block of M's current segment of CLS, initialised, or
  * NULL when the segment is exhausted.  YOUNG: a young object (Note [Young
  * objects] in proto/young.h), whose mark is LAYOUT_MARK_YOUNG and whose
- * header's tag is its age, 0. */
+ * header's tag is LAYOUT_YOUNG_TAG, age 0. */
 static inline void *take_block(heapd_mutator *m, struct alloc_seg *s,
                                uint64_t size, size_t nrefs, size_t nbytes,
                                bool young)
@@ -283,7 +283,7 @@ static inline void *take_block(heapd_mutator *m, struct alloc_seg *s,
          * for its first writes (Note [Snapshot write barrier]) */
         *(uint64_t *)b = layout_header_with_tag(
             layout_header(nrefs, nbytes),
-            young || !barrier_on(m) ? 0 : epoch);
+            young ? LAYOUT_YOUNG_TAG : !barrier_on(m) ? 0 : epoch);
         if (young) {
             m->young_bytes += s->block_size;
         } else {
@@ -435,7 +435,7 @@ void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
 {
     /* Note [The young invariant] in client/minor.c */
     if (__builtin_expect(m->young_on, 0)) {
-        if (young_is_mine(m, obj)) {
+        if (young_header_says(obj)) {
             assert(check_field(obj, field));
             /* Note [Checked mode]: not another mutator's young object */
             if (CHECKED(m->c) && !young_is_mine(m, val))
@@ -443,7 +443,7 @@ void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
             __atomic_store_n(field, val, __ATOMIC_RELEASE);
             return;
         }
-        if (young_is_mine(m, val))
+        if (val && young_header_says(val))
             young_publish(m, val);
     }
     if (CHECKED(m->c)) { /* Note [Checked mode] */
@@ -462,7 +462,7 @@ bool heapd_cas(heapd_mutator *m, void *obj, void **field, void *expected,
 {
     /* Note [The young invariant] in client/minor.c */
     if (__builtin_expect(m->young_on, 0)) {
-        if (young_is_mine(m, obj)) {
+        if (young_header_says(obj)) {
             assert(check_field(obj, field));
             /* Note [Checked mode]: not another mutator's young object */
             if (CHECKED(m->c) && !young_is_mine(m, desired))
@@ -471,7 +471,7 @@ bool heapd_cas(heapd_mutator *m, void *obj, void **field, void *expected,
                                                false, __ATOMIC_SEQ_CST,
                                                __ATOMIC_SEQ_CST);
         }
-        if (young_is_mine(m, desired))
+        if (desired && young_header_says(desired))
             young_publish(m, desired);
     }
     if (CHECKED(m->c)) { /* Note [Checked mode] */

@@ -593,14 +593,16 @@ static void visit(heapd_mutator *m, struct young_seg *s, uint32_t b,
     }
     uint64_t *hp = (uint64_t *)obj - 1;
     uint64_t h = __atomic_load_n(hp, __ATOMIC_RELAXED);
-    unsigned age = layout_header_tag(h) + 1u;
+    unsigned age = layout_header_tag(h) - LAYOUT_YOUNG_TAG + 1u;
     if (age >= y->age) {
         promote_one(m, s, b, obj, true);
         return;
     }
     if (age > LAYOUT_YOUNG_AGE_MAX)
         age = LAYOUT_YOUNG_AGE_MAX;
-    __atomic_store_n(hp, layout_header_with_tag(h, (uint8_t)age),
+    __atomic_store_n(hp,
+                     layout_header_with_tag(h, (uint8_t)(LAYOUT_YOUNG_TAG +
+                                                         age)),
                      __ATOMIC_RELAXED);
     push_work(y, (uintptr_t)obj);
 }

@@ -17,6 +17,7 @@
 #include "layout.h"
 #include "lock.h"
 #include "minor.h"
+#include "young.h"
 #include "runtime.h"    /* mutator_roots_push, mutator_closed */
 
 /* a mutator's short waits spin this long before they sleep (Note
@@ -178,6 +179,15 @@ static inline bool young_block_is_young(const struct young_seg *s, uint32_t b)
 {
     return __atomic_load_n(&s->marks[b], __ATOMIC_RELAXED) ==
            LAYOUT_MARK_YOUNG;
+}
+
+/* True if OBJ's header says it is young (Note [Young objects] in
+ * proto/young.h): a load of the line a store into OBJ writes.  Whose it
+ * is, young_is_mine says. */
+static inline bool young_header_says(const void *obj)
+{
+    return layout_header_young(
+        __atomic_load_n((const uint64_t *)obj - 1, __ATOMIC_RELAXED));
 }
 
 /* True if OBJ is one of M's young objects (an object pointer, not an

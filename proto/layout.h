@@ -100,7 +100,7 @@
  * which only its mutator marks, frees or promotes (Note [Young objects] in
  * proto/young.h); any other value is the epoch in which the block was
  * last marked or allocated.  The control area's epoch rotates through
- * 1..253, never 0, and changes only while every mutator is stopped.  So:
+ * 1..239, never 0, and changes only while every mutator is stopped.  So:
  *   - a mutator allocating a block sets its mark to the current epoch (the
  *     block is "allocated black"), and the daemon never writes the mark of a
  *     block it did not trace;
@@ -110,7 +110,7 @@
  * Marks are never bulk-cleared.  After a completed sweep every non-zero mark
  * in the heap equals the current epoch (or continues a block that does),
  * (or is young), which is what lets the next epoch value be any other
- * epoch, including one used 253 cycles ago: no location can still hold
+ * epoch, including one used 239 cycles ago: no location can still hold
  * it.  A cycle must therefore sweep every segment
  * that holds blocks, owned ones included (checked by the verifier).
  */
@@ -131,7 +131,8 @@
  * kind and a slot's young words.
  * 13: the run class and LAYOUT_MARK_CONT (Note [Runs]); epochs 1..254.
  * 14: young objects in the client's segments (Note [Young objects] in
- * proto/young.h): LAYOUT_MARK_YOUNG, epochs 1..253, no nursery kind. */
+ * proto/young.h): LAYOUT_MARK_YOUNG and LAYOUT_YOUNG_TAG, epochs
+ * 1..239, no nursery kind. */
 #define LAYOUT_VERSION 14u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
@@ -608,11 +609,15 @@ static inline uint32_t layout_control_segments(uint64_t segment_size)
     return (uint32_t)((LAYOUT_CONTROL_BYTES + segment_size - 1) / segment_size);
 }
 
-/* Epochs rotate through 1..253 (Note [Epoch-tagged marks]). */
-#define LAYOUT_EPOCHS 253u
-_Static_assert(LAYOUT_EPOCHS < LAYOUT_MARK_YOUNG &&
+/* Epochs rotate through 1..239 (Note [Epoch-tagged marks]): a young
+ * object's header tag is LAYOUT_YOUNG_TAG or above (Note [Young objects]
+ * in proto/young.h), a shared object's 0 or an epoch. */
+#define LAYOUT_EPOCHS 239u
+#define LAYOUT_YOUNG_TAG 0xf0u
+_Static_assert(LAYOUT_EPOCHS < LAYOUT_YOUNG_TAG &&
+                   LAYOUT_YOUNG_TAG + 8u < LAYOUT_MARK_YOUNG &&
                    LAYOUT_MARK_YOUNG < LAYOUT_MARK_CONT,
-               "no epoch is a young or a continuation mark");
+               "no epoch is a young tag, a young or a continuation mark");
 static inline uint32_t layout_next_epoch(uint32_t e)
 {
     return e % LAYOUT_EPOCHS + 1u;

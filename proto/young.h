@@ -10,8 +10,11 @@
  * -- whose mark byte it sets to LAYOUT_MARK_YOUNG instead of the epoch.
  * Nothing else about the block differs: the object has the shared heap's
  * format (Note [Objects] in proto/layout.h), and its header's tag, which
- * in a shared object is the dirty tag, holds its age, the minor
- * collections it has survived.  Young objects never move: a minor
+ * in a shared object is the dirty tag (0 or an epoch), is LAYOUT_YOUNG_TAG
+ * plus its age, the minor collections it has survived: the object's own
+ * header tells a young object, in the cache line a store into it writes
+ * anyway (heapd_write asks it of every store: GCBench spent a quarter of
+ * its time looking the mark byte up instead).  Young objects never move: a minor
  * collection frees a dead one where it is (YOUNG -> 0), and promotes an
  * old one where it is (YOUNG -> the epoch: Note [Promotion in place] in
  * client/minor.c).  The rules that make this safe for everyone else:
@@ -21,9 +24,10 @@
  *     it in use, and its marker never marks one (a reference to a young
  *     block from anything but its owner is refused: Note [References to
  *     young objects] in daemon/gc/validate.c);
- *   - the epochs rotate through 1..253, so LAYOUT_MARK_YOUNG is never an
- *     epoch, nor 0, nor LAYOUT_MARK_CONT: whoever reads a mark tells a
- *     young block from every other kind;
+ *   - the epochs rotate through 1..239, so LAYOUT_MARK_YOUNG is never an
+ *     epoch, nor 0, nor LAYOUT_MARK_CONT, and no dirty tag is a young
+ *     tag: whoever reads a mark or a header tells a young object from
+ *     every other kind;
  *   - a segment that holds a young block stays its client's: the mutator
  *     returns none that does (it frees or promotes its young blocks
  *     first), so the young blocks of a client that dies are all in the
@@ -46,6 +50,12 @@
 #include "layout.h"
 
 #define LAYOUT_YOUNG_AGE_MAX 8u     /* young_age is 1..LAYOUT_YOUNG_AGE_MAX */
+
+/* Does header H say its object is young (any mutator's)? */
+static inline bool layout_header_young(uint64_t h)
+{
+    return layout_header_tag(h) >= LAYOUT_YOUNG_TAG;
+}
 
 typedef void (*young_emit_fn)(void *ctx, uintptr_t ref);
 

@@ -348,7 +348,7 @@ START_TEST(forked_child_never_promotes)
     ck_assert_msg(still_young(c, m, y) && still_young(c, m, y1),
                   "the forked child promoted its parent's young objects "
                   "(marks %d, %d)", mark_of(c, y), mark_of(c, y1));
-    ck_assert_uint_eq(layout_header_tag(((uint64_t *)y)[-1]), 0);
+    ck_assert_uint_eq(layout_header_tag(((uint64_t *)y)[-1]), LAYOUT_YOUNG_TAG);
     ck_assert_uint_eq(young_stats(m).promoted_published_bytes, pub);
     ck_assert_uint_eq(harness_stats(c).promoted_published_bytes, pub_daemon);
     heapd_write(m, s, &s[0], NULL); /* the young address out again */

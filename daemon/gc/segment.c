@@ -264,7 +264,7 @@
 /* The transitions set_state makes (Note [Segment lifecycle], (1) to
  * (5)): bit TO of seg_next[FROM]. */
 #define SEG_TO(st) (1u << (st))
-static const uint8_t seg_next[SEG_STATE_MAX + 1] = {
+static const uint8_t seg_next[SEG_STATE_MAX + 1] __attribute__((unused)) = {
     [SEG_FREE] = SEG_TO(SEG_OWNED) | SEG_TO(SEG_LARGE) |
                  SEG_TO(SEG_LARGE_TAIL),
     [SEG_OWNED] = SEG_TO(SEG_FILLED) | SEG_TO(SEG_FREE),

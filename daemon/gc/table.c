@@ -649,10 +649,12 @@ static int registry_recover(struct heap *h, struct resume_client **kept,
 
 void table_close(struct heap *h)
 {
-    struct table_header *hd = h->table;
+#ifndef NDEBUG
     /* Note [The live table]: nothing stores into a sealed table */
+    struct table_header *hd = h->table;
     assert(!hd || atomic_load(&hd->clean.word) != TABLE_CLEAN ||
            table_sum(h) == hd->clean.sum);
+#endif
     if (h->table)
         munmap(h->table, h->table_bytes);
     if (h->table_fd >= 0)
