@@ -26,13 +26,15 @@
  *           and while the parent is allocated; the parent then replaces the
  *           right subtree in the caller's slot.
  *           --young attaches the mutator with HEAPD_MUTATOR_YOUNG (nursery
- *           budget --young-size, --young-age, default the heap's): the
- *           same program, whose young objects never move (Note [Young
- *           objects, for the program] in heapd.h), so it runs the same
- *           code as without.  --rooted runs a rooted Populate (the node
- *           being populated sits in a root slot of its level, read back
- *           after each allocation: the port the copying nursery this
- *           project had before needed), with or without a young
+ *           budget --young-size, --young-age, default the heap's): young
+ *           objects never move and a minor collection keeps what C locals
+ *           hold (Note [Young objects, for the program] in heapd.h), so
+ *           MakeTree is written as C is, its subtrees in C locals, and
+ *           Populate is the same.  --rooted runs the rooted MakeTree and a
+ *           rooted Populate (the node being populated sits in a root slot
+ *           of its level, read back after each allocation: the port the
+ *           copying nursery this project had before needed), with or
+ *           without a young
  *           generation, to tell what the port costs from what the young
  *           generation gains.  Minor collections: heapd_young_stats_get
  *           (count, longest, p99, promoted bytes, by age and by
@@ -470,9 +472,35 @@ static void h_make(int d, size_t out)
     heapd_root_pop(hm, 1);
 }
 
+/* MakeTree as C is written (--young without --rooted): the subtrees in C
+ * locals.  A young mutator's minor collections keep what its C locals
+ * hold, and never promote it (Note [Young objects, for the program] in
+ * heapd.h); without a young generation the precise collector would not
+ * see them, hence h_make. */
+static void *h_make_local(int d)
+{
+    if (d <= 0)
+        return h_node();
+    void *l = h_make_local(d - 1);
+    void *r = h_make_local(d - 1);
+    void **p = h_node();
+    heapd_write(hm, p, &p[0], l);
+    heapd_write(hm, p, &p[1], r);
+    return p;
+}
+
+/* Build a tree of depth D into root slot OUT, the way the run asks. */
+static void h_build(int d, size_t out)
+{
+    if (h_young && !h_rooted)
+        heapd_root_set(hm, out, h_make_local(d));
+    else
+        h_make(d, out);
+}
+
 static void h_stretch(void)
 {
-    h_make(STRETCH_DEPTH, h_temp_slot);
+    h_build(STRETCH_DEPTH, h_temp_slot);
     if (check_trees)
         check_shape(heapd_root_get(hm, h_temp_slot), STRETCH_DEPTH, h_left,
                     h_right);
@@ -518,7 +546,7 @@ static void h_top_down(int d, long iters)
 static void h_bottom_up(int d, long iters)
 {
     for (long k = 0; k < iters; k++) {
-        h_make(d, h_temp_slot);
+        h_build(d, h_temp_slot);
         if (check_trees)
             check_shape(heapd_root_get(hm, h_temp_slot), d, h_left, h_right);
     }
