@@ -935,7 +935,11 @@ bool young_surrender(heapd_mutator *m, uint32_t idx)
         return true;
     }
     /* promoted black, its young blocks' fields must have been pushed
-     * (Note [The preparatory push]) */
+     * (Note [The preparatory push]).  What only the blocked thread's C
+     * locals hold may be promoted here, and a later cycle then frees it:
+     * the blocking region was a safepoint, after which a C local keeps
+     * no shared object (Note [Client GC discipline] in heapd.h).  Rare:
+     * the daemon asks only after its mark stack overflowed. */
     if (barrier_on(m) &&
         atomic_load(&m->slot->stack_marked) != atomic_load(&m->ctl->epoch))
         return false;
