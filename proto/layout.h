@@ -376,7 +376,13 @@ static inline uint32_t layout_small_block(uint64_t off, uint32_t first,
  * disconnect the client and count it (clients_disconnected); meanwhile
  * the daemon uses the bound instead (it marks what the stack and the ring
  * can hold, counts the slot as stopped, counts the granted bytes) and
- * never waits for the slot because of them.
+ * never waits for the slot because of them.  A young slot's bytes
+ * allocated may honestly pass its grants: a young mutator keeps its
+ * segments and allocates again, with no grant in between, the blocks its
+ * minor collections and the daemon's sweeps free in them (Note [Young
+ * segments] in client/minor.c; the shared map's young run passed its
+ * grants within a second).  So for a young slot the daemon uses the bound
+ * and does not disconnect the client.
  */
 enum layout_mut_state {
     LAYOUT_MUT_FREE = 0,     /* no mutator */

@@ -316,6 +316,55 @@ START_TEST(nonsense_in_own_slot_disconnects_the_client)
 }
 END_TEST
 
+/* A young slot's bytes allocated may honestly pass its grants (a young
+ * mutator allocates again the blocks its segments get back: Note [Client
+ * control memory]), so 2^60 written there does not disconnect the client:
+ * heapd uses the grants instead, and the pacing stays sane. */
+START_TEST(young_slot_alloc_bytes_past_its_grants_are_bounded)
+{
+    int ready[2], go[2];
+    start();
+    ck_assert_int_eq(pipe(ready), 0);
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        close(ready[0]);
+        close(go[1]);
+        heapd_client *c = harness_connect_ok(D.sock, 0);
+        heapd_mutator_opts o = {.flags = HEAPD_MUTATOR_YOUNG};
+        heapd_mutator *m;
+        unsigned n;
+        if (!c || heapd_attach_opts(c, &o, &m) < 0)
+            _exit(2);
+        heapd_blocking_enter(m);
+        struct layout_mutator *sl =
+            (struct layout_mutator *)own_control_memory(&n);
+        if (!sl || n != 1)
+            _exit(7);
+        atomic_store(&sl->alloc_bytes, (uint64_t)1 << 60);
+        char r;
+        if (write(ready[1], "r", 1) != 1 || read(go[0], &r, 1) != 1)
+            _exit(3);
+        heapd_blocking_leave(m);
+        _exit(heapd_alloc(m, 0, 16) ? 0 : 4); /* still connected */
+    }
+    close(ready[1]);
+    close(go[0]);
+    char r;
+    ck_assert_int_eq(read(ready[0], &r, 1), 1);
+    heap_still_works("2^60 bytes allocated by a young slot"); /* a cycle */
+    heap_still_works("2^60 bytes allocated by a young slot");
+    ck_assert_int_eq(write(go[1], "g", 1), 1);
+    ck_assert_int_eq(harness_wait_pid(kid, HARNESS_WAIT_MS), 0);
+    heapd_stats_t st = harness_daemon_stats(&D);
+    ck_assert_uint_eq(st.clients_disconnected, 0);
+    ck_assert_uint_lt(st.bytes_allocated, 1ull << 40);
+    close(ready[0]);
+    close(go[1]);
+}
+END_TEST
+
 /* ---- segment headers (Note [A segment leaves its owner]) ---- */
 
 #define SEGMENT_SIZE (128u << 10) /* harness_default_config */
@@ -570,6 +619,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("slots");
     tcase_add_test(t, random_bytes_in_the_control_area_cost_nothing);
     tcase_add_test(t, nonsense_in_own_slot_disconnects_the_client);
+    tcase_add_test(t, young_slot_alloc_bytes_past_its_grants_are_bounded);
     tcase_add_test(t, daemons_page_is_read_only);
     tcase_add_test(t, scribbled_segment_header_leaves_nothing);
     tcase_add_test(t, scribbled_segment_is_kept_while_referenced);
