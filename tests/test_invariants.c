@@ -378,7 +378,7 @@ static bool exited_0(int st)
     return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
-/* the sweep frees FILLED segment 10 (Note [Segment lifecycle], (6)) */
+/* the sweep frees FILLED segment 10 (Note [Segment lifecycle], (5)) */
 static void release_unlocked(void)
 {
     seg_release(&H, 10);
