@@ -469,6 +469,19 @@ static bool spare_add(heapd_mutator *m, unsigned cls, uint32_t idx,
                       uint64_t bound)
 {
     struct young_gen *y = &m->young;
+    /* the classes the program allocates now keep theirs: another class's
+     * spares go back first (a run of 16-byte objects left the bound full
+     * for 256-byte ones, whose segments then went back and came in again
+     * faulted: 120 ns an allocation instead of 12) */
+    for (unsigned k = 0; k < LAYOUT_NCLASSES &&
+                         y->spare_bytes + m->c->segment_size > bound;
+         k++) {
+        if (k == cls || y->nspare[k] == 0)
+            continue;
+        reserve_give_back(m->c, y->spare[k], y->nspare[k], false);
+        y->spare_bytes -= (uint64_t)y->nspare[k] * m->c->segment_size;
+        y->nspare[k] = 0;
+    }
     if (y->spare_bytes + m->c->segment_size > bound)
         return false;
     if (y->nspare[cls] == y->capspare[cls]) {
