@@ -20,6 +20,7 @@
 #include "segment.h"
 #include "sweep.h"
 #include "table.h"
+#include "heap_inproc.h"
 #include "check_main.h"
 
 enum { SEGS = 8, SHIFT = 17, OLD_EPOCH = 3, EPOCH = 4, DEAD = 40 };
@@ -32,42 +33,17 @@ static unsigned cls; /* the size class of the objects */
 static void setup(void)
 {
     memset(&cfg, 0, sizeof cfg);
-    strcpy(cfg.name, "sweep-test");
-    cfg.segment_size = 1u << SHIFT;
-    /* SEGS segments for objects after the control area's */
-    cfg.max_size = (uint64_t)(layout_control_segments(cfg.segment_size) +
-                              SEGS) << SHIFT;
-    memset(&H, 0, sizeof H);
-    H.cfg = &cfg;
-    H.fd = -1; /* small segments only: nothing is punched */
-    H.seg_shift = SHIFT;
-    H.poison = true;
-    H.base = mmap(NULL, cfg.max_size, PROT_READ | PROT_WRITE,
-                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ck_assert(H.base != MAP_FAILED);
-    /* the control area at the base, as heap_open lays it out; the cycle's
-     * collector would have published EPOCH and turned to sweeping (Note
-     * [Epoch-tagged marks]) */
-    H.control = H.base;
-    atomic_store(&H.control->epoch, EPOCH);
+    heap_inproc_open(&H, &cfg, "sweep-test", SHIFT, SEGS, EPOCH);
+    /* the cycle's collector would have published EPOCH and turned to
+     * sweeping (Note [Epoch-tagged marks]) */
     atomic_store(&H.control->phase, LAYOUT_PHASE_SWEEP);
-    hd_mutex_init(&H.lock);
-    hd_mutex_init(&H.adoption);
-    ck_assert_int_eq(seg_init(&H), 0);
-    H.table_fd = -1;
-    ck_assert_int_eq(table_create(&H), 0); /* Note [The live table] */
-    seg_format(&H);
     cls = layout_size_class((uint32_t)layout_object_size(1, 32));
     ck_assert_uint_ne(H.segs.small_nblocks[cls], 0);
 }
 
 static void teardown(void)
 {
-    table_close(&H);
-    seg_destroy(&H);
-    munmap(H.base, cfg.max_size);
-    hd_mutex_destroy(&H.lock);
-    hd_mutex_destroy(&H.adoption);
+    heap_inproc_close(&H, &cfg);
 }
 
 static uint8_t *marks_of(uint32_t seg)

@@ -26,6 +26,7 @@
 #include "validate.h"
 #include "verify.h"
 #include "young.h"
+#include "heap_inproc.h"
 #include "check_main.h"
 
 enum { SEGS = 16, SHIFT = 17, OLD_EPOCH = 4, EPOCH = 5 };
@@ -38,29 +39,10 @@ static int mem_fd = -1; /* the young client's control memory */
 static void setup(void)
 {
     memset(&cfg, 0, sizeof cfg);
-    strcpy(cfg.name, "young-test");
-    cfg.segment_size = 1u << SHIFT;
-    cfg.max_size = (uint64_t)(layout_control_segments(cfg.segment_size) +
-                              SEGS) << SHIFT;
     cfg.young_size = 2u << SHIFT;
     cfg.young_age = 2;
     cfg.mark_stack_limit = 1u << 20;
-    memset(&H, 0, sizeof H);
-    H.cfg = &cfg;
-    H.fd = -1; /* small segments only: nothing is punched */
-    H.seg_shift = SHIFT;
-    H.poison = true;
-    H.base = mmap(NULL, cfg.max_size, PROT_READ | PROT_WRITE,
-                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ck_assert(H.base != MAP_FAILED);
-    H.control = H.base;
-    atomic_store(&H.control->epoch, OLD_EPOCH);
-    hd_mutex_init(&H.lock);
-    hd_mutex_init(&H.adoption);
-    ck_assert_int_eq(seg_init(&H), 0);
-    H.table_fd = -1;
-    ck_assert_int_eq(table_create(&H), 0); /* Note [The live table] */
-    seg_format(&H);
+    heap_inproc_open(&H, &cfg, "young-test", SHIFT, SEGS, OLD_EPOCH);
     ck_assert_int_eq(slotmem_reserve(&H), 0);
     cls = layout_size_class((uint32_t)layout_object_size(2, 0));
     ck_assert_uint_ne(H.segs.small_nblocks[cls], 0);
@@ -72,11 +54,7 @@ static void teardown(void)
 {
     close(mem_fd);
     slotmem_release(&H);
-    table_close(&H);
-    seg_destroy(&H);
-    munmap(H.base, cfg.max_size);
-    hd_mutex_destroy(&H.lock);
-    hd_mutex_destroy(&H.adoption);
+    heap_inproc_close(&H, &cfg);
 }
 
 static uint8_t *marks_of(uint32_t seg)
