@@ -494,7 +494,7 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
     if (ar.young) {
         rc = young_init(m, a->young_bytes, a->young_age);
         if (rc < 0) {
-            /* the slot and its nursery go with the connection */
+            /* the slot goes with the connection */
             heapd__envelope__free_unpacked(rep, NULL);
             hd_mutex_destroy(&m->hold);
             free(m);
