@@ -585,12 +585,16 @@ static void holder_of_a_dead_client(int out)
 }
 
 /* Fork a process whose pid is PID (ns_last_pid; root only), which waits
- * for a byte on *IN and then exits 7.  Returns -1 if the pid was taken. */
+ * for a byte on *IN and then exits 7.  Returns -1 if the pid was taken.
+ * Any fork on the machine between the write and ours takes the pid
+ * first: with the other suites running beside it, 100 tries once all
+ * lost (CI), so it tries FORK_WITH_PID_TRIES times. */
+#define FORK_WITH_PID_TRIES 5000
 static pid_t fork_with_pid(pid_t pid, int *in)
 {
     int p[2];
     ck_assert_int_eq(pipe(p), 0);
-    for (int tries = 0; tries < 100; tries++) {
+    for (int tries = 0; tries < FORK_WITH_PID_TRIES; tries++) {
         FILE *f = fopen("/proc/sys/kernel/ns_last_pid", "w");
         ck_assert_msg(f != NULL, "cannot write ns_last_pid (%s): the pidfd "
                       "guard test needs root", strerror(errno));
