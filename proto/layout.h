@@ -127,8 +127,8 @@
  * 9: the globals' names, states and owners in the daemon's page, their
  * values in global_values[] after it (Note [Global roots]).
  * 10: client control memory (Note [Client control memory]).
- * 12: nurseries (Note [Nurseries] in proto/young.h): the YOUNG segment
- * kind and a slot's young words.
+ * 12: nurseries (a run of YOUNG segments per young mutator, gone in 14):
+ * the YOUNG segment kind and a slot's young words.
  * 13: the run class and LAYOUT_MARK_CONT (Note [Runs]); epochs 1..254.
  * 14: young objects in the client's segments (Note [Young objects] in
  * proto/young.h): LAYOUT_MARK_YOUNG and LAYOUT_YOUNG_TAG, epochs
