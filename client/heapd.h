@@ -487,6 +487,7 @@ typedef struct heapd_heap_segments {
     uint32_t punched;           /* memory given back */
     uint32_t unformatted;       /* owned or filled, no size class known */
     uint32_t young;             /* holding young blocks, last sweep */
+    uint64_t young_bytes;       /* in those young blocks */
     uint64_t committed_bytes;   /* what the heap's memory holds, all of it */
     uint64_t block_bytes;       /* in blocks the last sweep kept (the
                                    block_bytes counter) */

@@ -132,6 +132,7 @@ int heapd_segments(heapd_client *c, const char *heap,
         o->punched = h->segments_punched;
         o->unformatted = h->segments_unformatted;
         o->young = h->segments_young;
+        o->young_bytes = h->young_bytes;
         o->committed_bytes = h->committed_bytes;
         o->block_bytes = h->block_bytes;
         for (size_t k = 0;

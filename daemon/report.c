@@ -322,6 +322,7 @@ static int heap_segments(struct heap *h, Heapd__HeapSegments *hs,
     }
     hs->block_bytes = h->stats.block_bytes;
     hs->segments_young = h->young_segments; /* Note [Sweeping] */
+    hs->young_bytes = h->young_bytes;
     hs->segments_total = t->count - t->first;
     /* never taken: free and punched (Note [Reports]) */
     hs->segments_free = t->count - high;

@@ -431,12 +431,13 @@ static void print_segments_json(const heapd_heap_segments *hs, size_t n)
                ",\"segments_orphaned\":%" PRIu32
                ",\"segments_punched\":%" PRIu32
                ",\"segments_unformatted\":%" PRIu32
-               ",\"segments_young\":%" PRIu32
+               ",\"segments_young\":%" PRIu32 ",\"young_bytes\":%" PRIu64
                ",\"committed_bytes\":%" PRIu64 ",\"block_bytes\":%" PRIu64
                ",\"classes\":[",
                h->segment_size, h->total, h->free, h->owned, h->filled,
                h->large, h->large_tail, h->orphaned, h->punched,
-               h->unformatted, h->young, h->committed_bytes, h->block_bytes);
+               h->unformatted, h->young, h->young_bytes, h->committed_bytes,
+               h->block_bytes);
         for (size_t k = 0; k < h->class_count; k++) {
             const heapd_class_segments *c = &h->classes[k];
             printf("%s{\"size_class\":%" PRIu32 ",\"object_size\":%" PRIu32
@@ -467,8 +468,10 @@ static void print_segments_text(const heapd_heap_segments *hs, size_t n)
                h->free, h->punched, h->owned, h->filled, h->large,
                h->large_tail, h->orphaned, h->unformatted,
                h->young ? "" : "\n");
+        char yb[32];
         if (h->young) /* only a heap with young objects says so */
-            printf(", young %" PRIu32 "\n", h->young);
+            printf(", young %" PRIu32 " (%s in young blocks)\n", h->young,
+                   size_text(h->young_bytes, yb, sizeof yb));
         char cb[32], bb[32];
         printf("  committed %s, in blocks kept by the last sweep %s\n",
                size_text(h->committed_bytes, cb, sizeof cb),

@@ -382,6 +382,77 @@ START_TEST(a_young_block_returned_is_a_verifier_failure)
 }
 END_TEST
 
+#define YOUNG_SEGS 192 /* 24 MiB of young blocks: three goals of an empty
+                          heap (4 MiB counted live, gc_overhead 100) */
+#define MORE_SEGS 64   /* and 8 MiB more */
+
+/* The young blocks the last sweep counted, in bytes and segments. */
+static void young_counted(heapd_client *ctl, uint64_t *bytes, uint32_t *segs)
+{
+    heapd_heap_segments hs[2];
+    size_t n = 0;
+    ck_assert_int_eq(heapd_segments(ctl, "default", hs, 2, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    *bytes = hs[0].young_bytes;
+    *segs = hs[0].young;
+}
+
+/* Young blocks are their mutator's to free, so their memory is not held
+ * to the heap's goal (Note [Young memory and the heap goal] in
+ * daemon/gc/collector.c): a blocked young mutator holds 24 MiB of young
+ * blocks in an empty heap, whose goal is 8 MiB; once a sweep has counted
+ * them (the segments report says how many bytes), 8 MiB more are granted
+ * without a wait for a cycle, which could free none of them. */
+START_TEST(young_memory_is_not_held_to_the_goal)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c, *ctl = harness_control(&D);
+    heapd_mutator *mu;
+    harness_attach(&D, &c, &mu);
+    struct harness_raw r;
+    harness_raw_mutator(D.sock, &r);
+    harness_raw_map(&r); /* the libheapd client's mapping, in fact */
+    struct layout_mutator *m = harness_raw_young_mutator(&r, true);
+    unsigned cls = layout_size_class((uint32_t)layout_object_size(2, 0));
+    uint32_t nblocks, first;
+    layout_small_geometry(SEG, cls, &nblocks, &first);
+    uint64_t seq = 2;
+    for (unsigned k = 0; k < YOUNG_SEGS; k++) {
+        uint32_t seg = harness_raw_segment(&r, seq++);
+        for (uint32_t b = 0; b < nblocks; b++)
+            harness_raw_young(&r, seg, b, NULL, NULL);
+    }
+    /* the second cycle starts after the last young block was made */
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(heapd_collect(mu, HEAPD_COLLECT_WAIT), 0);
+    uint64_t bytes;
+    uint32_t segs;
+    young_counted(ctl, &bytes, &segs);
+    ck_assert_uint_eq(segs, YOUNG_SEGS);
+    ck_assert_uint_eq(bytes, (uint64_t)YOUNG_SEGS * nblocks *
+                                 layout_class_size[cls]);
+
+    heapd_stats_t before = harness_stats(c);
+    for (unsigned k = 0; k < MORE_SEGS; k++)
+        harness_raw_segment(&r, seq++);
+    heapd_stats_t after = harness_stats(c);
+    ck_assert_msg(after.grants_paced == before.grants_paced,
+                  "%llu of %u grants waited for a cycle with %llu bytes "
+                  "of young blocks counted",
+                  (unsigned long long)(after.grants_paced -
+                                       before.grants_paced),
+                  MORE_SEGS, (unsigned long long)bytes);
+    harness_expect_healthy(&D);
+
+    munmap(m, LAYOUT_MUTATOR_BYTES);
+    harness_raw_close(&r);
+    heapd_detach(mu);
+    heapd_disconnect(c);
+    heapd_disconnect(ctl);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 static Suite *young_daemon_suite(void)
 {
     Suite *s = suite_create("young_daemon");
@@ -393,6 +464,7 @@ static Suite *young_daemon_suite(void)
     tcase_add_test(t, what_a_blocked_young_mutator_holds_lives);
     tcase_add_test(t, references_to_young_objects_are_refused);
     tcase_add_test(t, a_young_block_returned_is_a_verifier_failure);
+    tcase_add_test(t, young_memory_is_not_held_to_the_goal);
     suite_add_tcase(s, t);
     return s;
 }

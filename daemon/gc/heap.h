@@ -164,6 +164,9 @@ struct heap {
     uint32_t young_segments;         /* segments holding a young block at
                                         the last sweep (Note [Sweeping] in
                                         sweep.c); heap->lock */
+    uint64_t young_bytes;            /* and the bytes of their young blocks
+                                        (Note [Young memory and the heap
+                                        goal] in collector.c); heap->lock */
 };
 
 /* heap->lock, taken and released only through these (Note [Checked lock

@@ -13,7 +13,9 @@
  *     counts as in use (live_bytes, the segment's live blocks: it is
  *     neither freed whole nor made reusable for it, Note [Reusing partly
  *     free segments]); the segments that hold one are counted for
- *     `heapctl segments` (segments_young);
+ *     `heapctl segments` (segments_young), and the bytes of young blocks
+ *     for it and for pacing (young_bytes, Note [Young memory and the
+ *     heap goal] in collector.c);
  *   - a block with any other non-zero mark is dead: when the heap poisons
  *     (verify = true, or a build with assertions) its bytes become
  *     SWEEP_POISON, and then its mark becomes 0 (a release store); a run
@@ -113,6 +115,7 @@ void sweep_job_finish(struct sweep_job *j)
 {
     ASSERT_LOCK_HELD(&j->h->lock);
     j->h->young_segments = atomic_load(&j->young_segments);
+    j->h->young_bytes = atomic_load(&j->young_bytes);
     seg_sweep_charged(j->h, j->charged, j->ncharged);
     free(j->charged);
     j->charged = NULL;
@@ -194,8 +197,7 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
     uint8_t *marks = layout_seg_marks(seg);
     uint32_t n = t->small_nblocks[cls], bs = layout_class_size[cls];
     uint8_t *blocks = seg + t->small_first[cls];
-    uint32_t nlive = 0;
-    bool young = false;
+    uint32_t nlive = 0, nyoung = 0;
 
     for (uint32_t b = 0; b < n; b++) {
         uint8_t m = __atomic_load_n(&marks[b], __ATOMIC_RELAXED);
@@ -206,7 +208,7 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
          * is freed (Note [Runs]) */
         uint32_t k = (uint32_t)(layout_block_span(marks, b, n, cls) / bs);
         if (m == LAYOUT_MARK_YOUNG) { /* its mutator's: Note [Sweeping] */
-            young = true;
+            nyoung += k;
             nlive += k;
             b += k - 1;
             continue;
@@ -237,9 +239,12 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
         b += k - 1;
     }
     *live += (uint64_t)nlive * bs;
-    if (young)
+    if (nyoung) {
         atomic_fetch_add_explicit(&j->young_segments, 1,
                                   memory_order_relaxed);
+        atomic_fetch_add_explicit(&j->young_bytes, (uint64_t)nyoung * bs,
+                                  memory_order_relaxed);
+    }
     if (state == SEG_FILLED) /* an OWNED one counts whole, as held */
         tally(j, i, (uint64_t)nlive * bs);
     if (nlive == 0 && state == SEG_FILLED && !fenced) {
@@ -265,9 +270,13 @@ static void sweep_large(struct sweep_job *j, uint32_t i, uint64_t *live,
     if (m == j->epoch || m == LAYOUT_MARK_YOUNG) {
         /* a young large object is a client's mistake (Note [Young
          * objects]), but its mark is its mutator's all the same */
-        if (m == LAYOUT_MARK_YOUNG)
+        if (m == LAYOUT_MARK_YOUNG) {
             atomic_fetch_add_explicit(&j->young_segments, 1,
                                       memory_order_relaxed);
+            atomic_fetch_add_explicit(&j->young_bytes,
+                                      (uint64_t)s->run << h->seg_shift,
+                                      memory_order_relaxed);
+        }
         *live += (uint64_t)s->run << h->seg_shift;
         tally(j, i, (uint64_t)s->run << h->seg_shift);
         return;

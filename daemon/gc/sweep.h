@@ -21,6 +21,8 @@ struct sweep_job {
     _Atomic uint64_t freed_segments;
     _Atomic uint32_t young_segments; /* holding a young block (Note
                                         [Sweeping]) */
+    _Atomic uint64_t young_bytes; /* in young blocks (Note [Young
+                                     memory and the heap goal]) */
     _Atomic uint64_t *charged;    /* per quota record: bytes that survived
                                      in the segments charged to it (Note
                                      [Quota] in daemon/gc/segment.c); NULL
@@ -32,7 +34,8 @@ struct sweep_job {
 void sweep_job_init(struct sweep_job *j, struct heap *h, uint8_t epoch);
 /* With heap->lock held, once every worker is done: hand the per-client
  * tally to the segment table (Note [Quota]) and free it, and the count of
- * segments holding young blocks to the heap (heap->young_segments). */
+ * segments holding young blocks and their bytes to the heap
+ * (heap->young_segments, heap->young_bytes). */
 void sweep_job_finish(struct sweep_job *j);
 /* One worker's share (a workers_fn). */
 void sweep_worker(void *job, unsigned worker);
