@@ -133,6 +133,11 @@ static int next_segment(heapd_mutator *m, unsigned cls)
         int64_t r = young_reuse_take(m, cls);
         if (r < 0)
             return (int)r;
+        /* Note [Minor collections before a wait] in client/minor.c */
+        if (r == 0 && young_collect_early(m, cls))
+            r = young_reuse_take(m, cls);
+        if (r < 0)
+            return (int)r;
         if (r > 0) {
             alloc_install(m, cls, (uint32_t)r, true);
             return 0;

@@ -69,6 +69,11 @@ void young_free(heapd_mutator *m);
 /* A young mutator's minor collection is due (alloc_bytes reached
  * next_minor): run it.  A safepoint's caller only. */
 void young_collect(heapd_mutator *m);
+/* M needs a segment of CLS and has none of its own with room: collect
+ * now, instead of waiting for heapd, if that is due (Note [Minor
+ * collections before a wait] in client/minor.c); true if it collected.
+ * A safepoint's caller only. */
+bool young_collect_early(heapd_mutator *m, unsigned cls);
 /* M installed segment IDX as its current segment of CLS: track it. */
 int young_track(heapd_mutator *m, uint32_t idx, unsigned cls);
 /* A segment of CLS with free blocks for M to allocate in: one of its

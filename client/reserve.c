@@ -762,6 +762,15 @@ static bool take_reusable_locked(struct reserve *r, unsigned cls,
     return false;
 }
 
+bool reserve_ready(heapd_client *c, unsigned cls)
+{
+    struct reserve *r = &c->reserve;
+    hd_mutex_lock(&r->mu);
+    bool ready = r->n > 0 || has_reusable_locked(r, cls);
+    unlock_reserve(r);
+    return ready;
+}
+
 /* A segment of class CLS for M: a partly free one of that class, else a
  * blank one from the reserve, else from the daemon.  When the reserve is
  * empty but a refill is already on its way, waiting for it (in a blocking

@@ -74,6 +74,9 @@ void reserve_stop(heapd_client *c);
 /* A segment for class CLS: partly free and already formatted for CLS
  * (*FORMATTED set), or blank, waiting for the daemon if need be.
  * FORMATTED NULL: a blank one only. */
+/* True if a segment of class CLS could be taken now, without waiting for
+ * heapd: a blank one, or a partly free one of CLS. */
+bool reserve_ready(heapd_client *c, unsigned cls);
 int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
                  bool *formatted);
 /* Queue full segments to go back, sent RETURN_BATCH at a time or now. */

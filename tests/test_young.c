@@ -642,6 +642,70 @@ START_TEST(dead_young_blocks_are_reused)
 }
 END_TEST
 
+#define GROWN_LIST (256u << 10) /* nodes: 6 MiB of 24-byte blocks */
+#define GROWN_GARBAGE (32u << 20) /* bytes allocated after it died */
+
+/* A list of N young nodes that only the returned pointer -- a C local of
+ * the caller's -- holds. */
+static __attribute__((noinline)) void *local_list(heapd_mutator *m, size_t n)
+{
+    void *head = NULL;
+    for (size_t i = 0; i < n; i++) {
+        void **node = heapd_alloc(m, 1, 8);
+        ck_assert_ptr_nonnull(node);
+        heapd_write(m, node, &node[0], head);
+        head = node;
+    }
+    return head;
+}
+
+/* Note [Minor collections before a wait]: a list that a C local held
+ * through a minor collection grew the nursery to twice its size (Note
+ * [Sizing the nursery]); once it is dead, a mutator that may hold no more
+ * than 16 MiB allocates 32 MiB of garbage, which a nursery that waited
+ * for its grown budget could not: it collects when it finds nothing in
+ * the reserve instead. */
+START_TEST(a_grown_nursery_collects_before_it_waits)
+{
+    harness_start_with(&D, "max_client_bytes = 16M\n");
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, YOUNG_MIN, 2);
+    void *volatile head = local_list(m, GROWN_LIST);
+    /* a minor collection that finds it whole: garbage until one runs,
+     * within twice the list's bytes (Note [Sizing the nursery]) */
+    heapd_young_stats y = young_stats(m);
+    uint64_t bs = block_bytes(1, 8), bound = 2 * GROWN_LIST + 64;
+    for (uint64_t k = 0; young_stats(m).minor_collections ==
+                         y.minor_collections; k++) {
+        ck_assert_msg(k < bound, "no minor collection after %llu "
+                      "allocations", (unsigned long long)k);
+        ck_assert_ptr_nonnull(heapd_alloc(m, 1, 8));
+    }
+    y = young_stats(m);
+    ck_assert_msg(y.bytes_in_use >= GROWN_LIST * bs,
+                  "the list (%u nodes) held by a local did not survive: "
+                  "%llu young bytes in use", GROWN_LIST,
+                  (unsigned long long)y.bytes_in_use);
+    head = NULL;
+    wipe_stack();
+    for (uint64_t k = 0; k < GROWN_GARBAGE / bs; k++)
+        ck_assert_msg(heapd_alloc(m, 1, 8) != NULL,
+                      "allocation %llu after the list died failed: %s (%s)",
+                      (unsigned long long)k, strerror(errno),
+                      heapd_last_error());
+    heapd_young_stats z = young_stats(m);
+    ck_assert_msg(z.bytes_in_use < y.bytes_in_use,
+                  "young bytes in use %llu -> %llu: the dead list was "
+                  "never freed", (unsigned long long)y.bytes_in_use,
+                  (unsigned long long)z.bytes_in_use);
+    (void)head;
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* ---- 3. publication ---- */
 
 #define TREE 50
@@ -1413,6 +1477,7 @@ static Suite *suite(void)
     tcase_add_test(t, young_local_survives_minor_collections);
     tcase_add_test(t, interior_pointer_keeps_young_object);
     tcase_add_test(t, dead_young_blocks_are_reused);
+    tcase_add_test(t, a_grown_nursery_collects_before_it_waits);
     suite_add_tcase(s, t);
     t = tcase_create("publication");
     tcase_add_test(t, publication_promotes_young_graphs_in_place);
