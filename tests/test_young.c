@@ -642,6 +642,68 @@ START_TEST(dead_young_blocks_are_reused)
 }
 END_TEST
 
+#define MIXED_N 16
+#define MIXED_NBYTES 88 /* with one reference: a class nothing else takes */
+#define MIXED_KEPT 5    /* the one published */
+
+/* MIXED_N young objects in a row, their addresses in ADDR (malloc'd
+ * memory, not scanned); the MIXED_KEPT-th is published (promoted where it
+ * is) and rooted.  Nothing else of the caller's holds any. */
+static __attribute__((noinline)) void mixed_row(heapd_mutator *m,
+                                                uintptr_t *addr)
+{
+    for (size_t i = 0; i < MIXED_N; i++) {
+        void **n = heapd_alloc(m, 1, MIXED_NBYTES);
+        ck_assert_ptr_nonnull(n);
+        *(uint64_t *)heapd_bytes(n) = i;
+        addr[i] = (uintptr_t)n;
+    }
+    void *p = heapd_publish(m, (void *)addr[MIXED_KEPT]);
+    ck_assert_uint_ne(heapd_root_push(m, p), (size_t)-1);
+}
+
+/* Note [Sweeping a young segment eight marks at a time]: dead young
+ * blocks that share a word of marks with a promoted object are freed, and
+ * the promoted one's mark and contents stay as they were. */
+START_TEST(sweep_frees_young_blocks_beside_a_promoted_one)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, YOUNG_MIN, 2);
+    uintptr_t *addr = malloc(MIXED_N * sizeof *addr);
+    ck_assert_ptr_nonnull(addr);
+    mixed_row(m, addr);
+    uint64_t bs = block_bytes(1, MIXED_NBYTES);
+    for (size_t i = 1; i < MIXED_N; i++)
+        ck_assert_msg(addr[i] - addr[i - 1] == bs, "objects %zu and %zu "
+                      "of a fresh class are not neighbours", i - 1, i);
+    void *kept = (void *)addr[MIXED_KEPT];
+    uint8_t mark = mark_of(c, kept);
+    ck_assert_uint_ne(mark, 0);
+    ck_assert_uint_ne(mark, LAYOUT_MARK_YOUNG);
+    wipe_stack();
+    minor_now(m);
+    size_t freed = 0;
+    for (size_t i = 0; i < MIXED_N; i++)
+        if (i != MIXED_KEPT)
+            freed += mark_of(c, (void *)addr[i]) == 0;
+    ck_assert_msg(freed >= MIXED_N - 1 - DEAD_STALE, "only %zu of %u dead "
+                  "young blocks beside a promoted one were freed", freed,
+                  MIXED_N - 1);
+    uint8_t now = mark_of(c, kept);
+    ck_assert_msg(now == mark || (now != 0 && now != LAYOUT_MARK_YOUNG),
+                  "the promoted object's mark went from %u to %u", mark,
+                  now);
+    ck_assert_uint_eq(*(uint64_t *)heapd_bytes(kept), MIXED_KEPT);
+    heapd_root_pop(m, 1);
+    free(addr);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 #define GROWN_LIST (256u << 10) /* nodes: 6 MiB of 24-byte blocks */
 #define GROWN_GARBAGE (32u << 20) /* bytes allocated after it died */
 
@@ -1478,6 +1540,7 @@ static Suite *suite(void)
     tcase_add_test(t, interior_pointer_keeps_young_object);
     tcase_add_test(t, dead_young_blocks_are_reused);
     tcase_add_test(t, a_grown_nursery_collects_before_it_waits);
+    tcase_add_test(t, sweep_frees_young_blocks_beside_a_promoted_one);
     suite_add_tcase(s, t);
     t = tcase_create("publication");
     tcase_add_test(t, publication_promotes_young_graphs_in_place);
