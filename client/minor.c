@@ -279,27 +279,34 @@ void young_free(heapd_mutator *m)
  * at most half the bytes allocated since the one before, whatever the
  * program keeps (as GHC's and OCaml's runtimes grow a nursery with its
  * survivors).  Objects are promoted at their young_age-th survival (2 by
- * default).  Chosen from this curve (release build, 2 CPUs, one run
- * each; GCBench total ms / minor collections ms / MiB promoted; binary-
- * trees depth 18 total ms; alloc_bench ns per 256-byte allocation):
+ * default).  The default budget is 8 MiB (heapd.conf's young_size; a
+ * quarter of max_size or of max_client_bytes where that is less), chosen
+ * from this curve (release build, 2 CPUs shared; GCBench median of 3:
+ * total ms / minor collections ms / MiB promoted; binary-trees depth 18,
+ * 1 and 2 processes, median of 2, ms; alloc_bench young ns per 64- and
+ * 256-byte allocation):
  *
- *   budget  age | GCBench          | binary-trees | alloc 256 B
- *   256 KiB  2  | 370 / 57 /  80   |              |
- *   1 MiB    1  | 336 / 35 / 169   |              |
- *   1 MiB    2  | 328 / 44 /  46   |   1226       |   12.2
- *   1 MiB    3  | 328 / 47 /   9   |              |
- *   4 MiB    1  | 276 / 27 /  97   |              |
- *   4 MiB    2  | 277 / 32 /   8   |   1007       |   16.2
- *   4 MiB    3  | 316 / 31 /   4   |              |
- *   16 MiB   2  | 275 / 19 /   4   |   1157       |   19.4
+ *   budget  age | GCBench         | binary-trees | alloc 64 / 256 B
+ *   2 MiB    2  | 201 / 35 / 22   |  783 / 592   |  6.8 / 11.3
+ *   4 MiB    2  | 166 / 27 /  4   |  708 / 453   |  6.9 / 11.9
+ *   8 MiB    2  | 161 / 20 /  4   |  694 / 403   |  7.6 / 13.7
+ *   16 MiB   1  | 160 / 10 / 11   |  707 / 438   |  7.5 / 16.2
+ *   16 MiB   2  | 151 / 11 /  4   |  638 / 431   |  7.2 / 16.9
+ *   16 MiB   3  | 159 / 13 /  4   |  711 / 461   |  8.0 / 14.5
+ *   32 MiB   2  | 211 / 12 /  4   | 1017 / 858   |  8.4 / 17.1
  *
- * 4 MiB and age 2: GCBench's depth-14 and depth-16 trees die in the
- * nursery instead of being promoted (46 MiB promoted at 1 MiB, 8 at 4),
- * and a larger budget gains nothing more while the allocation loop's
- * working set leaves the cache (alloc_bench, 256 B: 12 ns at 1 MiB, 19
- * at 16).  Growth without a bound: binary-trees, whose trees only C
- * locals hold while they are built, took 757 ms of minor collections at
- * a fixed 1 MiB and 263 ms with it.
+ * From 2 to 4 MiB GCBench's depth-14 and depth-16 trees stop being
+ * promoted; past 4 MiB fewer minor collections find a tree half built
+ * (what C locals hold is traced at each one), but the allocation loop's
+ * working set leaves the cache (alloc_bench's 256-byte objects: 12 ns at
+ * 4 MiB, 17 at 16) and at 32 MiB everything slows down, the programs'
+ * reads of their trees too.  8 MiB takes part of 16 MiB's gain (and the
+ * best of two processes of binary-trees) one doubling further from that
+ * edge, on a machine whose caches may be smaller than this one's.  Age 2: age 1 promotes GCBench's trees under
+ * construction, age 3 traces survivors once more.  Growth without a
+ * bound: binary-trees, whose trees only C locals hold while they are
+ * built, took 757 ms of minor collections at a fixed 1 MiB and 263 ms
+ * with it.
  */
 static struct young_seg *seg_at(const struct young_gen *y, uint32_t idx)
 {

@@ -814,6 +814,15 @@ static void finish_heap(struct parse *p)
                   "that asks for no budget allocates this much between its "
                   "minor collections)", SIZE(h->young_size),
                   SIZE(h->max_size));
+    /* the default, where none is set, within a quarter of max_size and of
+     * max_client_bytes (Note [Sizing the nursery] in client/minor.c) */
+    if (!kl[HK_YOUNG_SIZE]) {
+        uint64_t cap = h->max_size / 4;
+        if (h->max_client_bytes != 0 && h->max_client_bytes / 4 < cap)
+            cap = h->max_client_bytes / 4;
+        if (h->young_size > cap)
+            h->young_size = cap;
+    }
     check_stall(p);
     if (!kl[HK_BASE] || bad[HK_BASE] || !kl[HK_MAX_SIZE] ||
         bad[HK_MAX_SIZE] || bad[HK_SEGMENT_SIZE])
@@ -898,7 +907,7 @@ static void heap_section(struct parse *p, const char *name)
     h->stall_timeout_ms = 10000;
     h->stall_action = CONFIG_STALL_KILL;
     h->reconnect_timeout_ms = 10000;
-    h->young_size = 4 * MIB;
+    h->young_size = 8 * MIB;
     h->young_age = 2;
     p->heap = h;
     p->sec = SEC_HEAP;

@@ -90,7 +90,7 @@ START_TEST(t_defaults)
     ck_assert_uint_eq(c.heaps[0].gc_overhead, 100);
     ck_assert_uint_eq(c.heaps[0].mark_stack_limit, 8 << 20);
     ck_assert_uint_eq(c.heaps[0].max_client_bytes, 0);
-    ck_assert_uint_eq(c.heaps[0].young_size, 4 << 20);
+    ck_assert_uint_eq(c.heaps[0].young_size, 8 << 20);
     ck_assert_uint_eq(c.heaps[0].young_age, 2);
     ck_assert_uint_eq(c.heaps[0].n_allow_users, 0);
     ck_assert_uint_eq(c.heaps[0].n_allow_groups, 0);
@@ -98,6 +98,26 @@ START_TEST(t_defaults)
     ck_assert_uint_eq(c.heaps[0].stall_warn_ms, 1000);
     ck_assert_uint_eq(c.heaps[0].stall_timeout_ms, 10000);
     ck_assert_int_eq(c.heaps[0].stall_action, CONFIG_STALL_KILL);
+}
+END_TEST
+
+/* The default young_size stays within a quarter of max_size and of
+ * max_client_bytes; one that is set is taken as it is, or refused. */
+START_TEST(t_young_size_default_fits_the_heap)
+{
+    struct config c;
+    expect_ok("[heap h]\nbase = 0x7e8000000000\nmax_size = 24M\n", &c);
+    ck_assert_uint_eq(c.heaps[0].young_size, 6 << 20);
+    expect_ok(HEAP "max_client_bytes = 8M\n", &c);
+    ck_assert_uint_eq(c.heaps[0].young_size, 2 << 20);
+    expect_ok(HEAP "max_client_bytes = 8M\nyoung_size = 6M\n", &c);
+    ck_assert_uint_eq(c.heaps[0].young_size, 6 << 20);
+    expect_errors("[heap h]\nbase = 0x7e8000000000\nmax_size = 32M\n"
+                  "young_size = 9M\n",
+                  "heapd:t.conf:4: young_size 9M is more than a quarter of "
+                  "max_size 32M; lower it (every young mutator that asks "
+                  "for no budget allocates this much between its minor "
+                  "collections)\n");
 }
 END_TEST
 
@@ -760,6 +780,7 @@ static Suite *config_suite(void)
 
     tcase_add_test(ok, t_full_config_values);
     tcase_add_test(ok, t_defaults);
+    tcase_add_test(ok, t_young_size_default_fits_the_heap);
     tcase_add_test(ok, t_shipped_conf);
     tcase_add_test(ok, t_inline_comments_and_separators);
     tcase_add_test(ok, t_bom_and_crlf);
