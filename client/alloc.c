@@ -264,9 +264,9 @@ static __attribute__((noinline)) uint32_t next_free_mark(const uint8_t *marks,
  * NULL when the segment is exhausted.  YOUNG: a young object (Note [Young
  * objects] in proto/young.h), whose mark is LAYOUT_MARK_YOUNG and whose
  * header's tag is LAYOUT_YOUNG_TAG, age 0. */
-static inline void *take_block(heapd_mutator *m, struct alloc_seg *s,
-                               uint64_t size, size_t nrefs, size_t nbytes,
-                               bool young)
+static inline __attribute__((always_inline)) void *
+take_block(heapd_mutator *m, struct alloc_seg *s, uint64_t size, size_t nrefs,
+           size_t nbytes, bool young)
 {
     while (s->cursor < s->nblocks) {
         uint32_t i = s->cursor++;
@@ -381,16 +381,23 @@ void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
         return size <= m->c->run_max ? alloc_run(m, size, nrefs, nbytes)
                                      : alloc_large(m, size, nrefs, nbytes);
     unsigned cls = layout_size_class((uint32_t)size);
-    bool young = m->young_on;
-    /* Note [Minor collections] in client/minor.c: before the new object
-     * exists */
-    if (__builtin_expect(young, 0) &&
-        __builtin_expect(m->young_bytes >= m->young.next_minor, 0))
-        young_collect(m);
-    void *p = take_block(m, &m->cur[cls], size, nrefs, nbytes, young);
-    return __builtin_expect(p != NULL, 1) ? p
-                                          : alloc_slow(m, cls, size, nrefs,
-                                                       nbytes, young);
+    void *p;
+    /* take_block is inlined once for each kind, the young one loading
+     * nothing of the heap's epoch and phase */
+    if (__builtin_expect(m->young_on, 0)) {
+        /* Note [Minor collections] in client/minor.c: before the new
+         * object exists */
+        if (__builtin_expect(m->young_bytes >= m->young.next_minor, 0))
+            young_collect(m);
+        p = take_block(m, &m->cur[cls], size, nrefs, nbytes, true);
+        return __builtin_expect(p != NULL, 1)
+                   ? p
+                   : alloc_slow(m, cls, size, nrefs, nbytes, true);
+    }
+    p = take_block(m, &m->cur[cls], size, nrefs, nbytes, false);
+    return __builtin_expect(p != NULL, 1)
+               ? p
+               : alloc_slow(m, cls, size, nrefs, nbytes, false);
 }
 
 /* ---- objects ---- */
