@@ -302,11 +302,11 @@ void young_free(heapd_mutator *m)
  * 4 MiB, 17 at 16) and at 32 MiB everything slows down, the programs'
  * reads of their trees too.  8 MiB takes part of 16 MiB's gain (and the
  * best of two processes of binary-trees) one doubling further from that
- * edge, on a machine whose caches may be smaller than this one's.  Age 2: age 1 promotes GCBench's trees under
- * construction, age 3 traces survivors once more.  Growth without a
- * bound: binary-trees, whose trees only C locals hold while they are
- * built, took 757 ms of minor collections at a fixed 1 MiB and 263 ms
- * with it.
+ * edge, on a machine whose caches may be smaller than this one's.  Age
+ * 2: age 1 promotes GCBench's trees under construction, age 3 traces
+ * survivors once more.  Growth without a bound: binary-trees, whose
+ * trees only C locals hold while they are built, took 757 ms of minor
+ * collections at a fixed 1 MiB and 263 ms with it.
  */
 static struct young_seg *seg_at(const struct young_gen *y, uint32_t idx)
 {
@@ -746,14 +746,15 @@ static void record_pause(struct young_gen *y, uint64_t ns)
     y->hist[b < YOUNG_HIST ? b : YOUNG_HIST - 1]++;
 }
 
-/* Free young block K of S: filled first, as the daemon's sweep fills
- * what it frees, when the heap says so (a heap that verifies: Note
- * [Heap verifier] in daemon/gc/verify.c). */
+/* Fill young block K of S with POISON, as the daemon's sweep fills what it
+ * frees when the heap says so (a heap that verifies: Note [Heap verifier]
+ * in daemon/gc/verify.c). */
 static void poison_block(struct young_seg *s, uint32_t k, uint8_t poison)
 {
     memset(s->blocks + (size_t)k * s->block_size, poison, s->block_size);
 }
 
+/* Free young block K of S, filled with POISON first if it is not 0. */
 static void free_block(struct young_seg *s, uint32_t k, uint8_t poison)
 {
     if (poison)
