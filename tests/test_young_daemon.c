@@ -80,6 +80,15 @@ static void wait_young(heapd_client *ctl, uint32_t want, const char *what)
     harness_wait_until(young_is, &y, what);
 }
 
+/* Raw client R beside this process's libheapd client, on the heap it has
+ * mapped, plays a blocked young mutator; returns its slot's words. */
+static struct layout_mutator *raw_blocked_young(struct harness_raw *r)
+{
+    harness_raw_mutator(D.sock, r);
+    harness_raw_map(r); /* the libheapd client's mapping, in fact */
+    return harness_raw_young_mutator(r, true);
+}
+
 static void expect_error(Heapd__Envelope *e, Heapd__ErrorCode code,
                          const char *substr)
 {
@@ -226,9 +235,7 @@ START_TEST(what_a_blocked_young_mutator_holds_lives)
     ck_assert_ptr_nonnull(s);
     *s = MAGIC;
     struct harness_raw r;
-    harness_raw_mutator(D.sock, &r);
-    harness_raw_map(&r); /* the libheapd client's mapping, in fact */
-    struct layout_mutator *m = harness_raw_young_mutator(&r, true);
+    struct layout_mutator *m = raw_blocked_young(&r);
     uint32_t seg = harness_raw_segment(&r, 2);
     void **y = harness_raw_young(&r, seg, 0, s, NULL);
     /* S is the young object's alone from here (C locals may hold it
@@ -272,9 +279,7 @@ START_TEST(references_to_young_objects_are_refused)
     heapd_mutator *mu;
     harness_attach(&D, &c, &mu);
     struct harness_raw r;
-    harness_raw_mutator(D.sock, &r);
-    harness_raw_map(&r); /* the libheapd client's mapping, in fact */
-    struct layout_mutator *m = harness_raw_young_mutator(&r, true);
+    struct layout_mutator *m = raw_blocked_young(&r);
     uint32_t seg = harness_raw_segment(&r, 2);
     void *young = harness_raw_young(&r, seg, 0, NULL, NULL);
 
@@ -342,9 +347,7 @@ START_TEST(a_young_block_returned_is_a_verifier_failure)
     heapd_mutator *mu;
     harness_attach(&D, &c, &mu);
     struct harness_raw r;
-    harness_raw_mutator(D.sock, &r);
-    harness_raw_map(&r); /* the libheapd client's mapping, in fact */
-    struct layout_mutator *m = harness_raw_young_mutator(&r, true);
+    struct layout_mutator *m = raw_blocked_young(&r);
     uint32_t seg = harness_raw_segment(&r, 2);
     harness_raw_young(&r, seg, 0, NULL, NULL);
     Heapd__SegmentReturn sr = HEAPD__SEGMENT_RETURN__INIT;
@@ -410,9 +413,7 @@ START_TEST(young_memory_is_not_held_to_the_goal)
     heapd_mutator *mu;
     harness_attach(&D, &c, &mu);
     struct harness_raw r;
-    harness_raw_mutator(D.sock, &r);
-    harness_raw_map(&r); /* the libheapd client's mapping, in fact */
-    struct layout_mutator *m = harness_raw_young_mutator(&r, true);
+    struct layout_mutator *m = raw_blocked_young(&r);
     unsigned cls = layout_size_class((uint32_t)layout_object_size(2, 0));
     uint32_t nblocks, first;
     layout_small_geometry(SEG, cls, &nblocks, &first);
