@@ -1,5 +1,6 @@
 /* What the young generation's end-to-end tests share (tests/test_young.c,
- * tests/test_young_misuse.c, tests/test_young_crash.c): their daemon, a
+ * tests/test_young_many.c, tests/test_young_misuse.c,
+ * tests/test_young_crash.c): their daemon, a
  * node with a checked payload, connecting and attaching, and reading an
  * object's mark.  See tests/young_util.c. */
 #ifndef HEAPD_TESTS_YOUNG_UTIL_H
