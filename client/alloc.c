@@ -93,6 +93,19 @@ void alloc_release_all(heapd_mutator *m)
     reserve_give_back(m->c, segs, n, true);
 }
 
+void alloc_seg_view(const heapd_client *c, uint32_t idx, unsigned cls,
+                    struct alloc_seg *out)
+{
+    uint8_t *seg = client_seg_addr(c, idx);
+    memset(out, 0, sizeof *out);
+    out->marks = layout_seg_marks(seg);
+    out->blocks = seg + c->small_first[cls];
+    out->nblocks = c->small_nblocks[cls];
+    out->block_size = layout_class_size[cls];
+    out->index = idx;
+    out->cls = (uint8_t)cls;
+}
+
 void alloc_install(heapd_mutator *m, unsigned cls, uint32_t idx,
                    bool formatted)
 {
@@ -110,13 +123,7 @@ void alloc_install(heapd_mutator *m, unsigned cls, uint32_t idx,
         __atomic_store_n(&hd->size_class, cls, __ATOMIC_RELAXED);
         __atomic_store_n(&hd->kind, LAYOUT_SEG_SMALL, __ATOMIC_RELEASE);
     }
-    s->index = idx;
-    s->marks = layout_seg_marks(seg);
-    s->blocks = seg + c->small_first[cls];
-    s->nblocks = c->small_nblocks[cls];
-    s->block_size = layout_class_size[cls];
-    s->cls = (uint8_t)cls;
-    s->cursor = 0;
+    alloc_seg_view(c, idx, cls, s);
     remark_recheck(m); /* Note [Remark requests] in client/remark.c */
 }
 

@@ -31,6 +31,11 @@ static inline void alloc_zero_object(uint64_t *w, uint64_t size)
 void alloc_client_init(heapd_client *c);
 /* Give back the mutator's current segments (detach). */
 void alloc_release_all(heapd_mutator *m);
+/* OUT: small segment IDX of class CLS as an allocation segment, its
+ * cursor at the first block. */
+struct alloc_seg;
+void alloc_seg_view(const heapd_client *c, uint32_t idx, unsigned cls,
+                    struct alloc_seg *out);
 /* Make segment IDX (FORMATTED for CLS, or blank) M's current segment of
  * CLS, the old one going back. */
 void alloc_install(heapd_mutator *m, unsigned cls, uint32_t idx,

@@ -325,33 +325,20 @@ static int64_t spare_find(const struct young_gen *y, unsigned cls,
 bool young_seg_view(const heapd_mutator *m, uint32_t idx,
                     struct alloc_seg *out)
 {
-    const struct young_seg *s = m->young_on ? seg_at(&m->young, idx) : NULL;
-    if (!s && m->young_on) {
-        for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
-            if (spare_find(&m->young, k, idx) < 0)
-                continue;
-            const heapd_client *c = m->c;
-            uint8_t *seg = client_seg_addr(c, idx);
-            memset(out, 0, sizeof *out);
-            out->marks = layout_seg_marks(seg);
-            out->blocks = seg + c->small_first[k];
-            out->nblocks = c->small_nblocks[k];
-            out->block_size = layout_class_size[k];
-            out->index = idx;
-            out->cls = (uint8_t)k;
+    if (!m->young_on)
+        return false;
+    const struct young_seg *s = seg_at(&m->young, idx);
+    if (s) {
+        alloc_seg_view(m->c, idx, s->cls, out);
+        return true;
+    }
+    for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
+        if (spare_find(&m->young, k, idx) >= 0) {
+            alloc_seg_view(m->c, idx, k, out);
             return true;
         }
     }
-    if (!s)
-        return false;
-    memset(out, 0, sizeof *out);
-    out->marks = s->marks;
-    out->blocks = s->blocks;
-    out->nblocks = s->nblocks;
-    out->block_size = s->block_size;
-    out->index = s->index;
-    out->cls = s->cls;
-    return true;
+    return false;
 }
 
 static size_t tracked_blocks(const struct young_gen *y)
@@ -695,7 +682,8 @@ static void stack_word(void *ctx, uintptr_t w)
     struct stack_ctx *sc = ctx;
     struct young_seg *s = young_seg_of(sc->m, w);
     uint32_t b;
-    if (!s || (b = block_at(s, w)) >= s->nblocks || !young_block_is_young(s, b))
+    if (!s || (b = block_at(s, w)) >= s->nblocks ||
+        !young_block_is_young(s, b))
         return;
     visit(sc->m, s, b, s->blocks + (size_t)b * s->block_size + LAYOUT_WORD,
           sc->mode);
