@@ -59,6 +59,17 @@ static uint32_t young_segments(heapd_client *ctl)
     return hs[0].young;
 }
 
+/* The young blocks the last sweep counted, in bytes and segments. */
+static void young_counted(heapd_client *ctl, uint64_t *bytes, uint32_t *segs)
+{
+    heapd_heap_segments hs[2];
+    size_t n = 0;
+    ck_assert_int_eq(heapd_segments(ctl, "default", hs, 2, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    *bytes = hs[0].young_bytes;
+    *segs = hs[0].young;
+}
+
 struct young_seen {
     heapd_client *ctl;
     uint32_t want;
@@ -367,6 +378,13 @@ START_TEST(a_young_block_returned_is_a_verifier_failure)
                       before.verify_failures);
     ck_assert_uint_eq(harness_raw_mark(&r, seg, 0),
                       LAYOUT_MARK_YOUNG);
+    /* it holds a young block, but a returned segment's young blocks
+     * raise no cap (Note [Young memory and the heap goal]) */
+    uint64_t bytes;
+    uint32_t segs;
+    young_counted(c, &bytes, &segs);
+    ck_assert_uint_eq(segs, 1);
+    ck_assert_uint_eq(bytes, 0);
 
     munmap(m, LAYOUT_MUTATOR_BYTES);
     harness_raw_close(&r);
@@ -388,17 +406,6 @@ END_TEST
 #define YOUNG_SEGS 192 /* 24 MiB of young blocks: three goals of an empty
                           heap (4 MiB counted live, gc_overhead 100) */
 #define MORE_SEGS 64   /* and 8 MiB more */
-
-/* The young blocks the last sweep counted, in bytes and segments. */
-static void young_counted(heapd_client *ctl, uint64_t *bytes, uint32_t *segs)
-{
-    heapd_heap_segments hs[2];
-    size_t n = 0;
-    ck_assert_int_eq(heapd_segments(ctl, "default", hs, 2, &n), 0);
-    ck_assert_uint_eq(n, 1);
-    *bytes = hs[0].young_bytes;
-    *segs = hs[0].young;
-}
 
 /* Young blocks are their mutator's to free, so their memory is not held
  * to the heap's goal (Note [Young memory and the heap goal] in

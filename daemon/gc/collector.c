@@ -354,7 +354,11 @@ static uint64_t goal_of(const struct heap *h, uint64_t live)
  * proto/young.h): no cycle marks it, and no cycle frees it.  So the
  * memory young blocks hold is not measured against the heap's goal: the
  * cap a grant must stay under (Note [Pacing]) is the goal plus the bytes
- * of the young blocks the last sweep found (heap->young_bytes).  Without
+ * of the young blocks the last sweep found in OWNED segments
+ * (heap->young_bytes), the one place a young mutator keeps them: a
+ * client that marks blocks young elsewhere (in a segment it returned, in
+ * a large run) raises the cap by nothing, and in its own segments by no
+ * more than its quota lets it hold.  Without
  * it, a heap whose young generations held more than its goal made every
  * grant they asked for wait for a cycle that could free none of it, and
  * each such cycle took the waiting mutator's stack handshake (Note [The

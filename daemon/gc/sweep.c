@@ -13,9 +13,9 @@
  *     counts as in use (live_bytes, the segment's live blocks: it is
  *     neither freed whole nor made reusable for it, Note [Reusing partly
  *     free segments]); the segments that hold one are counted for
- *     `heapctl segments` (segments_young), and the bytes of young blocks
- *     for it and for pacing (young_bytes, Note [Young memory and the
- *     heap goal] in collector.c);
+ *     `heapctl segments` (segments_young), and the bytes of the young
+ *     blocks of OWNED segments for it and for pacing (young_bytes, Note
+ *     [Young memory and the heap goal] in collector.c);
  *   - a block with any other non-zero mark is dead: when the heap poisons
  *     (verify = true, or a build with assertions) its bytes become
  *     SWEEP_POISON, and then its mark becomes 0 (a release store); a run
@@ -239,12 +239,13 @@ static void sweep_small(struct sweep_job *j, uint32_t i, uint8_t state,
         b += k - 1;
     }
     *live += (uint64_t)nlive * bs;
-    if (nyoung) {
+    if (nyoung)
         atomic_fetch_add_explicit(&j->young_segments, 1,
                                   memory_order_relaxed);
+    if (nyoung && state == SEG_OWNED) /* Note [Young memory and the heap
+                                         goal]: where young blocks belong */
         atomic_fetch_add_explicit(&j->young_bytes, (uint64_t)nyoung * bs,
                                   memory_order_relaxed);
-    }
     if (state == SEG_FILLED) /* an OWNED one counts whole, as held */
         tally(j, i, (uint64_t)nlive * bs);
     if (nlive == 0 && state == SEG_FILLED && !fenced) {
@@ -270,13 +271,9 @@ static void sweep_large(struct sweep_job *j, uint32_t i, uint64_t *live,
     if (m == j->epoch || m == LAYOUT_MARK_YOUNG) {
         /* a young large object is a client's mistake (Note [Young
          * objects]), but its mark is its mutator's all the same */
-        if (m == LAYOUT_MARK_YOUNG) {
+        if (m == LAYOUT_MARK_YOUNG)
             atomic_fetch_add_explicit(&j->young_segments, 1,
                                       memory_order_relaxed);
-            atomic_fetch_add_explicit(&j->young_bytes,
-                                      (uint64_t)s->run << h->seg_shift,
-                                      memory_order_relaxed);
-        }
         *live += (uint64_t)s->run << h->seg_shift;
         tally(j, i, (uint64_t)s->run << h->seg_shift);
         return;
