@@ -136,24 +136,30 @@ static int next_segment(heapd_mutator *m, unsigned cls)
     int rc;
 
     release_current(m, cls);
-    if (m->young_on && cls != LAYOUT_CLASS_RUN) {
-        int64_t r = young_reuse_take(m, cls);
-        if (r < 0)
-            return (int)r;
-        /* Note [Minor collections before a wait] in client/minor.c */
-        if (r == 0 && young_collect_early(m, cls))
-            r = young_reuse_take(m, cls);
-        if (r < 0)
-            return (int)r;
-        if (r > 0) {
-            alloc_install(m, cls, (uint32_t)r, true);
-            return 0;
+    bool young = m->young_flags && cls != LAYOUT_CLASS_RUN;
+    for (bool refused = false;; refused = true) {
+        if (young) {
+            int64_t r = young_reuse_take(m, cls);
+            if (r < 0)
+                return (int)r;
+            if (r > 0) {
+                alloc_install(m, cls, (uint32_t)r, true);
+                return 0;
+            }
+            /* Note [Minor collections before a wait] in client/minor.c */
+            if (!refused)
+                young_collect_early(m, cls);
         }
+        rc = reserve_take(m, cls, &idx, &formatted);
+        /* refused: what a whole collection frees first (the same Note) */
+        if (rc == -ENOMEM && young && !refused && young_collect_all(m))
+            continue;
+        if (rc < 0)
+            return rc;
+        break;
     }
-    if ((rc = reserve_take(m, cls, &idx, &formatted)) < 0)
-        return rc;
     /* Note [Young segments]: tracked before it holds a young block */
-    if (m->young_on && cls != LAYOUT_CLASS_RUN &&
+    if (m->young_flags && cls != LAYOUT_CLASS_RUN &&
         (rc = young_track(m, idx, cls)) < 0) {
         reserve_give_back(m->c, &idx, 1, false);
         return rc;
@@ -391,7 +397,7 @@ void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
     void *p;
     /* take_block is inlined once for each kind, the young one loading
      * nothing of the heap's epoch and phase */
-    if (__builtin_expect(m->young_on, 0)) {
+    if (__builtin_expect(m->young_flags, 0)) {
         /* Note [Minor collections] in client/minor.c: before the new
          * object exists */
         if (__builtin_expect(m->young_bytes >= m->young.next_minor, 0))
@@ -452,16 +458,22 @@ static bool check_field(const void *obj, void *const *field)
 
 void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
 {
-    /* Note [The young invariant] in client/minor.c */
-    if (__builtin_expect(m->young_on, 0)) {
+    /* Note [The young invariant] in client/minor.c: one load of the
+     * flags for all the young tests */
+    uint8_t yf = m->young_flags;
+    if (__builtin_expect(yf, 0)) {
         if (young_header_says(obj)) {
             assert(check_field(obj, field));
             /* Note [Checked mode]: not another mutator's young object */
             if (CHECKED(m->c) && !young_is_mine(m, val))
                 checked_object(m->c, val, true, "heapd_write", "VAL");
+            young_barrier(m, yf, field);
             __atomic_store_n(field, val, __ATOMIC_RELEASE);
             return;
         }
+        /* Note [Minor collections in slices] in client/minor.c */
+        if (__builtin_expect(yf & MUTATOR_YOUNG_PROMOTING, 0))
+            young_promote_pending(m);
         if (val && young_header_says(val))
             young_publish(m, val);
     }
@@ -479,17 +491,25 @@ void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
 bool heapd_cas(heapd_mutator *m, void *obj, void **field, void *expected,
                void *desired)
 {
-    /* Note [The young invariant] in client/minor.c */
-    if (__builtin_expect(m->young_on, 0)) {
+    /* Note [The young invariant] in client/minor.c: one load of the
+     * flags for all the young tests */
+    uint8_t yf = m->young_flags;
+    if (__builtin_expect(yf, 0)) {
         if (young_header_says(obj)) {
             assert(check_field(obj, field));
             /* Note [Checked mode]: not another mutator's young object */
             if (CHECKED(m->c) && !young_is_mine(m, desired))
                 checked_object(m->c, desired, true, "heapd_cas", "DESIRED");
+            /* the young barrier of a store that may not happen: what
+             * FIELD holds is kept either way */
+            young_barrier(m, yf, field);
             return __atomic_compare_exchange_n(field, &expected, desired,
                                                false, __ATOMIC_SEQ_CST,
                                                __ATOMIC_SEQ_CST);
         }
+        /* Note [Minor collections in slices] in client/minor.c */
+        if (__builtin_expect(yf & MUTATOR_YOUNG_PROMOTING, 0))
+            young_promote_pending(m);
         if (desired && young_header_says(desired))
             young_publish(m, desired);
     }

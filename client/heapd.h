@@ -220,8 +220,9 @@ HEAPD_API int heapd_attach(heapd_client *c, heapd_mutator **out);
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * A mutator attached with HEAPD_MUTATOR_YOUNG allocates young objects:
  * the mutator itself collects them, at its own heapd_alloc calls, each
- * time it has allocated its nursery budget (a minor collection), stopping
- * no other thread or process.  An object that dies before it has
+ * time it has allocated its nursery budget (a minor collection, in pauses
+ * of about 50 us spread over the next allocations), stopping no other
+ * thread or process.  An object that dies before it has
  * survived young_age of these never reaches the shared heap; one that
  * lives longer is promoted into it where it is.  Nothing moves: a young
  * object keeps its address for its whole life, so C locals, interior
@@ -244,7 +245,8 @@ HEAPD_API int heapd_attach(heapd_client *c, heapd_mutator **out);
  *     follows such a reference, and counts it in young_refs_refused);
  *   - objects larger than a small block (16 KiB with 128 KiB segments),
  *     and those of heapd_alloc_shared, go straight to the shared heap;
- *   - heapd_write and heapd_cas into a young object are plain stores;
+ *   - heapd_write and heapd_cas into a young object are plain stores
+ *     (but while a minor collection marks, a load of the old value);
  *   - the thread must run on the stack it attached on (not on a
  *     sigaltstack or a makecontext stack) when it calls heapd_alloc: a
  *     minor collection that cannot scan the stack frees nothing.
@@ -294,6 +296,9 @@ typedef struct heapd_young_stats {
     uint64_t bytes_in_use;       /* young now: the last minor's
                                     survivors and what was allocated
                                     since */
+    uint64_t minor_pauses;       /* a minor collection takes one pause or
+                                    more, each bounded: the max, p99 and
+                                    total above are of these */
 } heapd_young_stats;
 
 /* M's young generation so far (all zero for a mutator without one). */

@@ -8,7 +8,9 @@
  * No object of the shared heap, no global and no other mutator's root
  * references a young object: only its own mutator's root slots (and the
  * parked value of a call in flight, Note [Values in flight]), its C locals
- * and its own young objects do.  Everything rests on it: the daemon never
+ * and its own young objects do -- and, between two slices of its minor
+ * collection, objects it is promoting, which nothing else reaches yet
+ * (Note [Minor collections in slices]).  Everything rests on it: the daemon never
  * needs to follow a reference to a young object, a minor collection needs
  * no remembered set (nothing old points young), and a young object may be
  * freed by its mutator alone.  So every store that could break it
@@ -17,9 +19,10 @@
  * heapd_publish itself promote the value and every young object it
  * reaches (Note [Promotion in place]), and only then store it.  The value
  * keeps its address: a C local that holds it stays valid.  A store INTO a
- * young object needs no barrier at all: nothing shared reaches its
- * fields, and the preparatory push saw what they held at the snapshot
- * (Note [The preparatory push]).  The daemon enforces the rule for others
+ * young object needs no barrier for the major collector: nothing shared
+ * reaches its fields, and the preparatory push saw what they held at the
+ * snapshot (Note [The preparatory push]); only its own mutator's marking
+ * has one (Note [Minor collections in slices]).  The daemon enforces the rule for others
  * (Note [References to young objects] in daemon/gc/validate.c): a
  * reference to a young block met anywhere but its owner's roots is
  * counted and not followed.
@@ -33,8 +36,10 @@
  * a release store: from then on the daemon's sweep keeps it as any
  * allocated block and its marker treats it as marked.  What it references
  * must already be shared (Note [The young invariant]), so a promotion
- * takes everything young the object reaches with it, depth first through
- * the trace's work list.  Nothing is copied and nothing waits: a
+ * takes everything young the object reaches with it, from the top of the
+ * trace's work list: at once in a publication, over the slices of a
+ * minor collection (Note [Minor collections in slices]).  Nothing is
+ * copied and nothing waits: a
  * promotion is a store to a header and one to a mark per object, and it
  * needs no memory, so it may happen inside heapd_write, which is not a
  * safepoint.  A process killed in the middle leaves promoted objects that
@@ -53,7 +58,8 @@
  * [Client control memory]).  When it has allocated its budget since the last
  * minor collection, heapd_alloc -- a safepoint, before the new object
  * exists -- collects its young objects itself, in its own thread,
- * stopping nobody else and moving nothing:
+ * stopping nobody else and moving nothing, in short pauses of the next
+ * allocations (Note [Minor collections in slices]):
  *   1. trace from its root slots and the parked value: a young object
  *      reached gets its `live` bit; one that has now survived young_age
  *      minor collections is promoted in place, and with it what it
@@ -171,6 +177,8 @@ int young_init(heapd_mutator *m, uint64_t budget, uint32_t age)
     y->budget = budget;
     y->minor_at = m->young_bytes;
     y->next_minor = m->young_bytes + budget;
+    /* Note [Minor collections in slices] */
+    y->slice_bytes = budget / 256 > 4096 ? budget / 256 : 4096;
     y->heap_segs = (uint32_t)(c->size >> c->seg_shift);
     if ((rc = stack_base_of_self(&y->stack_base, &y->stack_limit)) < 0)
         return rc;
@@ -179,12 +187,13 @@ int young_init(heapd_mutator *m, uint64_t budget, uint32_t age)
         return client_set_error(-ENOMEM, "out of memory for a young "
                                 "generation's segment map");
     y->on = true;
-    m->young_on = true;
+    m->young_flags = MUTATOR_YOUNG;
     return 0;
 }
 
 static void untrack(heapd_mutator *m, struct young_seg *s);
 static void free_block(struct young_seg *s, uint32_t k, uint8_t poison);
+static void cycle_abandon(heapd_mutator *m);
 
 void young_release(heapd_mutator *m)
 {
@@ -197,6 +206,7 @@ void young_release(heapd_mutator *m)
      * must not find them naming freed blocks (the verifier did) */
     if (barrier_stack_due(m))
         barrier_stack_slow(m);
+    cycle_abandon(m); /* Note [Minor collections in slices] */
     m->depth = 0;
     atomic_store_explicit(&m->slot->root_depth, 0, memory_order_release);
     atomic_store(&m->slot->pending_root, NULL);
@@ -239,7 +249,7 @@ void young_free(heapd_mutator *m)
     }
     free(y->work);
     memset(y, 0, sizeof *y);
-    m->young_on = false;
+    m->young_flags = 0;
 }
 
 /* ---- young segments ---- */
@@ -316,7 +326,7 @@ static struct young_seg *seg_at(const struct young_gen *y, uint32_t idx)
 
 bool young_tracks(const heapd_mutator *m, uint32_t idx)
 {
-    return m->young_on && seg_at(&m->young, idx) != NULL;
+    return m->young_flags && seg_at(&m->young, idx) != NULL;
 }
 
 static int64_t spare_find(const struct young_gen *y, unsigned cls,
@@ -325,7 +335,7 @@ static int64_t spare_find(const struct young_gen *y, unsigned cls,
 bool young_seg_view(const heapd_mutator *m, uint32_t idx,
                     struct alloc_seg *out)
 {
-    if (!m->young_on)
+    if (!m->young_flags)
         return false;
     const struct young_seg *s = seg_at(&m->young, idx);
     if (s) {
@@ -373,10 +383,14 @@ int young_track(heapd_mutator *m, uint32_t idx, unsigned cls)
         uintptr_t *w = realloc(y->work, cap * sizeof *w);
         if (!w)
             goto nomem;
+        /* the promotions' items stay at the top (promote_one) */
+        memmove(w + cap - y->nforce, w + y->capwork - y->nforce,
+                y->nforce * sizeof *w);
         y->work = w;
         y->capwork = cap;
     }
-    uint64_t *live = calloc((nblocks + 63) / 64, sizeof *live);
+    /* the live bits, then the held bits */
+    uint64_t *live = calloc(2 * ((nblocks + 63) / 64), sizeof *live);
     if (!live)
         goto nomem;
     uint8_t *seg = client_seg_addr(c, idx);
@@ -385,6 +399,11 @@ int young_track(heapd_mutator *m, uint32_t idx, unsigned cls)
     s->marks = layout_seg_marks(seg);
     s->blocks = seg + c->small_first[cls];
     s->live = live;
+    s->held = live + (nblocks + 63) / 64;
+    /* Note [Minor collections in slices]: allocated in from now on, not
+     * swept before this collection ends */
+    if (y->phase != YOUNG_IDLE)
+        memset(live, 0xff, (nblocks + 63) / 64 * sizeof *live);
     s->magic = c->small_magic[cls];
     s->index = idx;
     s->nblocks = nblocks;
@@ -496,7 +515,7 @@ static bool spare_add(heapd_mutator *m, unsigned cls, uint32_t idx,
 const uint32_t *young_spares(const heapd_mutator *m, unsigned cls,
                              uint32_t *n)
 {
-    *n = m->young_on ? m->young.nspare[cls] : 0;
+    *n = m->young_flags ? m->young.nspare[cls] : 0;
     return m->young.spare[cls];
 }
 
@@ -542,9 +561,12 @@ static inline uint32_t block_at(const struct young_seg *s, uintptr_t p)
 enum visit_mode {
     VISIT_AGE,      /* from the roots: survive, age, promote when old */
     VISIT_KEEP,     /* from C locals only: survive, never promote */
-    VISIT_FORCE,    /* from a promoted object: promote */
     VISIT_PUSH,     /* the preparatory push: only reach, and log */
 };
+
+/* A work item is an object pointer (8-aligned) with this bit set if its
+ * fields are reached in VISIT_KEEP mode, whatever the drain's mode. */
+#define ITEM_KEEP ((uintptr_t)1)
 
 static inline bool test_set_live(struct young_seg *s, uint32_t b)
 {
@@ -577,7 +599,46 @@ static void promote_one(heapd_mutator *m, struct young_seg *s, uint32_t b,
         y->promoted_age += s->block_size;
     else
         y->promoted_pub += s->block_size;
-    push_work(y, (uintptr_t)obj | 1);
+    /* its fields next, from the top of the work list (Note [Young
+     * segments]: room for every tracked block twice) */
+    assert(y->nwork + y->nforce < y->capwork);
+    y->work[y->capwork - ++y->nforce] = (uintptr_t)obj | by_age;
+    m->young_flags |= MUTATOR_YOUNG_PROMOTING;
+}
+
+/* Promote what up to BUDGET promoted objects reference that is young
+ * (Note [Promotion in place]); returns how many it took.  PHASE: the
+ * test hook's (Note [Stopping inside a young phase]), or 0. */
+static size_t promote_some(heapd_mutator *m, size_t budget,
+                           enum young_phase phase)
+{
+    struct young_gen *y = &m->young;
+    size_t done = 0;
+    while (y->nforce > 0 && done < budget) {
+        if (phase && done == 1)
+            stop_in(phase);
+        uintptr_t item = y->work[y->capwork - y->nforce--];
+        void **obj = (void **)(item & ~(uintptr_t)1);
+        size_t n = layout_header_nrefs(
+            __atomic_load_n((uint64_t *)obj - 1, __ATOMIC_RELAXED));
+        for (size_t k = 0; k < n; k++) {
+            void *v = __atomic_load_n(&obj[k], __ATOMIC_RELAXED);
+            struct young_seg *vs = v ? young_seg_of(m, (uintptr_t)v) : NULL;
+            uint32_t vb;
+            if (vs && (vb = young_block_of(vs, (uintptr_t)v)) != UINT32_MAX &&
+                young_block_is_young(vs, vb))
+                promote_one(m, vs, vb, v, item & 1);
+        }
+        done++;
+    }
+    if (y->nforce == 0)
+        m->young_flags &= (uint8_t)~MUTATOR_YOUNG_PROMOTING;
+    return done;
+}
+
+void young_promote_pending(heapd_mutator *m)
+{
+    promote_some(m, SIZE_MAX, 0);
 }
 
 /* Reach young object OBJ (block B of S) in MODE. */
@@ -585,11 +646,9 @@ static void visit(heapd_mutator *m, struct young_seg *s, uint32_t b,
                   void *obj, enum visit_mode mode)
 {
     struct young_gen *y = &m->young;
-    if (mode == VISIT_FORCE) {
-        test_set_live(s, b);
-        promote_one(m, s, b, obj, true);
-        return;
-    }
+    /* allocated since the collection began, it is live already, and what
+     * it references was reachable then (Note [Minor collections in
+     * slices]) */
     if (test_set_live(s, b))
         return;
     if (mode == VISIT_PUSH) {
@@ -597,7 +656,8 @@ static void visit(heapd_mutator *m, struct young_seg *s, uint32_t b,
         return;
     }
     if (mode == VISIT_KEEP) { /* never promoted: its age does not matter */
-        push_work(y, (uintptr_t)obj);
+        y->traced += s->block_size;
+        push_work(y, (uintptr_t)obj | ITEM_KEEP);
         return;
     }
     uint64_t *hp = (uint64_t *)obj - 1;
@@ -613,6 +673,7 @@ static void visit(heapd_mutator *m, struct young_seg *s, uint32_t b,
                      layout_header_with_tag(h, (uint8_t)(LAYOUT_YOUNG_TAG +
                                                          age)),
                      __ATOMIC_RELAXED);
+    y->traced += s->block_size;
     push_work(y, (uintptr_t)obj);
 }
 
@@ -633,27 +694,35 @@ static inline void reach(heapd_mutator *m, void *v, enum visit_mode mode)
         barrier_log(m, v);
 }
 
-/* Empty the work list: the fields of each object are reached in MODE,
- * those of a promoted one in VISIT_FORCE. */
-static void drain(heapd_mutator *m, enum visit_mode mode)
+/* Take up to BUDGET objects off the work list and reach their fields, in
+ * MODE or as the item says; returns how many it took. */
+static size_t drain(heapd_mutator *m, enum visit_mode mode, size_t budget)
 {
     struct young_gen *y = &m->young;
-    while (y->nwork > 0) {
+    size_t done = 0;
+    while (y->nwork > 0 && done < budget) {
         uintptr_t item = y->work[--y->nwork];
-        void **obj = (void **)(item & ~(uintptr_t)1);
-        enum visit_mode fm = (item & 1) ? VISIT_FORCE : mode;
+        void **obj = (void **)(item & ~ITEM_KEEP);
+        enum visit_mode fm = (item & ITEM_KEEP) ? VISIT_KEEP : mode;
         size_t n = layout_header_nrefs(
             __atomic_load_n((uint64_t *)obj - 1, __ATOMIC_RELAXED));
         for (size_t k = 0; k < n; k++)
             reach(m, __atomic_load_n(&obj[k], __ATOMIC_RELAXED), fm);
+        done++;
     }
+    return done;
+}
+
+static size_t bitmap_words(const struct young_seg *s)
+{
+    return (s->nblocks + 63) / 64;
 }
 
 static void clear_live(struct young_gen *y)
 {
     for (uint32_t i = 0; i < y->nsegs; i++)
         memset(y->segs[i].live, 0,
-               (y->segs[i].nblocks + 63) / 64 * sizeof(uint64_t));
+               2 * bitmap_words(&y->segs[i]) * sizeof(uint64_t));
     y->nwork = 0;
 }
 
@@ -674,9 +743,11 @@ static void reach_roots(heapd_mutator *m, enum visit_mode mode,
 struct stack_ctx {
     heapd_mutator *m;
     enum visit_mode mode;
+    bool hold;                  /* only set held bits */
 };
 
-/* A word of the stack: whatever young block it points into is reached. */
+/* A word of the stack: whatever young block it points into is reached,
+ * or held. */
 static void stack_word(void *ctx, uintptr_t w)
 {
     struct stack_ctx *sc = ctx;
@@ -685,43 +756,41 @@ static void stack_word(void *ctx, uintptr_t w)
     if (!s || (b = block_at(s, w)) >= s->nblocks ||
         !young_block_is_young(s, b))
         return;
-    visit(sc->m, s, b, s->blocks + (size_t)b * s->block_size + LAYOUT_WORD,
-          sc->mode);
+    if (sc->hold)
+        s->held[b >> 6] |= (uint64_t)1 << (b & 63);
+    else
+        visit(sc->m, s, b,
+              s->blocks + (size_t)b * s->block_size + LAYOUT_WORD, sc->mode);
 }
 
-/* Every young block, as if a C local held it: when the stack cannot be
- * scanned. */
-static void reach_all(heapd_mutator *m, enum visit_mode mode)
+/* What the stack and registers hold: reached in MODE and drained, or
+ * only held (HOLD).  Every young block if the stack cannot be scanned. */
+static void reach_stack(heapd_mutator *m, enum visit_mode mode, bool hold)
 {
     struct young_gen *y = &m->young;
-    for (uint32_t i = 0; i < y->nsegs; i++) {
-        struct young_seg *s = &y->segs[i];
-        for (uint32_t b = 0; b < s->nblocks; b++)
-            if (young_block_is_young(s, b))
-                visit(m, s, b,
-                      s->blocks + (size_t)b * s->block_size + LAYOUT_WORD,
-                      mode);
-        drain(m, mode);
-    }
-}
-
-/* Reach what the stack and registers hold, in MODE, and drain. */
-static void reach_stack(heapd_mutator *m, enum visit_mode mode)
-{
-    struct young_gen *y = &m->young;
-    struct stack_ctx sc = {m, mode};
+    struct stack_ctx sc = {m, mode, hold};
     uintptr_t lo = (uintptr_t)m->c->base;
     if (stack_scan(y->stack_base, y->stack_limit, lo, lo + m->c->size,
-                   stack_word, &sc) < 0)
-        reach_all(m, mode);
-    drain(m, mode);
+                   stack_word, &sc) < 0) {
+        for (uint32_t i = 0; i < y->nsegs; i++) {
+            struct young_seg *s = &y->segs[i];
+            for (uint32_t b = 0; b < s->nblocks; b++)
+                if (young_block_is_young(s, b))
+                    stack_word(&sc, (uintptr_t)(s->blocks + (size_t)b *
+                                                s->block_size));
+            if (!hold)
+                drain(m, mode, SIZE_MAX);
+        }
+    }
+    if (!hold)
+        drain(m, mode, SIZE_MAX);
 }
 
 /* ---- minor collections ---- */
 
 static void record_pause(struct young_gen *y, uint64_t ns)
 {
-    y->minor++;
+    y->pauses++;
     y->pause_total += ns;
     if (ns > y->pause_max)
         y->pause_max = ns;
@@ -833,57 +902,283 @@ static uint32_t sweep_seg(struct young_seg *s, uint8_t poison)
     return free_blocks;
 }
 
-/* After the sweep: each tracked segment onto its reuse list, back to the
- * daemon, or left (Note [Young segments]). */
-static void settle(heapd_mutator *m)
+/* Note [Minor collections in slices]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A minor collection is cut into pauses of about SLICE_NS each, taken in
+ * heapd_alloc (a safepoint) every slice_bytes of young allocation (a
+ * 256th of the budget), so that a program holding a large young
+ * structure is not stopped for the whole trace of it.  Its phases
+ * (y->phase):
+ *
+ *   phase  entered by                 a slice does             left when
+ *   IDLE   the end; attach            -                        the budget
+ *                                                              is spent
+ *   MARK   the start: live and held   promotions under way,    all three
+ *          bits cleared, free blocks  then the work list, then done
+ *          of allocatable segments    the held blocks nothing
+ *          live, root slots reached,  reached, in KEEP mode
+ *          the stack scanned into
+ *          held bits
+ *   SWEEP  the mark's end             sweeps segments          all swept
+ *
+ * The mark is snapshot-at-the-beginning, as the major collector's (the
+ * seed's Note [Snapshot write barrier], for one thread's objects): what
+ * was reachable at the start survives, and so does what is allocated
+ * since.  The rules that make it so:
+ *   - C locals are taken at the start: the stack scan sets the held bit
+ *     of every young block a stack word or register points into; they
+ *     are reached after the root slots' trace, so that what a root slot
+ *     also holds still ages (Note [Minor collections]);
+ *   - the young barrier: while marking (MUTATOR_YOUNG_MARKING), heapd_write
+ *     and heapd_cas into a young object first reach, in KEEP mode, the
+ *     young object the field holds -- the program may have moved it into
+ *     a C local before it cuts this path; nothing else can lose a path to
+ *     a young object, for root slots are read at the start and nothing
+ *     shared references one;
+ *   - allocate black: the start sets the live bit of every free block of
+ *     the current segments and of those on the reuse lists, and a segment
+ *     tracked while a collection is under way gets all its bits, so that
+ *     whatever is allocated before the sweep is live (the fast path does
+ *     not look: a store in it cost binary-trees 3 %), and the trace does
+ *     not enter it (what a new object references was reachable at the
+ *     start, or is new too); a segment gets onto a reuse list only when
+ *     swept, and the sweep does not come back to it;
+ *   - promotions in slices: an old object is promoted where the trace
+ *     meets it, and what it references later, from the top of the work
+ *     list (Note [Promotion in place]), so that between two slices a
+ *     promoted object may reference a young one -- which only this
+ *     mutator can reach.  MUTATOR_YOUNG_PROMOTING says so, and the
+ *     promotions end first (young_promote_pending) before anything it
+ *     does could show one to another process: a store into a shared
+ *     object or a global, and a blocking region, where heapd may read its
+ *     roots;
+ *   - the preparatory push, a detach and a surrender end the promotions
+ *     and give the rest of the collection up (its live bits become the
+ *     push's; it freed nothing it should not have; what it aged is only
+ *     older); a collection still going after a whole budget ends in the
+ *     next pause, and so does one when heapd refuses a segment (Note
+ *     [Minor collections before a wait]).
+ * Measured on GCBench young (8 MiB nursery, release build): in one pause
+ * per collection the longest took 2.45 ms and p99 was 2.62 ms (a tree
+ * half built traced whole; an 8 MiB sweep alone about 120 us); in slices
+ * of 50 us the longest pause is 0.09-0.26 ms and p99 57-98 us, for 4-7 %
+ * of the run's time: each slice leaves the mutator's data out of the
+ * cache, and memory allocated while a collection is under way is not
+ * reused before it ends (slices of 500 us cost 1 %).
+ */
+
+/* A slice's length: it stops at its first check past this (a chunk of
+ * CHUNK objects, or a segment swept, a few microseconds each). */
+#define SLICE_NS 50000u
+#define CHUNK 256u
+
+/* At most this many chunks in a slice: no bound in a release build; in
+ * a debug build what HEAPD_YOUNG_SLICE says (a test hook: 1 cuts a
+ * collection into as many slices as it has chunks). */
+static size_t slice_chunks(void)
+{
+#ifndef NDEBUG
+    static _Atomic size_t want;
+    size_t w = atomic_load_explicit(&want, memory_order_relaxed);
+    if (w == 0) {
+        const char *e = getenv("HEAPD_YOUNG_SLICE");
+        w = e && atoll(e) > 0 ? (size_t)atoll(e) : SIZE_MAX;
+        atomic_store(&want, w);
+    }
+    return w;
+#else
+    return SIZE_MAX;
+#endif
+}
+
+static void set_marking(heapd_mutator *m, bool on)
+{
+    if (on)
+        m->young_flags |= MUTATOR_YOUNG_MARKING;
+    else
+        m->young_flags &= (uint8_t)~MUTATOR_YOUNG_MARKING;
+    m->young.phase = on ? YOUNG_MARK : YOUNG_SWEEP;
+}
+
+/* Allocate black (Note [Minor collections in slices]): every block of S
+ * free now gets its live bit, so that what is allocated there before the
+ * collection ends survives it. */
+static void free_blocks_live(struct young_seg *s)
+{
+    const uint64_t low7 = 0x7f7f7f7f7f7f7f7full;
+    uint32_t b = 0;
+    /* eight marks at a time (they start 8-aligned: Note [Segments]): a
+     * byte of W is 0 iff its bit 7 is clear in ((W & low7) + low7) | W;
+     * the multiply gathers the eight bits 7 into one byte */
+    for (; b + 8 <= s->nblocks; b += 8) {
+        uint64_t w = __atomic_load_n((uint64_t *)(s->marks + b),
+                                     __ATOMIC_RELAXED);
+        uint64_t zero = ~(((w & low7) + low7) | w) & ~low7;
+        uint64_t bits = ((zero >> 7) * 0x0102040810204080ull) >> 56;
+        s->live[b >> 6] |= bits << (b & 63);
+    }
+    for (; b < s->nblocks; b++)
+        if (__atomic_load_n(&s->marks[b], __ATOMIC_RELAXED) == 0)
+            s->live[b >> 6] |= (uint64_t)1 << (b & 63);
+}
+
+/* The start (Note [Minor collections in slices]). */
+static void cycle_start(heapd_mutator *m)
+{
+    struct young_gen *y = &m->young;
+    y->cycle_at = m->young_bytes;
+    y->traced = 0;
+    y->at_seg = 0;
+    clear_live(y);
+    /* allocate black where the mutator may allocate before the sweep:
+     * its current segments and those on its reuse lists (a segment gets
+     * on one only once swept, and one tracked from now on is all live) */
+    for (uint32_t i = 0; i < y->nsegs; i++) {
+        struct young_seg *s = &y->segs[i];
+        if (s->reusable || m->cur[s->cls].index == s->index)
+            free_blocks_live(s);
+    }
+    set_marking(m, true);
+    reach_roots(m, VISIT_AGE, PHASE_MINOR);
+    reach_stack(m, VISIT_KEEP, true);
+}
+
+/* The held bits of the next segment: its blocks that nothing has reached
+ * yet, in KEEP mode (what they reach is left on the work list).  False
+ * once every segment was seen. */
+static bool reach_held(heapd_mutator *m)
+{
+    struct young_gen *y = &m->young;
+    if (y->at_seg >= y->nsegs)
+        return false;
+    struct young_seg *s = &y->segs[y->at_seg++];
+    for (uint32_t w = 0; w < bitmap_words(s); w++) {
+        for (uint64_t p = s->held[w] & ~s->live[w]; p; p &= p - 1) {
+            uint32_t b = w * 64 + (uint32_t)__builtin_ctzll(p);
+            if (b < s->nblocks && young_block_is_young(s, b))
+                visit(m, s, b,
+                      s->blocks + (size_t)b * s->block_size + LAYOUT_WORD,
+                      VISIT_KEEP);
+        }
+    }
+    return true;
+}
+
+/* Sweep the next segment, and put it where it belongs (Note [Young
+ * segments]); returns the blocks it looked at. */
+static uint32_t sweep_next(heapd_mutator *m, uint8_t poison)
 {
     struct young_gen *y = &m->young;
     heapd_client *c = m->c;
-    uint8_t poison = (uint8_t)atomic_load_explicit(&m->ctl->poison,
-                                                   memory_order_relaxed);
-    /* spares for what a nursery allocates (Note [Young segments]) */
-    uint64_t spare_bound = SPARE_BUDGETS * y->budget;
-    y->survived = 0;
-    for (uint32_t i = 0; i < y->nsegs;) {
-        struct young_seg *s = &y->segs[i];
-        uint32_t free_blocks = sweep_seg(s, poison);
-        bool current = m->cur[s->cls].index == s->index;
-        y->survived += (uint64_t)s->young * s->block_size;
-        if (current) {
-            m->cur[s->cls].cursor = 0; /* its holes are the next blocks */
-        } else if (s->young == 0) {
-            uint32_t idx = s->index;
-            unsigned cls = s->cls;
-            bool room = free_blocks * REUSE_SHARE >= s->nblocks;
-            untrack(m, s); /* moves the last one here: look at i again */
-            if (!room || !spare_add(m, cls, idx, spare_bound))
-                reserve_give_back(c, &idx, 1, false);
-            continue;
-        } else if (free_blocks * REUSE_SHARE >= s->nblocks) {
-            reuse_add(y, s);
-        } else {
-            reuse_drop(y, s);
-        }
-        i++;
+    struct young_seg *s = &y->segs[y->at_seg];
+    uint32_t n = s->nblocks;
+    uint32_t free_blocks = sweep_seg(s, poison);
+    if (m->cur[s->cls].index == s->index) {
+        m->cur[s->cls].cursor = 0; /* its holes are the next blocks */
+    } else if (s->young == 0) {
+        uint32_t idx = s->index;
+        unsigned cls = s->cls;
+        bool room = free_blocks * REUSE_SHARE >= s->nblocks;
+        untrack(m, s); /* moves the last one here: look at it next */
+        /* spares for what a nursery allocates (Note [Young segments]) */
+        if (!room || !spare_add(m, cls, idx, SPARE_BUDGETS * y->budget))
+            reserve_give_back(c, &idx, 1, false);
+        return n;
+    } else if (free_blocks * REUSE_SHARE >= s->nblocks) {
+        reuse_add(y, s);
+    } else {
+        reuse_drop(y, s);
     }
+    y->at_seg++;
+    return n;
 }
 
-void young_collect(heapd_mutator *m)
+static void cycle_end(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
-    uint64_t t0 = monotonic_ns();
-
-    clear_live(y);
-    reach_roots(m, VISIT_AGE, PHASE_MINOR);
-    drain(m, VISIT_AGE);
-    reach_stack(m, VISIT_KEEP);
-    settle(m);
+    y->phase = YOUNG_IDLE;
+    y->minor++;
+    y->survived = y->traced;
     /* Note [Sizing the nursery] */
     uint64_t grown = y->survived * YOUNG_GROWTH;
     y->minor_at = m->young_bytes;
     y->next_minor = m->young_bytes + (grown > y->budget ? grown : y->budget);
+}
+
+/* Work of the collection under way, until the clock passes DEADLINE
+ * (or for CHUNKS chunks). */
+static void cycle_work(heapd_mutator *m, uint64_t deadline, size_t chunks)
+{
+    struct young_gen *y = &m->young;
+    uint8_t poison = (uint8_t)atomic_load_explicit(&m->ctl->poison,
+                                                   memory_order_relaxed);
+    for (size_t n = 0; n < chunks && y->phase != YOUNG_IDLE; n++) {
+        if (n > 0 && monotonic_ns() >= deadline)
+            break;
+        if (y->phase == YOUNG_SWEEP) {
+            if (y->at_seg < y->nsegs)
+                sweep_next(m, poison);
+            else
+                cycle_end(m);
+        } else if (y->nforce > 0) {
+            promote_some(m, CHUNK, 0);
+        } else if (y->nwork > 0) {
+            drain(m, VISIT_AGE, CHUNK);
+        } else if (!reach_held(m)) {
+            set_marking(m, false);
+            y->at_seg = 0;
+        }
+    }
+}
+
+/* Give up the collection under way (Note [Minor collections in slices]):
+ * the next allocation starts another. */
+static void cycle_abandon(heapd_mutator *m)
+{
+    struct young_gen *y = &m->young;
+    if (y->phase == YOUNG_IDLE)
+        return;
+    young_promote_pending(m);
+    y->nwork = 0;
+    y->phase = YOUNG_IDLE;
+    m->young_flags &= (uint8_t)~MUTATOR_YOUNG_MARKING;
+    y->next_minor = m->young_bytes;
+}
+
+/* A pause: start a collection if none is under way, and do a slice of
+ * it, or all of it (ALL). */
+static void young_pause(heapd_mutator *m, bool all)
+{
+    struct young_gen *y = &m->young;
+    uint64_t t0 = monotonic_ns();
+    if (y->phase == YOUNG_IDLE)
+        cycle_start(m);
+    /* one that has taken a whole budget ends now: what was allocated
+     * since it began is not reused before it ends */
+    if (m->young_bytes - y->cycle_at >= y->budget)
+        all = true;
+    if (all)
+        cycle_work(m, UINT64_MAX, SIZE_MAX);
+    else
+        cycle_work(m, t0 + SLICE_NS, slice_chunks());
+    if (y->phase != YOUNG_IDLE)
+        y->next_minor = m->young_bytes + y->slice_bytes;
     record_pause(y, monotonic_ns() - t0);
     publish_stats(m);
+}
+
+void young_collect(heapd_mutator *m)
+{
+    young_pause(m, false);
+}
+
+void young_barrier_slow(heapd_mutator *m, void *old)
+{
+    struct young_seg *s = young_seg_of(m, (uintptr_t)old);
+    uint32_t b;
+    if (s && (b = young_block_of(s, (uintptr_t)old)) != UINT32_MAX &&
+        young_block_is_young(s, b))
+        visit(m, s, b, old, VISIT_KEEP);
 }
 
 /* Note [Minor collections before a wait]
@@ -891,27 +1186,38 @@ void young_collect(heapd_mutator *m)
  * A young mutator that needs a segment of a class, has none of its own
  * with room (no reuse and no spare segment of the class), finds nothing
  * it could take from the reserve without waiting for heapd, and has
- * allocated at least its budget since its last minor collection,
- * collects first, and takes a segment its sweep left room in if there is
- * one.  Its nursery may have grown past the budget (Note [Sizing the
- * nursery]) on survivors that have died since, and a wait for heapd is
- * a wait in a blocking region: for a grant that pacing holds until a
- * cycle ends, which cannot free a young block, and whose stack handshake
- * heapd then takes, scanning every young block the client has (Note [The
- * daemon's preparatory push] in daemon/gc/mark.c).  The budget bounds the
- * extra collections to one per budget allocated, only while heapd is
- * behind.  Measured on binary-trees, depth 18, 2 processes (heapd's cap
- * already counting young memory: Note [Young memory and the heap goal] in
- * daemon/gc/collector.c): 550-566 ms without it, 486-487 ms with it;
- * GCBench 179-184 ms against 169-174.
+ * allocated at least its budget since its last minor collection, starts
+ * its next collection there (whose slices then free what died) rather
+ * than at its grown budget.  Its nursery may have grown past the budget
+ * (Note [Sizing the nursery]) on survivors that have died since, and a
+ * wait for heapd is a wait in a blocking region: for a grant that pacing
+ * holds until a cycle ends, which cannot free a young block, and whose
+ * stack handshake heapd then takes, scanning every young block the
+ * client has (Note [The daemon's preparatory push] in daemon/gc/mark.c).
+ * The budget bounds the extra collections to one per budget allocated,
+ * only while heapd is behind.  And if heapd refuses the segment
+ * (max_client_bytes, max_size), the mutator ends the collection under
+ * way, or runs a whole one, in one pause, and asks once more: memory a
+ * collection can free never fails an allocation.  Measured on
+ * binary-trees, depth 18, 2 processes: collecting nothing early, 550-566
+ * ms; a whole collection in one pause, 486-487 ms (in slices since,
+ * 415-430 ms, with pauses up to 6 ms); starting one, 436-471 ms, pauses
+ * up to 0.2 ms but for collections that outlast their budget.
  */
-bool young_collect_early(heapd_mutator *m, unsigned cls)
+void young_collect_early(heapd_mutator *m, unsigned cls)
 {
     struct young_gen *y = &m->young;
-    if (m->young_bytes - y->minor_at < y->budget ||
-        reserve_ready(m->c, cls))
-        return false;
-    young_collect(m);
+    if (y->phase == YOUNG_IDLE && m->young_bytes - y->minor_at >= y->budget &&
+        !reserve_ready(m->c, cls))
+        young_pause(m, false);
+}
+
+bool young_collect_all(heapd_mutator *m)
+{
+    struct young_gen *y = &m->young;
+    if (y->phase == YOUNG_IDLE && m->young_bytes == y->minor_at)
+        return false; /* the last one found what there is */
+    young_pause(m, true);
     return true;
 }
 
@@ -919,11 +1225,14 @@ bool young_collect_early(heapd_mutator *m, unsigned cls)
 
 void *young_publish(heapd_mutator *m, void *r)
 {
-    struct young_gen *y = &m->young;
     /* heapd_global_set and heapd_global_once call it for every mutator:
      * one without a young generation has no segment map to look in */
-    if (!m->young_on)
+    if (!m->young_flags)
         return r;
+    /* Note [Minor collections in slices]: before anything is stored
+     * where others see it */
+    if ((m->young_flags & MUTATOR_YOUNG_PROMOTING))
+        young_promote_pending(m);
     struct young_seg *s = young_seg_of(m, (uintptr_t)r);
     uint32_t b;
     if (!s || (b = young_block_of(s, (uintptr_t)r)) == UINT32_MAX ||
@@ -934,24 +1243,9 @@ void *young_publish(heapd_mutator *m, void *r)
      * it is, and a heapd that meets it refuses it */
     if (mutator_orphaned(m))
         return r;
-    y->nwork = 0;
+    /* with the promotions of a collection under way: R may reach them */
     promote_one(m, s, b, r, false);
-    size_t done = 0;
-    while (y->nwork > 0) {
-        if (++done == 2)
-            stop_in(PHASE_PUBLISH); /* Note [Stopping inside a young phase] */
-        void **obj = (void **)(y->work[--y->nwork] & ~(uintptr_t)1);
-        size_t n = layout_header_nrefs(
-            __atomic_load_n((uint64_t *)obj - 1, __ATOMIC_RELAXED));
-        for (size_t k = 0; k < n; k++) {
-            void *v = __atomic_load_n(&obj[k], __ATOMIC_RELAXED);
-            struct young_seg *vs = v ? young_seg_of(m, (uintptr_t)v) : NULL;
-            uint32_t vb;
-            if (vs && (vb = young_block_of(vs, (uintptr_t)v)) != UINT32_MAX &&
-                young_block_is_young(vs, vb))
-                promote_one(m, vs, vb, v, false);
-        }
-    }
+    promote_some(m, SIZE_MAX, PHASE_PUBLISH);
     publish_stats(m);
     return r;
 }
@@ -990,18 +1284,19 @@ void *young_publish(heapd_mutator *m, void *r)
 bool young_push_roots(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
-    if (!m->young_on)
+    if (!m->young_flags)
         return false;
+    cycle_abandon(m); /* Note [Minor collections in slices] */
     clear_live(y);
     reach_roots(m, VISIT_PUSH, PHASE_PUSH);
-    drain(m, VISIT_PUSH);
-    reach_stack(m, VISIT_PUSH);
+    drain(m, VISIT_PUSH, SIZE_MAX);
+    reach_stack(m, VISIT_PUSH, false);
     return true;
 }
 
 void young_resume(heapd_mutator *m)
 {
-    if (!m->young_on)
+    if (!m->young_flags)
         return;
     /* Note [The preparatory push]: before the program runs on */
     if (barrier_stack_due(m))
@@ -1029,22 +1324,15 @@ bool young_surrender(heapd_mutator *m, uint32_t idx)
     if (barrier_on(m) &&
         atomic_load(&m->slot->stack_marked) != atomic_load(&m->ctl->epoch))
         return false;
-    y->nwork = 0;
+    cycle_abandon(m); /* Note [Minor collections in slices] */
     for (uint32_t b = 0; b < s->nblocks; b++) {
         if (!young_block_is_young(s, b))
             continue;
+        /* and what it reaches */
         promote_one(m, s, b,
                     s->blocks + (size_t)b * s->block_size + LAYOUT_WORD,
                     false);
-        /* and what it reaches: the list holds every tracked block twice */
-        while (y->nwork > 0) {
-            void **obj = (void **)(y->work[--y->nwork] & ~(uintptr_t)1);
-            size_t n = layout_header_nrefs(
-                __atomic_load_n((uint64_t *)obj - 1, __ATOMIC_RELAXED));
-            for (size_t k = 0; k < n; k++)
-                reach(m, __atomic_load_n(&obj[k], __ATOMIC_RELAXED),
-                      VISIT_FORCE);
-        }
+        young_promote_pending(m);
     }
     s = seg_at(y, idx); /* reach did not untrack, but be exact */
     untrack(m, s);
@@ -1056,7 +1344,7 @@ bool young_surrender(heapd_mutator *m, uint32_t idx)
 
 void *heapd_publish(heapd_mutator *m, void *obj)
 {
-    if (!m || !m->young_on)
+    if (!m || !m->young_flags)
         return obj;
     mutator_check_evicted(m); /* Note [Evicted clients, client side] */
     return young_publish(m, obj);
@@ -1080,10 +1368,11 @@ void heapd_young_stats_get(const heapd_mutator *m, heapd_young_stats *out)
     out->promoted_published_bytes = y->promoted_pub;
     out->minor_pause_max_ns = y->pause_max;
     out->minor_pause_total_ns = y->pause_total;
+    out->minor_pauses = y->pauses;
     out->bytes_in_use = y->survived + (m->young_bytes - y->minor_at);
     /* p99: the upper end of the bucket the 99th percentile falls in */
-    uint64_t seen = 0, want = y->minor - y->minor / 100;
-    for (unsigned b = 0; b < YOUNG_HIST && y->minor; b++) {
+    uint64_t seen = 0, want = y->pauses - y->pauses / 100;
+    for (unsigned b = 0; b < YOUNG_HIST && y->pauses; b++) {
         seen += y->hist[b];
         if (seen >= want) {
             unsigned lg = b / 4, q = b % 4;

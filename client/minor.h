@@ -20,6 +20,8 @@
 struct young_seg {
     uint8_t *marks, *blocks;
     uint64_t *live;             /* a bit per block: reached, this trace */
+    uint64_t *held;             /* a bit per block: a C local held it at
+                                   this collection's start (after live) */
     uint64_t magic;             /* layout_block_magic of its class */
     uint32_t index;             /* the segment */
     uint32_t nblocks, block_size;
@@ -27,6 +29,9 @@ struct young_seg {
     uint8_t cls;
     bool reusable;              /* on its class's reuse list */
 };
+
+/* A minor collection's phases (Note [Minor collections in slices]). */
+enum young_phase_state { YOUNG_IDLE, YOUNG_MARK, YOUNG_SWEEP };
 
 struct young_gen {
     bool on;
@@ -49,11 +54,20 @@ struct young_gen {
     uint32_t *spare[LAYOUT_NCLASSES];
     uint32_t nspare[LAYOUT_NCLASSES], capspare[LAYOUT_NCLASSES];
     uint64_t spare_bytes;
-    /* the trace's work list: objects, the low bit set on promoted ones */
+    /* the trace's work list: objects, their low bit their mode */
     uintptr_t *work;
     size_t nwork, capwork;
+    size_t nforce;              /* promoted objects whose fields are to be
+                                   promoted: the top of work */
+    /* the collection under way (Note [Minor collections in slices]) */
+    enum young_phase_state phase;
+    uint32_t at_seg;            /* where the held scan or the sweep is */
+    uint64_t slice_bytes;       /* allocated between two slices */
+    uint64_t cycle_at;          /* young_bytes when it started */
+    uint64_t traced;            /* bytes it found that stay young */
     /* statistics, mirrored into the slot's young_* words */
     uint64_t minor, promoted_age, promoted_pub, pause_max, pause_total;
+    uint64_t pauses;            /* slices: a collection takes one or more */
     uint64_t survived;          /* bytes that stayed young, last minor */
     uint64_t hist[YOUNG_HIST];
 };
@@ -66,14 +80,24 @@ int young_init(heapd_mutator *m, uint64_t budget, uint32_t age);
 void young_release(heapd_mutator *m);
 void young_free(heapd_mutator *m);
 
-/* A young mutator's minor collection is due (alloc_bytes reached
- * next_minor): run it.  A safepoint's caller only. */
+/* A young mutator's minor collection, or its next slice, is due
+ * (young_bytes reached next_minor): run it.  A safepoint's caller only. */
 void young_collect(heapd_mutator *m);
-/* M needs a segment of CLS and has none of its own with room: collect
- * now, instead of waiting for heapd, if that is due (Note [Minor
- * collections before a wait] in client/minor.c); true if it collected.
- * A safepoint's caller only. */
-bool young_collect_early(heapd_mutator *m, unsigned cls);
+/* M needs a segment of CLS and has none of its own with room: start a
+ * collection now, instead of waiting for heapd, if that is due (Note
+ * [Minor collections before a wait] in client/minor.c).  A safepoint's
+ * caller only. */
+void young_collect_early(heapd_mutator *m, unsigned cls);
+/* heapd refused M a segment: end the collection under way, or run a
+ * whole one, in this pause; false if there is nothing it could free (the
+ * same Note).  A safepoint's caller only. */
+bool young_collect_all(heapd_mutator *m);
+/* Promote what the promotions under way still have to reach (Note
+ * [Minor collections in slices]): before anything M stores is seen by
+ * others. */
+void young_promote_pending(heapd_mutator *m);
+/* The young barrier's slow half (young_barrier in client/mutator.h). */
+void young_barrier_slow(heapd_mutator *m, void *old);
 /* M installed segment IDX as its current segment of CLS: track it. */
 int young_track(heapd_mutator *m, uint32_t idx, unsigned cls);
 /* A segment of CLS with free blocks for M to allocate in: one of its

@@ -346,6 +346,10 @@ void heapd_blocking_enter(heapd_mutator *m)
     mutator_check_evicted(m); /* Note [Evicted clients, client side] */
     if (atomic_load_explicit(&m->remark_pending, memory_order_acquire))
         remark_service(m->c, m);
+    /* Note [Minor collections in slices] in client/minor.c: heapd may
+     * take the blocked mutator's roots */
+    if ((m->young_flags & MUTATOR_YOUNG_PROMOTING))
+        young_promote_pending(m);
     mutator_block(m);
 }
 

@@ -35,11 +35,20 @@ struct alloc_seg {
     uint8_t cls;          /* its size class */
 };
 
+/* heapd_mutator.young_flags (Note [Minor collections in slices] in
+ * client/minor.c) */
+#define MUTATOR_YOUNG 1u            /* young.on: it has a nursery */
+#define MUTATOR_YOUNG_MARKING 2u    /* young.phase == YOUNG_MARK: the young
+                                       barrier is on */
+#define MUTATOR_YOUNG_PROMOTING 4u  /* young.nforce > 0: promotions to end
+                                       before a store into anything shared */
+
 struct heapd_mutator {
     heapd_client *c;
-    bool young_on;                   /* young.on, in the line every call
-                                        reads: a mutator without a nursery
-                                        pays no other load for it */
+    uint8_t young_flags;             /* MUTATOR_YOUNG*, in the line every
+                                        call reads: a mutator without a
+                                        nursery pays no other load for
+                                        it, nor one with it for these */
     struct layout_control *ctl;
     struct layout_mutator *slot;
     unsigned slot_index;
@@ -190,11 +199,25 @@ static inline bool young_header_says(const void *obj)
         __atomic_load_n((const uint64_t *)obj - 1, __ATOMIC_RELAXED));
 }
 
+/* The young barrier (Note [Minor collections in slices] in
+ * client/minor.c): before a store into FIELD of one of M's young objects
+ * while M marks (FLAGS, its young_flags, say so), the reference FIELD
+ * holds is kept by this collection. */
+static inline void young_barrier(heapd_mutator *m, uint8_t flags,
+                                 void *const *field)
+{
+    if (__builtin_expect(flags & MUTATOR_YOUNG_MARKING, 0)) {
+        void *old = __atomic_load_n(field, __ATOMIC_RELAXED);
+        if (old)
+            young_barrier_slow(m, old);
+    }
+}
+
 /* True if OBJ is one of M's young objects (an object pointer, not an
  * interior one). */
 static inline bool young_is_mine(const heapd_mutator *m, const void *obj)
 {
-    if (!m->young_on)
+    if (!m->young_flags)
         return false;
     struct young_seg *s = young_seg_of(m, (uintptr_t)obj);
     if (!s)

@@ -89,8 +89,8 @@
     X(minor_collections, uint64_t, COUNTER, COUNT, DERIVED, "minor collections of young generations") \
     X(promoted_age_bytes, uint64_t, COUNTER, BYTES, DERIVED, "promoted from young generations by age") \
     X(promoted_published_bytes, uint64_t, COUNTER, BYTES, DERIVED, "promoted from young generations by a store into the shared heap") \
-    X(minor_pause_max_ns, uint64_t, GAUGE, NS, DERIVED, "longest minor collection") \
-    X(minor_pause_total_ns, uint64_t, COUNTER, NS, DERIVED, "all minor collections together") \
+    X(minor_pause_max_ns, uint64_t, GAUGE, NS, DERIVED, "longest minor pause (a minor collection takes one or more)") \
+    X(minor_pause_total_ns, uint64_t, COUNTER, NS, DERIVED, "all minor pauses together") \
     X(young_refs_refused, uint64_t, COUNTER, COUNT, ATOMIC, "references to young objects met outside their mutator's roots, not followed") \
     X(bytes_committed, uint64_t, GAUGE, BYTES, DERIVED, "memory the heap's memfds hold now (committed_bytes; fstat)") \
     X(block_bytes, uint64_t, GAUGE, BYTES, LOCKED, "in allocated blocks (small blocks and large runs) the last sweep kept") \

@@ -453,7 +453,7 @@ struct layout_mutator {
     alignas(64) _Atomic uint64_t young_minor;   /* minor collections */
     _Atomic uint64_t young_promoted_age;    /* bytes promoted by age */
     _Atomic uint64_t young_promoted_pub;    /* bytes promoted by a store */
-    _Atomic uint64_t young_pause_max_ns;    /* longest minor collection */
+    _Atomic uint64_t young_pause_max_ns;    /* longest minor pause */
     _Atomic uint64_t young_pause_total_ns;  /* all of them together */
     /* Note [Update remembered set]: the daemon's side of the ring */
     alignas(64) _Atomic uint64_t urs_tail; /* entries consumed, ever */

@@ -1,0 +1,386 @@
+/* Minor collections in slices (Note [Minor collections in slices] in
+ * client/minor.c), against a real heapd with the verifier on, which fills
+ * a freed block with poison: each test cuts a collection into as many
+ * pauses as it has chunks of work (HEAPD_YOUNG_SLICE=1, the debug builds'
+ * hook) and, between two of them, does what the program may do while a
+ * young mutator marks:
+ *   - moves the only reference to a young object from a field into a C
+ *     local (the young barrier keeps it);
+ *   - links a new object from one the marking has already scanned (it was
+ *     allocated black);
+ *   - stores an object whose promotion is under way into a shared one or
+ *     a global, or blocks (the promotions end first: nothing shared ever
+ *     reaches a young object; heapd_global_set blocks, for its call);
+ *   - lets a major cycle take its stack handshake (the preparatory push
+ *     gives the collection up, and the next one keeps everything).
+ * Each fails if its mechanism is taken out (checked by hand).
+ */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "client.h"
+#include "harness.h"
+#include "heapd.h"
+#include "check_main.h"
+
+#include "young.h"
+#include "young_util.h"
+
+/* The chain a collection marks for many slices: CHAIN young nodes, ids 1
+ * to CHAIN, under a root node (id 0, two fields: the chain's head and a
+ * free one); the last node's field holds the target (id TARGET). */
+#define CHAIN 4000
+#define TARGET 900001
+#define LATE 900002
+
+/* Garbage of 56 bytes until COND holds of M's statistics, within BOUND
+ * allocations; fails the test naming WHAT otherwise. */
+#define ALLOC_UNTIL(m, cond, bound, what)                                   \
+    do {                                                                    \
+        for (uint64_t k_ = 0;; k_++) {                                      \
+            heapd_young_stats s_ = young_stats(m);                          \
+            if (cond)                                                       \
+                break;                                                      \
+            ck_assert_msg(k_ < (bound), "%s: not after %llu allocations",   \
+                          what, (unsigned long long)k_);                    \
+            ck_assert_ptr_nonnull(heapd_alloc(m, 0, 48));                   \
+        }                                                                   \
+    } while (0)
+
+/* Allocations of 56 bytes within which a collection starts, or ends once
+ * started: the budget's, twice (Note [Minor collections in slices]: one
+ * still going after a whole budget ends in one pause). */
+static uint64_t bound_of(heapd_mutator *m)
+{
+    return 2 * (young_stats(m).young_bytes / 56) + 64;
+}
+
+/* Allocate until M's next collection has ended: afterwards none is
+ * under way. */
+static void until_ended(heapd_mutator *m)
+{
+    heapd_young_stats a = young_stats(m);
+    ALLOC_UNTIL(m, s_.minor_collections > a.minor_collections, bound_of(m),
+                "a minor collection to end");
+}
+
+/* Allocate until M's next collection has started (its first pause) and
+ * is still under way; none may be under way before. */
+static void until_started(heapd_mutator *m)
+{
+    heapd_young_stats a = young_stats(m);
+    ALLOC_UNTIL(m, s_.minor_pauses > a.minor_pauses, bound_of(m),
+                "a minor collection to start");
+    ck_assert_msg(young_stats(m).minor_collections == a.minor_collections,
+                  "the collection ended in its first pause: "
+                  "HEAPD_YOUNG_SLICE is not in effect");
+}
+
+static __attribute__((noinline)) void wipe_stack(void)
+{
+    volatile uint64_t words[4096];
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        words[i] = 0;
+}
+
+/* The chain under root slot R, built in a frame of its own: no word of
+ * the caller's stack holds one of its nodes. */
+static __attribute__((noinline)) void build_chain(heapd_mutator *m, size_t r)
+{
+    void **root = new_node(m, 2, 0);
+    ck_assert_ptr_nonnull(root);
+    heapd_root_set(m, r, root);
+    void **prev = root;
+    for (uint64_t i = 1; i <= CHAIN; i++) {
+        void **n = new_node(m, 1, i);
+        ck_assert_ptr_nonnull(n);
+        heapd_write(m, prev, &prev[0], n);
+        prev = n;
+    }
+    void **t = new_node(m, 1, TARGET);
+    ck_assert_ptr_nonnull(t);
+    heapd_write(m, prev, &prev[0], t);
+}
+
+static void **chain_node(heapd_mutator *m, size_t r, uint64_t id)
+{
+    void **p = heapd_root_get(m, r);
+    for (uint64_t i = 0; i < id; i++)
+        p = field(p, 0);
+    return p;
+}
+
+/* NULL if the chain under R is whole, the node of id END at its end (0:
+ * none), else what is wrong. */
+static const char *chain_broken(heapd_mutator *m, size_t r, uint64_t end)
+{
+    void *p = heapd_root_get(m, r);
+    if (!node_ok(p, 2, 0))
+        return "the root node is damaged";
+    for (uint64_t i = 1; i <= CHAIN; i++) {
+        p = field(p, 0);
+        if (!node_ok(p, 1, i))
+            return "a node of the chain is damaged";
+    }
+    p = field(p, 0);
+    if (end ? !node_ok(p, 1, end) : p != NULL)
+        return "the chain's end is wrong";
+    return NULL;
+}
+
+/* Note [The preparatory push]: whoever takes a young mutator's stack
+ * handshake first, the mutator or heapd, does the push.  A blocked
+ * mutator with a deep root stack, attached first (a lower slot, which
+ * heapd marks before), keeps heapd busy while the young mutator takes
+ * its own. */
+#define HELPER_ROOTS 50000
+
+static heapd_mutator *deep_blocked_helper(heapd_client *c)
+{
+    heapd_mutator *h;
+    ck_assert_int_eq(heapd_attach(c, &h), 0);
+    size_t s = heapd_root_push(h, heapd_alloc(h, 0, 8));
+    for (size_t i = 1; i < HELPER_ROOTS; i++)
+        ck_assert_uint_ne(heapd_root_push(h, heapd_root_get(h, s)),
+                          (size_t)-1);
+    heapd_blocking_enter(h);
+    return h;
+}
+
+/* HELPER: a deep blocked helper first (NULL: none). */
+static heapd_mutator *start(heapd_client **c, unsigned age,
+                            heapd_mutator **helper)
+{
+    /* read once, at the first collection of this test's process */
+    setenv("HEAPD_YOUNG_SLICE", "1", 1);
+    harness_start_with(&D, "young_size = 256K\n");
+    *c = connect_plain(0);
+    if (helper)
+        *helper = deep_blocked_helper(*c);
+    return attach_young(*c, 0, age);
+}
+
+static void finish(heapd_client *c, heapd_mutator *m)
+{
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+
+/* The young barrier: while the chain is marked, the program reads the
+ * target into a C local and cuts it off the chain; the collection, which
+ * had not reached it and will not find it on the chain, keeps it. */
+START_TEST(a_reference_moved_into_a_local_while_marking_survives)
+{
+    heapd_client *c;
+    heapd_mutator *m = start(&c, LAYOUT_YOUNG_AGE_MAX, NULL);
+    size_t r = heapd_root_push(m, NULL);
+    build_chain(m, r);
+    wipe_stack();
+    until_ended(m);
+    until_started(m);
+    void **last = chain_node(m, r, CHAIN);
+    void *volatile t = field(last, 0);
+    heapd_write(m, last, &last[0], NULL);
+    until_ended(m);
+    ck_assert_msg(node_ok(t, 1, TARGET) && heapd_is_young(m, t),
+                  "the object a C local took from a field while the young "
+                  "generation marked was freed");
+    const char *why = chain_broken(m, r, 0);
+    ck_assert_msg(!why, "%s", why);
+    finish(c, m);
+}
+END_TEST
+
+/* Allocate black: the root node is scanned in the first pause; a new
+ * object linked only from it afterwards is kept. */
+START_TEST(an_object_allocated_while_marking_survives)
+{
+    heapd_client *c;
+    heapd_mutator *m = start(&c, LAYOUT_YOUNG_AGE_MAX, NULL);
+    size_t r = heapd_root_push(m, NULL);
+    build_chain(m, r);
+    wipe_stack();
+    until_ended(m);
+    until_started(m);
+    void **root = heapd_root_get(m, r);
+    void **late = new_node(m, 1, LATE);
+    ck_assert_ptr_nonnull(late);
+    heapd_write(m, root, &root[1], late);
+    late = NULL;
+    wipe_stack();
+    until_ended(m);
+    ck_assert_msg(node_ok(field(heapd_root_get(m, r), 1), 1, LATE),
+                  "an object allocated while the young generation marked, "
+                  "reachable from a scanned one, was freed");
+    const char *why = chain_broken(m, r, TARGET);
+    ck_assert_msg(!why, "%s", why);
+    finish(c, m);
+}
+END_TEST
+
+/* How many nodes of the chain under R (the target included) are young. */
+static uint64_t young_in_chain(heapd_mutator *m, size_t r)
+{
+    uint64_t n = 0;
+    for (void *p = heapd_root_get(m, r); p; p = field(p, 0))
+        n += heapd_is_young(m, p);
+    return n;
+}
+
+/* With young_age 2, the chain's second collection promotes it: its first
+ * pause promotes the root node, its later ones the rest.  Between them,
+ * ACT makes the root node reachable to others, or lets heapd read the
+ * mutator's roots; every node must be promoted by then. */
+static void promotion_ends_before(void (*act)(heapd_mutator *, void *),
+                                  const char *what)
+{
+    heapd_client *c;
+    heapd_mutator *m = start(&c, 2, NULL);
+    size_t r = heapd_root_push(m, NULL);
+    build_chain(m, r);
+    wipe_stack();
+    until_ended(m);
+    /* the first collection started after the root node was rooted: it
+     * aged it */
+    ck_assert_uint_eq(young_in_chain(m, r), CHAIN + 2);
+    until_started(m);
+    uint64_t before = young_in_chain(m, r);
+    ck_assert_msg(before > 0 && !heapd_is_young(m, heapd_root_get(m, r)),
+                  "the first pause did not leave a promotion under way "
+                  "(%llu young)", (unsigned long long)before);
+    act(m, heapd_root_get(m, r));
+    ck_assert_msg(young_in_chain(m, r) == 0, "%s: %llu nodes of the chain "
+                  "were still young after it", what,
+                  (unsigned long long)young_in_chain(m, r));
+    until_ended(m);
+    const char *why = chain_broken(m, r, TARGET);
+    ck_assert_msg(!why, "%s", why);
+    finish(c, m);
+}
+
+static void store_into_shared(heapd_mutator *m, void *root)
+{
+    void **s = heapd_alloc_shared(m, 1, 0);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_uint_ne(heapd_root_push(m, s), (size_t)-1);
+    heapd_write(m, s, &s[0], root);
+}
+
+static void set_global(heapd_mutator *m, void *root)
+{
+    ck_assert_int_eq(heapd_global_set(m, "slices", root), 0);
+}
+
+static void block(heapd_mutator *m, void *root)
+{
+    (void)root;
+    heapd_blocking_enter(m);
+    heapd_blocking_leave(m);
+}
+
+START_TEST(a_store_into_a_shared_object_ends_the_promotions_under_way)
+{
+    promotion_ends_before(store_into_shared, "heapd_write into a shared "
+                          "object");
+}
+END_TEST
+
+START_TEST(a_global_set_ends_the_promotions_under_way)
+{
+    promotion_ends_before(set_global, "heapd_global_set");
+}
+END_TEST
+
+START_TEST(a_blocking_region_ends_the_promotions_under_way)
+{
+    promotion_ends_before(block, "heapd_blocking_enter");
+}
+END_TEST
+
+/* A major cycle's stack handshake while the chain is marked: the
+ * preparatory push, if the mutator takes it (heapd may take it first:
+ * Note [The preparatory push]), gives the collection up; the chain, the
+ * target a C local took and an object allocated since live through the
+ * next ones. */
+#define ROUNDS 8
+
+/* Ask heapd for a cycle and take safepoints until its snapshot's stop is
+ * past (the epoch moved): M, running, took its stack handshake on the
+ * way out, unless heapd took it first. */
+static void major_snapshot(heapd_mutator *m, heapd_client *c)
+{
+    uint32_t epoch = atomic_load(&c->ctl->epoch);
+    ck_assert_int_eq(heapd_collect(m, 0), 0);
+    int64_t end = harness_now_ms() + HARNESS_WAIT_MS;
+    while (atomic_load(&c->ctl->epoch) == epoch) {
+        ck_assert_msg(harness_now_ms() < end, "no snapshot in %d ms",
+                      HARNESS_WAIT_MS);
+        heapd_safepoint(m);
+    }
+}
+
+START_TEST(a_major_cycle_while_marking_keeps_everything)
+{
+    heapd_client *c;
+    heapd_mutator *h;
+    heapd_mutator *m = start(&c, LAYOUT_YOUNG_AGE_MAX, &h);
+    size_t r = heapd_root_push(m, NULL);
+    build_chain(m, r);
+    wipe_stack();
+    until_ended(m);
+    for (uint64_t round = 0, end = TARGET; round < ROUNDS; round++) {
+        until_started(m);
+        uint64_t minors = young_stats(m).minor_collections;
+        major_snapshot(m, c);
+        ck_assert_uint_eq(young_stats(m).minor_collections, minors);
+        /* the chain's end moves to the root node's free field, through a
+         * C local; a node allocated since takes its place */
+        void **last = chain_node(m, r, CHAIN);
+        void *volatile t = field(last, 0);
+        void **late = new_node(m, 1, LATE + round);
+        ck_assert_ptr_nonnull(late);
+        heapd_write(m, last, &last[0], late);
+        late = NULL;
+        void **root = heapd_root_get(m, r);
+        heapd_write(m, root, &root[1], t);
+        t = NULL;
+        wipe_stack();
+        until_ended(m);
+        until_ended(m);
+        ck_assert_msg(node_ok(field(heapd_root_get(m, r), 1), 1, end),
+                      "round %llu: the node a C local held across a major "
+                      "cycle's handshake was freed",
+                      (unsigned long long)round);
+        end = LATE + round;
+        const char *why = chain_broken(m, r, end);
+        ck_assert_msg(!why, "round %llu: %s (the node allocated after the "
+                      "handshake?)", (unsigned long long)round, why);
+    }
+    heapd_blocking_leave(h);
+    heapd_detach(h);
+    finish(c, m);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("young_slices");
+    TCase *t = tcase_create("slices");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, a_reference_moved_into_a_local_while_marking_survives);
+    tcase_add_test(t, an_object_allocated_while_marking_survives);
+    tcase_add_test(t, a_store_into_a_shared_object_ends_the_promotions_under_way);
+    tcase_add_test(t, a_global_set_ends_the_promotions_under_way);
+    tcase_add_test(t, a_blocking_region_ends_the_promotions_under_way);
+    tcase_add_test(t, a_major_cycle_while_marking_keeps_everything);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    return check_main(suite());
+}
