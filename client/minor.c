@@ -289,33 +289,33 @@ void young_free(heapd_mutator *m)
  * at most half the bytes allocated since the one before, whatever the
  * program keeps (as GHC's and OCaml's runtimes grow a nursery with its
  * survivors).  Objects are promoted at their young_age-th survival (2 by
- * default).  The default budget is 8 MiB (heapd.conf's young_size; a
+ * default).  The default budget is 16 MiB (heapd.conf's young_size; a
  * quarter of max_size or of max_client_bytes where that is less), chosen
- * from this curve (release build, 2 CPUs shared; GCBench median of 3:
- * total ms / minor collections ms / MiB promoted; binary-trees depth 18,
- * 1 and 2 processes, median of 2, ms; alloc_bench young ns per 64- and
- * 256-byte allocation):
+ * from this curve, with collections in slices (Note [Minor collections
+ * in slices]; release build, 2 CPUs shared; GCBench median of 5, budgets
+ * interleaved: total ms / all minor pauses ms / MiB promoted / longest
+ * pause ms; binary-trees depth 18, 1 and 2 processes, median of 3, ms;
+ * alloc_bench young ns per 64- and 256-byte allocation):
  *
- *   budget  age | GCBench         | binary-trees | alloc 64 / 256 B
- *   2 MiB    2  | 201 / 35 / 22   |  783 / 592   |  6.8 / 11.3
- *   4 MiB    2  | 166 / 27 /  4   |  708 / 453   |  6.9 / 11.9
- *   8 MiB    2  | 161 / 20 /  4   |  694 / 403   |  7.6 / 13.7
- *   16 MiB   1  | 160 / 10 / 11   |  707 / 438   |  7.5 / 16.2
- *   16 MiB   2  | 151 / 11 /  4   |  638 / 431   |  7.2 / 16.9
- *   16 MiB   3  | 159 / 13 /  4   |  711 / 461   |  8.0 / 14.5
- *   32 MiB   2  | 211 / 12 /  4   | 1017 / 858   |  8.4 / 17.1
+ *   budget  age | GCBench                 | binary-trees | alloc 64 / 256 B
+ *   4 MiB    2  | 184 / 24 / 4 / 2.0 (1)  |  756 / 505   |  6.9 / 11.8
+ *   8 MiB    2  | 168 / 19 / 4 / 0.11     |  701 / 449   |  7.9 / 15.0
+ *   16 MiB   2  | 163 / 14 / 6 / 0.18     |  693 / 470   |  7.8 / 16.9
+ *   32 MiB   2  | 189 / 10 / 4 / 0.11     |  662 / 549   |  9.2 / 15.6
+ *   (1) a collection that outlasted its budget, ended in one pause
  *
- * From 2 to 4 MiB GCBench's depth-14 and depth-16 trees stop being
- * promoted; past 4 MiB fewer minor collections find a tree half built
- * (what C locals hold is traced at each one), but the allocation loop's
- * working set leaves the cache (alloc_bench's 256-byte objects: 12 ns at
- * 4 MiB, 17 at 16) and at 32 MiB everything slows down, the programs'
- * reads of their trees too.  8 MiB takes part of 16 MiB's gain (and the
- * best of two processes of binary-trees) one doubling further from that
- * edge, on a machine whose caches may be smaller than this one's.  Age
- * 2: age 1 promotes GCBench's trees under construction, age 3 traces
- * survivors once more.  Growth without a bound: binary-trees, whose
- * trees only C locals hold while they are built, took 757 ms of minor
+ * In one pause per collection (the curve before slices: 161 ms at 8 MiB,
+ * 151 at 16, 211 at 32) a larger budget also meant longer pauses, and 8
+ * MiB was chosen; in slices a pause no longer grows with the budget, and
+ * 16 MiB takes GCBench's gain (fewer collections that find a tree half
+ * built, which C locals hold and which is traced at each one; 8 against
+ * 16 MiB interleaved: 174.6 against 162.5 ms, and 163.7 against 149.7)
+ * at the cost of two processes of binary-trees (449 -> 470 ms) and of
+ * 256-byte allocations, whose loop's working set leaves the cache; at 32
+ * MiB everything slows down, the programs' reads of their trees too.  Age
+ * 2: age 1 promoted GCBench's trees under construction, age 3 traced
+ * survivors once more.  Growth without a bound: binary-trees, whose trees
+ * only C locals hold while they are built, took 757 ms of minor
  * collections at a fixed 1 MiB and 263 ms with it.
  */
 static struct young_seg *seg_at(const struct young_gen *y, uint32_t idx)
