@@ -46,7 +46,7 @@
  * Output: one line per result,
  *   RESULT alloc allocator=NAME size=S n=N runs=R median_ns=X min_ns=X max_ns=X
  * (for heapd_young also
- *   RESULT alloc-heapd-young minor_collections=.. minor_pause_max_ns=..
+ *   RESULT alloc-heapd-young minor_collections=.. minor_pauses=.. minor_pause_max_ns=..
  *          minor_pause_p99_ns=.. promoted_age_bytes=.. ...),
  * then a markdown table with the ratios heapd/mimalloc and
  * heapd_young/mi_zalloc.
@@ -420,12 +420,14 @@ int main(int argc, char **argv)
         heapd_young_stats ys;
         heapd_young_stats_get(hy, &ys);
         printf("RESULT alloc-heapd-young young_bytes=%llu young_age=%u "
-               "minor_collections=%llu minor_pause_max_ns=%llu "
+               "minor_collections=%llu minor_pauses=%llu "
+               "minor_pause_max_ns=%llu "
                "minor_pause_p99_ns=%llu minor_pause_total_ns=%llu "
                "promoted_age_bytes=%llu promoted_published_bytes=%llu "
                "timed_allocs=%llu timed_ns=%llu\n",
                (unsigned long long)ys.young_bytes, ys.young_age,
                (unsigned long long)ys.minor_collections,
+               (unsigned long long)ys.minor_pauses,
                (unsigned long long)ys.minor_pause_max_ns,
                (unsigned long long)ys.minor_pause_p99_ns,
                (unsigned long long)ys.minor_pause_total_ns,

@@ -72,8 +72,8 @@
  *   RESULT binarytrees impl=NAME depth=N procs=P total_ms=.. maxrss_kib=..
  *          gcs=.. pause_max_ms=.. pause_total_ms=.. [heapd: heap_committed_end=..
  *          snapshot_pause_max_ms=.. final_sync_pause_max_ms=..] [young:
- *          young_bytes=.. young_age=.. minor_collections=.. minor_pause_max_ms=..
- *          minor_pause_p99_ms=.. minor_pause_total_ms=.. promoted_age_bytes=..
+ *          young_bytes=.. young_age=.. minor_collections=.. minor_pauses=..
+ *          minor_pause_max_ms=.. minor_pause_p99_ms=.. minor_pause_total_ms=.. promoted_age_bytes=..
  *          promoted_published_bytes=..]
  * impl= is malloc, boehm, heapd, heapd_young or heapd_young_rooted.
  * maxrss_kib: the largest peak resident set of the parent and its workers.
@@ -512,11 +512,13 @@ static void h_report(void)
     if (h_young) {
         const heapd_young_stats *ys = &h_total.ys;
         printf(" young_bytes=%llu young_age=%u minor_collections=%llu "
+               "minor_pauses=%llu "
                "minor_pause_max_ms=%.3f minor_pause_p99_ms=%.3f "
                "minor_pause_total_ms=%.1f promoted_age_bytes=%llu "
                "promoted_published_bytes=%llu",
                (unsigned long long)ys->young_bytes, ys->young_age,
                (unsigned long long)ys->minor_collections,
+               (unsigned long long)ys->minor_pauses,
                ys->minor_pause_max_ns / 1e6, ys->minor_pause_p99_ns / 1e6,
                ys->minor_pause_total_ns / 1e6,
                (unsigned long long)ys->promoted_age_bytes,
@@ -533,6 +535,7 @@ static void h_add_young(const struct wres *w)
 {
     heapd_young_stats *t = &h_total.ys, s = w->ys;
     t->minor_collections += s.minor_collections;
+    t->minor_pauses += s.minor_pauses;
     t->minor_pause_total_ns += s.minor_pause_total_ns;
     t->promoted_age_bytes += s.promoted_age_bytes;
     t->promoted_published_bytes += s.promoted_published_bytes;

@@ -611,11 +611,13 @@ static void h_report(double total_ms)
         heapd_young_stats ys;
         heapd_young_stats_get(hm, &ys);
         printf(" young_bytes=%llu young_age=%u minor_collections=%llu "
+               "minor_pauses=%llu "
                "minor_pause_max_ms=%.3f minor_pause_p99_ms=%.3f "
                "minor_pause_total_ms=%.1f promoted_age_bytes=%llu "
                "promoted_published_bytes=%llu",
                (unsigned long long)ys.young_bytes, ys.young_age,
                (unsigned long long)ys.minor_collections,
+               (unsigned long long)ys.minor_pauses,
                ys.minor_pause_max_ns / 1e6, ys.minor_pause_p99_ns / 1e6,
                ys.minor_pause_total_ns / 1e6,
                (unsigned long long)ys.promoted_age_bytes,
