@@ -99,31 +99,6 @@ static void add_ballast(heapd_mutator *m)
 #define RUNS 8
 #define ATTEMPTS 40
 
-/* Note [The preparatory push] in client/minor.c: whoever takes a young
- * mutator's stack handshake first, the mutator on its way out of the
- * snapshot's stop or heapd marking its stack, does the push; heapd
- * usually wins.  A blocked mutator with a deep stack, attached first (a
- * lower slot, which heapd marks before), keeps heapd busy while the young
- * mutator takes its own. */
-#define HELPER_ROOTS 50000
-
-static heapd_mutator *deep_blocked_helper(heapd_client *c)
-{
-    heapd_mutator *h;
-    ck_assert_int_eq(heapd_attach(c, &h), 0);
-    size_t s = heapd_root_push(h, heapd_alloc(h, 0, 8));
-    for (size_t i = 1; i < HELPER_ROOTS; i++)
-        ck_assert_uint_ne(heapd_root_push(h, heapd_root_get(h, s)),
-                          (size_t)-1);
-    heapd_blocking_enter(h);
-    return h;
-}
-
-static void helper_leave(heapd_mutator *h)
-{
-    heapd_blocking_leave(h);
-    heapd_detach(h);
-}
 
 /* The least nursery budget heapd grants: two segments (Note [Young
  * budgets] in daemon/gc/heap.h). */
@@ -440,16 +415,6 @@ static void local_ran(heapd_client *c, heapd_mutator *m, uint64_t minors,
     harness_expect_healthy(&D);
 }
 
-/* Wipe the stack below the caller's frame, where the frames of the
- * calls before it left words: a young object it held there would
- * otherwise be kept by a stale copy, not by what the test means to hold
- * it. */
-static __attribute__((noinline)) void wipe_stack(void)
-{
-    volatile uint64_t words[4096];
-    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-        words[i] = 0;
-}
 
 /* O (one reference, a counter) in a C local, not rooted, with a young
  * child in its field.  The local is an ordinary one: the compiler keeps it

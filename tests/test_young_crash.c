@@ -30,7 +30,6 @@
 
 #define YOUNG_LIST 1000     /* young nodes the kid roots */
 #define OTHER_N 300         /* another client's shared list */
-#define HELPER_ROOTS 50000  /* roots the daemon marks before the kid's */
 
 /* A kid's exit codes: any exit means it never stopped. */
 enum kid_exit {
@@ -260,13 +259,7 @@ static void killed_in(const char *phase)
      * the kid's (a lower slot), so that the kid's own handshake, the
      * push, usually wins */
     heapd_client *hc = connect_plain(0);
-    heapd_mutator *helper;
-    ck_assert_int_eq(heapd_attach(hc, &helper), 0);
-    size_t hs = heapd_root_push(helper, heapd_alloc(helper, 0, 8));
-    for (size_t i = 1; i < HELPER_ROOTS; i++)
-        ck_assert_uint_ne(heapd_root_push(helper, heapd_root_get(helper, hs)),
-                          (size_t)-1);
-    heapd_blocking_enter(helper);
+    heapd_mutator *helper = deep_blocked_helper(hc);
     ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
     ck_assert_int_eq(heapd_request_collect(ctl, HEAPD_COLLECT_WAIT), 0);
     struct segs before = segs_of(ctl);
@@ -307,8 +300,7 @@ static void killed_in(const char *phase)
                        "where they were before the kid connected");
     harness_expect_healthy(&D);
     expect_other_list();
-    heapd_blocking_leave(helper);
-    heapd_detach(helper);
+    helper_leave(helper);
     heapd_disconnect(hc);
     heapd_disconnect(ctl);
     harness_stop_clean(&D);

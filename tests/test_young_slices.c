@@ -77,12 +77,6 @@ static void until_started(heapd_mutator *m)
                   "HEAPD_YOUNG_SLICE is not in effect");
 }
 
-static __attribute__((noinline)) void wipe_stack(void)
-{
-    volatile uint64_t words[4096];
-    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-        words[i] = 0;
-}
 
 /* The chain under root slot R, built in a frame of its own: no word of
  * the caller's stack holds one of its nodes. */
@@ -101,6 +95,19 @@ static __attribute__((noinline)) void build_chain(heapd_mutator *m, size_t r)
     void **t = new_node(m, 1, TARGET);
     ck_assert_ptr_nonnull(t);
     heapd_write(m, prev, &prev[0], t);
+}
+
+/* The chain under a new root slot, returned, and a collection since
+ * (which aged it once): none is under way, and none saw the chain's
+ * nodes on the stack. */
+static size_t settled_chain(heapd_mutator *m)
+{
+    size_t r = heapd_root_push(m, NULL);
+    ck_assert_uint_ne(r, (size_t)-1);
+    build_chain(m, r);
+    wipe_stack();
+    until_ended(m);
+    return r;
 }
 
 static void **chain_node(heapd_mutator *m, size_t r, uint64_t id)
@@ -127,25 +134,6 @@ static const char *chain_broken(heapd_mutator *m, size_t r, uint64_t end)
     if (end ? !node_ok(p, 1, end) : p != NULL)
         return "the chain's end is wrong";
     return NULL;
-}
-
-/* Note [The preparatory push]: whoever takes a young mutator's stack
- * handshake first, the mutator or heapd, does the push.  A blocked
- * mutator with a deep root stack, attached first (a lower slot, which
- * heapd marks before), keeps heapd busy while the young mutator takes
- * its own. */
-#define HELPER_ROOTS 50000
-
-static heapd_mutator *deep_blocked_helper(heapd_client *c)
-{
-    heapd_mutator *h;
-    ck_assert_int_eq(heapd_attach(c, &h), 0);
-    size_t s = heapd_root_push(h, heapd_alloc(h, 0, 8));
-    for (size_t i = 1; i < HELPER_ROOTS; i++)
-        ck_assert_uint_ne(heapd_root_push(h, heapd_root_get(h, s)),
-                          (size_t)-1);
-    heapd_blocking_enter(h);
-    return h;
 }
 
 /* HELPER: a deep blocked helper first (NULL: none). */
@@ -176,10 +164,7 @@ START_TEST(a_reference_moved_into_a_local_while_marking_survives)
 {
     heapd_client *c;
     heapd_mutator *m = start(&c, LAYOUT_YOUNG_AGE_MAX, NULL);
-    size_t r = heapd_root_push(m, NULL);
-    build_chain(m, r);
-    wipe_stack();
-    until_ended(m);
+    size_t r = settled_chain(m);
     until_started(m);
     void **last = chain_node(m, r, CHAIN);
     void *volatile t = field(last, 0);
@@ -200,10 +185,7 @@ START_TEST(an_object_allocated_while_marking_survives)
 {
     heapd_client *c;
     heapd_mutator *m = start(&c, LAYOUT_YOUNG_AGE_MAX, NULL);
-    size_t r = heapd_root_push(m, NULL);
-    build_chain(m, r);
-    wipe_stack();
-    until_ended(m);
+    size_t r = settled_chain(m);
     until_started(m);
     void **root = heapd_root_get(m, r);
     void **late = new_node(m, 1, LATE);
@@ -239,10 +221,7 @@ static void promotion_ends_before(void (*act)(heapd_mutator *, void *),
 {
     heapd_client *c;
     heapd_mutator *m = start(&c, 2, NULL);
-    size_t r = heapd_root_push(m, NULL);
-    build_chain(m, r);
-    wipe_stack();
-    until_ended(m);
+    size_t r = settled_chain(m);
     /* the first collection started after the root node was rooted: it
      * aged it */
     ck_assert_uint_eq(young_in_chain(m, r), CHAIN + 2);
@@ -327,10 +306,7 @@ START_TEST(a_major_cycle_while_marking_keeps_everything)
     heapd_client *c;
     heapd_mutator *h;
     heapd_mutator *m = start(&c, LAYOUT_YOUNG_AGE_MAX, &h);
-    size_t r = heapd_root_push(m, NULL);
-    build_chain(m, r);
-    wipe_stack();
-    until_ended(m);
+    size_t r = settled_chain(m);
     for (uint64_t round = 0, end = TARGET; round < ROUNDS; round++) {
         until_started(m);
         uint64_t minors = young_stats(m).minor_collections;
@@ -359,8 +335,7 @@ START_TEST(a_major_cycle_while_marking_keeps_everything)
         ck_assert_msg(!why, "round %llu: %s (the node allocated after the "
                       "handshake?)", (unsigned long long)round, why);
     }
-    heapd_blocking_leave(h);
-    heapd_detach(h);
+    helper_leave(h);
     finish(c, m);
 }
 END_TEST

@@ -131,3 +131,28 @@ bool still_young(const heapd_client *c, const heapd_mutator *m,
 {
     return heapd_is_young(m, obj) && mark_of(c, obj) == LAYOUT_MARK_YOUNG;
 }
+
+heapd_mutator *deep_blocked_helper(heapd_client *c)
+{
+    heapd_mutator *h;
+    ck_assert_int_eq(heapd_attach(c, &h), 0);
+    size_t s = heapd_root_push(h, heapd_alloc(h, 0, 8));
+    for (size_t i = 1; i < HELPER_ROOTS; i++)
+        ck_assert_uint_ne(heapd_root_push(h, heapd_root_get(h, s)),
+                          (size_t)-1);
+    heapd_blocking_enter(h);
+    return h;
+}
+
+void helper_leave(heapd_mutator *h)
+{
+    heapd_blocking_leave(h);
+    heapd_detach(h);
+}
+
+__attribute__((noinline)) void wipe_stack(void)
+{
+    volatile uint64_t words[4096];
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        words[i] = 0;
+}

@@ -51,4 +51,20 @@ bool promoted(const heapd_client *c, const heapd_mutator *m, const void *obj);
 bool still_young(const heapd_client *c, const heapd_mutator *m,
                  const void *obj);
 
+/* Note [The preparatory push] in client/minor.c: whoever takes a young
+ * mutator's stack handshake first, the mutator on its way out of the
+ * snapshot's stop or heapd marking its stack, does the push; heapd
+ * usually wins.  A blocked mutator of C with a deep stack (HELPER_ROOTS
+ * roots), attached before the young one (a lower slot, which heapd marks
+ * before), keeps heapd busy while the young mutator takes its own. */
+#define HELPER_ROOTS 50000
+heapd_mutator *deep_blocked_helper(heapd_client *c);
+/* The helper runs again and detaches. */
+void helper_leave(heapd_mutator *h);
+
+/* Wipe the stack below the caller's frame, where the frames of the calls
+ * before it left words: a young object it held there would otherwise be
+ * kept by a stale copy, not by what the test means to hold it. */
+void wipe_stack(void);
+
 #endif
