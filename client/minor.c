@@ -289,34 +289,36 @@ void young_free(heapd_mutator *m)
  * at most half the bytes allocated since the one before, whatever the
  * program keeps (as GHC's and OCaml's runtimes grow a nursery with its
  * survivors).  Objects are promoted at their young_age-th survival (2 by
- * default).  The default budget is 16 MiB (heapd.conf's young_size; a
+ * default).  The default budget is 8 MiB (heapd.conf's young_size; a
  * quarter of max_size or of max_client_bytes where that is less), chosen
  * from this curve, with collections in slices (Note [Minor collections
  * in slices]; release build, 2 CPUs shared; GCBench median of 5, budgets
  * interleaved: total ms / all minor pauses ms / MiB promoted / longest
  * pause ms; binary-trees depth 18, 1 and 2 processes, median of 3, ms;
- * alloc_bench young ns per 64- and 256-byte allocation):
+ * alloc_bench young ns per 64- and 256-byte allocation, then the same
+ * process's shared heapd_alloc of 16 bytes):
  *
- *   budget  age | GCBench                 | binary-trees | alloc 64 / 256 B
- *   4 MiB    2  | 184 / 24 / 4 / 2.0 (1)  |  756 / 505   |  6.9 / 11.8
- *   8 MiB    2  | 168 / 19 / 4 / 0.11     |  701 / 449   |  7.9 / 15.0
- *   16 MiB   2  | 163 / 14 / 6 / 0.18     |  693 / 470   |  7.8 / 16.9
- *   32 MiB   2  | 189 / 10 / 4 / 0.11     |  662 / 549   |  9.2 / 15.6
+ *   budget | GCBench                 | binary-trees | alloc young | shared
+ *   4 MiB  | 184 / 24 / 4 / 2.0 (1)  |  756 / 505   |  6.9 / 11.8 |
+ *   8 MiB  | 168 / 19 / 4 / 0.11     |  701 / 449   |  7.9 / 15.0 | 10.5
+ *   16 MiB | 163 / 14 / 6 / 0.18     |  693 / 470   |  7.8 / 16.9 | 19.1
+ *   32 MiB | 189 / 10 / 4 / 0.11     |  662 / 549   |  9.2 / 15.6 |
  *   (1) a collection that outlasted its budget, ended in one pause
  *
- * In one pause per collection (the curve before slices: 161 ms at 8 MiB,
- * 151 at 16, 211 at 32) a larger budget also meant longer pauses, and 8
- * MiB was chosen; in slices a pause no longer grows with the budget, and
- * 16 MiB takes GCBench's gain (fewer collections that find a tree half
+ * 16 MiB runs GCBench faster (fewer collections that find a tree half
  * built, which C locals hold and which is traced at each one; 8 against
- * 16 MiB interleaved: 174.6 against 162.5 ms, and 163.7 against 149.7)
- * at the cost of two processes of binary-trees (449 -> 470 ms) and of
- * 256-byte allocations, whose loop's working set leaves the cache; at 32
- * MiB everything slows down, the programs' reads of their trees too.  Age
- * 2: age 1 promoted GCBench's trees under construction, age 3 traced
- * survivors once more.  Growth without a bound: binary-trees, whose trees
- * only C locals hold while they are built, took 757 ms of minor
- * collections at a fixed 1 MiB and 263 ms with it.
+ * 16 MiB interleaved: 169.5 against 159.9 ms), but a nursery costs the
+ * other mutators of its process while its own is blocked: heapd scans
+ * every young block of a blocked young mutator at each cycle (Note [The
+ * daemon's preparatory push] in daemon/gc/mark.c), and alloc_bench's
+ * shared 16-byte allocations, beside a blocked young mutator, take 10.5
+ * ns at 8 MiB and 19.1 at 16; two processes of binary-trees and 256-byte
+ * young allocations are slower at 16 MiB too; at 32 MiB everything slows
+ * down, the programs' reads of their trees too.  Age 2: age 1 promoted
+ * GCBench's trees under construction, age 3 traced survivors once more.
+ * Growth without a bound: binary-trees, whose trees only C locals hold
+ * while they are built, took 757 ms of minor collections at a fixed 1
+ * MiB and 263 ms with it.
  */
 static struct young_seg *seg_at(const struct young_gen *y, uint32_t idx)
 {

@@ -907,7 +907,7 @@ static void heap_section(struct parse *p, const char *name)
     h->stall_timeout_ms = 10000;
     h->stall_action = CONFIG_STALL_KILL;
     h->reconnect_timeout_ms = 10000;
-    h->young_size = 16 * MIB;
+    h->young_size = 8 * MIB;
     h->young_age = 2;
     p->heap = h;
     p->sec = SEC_HEAP;

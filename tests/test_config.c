@@ -90,7 +90,7 @@ START_TEST(t_defaults)
     ck_assert_uint_eq(c.heaps[0].gc_overhead, 100);
     ck_assert_uint_eq(c.heaps[0].mark_stack_limit, 8 << 20);
     ck_assert_uint_eq(c.heaps[0].max_client_bytes, 0);
-    ck_assert_uint_eq(c.heaps[0].young_size, 16 << 20);
+    ck_assert_uint_eq(c.heaps[0].young_size, 8 << 20);
     ck_assert_uint_eq(c.heaps[0].young_age, 2);
     ck_assert_uint_eq(c.heaps[0].n_allow_users, 0);
     ck_assert_uint_eq(c.heaps[0].n_allow_groups, 0);
