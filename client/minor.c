@@ -974,12 +974,15 @@ static uint32_t sweep_seg(struct young_seg *s, uint8_t poison)
  * Measured on GCBench young (8 MiB nursery, release build): in one pause
  * per collection the longest took 2.45 ms and p99 was 2.62 ms (a tree
  * half built traced whole; an 8 MiB sweep alone about 120 us); in slices
- * of 50 us the longest pause is 0.09-0.26 ms and p99 57-98 us, for 4-7 %
- * of the run's time: each slice leaves the mutator's data out of the
- * cache, and memory allocated while a collection is under way is not
- * reused before it ends (slices of 500 us cost 1 %).  The lazy sweep
- * took GCBench (16 MiB) from 269-313 pauses to 160-179, 166.4 -> 162.9
- * ms.
+ * of 50 us the longest pause is 0.09-0.26 ms and p99 57-98 us.  What the
+ * slices cost the run is within this machine's noise in some hours and
+ * up to 9 % in others (the same binary, one pause against slices, 9 runs
+ * interleaved: 148.0 against 150.7 ms; against the build before, 156.2
+ * against 154.2 ms, and 155.1 against 169.5 in a noisier hour): memory
+ * allocated while a collection is under way is not reused before it
+ * ends, and each slice leaves the mutator's data out of the cache.  The
+ * lazy sweep took GCBench (16 MiB) from 269-313 pauses to 160-179,
+ * 166.4 -> 162.9 ms.
  */
 
 /* Slices of the sweep come this many times further apart than the
