@@ -403,9 +403,13 @@ void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
         if (__builtin_expect(m->young_bytes >= m->young.next_minor, 0))
             young_collect(m);
         p = take_block(m, &m->cur[cls], size, nrefs, nbytes, true);
-        return __builtin_expect(p != NULL, 1)
-                   ? p
-                   : alloc_slow(m, cls, size, nrefs, nbytes, true);
+        if (__builtin_expect(p == NULL, 0))
+            p = alloc_slow(m, cls, size, nrefs, nbytes, true);
+        /* Note [Minor collections in slices]: allocate black */
+        if (__builtin_expect(m->young_flags & MUTATOR_YOUNG_COLLECTING, 0) &&
+            p)
+            young_allocated_black(m, cls);
+        return p;
     }
     p = take_block(m, &m->cur[cls], size, nrefs, nbytes, false);
     return __builtin_expect(p != NULL, 1)

@@ -402,10 +402,6 @@ int young_track(heapd_mutator *m, uint32_t idx, unsigned cls)
     s->blocks = seg + c->small_first[cls];
     s->live = live;
     s->held = live + (nblocks + 63) / 64;
-    /* Note [Minor collections in slices]: allocated in from now on, not
-     * swept before this collection ends */
-    if (y->phase != YOUNG_IDLE)
-        memset(live, 0xff, (nblocks + 63) / 64 * sizeof *live);
     s->magic = c->small_magic[cls];
     s->index = idx;
     s->nblocks = nblocks;
@@ -944,14 +940,16 @@ static uint32_t sweep_seg(struct young_seg *s, uint8_t poison)
  *     a C local before it cuts this path; nothing else can lose a path to
  *     a young object, for root slots are read at the start and nothing
  *     shared references one;
- *   - allocate black: the start sets the live bit of every free block of
- *     the current segments and of those on the reuse lists, and a segment
- *     tracked while a collection is under way gets all its bits, so that
- *     whatever is allocated before the sweep is live (the fast path does
- *     not look: a store in it cost binary-trees 3 %), and the trace does
- *     not enter it (what a new object references was reachable at the
- *     start, or is new too); a segment gets onto a reuse list only when
- *     swept, and the sweep does not come back to it;
+ *   - allocate black: while a collection is under way
+ *     (MUTATOR_YOUNG_COLLECTING), heapd_alloc sets the live bit of the
+ *     young block it takes, so that what is allocated before the sweep
+ *     is live, and the trace does not enter it (what a new object
+ *     references was reachable at the start, or is new too).  The bit is
+ *     set at the allocation, not ahead of it for the blocks free at the
+ *     start: heapd's sweep frees blocks of the mutator's segments
+ *     (promoted objects that died) while it marks, and the young objects
+ *     allocated into them were freed (young_many under ThreadSanitizer,
+ *     2 runs in 15);
  *   - promotions in slices: an old object is promoted where the trace
  *     meets it, and what it references later, from the top of the work
  *     list (Note [Promotion in place]), so that between two slices a
@@ -1012,35 +1010,30 @@ static size_t slice_chunks(void)
 #endif
 }
 
-static void set_marking(heapd_mutator *m, bool on)
+/* Enter phase PH, with the flags that say so to the allocation and the
+ * barriers. */
+static void set_phase(heapd_mutator *m, enum young_phase_state ph)
 {
-    if (on)
-        m->young_flags |= MUTATOR_YOUNG_MARKING;
-    else
-        m->young_flags &= (uint8_t)~MUTATOR_YOUNG_MARKING;
-    m->young.phase = on ? YOUNG_MARK : YOUNG_SWEEP;
+    uint8_t f = m->young_flags & (uint8_t)~(MUTATOR_YOUNG_MARKING |
+                                            MUTATOR_YOUNG_COLLECTING);
+    if (ph == YOUNG_MARK)
+        f |= MUTATOR_YOUNG_MARKING;
+    if (ph != YOUNG_IDLE)
+        f |= MUTATOR_YOUNG_COLLECTING;
+    m->young_flags = f;
+    m->young.phase = ph;
 }
 
-/* Allocate black (Note [Minor collections in slices]): every block of S
- * free now gets its live bit, so that what is allocated there before the
- * collection ends survives it. */
-static void free_blocks_live(struct young_seg *s)
+void young_allocated_black(heapd_mutator *m, unsigned cls)
 {
-    const uint64_t low7 = 0x7f7f7f7f7f7f7f7full;
-    uint32_t b = 0;
-    /* eight marks at a time (they start 8-aligned: Note [Segments]): a
-     * byte of W is 0 iff its bit 7 is clear in ((W & low7) + low7) | W;
-     * the multiply gathers the eight bits 7 into one byte */
-    for (; b + 8 <= s->nblocks; b += 8) {
-        uint64_t w = __atomic_load_n((uint64_t *)(s->marks + b),
-                                     __ATOMIC_RELAXED);
-        uint64_t zero = ~(((w & low7) + low7) | w) & ~low7;
-        uint64_t bits = ((zero >> 7) * 0x0102040810204080ull) >> 56;
-        s->live[b >> 6] |= bits << (b & 63);
-    }
-    for (; b < s->nblocks; b++)
-        if (__atomic_load_n(&s->marks[b], __ATOMIC_RELAXED) == 0)
-            s->live[b >> 6] |= (uint64_t)1 << (b & 63);
+    const struct alloc_seg *a = &m->cur[cls];
+    struct young_seg *s = seg_at(&m->young, a->index);
+    uint32_t b = a->cursor - 1;
+    /* Note [Young segments]: a current segment is tracked */
+    assert(s && b < s->nblocks &&
+           __atomic_load_n(&s->marks[b], __ATOMIC_RELAXED) ==
+               LAYOUT_MARK_YOUNG);
+    s->live[b >> 6] |= (uint64_t)1 << (b & 63);
 }
 
 /* The start (Note [Minor collections in slices]). */
@@ -1051,15 +1044,7 @@ static void cycle_start(heapd_mutator *m)
     y->traced = 0;
     y->at_seg = 0;
     clear_live(y);
-    /* allocate black where the mutator may allocate before the sweep:
-     * its current segments and those on its reuse lists (a segment gets
-     * on one only once swept, and one tracked from now on is all live) */
-    for (uint32_t i = 0; i < y->nsegs; i++) {
-        struct young_seg *s = &y->segs[i];
-        if (s->reusable || m->cur[s->cls].index == s->index)
-            free_blocks_live(s);
-    }
-    set_marking(m, true);
+    set_phase(m, YOUNG_MARK);
     reach_roots(m, VISIT_AGE, PHASE_MINOR);
     reach_stack(m, VISIT_KEEP, true);
 }
@@ -1117,7 +1102,7 @@ static uint32_t sweep_next(heapd_mutator *m, uint8_t poison)
 static void cycle_end(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
-    y->phase = YOUNG_IDLE;
+    set_phase(m, YOUNG_IDLE);
     y->minor++;
     y->survived = y->traced;
     /* Note [Sizing the nursery] */
@@ -1165,7 +1150,7 @@ static void cycle_work(heapd_mutator *m, uint64_t deadline, size_t chunks)
         } else if (y->nwork > 0) {
             drain(m, VISIT_AGE, CHUNK);
         } else if (!reach_held(m)) {
-            set_marking(m, false);
+            set_phase(m, YOUNG_SWEEP);
             y->at_seg = 0;
         }
     }
@@ -1180,8 +1165,7 @@ static void cycle_abandon(heapd_mutator *m)
         return;
     young_promote_pending(m);
     y->nwork = 0;
-    y->phase = YOUNG_IDLE;
-    m->young_flags &= (uint8_t)~MUTATOR_YOUNG_MARKING;
+    set_phase(m, YOUNG_IDLE);
     y->next_minor = m->young_bytes;
 }
 

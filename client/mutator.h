@@ -42,6 +42,8 @@ struct alloc_seg {
                                        barrier is on */
 #define MUTATOR_YOUNG_PROMOTING 4u  /* young.nforce > 0: promotions to end
                                        before a store into anything shared */
+#define MUTATOR_YOUNG_COLLECTING 8u /* young.phase != YOUNG_IDLE: a young
+                                       allocation is born live */
 
 struct heapd_mutator {
     heapd_client *c;

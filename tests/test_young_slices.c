@@ -17,7 +17,9 @@
  */
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "client.h"
 #include "harness.h"
@@ -279,6 +281,91 @@ START_TEST(a_blocking_region_ends_the_promotions_under_way)
 }
 END_TEST
 
+/* Allocate black, whoever freed the block: heapd's sweep frees promoted
+ * objects of the young mutator's current segment while its collection
+ * marks; the young objects allocated into those blocks then, which only
+ * root slots pushed since hold, are kept. */
+#define VICTIMS 16
+#define VICTIM_BYTES 200 /* a class nothing else here allocates */
+
+struct victims {
+    const heapd_client *c;
+    void *obj[VICTIMS];
+};
+
+static bool victims_freed(void *arg, char *seen, size_t len)
+{
+    struct victims *v = arg;
+    int n = 0;
+    for (int i = 0; i < VICTIMS; i++)
+        n += mark_of(v->c, v->obj[i]) == 0;
+    snprintf(seen, len, "%d of %d freed", n, VICTIMS);
+    return n == VICTIMS;
+}
+
+START_TEST(a_block_heapd_frees_while_marking_is_allocated_black)
+{
+    heapd_client *c;
+    heapd_mutator *m = start(&c, LAYOUT_YOUNG_AGE_MAX, NULL);
+    size_t r = settled_chain(m);
+    /* the victims fill the start of a segment of their class, promoted
+     * (published) and then dropped */
+    struct victims v = {.c = c};
+    void **all = heapd_alloc(m, VICTIMS, 0);
+    ck_assert_ptr_nonnull(all);
+    for (int i = 0; i < VICTIMS; i++) {
+        v.obj[i] = heapd_alloc(m, 0, VICTIM_BYTES);
+        ck_assert_ptr_nonnull(v.obj[i]);
+        heapd_write(m, all, &all[i], v.obj[i]);
+    }
+    ck_assert_int_eq(heapd_global_set(m, "victims", all), 0);
+    ck_assert(promoted(c, m, v.obj[0]));
+    ck_assert_int_eq(heapd_global_set(m, "victims", NULL), 0);
+    all = NULL;
+    /* a whole collection sweeps the segment: its cursor goes back to its
+     * first block; then the next one marks the chain */
+    until_started(m);
+    until_ended(m);
+    until_started(m);
+    uint64_t minors = young_stats(m).minor_collections;
+    heapd_blocking_enter(m);
+    ck_assert_int_eq(heapd_request_collect(c, HEAPD_COLLECT_WAIT), 0);
+    harness_wait_until(victims_freed, &v, "heapd's sweep frees the victims");
+    heapd_blocking_leave(m);
+    size_t first = (size_t)-1;
+    void *late[VICTIMS];
+    for (int i = 0; i < VICTIMS; i++) {
+        late[i] = heapd_alloc(m, 0, VICTIM_BYTES);
+        ck_assert_ptr_nonnull(late[i]);
+        memset(heapd_bytes(late[i]), 0x5a, VICTIM_BYTES);
+        size_t s = heapd_root_push(m, late[i]);
+        ck_assert_uint_ne(s, (size_t)-1);
+        if (first == (size_t)-1)
+            first = s;
+    }
+    ck_assert_msg(late[0] == v.obj[0], "the first new object is not in "
+                  "the first block heapd freed");
+    ck_assert_msg(young_stats(m).minor_collections == minors,
+                  "the collection ended before the new objects were made");
+    for (int i = 0; i < VICTIMS; i++)
+        late[i] = NULL;
+    wipe_stack();
+    until_ended(m);
+    for (int i = 0; i < VICTIMS; i++) {
+        void *o = heapd_root_get(m, first + (size_t)i);
+        const uint8_t *p = heapd_bytes(o);
+        ck_assert_msg(still_young(c, m, o) && p[0] == 0x5a &&
+                          p[VICTIM_BYTES - 1] == 0x5a,
+                      "object %d, allocated while the young generation "
+                      "marked into a block heapd had freed since it began, "
+                      "was freed (mark %d)", i, mark_of(c, o));
+    }
+    const char *why = chain_broken(m, r, TARGET);
+    ck_assert_msg(!why, "%s", why);
+    finish(c, m);
+}
+END_TEST
+
 /* A major cycle's stack handshake while the chain is marked: the
  * preparatory push, if the mutator takes it (heapd may take it first:
  * Note [The preparatory push]), gives the collection up; the chain, the
@@ -350,6 +437,7 @@ static Suite *suite(void)
     tcase_add_test(t, a_store_into_a_shared_object_ends_the_promotions_under_way);
     tcase_add_test(t, a_global_set_ends_the_promotions_under_way);
     tcase_add_test(t, a_blocking_region_ends_the_promotions_under_way);
+    tcase_add_test(t, a_block_heapd_frees_while_marking_is_allocated_black);
     tcase_add_test(t, a_major_cycle_while_marking_keeps_everything);
     suite_add_tcase(s, t);
     return s;
