@@ -98,6 +98,7 @@
 #include "layout.h"
 #include "minor.h"
 #include "mutator.h"
+#include "stack_roots.h"
 
 /* Note [Wide objects]
  * ~~~~~~~~~~~~~~~~~~~
@@ -320,6 +321,7 @@ void barrier_stack_slow(heapd_mutator *m)
                                                     memory_order_relaxed));
             barrier_log(m, atomic_load(&s->pending_root));
         }
+        stack_roots_log(m); /* Note [C locals are roots] */
         /* Note [Straddling a cycle]: still this cycle */
         assert(atomic_load(&m->ctl->epoch) == epoch);
         atomic_store(&s->stack_marked, epoch);

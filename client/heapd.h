@@ -253,6 +253,11 @@ HEAPD_API int heapd_attach(heapd_client *c, heapd_mutator **out);
  * Mutators attached without the flag see no change.
  */
 #define HEAPD_MUTATOR_YOUNG 0x1u
+/* No conservative scan of this thread's stack for the major collector:
+ * only root slots, globals and heap objects keep shared objects (Note
+ * [Client GC discipline]'s rule for pointers held anywhere else applies
+ * to its locals too). */
+#define HEAPD_MUTATOR_PRECISE 0x2u
 
 typedef struct heapd_mutator_opts {
     unsigned flags;           /* HEAPD_MUTATOR_* */

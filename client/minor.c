@@ -170,7 +170,6 @@ int young_init(heapd_mutator *m, uint64_t budget, uint32_t age)
 {
     struct young_gen *y = &m->young;
     heapd_client *c = m->c;
-    int rc;
 
     memset(y, 0, sizeof *y);
     y->age = age;
@@ -180,8 +179,6 @@ int young_init(heapd_mutator *m, uint64_t budget, uint32_t age)
     /* Note [Minor collections in slices] */
     y->slice_bytes = budget / 256 > 4096 ? budget / 256 : 4096;
     y->heap_segs = (uint32_t)(c->size >> c->seg_shift);
-    if ((rc = stack_base_of_self(&y->stack_base, &y->stack_limit)) < 0)
-        return rc;
     y->segmap = calloc(y->heap_segs, sizeof *y->segmap);
     if (!y->segmap)
         return client_set_error(-ENOMEM, "out of memory for a young "
@@ -772,7 +769,7 @@ static void reach_stack(heapd_mutator *m, enum visit_mode mode, bool hold)
     struct young_gen *y = &m->young;
     struct stack_ctx sc = {m, mode, hold};
     uintptr_t lo = (uintptr_t)m->c->base;
-    if (stack_scan(y->stack_base, y->stack_limit, lo, lo + m->c->size,
+    if (stack_scan(m->stack_base, m->stack_limit, lo, lo + m->c->size,
                    stack_word, &sc) < 0) {
         for (uint32_t i = 0; i < y->nsegs; i++) {
             struct young_seg *s = &y->segs[i];

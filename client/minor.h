@@ -39,8 +39,6 @@ struct young_gen {
     uint64_t budget;            /* bytes allocated between minor collections */
     uint64_t next_minor;        /* young_bytes at which the next one runs */
     uint64_t minor_at;          /* young_bytes at the last one */
-    uintptr_t stack_base;       /* the attached thread's stack: its base */
-    uintptr_t stack_limit;      /* and its lowest address */
     /* the young segments: segs[segmap[i] - 1] is segment i's */
     struct young_seg *segs;
     uint32_t nsegs, capsegs;

@@ -21,6 +21,8 @@
 #include "mutator.h"
 #include "remark.h"
 #include "reserve.h"
+#include "stack.h"
+#include "stack_roots.h"
 #include "tsan.h"
 
 /* ---- safepoints ---- */
@@ -222,6 +224,9 @@ static void take_stop(heapd_mutator *m, uint32_t gen)
     bool snapshot = layout_stop_is_snapshot(gen);
 
     mutator_check_evicted(m);
+    /* Note [C locals are roots] in client/stack_roots.c: before the ack */
+    if (snapshot && gen != 0)
+        stack_roots_capture(m);
     /* a stop re-asked under a new generation while this mutator waited
      * (Note [Parking a stop] in daemon/gc/safepoint.c) is taken at once, if
      * it is of the same kind */
@@ -350,6 +355,13 @@ void heapd_blocking_enter(heapd_mutator *m)
      * take the blocked mutator's roots */
     if ((m->young_flags & MUTATOR_YOUNG_PROMOTING))
         young_promote_pending(m);
+    /* Note [C locals are roots] in client/stack_roots.c: the handshake
+     * due first, then the capture heapd may take it with */
+    if (m->conservative) {
+        if (barrier_stack_due(m))
+            barrier_stack_slow(m);
+        stack_roots_capture(m);
+    }
     mutator_block(m);
 }
 
@@ -442,7 +454,7 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
         return client_set_error(-EINVAL, "heapd_attach: NULL argument");
     *out = NULL;
     if (opts) {
-        if (opts->flags & ~HEAPD_MUTATOR_YOUNG)
+        if (opts->flags & ~(HEAPD_MUTATOR_YOUNG | HEAPD_MUTATOR_PRECISE))
             return client_set_error(-EINVAL, "heapd_attach_opts: unknown "
                                     "flags 0x%x", opts->flags);
         if (opts->young_age > LAYOUT_YOUNG_AGE_MAX)
@@ -495,15 +507,20 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
     /* the ring's counters run on from the region's previous mutator; the
      * daemon has moved the tail up to the head */
     m->urs_head = m->urs_notified = atomic_load(&m->slot->urs_head);
-    if (ar.young) {
+    /* Note [C locals are roots] in client/stack_roots.c; a young
+     * generation scans the stack too */
+    m->conservative = !opts || !(opts->flags & HEAPD_MUTATOR_PRECISE);
+    rc = 0;
+    if (m->conservative || ar.young)
+        rc = stack_base_of_self(&m->stack_base, &m->stack_limit);
+    if (rc == 0 && ar.young)
         rc = young_init(m, a->young_bytes, a->young_age);
-        if (rc < 0) {
-            /* the slot goes with the connection */
-            heapd__envelope__free_unpacked(rep, NULL);
-            hd_mutex_destroy(&m->hold);
-            free(m);
-            return rc;
-        }
+    if (rc < 0) {
+        /* the slot goes with the connection */
+        heapd__envelope__free_unpacked(rep, NULL);
+        hd_mutex_destroy(&m->hold);
+        free(m);
+        return rc;
     }
     heapd__envelope__free_unpacked(rep, NULL);
 

@@ -71,6 +71,13 @@ struct heapd_mutator {
     uint64_t urs_head;               /* entries written to the URS ring */
     uint64_t urs_notified;           /* head sent in the last UrsBatch */
     struct alloc_seg cur[LAYOUT_NCLASSES];
+    /* the attached thread's stack (stack_base_of_self), and Note [C
+     * locals are roots] in client/stack_roots.c */
+    uintptr_t stack_base, stack_limit;
+    bool conservative;               /* not HEAPD_MUTATOR_PRECISE */
+    uint64_t captured_last;          /* objects in the last capture */
+    uint64_t capture_failures;       /* captures the stack scan refused */
+    uint64_t capture_dropped;        /* objects past LAYOUT_MAX_CAPTURED */
     struct young_gen young;          /* Note [Young objects] in proto/young.h */
 };
 

@@ -133,7 +133,7 @@
  * 14: young objects in the client's segments (Note [Young objects] in
  * proto/young.h): LAYOUT_MARK_YOUNG and LAYOUT_YOUNG_TAG, epochs
  * 1..239, no nursery kind. */
-#define LAYOUT_VERSION 14u
+#define LAYOUT_VERSION 15u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
@@ -369,7 +369,7 @@ static inline uint32_t layout_small_block(uint64_t off, uint32_t first,
  * wrote into other slots' root depths and ring heads made four clients
  * lose their lists).  What a client writes there is its own damage, and
  * the daemon reads it as untrusted input: a root depth beyond
- * LAYOUT_MAX_ROOTS, a ring head more than LAYOUT_URS_SIZE ahead of the
+ * LAYOUT_MAX_ROOTS, a capture beyond LAYOUT_MAX_CAPTURED, a ring head more than LAYOUT_URS_SIZE ahead of the
  * tail or behind it, a status of FREE on an attached slot or an ack of a
  * stop the daemon never raised, or more bytes
  * allocated than its client was ever granted in segments makes the daemon
@@ -447,6 +447,10 @@ struct layout_mutator {
     /* Note [Stack marking handshake]: once per cycle, by either side */
     alignas(64) _Atomic uint32_t stack_marking; /* epoch of the taker */
     _Atomic uint32_t stack_marked;  /* futex: epoch the stack was marked in */
+    /* Note [C locals are roots] in client/stack_roots.c: the objects the
+     * thread's stack and registers pointed into when it last stopped for
+     * a snapshot or blocked, at layout_mutator_captured */
+    _Atomic uint64_t captured_n;
     /* Note [Young objects]: the mutator's young generation, written by
      * the mutator at its minor collections and promotions; statistics only,
      * which the daemon reads and never trusts for anything else */
@@ -463,16 +467,26 @@ struct layout_mutator {
 };
 
 /* A mutator's region of its client's control memory (Note [Client control
- * memory]): the slot's words, then LAYOUT_MAX_ROOTS root references. */
+ * memory]): the slot's words, then LAYOUT_MAX_ROOTS root references, then
+ * LAYOUT_MAX_CAPTURED captured ones (a 1 MiB stack's worth of distinct
+ * objects). */
 #define LAYOUT_MAX_ROOTS (1u << 19)
+#define LAYOUT_MAX_CAPTURED (1u << 17)
 #define LAYOUT_MUTATOR_ROOTS                                                 \
     ((sizeof(struct layout_mutator) + 4095u) & ~(size_t)4095u)
-#define LAYOUT_MUTATOR_BYTES                                                 \
+#define LAYOUT_MUTATOR_CAPTURED                                              \
     (LAYOUT_MUTATOR_ROOTS + (size_t)LAYOUT_MAX_ROOTS * sizeof(void *))
+#define LAYOUT_MUTATOR_BYTES                                                 \
+    (LAYOUT_MUTATOR_CAPTURED + (size_t)LAYOUT_MAX_CAPTURED * sizeof(void *))
 
 static inline void *_Atomic *layout_mutator_roots(struct layout_mutator *m)
 {
     return (void *_Atomic *)((uint8_t *)m + LAYOUT_MUTATOR_ROOTS);
+}
+
+static inline void *_Atomic *layout_mutator_captured(struct layout_mutator *m)
+{
+    return (void *_Atomic *)((uint8_t *)m + LAYOUT_MUTATOR_CAPTURED);
 }
 
 /* ---- global roots (named static objects) ----

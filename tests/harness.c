@@ -1102,14 +1102,34 @@ void harness_stop_clean(struct daemon_proc *d)
                   "heapd did not exit 0 after SIGTERM (status 0x%x)", st);
 }
 
-void harness_attach(const struct daemon_proc *d, heapd_client **c,
-                    heapd_mutator **m)
+__attribute__((noinline)) void harness_wipe_stack(void)
+{
+    volatile uint64_t words[4096];
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        words[i] = 0;
+}
+
+static void attach_with(const struct daemon_proc *d, heapd_client **c,
+                        heapd_mutator **m, unsigned flags)
 {
     heapd_connect_opts o = {.socket_path = d->sock};
     int rc = heapd_connect(c, &o);
     ck_assert_msg(rc == 0, "connect: %s", heapd_last_error());
-    rc = heapd_attach(*c, m);
+    heapd_mutator_opts mo = {.flags = flags};
+    rc = heapd_attach_opts(*c, &mo, m);
     ck_assert_msg(rc == 0, "attach: %s", heapd_last_error());
+}
+
+void harness_attach(const struct daemon_proc *d, heapd_client **c,
+                    heapd_mutator **m)
+{
+    attach_with(d, c, m, 0);
+}
+
+void harness_attach_precise(const struct daemon_proc *d, heapd_client **c,
+                            heapd_mutator **m)
+{
+    attach_with(d, c, m, HEAPD_MUTATOR_PRECISE);
 }
 
 pid_t harness_fork_mutator(const struct daemon_proc *d,

@@ -38,6 +38,17 @@ int harness_wait_ms(void);
 int64_t harness_now_ms(void);
 #define HARNESS_WAIT_MS harness_wait_ms()
 
+/* An address held where the conservative scan of C locals does not see
+ * it (Note [C locals are roots] in client/stack_roots.c), for a test that
+ * needs the object to die while it remembers where it was. */
+#define HARNESS_HIDE(p) ((uintptr_t)(p) ^ 0x5a5a5a5a5a5a5a5aull)
+#define HARNESS_UNHIDE(h) ((void *)((uintptr_t)(h) ^ 0x5a5a5a5a5a5a5a5aull))
+/* Wipe 32 KiB of the stack below the caller's frame, where the frames of
+ * the calls before it left words: an object they held there would
+ * otherwise be kept by a stale copy (the same Note), not by what the test
+ * means to hold it. */
+void harness_wipe_stack(void);
+
 /* A base every test heap may use: it is outside the ranges ASan's and
  * TSan's shadow memory take, so it maps in plain, ASan and TSan builds. */
 #define HARNESS_HEAP_BASE 0x7e8000000000ULL
@@ -270,6 +281,11 @@ void harness_stop_clean(struct daemon_proc *d);
 /* Connect and attach one mutator (fails the test on error). */
 void harness_attach(const struct daemon_proc *d, heapd_client **c,
                     heapd_mutator **m);
+/* The same with a HEAPD_MUTATOR_PRECISE mutator, whose C locals keep
+ * nothing (Note [C locals are roots] in client/stack_roots.c): for a test
+ * that needs the objects its locals last held to die. */
+void harness_attach_precise(const struct daemon_proc *d, heapd_client **c,
+                            heapd_mutator **m);
 /* A control connection (stats, gc). */
 heapd_client *harness_control(const struct daemon_proc *d);
 heapd_stats_t harness_stats(heapd_client *c);

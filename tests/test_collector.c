@@ -602,7 +602,9 @@ END_TEST
 
 /* A logged daemon with heaps "default" and "other", and a list of every
  * other one of 20000 objects in root slot *KEEP after two cycles: the rest
- * are free blocks in segments that stay in use.  Returns one of those. */
+ * are free blocks in segments that stay in use.  Returns one of those.
+ * The mutator is precise: a local, or a stale word on the stack, would
+ * keep the free one (Note [C locals are roots]). */
 static uintptr_t start_with_half_list(heapd_client **c, heapd_mutator **m,
                                       size_t *keep)
 {
@@ -614,7 +616,7 @@ static uintptr_t start_with_half_list(heapd_client **c, heapd_mutator **m,
              (unsigned long long)HARNESS_HEAP_BASE,
              (unsigned long long)OTHER_BASE);
     harness_start_logged(&D, conf, "heapd.log");
-    harness_attach(&D, c, m);
+    harness_attach_precise(&D, c, m);
     *keep = heapd_root_push(*m, NULL);
     uintptr_t freed = 0;
     for (long i = 0; i < 20000; i++) {

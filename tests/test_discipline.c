@@ -309,7 +309,11 @@ static int run_checked(enum misuse what, char *err, size_t errlen)
                                 .flags = HEAPD_CONNECT_CHECKED};
         heapd_client *c;
         heapd_mutator *m;
-        if (heapd_connect(&c, &o) < 0 || heapd_attach(c, &m) < 0)
+        /* precise: STALE stands for a pointer kept where no scan looks
+         * (malloc'd memory, a file); a local would keep its object, and
+         * so may a stale copy on the stack (Note [C locals are roots]) */
+        heapd_mutator_opts mo = {.flags = HEAPD_MUTATOR_PRECISE};
+        if (heapd_connect(&c, &o) < 0 || heapd_attach_opts(c, &mo, &m) < 0)
             child_fail(heapd_last_error());
         void **root = heapd_alloc(m, 2, 0);
         heapd_root_push(m, root);

@@ -251,7 +251,14 @@ END_TEST
 
 /* What the attacker writes into its own slot (region 0 of its control
  * memory), in a blocking region so that no stop waits for it. */
-enum nonsense { DEEP_ROOTS, URS_AHEAD, FREE_STATUS, ALLOC_AHEAD, ACK_AHEAD };
+enum nonsense {
+    DEEP_ROOTS,
+    URS_AHEAD,
+    FREE_STATUS,
+    ALLOC_AHEAD,
+    ACK_AHEAD,
+    CAPTURE_PAST
+};
 
 static void write_nonsense(heapd_mutator *m, void *arg)
 {
@@ -273,6 +280,9 @@ static void write_nonsense(heapd_mutator *m, void *arg)
         break;
     case ALLOC_AHEAD: /* would make every grant of the heap wait for cycles */
         atomic_store(&s->alloc_bytes, (uint64_t)1 << 60);
+        break;
+    case CAPTURE_PAST:
+        atomic_store(&s->captured_n, (uint64_t)LAYOUT_MAX_CAPTURED + 1);
         break;
     case ACK_AHEAD: { /* running, off any safepoint: a stop would wait */
         uint32_t gen = LAYOUT_STATUS_GEN(atomic_load(&s->status));
@@ -298,6 +308,7 @@ START_TEST(nonsense_in_own_slot_disconnects_the_client)
         {FREE_STATUS, "a FREE status while attached"},
         {ALLOC_AHEAD, "2^60 bytes allocated"},
         {ACK_AHEAD, "RUNNING with the ack of a stop 1000 ahead"},
+        {CAPTURE_PAST, "a C stack capture past its area"},
     };
     struct bystander b = bystander_begin();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -308,11 +319,55 @@ START_TEST(nonsense_in_own_slot_disconnects_the_client)
         kill(kid, SIGKILL);
         harness_wait_pid(kid, HARNESS_WAIT_MS);
     }
-    harness_wait_stat(&D, NULL, clients_disconnected, ==, 5);
+    harness_wait_stat(&D, NULL, clients_disconnected, ==, 6);
     ck_assert_uint_lt(harness_daemon_stats(&D).bytes_allocated, 1ull << 40);
     ck_assert_msg(harness_log_contains(&D, "into mutator slot"),
                   "heapd's log does not name the disconnected client");
     bystander_end(b, "nonsense in the attackers' own slots");
+}
+END_TEST
+
+/* Garbage in a client's own capture of its C stack (Note [C locals are
+ * roots] in client/stack_roots.c): words that are no object's are
+ * dropped, not counted as bad references nor followed, the client stays,
+ * and the others' lists are whole. */
+#define CAPTURE_GARBAGE 4096
+
+static void write_capture_garbage(heapd_mutator *m, void *arg)
+{
+    unsigned n;
+    uintptr_t base = (uintptr_t)arg;
+    heapd_blocking_enter(m);
+    struct layout_mutator *s = (struct layout_mutator *)own_control_memory(&n);
+    if (!s || n != 1)
+        _exit(7);
+    void *_Atomic *cap = layout_mutator_captured(s);
+    srand(4242);
+    for (unsigned i = 0; i < CAPTURE_GARBAGE; i++) {
+        uintptr_t w = (uintptr_t)rand() << 33 ^ (uintptr_t)rand() << 3;
+        /* half of them into the heap's first 256 MiB, 8-aligned */
+        if (i % 2)
+            w = base + (w & ((1u << 28) - 8));
+        atomic_store(&cap[i], (void *)w);
+    }
+    atomic_store(&s->captured_n, CAPTURE_GARBAGE);
+}
+
+START_TEST(garbage_in_own_capture_is_dropped)
+{
+    struct bystander b = bystander_begin();
+    heapd_stats_t before = harness_daemon_stats(&D);
+    pid_t kid = harness_fork_mutator(&D, write_capture_garbage,
+                                     (void *)(uintptr_t)HARNESS_HEAP_BASE);
+    heap_still_works("garbage in a capture");
+    heap_still_works("garbage in a capture");
+    heapd_stats_t after = harness_daemon_stats(&D);
+    ck_assert_uint_eq(after.bad_refs, before.bad_refs);
+    ck_assert_uint_eq(after.clients_disconnected,
+                      before.clients_disconnected);
+    kill(kid, SIGKILL);
+    harness_wait_pid(kid, HARNESS_WAIT_MS);
+    bystander_end(b, "garbage in a capture");
 }
 END_TEST
 
@@ -619,6 +674,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("slots");
     tcase_add_test(t, random_bytes_in_the_control_area_cost_nothing);
     tcase_add_test(t, nonsense_in_own_slot_disconnects_the_client);
+    tcase_add_test(t, garbage_in_own_capture_is_dropped);
     tcase_add_test(t, young_slot_alloc_bytes_past_its_grants_are_bounded);
     tcase_add_test(t, daemons_page_is_read_only);
     tcase_add_test(t, scribbled_segment_header_leaves_nothing);

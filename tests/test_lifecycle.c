@@ -189,7 +189,9 @@ static void **start_with_fan(heapd_client **c, heapd_mutator **m, size_t n,
                              uint64_t magic)
 {
     start_with(NULL);
-    harness_attach(&D, c, m);
+    /* precise: the tests drop the fan's root and expect it to die, with
+     * FAN still in a local (Note [C locals are roots]) */
+    harness_attach_precise(&D, c, m);
     size_t slot = heapd_root_push(*m, NULL);
     void **fan = harness_build_fan(*m, slot, n, magic);
     ck_assert_ptr_nonnull(fan);

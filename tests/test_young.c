@@ -496,7 +496,7 @@ START_TEST(interior_pointer_keeps_young_object)
     void **volatile fb = fb0;
     ka0 = NULL;
     fb0 = NULL;
-    wipe_stack();
+    harness_wipe_stack();
     for (uint64_t i = 0; i < LOCAL_ALLOCS; i++) {
         struct counter *kb = (struct counter *)(fb + 1);
         ck_assert_msg(count_ok(ka, i) && count_ok(kb, i),
@@ -574,7 +574,7 @@ START_TEST(dead_young_blocks_are_reused)
                   *(uint64_t *)heapd_bytes((void *)addr[i]) == i);
     uint64_t in_use = y.bytes_in_use;
     heapd_root_pop(m, DEAD_N);
-    wipe_stack();
+    harness_wipe_stack();
     minor_now(m);
     size_t freed = 0;
     for (size_t i = 0; i < DEAD_N; i++)
@@ -647,7 +647,7 @@ START_TEST(sweep_frees_young_blocks_beside_a_promoted_one)
     uint8_t mark = mark_of(c, kept);
     ck_assert_uint_ne(mark, 0);
     ck_assert_uint_ne(mark, LAYOUT_MARK_YOUNG);
-    wipe_stack();
+    harness_wipe_stack();
     minor_now(m);
     size_t freed = 0;
     for (size_t i = 0; i < MIXED_N; i++)
@@ -715,7 +715,7 @@ START_TEST(a_grown_nursery_collects_before_it_waits)
                   "%llu young bytes in use", GROWN_LIST,
                   (unsigned long long)y.bytes_in_use);
     head = NULL;
-    wipe_stack();
+    harness_wipe_stack();
     for (uint64_t k = 0; k < GROWN_GARBAGE / bs; k++)
         ck_assert_msg(heapd_alloc(m, 1, 8) != NULL,
                       "allocation %llu after the list died failed: %s (%s)",

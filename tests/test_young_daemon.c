@@ -241,7 +241,8 @@ START_TEST(what_a_blocked_young_mutator_holds_lives)
     harness_start_with(&D, NULL);
     heapd_client *c, *ctl = harness_control(&D);
     heapd_mutator *mu;
-    harness_attach(&D, &c, &mu);
+    /* S must die once the young block is gone, with S in a local */
+    harness_attach_precise(&D, &c, &mu);
     uint64_t *s = heapd_alloc(mu, 0, sizeof(uint64_t));
     ck_assert_ptr_nonnull(s);
     *s = MAGIC;

@@ -107,7 +107,7 @@ static size_t settled_chain(heapd_mutator *m)
     size_t r = heapd_root_push(m, NULL);
     ck_assert_uint_ne(r, (size_t)-1);
     build_chain(m, r);
-    wipe_stack();
+    harness_wipe_stack();
     until_ended(m);
     return r;
 }
@@ -194,7 +194,7 @@ START_TEST(an_object_allocated_while_marking_survives)
     ck_assert_ptr_nonnull(late);
     heapd_write(m, root, &root[1], late);
     late = NULL;
-    wipe_stack();
+    harness_wipe_stack();
     until_ended(m);
     ck_assert_msg(node_ok(field(heapd_root_get(m, r), 1), 1, LATE),
                   "an object allocated while the young generation marked, "
@@ -290,7 +290,7 @@ END_TEST
 
 struct victims {
     const heapd_client *c;
-    void *obj[VICTIMS];
+    uintptr_t obj[VICTIMS];     /* HARNESS_HIDE: no C local keeps them */
 };
 
 static bool victims_freed(void *arg, char *seen, size_t len)
@@ -298,9 +298,28 @@ static bool victims_freed(void *arg, char *seen, size_t len)
     struct victims *v = arg;
     int n = 0;
     for (int i = 0; i < VICTIMS; i++)
-        n += mark_of(v->c, v->obj[i]) == 0;
+        n += mark_of(v->c, HARNESS_UNHIDE(v->obj[i])) == 0;
     snprintf(seen, len, "%d of %d freed", n, VICTIMS);
     return n == VICTIMS;
+}
+
+/* The victims fill the start of a segment of their class, promoted
+ * (published) and then dropped; in a frame of its own. */
+static __attribute__((noinline)) void make_victims(heapd_client *c,
+                                                   heapd_mutator *m,
+                                                   struct victims *v)
+{
+    void **all = heapd_alloc(m, VICTIMS, 0);
+    ck_assert_ptr_nonnull(all);
+    for (int i = 0; i < VICTIMS; i++) {
+        void *o = heapd_alloc(m, 0, VICTIM_BYTES);
+        ck_assert_ptr_nonnull(o);
+        heapd_write(m, all, &all[i], o);
+        v->obj[i] = HARNESS_HIDE(o);
+    }
+    ck_assert_int_eq(heapd_global_set(m, "victims", all), 0);
+    ck_assert(promoted(c, m, HARNESS_UNHIDE(v->obj[0])));
+    ck_assert_int_eq(heapd_global_set(m, "victims", NULL), 0);
 }
 
 START_TEST(a_block_heapd_frees_while_marking_is_allocated_black)
@@ -308,26 +327,16 @@ START_TEST(a_block_heapd_frees_while_marking_is_allocated_black)
     heapd_client *c;
     heapd_mutator *m = start(&c, LAYOUT_YOUNG_AGE_MAX, NULL);
     size_t r = settled_chain(m);
-    /* the victims fill the start of a segment of their class, promoted
-     * (published) and then dropped */
     struct victims v = {.c = c};
-    void **all = heapd_alloc(m, VICTIMS, 0);
-    ck_assert_ptr_nonnull(all);
-    for (int i = 0; i < VICTIMS; i++) {
-        v.obj[i] = heapd_alloc(m, 0, VICTIM_BYTES);
-        ck_assert_ptr_nonnull(v.obj[i]);
-        heapd_write(m, all, &all[i], v.obj[i]);
-    }
-    ck_assert_int_eq(heapd_global_set(m, "victims", all), 0);
-    ck_assert(promoted(c, m, v.obj[0]));
-    ck_assert_int_eq(heapd_global_set(m, "victims", NULL), 0);
-    all = NULL;
+    make_victims(c, m, &v);
+    harness_wipe_stack();
     /* a whole collection sweeps the segment: its cursor goes back to its
      * first block; then the next one marks the chain */
     until_started(m);
     until_ended(m);
     until_started(m);
     uint64_t minors = young_stats(m).minor_collections;
+    harness_wipe_stack();
     heapd_blocking_enter(m);
     ck_assert_int_eq(heapd_request_collect(c, HEAPD_COLLECT_WAIT), 0);
     harness_wait_until(victims_freed, &v, "heapd's sweep frees the victims");
@@ -343,13 +352,13 @@ START_TEST(a_block_heapd_frees_while_marking_is_allocated_black)
         if (first == (size_t)-1)
             first = s;
     }
-    ck_assert_msg(late[0] == v.obj[0], "the first new object is not in "
+    ck_assert_msg(late[0] == HARNESS_UNHIDE(v.obj[0]), "the first new object is not in "
                   "the first block heapd freed");
     ck_assert_msg(young_stats(m).minor_collections == minors,
                   "the collection ended before the new objects were made");
     for (int i = 0; i < VICTIMS; i++)
         late[i] = NULL;
-    wipe_stack();
+    harness_wipe_stack();
     until_ended(m);
     for (int i = 0; i < VICTIMS; i++) {
         void *o = heapd_root_get(m, first + (size_t)i);
@@ -410,7 +419,7 @@ START_TEST(a_major_cycle_while_marking_keeps_everything)
         void **root = heapd_root_get(m, r);
         heapd_write(m, root, &root[1], t);
         t = NULL;
-        wipe_stack();
+        harness_wipe_stack();
         until_ended(m);
         until_ended(m);
         ck_assert_msg(node_ok(field(heapd_root_get(m, r), 1), 1, end),

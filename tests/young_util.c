@@ -149,10 +149,3 @@ void helper_leave(heapd_mutator *h)
     heapd_blocking_leave(h);
     heapd_detach(h);
 }
-
-__attribute__((noinline)) void wipe_stack(void)
-{
-    volatile uint64_t words[4096];
-    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-        words[i] = 0;
-}

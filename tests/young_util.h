@@ -62,9 +62,4 @@ heapd_mutator *deep_blocked_helper(heapd_client *c);
 /* The helper runs again and detaches. */
 void helper_leave(heapd_mutator *h);
 
-/* Wipe the stack below the caller's frame, where the frames of the calls
- * before it left words: a young object it held there would otherwise be
- * kept by a stale copy, not by what the test means to hold it. */
-void wipe_stack(void);
-
 #endif

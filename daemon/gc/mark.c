@@ -757,6 +757,23 @@ static void trace_stack(struct mark_job *j, struct seeder *sd, unsigned slot)
         else
             mark_root(j, sd, v, "a root stack");
     }
+    /* Note [C locals are roots] in client/stack_roots.c: the capture is
+     * the stack's at the snapshot (the mutator stopped or blocked then,
+     * and replaces it only once this handshake is done) */
+    void *_Atomic *cap = layout_mutator_captured(m);
+    uint64_t ncap = atomic_load_explicit(&m->captured_n,
+                                         memory_order_acquire);
+    if (ncap > LAYOUT_MAX_CAPTURED) {
+        slotmem_fault(h, slot, SLOT_FAULT_CAPTURED);
+        ncap = LAYOUT_MAX_CAPTURED;
+    }
+    for (uint64_t e = 0; e < ncap; e++) {
+        struct valid_ref ref;
+        v = (uintptr_t)atomic_load_explicit(&cap[e], memory_order_relaxed);
+        /* a stale word's object may have died since: dropped, not bad */
+        if (validate_ref(h, v, &ref))
+            mark_root(j, sd, v, "a C stack");
+    }
     if (young)
         young_push(&p);
 }

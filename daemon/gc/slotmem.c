@@ -92,6 +92,8 @@ const char *slotmem_fault_name(enum slot_fault f)
                "never asked for";
     case SLOT_FAULT_ALLOC_BYTES:
         return "more bytes allocated than its client was ever granted";
+    case SLOT_FAULT_CAPTURED:
+        return "a capture of its C stack beyond the capture area";
     case SLOT_FAULT_NONE:
         break;
     }

@@ -16,6 +16,7 @@ enum slot_fault {
     SLOT_FAULT_URS_HEAD,
     SLOT_FAULT_STATUS,
     SLOT_FAULT_ALLOC_BYTES,
+    SLOT_FAULT_CAPTURED,
 };
 
 /* Reserve heap->windows, zero pages for every slot; -errno. */

@@ -1,0 +1,158 @@
+/* libheapd: the C stack as a root of the major collector -- a mutator's
+ * capture of the objects its stack and registers point into, and its use
+ * at the stack-marking handshake.
+ *
+ * Note [C locals are roots]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~
+ * What a local variable or a register of an attached thread points to
+ * stays alive through every cycle, as a root slot's object does.  The
+ * daemon cannot read a process's stack, so each mutator captures its own:
+ * it scans its stack and registers conservatively (Note [Scanning a
+ * mutator's own stack] in client/stack.c), resolves every word to the
+ * object whose block it points into (Note [Resolving an interior
+ * pointer]), and writes the distinct objects into its slot's capture
+ * area (captured_n of them, at most LAYOUT_MAX_CAPTURED).  The capture is
+ * the C stack's part of the snapshot, under three rules:
+ *   - it is taken when the daemon may take the snapshot without the
+ *     thread running: before the mutator acknowledges a snapshot's stop,
+ *     and in heapd_blocking_enter before it says it is blocked.  Either
+ *     way the thread runs no program code until the snapshot is past, so
+ *     the capture is its stack at the snapshot;
+ *   - it is a root of the stack-marking handshake (Note [Stack marking
+ *     handshake] in client/barrier.c), with the root slots: whichever side
+ *     takes the handshake, the mutator logs it to its update remembered
+ *     set, the daemon marks it (validated as any reference: a word no
+ *     object's any more is dropped, not counted as bad);
+ *   - a new capture replaces the old only once no handshake is due: a
+ *     blocking region entered while a cycle marks takes the handshake
+ *     first, and a stop finds none due (the phase is not MARK).
+ * Then, as for the root slots, the snapshot write barrier covers what the
+ * thread loads later: reachable at the snapshot, or allocated black.  The
+ * cases:
+ *   - a pointer only in a callee-saved register: the scan spills them
+ *     into its own frame first; one in a caller-saved register was saved
+ *     in its caller's frame before the call into libheapd;
+ *   - a pointer in a caller's frame: the scan reads every frame from its
+ *     own up to the stack's base;
+ *   - a pointer the compiler derived: any address inside an object's
+ *     block keeps the object (heapd_bytes(o), heapd_str_data(s),
+ *     &o->field), and an address at a block's start keeps the object of
+ *     the block before as well (one past its end);
+ *   - a heapd call from a signal handler running on the thread's stack
+ *     scans the handler's frames and the interrupted ones under them; on
+ *     a sigaltstack or a makecontext stack the scan cannot run: nothing
+ *     is captured, the failure is counted (capture_failures) and the
+ *     thread's locals are not roots for that cycle.
+ * Young objects are not captured: a young mutator's own handshake traces
+ * them from its stack (Note [The preparatory push] in client/minor.c).
+ * Past LAYOUT_MAX_CAPTURED distinct objects (a 1 MiB stack of nothing
+ * but distinct heap pointers) the rest are dropped and counted
+ * (capture_dropped): what only they hold must be in a root slot.  A
+ * HEAPD_MUTATOR_PRECISE mutator captures nothing.
+ */
+#include <stdlib.h>
+
+#include "barrier.h"
+#include "client.h"
+#include "layout.h"
+#include "mutator.h"
+#include "stack.h"
+#include "stack_roots.h"
+
+struct capture {
+    heapd_client *c;
+    uintptr_t *out;             /* the slot's capture area */
+    uint64_t n;
+    uint64_t dropped;
+};
+
+static int cmp_ref(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sort V[0..N) and drop repeats; returns how many are left. */
+static uint64_t compact(uintptr_t *v, uint64_t n)
+{
+    if (n < 2)
+        return n;
+    qsort(v, n, sizeof *v, cmp_ref);
+    uint64_t k = 1;
+    for (uint64_t i = 1; i < n; i++)
+        if (v[i] != v[k - 1])
+            v[k++] = v[i];
+    return k;
+}
+
+static void keep(struct capture *cp, void *obj, uint8_t mark)
+{
+    if (!obj || mark == LAYOUT_MARK_YOUNG)
+        return;
+    if (cp->n > 0 && cp->out[cp->n - 1] == (uintptr_t)obj)
+        return; /* the same object twice in a row: the common repeat */
+    if (cp->n == LAYOUT_MAX_CAPTURED) {
+        cp->n = compact(cp->out, cp->n);
+        if (cp->n == LAYOUT_MAX_CAPTURED) {
+            cp->dropped++;
+            return;
+        }
+    }
+    cp->out[cp->n++] = (uintptr_t)obj;
+}
+
+/* A stack word W in the heap's range: the object it points into, and
+ * the one it may end (Note [C locals are roots]). */
+static void capture_word(void *ctx, uintptr_t w)
+{
+    struct capture *cp = ctx;
+    uint8_t mark = 0;
+    void *obj = stack_object_of(cp->c, w, &mark);
+    keep(cp, obj, mark);
+    if (!obj || w == (uintptr_t)obj - LAYOUT_WORD) {
+        uint8_t before = 0;
+        void *prev = stack_object_of(cp->c, w - 1, &before);
+        if (prev != obj)
+            keep(cp, prev, before);
+    }
+}
+
+void stack_roots_capture(heapd_mutator *m)
+{
+    struct layout_mutator *s = m->slot;
+    if (!m->conservative || mutator_orphaned(m))
+        return;
+    /* Note [C locals are roots]: the capture the handshake due will use
+     * stays */
+    if (barrier_stack_due(m))
+        return;
+    atomic_store_explicit(&s->captured_n, 0, memory_order_relaxed);
+    struct capture cp = {m->c, (uintptr_t *)layout_mutator_captured(s), 0,
+                         0};
+    uintptr_t lo = (uintptr_t)m->c->base;
+    if (stack_scan(m->stack_base, m->stack_limit, lo, lo + m->c->size,
+                   capture_word, &cp) < 0) {
+        m->capture_failures++;
+        cp.n = 0;
+    }
+    cp.n = compact(cp.out, cp.n);
+    m->capture_dropped += cp.dropped;
+    m->captured_last = cp.n;
+    atomic_store_explicit(&s->captured_n, cp.n, memory_order_release);
+}
+
+void stack_roots_log(heapd_mutator *m)
+{
+    struct layout_mutator *s = m->slot;
+    void *_Atomic *cap = layout_mutator_captured(s);
+    uint64_t n = atomic_load_explicit(&s->captured_n, memory_order_acquire);
+    for (uint64_t i = 0; i < n && i < LAYOUT_MAX_CAPTURED; i++) {
+        void *ref = atomic_load_explicit(&cap[i], memory_order_relaxed);
+        uint8_t mark = 0;
+        /* a stale word may have named an object that died since: one no
+         * object's any more is not logged (Note [C locals are roots]) */
+        if (stack_object_of(m->c, (uintptr_t)ref, &mark) == ref &&
+            mark != LAYOUT_MARK_YOUNG)
+            barrier_log(m, ref);
+    }
+}
