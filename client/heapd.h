@@ -54,8 +54,10 @@ typedef struct heapd_connect_opts {
  * heapd_root_set, heapd_global_set, heapd_nrefs, heapd_nbytes,
  * heapd_bytes) first checks that it is a live allocated object of the
  * heap, and aborts with a message naming the call when it is not: the
- * usual cause is a reference kept in a C local across a safepoint (Note
- * [Client GC discipline]).  It costs a few loads per call. */
+ * usual cause is a reference kept where no scan looks (malloc'd memory,
+ * another thread's data) or, for a HEAPD_MUTATOR_PRECISE mutator, in a C
+ * local across a safepoint (Note [Client GC discipline]).  It costs a few
+ * loads per call. */
 #define HEAPD_CONNECT_CHECKED 0x2u
 /* When the connection to heapd ends without a word from it (heapd
  * restarted, or died), a mutator client reconnects by itself and resumes
@@ -134,37 +136,40 @@ HEAPD_API size_t heapd_heap_size(const heapd_client *c);
  *
  * Note [Client GC discipline]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * The collector is precise and finds live objects only from the roots:
- * each mutator's root stack (heapd_root_*) and the named globals
- * (heapd_global_*).  A C local variable is NOT a root.  The one rule:
+ * The one rule:
  *
- *     Everything reachable from the roots at a mutator's last safepoint,
- *     and everything it allocated since, stays valid until its next
- *     safepoint.
+ *     What a local variable or a register of an attached thread points
+ *     to stays alive.  A pointer stored anywhere else -- malloc'd
+ *     memory, another thread's data, a file, a static variable -- must
+ *     also be in a root slot (heapd_root_*), a global (heapd_global_*),
+ *     or a heap object reachable from one, or the object may be freed.
  *
- * The safepoints are heapd_alloc, heapd_root_push, heapd_root_set,
- * heapd_root_pop, heapd_global_set, heapd_global_once (and whatever its
- * INIT calls), heapd_safepoint, heapd_collect, heapd_attach, and a
- * blocking region (from heapd_blocking_enter to the end of
- * heapd_blocking_leave).  Each takes its safepoint on entry, before it
- * changes the root stack or a global, so a value that only a root held
- * stays valid until the NEXT safepoint: pop it, then store it into the
- * heap, and it is still there.  The reference a call is handed (the REF of
- * heapd_root_push/set and heapd_global_set) is kept alive by the call
- * itself until it is stored.  So:
- *   - a reference read from the heap, a root or a global into a C local,
- *     or returned by heapd_alloc, may be used until the next safepoint;
- *     to keep it longer, push it on the root stack or store it into an
- *     object that is reachable from a root, before that safepoint;
- *   - heapd_write, heapd_cas, heapd_global_get, heapd_root_get and the
- *     accessors are not safepoints: a collection never begins inside
- *     them, even when a write barrier has to wait for the daemon (it
- *     waits without letting a new cycle start), so they do not end the
- *     life of any local;
- *   - every other process's safepoints do not matter: only your own end
- *     what your locals may hold.
- * Objects never move, young ones included.  A reference kept in a C local
- * across a safepoint may point at a freed block, which is reused later;
+ * Each mutator's stack and registers are scanned conservatively, by the
+ * mutator itself, when a collection takes its snapshot (Note [C locals
+ * are roots] in client/stack_roots.c): any word that points anywhere
+ * inside an object keeps it -- its reference, heapd_bytes(o),
+ * heapd_str_data(s), &o->field, one past its end -- including words in
+ * callers' frames and values only in registers.  So a C function may
+ * keep a pointer across heapd_alloc and every other call for as long as
+ * it likes.  A value that looks like a heap address keeps what it points
+ * into as well: conservative roots can keep some garbage alive.
+ * Limits:
+ *   - a thread must make its heapd calls on the stack it attached on (not
+ *     on a sigaltstack or a makecontext stack): there the stack cannot be
+ *     scanned, and its locals are not roots for that cycle;
+ *   - a mutator attached with HEAPD_MUTATOR_PRECISE is not scanned: for
+ *     it a local keeps an object only until its next safepoint (heapd_alloc,
+ *     heapd_root_push/set/pop, heapd_global_set/once, heapd_safepoint,
+ *     heapd_collect, heapd_attach, a blocking region), as in heapd's
+ *     precise mode, where everything reachable from the roots at the last
+ *     safepoint and everything allocated since stays valid until the
+ *     next one; heapd_write, heapd_cas, heapd_global_get, heapd_root_get
+ *     and the accessors are no safepoints;
+ *   - a blocked thread's stack is captured at heapd_blocking_enter, up to
+ *     a 1 MiB stack's worth of distinct objects (past that, what only the
+ *     rest hold must be rooted).
+ * Objects never move, young ones included.  A reference kept where no
+ * scan looks may point at a freed block, which is reused later;
  * HEAPD_CHECK=1 in the
  * environment (or HEAPD_CONNECT_CHECKED) makes the library check every
  * object handed to it and abort with the name of the call (see below).
@@ -231,8 +236,8 @@ HEAPD_API int heapd_attach(heapd_client *c, heapd_mutator **out);
  * plus:
  *   - a minor collection also keeps what this thread's C locals and
  *     registers point to (its stack is scanned conservatively, interior
- *     pointers included), and never promotes what only they hold; the
- *     rule for shared objects is unchanged (Note [Client GC discipline]);
+ *     pointers included), and never promotes what only they hold (Note
+ *     [Client GC discipline]);
  *   - nothing shared ever references a young object.  heapd_write,
  *     heapd_cas and heapd_global_set of a young value into a shared
  *     object (or a global) first PUBLISH it: the value and every young
@@ -254,9 +259,8 @@ HEAPD_API int heapd_attach(heapd_client *c, heapd_mutator **out);
  */
 #define HEAPD_MUTATOR_YOUNG 0x1u
 /* No conservative scan of this thread's stack for the major collector:
- * only root slots, globals and heap objects keep shared objects (Note
- * [Client GC discipline]'s rule for pointers held anywhere else applies
- * to its locals too). */
+ * its locals keep an object only until its next safepoint (Note [Client
+ * GC discipline]). */
 #define HEAPD_MUTATOR_PRECISE 0x2u
 
 typedef struct heapd_mutator_opts {
