@@ -35,6 +35,10 @@ struct alloc_seg {
     uint8_t cls;          /* its size class */
 };
 
+/* Note [Capturing without sorting] in client/stack_roots.c */
+#define STACK_ROOTS_SEEN_LOG 9
+#define STACK_ROOTS_SEEN (1u << STACK_ROOTS_SEEN_LOG)
+
 /* heapd_mutator.young_flags (Note [Minor collections in slices] in
  * client/minor.c) */
 #define MUTATOR_YOUNG 1u            /* young.on: it has a nursery */
@@ -78,6 +82,8 @@ struct heapd_mutator {
     uint64_t captured_last;          /* objects in the last capture */
     uint64_t capture_failures;       /* captures the stack scan refused */
     uint64_t capture_dropped;        /* objects past LAYOUT_MAX_CAPTURED */
+    /* Note [Capturing without sorting] in client/stack_roots.c */
+    uintptr_t capture_seen[STACK_ROOTS_SEEN];
     struct young_gen young;          /* Note [Young objects] in proto/young.h */
 };
 
