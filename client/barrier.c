@@ -202,7 +202,8 @@ static bool marked_already(const heapd_mutator *m, const void *ref)
                                              memory_order_relaxed);
 }
 
-void barrier_log(heapd_mutator *m, void *ref)
+/* Log REF, with TAG (0 or LAYOUT_URS_CAPTURED) in its low bits. */
+static void log_tagged(heapd_mutator *m, void *ref, uintptr_t tag)
 {
     struct layout_mutator *s = m->slot;
     if (!ref || marked_already(m, ref)) /* Note [Filtering the barrier] */
@@ -222,12 +223,23 @@ void barrier_log(heapd_mutator *m, void *ref)
         if (m->urs_head - atomic_load(&s->urs_tail) >= LAYOUT_URS_SIZE)
             return; /* connection gone */
     }
-    atomic_store_explicit(&s->urs[m->urs_head % LAYOUT_URS_SIZE], ref,
+    atomic_store_explicit(&s->urs[m->urs_head % LAYOUT_URS_SIZE],
+                          (void *)((uintptr_t)ref | tag),
                           memory_order_relaxed);
     m->urs_head++;
     atomic_store_explicit(&s->urs_head, m->urs_head, memory_order_release);
     if (m->urs_head - m->urs_notified >= LAYOUT_URS_SIZE / 4)
         urs_notify(m);
+}
+
+void barrier_log(heapd_mutator *m, void *ref)
+{
+    log_tagged(m, ref, 0);
+}
+
+void barrier_log_captured(heapd_mutator *m, void *ref)
+{
+    log_tagged(m, ref, LAYOUT_URS_CAPTURED);
 }
 
 /* Note [Values in flight]

@@ -13,6 +13,9 @@
 #include "mutator.h"
 
 void barrier_log(heapd_mutator *m, void *ref);
+/* The same for a reference a C stack capture holds, which the daemon
+ * marks last (Note [Marking C stack captures last] in daemon/gc/mark.c). */
+void barrier_log_captured(heapd_mutator *m, void *ref);
 void barrier_write_slow(heapd_mutator *m, void *obj, void **field);
 void barrier_stack_slow(heapd_mutator *m);
 void barrier_global_slow(heapd_mutator *m, void *_Atomic *value);

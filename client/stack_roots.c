@@ -174,6 +174,6 @@ void stack_roots_log(heapd_mutator *m)
          * object's any more is not logged (Note [C locals are roots]) */
         if (stack_object_of(m->c, (uintptr_t)ref, &mark) == ref &&
             mark != LAYOUT_MARK_YOUNG)
-            barrier_log(m, ref);
+            barrier_log_captured(m, ref);
     }
 }

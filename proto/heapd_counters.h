@@ -108,6 +108,8 @@
     X(pauses_le_50ms, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 50 ms") \
     X(pauses_le_100ms, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 100 ms") \
     X(pauses_le_250ms, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 250 ms") \
+    X(conservative_roots, uint64_t, COUNTER, COUNT, LOCKED, "objects C stack words kept that the precise roots had not reached") \
+    X(conservative_bytes_retained, uint64_t, COUNTER, BYTES, LOCKED, "marked from those objects on (an upper bound of what C stack words alone kept)") \
     /* the end: a new line goes above this one, ending in a backslash */
 
 /* The pause histogram's buckets, B(line, upper bound in ns): the lines

@@ -422,6 +422,10 @@ enum layout_stall_on {
 const char *layout_stall_what(enum layout_stall_on on);
 
 #define LAYOUT_URS_SIZE 8192 /* entries in a mutator's URS ring (64 KiB) */
+/* An URS entry with this bit set is a reference a C stack capture holds
+ * (Note [Marking C stack captures last] in daemon/gc/mark.c); a
+ * reference is 8-aligned, so the bit is free. */
+#define LAYOUT_URS_CAPTURED 1u
 
 struct layout_mutator {
     /* Words are grouped by who writes them, one cache line per group, so

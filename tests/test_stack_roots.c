@@ -230,6 +230,76 @@ START_TEST(a_precise_mutators_locals_keep_nothing)
 }
 END_TEST
 
+/* A list only a local holds, LIST nodes: each cycle counts it as what C
+ * stack words kept (conservative_roots, conservative_bytes_retained); a
+ * precise mutator's list is not kept, and counted nowhere. */
+#define LIST 1000
+
+static __attribute__((noinline)) void *make_list(heapd_mutator *m)
+{
+    void **head = NULL;
+    size_t r = heapd_root_push(m, NULL);
+    ck_assert_uint_ne(r, (size_t)-1);
+    for (int i = 0; i < LIST; i++) {
+        void **n = heapd_alloc(m, 1, sizeof(struct payload));
+        ck_assert_ptr_nonnull(n);
+        fill_payload(n, (uint64_t)i);
+        heapd_write(m, n, &n[0], heapd_root_get(m, r));
+        heapd_root_set(m, r, n);
+        head = n;
+    }
+    heapd_root_pop(m, 1);
+    return head;
+}
+
+static void counted(bool precise)
+{
+    heapd_client *c = start();
+    heapd_mutator *m;
+    heapd_mutator_opts o = {.flags = precise ? HEAPD_MUTATOR_PRECISE : 0};
+    ck_assert_int_eq(heapd_attach_opts(c, &o, &m), 0);
+    void *volatile list = make_list(m);
+    harness_wipe_stack();
+    heapd_stats_t a = harness_stats(c);
+    for (int i = 0; i < CYCLES; i++)
+        ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    heapd_stats_t b = harness_stats(c);
+    uint64_t roots = b.conservative_roots - a.conservative_roots;
+    uint64_t bytes = b.conservative_bytes_retained -
+                     a.conservative_bytes_retained;
+    if (precise) {
+        ck_assert_msg(roots == 0 && bytes == 0, "a precise mutator's locals "
+                      "counted: %llu objects, %llu bytes",
+                      (unsigned long long)roots, (unsigned long long)bytes);
+    } else {
+        /* every cycle keeps the whole list through its head */
+        ck_assert_msg(roots >= CYCLES && bytes >= (uint64_t)CYCLES * LIST * 32,
+                      "%d cycles counted %llu objects and %llu bytes kept by "
+                      "C stack words, for a list of %d nodes only a local "
+                      "held", CYCLES, (unsigned long long)roots,
+                      (unsigned long long)bytes, LIST);
+        uint64_t n = 0;
+        for (void *p = list; p; p = field(p, 0), n++)
+            ck_assert_msg(n < LIST && node_ok(p, 1, LIST - 1 - n),
+                          "node %llu of the list a local held is damaged",
+                          (unsigned long long)n);
+        ck_assert_uint_eq(n, LIST);
+    }
+    finish(c, m);
+}
+
+START_TEST(what_locals_alone_keep_is_counted)
+{
+    counted(false);
+}
+END_TEST
+
+START_TEST(a_precise_mutator_counts_nothing)
+{
+    counted(true);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("stack_roots");
@@ -240,6 +310,8 @@ static Suite *suite(void)
     tcase_add_test(t, one_past_the_end_keeps_its_object);
     tcase_add_test(t, a_blocked_threads_locals_keep_their_objects);
     tcase_add_test(t, a_precise_mutators_locals_keep_nothing);
+    tcase_add_test(t, what_locals_alone_keep_is_counted);
+    tcase_add_test(t, a_precise_mutator_counts_nothing);
     suite_add_tcase(s, t);
     return s;
 }

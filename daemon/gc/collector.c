@@ -487,6 +487,7 @@ static bool final_sync(struct collector *gc, struct mark_job *mj)
         mark_urs(h, mj, i);          /* every flush is in */
         mark_stack(mj, i, true);     /* a stack nobody marked yet */
     }
+    mark_captures(mj); /* Note [Marking C stack captures last] */
     heap_unlock(h);
     done = mark_drain(mj, FINAL_SYNC_BUDGET);
     heap_lock(h);
@@ -505,6 +506,8 @@ static bool final_sync(struct collector *gc, struct mark_job *mj)
         h->marking = NULL;
         gc->marked_last = atomic_load(&mj->marked_bytes);
         h->stats.urs_entries += atomic_load(&mj->urs_entries);
+        h->stats.conservative_roots += mj->captured_first;
+        h->stats.conservative_bytes_retained += mark_captures_bytes(mj);
         /* barrier off; allocation stays black until the sweep is done */
         atomic_store(&h->control->phase, LAYOUT_PHASE_SWEEP);
     } else {
@@ -576,7 +579,7 @@ static void run_cycle(struct collector *gc)
     heap_lock(h);
     mark_roots(&mj);
     heap_unlock(h);
-    do {
+    for (;;) {
         /* remark work that clients still do is waited for here, with
          * the mutators running (Note [Remark]) */
         do {
@@ -584,7 +587,13 @@ static void run_cycle(struct collector *gc)
             workers_run_n(gc->workers, mark_worker, &mj, nworkers);
             rounds++;
         } while (remark_wait(&mj));
-    } while (!final_sync(gc, &mj));
+        /* Note [Marking C stack captures last] in mark.c */
+        heap_lock(h);
+        bool more = mark_captures(&mj);
+        heap_unlock(h);
+        if (!more && final_sync(gc, &mj))
+            break;
+    }
     gc->unswept = false;
     if (gc->sweep_only_verified && h->stats.verify_failures > failures) {
         /* Note [Recovery cycles]: keep the heap as it was found */

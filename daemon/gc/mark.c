@@ -125,6 +125,7 @@ void mark_job_destroy(struct mark_job *j)
         j->pool = p->next;
         free(p);
     }
+    free(j->captured);
     hd_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     pthread_cond_destroy(&j->remark_cv);
@@ -726,6 +727,71 @@ static void young_push(struct young_push *p)
     }
 }
 
+/* Note [Marking C stack captures last]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * The objects C stacks point into (Note [C locals are roots] in
+ * client/stack_roots.c) are snapshot roots like the root slots, but they
+ * are held back: the daemon's handshake keeps a slot's capture in the
+ * job's list, and the mutator's logs each captured reference with bit 0
+ * set, which its URS consumer strips and holds back the same way.  When
+ * the workers run dry, the collector marks them (mark_captures) and runs
+ * the workers again; the final sync marks what came in after, in its
+ * pause.  So what they mark first, and what is marked from then on, is
+ * what the conservative roots kept that the precise ones had not reached
+ * by then: conservative_roots and conservative_bytes_retained (the bytes
+ * marked from the first of them to the end, so writes logged meanwhile
+ * count too: an upper bound).  Marking them later is safe: they are
+ * snapshot roots, copied out of the slot at its handshake, and every
+ * root need only be marked before the cycle ends.  A word that is no
+ * object's any more (a stale one's object died since) is dropped, not
+ * counted as a bad reference.
+ */
+static void hold_capture(struct mark_job *j, struct seeder *sd, uintptr_t v)
+{
+    struct valid_ref ref;
+    ASSERT_LOCK_HELD(&j->h->lock);
+    if (!validate_ref(j->h, v, &ref))
+        return;
+    if (j->ncaptured == j->capcaptured) {
+        size_t cap = j->capcaptured ? 2 * j->capcaptured : 256;
+        uintptr_t *c = realloc(j->captured, cap * sizeof *c);
+        if (!c) { /* marked now, only not counted */
+            mark_root(j, sd, v, "a C stack");
+            return;
+        }
+        j->captured = c;
+        j->capcaptured = cap;
+    }
+    j->captured[j->ncaptured++] = v;
+}
+
+bool mark_captures(struct mark_job *j)
+{
+    ASSERT_LOCK_HELD(&j->h->lock);
+    struct seeder sd = {0};
+    if (j->ncaptured == 0)
+        return false;
+    if (!j->captures_marked) {
+        j->captures_marked = true;
+        j->captured_bytes_at = atomic_load(&j->marked_bytes);
+    }
+    for (size_t i = 0; i < j->ncaptured; i++) {
+        uint64_t before = atomic_load(&j->marked);
+        mark_root(j, &sd, j->captured[i], "a C stack");
+        j->captured_first += atomic_load(&j->marked) - before;
+    }
+    seed_flush(j, &sd);
+    j->ncaptured = 0;
+    return true;
+}
+
+uint64_t mark_captures_bytes(struct mark_job *j)
+{
+    return j->captures_marked
+               ? atomic_load(&j->marked_bytes) - j->captured_bytes_at
+               : 0;
+}
+
 /* Mark every root in the stack of slot SLOT, and for a young slot what
  * its client's young objects reference (Note [The daemon's preparatory
  * push]). */
@@ -767,13 +833,9 @@ static void trace_stack(struct mark_job *j, struct seeder *sd, unsigned slot)
         slotmem_fault(h, slot, SLOT_FAULT_CAPTURED);
         ncap = LAYOUT_MAX_CAPTURED;
     }
-    for (uint64_t e = 0; e < ncap; e++) {
-        struct valid_ref ref;
-        v = (uintptr_t)atomic_load_explicit(&cap[e], memory_order_relaxed);
-        /* a stale word's object may have died since: dropped, not bad */
-        if (validate_ref(h, v, &ref))
-            mark_root(j, sd, v, "a C stack");
-    }
+    for (uint64_t e = 0; e < ncap; e++)
+        hold_capture(j, sd, (uintptr_t)atomic_load_explicit(
+                                &cap[e], memory_order_relaxed));
     if (young)
         young_push(&p);
 }
@@ -879,11 +941,15 @@ uint64_t mark_urs(struct heap *h, struct mark_job *j, unsigned slot)
         slotmem_fault(h, slot, SLOT_FAULT_URS_HEAD);
         tail = head - LAYOUT_URS_SIZE;
     }
-    for (uint64_t t = tail; j && t < head; t++)
-        mark_root(j, &sd, (uintptr_t)atomic_load_explicit(
-                              &m->urs[t % LAYOUT_URS_SIZE],
-                              memory_order_relaxed),
-                  "an update remembered set");
+    for (uint64_t t = tail; j && t < head; t++) {
+        uintptr_t v = (uintptr_t)atomic_load_explicit(
+            &m->urs[t % LAYOUT_URS_SIZE], memory_order_relaxed);
+        /* Note [Marking C stack captures last] */
+        if (v & LAYOUT_URS_CAPTURED)
+            hold_capture(j, &sd, v & ~(uintptr_t)LAYOUT_URS_CAPTURED);
+        else
+            mark_root(j, &sd, v, "an update remembered set");
+    }
     if (j) {
         seed_flush(j, &sd);
         atomic_fetch_add(&j->urs_entries, head - tail);

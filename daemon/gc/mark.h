@@ -41,6 +41,12 @@ struct mark_job {
     _Atomic uint64_t marked;   /* objects marked this cycle */
     _Atomic uint64_t marked_bytes; /* and their bytes, headers included */
     _Atomic uint64_t urs_entries; /* URS entries consumed this cycle */
+    /* Note [Marking C stack captures last] in mark.c, under heap->lock */
+    uintptr_t *captured;       /* captured references not marked yet */
+    size_t ncaptured, capcaptured;
+    bool captures_marked;      /* the first of them have been marked */
+    uint64_t captured_first;   /* objects they marked first */
+    uint64_t captured_bytes_at; /* marked_bytes when they were first marked */
 #ifndef NDEBUG
     uint64_t releases;         /* of mu: Note [Checking remark states] */
 #endif
@@ -64,6 +70,14 @@ void mark_stack(struct mark_job *j, unsigned slot, bool stopped);
  * may be NULL outside marking: the entries are then dropped.  Returns the
  * entries consumed. */
 uint64_t mark_urs(struct heap *h, struct mark_job *j, unsigned slot);
+
+/* With heap->lock held, no worker running: mark the C stack captures
+ * held back so far (Note [Marking C stack captures last]); false if
+ * there were none. */
+bool mark_captures(struct mark_job *j);
+/* What the captures retained this cycle: objects they marked first and
+ * the bytes marked since (the job's end). */
+uint64_t mark_captures_bytes(struct mark_job *j);
 
 /* Start a new round of workers on the same job. */
 void mark_round_reset(struct mark_job *j);
