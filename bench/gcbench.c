@@ -607,6 +607,14 @@ static void h_report(double total_ms)
     printf(" snapshot_pause_max_ms=%.3f final_sync_pause_max_ms=%.3f",
            st.snapshot_pause_max_ns / 1e6, st.final_sync_pause_max_ns / 1e6);
 #endif
+#ifdef HEAPD_BENCH_CONSERVATIVE
+    /* what C stack words alone kept (Note [C locals are roots]) */
+    printf(" conservative_roots=%llu conservative_bytes=%llu",
+           (unsigned long long)(st.conservative_roots -
+                                h_st0.conservative_roots),
+           (unsigned long long)(st.conservative_bytes_retained -
+                                h_st0.conservative_bytes_retained));
+#endif
     if (h_young) {
         heapd_young_stats ys;
         heapd_young_stats_get(hm, &ys);
