@@ -65,6 +65,7 @@ void alloc_client_init(heapd_client *c)
     }
     reserve_init(c);
     hd_mutex_init(&c->mutators_mu);
+    hd_mutex_init(&c->roots_mu);
 }
 
 /* ---- small objects ---- */

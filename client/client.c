@@ -521,6 +521,7 @@ static void client_free(heapd_client *c)
 {
     remark_client_free(c);
     checked_forget(c);
+    free(c->ranges);
     if (c->base)
         unmap_shared(c->base);
     if (c->mem)

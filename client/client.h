@@ -43,6 +43,14 @@ struct heapd_client {
     struct client_remark remark;
     struct hd_mutex mutators_mu;
     struct heapd_mutator *mutators;  /* attached, for heapd_disconnect */
+    /* heapd_add_roots' ranges (Note [C locals are roots] in
+     * client/stack_roots.c), guarded by roots_mu */
+    struct hd_mutex roots_mu;
+    struct root_range {
+        uintptr_t lo, hi;
+    } *ranges;
+    size_t nranges, capranges;
+    _Atomic size_t nranges_any;      /* nranges, read without the lock */
     bool checked;                    /* Note [Checked mode] */
     /* Note [Reconnecting] in client/agent.c: what a resuming Hello needs */
     uint8_t token[16];

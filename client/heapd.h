@@ -142,7 +142,8 @@ HEAPD_API size_t heapd_heap_size(const heapd_client *c);
  *     to stays alive.  A pointer stored anywhere else -- malloc'd
  *     memory, another thread's data, a file, a static variable -- must
  *     also be in a root slot (heapd_root_*), a global (heapd_global_*),
- *     or a heap object reachable from one, or the object may be freed.
+ *     a heap object reachable from one, or a range heapd_add_roots
+ *     registered, or the object may be freed.
  *
  * Each mutator's stack and registers are scanned conservatively, by the
  * mutator itself, when a collection takes its snapshot (Note [C locals
@@ -262,6 +263,16 @@ HEAPD_API int heapd_attach(heapd_client *c, heapd_mutator **out);
  * its locals keep an object only until its next safepoint (Note [Client
  * GC discipline]). */
 #define HEAPD_MUTATOR_PRECISE 0x2u
+
+/* Scan [start, end) of the process's own memory (globals, a malloc'd
+ * table) as a root, as a thread's stack is scanned: an object a word of
+ * it points into stays alive (Note [Client GC discipline]).  The range
+ * is the client's, whichever of its mutators registers it; only attached
+ * threads outside blocking regions may write it.  heapd_remove_roots
+ * takes back exactly a registered range.  0, or -EINVAL (NULL, start >
+ * end, a range inside the heap), -ENOMEM, -ENOENT (not registered). */
+HEAPD_API int heapd_add_roots(heapd_mutator *m, void *start, void *end);
+HEAPD_API int heapd_remove_roots(heapd_mutator *m, void *start, void *end);
 
 typedef struct heapd_mutator_opts {
     unsigned flags;           /* HEAPD_MUTATOR_* */

@@ -357,7 +357,7 @@ void heapd_blocking_enter(heapd_mutator *m)
         young_promote_pending(m);
     /* Note [C locals are roots] in client/stack_roots.c: the handshake
      * due first, then the capture heapd may take it with */
-    if (m->conservative) {
+    if (stack_roots_wanted(m) || m->captured_last) {
         if (barrier_stack_due(m))
             barrier_stack_slow(m);
         stack_roots_capture(m);

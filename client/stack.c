@@ -179,6 +179,12 @@ stack_scan(uintptr_t base, uintptr_t limit, uintptr_t lo, uintptr_t hi,
     return n;
 }
 
+long stack_scan_range(uintptr_t from, uintptr_t to, uintptr_t lo,
+                      uintptr_t hi, stack_visit_fn visit, void *ctx)
+{
+    return scan_words(from, to, lo, hi > lo ? hi - lo : 0, visit, ctx);
+}
+
 /* Note [Resolving an interior pointer]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * stack_object_of reads only the heap, with relaxed atomics, and trusts

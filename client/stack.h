@@ -30,6 +30,13 @@ typedef void (*stack_visit_fn)(void *ctx, uintptr_t word);
 long stack_scan(uintptr_t base, uintptr_t limit, uintptr_t lo, uintptr_t hi,
                 stack_visit_fn visit, void *ctx);
 
+/* VISIT every 8-aligned word of [FROM, TO) whose value lies in [LO, HI):
+ * memory other threads may write (a range heapd_add_roots registered),
+ * read as the stack is (Note [Scanning a mutator's own stack]).
+ * Returns the words visited. */
+long stack_scan_range(uintptr_t from, uintptr_t to, uintptr_t lo,
+                      uintptr_t hi, stack_visit_fn visit, void *ctx);
+
 /* The object (its reference: the address of its first field, Note
  * [Objects]) whose block in client C's shared heap contains address P, or
  * NULL.  P may point anywhere in the block: its header word, a field,

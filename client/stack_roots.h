@@ -3,7 +3,20 @@
 #ifndef HEAPD_CLIENT_STACK_ROOTS_H
 #define HEAPD_CLIENT_STACK_ROOTS_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "client.h"
 #include "heapd.h"
+#include "mutator.h"
+
+/* Whether M captures anything: its stack, or the client's registered
+ * ranges (Note [Registered roots]). */
+static inline bool stack_roots_wanted(const heapd_mutator *m)
+{
+    return m->conservative ||
+           atomic_load_explicit(&m->c->nranges_any, memory_order_relaxed);
+}
 
 /* Capture the objects M's stack and registers point into, into its
  * slot's capture area: before M acknowledges a snapshot's stop, and in
