@@ -38,14 +38,14 @@
  *
  * Note [Shared map GC discipline]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * The example follows Note [Client GC discipline] in heapd.h: what was
- * reachable from a root at a mutator's last safepoint stays valid until its
- * next one.  The map is a global's target, so a C pointer to it stays
- * valid for good.  A new value string is handed straight to
- * heapd_map_put_str, which keeps what it is handed alive.  A value a
- * lookup returns is used before the next safepoint (heapd_map_get_str is
- * not one), even when another worker replaces it meanwhile: the map's
- * Note [Shared map] says why that is safe.  scripts/demo runs heapd with
+ * The example follows Note [Client GC discipline] in heapd.h: what a
+ * local of an attached thread points to stays alive.  The map is a
+ * global's target; a new value string is handed straight to
+ * heapd_map_put_str; a value a lookup returns is held in a local while it
+ * is used, even when another worker replaces it meanwhile: the map's
+ * Note [Shared map] says why that is safe.  The parent prints, at the
+ * end, what C stack words alone kept (conservative_roots,
+ * conservative_bytes_retained).  scripts/demo runs heapd with
  * verify = true, which checks after every cycle that everything reachable
  * is allocated and logs what is not (as verify_failures), and the map
  * checks here would see a damaged string: a demo run of about 100 cycles
@@ -803,6 +803,10 @@ int main(int argc, char **argv)
            "most %.2f MiB in phase 1, %.2f MiB in phase 2, %.2f MiB now\n",
            mib(st.bytes_allocated), mib(committed_max[0]),
            mib(committed_max[1]), mib(st.heap_committed_bytes));
+    printf("C stack words kept %" PRIu64 " objects the precise roots had not "
+           "reached, at most %.2f MiB marked from them on, over %" PRIu64
+           " cycles\n", st.conservative_roots,
+           mib(st.conservative_bytes_retained), st.cycles_completed);
     ok = true;
 out:
     for (int i = 0; i < workers; i++)

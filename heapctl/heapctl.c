@@ -223,16 +223,21 @@ static void print_stats_text(const heapd_stats_t *s)
                h->name, h->base, h->reserved_bytes, h->committed_bytes,
                h->segment_size, h->clients);
     }
+    /* the names in one column, as wide as the longest */
+    int w = 17;
+    for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++)
+        if ((int)strlen(counter_lines[k].name) > w)
+            w = (int)strlen(counter_lines[k].name);
     for (size_t i = 0; i < s->heap_count; i++) {
         const heapd_heap_stats *h = &s->heaps[i];
         uint64_t v[HEAPD_HEAP_COUNTERS_N];
         printf("\nheap %s:\n", h->name);
-        printf("  %-17s %s\n", "phase", phase_name(h->phase));
+        printf("  %-*s %s\n", w, "phase", phase_name(h->phase));
         heapctl_counter_values(h, v);
         /* the heap's age beside the daemon's uptime: it outlives restarts */
-        printf("  %-17s %s, kept across %" PRIu64 " restart(s) of heapd, %"
+        printf("  %-*s %s, kept across %" PRIu64 " restart(s) of heapd, %"
                PRIu64 " of them after a crash; %" PRIu64 " client(s) "
-               "resumed\n", "age",
+               "resumed\n", w, "age",
                duration(v[HEAPD_HEAP_COUNTER_heap_age_ns], d, sizeof d),
                v[HEAPD_HEAP_COUNTER_restarts_survived],
                v[HEAPD_HEAP_COUNTER_crashes_recovered],
@@ -240,10 +245,10 @@ static void print_stats_text(const heapd_stats_t *s)
         for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++) {
             const struct counter_line *l = &counter_lines[k];
             char r[32];
-            int n = printf("  %-17s %" PRIu64 "%s", l->name, v[k],
+            int n = printf("  %-*s %" PRIu64 "%s", w, l->name, v[k],
                            readable(v[k], l->unit, r, sizeof r));
             /* the help in one column after the longest values */
-            printf("%*s  %s\n", n < 48 ? 48 - n : 0, "", l->help);
+            printf("%*s  %s\n", n < w + 31 ? w + 31 - n : 0, "", l->help);
         }
     }
 }
