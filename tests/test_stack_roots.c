@@ -78,6 +78,15 @@ static heapd_client *start(void)
     return connect_plain(0);
 }
 
+/* start(), and a mutator attached with FLAGS in *M. */
+static heapd_client *start_attached(heapd_mutator **m, unsigned flags)
+{
+    heapd_client *c = start();
+    heapd_mutator_opts o = {.flags = flags};
+    ck_assert_int_eq(heapd_attach_opts(c, &o, m), 0);
+    return c;
+}
+
 static void finish(heapd_client *c, heapd_mutator *m)
 {
     heapd_detach(m);
@@ -90,9 +99,8 @@ static void finish(heapd_client *c, heapd_mutator *m)
  * (heapd_collect waits in a blocking region). */
 START_TEST(a_local_keeps_a_shared_object)
 {
-    heapd_client *c = start();
     heapd_mutator *m;
-    ck_assert_int_eq(heapd_attach(c, &m), 0);
+    heapd_client *c = start_attached(&m, 0);
     void *volatile kept = make_kept(m, sizeof(struct payload));
     harness_wipe_stack();
     cycles_while_running(m, c, CYCLES);
@@ -108,9 +116,8 @@ END_TEST
 /* Only heapd_bytes(o) in a local: an interior pointer keeps O. */
 START_TEST(an_interior_pointer_keeps_its_object)
 {
-    heapd_client *c = start();
     heapd_mutator *m;
-    ck_assert_int_eq(heapd_attach(c, &m), 0);
+    heapd_client *c = start_attached(&m, 0);
     const struct payload *volatile bytes =
         heapd_bytes(make_kept(m, sizeof(struct payload)));
     harness_wipe_stack();
@@ -125,9 +132,8 @@ END_TEST
 /* Only the address one past its end, the next block's start. */
 START_TEST(one_past_the_end_keeps_its_object)
 {
-    heapd_client *c = start();
     heapd_mutator *m;
-    ck_assert_int_eq(heapd_attach(c, &m), 0);
+    heapd_client *c = start_attached(&m, 0);
     const uint8_t *volatile end =
         (const uint8_t *)heapd_bytes(make_kept(m, FULL_BYTES)) + FULL_BYTES;
     harness_wipe_stack();
@@ -202,32 +208,36 @@ START_TEST(a_blocked_threads_locals_keep_their_objects)
 }
 END_TEST
 
-/* HEAPD_MUTATOR_PRECISE: the local keeps nothing, the object is freed
- * (so the tests above fail if the capture is taken out). */
-struct freed {
+/* Has OBJ been freed?  Asks for one more cycle first (from a thread
+ * whose mutator, if any, is blocked). */
+struct freed_wait {
     const heapd_client *c;
     const void *obj;
 };
 
-static bool is_freed(void *arg, char *seen, size_t len)
+static bool freed_now(void *arg, char *seen, size_t len)
 {
-    struct freed *f = arg;
+    struct freed_wait *f = arg;
     int mark = mark_of(f->c, f->obj);
+    ck_assert_int_eq(heapd_request_collect((heapd_client *)f->c,
+                                           HEAPD_COLLECT_WAIT), 0);
     snprintf(seen, len, "mark %d", mark);
     return mark == 0;
 }
 
+/* HEAPD_MUTATOR_PRECISE: the local keeps nothing, the object is freed
+ * (so the tests above fail if the capture is taken out). */
 START_TEST(a_precise_mutators_locals_keep_nothing)
 {
-    heapd_client *c = start();
     heapd_mutator *m;
-    heapd_mutator_opts o = {.flags = HEAPD_MUTATOR_PRECISE};
-    ck_assert_int_eq(heapd_attach_opts(c, &o, &m), 0);
+    heapd_client *c = start_attached(&m, HEAPD_MUTATOR_PRECISE);
     void *volatile kept = make_kept(m, sizeof(struct payload));
     cycles_while_running(m, c, CYCLES);
-    struct freed f = {c, kept};
-    harness_wait_until(is_freed, &f, "the object only a precise mutator's "
+    struct freed_wait f = {c, kept};
+    heapd_blocking_enter(m);
+    harness_wait_until(freed_now, &f, "the object only a precise mutator's "
                        "local held is freed");
+    heapd_blocking_leave(m);
     finish(c, m);
 }
 END_TEST
@@ -256,10 +266,9 @@ static __attribute__((noinline)) void *make_list(heapd_mutator *m)
 
 static void counted(bool precise)
 {
-    heapd_client *c = start();
     heapd_mutator *m;
-    heapd_mutator_opts o = {.flags = precise ? HEAPD_MUTATOR_PRECISE : 0};
-    ck_assert_int_eq(heapd_attach_opts(c, &o, &m), 0);
+    heapd_client *c =
+        start_attached(&m, precise ? HEAPD_MUTATOR_PRECISE : 0);
     void *volatile list = make_list(m);
     harness_wipe_stack();
     heapd_stats_t a = harness_stats(c);
@@ -306,27 +315,11 @@ END_TEST
  * malloc'd table keeps its object, through cycles taken running and
  * blocked; one of a table not registered does not, nor once the range is
  * removed.  The mutator is precise: no stack word keeps anything. */
-struct freed_wait {
-    const heapd_client *c;
-    const void *obj;
-};
-
-static bool freed_now(void *arg, char *seen, size_t len)
-{
-    struct freed_wait *f = arg;
-    int mark = mark_of(f->c, f->obj);
-    ck_assert_int_eq(heapd_request_collect((heapd_client *)f->c,
-                                           HEAPD_COLLECT_WAIT), 0);
-    snprintf(seen, len, "mark %d", mark);
-    return mark == 0;
-}
 
 START_TEST(a_registered_range_keeps_its_objects)
 {
-    heapd_client *c = start();
     heapd_mutator *m;
-    heapd_mutator_opts o = {.flags = HEAPD_MUTATOR_PRECISE};
-    ck_assert_int_eq(heapd_attach_opts(c, &o, &m), 0);
+    heapd_client *c = start_attached(&m, HEAPD_MUTATOR_PRECISE);
     void **table = calloc(16, sizeof *table);
     void **other = calloc(16, sizeof *other);
     ck_assert(table && other);
@@ -360,9 +353,8 @@ END_TEST
 
 START_TEST(registering_nonsense_is_refused)
 {
-    heapd_client *c = start();
     heapd_mutator *m;
-    ck_assert_int_eq(heapd_attach(c, &m), 0);
+    heapd_client *c = start_attached(&m, 0);
     uint64_t words[4];
     ck_assert_int_eq(heapd_add_roots(NULL, words, words + 4), -EINVAL);
     ck_assert_int_eq(heapd_add_roots(m, NULL, words), -EINVAL);
