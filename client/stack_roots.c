@@ -68,7 +68,7 @@ struct capture {
     uintptr_t *out;             /* the slot's capture area */
     uint64_t n;
     uint64_t dropped;
-    uintptr_t *seen;            /* STACK_ROOTS_SEEN objects kept lately */
+    uintptr_t *seen;            /* STACK_ROOTS_SEEN words seen lately */
 };
 
 static int cmp_ref(const void *a, const void *b)
