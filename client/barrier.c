@@ -64,9 +64,12 @@
  * mark a stack first checks stack_marked == epoch (done), and otherwise
  * tries to CAS stack_marking from its old value to the epoch:
  *   - the mutator, before its first push, set or pop in the cycle: if it
- *     wins it logs every root to its URS and sets stack_marked; if the
- *     daemon holds it, it waits (blocked) until stack_marked == epoch;
- *   - the daemon, when it marks roots: if it wins it marks every root
+ *     wins it logs every root to its URS, its C stack's capture too (Note
+ *     [C locals are roots] in client/stack_roots.c), and sets
+ *     stack_marked; if the daemon holds it, it waits (blocked) until
+ *     stack_marked == epoch;
+ *   - the daemon, when it marks roots: if it wins it marks every root and
+ *     the capture
  *     (under the heap lock, so the slot cannot be freed meanwhile) and only
  *     then sets stack_marked and wakes the mutator; if it loses it moves
  *     on: the mutator marks it, and the final sync checks it was done.

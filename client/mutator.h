@@ -80,8 +80,6 @@ struct heapd_mutator {
     uintptr_t stack_base, stack_limit;
     bool conservative;               /* not HEAPD_MUTATOR_PRECISE */
     uint64_t captured_last;          /* objects in the last capture */
-    uint64_t capture_failures;       /* captures the stack scan refused */
-    uint64_t capture_dropped;        /* objects past LAYOUT_MAX_CAPTURED */
     /* Note [Capturing without sorting] in client/stack_roots.c */
     uintptr_t capture_seen[STACK_ROOTS_SEEN];
     struct young_gen young;          /* Note [Young objects] in proto/young.h */

@@ -41,13 +41,13 @@
  *   - a heapd call from a signal handler running on the thread's stack
  *     scans the handler's frames and the interrupted ones under them; on
  *     a sigaltstack or a makecontext stack the scan cannot run: nothing
- *     is captured, the failure is counted (capture_failures) and the
- *     thread's locals are not roots for that cycle.
+ *     of the stack is captured, and the thread's locals are not roots
+ *     for that cycle (not counted yet).
  * Young objects are not captured: a young mutator's own handshake traces
  * them from its stack (Note [The preparatory push] in client/minor.c).
  * Past LAYOUT_MAX_CAPTURED distinct objects (a 1 MiB stack of nothing
- * but distinct heap pointers) the rest are dropped and counted
- * (capture_dropped): what only they hold must be in a root slot.  A
+ * but distinct heap pointers) the rest are dropped (not counted yet):
+ * what only they hold must be in a root slot.  A
  * HEAPD_MUTATOR_PRECISE mutator captures only the ranges heapd_add_roots
  * registered (Note [Registered roots]).
  */
@@ -67,7 +67,6 @@ struct capture {
     heapd_client *c;
     uintptr_t *out;             /* the slot's capture area */
     uint64_t n;
-    uint64_t dropped;
     uintptr_t *seen;            /* STACK_ROOTS_SEEN words seen lately */
 };
 
@@ -111,10 +110,8 @@ static void keep(struct capture *cp, void *obj, uint8_t mark)
         return;
     if (cp->n == LAYOUT_MAX_CAPTURED) {
         cp->n = compact(cp->out, cp->n);
-        if (cp->n == LAYOUT_MAX_CAPTURED) {
-            cp->dropped++;
-            return;
-        }
+        if (cp->n == LAYOUT_MAX_CAPTURED)
+            return; /* Note [C locals are roots]: past the bound */
     }
     cp->out[cp->n++] = (uintptr_t)obj;
 }
@@ -161,14 +158,12 @@ void stack_roots_capture(heapd_mutator *m)
     atomic_store_explicit(&s->captured_n, 0, memory_order_relaxed);
     memset(m->capture_seen, 0, sizeof m->capture_seen);
     struct capture cp = {m->c, (uintptr_t *)layout_mutator_captured(s), 0,
-                         0, m->capture_seen};
+                         m->capture_seen};
     uintptr_t lo = (uintptr_t)m->c->base;
     if (m->conservative &&
         stack_scan(m->stack_base, m->stack_limit, lo, lo + m->c->size,
-                   capture_word, &cp) < 0) {
-        m->capture_failures++;
-        cp.n = 0;
-    }
+                   capture_word, &cp) < 0)
+        cp.n = 0; /* Note [C locals are roots]: another stack */
     /* the ranges, by every mutator of the client (Note [Registered
      * roots]) */
     hd_mutex_lock(&m->c->roots_mu);
@@ -176,7 +171,6 @@ void stack_roots_capture(heapd_mutator *m)
         stack_scan_range(m->c->ranges[i].lo, m->c->ranges[i].hi, lo,
                          lo + m->c->size, capture_word, &cp);
     hd_mutex_unlock(&m->c->roots_mu);
-    m->capture_dropped += cp.dropped;
     m->captured_last = cp.n;
     atomic_store_explicit(&s->captured_n, cp.n, memory_order_release);
 }

@@ -132,7 +132,10 @@
  * 13: the run class and LAYOUT_MARK_CONT (Note [Runs]); epochs 1..254.
  * 14: young objects in the client's segments (Note [Young objects] in
  * proto/young.h): LAYOUT_MARK_YOUNG and LAYOUT_YOUNG_TAG, epochs
- * 1..239, no nursery kind. */
+ * 1..239, no nursery kind.
+ * 15: a C stack capture after the root stack (captured_n,
+ * LAYOUT_MAX_CAPTURED) and LAYOUT_URS_CAPTURED entries (Note [C locals
+ * are roots] in client/stack_roots.c). */
 #define LAYOUT_VERSION 15u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
@@ -369,8 +372,8 @@ static inline uint32_t layout_small_block(uint64_t off, uint32_t first,
  * wrote into other slots' root depths and ring heads made four clients
  * lose their lists).  What a client writes there is its own damage, and
  * the daemon reads it as untrusted input: a root depth beyond
- * LAYOUT_MAX_ROOTS, a capture beyond LAYOUT_MAX_CAPTURED, a ring head more than LAYOUT_URS_SIZE ahead of the
- * tail or behind it, a status of FREE on an attached slot or an ack of a
+ * LAYOUT_MAX_ROOTS, a capture beyond LAYOUT_MAX_CAPTURED, a ring head
+ * more than LAYOUT_URS_SIZE ahead of the tail or behind it, a status of FREE on an attached slot or an ack of a
  * stop the daemon never raised, or more bytes
  * allocated than its client was ever granted in segments makes the daemon
  * disconnect the client and count it (clients_disconnected); meanwhile
