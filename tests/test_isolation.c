@@ -6,6 +6,7 @@
  * whole. */
 #include <check.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
@@ -371,6 +372,104 @@ START_TEST(garbage_in_own_capture_is_dropped)
 }
 END_TEST
 
+/* Garbage a client logs as captured (LAYOUT_URS_CAPTURED entries of its
+ * own update remembered set, Note [Marking C stack captures last] in
+ * daemon/gc/mark.c) while a cycle marks: dropped or marked as a root, never
+ * followed nor counted as bad, and the client stays.  Blocked, the kid
+ * logs nothing of its own, so its ring is all the garbage's. */
+#define TAGGED_ROUNDS 20
+#define TAGGED_BATCH 2048
+#define TAGGED_LIST 200000
+
+static void log_tagged_garbage(heapd_mutator *m, void *arg)
+{
+    unsigned n;
+    const uintptr_t base = (uintptr_t)arg;
+    const struct layout_control *ctl = (const void *)base;
+    void *own = heapd_alloc(m, 0, 16);
+    /* a list long enough that marking lasts while the kid writes */
+    size_t r = heapd_root_push(m, NULL);
+    for (unsigned i = 0; i < TAGGED_LIST; i++) {
+        void **cell = heapd_alloc(m, 1, 8);
+        if (!cell)
+            _exit(6);
+        heapd_write(m, cell, &cell[0], heapd_root_get(m, r));
+        heapd_root_set(m, r, cell);
+    }
+    heapd_blocking_enter(m);
+    struct layout_mutator *s = (struct layout_mutator *)own_control_memory(&n);
+    if (!s || n != 1)
+        _exit(7);
+    heapd_client *control = harness_control(&D);
+    srand(777);
+    bool landed = false;
+    for (int round = 0; round < TAGGED_ROUNDS && !landed; round++) {
+        uint32_t before = atomic_load(&ctl->epoch), epoch;
+        bool marking;
+        if (heapd_request_collect(control, 0) != 0)
+            _exit(8);
+        int64_t end = harness_now_ms() + HARNESS_WAIT_MS;
+        do { /* marking, or the cycle asked for has begun */
+            if (harness_now_ms() > end)
+                _exit(9);
+            sched_yield();
+            marking = atomic_load(&ctl->phase) == LAYOUT_PHASE_MARK;
+            epoch = atomic_load(&ctl->epoch);
+        } while (!marking && epoch == before);
+        uint64_t head = atomic_load(&s->urs_head);
+        while (head - atomic_load(&s->urs_tail) >
+               LAYOUT_URS_SIZE - TAGGED_BATCH) {
+            if (harness_now_ms() > end)
+                _exit(10);
+            sched_yield();
+        }
+        for (unsigned i = 0; i < TAGGED_BATCH; i++) {
+            uintptr_t w;
+            switch (i % 6) {
+            case 0: w = 0x10000 + 8 * i; break;          /* outside */
+            case 1: w = base + 64; break;                 /* control area */
+            case 2: w = base + (900u << 20); break;       /* free segment */
+            case 3: w = (uintptr_t)own + 8; break;        /* interior */
+            case 4: w = (uintptr_t)own; break;            /* fine */
+            default: /* anywhere in the heap's first 256 MiB, aligned */
+                w = base + (((uintptr_t)rand() << 3) & ((1u << 28) - 8));
+            }
+            atomic_store_explicit(&s->urs[(head + i) % LAYOUT_URS_SIZE],
+                                  (void *)(w | LAYOUT_URS_CAPTURED),
+                                  memory_order_relaxed);
+        }
+        atomic_store_explicit(&s->urs_head, head + TAGGED_BATCH,
+                              memory_order_release);
+        /* still marking: the final sync drains the ring after this */
+        landed = marking &&
+                 atomic_load(&ctl->phase) == LAYOUT_PHASE_MARK &&
+                 atomic_load(&ctl->epoch) == epoch;
+        if (heapd_request_collect(control, HEAPD_COLLECT_WAIT) != 0)
+            _exit(11);
+    }
+    if (!landed)
+        _exit(12); /* no batch landed in marking in TAGGED_ROUNDS cycles */
+    heapd_disconnect(control);
+}
+
+START_TEST(tagged_garbage_in_own_ring_is_dropped)
+{
+    struct bystander b = bystander_begin();
+    heapd_stats_t before = harness_daemon_stats(&D);
+    pid_t kid = harness_fork_mutator(&D, log_tagged_garbage,
+                                     (void *)(uintptr_t)HARNESS_HEAP_BASE);
+    heap_still_works("tagged garbage in a ring");
+    heapd_stats_t after = harness_daemon_stats(&D);
+    ck_assert_uint_eq(after.bad_refs, before.bad_refs);
+    ck_assert_uint_eq(after.clients_disconnected,
+                      before.clients_disconnected);
+    ck_assert_uint_gt(after.urs_entries, before.urs_entries);
+    kill(kid, SIGKILL);
+    harness_wait_pid(kid, HARNESS_WAIT_MS);
+    bystander_end(b, "tagged garbage in a ring");
+}
+END_TEST
+
 /* A young slot's bytes allocated may honestly pass its grants (a young
  * mutator allocates again the blocks its segments get back: Note [Client
  * control memory]), so 2^60 written there does not disconnect the client:
@@ -675,6 +774,7 @@ static Suite *suite(void)
     tcase_add_test(t, random_bytes_in_the_control_area_cost_nothing);
     tcase_add_test(t, nonsense_in_own_slot_disconnects_the_client);
     tcase_add_test(t, garbage_in_own_capture_is_dropped);
+    tcase_add_test(t, tagged_garbage_in_own_ring_is_dropped);
     tcase_add_test(t, young_slot_alloc_bytes_past_its_grants_are_bounded);
     tcase_add_test(t, daemons_page_is_read_only);
     tcase_add_test(t, scribbled_segment_header_leaves_nothing);

@@ -744,14 +744,24 @@ static void young_push(struct young_push *p)
  * snapshot roots, copied out of the slot at its handshake, and every
  * root need only be marked before the cycle ends.  A word that is no
  * object's any more (a stale one's object died since) is dropped, not
- * counted as a bad reference.
+ * counted as a bad reference.  The list holds at most CAPTURES_HELD
+ * entries (8 MiB, the captures of 8 slots filled to LAYOUT_MAX_CAPTURED):
+ * past it a capture is marked at once, as a precise root, so a client
+ * that logs tagged entries without end costs the daemon no memory, only
+ * its counts their accuracy.
  */
+#define CAPTURES_HELD ((size_t)LAYOUT_MAX_CAPTURED * 8)
+
 static void hold_capture(struct mark_job *j, struct seeder *sd, uintptr_t v)
 {
     struct valid_ref ref;
     ASSERT_LOCK_HELD(&j->h->lock);
     if (!validate_ref(j->h, v, &ref))
         return;
+    if (j->ncaptured == CAPTURES_HELD) {
+        mark_root(j, sd, v, "a C stack");
+        return;
+    }
     if (j->ncaptured == j->capcaptured) {
         size_t cap = j->capcaptured ? 2 * j->capcaptured : 256;
         uintptr_t *c = realloc(j->captured, cap * sizeof *c);
