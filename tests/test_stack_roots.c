@@ -6,6 +6,7 @@
  * locals keep nothing.  Against a real heapd with the verifier on, which
  * fills a freed block with poison and checks every cycle.
  */
+#include <alloca.h>
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
@@ -14,14 +15,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "heapd.h"
+#include "heapd_collections.h"
 #include "check_main.h"
 
 #include "young_util.h"
 
 #define CYCLES 4
+/* what the cases the Note names must survive */
+#define LONG_CYCLES 100
 #define KEPT_ID 4242
 /* an object that fills its 64-byte block: one past its end is the start
  * of the next block */
@@ -148,18 +156,316 @@ START_TEST(one_past_the_end_keeps_its_object)
 }
 END_TEST
 
-/* A thread blocked across the cycles: its capture at heapd_blocking_enter
- * is its stack's roots while it waits. */
+/* The new user's mistake: a worker process keeps only
+ * `const char *text = heapd_str_data(chunk)` across 10^4 allocations and
+ * the cycles heapctl gc forces, while the process that made the chunks
+ * drops every other reference and goes.  No process of the test but its
+ * children connects, so that each may (TSan refuses threads in a child
+ * of a process that had them). */
+#define CHUNKS 64
+#define CHUNK_BYTES 200
+#define MISTAKE_ALLOCS 10000
+#define MISTAKE_GCS 4
+
+enum stage { MADE = 1, TAKEN, DROPPED, COLLECTED };
+
+struct mistake {
+    _Atomic int stage;
+    _Atomic unsigned allocs;
+};
+
+static void chunk_text(char *out, int i)
+{
+    for (int k = 0; k < CHUNK_BYTES; k++)
+        out[k] = (char)('a' + (i * 7 + k) % 26);
+    snprintf(out, 32, "chunk %d of the text:", i);
+}
+
+/* Waits in a child for stage WANT; exits 3 past the bound. */
+static void child_wait(struct mistake *x, int want, const char *who)
+{
+    int64_t end = harness_now_ms() + HARNESS_WAIT_MS;
+    while (atomic_load(&x->stage) < want) {
+        if (harness_now_ms() > end) {
+            fprintf(stderr, "%s: stage %d not reached\n", who, want);
+            _exit(3);
+        }
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+}
+
+static void producer(struct mistake *x)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    void **chunks = heapd_alloc(m, CHUNKS, 0);
+    char text[CHUNK_BYTES];
+    for (int i = 0; i < CHUNKS; i++) {
+        chunk_text(text, i);
+        heapd_write(m, chunks, &chunks[i], heapd_str_new(m, text, sizeof text));
+    }
+    if (heapd_global_set(m, "chunks", chunks) != 0)
+        _exit(4);
+    chunks = NULL;
+    atomic_store(&x->stage, MADE);
+    child_wait(x, TAKEN, "the producer");
+    if (heapd_global_delete(m, "chunks") != 0)
+        _exit(5);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    atomic_store(&x->stage, DROPPED);
+    _exit(0);
+}
+
+/* The chunk's bytes, and nothing else of the chunks, on the stack. */
+static __attribute__((noinline)) const char *take_text(heapd_mutator *m)
+{
+    void **chunks = heapd_global_get(m, "chunks");
+    return chunks ? heapd_str_data(chunks[CHUNKS / 2]) : NULL;
+}
+
+static void worker(struct mistake *x)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    child_wait(x, MADE, "the worker");
+    const char *volatile text = take_text(m);
+    if (!text)
+        _exit(6);
+    harness_wipe_stack();
+    atomic_store(&x->stage, TAKEN);
+    int64_t end = harness_now_ms() + HARNESS_WAIT_MS;
+    unsigned n = 0;
+    while (n < MISTAKE_ALLOCS || atomic_load(&x->stage) < COLLECTED) {
+        if (!heapd_alloc(m, 1, 48) || harness_now_ms() > end)
+            _exit(7);
+        atomic_store(&x->allocs, ++n);
+    }
+    char want[CHUNK_BYTES];
+    chunk_text(want, CHUNKS / 2);
+    if (memcmp((const char *)text, want, sizeof want) != 0) {
+        fprintf(stderr, "the text is damaged: '%.40s'\n", (const char *)text);
+        _exit(8);
+    }
+    heapd_detach(m);
+    heapd_disconnect(c);
+    _exit(0);
+}
+
+START_TEST(a_char_pointer_alone_keeps_its_string)
+{
+    harness_start_with(&D, NULL);
+    struct mistake *x = mmap(NULL, sizeof *x, PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(x, MAP_FAILED);
+    pid_t kids[2];
+    for (int k = 0; k < 2; k++) {
+        kids[k] = fork();
+        ck_assert_int_ge(kids[k], 0);
+        if (kids[k] == 0) {
+            if (k == 0)
+                producer(x);
+            worker(x);
+        }
+    }
+    harness_wait_ok(kids[0], "the producer");
+    ck_assert_int_eq(atomic_load(&x->stage), DROPPED);
+    char cmd[512], out[4096];
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' gc 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    for (int i = 0; i < MISTAKE_GCS; i++) {
+        int st = harness_run(cmd, out, sizeof out);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "heapctl gc: %s",
+                      out);
+    }
+    atomic_store(&x->stage, COLLECTED);
+    harness_wait_ok(kids[1], "the worker that kept only a char pointer");
+    ck_assert_uint_ge(atomic_load(&x->allocs), MISTAKE_ALLOCS);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+    munmap(x, sizeof *x);
+}
+END_TEST
+
+/* The cases Note [C locals are roots] argues, each through LONG_CYCLES
+ * cycles taken while the thread runs. */
+struct held {
+    heapd_mutator *m;
+    heapd_client *c;
+};
+
+static void *make_held(void *arg)
+{
+    struct held *h = arg;
+    return make_kept(h->m, sizeof(struct payload));
+}
+
+static void run_cycles(void *arg)
+{
+    struct held *h = arg;
+    cycles_while_running(h->m, h->c, LONG_CYCLES);
+}
+
+#if defined(__x86_64__)
+/* void *hold_in_rbx(void *(*make)(void *), void (*run)(void *), void *arg):
+ * MAKE(ARG)'s result is kept in rbx, a callee-saved register, and nowhere
+ * else: the caller-saved registers and the 16 KiB of stack MAKE's frames
+ * used are zeroed before RUN(ARG) runs; returns rbx.  Whatever RUN calls
+ * keeps rbx in the register or in a frame's save slot, nowhere else. */
+void *hold_in_rbx(void *(*make)(void *), void (*run)(void *), void *arg);
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".globl hold_in_rbx\n"
+        ".type hold_in_rbx, @function\n"
+        "hold_in_rbx:\n"
+        "    push %rbx\n"
+        "    push %r12\n"
+        "    push %r13\n"
+        "    mov %rsi, %r12\n"
+        "    mov %rdx, %r13\n"
+        "    mov %rdi, %rax\n"
+        "    mov %rdx, %rdi\n"
+        "    call *%rax\n"
+        "    mov %rax, %rbx\n"
+        "    lea -16384(%rsp), %rdi\n"
+        "    mov $2048, %ecx\n"
+        "    xor %eax, %eax\n"
+        "    cld\n"
+        "    rep stosq\n"
+        "    xor %ecx, %ecx\n"
+        "    xor %edx, %edx\n"
+        "    xor %esi, %esi\n"
+        "    xor %r8d, %r8d\n"
+        "    xor %r9d, %r9d\n"
+        "    xor %r10d, %r10d\n"
+        "    xor %r11d, %r11d\n"
+        "    pxor %xmm0, %xmm0\n"
+        "    pxor %xmm1, %xmm1\n"
+        "    pxor %xmm2, %xmm2\n"
+        "    pxor %xmm3, %xmm3\n"
+        "    mov %r13, %rdi\n"
+        "    call *%r12\n"
+        "    mov %rbx, %rax\n"
+        "    pop %r13\n"
+        "    pop %r12\n"
+        "    pop %rbx\n"
+        "    ret\n"
+        ".size hold_in_rbx, .-hold_in_rbx\n");
+#else
+#error "test_stack_roots: write hold_in_rbx for this architecture"
+#endif
+
+START_TEST(a_pointer_only_in_a_callee_saved_register_keeps_its_object)
+{
+    struct held h;
+    h.c = start_attached(&h.m, 0);
+    void *kept = hold_in_rbx(make_held, run_cycles, &h);
+    ck_assert_msg(node_ok(kept, 1, KEPT_ID) && mark_of(h.c, kept) > 0,
+                  "an object only rbx held through %d cycles was freed "
+                  "(mark %d)", LONG_CYCLES, mark_of(h.c, kept));
+    finish(h.c, h.m);
+}
+END_TEST
+
+/* DEPTH frames of 256 bytes each between the caller's local and the
+ * cycles. */
+static __attribute__((noinline)) uintptr_t deep(struct held *h,
+                                                unsigned depth)
+{
+    volatile uint64_t pad[32];
+    for (unsigned i = 0; i < 32; i++)
+        pad[i] = depth;
+    if (depth == 0) {
+        run_cycles(h);
+        return pad[0];
+    }
+    return deep(h, depth - 1) + pad[1]; /* no tail call */
+}
+
+START_TEST(a_pointer_in_a_deep_callers_frame_keeps_its_object)
+{
+    struct held h;
+    h.c = start_attached(&h.m, 0);
+    void *volatile kept = make_kept(h.m, sizeof(struct payload));
+    harness_wipe_stack();
+    ck_assert_uint_eq(deep(&h, 200), 200 * 201 / 2);
+    ck_assert_msg(node_ok(kept, 1, KEPT_ID) && mark_of(h.c, kept) > 0,
+                  "an object only a local 200 frames up held through %d "
+                  "cycles was freed (mark %d)", LONG_CYCLES,
+                  mark_of(h.c, kept));
+    finish(h.c, h.m);
+}
+END_TEST
+
+START_TEST(a_pointer_to_the_last_byte_keeps_its_object)
+{
+    struct held h;
+    h.c = start_attached(&h.m, 0);
+    const uint8_t *volatile last =
+        (const uint8_t *)heapd_bytes(make_kept(h.m, sizeof(struct payload))) +
+        sizeof(struct payload) - 1;
+    harness_wipe_stack();
+    run_cycles(&h);
+    void *obj = (void *)((uintptr_t)last + 1 - sizeof(struct payload) -
+                         sizeof(void *));
+    ck_assert_msg(node_ok(obj, 1, KEPT_ID) && mark_of(h.c, obj) > 0,
+                  "an object only a pointer to its last byte held through "
+                  "%d cycles was freed (mark %d)", LONG_CYCLES,
+                  mark_of(h.c, obj));
+    finish(h.c, h.m);
+}
+END_TEST
+
+/* A thread blocked in read() across LONG_CYCLES cycles: its capture at
+ * heapd_blocking_enter is its stack's roots while it waits.  With PAD
+ * bytes of frames between the local and the blocking call, the capture
+ * walks them all to reach it. */
 struct blocked {
     heapd_client *c;
+    size_t pad;
+    int pipe[2];
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    bool entered, go;
+    bool entered;
     bool ok;
     int mark;
 };
 
-static __attribute__((noinline)) void *blocked_thread(void *arg)
+static __attribute__((noinline)) void block_in_read(heapd_mutator *m,
+                                                    struct blocked *b)
+{
+    heapd_blocking_enter(m);
+    pthread_mutex_lock(&b->mu);
+    b->entered = true;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    char x;
+    ssize_t r;
+    do
+        r = read(b->pipe[0], &x, 1);
+    while (r < 0 && errno == EINTR);
+    heapd_blocking_leave(m);
+}
+
+/* B->pad bytes of stack, words no heap address is made of, under the
+ * frame that holds the local. */
+static __attribute__((noinline)) void block_under_pad(heapd_mutator *m,
+                                                      struct blocked *b)
+{
+    if (b->pad == 0) {
+        block_in_read(m, b);
+        return;
+    }
+    volatile uint64_t *pad = alloca(b->pad);
+    for (size_t i = 0; i < b->pad / sizeof *pad; i++)
+        pad[i] = i * 0x10001;
+    block_in_read(m, b);
+    ck_assert_uint_eq(pad[1], 0x10001);
+}
+
+static void *blocked_thread(void *arg)
 {
     struct blocked *b = arg;
     heapd_mutator *m;
@@ -167,44 +473,53 @@ static __attribute__((noinline)) void *blocked_thread(void *arg)
         return NULL;
     void *volatile kept = make_kept(m, sizeof(struct payload));
     harness_wipe_stack();
-    heapd_blocking_enter(m);
-    pthread_mutex_lock(&b->mu);
-    b->entered = true;
-    pthread_cond_broadcast(&b->cv);
-    while (!b->go)
-        pthread_cond_wait(&b->cv, &b->mu);
-    pthread_mutex_unlock(&b->mu);
-    heapd_blocking_leave(m);
+    block_under_pad(m, b);
     b->ok = node_ok(kept, 1, KEPT_ID);
     b->mark = mark_of(b->c, kept);
     heapd_detach(m);
     return NULL;
 }
 
-START_TEST(a_blocked_threads_locals_keep_their_objects)
+static void blocked_across_cycles(size_t pad)
 {
     heapd_client *c = start();
-    struct blocked b = {.c = c};
+    struct blocked b = {.c = c, .pad = pad};
+    ck_assert_int_eq(pipe(b.pipe), 0);
     pthread_mutex_init(&b.mu, NULL);
     pthread_cond_init(&b.cv, NULL);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    ck_assert_int_eq(pthread_attr_setstacksize(&attr, pad + (1u << 20)), 0);
     pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, blocked_thread, &b), 0);
+    ck_assert_int_eq(pthread_create(&t, &attr, blocked_thread, &b), 0);
+    pthread_attr_destroy(&attr);
     pthread_mutex_lock(&b.mu);
     while (!b.entered)
         pthread_cond_wait(&b.cv, &b.mu);
     pthread_mutex_unlock(&b.mu);
     heapd_mutator *m;
     ck_assert_int_eq(heapd_attach(c, &m), 0);
-    cycles_while_running(m, c, CYCLES);
-    pthread_mutex_lock(&b.mu);
-    b.go = true;
-    pthread_cond_broadcast(&b.cv);
-    pthread_mutex_unlock(&b.mu);
+    cycles_while_running(m, c, LONG_CYCLES);
+    ck_assert_int_eq(write(b.pipe[1], "x", 1), 1);
     pthread_join(t, NULL);
     ck_assert_msg(b.ok && b.mark > 0, "an object only a local of a thread "
-                  "blocked across %d cycles held was freed (mark %d)",
-                  CYCLES, b.mark);
+                  "blocked in read() under %zu bytes of frames across %d "
+                  "cycles held was freed (mark %d)", pad, LONG_CYCLES,
+                  b.mark);
+    close(b.pipe[0]);
+    close(b.pipe[1]);
     finish(c, m);
+}
+
+START_TEST(a_blocked_threads_locals_keep_their_objects)
+{
+    blocked_across_cycles(0);
+}
+END_TEST
+
+START_TEST(a_blocked_threads_locals_under_1_mib_of_frames_keep_theirs)
+{
+    blocked_across_cycles(1u << 20);
 }
 END_TEST
 
@@ -379,7 +694,12 @@ static Suite *suite(void)
     tcase_add_test(t, a_local_keeps_a_shared_object);
     tcase_add_test(t, an_interior_pointer_keeps_its_object);
     tcase_add_test(t, one_past_the_end_keeps_its_object);
+    tcase_add_test(t, a_char_pointer_alone_keeps_its_string);
+    tcase_add_test(t, a_pointer_only_in_a_callee_saved_register_keeps_its_object);
+    tcase_add_test(t, a_pointer_in_a_deep_callers_frame_keeps_its_object);
+    tcase_add_test(t, a_pointer_to_the_last_byte_keeps_its_object);
     tcase_add_test(t, a_blocked_threads_locals_keep_their_objects);
+    tcase_add_test(t, a_blocked_threads_locals_under_1_mib_of_frames_keep_theirs);
     tcase_add_test(t, a_precise_mutators_locals_keep_nothing);
     tcase_add_test(t, what_locals_alone_keep_is_counted);
     tcase_add_test(t, a_precise_mutator_counts_nothing);
