@@ -78,8 +78,26 @@ static unsigned long parse_count(const char *opt, const char *s)
     return v;
 }
 
+/* Attach the calling thread to C; with HEAPD_BENCH_PRECISE=1 in the
+ * environment as a HEAPD_MUTATOR_PRECISE mutator, whose C stack is no
+ * root (scripts/bench's "before" of the C stack as a root). */
+__attribute__((unused))
+static void bench_attach(heapd_client *c, heapd_mutator **m)
+{
+#ifdef HEAPD_MUTATOR_PRECISE
+    const char *p = getenv("HEAPD_BENCH_PRECISE");
+    heapd_mutator_opts o = {
+        .flags = p && strcmp(p, "1") == 0 ? HEAPD_MUTATOR_PRECISE : 0};
+    int rc = heapd_attach_opts(c, &o, m);
+#else /* a baseline's libheapd (scripts/bench), from before precise mutators */
+    int rc = heapd_attach(c, m);
+#endif
+    if (rc < 0)
+        die("heapd_attach: %s (%s)", heapd_strerror(rc), heapd_last_error());
+}
+
 /* Connect to heapd (SOCK NULL: $HEAPD_SOCKET, then the default) and attach
- * the calling thread. */
+ * the calling thread (bench_attach). */
 __attribute__((unused))
 static void heapd_open(const char *sock, const char *name, heapd_client **c,
                        heapd_mutator **m)
@@ -88,9 +106,7 @@ static void heapd_open(const char *sock, const char *name, heapd_client **c,
     int rc = heapd_connect(c, &o);
     if (rc < 0)
         die("heapd_connect: %s", heapd_last_error());
-    rc = heapd_attach(*c, m);
-    if (rc < 0)
-        die("heapd_attach: %s (%s)", heapd_strerror(rc), heapd_last_error());
+    bench_attach(*c, m);
 }
 
 /* heapd_stats from a mutator thread: a socket round trip, so the mutator

@@ -39,9 +39,10 @@
  *           worker may collect after fork).  Collections and their pauses
  *           from a GC_set_on_collection_event callback (boehm_pauses.h),
  *           each worker's counted from its fork.
- *   heapd   young off.  The collector is precise and a C local is not a
- *           root (Note [Client GC discipline] in heapd.h), so the trees are
- *           built rooted: one root slot per depth, pushed once; a tree of
+ *   heapd   young off.  The trees are built rooted, as a
+ *           HEAPD_MUTATOR_PRECISE mutator must (Note [Client GC discipline]
+ *           in heapd.h), so that the figure compares with the runs before C
+ *           locals were roots: one root slot per depth, pushed once; a tree of
  *           depth d is built into a caller-given slot, its left subtree into
  *           the slot of depth d while its right one is built into the
  *           caller's slot, then the node is allocated, both read back from

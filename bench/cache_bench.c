@@ -498,9 +498,7 @@ static void heapd_finish(struct mem *mem)
     heapd_stats_t st;
     heapd_stats_or_die(h_c, NULL, &st);
     mem->cycles = st.heaps[0].cycles_completed - h_cycles0;
-    int rc = heapd_attach(h_c, &h_m);
-    if (rc < 0)
-        die("heapd_attach: %s (%s)", heapd_strerror(rc), heapd_last_error());
+    bench_attach(h_c, &h_m);
     h_root_map();
     for (unsigned long k = 0; k < O.keys; k++) {
         key_of(key, k);
@@ -510,7 +508,7 @@ static void heapd_finish(struct mem *mem)
         if (k % SAFEPOINT_EVERY == 0)
             heapd_safepoint(h_m);
     }
-    rc = heapd_map_verify(h_map);
+    int rc = heapd_map_verify(h_map);
     if (rc < 0 || (unsigned long)rc != O.keys)
         die("heapd_map_verify: %d (%s)", rc, rc < 0 ? heapd_last_error()
                                                      : "keys");
@@ -1130,9 +1128,7 @@ static void growth_finish(const struct wres *res, const struct mem *mem,
     heapd_stats_t st;
     heapd_stats_or_die(h_c, NULL, &st);
     uint64_t cycles = st.heaps[0].cycles_completed - h_cycles0;
-    int rc = heapd_attach(h_c, &h_m);
-    if (rc < 0)
-        die("heapd_attach: %s (%s)", heapd_strerror(rc), heapd_last_error());
+    bench_attach(h_c, &h_m);
     h_root_map();
     for (unsigned long k = 0; k < total; k++) {
         key_of(key, k);
@@ -1147,7 +1143,7 @@ static void growth_finish(const struct wres *res, const struct mem *mem,
     }
     if (heapd_map_count(h_map) != total)
         die("heapd_map_count: %zu, not %lu", heapd_map_count(h_map), total);
-    rc = heapd_map_verify(h_map);
+    int rc = heapd_map_verify(h_map);
     if (rc < 0 || (unsigned long)rc != total)
         die("heapd_map_verify: %d (%s)", rc, rc < 0 ? heapd_last_error()
                                                      : "keys, not OLD + NEW");

@@ -16,9 +16,12 @@
  *
  * How, per implementation (one per process: `gcbench heapd|boehm|malloc`):
  *   heapd   nodes are heapd_alloc(m, 2, 8), the array heapd_alloc(m, 0,
- *           500000 * 8).  The precise collector sees only the root stack, so
- *           (Note [Client GC discipline] in heapd.h) the long-lived tree and
- *           the array sit in root slots, and so does the tree being built.
+ *           500000 * 8).  Young off keeps to the precise rule (Note [Client
+ *           GC discipline] in heapd.h: a HEAPD_MUTATOR_PRECISE mutator's
+ *           locals are no roots), so that it runs precise too
+ *           (HEAPD_BENCH_PRECISE=1) and compares with the runs before C
+ *           locals were roots: the long-lived tree and the array sit in
+ *           root slots, and so does the tree being built.
  *           Populate writes each new child into its parent (reachable from a
  *           root) with heapd_write before the next allocation.  MakeTree
  *           builds into a caller-given root slot: the left subtree is kept in
@@ -475,8 +478,8 @@ static void h_make(int d, size_t out)
 /* MakeTree as C is written (--young without --rooted): the subtrees in C
  * locals.  A young mutator's minor collections keep what its C locals
  * hold, and never promote it (Note [Young objects, for the program] in
- * heapd.h); without a young generation the precise collector would not
- * see them, hence h_make. */
+ * heapd.h); young off builds rooted (h_make), as a precise mutator
+ * must. */
 static void *h_make_local(int d)
 {
     if (d <= 0)
