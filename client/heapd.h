@@ -157,7 +157,8 @@ HEAPD_API size_t heapd_heap_size(const heapd_client *c);
  * Limits:
  *   - a thread must make its heapd calls on the stack it attached on (not
  *     on a sigaltstack or a makecontext stack): there the stack cannot be
- *     scanned, and its locals are not roots for that cycle;
+ *     scanned, and its locals are not roots for that cycle (counted:
+ *     conservative_unscanned);
  *   - a mutator attached with HEAPD_MUTATOR_PRECISE is not scanned: for
  *     it a local keeps an object only until its next safepoint (heapd_alloc,
  *     heapd_root_push/set/pop, heapd_global_set/once, heapd_safepoint,
@@ -168,7 +169,7 @@ HEAPD_API size_t heapd_heap_size(const heapd_client *c);
  *     and the accessors are no safepoints;
  *   - a blocked thread's stack is captured at heapd_blocking_enter, up to
  *     a 1 MiB stack's worth of distinct objects (past that, what only the
- *     rest hold must be rooted).
+ *     rest hold must be rooted; counted: conservative_overflows).
  * Objects never move, young ones included.  A reference kept where no
  * scan looks may point at a freed block, which is reused later;
  * HEAPD_CHECK=1 in the

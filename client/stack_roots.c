@@ -42,12 +42,12 @@
  *     scans the handler's frames and the interrupted ones under them; on
  *     a sigaltstack or a makecontext stack the scan cannot run: nothing
  *     of the stack is captured, and the thread's locals are not roots
- *     for that cycle (not counted yet).
+ *     for that cycle (counted: conservative_unscanned).
  * Young objects are not captured: a young mutator's own handshake traces
  * them from its stack (Note [The preparatory push] in client/minor.c).
  * Past LAYOUT_MAX_CAPTURED distinct objects (a 1 MiB stack of nothing
- * but distinct heap pointers) the rest are dropped (not counted yet):
- * what only they hold must be in a root slot.  A
+ * but distinct heap pointers) the rest are dropped (counted:
+ * conservative_overflows): what only they hold must be in a root slot.  A
  * HEAPD_MUTATOR_PRECISE mutator captures only the ranges heapd_add_roots
  * registered (Note [Registered roots]).
  */
@@ -68,6 +68,7 @@ struct capture {
     uintptr_t *out;             /* the slot's capture area */
     uint64_t n;
     uintptr_t *seen;            /* STACK_ROOTS_SEEN words seen lately */
+    bool overflowed;            /* an object dropped past the bound */
 };
 
 static int cmp_ref(const void *a, const void *b)
@@ -110,8 +111,10 @@ static void keep(struct capture *cp, void *obj, uint8_t mark)
         return;
     if (cp->n == LAYOUT_MAX_CAPTURED) {
         cp->n = compact(cp->out, cp->n);
-        if (cp->n == LAYOUT_MAX_CAPTURED)
-            return; /* Note [C locals are roots]: past the bound */
+        if (cp->n == LAYOUT_MAX_CAPTURED) {
+            cp->overflowed = true; /* Note [C locals are roots] */
+            return;
+        }
     }
     cp->out[cp->n++] = (uintptr_t)obj;
 }
@@ -158,12 +161,15 @@ void stack_roots_capture(heapd_mutator *m)
     atomic_store_explicit(&s->captured_n, 0, memory_order_relaxed);
     memset(m->capture_seen, 0, sizeof m->capture_seen);
     struct capture cp = {m->c, (uintptr_t *)layout_mutator_captured(s), 0,
-                         m->capture_seen};
+                         m->capture_seen, false};
     uintptr_t lo = (uintptr_t)m->c->base;
     if (m->conservative &&
         stack_scan(m->stack_base, m->stack_limit, lo, lo + m->c->size,
-                   capture_word, &cp) < 0)
+                   capture_word, &cp) < 0) {
         cp.n = 0; /* Note [C locals are roots]: another stack */
+        atomic_fetch_add_explicit(&s->capture_unscanned, 1,
+                                  memory_order_relaxed);
+    }
     /* the ranges, by every mutator of the client (Note [Registered
      * roots]) */
     hd_mutex_lock(&m->c->roots_mu);
@@ -171,6 +177,9 @@ void stack_roots_capture(heapd_mutator *m)
         stack_scan_range(m->c->ranges[i].lo, m->c->ranges[i].hi, lo,
                          lo + m->c->size, capture_word, &cp);
     hd_mutex_unlock(&m->c->roots_mu);
+    if (cp.overflowed)
+        atomic_fetch_add_explicit(&s->capture_overflows, 1,
+                                  memory_order_relaxed);
     m->captured_last = cp.n;
     atomic_store_explicit(&s->captured_n, cp.n, memory_order_release);
 }

@@ -20,8 +20,8 @@
 
 /* *TO += *W: sums, but the longest pause, a maximum (statistics, so a
  * sum wraps rather than saturates). */
-static void young_words_add(struct heap_young_words *to,
-                            const struct heap_young_words *w)
+static void slot_words_add(struct heap_slot_words *to,
+                            const struct heap_slot_words *w)
 {
     to->minor += w->minor;
     to->promoted_age += w->promoted_age;
@@ -29,11 +29,15 @@ static void young_words_add(struct heap_young_words *to,
     to->pause_total_ns += w->pause_total_ns;
     if (w->pause_max_ns > to->pause_max_ns)
         to->pause_max_ns = w->pause_max_ns;
+    to->unscanned += w->unscanned;
+    to->overflows += w->overflows;
 }
 
-/* A slot's young words start at 0 with each attachment. */
-static void young_words_clear(struct layout_mutator *m)
+/* A slot's statistics words start at 0 with each attachment. */
+static void slot_words_clear(struct layout_mutator *m)
 {
+    atomic_store_explicit(&m->capture_unscanned, 0, memory_order_relaxed);
+    atomic_store_explicit(&m->capture_overflows, 0, memory_order_relaxed);
     atomic_store_explicit(&m->young_minor, 0, memory_order_relaxed);
     atomic_store_explicit(&m->young_promoted_age, 0, memory_order_relaxed);
     atomic_store_explicit(&m->young_promoted_pub, 0, memory_order_relaxed);
@@ -85,7 +89,7 @@ int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
         atomic_store(&m->stack_marking, 0);
         atomic_store(&m->stack_marked, 0);
         atomic_store(&m->captured_n, 0);
-        young_words_clear(m);
+        slot_words_clear(m);
         /* the URS ring starts empty: the tail catches up with the head */
         atomic_store(&m->urs_tail, atomic_load(&m->urs_head));
         /* ack 0 is never a stop generation: see Note [Stop the world] */
@@ -114,13 +118,13 @@ void grant_free_slot(struct heap *h, uint64_t slots[2], unsigned slot, int fd)
     mark_urs(h, h->marking, slot);
     collector_retire_slot(h, slot);
     struct heap_slot_owner *o = &h->owners[slot];
-    /* Note [Young objects]: its young words stay counted; its young
+    /* Note [Young objects]: its statistics words stay counted; its young
      * blocks are its client's to free (a detach) or the daemon's (its
      * client's departure: seg_orphan) */
-    struct heap_young_words w;
-    grant_young_words(h, slot, &w);
-    young_words_add(&h->stats.young_retired, &w);
-    young_words_clear(heap_slot(h, slot));
+    struct heap_slot_words w;
+    grant_slot_words(h, slot, &w);
+    slot_words_add(&h->stats.slot_retired, &w);
+    slot_words_clear(heap_slot(h, slot));
     o->young_bytes = 0;
     o->young_age = 0;
     table_slot_young(h, slot, 0, 0);
@@ -149,35 +153,38 @@ void grant_bound_slots(struct heap *h, const uint64_t slots[2],
     }
 }
 
-/* ---- young words (Note [Young objects] in proto/young.h) ---- */
+/* ---- statistics words (Note [Young objects] in proto/young.h, Note [C
+ * locals are roots] in client/stack_roots.c) ---- */
 
-void grant_young_words(const struct heap *h, unsigned slot,
-                       struct heap_young_words *out)
+void grant_slot_words(const struct heap *h, unsigned slot,
+                      struct heap_slot_words *out)
 {
     ASSERT_LOCK_HELD(&h->lock);
     const struct layout_mutator *m = heap_slot(h, slot);
     memset(out, 0, sizeof *out);
+#define SLOT_WORD(f) atomic_load_explicit(&m->f, memory_order_relaxed)
+    out->unscanned = SLOT_WORD(capture_unscanned);
+    out->overflows = SLOT_WORD(capture_overflows);
     if (h->owners[slot].young_bytes == 0)
         return; /* words nobody writes, whatever a client put there */
-#define YOUNG_WORD(f) atomic_load_explicit(&m->f, memory_order_relaxed)
-    out->minor = YOUNG_WORD(young_minor);
-    out->promoted_age = YOUNG_WORD(young_promoted_age);
-    out->promoted_pub = YOUNG_WORD(young_promoted_pub);
-    out->pause_max_ns = YOUNG_WORD(young_pause_max_ns);
-    out->pause_total_ns = YOUNG_WORD(young_pause_total_ns);
-#undef YOUNG_WORD
+    out->minor = SLOT_WORD(young_minor);
+    out->promoted_age = SLOT_WORD(young_promoted_age);
+    out->promoted_pub = SLOT_WORD(young_promoted_pub);
+    out->pause_max_ns = SLOT_WORD(young_pause_max_ns);
+    out->pause_total_ns = SLOT_WORD(young_pause_total_ns);
+#undef SLOT_WORD
 }
 
-void grant_young_totals(const struct heap *h, struct heap_young_words *out)
+void grant_slot_totals(const struct heap *h, struct heap_slot_words *out)
 {
     ASSERT_LOCK_HELD(&h->lock);
-    *out = h->stats.young_retired;
+    *out = h->stats.slot_retired;
     for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS; i++) {
         if (!heap_slot_attached(h, i))
             continue;
-        struct heap_young_words w;
-        grant_young_words(h, i, &w);
-        young_words_add(out, &w);
+        struct heap_slot_words w;
+        grant_slot_words(h, i, &w);
+        slot_words_add(out, &w);
     }
 }
 

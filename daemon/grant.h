@@ -40,13 +40,15 @@ void grant_bound_slots(struct heap *h, const uint64_t slots[2],
  * [Update remembered set]). */
 void grant_free_slot(struct heap *h, uint64_t slots[2], unsigned slot, int fd);
 
-/* ---- young words (Note [Young objects] in proto/young.h) ---- */
+/* ---- statistics words (Note [Young objects] in proto/young.h, Note [C
+ * locals are roots] in client/stack_roots.c) ---- */
 
-/* With heap->lock held: the young words of slot SLOT (0s unless it is
- * young) and of every slot, the freed ones' included. */
-void grant_young_words(const struct heap *h, unsigned slot,
-                       struct heap_young_words *out);
-void grant_young_totals(const struct heap *h, struct heap_young_words *out);
+/* With heap->lock held: the statistics words of slot SLOT (its young
+ * words 0s unless it is young) and of every slot, the freed ones'
+ * included. */
+void grant_slot_words(const struct heap *h, unsigned slot,
+                      struct heap_slot_words *out);
+void grant_slot_totals(const struct heap *h, struct heap_slot_words *out);
 
 /* Note [Checking mutator slots] in grant.c: with heap->lock held, true
  * iff heap->mutators is the number of attached slots and every attached

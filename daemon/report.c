@@ -123,8 +123,8 @@ static void mutator_info(struct heap *h, unsigned i, uint64_t now,
     mi->root_depth = depth < LAYOUT_MAX_ROOTS ? depth : LAYOUT_MAX_ROOTS;
     /* Note [Young budgets] in daemon/gc/heap.h: the budget is the
      * daemon's record, the rest the mutator's statistics */
-    struct heap_young_words w;
-    grant_young_words(h, i, &w);
+    struct heap_slot_words w;
+    grant_slot_words(h, i, &w);
     mi->young_bytes = o->young_bytes;
     mi->minor_collections = w.minor;
     mi->promoted_bytes = w.promoted_age + w.promoted_pub;

@@ -282,33 +282,48 @@ static uint64_t stat_fragmentation_permille(const struct heap *h)
  * and the freed ones' totals (grant_free_slot). */
 static uint64_t stat_minor_collections(const struct heap *h)
 {
-    struct heap_young_words w;
-    grant_young_totals(h, &w);
+    struct heap_slot_words w;
+    grant_slot_totals(h, &w);
     return w.minor;
 }
 static uint64_t stat_promoted_age_bytes(const struct heap *h)
 {
-    struct heap_young_words w;
-    grant_young_totals(h, &w);
+    struct heap_slot_words w;
+    grant_slot_totals(h, &w);
     return w.promoted_age;
 }
 static uint64_t stat_promoted_published_bytes(const struct heap *h)
 {
-    struct heap_young_words w;
-    grant_young_totals(h, &w);
+    struct heap_slot_words w;
+    grant_slot_totals(h, &w);
     return w.promoted_pub;
 }
 static uint64_t stat_minor_pause_max_ns(const struct heap *h)
 {
-    struct heap_young_words w;
-    grant_young_totals(h, &w);
+    struct heap_slot_words w;
+    grant_slot_totals(h, &w);
     return w.pause_max_ns;
 }
 static uint64_t stat_minor_pause_total_ns(const struct heap *h)
 {
-    struct heap_young_words w;
-    grant_young_totals(h, &w);
+    struct heap_slot_words w;
+    grant_slot_totals(h, &w);
     return w.pause_total_ns;
+}
+
+/* Note [C locals are roots] in client/stack_roots.c: the slots' capture
+ * words, the freed ones' totals too */
+static uint64_t stat_conservative_unscanned(const struct heap *h)
+{
+    struct heap_slot_words w;
+    grant_slot_totals(h, &w);
+    return w.unscanned;
+}
+static uint64_t stat_conservative_overflows(const struct heap *h)
+{
+    struct heap_slot_words w;
+    grant_slot_totals(h, &w);
+    return w.overflows;
 }
 
 #define STAT_LOCKED(h, name) ((h)->stats.name)

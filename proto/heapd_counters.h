@@ -110,6 +110,8 @@
     X(pauses_le_250ms, uint64_t, COUNTER, COUNT, LOCKED, "pauses of at most 250 ms") \
     X(conservative_roots, uint64_t, COUNTER, COUNT, LOCKED, "objects C stack words kept that the precise roots had not reached") \
     X(conservative_bytes_retained, uint64_t, COUNTER, BYTES, LOCKED, "marked from those objects on (an upper bound of what C stack words alone kept)") \
+    X(conservative_unscanned, uint64_t, COUNTER, COUNT, DERIVED, "C stack captures that could not scan the stack (a heapd call on a sigaltstack or makecontext stack): that thread's locals were no roots") \
+    X(conservative_overflows, uint64_t, COUNTER, COUNT, DERIVED, "C stack captures that filled their area (LAYOUT_MAX_CAPTURED objects) and dropped the rest") \
     /* the end: a new line goes above this one, ending in a backslash */
 
 /* The pause histogram's buckets, B(line, upper bound in ns): the lines

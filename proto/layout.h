@@ -135,8 +135,10 @@
  * 1..239, no nursery kind.
  * 15: a C stack capture after the root stack (captured_n,
  * LAYOUT_MAX_CAPTURED) and LAYOUT_URS_CAPTURED entries (Note [C locals
- * are roots] in client/stack_roots.c). */
-#define LAYOUT_VERSION 15u
+ * are roots] in client/stack_roots.c).
+ * 16: a slot's capture_unscanned and capture_overflows (and the live
+ * table's counters that sum them). */
+#define LAYOUT_VERSION 16u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
@@ -458,6 +460,11 @@ struct layout_mutator {
      * thread's stack and registers pointed into when it last stopped for
      * a snapshot or blocked, at layout_mutator_captured */
     _Atomic uint64_t captured_n;
+    /* statistics only, which the daemon reads and never trusts: captures
+     * whose stack could not be scanned (a heapd call on another stack),
+     * and captures that filled the area and dropped the rest */
+    _Atomic uint64_t capture_unscanned;
+    _Atomic uint64_t capture_overflows;
     /* Note [Young objects]: the mutator's young generation, written by
      * the mutator at its minor collections and promotions; statistics only,
      * which the daemon reads and never trusts for anything else */

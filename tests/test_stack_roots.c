@@ -18,11 +18,13 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "harness.h"
 #include "heapd.h"
 #include "heapd_collections.h"
+#include "layout.h"
 #include "check_main.h"
 
 #include "young_util.h"
@@ -686,6 +688,77 @@ START_TEST(registering_nonsense_is_refused)
 }
 END_TEST
 
+/* What a capture cannot keep is counted (Note [C locals are roots]): a
+ * heapd call on a makecontext stack, whose stack cannot be scanned
+ * (conservative_unscanned), and a capture of more distinct objects than
+ * its area holds (conservative_overflows). */
+static heapd_mutator *ctx_m;
+static ucontext_t ctx_main, ctx_other;
+
+static void on_other_stack(void)
+{
+    heapd_blocking_enter(ctx_m);
+    heapd_blocking_leave(ctx_m);
+}
+
+START_TEST(a_capture_on_another_stack_is_counted)
+{
+    heapd_client *c = start_attached(&ctx_m, 0);
+    uint64_t before = harness_stats(c).conservative_unscanned;
+    size_t size = 256 * 1024;
+    void *stack = malloc(size);
+    ck_assert_ptr_nonnull(stack);
+    ck_assert_int_eq(getcontext(&ctx_other), 0);
+    ctx_other.uc_stack.ss_sp = stack;
+    ctx_other.uc_stack.ss_size = size;
+    ctx_other.uc_link = &ctx_main;
+    makecontext(&ctx_other, on_other_stack, 0);
+    ck_assert_int_eq(swapcontext(&ctx_main, &ctx_other), 0);
+    free(stack);
+    uint64_t after = harness_stats(c).conservative_unscanned;
+    ck_assert_msg(after == before + 1, "conservative_unscanned went from "
+                  "%llu to %llu for one capture on a makecontext stack",
+                  (unsigned long long)before, (unsigned long long)after);
+    /* on its own stack again, it scans */
+    heapd_blocking_enter(ctx_m);
+    heapd_blocking_leave(ctx_m);
+    ck_assert_uint_eq(harness_stats(c).conservative_unscanned, after);
+    /* counted still once its slot is freed */
+    heapd_detach(ctx_m);
+    ck_assert_uint_eq(harness_stats(c).conservative_unscanned, after);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+#define OVERFLOW_OBJS ((size_t)LAYOUT_MAX_CAPTURED + 64)
+
+START_TEST(a_capture_past_its_area_is_counted)
+{
+    heapd_mutator *m;
+    heapd_client *c = start_attached(&m, HEAPD_MUTATOR_PRECISE);
+    void **table = calloc(OVERFLOW_OBJS, sizeof *table);
+    ck_assert_ptr_nonnull(table);
+    ck_assert_int_eq(heapd_add_roots(m, table, table + OVERFLOW_OBJS), 0);
+    for (size_t i = 0; i < OVERFLOW_OBJS; i++) {
+        table[i] = heapd_alloc(m, 0, 8);
+        ck_assert_ptr_nonnull(table[i]);
+    }
+    uint64_t before = harness_stats(c).conservative_overflows;
+    heapd_blocking_enter(m);
+    heapd_blocking_leave(m);
+    uint64_t after = harness_stats(c).conservative_overflows;
+    ck_assert_msg(after == before + 1, "conservative_overflows went from "
+                  "%llu to %llu for one capture of %zu objects",
+                  (unsigned long long)before, (unsigned long long)after,
+                  OVERFLOW_OBJS);
+    ck_assert_int_eq(heapd_remove_roots(m, table, table + OVERFLOW_OBJS), 0);
+    free(table);
+    finish(c, m);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("stack_roots");
@@ -705,6 +778,8 @@ static Suite *suite(void)
     tcase_add_test(t, a_precise_mutator_counts_nothing);
     tcase_add_test(t, a_registered_range_keeps_its_objects);
     tcase_add_test(t, registering_nonsense_is_refused);
+    tcase_add_test(t, a_capture_on_another_stack_is_counted);
+    tcase_add_test(t, a_capture_past_its_area_is_counted);
     suite_add_tcase(s, t);
     return s;
 }

@@ -31,11 +31,14 @@ struct handoff;
 #define HEAP_STATS_FIELD_(name, type, kind, unit, source, help) \
     HEAP_STATS_FIELD_##source(name)
 
-/* A slot's young words (struct layout_mutator, Note [Young objects] in
- * proto/young.h), or their totals: sums, but pause_max_ns, a maximum.
- * Client-written statistics: read relaxed, trusted for nothing else. */
-struct heap_young_words {
+/* A slot's statistics words (struct layout_mutator): its young
+ * generation's (Note [Young objects] in proto/young.h) and its C stack
+ * captures' (Note [C locals are roots] in client/stack_roots.c), or their
+ * totals: sums, but pause_max_ns, a maximum.  Client-written statistics:
+ * read relaxed, trusted for nothing else. */
+struct heap_slot_words {
     uint64_t minor, promoted_age, promoted_pub, pause_max_ns, pause_total_ns;
+    uint64_t unscanned, overflows;
 };
 
 /* Counters of a heap: the table's, and the daemon's own bookkeeping.
@@ -45,9 +48,8 @@ struct heap_stats {
     HEAPD_HEAP_COUNTERS(HEAP_STATS_FIELD_)
     uint64_t alloc_retired;      /* bytes allocated by slots now freed;
                                     heap->lock */
-    struct heap_young_words young_retired; /* the young words of slots
-                                    now freed (Note [Young objects] in
-                                    proto/young.h), folded in by
+    struct heap_slot_words slot_retired; /* the statistics words of
+                                    slots now freed, folded in by
                                     grant_free_slot; heap->lock */
     uint64_t created_unix_ns;    /* CLOCK_REALTIME when the heap was made:
                                     kept across restarts (Note [The live

@@ -322,7 +322,7 @@ void table_save_stats(struct heap *h)
 #undef SAVE_ATOMIC
 #undef SAVE_LOCKED
     c->stats.alloc_retired = h->stats.alloc_retired;
-    c->stats.young_retired = h->stats.young_retired;
+    c->stats.slot_retired = h->stats.slot_retired;
     c->stats.created_unix_ns = h->stats.created_unix_ns;
     atomic_store(&c->seq, 2 * k + 2);
 }
