@@ -55,6 +55,28 @@
  * Measured (GCC 12 -O2, two cores shared with other work): a scan costs
  * about 0.1 us per KiB of stack, 1.7 us for 18 KiB and 6.4 us for 64 KiB,
  * with one word in seven in range and so a call of VISIT.
+ *
+ * Note [False pointers]
+ * ~~~~~~~~~~~~~~~~~~~~~
+ * A word that is not a pointer keeps an object only if its value lies in
+ * the heap's range and, inside it, in an allocated object's block
+ * (Note [Resolving an interior pointer]).  The range does most of the
+ * filtering, so heapd.conf(5) advises a base such as 0x7e8000000000: of
+ * what a C stack holds that is not a heap pointer, no integer below
+ * 2^46 (counts, sizes, indices, file descriptors, small negative numbers
+ * are above the user address space), no double but denormals (the bits
+ * 0x7e80... are a double of about 7e-310), no eight bytes of ASCII text
+ * (a nonzero top byte, or a sixth byte of '~' before a non-ASCII fifth)
+ * and no pointer into the program, its malloc heap, its stack or its
+ * libraries (0x55..., 0x7f...: the kernel randomises the mmap base within
+ * a terabyte below 0x7fff..., above 0x7e80...) falls in a heap there; a
+ * random 64-bit value (a hash) does with odds of max_size / 2^64 (2^-30
+ * for 16 GiB).  What is left is pointers: live ones and stale ones to
+ * objects that died.  Measured on GCBench (young off, one run): 107,068
+ * stack words read over 226 captures, 4,770 of them in the heap's range,
+ * 4,210 of those in an allocated block; conservative_roots counted 0 to 6
+ * objects a run that the precise roots had not reached, at most 8.8 KB
+ * marked from them (docs/benchmarks.md).
  */
 #include <errno.h>
 #include <pthread.h>
