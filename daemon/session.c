@@ -278,53 +278,25 @@ static uint64_t stat_fragmentation_permille(const struct heap *h)
     return blocks ? heap_committed_bytes(h) * 1000u / blocks : 0;
 }
 
-/* Note [Young objects] in proto/young.h: the attached slots' young words,
- * and the freed ones' totals (grant_free_slot). */
-static uint64_t stat_minor_collections(const struct heap *h)
-{
-    struct heap_slot_words w;
-    grant_slot_totals(h, &w);
-    return w.minor;
-}
-static uint64_t stat_promoted_age_bytes(const struct heap *h)
-{
-    struct heap_slot_words w;
-    grant_slot_totals(h, &w);
-    return w.promoted_age;
-}
-static uint64_t stat_promoted_published_bytes(const struct heap *h)
-{
-    struct heap_slot_words w;
-    grant_slot_totals(h, &w);
-    return w.promoted_pub;
-}
-static uint64_t stat_minor_pause_max_ns(const struct heap *h)
-{
-    struct heap_slot_words w;
-    grant_slot_totals(h, &w);
-    return w.pause_max_ns;
-}
-static uint64_t stat_minor_pause_total_ns(const struct heap *h)
-{
-    struct heap_slot_words w;
-    grant_slot_totals(h, &w);
-    return w.pause_total_ns;
-}
-
-/* Note [C locals are roots] in client/stack_roots.c: the slots' capture
- * words, the freed ones' totals too */
-static uint64_t stat_conservative_unscanned(const struct heap *h)
-{
-    struct heap_slot_words w;
-    grant_slot_totals(h, &w);
-    return w.unscanned;
-}
-static uint64_t stat_conservative_overflows(const struct heap *h)
-{
-    struct heap_slot_words w;
-    grant_slot_totals(h, &w);
-    return w.overflows;
-}
+/* The slots' statistics words, the attached slots' and the freed ones'
+ * totals (grant_free_slot): their young words (Note [Young objects] in
+ * proto/young.h) and their capture words (Note [C locals are roots] in
+ * client/stack_roots.c). */
+#define SLOT_WORDS_STAT(name, field)                  \
+    static uint64_t stat_##name(const struct heap *h) \
+    {                                                 \
+        struct heap_slot_words w;                     \
+        grant_slot_totals(h, &w);                     \
+        return w.field;                               \
+    }
+SLOT_WORDS_STAT(minor_collections, minor)
+SLOT_WORDS_STAT(promoted_age_bytes, promoted_age)
+SLOT_WORDS_STAT(promoted_published_bytes, promoted_pub)
+SLOT_WORDS_STAT(minor_pause_max_ns, pause_max_ns)
+SLOT_WORDS_STAT(minor_pause_total_ns, pause_total_ns)
+SLOT_WORDS_STAT(conservative_unscanned, unscanned)
+SLOT_WORDS_STAT(conservative_overflows, overflows)
+#undef SLOT_WORDS_STAT
 
 #define STAT_LOCKED(h, name) ((h)->stats.name)
 #define STAT_ATOMIC(h, name) atomic_load(&(h)->stats.name)

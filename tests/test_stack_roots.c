@@ -310,6 +310,14 @@ static void run_cycles(void *arg)
     cycles_while_running(h->m, h->c, LONG_CYCLES);
 }
 
+/* OBJ, which only WHAT held through the cycles, is whole and marked. */
+static void expect_kept(const struct held *h, void *obj, const char *what)
+{
+    ck_assert_msg(node_ok(obj, 1, KEPT_ID) && mark_of(h->c, obj) > 0,
+                  "an object only %s held through %d cycles was freed "
+                  "(mark %d)", what, LONG_CYCLES, mark_of(h->c, obj));
+}
+
 #if defined(__x86_64__)
 /* void *hold_in_rbx(void *(*make)(void *), void (*run)(void *), void *arg):
  * MAKE(ARG)'s result is kept in rbx, a callee-saved register, and nowhere
@@ -363,10 +371,7 @@ START_TEST(a_pointer_only_in_a_callee_saved_register_keeps_its_object)
 {
     struct held h;
     h.c = start_attached(&h.m, 0);
-    void *kept = hold_in_rbx(make_held, run_cycles, &h);
-    ck_assert_msg(node_ok(kept, 1, KEPT_ID) && mark_of(h.c, kept) > 0,
-                  "an object only rbx held through %d cycles was freed "
-                  "(mark %d)", LONG_CYCLES, mark_of(h.c, kept));
+    expect_kept(&h, hold_in_rbx(make_held, run_cycles, &h), "rbx");
     finish(h.c, h.m);
 }
 END_TEST
@@ -393,10 +398,7 @@ START_TEST(a_pointer_in_a_deep_callers_frame_keeps_its_object)
     void *volatile kept = make_kept(h.m, sizeof(struct payload));
     harness_wipe_stack();
     ck_assert_uint_eq(deep(&h, 200), 200 * 201 / 2);
-    ck_assert_msg(node_ok(kept, 1, KEPT_ID) && mark_of(h.c, kept) > 0,
-                  "an object only a local 200 frames up held through %d "
-                  "cycles was freed (mark %d)", LONG_CYCLES,
-                  mark_of(h.c, kept));
+    expect_kept(&h, kept, "a local 200 frames up");
     finish(h.c, h.m);
 }
 END_TEST
@@ -410,12 +412,9 @@ START_TEST(a_pointer_to_the_last_byte_keeps_its_object)
         sizeof(struct payload) - 1;
     harness_wipe_stack();
     run_cycles(&h);
-    void *obj = (void *)((uintptr_t)last + 1 - sizeof(struct payload) -
-                         sizeof(void *));
-    ck_assert_msg(node_ok(obj, 1, KEPT_ID) && mark_of(h.c, obj) > 0,
-                  "an object only a pointer to its last byte held through "
-                  "%d cycles was freed (mark %d)", LONG_CYCLES,
-                  mark_of(h.c, obj));
+    expect_kept(&h, (void *)((uintptr_t)last + 1 - sizeof(struct payload) -
+                             sizeof(void *)),
+                "a pointer to its last byte");
     finish(h.c, h.m);
 }
 END_TEST
