@@ -21,7 +21,7 @@
 /* *TO += *W: sums, but the longest pause, a maximum (statistics, so a
  * sum wraps rather than saturates). */
 static void slot_words_add(struct heap_slot_words *to,
-                            const struct heap_slot_words *w)
+                           const struct heap_slot_words *w)
 {
     to->minor += w->minor;
     to->promoted_age += w->promoted_age;
