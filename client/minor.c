@@ -609,7 +609,10 @@ static void promote_one(heapd_mutator *m, struct young_seg *s, uint32_t b,
      * segments]: room for every tracked block twice) */
     assert(y->nwork + y->nforce < y->capwork);
     y->work[y->capwork - ++y->nforce] = (uintptr_t)obj | by_age;
-    m->young_flags |= MUTATOR_YOUNG_PROMOTING;
+    if (!(m->young_flags & MUTATOR_YOUNG_PROMOTING)) {
+        m->young_flags |= MUTATOR_YOUNG_PROMOTING;
+        atomic_store(&m->slot->young_promoting, 1); /* before any ack */
+    }
 }
 
 /* Promote what up to BUDGET promoted objects reference that is young
@@ -637,8 +640,10 @@ static size_t promote_some(heapd_mutator *m, size_t budget,
         }
         done++;
     }
-    if (y->nforce == 0)
+    if (y->nforce == 0 && (m->young_flags & MUTATOR_YOUNG_PROMOTING)) {
         m->young_flags &= (uint8_t)~MUTATOR_YOUNG_PROMOTING;
+        atomic_store(&m->slot->young_promoting, 0);
+    }
     return done;
 }
 
@@ -961,8 +966,17 @@ static uint32_t sweep_seg(struct young_seg *s, uint8_t poison)
  *     mutator can reach.  MUTATOR_YOUNG_PROMOTING says so, and the
  *     promotions end first (young_promote_pending) before anything it
  *     does could show one to another process: a store into a shared
- *     object or a global, and a blocking region, where heapd may read its
- *     roots;
+ *     object or a global, a blocking region, where heapd may read its
+ *     roots, and the stack handshake after a snapshot's stop, which the
+ *     mutator takes as the stop ends (young_resume).  heapd would take
+ *     that handshake first more often than not, and trace a promoted
+ *     object to a young one it refuses (young_slices' snapshot test: 2
+ *     runs in 12, each one young reference refused and logged), so the
+ *     slot's young_promoting word says so too, and heapd leaves a running
+ *     mutator's handshake to it while the word is set (mark_stack in
+ *     daemon/gc/mark.c; a final sync's pause takes it whatever the word,
+ *     so a client that sets the word and never takes its handshake holds
+ *     nothing up);
  *   - a lazy sweep, as Boehm's: the allocation's slow path, needing a
  *     segment of a class, sweeps up to SWEEP_ON_DEMAND segments for one
  *     with room (a few microseconds each, its own marks it then reads,

@@ -137,7 +137,7 @@
  * LAYOUT_MAX_CAPTURED) and LAYOUT_URS_CAPTURED entries (Note [C locals
  * are roots] in client/stack_roots.c).
  * 16: a slot's capture_unscanned and capture_overflows (and the live
- * table's counters that sum them). */
+ * table's counters that sum them), and young_promoting. */
 #define LAYOUT_VERSION 16u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
@@ -456,6 +456,10 @@ struct layout_mutator {
     /* Note [Stack marking handshake]: once per cycle, by either side */
     alignas(64) _Atomic uint32_t stack_marking; /* epoch of the taker */
     _Atomic uint32_t stack_marked;  /* futex: epoch the stack was marked in */
+    /* Note [Minor collections in slices] in client/minor.c: nonzero while
+     * the mutator has promotions under way; heapd then leaves a running
+     * mutator's stack handshake to the mutator */
+    _Atomic uint32_t young_promoting;
     /* Note [C locals are roots] in client/stack_roots.c: the objects the
      * thread's stack and registers pointed into when it last stopped for
      * a snapshot or blocked, at layout_mutator_captured */

@@ -16,6 +16,9 @@
  * Each fails if its mechanism is taken out (checked by hand).
  */
 #include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,6 +265,40 @@ static void block(heapd_mutator *m, void *root)
     heapd_blocking_leave(m);
 }
 
+/* A major cycle asked for by another thread, which this mutator runs
+ * through at heapd_safepoint: heapd may take its roots at the
+ * snapshot (Note [Stack marking handshake]). */
+struct cycle_ask {
+    heapd_client *c;
+    _Atomic bool done;
+    int rc;
+};
+
+static void *ask_a_cycle(void *arg)
+{
+    struct cycle_ask *q = arg;
+    q->rc = heapd_request_collect(q->c, HEAPD_COLLECT_WAIT);
+    atomic_store(&q->done, true);
+    return NULL;
+}
+
+static void run_through_a_cycle(heapd_mutator *m, void *root)
+{
+    (void)root;
+    struct cycle_ask q = {.c = harness_control(&D)};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, ask_a_cycle, &q), 0);
+    int64_t end = harness_now_ms() + HARNESS_WAIT_MS;
+    while (!atomic_load(&q.done)) {
+        ck_assert_msg(harness_now_ms() < end, "the cycle asked for did not "
+                      "end in %d ms", HARNESS_WAIT_MS);
+        heapd_safepoint(m);
+    }
+    pthread_join(t, NULL);
+    ck_assert_int_eq(q.rc, 0);
+    heapd_disconnect(q.c);
+}
+
 START_TEST(a_store_into_a_shared_object_ends_the_promotions_under_way)
 {
     promotion_ends_before(store_into_shared, "heapd_write into a shared "
@@ -278,6 +315,12 @@ END_TEST
 START_TEST(a_blocking_region_ends_the_promotions_under_way)
 {
     promotion_ends_before(block, "heapd_blocking_enter");
+}
+END_TEST
+
+START_TEST(a_snapshot_ends_the_promotions_under_way)
+{
+    promotion_ends_before(run_through_a_cycle, "a major cycle's snapshot");
 }
 END_TEST
 
@@ -446,6 +489,7 @@ static Suite *suite(void)
     tcase_add_test(t, a_store_into_a_shared_object_ends_the_promotions_under_way);
     tcase_add_test(t, a_global_set_ends_the_promotions_under_way);
     tcase_add_test(t, a_blocking_region_ends_the_promotions_under_way);
+    tcase_add_test(t, a_snapshot_ends_the_promotions_under_way);
     tcase_add_test(t, a_block_heapd_frees_while_marking_is_allocated_black);
     tcase_add_test(t, a_major_cycle_while_marking_keeps_everything);
     suite_add_tcase(s, t);

@@ -863,6 +863,10 @@ void mark_stack(struct mark_job *j, unsigned slot, bool stopped)
         goto out;
     uint32_t old = atomic_load(&m->stack_marking);
     if (!stopped) {
+        /* Note [Minor collections in slices] in client/minor.c: promotions
+         * under way, which the mutator's own handshake ends first */
+        if (atomic_load(&m->young_promoting))
+            goto out;
         /* Note [Stack marking handshake]: lose, and the mutator marks it */
         if (old == epoch ||
             !atomic_compare_exchange_strong(&m->stack_marking, &old, epoch))
