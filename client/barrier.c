@@ -73,6 +73,10 @@
  *     (under the heap lock, so the slot cannot be freed meanwhile) and only
  *     then sets stack_marked and wakes the mutator; if it loses it moves
  *     on: the mutator marks it, and the final sync checks it was done.
+ *     It does not try while the slot's young_promoting word is set (Note
+ *     [Minor collections in slices] in client/minor.c): the mutator takes
+ *     it, its promotions first; the final sync's pause takes it whatever
+ *     the word (isolation: a_slot_promoting_for_good_keeps_its_roots).
  * The daemon never waits for a mutator, so a dead client's stack holds up
  * nothing.
  *

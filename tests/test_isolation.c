@@ -475,6 +475,50 @@ START_TEST(tagged_garbage_in_own_ring_is_dropped)
 }
 END_TEST
 
+/* A client whose slot says promotions are under way for good (the
+ * young_promoting word, Note [Minor collections in slices] in
+ * client/minor.c) and that never takes its own stack handshake: heapd
+ * leaves the handshake to it while marking, and takes it in the final
+ * sync's pause, so the list its root slot holds stays whole through the
+ * cycles, and nobody else waits for it. */
+static void promote_forever(heapd_mutator *m, void *arg)
+{
+    unsigned n;
+    size_t slot = heapd_root_push(m, NULL);
+    void *list = slot == (size_t)-1 ? NULL : build_list(m, slot);
+    if (!list)
+        _exit(6);
+    *(void *volatile *)arg = list;
+    heapd_blocking_enter(m);
+    struct layout_mutator *s = (struct layout_mutator *)own_control_memory(&n);
+    if (!s || n != 1)
+        _exit(7);
+    atomic_store(&s->young_promoting, 1);
+}
+
+START_TEST(a_slot_promoting_for_good_keeps_its_roots)
+{
+    void **list = mmap(NULL, sizeof *list, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(list, MAP_FAILED);
+    struct bystander b = bystander_begin();
+    pid_t kid = harness_fork_mutator(&D, promote_forever, list);
+    heap_still_works("a slot promoting for good");
+    heap_still_works("a slot promoting for good");
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m); /* maps the heap, at its one address */
+    ck_assert_msg(list_whole(*list), "the list only the root slot of a "
+                  "client that says it promotes for good held was freed");
+    heapd_detach(m);
+    heapd_disconnect(c);
+    kill(kid, SIGKILL);
+    harness_wait_pid(kid, HARNESS_WAIT_MS);
+    munmap(list, sizeof *list);
+    bystander_end(b, "a slot promoting for good");
+}
+END_TEST
+
 /* A young slot's bytes allocated may honestly pass its grants (a young
  * mutator allocates again the blocks its segments get back: Note [Client
  * control memory]), so 2^60 written there does not disconnect the client:
@@ -780,6 +824,7 @@ static Suite *suite(void)
     tcase_add_test(t, nonsense_in_own_slot_disconnects_the_client);
     tcase_add_test(t, garbage_in_own_capture_is_dropped);
     tcase_add_test(t, tagged_garbage_in_own_ring_is_dropped);
+    tcase_add_test(t, a_slot_promoting_for_good_keeps_its_roots);
     tcase_add_test(t, young_slot_alloc_bytes_past_its_grants_are_bounded);
     tcase_add_test(t, daemons_page_is_read_only);
     tcase_add_test(t, scribbled_segment_header_leaves_nothing);
