@@ -976,7 +976,12 @@ static uint32_t sweep_seg(struct young_seg *s, uint8_t poison)
  *     mutator's handshake to it while the word is set (mark_stack in
  *     daemon/gc/mark.c; a final sync's pause takes it whatever the word,
  *     so a client that sets the word and never takes its handshake holds
- *     nothing up);
+ *     nothing up); any other stop may find promotions under way, and the
+ *     heap verifier lets the slot whose word is set reach a young object
+ *     from a promoted one (check 4 of Note [Heap verifier] in
+ *     daemon/gc/verify.c: a recovery cycle refused the heap of a young
+ *     client resuming after a kill, test_restart under ThreadSanitizer,
+ *     about 1 run in 7);
  *   - a lazy sweep, as Boehm's: the allocation's slow path, needing a
  *     segment of a class, sweeps up to SWEEP_ON_DEMAND segments for one
  *     with room (a few microseconds each, its own marks it then reads,

@@ -571,6 +571,29 @@ START_TEST(verify_follows_young_objects_from_their_slot)
 }
 END_TEST
 
+/* A promotion in slices under way when the mutator took the stop (Note
+ * [Minor collections in slices] in client/minor.c): a promoted object its
+ * roots reach references a young one.  No failure while the slot's
+ * young_promoting word says so; one when it does not, or when a global
+ * reaches the promoted object. */
+START_TEST(verify_lets_a_slot_finish_its_promotions)
+{
+    uint64_t slots[2] = {0};
+    unsigned slot = attach(1, slots, true);
+    uint32_t held = 0, own = owned_segment(1, &held);
+    uint32_t shared = shared_segment();
+    void **s1 = allocate(shared, 1, EPOCH, NULL, NULL);
+    void **y1 = allocate(own, 1, LAYOUT_MARK_YOUNG, s1, NULL);
+    void **p = allocate(own, 0, EPOCH, y1, NULL); /* promoted, black */
+    push_root(slot, p);
+    ck_assert_uint_eq(verify_reachable_now(), 1);
+    atomic_store(&heap_slot(&H, slot)->young_promoting, 1);
+    ck_assert_uint_eq(verify_reachable_now(), 0);
+    set_global(0, p);
+    ck_assert_uint_eq(verify_reachable_now(), 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("young_marks");
@@ -588,6 +611,7 @@ int main(void)
     tcase_add_test(t, a_kept_young_slot_comes_back_young);
     tcase_add_test(t, the_verifier_wants_young_blocks_in_owned_segments);
     tcase_add_test(t, verify_follows_young_objects_from_their_slot);
+    tcase_add_test(t, verify_lets_a_slot_finish_its_promotions);
     suite_add_tcase(s, t);
     return check_main(s);
 }

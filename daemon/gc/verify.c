@@ -31,7 +31,10 @@
  *      young object reachable only from a young slot's roots, through
  *      young objects, in a segment the slot's client owns -- never from a
  *      shared object, a global, or another slot's roots (Note [References
- *      to young objects] in validate.c).  Such a young object is traced
+ *      to young objects] in validate.c), except a shared object the slot
+ *      reaches while its young_promoting word is set: a promotion in
+ *      slices under way when the mutator took the stop (Note [Minor
+ *      collections in slices] in client/minor.c).  Such a young object is traced
  *      but not required to be marked (its header's tag is its age), and
  *      the shared objects it references are checked as in 1: marked, for
  *      a young mutator's handshake pushes them (Note [The preparatory
@@ -151,7 +154,11 @@ static const char *young_refused(struct verifier *v, uintptr_t obj,
                                  uintptr_t parent, uint32_t slot)
 {
     const struct heap *h = v->h;
-    if (parent && !find(v, parent)->young)
+    /* a promotion under way: Note [Minor collections in slices] in
+     * client/minor.c */
+    if (parent && !find(v, parent)->young &&
+        !(slot < LAYOUT_MAX_MUTATORS &&
+          atomic_load(&heap_slot(h, slot)->young_promoting)))
         return "a shared object's field references a young object";
     if (slot == GLOBAL_ROOT)
         return "a global references a young object";
