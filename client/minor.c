@@ -154,12 +154,27 @@ static inline void stop_in(enum young_phase phase)
 /* Note [Young segments]: spare segments, at most this many budgets */
 #define SPARE_BUDGETS 2
 
+/* The slot's young_held_bytes (Note [Young memory and the heap goal] in
+ * daemon/gc/collector.c): at every segment tracked, and with the
+ * statistics (a segment untracked or spared shows at the next). */
+static void publish_held(heapd_mutator *m)
+{
+    struct young_gen *y = &m->young;
+    if (mutator_orphaned(m))
+        return; /* Note [A dead daemon] in client/mutator.c */
+    atomic_store_explicit(&m->slot->young_held_bytes,
+                          (uint64_t)y->nsegs * m->c->segment_size +
+                              y->spare_bytes,
+                          memory_order_relaxed);
+}
+
 static void publish_stats(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
     struct layout_mutator *s = m->slot;
     if (mutator_orphaned(m))
         return; /* Note [A dead daemon] in client/mutator.c */
+    publish_held(m);
     atomic_store_explicit(&s->young_minor, y->minor, memory_order_relaxed);
     atomic_store_explicit(&s->young_promoted_age, y->promoted_age,
                           memory_order_relaxed);
@@ -412,6 +427,7 @@ int young_track(heapd_mutator *m, uint32_t idx, unsigned cls)
     s->block_size = layout_class_size[cls];
     s->cls = (uint8_t)cls;
     y->segmap[idx] = y->nsegs;
+    publish_held(m);
     return 0;
 nomem:
     return client_set_error(-ENOMEM, "out of memory for a young segment's "

@@ -89,6 +89,7 @@ int grant_slot(struct heap *h, uint64_t client, uint64_t slots[2], int fd,
         atomic_store(&m->stack_marking, 0);
         atomic_store(&m->stack_marked, 0);
         atomic_store(&m->young_promoting, 0);
+        atomic_store(&m->young_held_bytes, 0);
         atomic_store(&m->captured_n, 0);
         slot_words_clear(m);
         /* the URS ring starts empty: the tail catches up with the head */

@@ -137,8 +137,10 @@
  * LAYOUT_MAX_CAPTURED) and LAYOUT_URS_CAPTURED entries (Note [C locals
  * are roots] in client/stack_roots.c).
  * 16: a slot's capture_unscanned and capture_overflows (and the live
- * table's counters that sum them), and young_promoting. */
-#define LAYOUT_VERSION 16u
+ * table's counters that sum them), and young_promoting.
+ * 17: a slot's young_held_bytes (Note [Young memory and the heap goal]
+ * in daemon/gc/collector.c). */
+#define LAYOUT_VERSION 17u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
@@ -470,13 +472,18 @@ struct layout_mutator {
     _Atomic uint64_t capture_unscanned;
     _Atomic uint64_t capture_overflows;
     /* Note [Young objects]: the mutator's young generation, written by
-     * the mutator at its minor collections and promotions; statistics only,
-     * which the daemon reads and never trusts for anything else */
+     * the mutator at its minor collections and promotions; statistics,
+     * which the daemon reads and never trusts, and a pacing hint */
     alignas(64) _Atomic uint64_t young_minor;   /* minor collections */
     _Atomic uint64_t young_promoted_age;    /* bytes promoted by age */
     _Atomic uint64_t young_promoted_pub;    /* bytes promoted by a store */
     _Atomic uint64_t young_pause_max_ns;    /* longest minor pause */
     _Atomic uint64_t young_pause_total_ns;  /* all of them together */
+    /* the hint: the bytes of the segments the young generation holds now
+     * (its young segments and its spares), kept out of the heap's goal,
+     * bounded by the segments clients hold (Note [Young memory and the
+     * heap goal] in daemon/gc/collector.c) */
+    _Atomic uint64_t young_held_bytes;
     /* Note [Update remembered set]: the daemon's side of the ring */
     alignas(64) _Atomic uint64_t urs_tail; /* entries consumed, ever */
     _Atomic uint32_t urs_wake;      /* futex: bumped when the tail moves */

@@ -734,6 +734,45 @@ START_TEST(a_grown_nursery_collects_before_it_waits)
 }
 END_TEST
 
+#define HELD_LIST (1u << 20) /* nodes: 24 MiB of 24-byte blocks, three
+                               goals of an empty heap */
+
+/* Note [Young memory and the heap goal] in daemon/gc/collector.c: a
+ * nursery that grows on a list only a C local holds (Note [Sizing the
+ * nursery]) to three goals of an empty heap holds memory no cycle could
+ * free; its slot says what its young generation holds, and none of the
+ * grants it takes waits for a cycle. */
+START_TEST(a_nursery_grown_past_the_goal_waits_for_no_cycle)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, YOUNG_MIN, 2);
+    heapd_stats_t before = harness_stats(c);
+    void *volatile head = local_list(m, HELD_LIST);
+    heapd_stats_t after = harness_stats(c);
+    heapd_young_stats y = young_stats(m);
+    uint64_t n = 0;
+    for (void *p = head; p && n <= HELD_LIST; p = field(p, 0))
+        n++;
+    ck_assert_msg(n == HELD_LIST && y.minor_collections > 0,
+                  "the list held by a local has %llu nodes of %u after "
+                  "%llu minor collections", (unsigned long long)n,
+                  HELD_LIST, (unsigned long long)y.minor_collections);
+    ck_assert_msg(after.grants_paced == before.grants_paced,
+                  "%llu grants waited for a cycle while the nursery grew "
+                  "to %llu bytes in use",
+                  (unsigned long long)(after.grants_paced -
+                                       before.grants_paced),
+                  (unsigned long long)y.bytes_in_use);
+    head = NULL;
+    (void)head;
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* ---- 3. publication ---- */
 
 #define TREE 50
@@ -1284,6 +1323,7 @@ static Suite *suite(void)
     tcase_add_test(t, interior_pointer_keeps_young_object);
     tcase_add_test(t, dead_young_blocks_are_reused);
     tcase_add_test(t, a_grown_nursery_collects_before_it_waits);
+    tcase_add_test(t, a_nursery_grown_past_the_goal_waits_for_no_cycle);
     tcase_add_test(t, sweep_frees_young_blocks_beside_a_promoted_one);
     suite_add_tcase(s, t);
     t = tcase_create("publication");

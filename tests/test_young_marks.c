@@ -594,6 +594,36 @@ START_TEST(verify_lets_a_slot_finish_its_promotions)
 }
 END_TEST
 
+/* ---- Note [Young memory and the heap goal] in daemon/gc/collector.c ---- */
+
+static uint64_t young_held_now(void)
+{
+    heap_lock(&H);
+    uint64_t n = slotmem_young_held(&H);
+    heap_unlock(&H);
+    return n;
+}
+
+/* What the young slots say their young generations hold counts up to
+ * what the heap's OWNED segments hold, whatever a slot writes; an old
+ * slot's word counts for nothing. */
+START_TEST(young_held_is_bounded_by_owned_segments)
+{
+    uint64_t slots[2] = {0}, seg = (uint64_t)1 << SHIFT;
+    unsigned young = attach(1, slots, true);
+    unsigned old = attach(2, slots, false);
+    atomic_store(&heap_slot(&H, old)->young_held_bytes, 5 * seg);
+    atomic_store(&heap_slot(&H, young)->young_held_bytes, UINT64_MAX);
+    ck_assert_uint_eq(young_held_now(), 0);
+    uint32_t held = 0;
+    owned_segment(1, &held);
+    owned_segment(1, &held);
+    ck_assert_uint_eq(young_held_now(), 2 * seg);
+    atomic_store(&heap_slot(&H, young)->young_held_bytes, seg);
+    ck_assert_uint_eq(young_held_now(), seg);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("young_marks");
@@ -612,6 +642,7 @@ int main(void)
     tcase_add_test(t, the_verifier_wants_young_blocks_in_owned_segments);
     tcase_add_test(t, verify_follows_young_objects_from_their_slot);
     tcase_add_test(t, verify_lets_a_slot_finish_its_promotions);
+    tcase_add_test(t, young_held_is_bounded_by_owned_segments);
     suite_add_tcase(s, t);
     return check_main(s);
 }

@@ -351,22 +351,33 @@ static uint64_t goal_of(const struct heap *h, uint64_t live)
 /* Note [Young memory and the heap goal]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * A young block is its mutator's to free (Note [Young objects] in
- * proto/young.h): no cycle marks it, and no cycle frees it.  So the
- * memory young blocks hold is not measured against the heap's goal: the
- * cap a grant must stay under (Note [Pacing]) is the goal plus the bytes
- * of the young blocks the last sweep found in OWNED segments
- * (heap->young_bytes), the one place a young mutator keeps them: a
- * client that marks blocks young elsewhere (in a segment it returned, in
- * a large run) raises the cap by nothing, and in its own segments by no
- * more than its quota lets it hold.  Without
- * it, a heap whose young generations held more than its goal made every
- * grant they asked for wait for a cycle that could free none of it, and
- * each such cycle took the waiting mutator's stack handshake (Note [The
- * daemon's preparatory push] in mark.c): GCBench young, whose nursery
- * grew to 40 MB on its stretch tree (C locals hold it while it is built)
- * against a goal of 8 MB, had 15 grants paced and waited for 12 cycles
- * of 5-9 ms each, 231-236 ms in all against 179-184 with this term;
- * binary-trees, depth 18, 2 processes: 1356-1465 ms against 550-566.
+ * proto/young.h): no cycle marks it, and no cycle frees it; nor can a
+ * cycle take back a segment a young generation holds.  So the memory
+ * young generations hold is not measured against the heap's goal: the
+ * cap a grant must stay under (Note [Pacing]) is the goal plus the larger
+ * of two figures:
+ *   - the bytes of the young blocks the last sweep found in OWNED
+ *     segments (heap->young_bytes), the one place a young mutator keeps
+ *     them: a client that marks blocks young elsewhere (in a segment it
+ *     returned, in a large run) raises the cap by nothing;
+ *   - what the attached young slots say their generations hold now, their
+ *     young segments and spares (young_held_bytes, written as a segment is
+ *     tracked and at each minor collection), the sum at most the bytes of
+ *     the heap's OWNED segments (slotmem_young_held): a client that lies
+ *     raises the cap by no more than what clients hold, each within its
+ *     quota.
+ * The first alone made every grant a growing nursery took after a sweep
+ * wait for a cycle that could free none of it, and each such cycle took
+ * the waiting mutator's stack handshake (Note [The daemon's preparatory
+ * push] in mark.c): GCBench young, whose nursery grew to 40 MB on its
+ * stretch tree (C locals hold it while it is built) against a goal of 8
+ * MB, had 15 grants paced and waited for 12 cycles of 5-9 ms each,
+ * 231-236 ms in all against 179-184 with it; and binary-trees, depth 18,
+ * whose workers' nurseries grow between sweeps, still ran 6-9 cycles
+ * every one started by a paced grant, 725-905 ms (median 765, 2
+ * processes) and 1222-1414 ms (median 1280, 1 process), against 1-2
+ * cycles and 592-865 ms (median 705) and 1078-1497 ms (median 1092) with
+ * the second (5 runs each, interleaved; GCBench young unchanged).
  * The young memory a mutator keeps is bounded by its own rule (Note
  * [Sizing the nursery] in client/minor.c), and by max_size and its
  * quota, as any client's memory is.  The trigger needs no such term: the
@@ -375,7 +386,8 @@ static uint64_t goal_of(const struct heap *h, uint64_t live)
  */
 static uint64_t cap_goal_of(const struct heap *h, uint64_t live)
 {
-    return goal_of(h, live) + h->young_bytes;
+    uint64_t held = slotmem_young_held(h);
+    return goal_of(h, live) + (held > h->young_bytes ? held : h->young_bytes);
 }
 
 uint64_t collector_growth_cap(const struct heap *h)

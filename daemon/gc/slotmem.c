@@ -115,6 +115,22 @@ uint64_t slotmem_alloc_bytes(struct heap *h, unsigned slot)
     return bound;
 }
 
+uint64_t slotmem_young_held(const struct heap *h)
+{
+    ASSERT_LOCK_HELD(&h->lock);
+    /* every young segment and spare is OWNED by its client: a word past
+     * that is a client's lie or a slot still counting one it gave back */
+    uint64_t owned = (uint64_t)h->segs.n_owned << h->seg_shift, n = 0;
+    for (unsigned i = 0; i < LAYOUT_MAX_MUTATORS && n < owned; i++) {
+        if (!heap_slot_attached(h, i) || h->owners[i].young_bytes == 0)
+            continue;
+        uint64_t w = atomic_load_explicit(&heap_slot(h, i)->young_held_bytes,
+                                          memory_order_relaxed);
+        n += w < owned - n ? w : owned - n;
+    }
+    return n;
+}
+
 void slotmem_fault(struct heap *h, unsigned slot, enum slot_fault why)
 {
     uint32_t none = SLOT_FAULT_NONE;

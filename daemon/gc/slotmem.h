@@ -38,6 +38,11 @@ void slotmem_free_region(int fd, unsigned region);
 /* Any daemon thread: the bytes slot SLOT says its mutator allocated,
  * bounded by what its client was granted (a fault past it). */
 uint64_t slotmem_alloc_bytes(struct heap *h, unsigned slot);
+/* With heap->lock held: the bytes the young generations of the attached
+ * young slots say they hold (their young_held_bytes), at most what the
+ * heap's OWNED segments hold (Note [Young memory and the heap goal] in
+ * collector.c). */
+uint64_t slotmem_young_held(const struct heap *h);
 
 /* Any daemon thread: slot SLOT's client wrote WHY.  The first fault of an
  * attachment is kept and the loop thread told (heap->fault_notify). */
