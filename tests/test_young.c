@@ -205,10 +205,7 @@ START_TEST(young_list_through_minor_collections)
     uint64_t young;
     const char *why = list_broken(m, heapd_root_get(m, r), LIST_N - 1, &young);
     ck_assert_msg(!why, "after two cycles: %s", why);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    young_finish(c, m);
 }
 END_TEST
 
@@ -251,10 +248,7 @@ static void aging(unsigned heap_age, unsigned asked)
     ck_assert_ptr_eq(heapd_root_get(m, r), born);
     ck_assert(node_ok(born, 0, 42));
     ck_assert(promoted(c, m, born));
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    young_finish(c, m);
 }
 
 START_TEST(aging_default_two)
@@ -340,10 +334,7 @@ START_TEST(rooted_object_promoted_in_place_with_its_children)
         harness_collect(m);
     }
     harness_expect_healthy(&D);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    young_finish(c, m);
 }
 END_TEST
 
@@ -453,10 +444,7 @@ START_TEST(young_local_survives_minor_collections)
                   heapd_is_young(m, o), mark_of(c, o),
                   heapd_is_young(m, field(o, 0)), mark_of(c, field(o, 0)));
     local_ran(c, m, minors, cycles);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    young_finish(c, m);
 }
 END_TEST
 
@@ -521,10 +509,7 @@ START_TEST(interior_pointer_keeps_young_object)
                       still_young(c, m, field(b, 1)),
                   "an object only an interior pointer held was promoted");
     local_ran(c, m, minors, cycles);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    young_finish(c, m);
 }
 END_TEST
 
@@ -601,10 +586,7 @@ START_TEST(dead_young_blocks_are_reused)
                   "minor collection took a freed block", reused, freed);
     ck_assert_uint_eq(young_stats(m).minor_collections, y.minor_collections);
     free(addr);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    young_finish(c, m);
 }
 END_TEST
 
@@ -663,10 +645,7 @@ START_TEST(sweep_frees_young_blocks_beside_a_promoted_one)
     ck_assert_uint_eq(*(uint64_t *)heapd_bytes(kept), MIXED_KEPT);
     heapd_root_pop(m, 1);
     free(addr);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    young_finish(c, m);
 }
 END_TEST
 
@@ -727,10 +706,7 @@ START_TEST(a_grown_nursery_collects_before_it_waits)
                   "never freed", (unsigned long long)y.bytes_in_use,
                   (unsigned long long)z.bytes_in_use);
     (void)head;
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    young_finish(c, m);
 }
 END_TEST
 
@@ -766,10 +742,7 @@ START_TEST(a_nursery_grown_past_the_goal_waits_for_no_cycle)
                   (unsigned long long)y.bytes_in_use);
     head = NULL;
     (void)head;
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    young_finish(c, m);
 }
 END_TEST
 
@@ -981,10 +954,7 @@ START_TEST(publication_promotes_young_graphs_in_place)
     ck_tree(c, m, heapd_global_get(m, "tree"), 300, true);
     ck_tree(c, m, heapd_root_get(m, st), 400, true);
     ck_assert(node_ok(heapd_root_get(m, sx), 0, 9999));
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    young_finish(c, m);
 }
 END_TEST
 
@@ -1056,10 +1026,7 @@ START_TEST(publish_returns_its_argument_and_promotes_the_whole_graph)
         ck_assert_ptr_eq(n, ring[0]);
         ck_assert(node_ok(x, 0, 9000));
     }
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    young_finish(c, m);
 }
 END_TEST
 
@@ -1200,10 +1167,7 @@ START_TEST(blocked_young_mutator_keeps_old_object)
     /* and it goes once nothing holds it */
     heapd_write(m, b, &b[0], NULL);
     harness_collect(m);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
+    young_finish(c, m);
 }
 END_TEST
 

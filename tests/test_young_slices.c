@@ -154,14 +154,6 @@ static heapd_mutator *start(heapd_client **c, unsigned age,
     return attach_young(*c, 0, age);
 }
 
-static void finish(heapd_client *c, heapd_mutator *m)
-{
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
-}
-
 /* The young barrier: while the chain is marked, the program reads the
  * target into a C local and cuts it off the chain; the collection, which
  * had not reached it and will not find it on the chain, keeps it. */
@@ -180,7 +172,7 @@ START_TEST(a_reference_moved_into_a_local_while_marking_survives)
                   "generation marked was freed");
     const char *why = chain_broken(m, r, 0);
     ck_assert_msg(!why, "%s", why);
-    finish(c, m);
+    young_finish(c, m);
 }
 END_TEST
 
@@ -204,7 +196,7 @@ START_TEST(an_object_allocated_while_marking_survives)
                   "reachable from a scanned one, was freed");
     const char *why = chain_broken(m, r, TARGET);
     ck_assert_msg(!why, "%s", why);
-    finish(c, m);
+    young_finish(c, m);
 }
 END_TEST
 
@@ -242,7 +234,7 @@ static void promotion_ends_before(void (*act)(heapd_mutator *, void *),
     until_ended(m);
     const char *why = chain_broken(m, r, TARGET);
     ck_assert_msg(!why, "%s", why);
-    finish(c, m);
+    young_finish(c, m);
 }
 
 static void store_into_shared(heapd_mutator *m, void *root)
@@ -414,7 +406,7 @@ START_TEST(a_block_heapd_frees_while_marking_is_allocated_black)
     }
     const char *why = chain_broken(m, r, TARGET);
     ck_assert_msg(!why, "%s", why);
-    finish(c, m);
+    young_finish(c, m);
 }
 END_TEST
 
@@ -475,7 +467,7 @@ START_TEST(a_major_cycle_while_marking_keeps_everything)
                       "handshake?)", (unsigned long long)round, why);
     }
     helper_leave(h);
-    finish(c, m);
+    young_finish(c, m);
 }
 END_TEST
 

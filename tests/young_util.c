@@ -149,3 +149,11 @@ void helper_leave(heapd_mutator *h)
     heapd_blocking_leave(h);
     heapd_detach(h);
 }
+
+void young_finish(heapd_client *c, heapd_mutator *m)
+{
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}

@@ -38,6 +38,9 @@ bool node_ok(void *n, size_t nrefs, uint64_t id);
 void *field(void *obj, size_t k);
 /* Connect to the test's heapd (fails the test on error). */
 heapd_client *connect_plain(unsigned flags);
+/* The end of a test: M detaches, C disconnects, the test's heapd is
+ * healthy (the verifier found nothing) and stops cleanly. */
+void young_finish(heapd_client *c, heapd_mutator *m);
 /* Attach the calling thread to C as a young mutator. */
 heapd_mutator *attach_young(heapd_client *c, size_t size, unsigned age);
 heapd_young_stats young_stats(const heapd_mutator *m);
