@@ -34,12 +34,13 @@
  *      to young objects] in validate.c), except a shared object the slot
  *      reaches while its young_promoting word is set: a promotion in
  *      slices under way when the mutator took the stop (Note [Minor
- *      collections in slices] in client/minor.c).  Such a young object is traced
- *      but not required to be marked (its header's tag is its age), and
- *      the shared objects it references are checked as in 1: marked, for
- *      a young mutator's handshake pushes them (Note [The preparatory
- *      push] in client/minor.c).  Free segments are not read (their
- *      pages may be punched: Note [Free memory stays free] in purge.c).
+ *      collections in slices] in client/minor.c).  Such a young object
+ *      is traced but not required to be marked (its header's tag is its
+ *      age), and the shared objects it references are checked as in 1:
+ *      marked, for a young mutator's handshake pushes them (Note [The
+ *      preparatory push] in client/minor.c).  Free segments are not read
+ *      (their pages may be punched: Note [Free memory stays free] in
+ *      purge.c).
  * Each failure is logged with the path from its root ("slot 2 root 5 ->
  * 0x... -> 0x...") and counted in the stats as verify_failures; the tests
  * run with the verifier on and require zero.
