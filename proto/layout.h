@@ -389,7 +389,13 @@ static inline uint32_t layout_small_block(uint64_t off, uint32_t first,
  * minor collections and the daemon's sweeps free in them (Note [Young
  * segments] in client/minor.c; the shared map's young run passed its
  * grants within a second).  So for a young slot the daemon uses the bound
- * and does not disconnect the client.
+ * and does not disconnect the client.  Two young words are hints no value
+ * of which is a fault: young_promoting set for good leaves the slot's
+ * stack handshake to the final sync's pause (and lets the verifier accept
+ * a young object under a promoted one on that slot's path only), and
+ * young_held_bytes counts, summed over the young slots, for no more than
+ * the heap's OWNED segments hold (Note [Young memory and the heap goal]
+ * in daemon/gc/collector.c).
  */
 enum layout_mut_state {
     LAYOUT_MUT_FREE = 0,     /* no mutator */

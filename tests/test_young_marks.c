@@ -543,17 +543,29 @@ START_TEST(the_verifier_wants_young_blocks_in_owned_segments)
 }
 END_TEST
 
+/* Client 1's young slot (*SLOT, of SLOTS), and in a segment it owns
+ * (*OWN) a young object, returned, whose field references a shared object
+ * marked MARK, in a segment of its own (*SHARED). */
+static void **young_over_shared(uint64_t slots[2], unsigned *slot,
+                                uint32_t *own, uint32_t *shared, uint8_t mark)
+{
+    uint32_t held = 0;
+    *slot = attach(1, slots, true);
+    *own = owned_segment(1, &held);
+    *shared = shared_segment();
+    void **s1 = allocate(*shared, 1, mark, NULL, NULL);
+    return allocate(*own, 1, LAYOUT_MARK_YOUNG, s1, NULL);
+}
+
 /* A young slot's roots may reach its client's young objects, and what
  * they reference must be marked; a global, a shared object or another
  * slot's root that references a young object is a failure. */
 START_TEST(verify_follows_young_objects_from_their_slot)
 {
     uint64_t slots[2] = {0};
-    unsigned slot = attach(1, slots, true);
-    uint32_t held = 0, own = owned_segment(1, &held);
-    uint32_t shared = shared_segment();
-    void **s1 = allocate(shared, 1, OLD_EPOCH, NULL, NULL);
-    void **y1 = allocate(own, 1, LAYOUT_MARK_YOUNG, s1, NULL);
+    unsigned slot;
+    uint32_t own, shared;
+    void **y1 = young_over_shared(slots, &slot, &own, &shared, OLD_EPOCH);
     void **y0 = allocate(own, 0, LAYOUT_MARK_YOUNG, y1, NULL);
     push_root(slot, y0);
     /* not marked yet: S1 is reached through two young objects */
@@ -579,11 +591,9 @@ END_TEST
 START_TEST(verify_lets_a_slot_finish_its_promotions)
 {
     uint64_t slots[2] = {0};
-    unsigned slot = attach(1, slots, true);
-    uint32_t held = 0, own = owned_segment(1, &held);
-    uint32_t shared = shared_segment();
-    void **s1 = allocate(shared, 1, EPOCH, NULL, NULL);
-    void **y1 = allocate(own, 1, LAYOUT_MARK_YOUNG, s1, NULL);
+    unsigned slot;
+    uint32_t own, shared;
+    void **y1 = young_over_shared(slots, &slot, &own, &shared, EPOCH);
     void **p = allocate(own, 0, EPOCH, y1, NULL); /* promoted, black */
     push_root(slot, p);
     ck_assert_uint_eq(verify_reachable_now(), 1);
