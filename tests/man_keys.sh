@@ -32,7 +32,10 @@ checks=0 failures=0 errors=0
 # whose heading matches HEADING-ERE.  names_in FILE HEADING-ERE ERE: the
 # first group of ERE (sed -E) on those lines, sorted and unique.
 section_lines() {
-    awk -v head="$2" '/^# / { in_sec = ($0 ~ head); next } in_sec' "$1"
+    # the pattern through the environment: awk -v would process its
+    # backslashes first, which gawk and mawk do differently
+    HEAD="$2" awk 'BEGIN { head = ENVIRON["HEAD"] }
+        /^# / { in_sec = ($0 ~ head); next } in_sec' "$1"
 }
 names_in() {
     section_lines "$1" "$2" | sed -nE "s/$3/\\1/p" | sort -u
