@@ -519,6 +519,21 @@ typedef struct heapd_heap_segments {
                                    block_bytes counter) */
     size_t class_count;         /* classes that have segments */
     heapd_class_segments classes[HEAPD_SEGMENTS_MAX_CLASSES];
+    /* Where the committed memory is: what the pages of each kind of
+     * segment hold, and the bytes of blocks in use in the segments
+     * clients hold and in those they gave back.  Read while clients run:
+     * they sum to committed_bytes up to what moved meanwhile. */
+    uint64_t committed_control; /* the control area */
+    uint64_t committed_free;    /* free segments not given back yet */
+    uint64_t committed_owned;   /* in clients' hands: reserves, current
+                                   segments, nurseries */
+    uint64_t committed_filled;  /* small segments given back */
+    uint64_t committed_large;   /* large objects */
+    uint64_t in_use_owned;      /* in blocks in use, of committed_owned
+                                   (an estimate: owners allocate) */
+    uint64_t in_use_filled;     /* in blocks in use, of committed_filled */
+    uint64_t young_held;        /* in young blocks now, as their mutators
+                                   say (at most their owned segments) */
 } heapd_heap_segments;
 
 /* The segments of heap HEAP (NULL or "": of every heap the caller may

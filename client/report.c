@@ -135,6 +135,14 @@ int heapd_segments(heapd_client *c, const char *heap,
         o->young_bytes = h->young_bytes;
         o->committed_bytes = h->committed_bytes;
         o->block_bytes = h->block_bytes;
+        o->committed_control = h->committed_control;
+        o->committed_free = h->committed_free;
+        o->committed_owned = h->committed_owned;
+        o->committed_filled = h->committed_filled;
+        o->committed_large = h->committed_large;
+        o->in_use_owned = h->in_use_owned;
+        o->in_use_filled = h->in_use_filled;
+        o->young_held = h->young_held;
         for (size_t k = 0;
              k < h->n_classes && k < HEAPD_SEGMENTS_MAX_CLASSES; k++) {
             const Heapd__SizeClassSegments *s = h->classes[k];

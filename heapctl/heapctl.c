@@ -438,11 +438,19 @@ static void print_segments_json(const heapd_heap_segments *hs, size_t n)
                ",\"segments_unformatted\":%" PRIu32
                ",\"segments_young\":%" PRIu32 ",\"young_bytes\":%" PRIu64
                ",\"committed_bytes\":%" PRIu64 ",\"block_bytes\":%" PRIu64
+               ",\"committed_control\":%" PRIu64
+               ",\"committed_free\":%" PRIu64
+               ",\"committed_owned\":%" PRIu64
+               ",\"committed_filled\":%" PRIu64
+               ",\"committed_large\":%" PRIu64 ",\"in_use_owned\":%" PRIu64
+               ",\"in_use_filled\":%" PRIu64 ",\"young_held\":%" PRIu64
                ",\"classes\":[",
                h->segment_size, h->total, h->free, h->owned, h->filled,
                h->large, h->large_tail, h->orphaned, h->punched,
                h->unformatted, h->young, h->young_bytes, h->committed_bytes,
-               h->block_bytes);
+               h->block_bytes, h->committed_control, h->committed_free,
+               h->committed_owned, h->committed_filled, h->committed_large,
+               h->in_use_owned, h->in_use_filled, h->young_held);
         for (size_t k = 0; k < h->class_count; k++) {
             const heapd_class_segments *c = &h->classes[k];
             printf("%s{\"size_class\":%" PRIu32 ",\"object_size\":%" PRIu32
@@ -481,6 +489,19 @@ static void print_segments_text(const heapd_heap_segments *hs, size_t n)
         printf("  committed %s, in blocks kept by the last sweep %s\n",
                size_text(h->committed_bytes, cb, sizeof cb),
                size_text(h->block_bytes, bb, sizeof bb));
+        char m[7][32];
+        printf("  committed in: control %s, free segments %s, owned %s (%s "
+               "in blocks), filled %s (%s in blocks), large %s\n",
+               size_text(h->committed_control, m[0], sizeof m[0]),
+               size_text(h->committed_free, m[1], sizeof m[1]),
+               size_text(h->committed_owned, m[2], sizeof m[2]),
+               size_text(h->in_use_owned, m[3], sizeof m[3]),
+               size_text(h->committed_filled, m[4], sizeof m[4]),
+               size_text(h->in_use_filled, m[5], sizeof m[5]),
+               size_text(h->committed_large, m[6], sizeof m[6]));
+        if (h->young_held)
+            printf("  young mutators say their nurseries hold %s\n",
+                   size_text(h->young_held, m[0], sizeof m[0]));
         if (h->class_count == 0) {
             printf("  no small segment has a size class\n");
             continue;

@@ -188,6 +188,149 @@ START_TEST(free_pages_of_partly_used_segments_go_back)
 }
 END_TEST
 
+/* The parts of Note [Where the memory is] in daemon/report.c, of heap
+ * "default" in *HS, once they add up to its committed bytes within a
+ * page per segment measured: a client's prefault thread may map its
+ * reserve in while they are read (Note [Pre-faulting]), so they are read
+ * again, at most 100 times, until they agree. */
+static void where_of(heapd_client *ctl, heapd_heap_segments *hs)
+{
+    uint64_t sum = 0;
+    for (int tries = 0; tries < 100; tries++) {
+        size_t n = 0;
+        ck_assert_int_eq(heapd_segments(ctl, "default", hs, 1, &n), 0);
+        ck_assert_uint_eq(n, 1);
+        sum = hs->committed_control + hs->committed_free +
+              hs->committed_owned + hs->committed_filled +
+              hs->committed_large;
+        uint64_t slack = (uint64_t)hs->total * 4096u;
+        if (sum <= hs->committed_bytes + slack &&
+            hs->committed_bytes <= sum + slack)
+            return;
+    }
+    ck_abort_msg("100 segment reports in a row, none whose parts (control "
+                 "%" PRIu64 ", free %" PRIu64 ", owned %" PRIu64 ", filled %"
+                 PRIu64 ", large %" PRIu64 ": %" PRIu64 ") add up to its "
+                 "committed bytes %" PRIu64, hs->committed_control,
+                 hs->committed_free, hs->committed_owned,
+                 hs->committed_filled, hs->committed_large, sum,
+                 hs->committed_bytes);
+}
+
+/* Note [Where the memory is]: the segments report tells the blocks in
+ * use of given-back segments from their free room, and large objects
+ * from both; dropping 15 of every 16 blocks shows in the blocks in use
+ * and, once purged, in the filled segments' memory. */
+START_TEST(where_the_memory_is_adds_up)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    size_t slot;
+    static heapd_heap_segments full, sparse;
+    start();
+    harness_attach(&D, &c, &m);
+    heapd_client *ctl = harness_control(&D);
+    void **h = holder(m, BIG_N + 1, &slot);
+    for (unsigned i = 0; i < BIG_N; i++) {
+        void *o = heapd_alloc(m, 0, BIG_BYTES);
+        ck_assert_ptr_nonnull(o);
+        fill(o, BIG_BYTES, i);
+        heapd_write(m, h, &h[i], o);
+    }
+    const size_t large = 4u << 20;
+    void *big = heapd_alloc(m, 0, large);
+    ck_assert_ptr_nonnull(big);
+    memset(big, 1, large);
+    heapd_write(m, h, &h[BIG_N], big);
+    idle_stats(m, ctl);
+    where_of(ctl, &full);
+    const uint64_t blocks = (uint64_t)BIG_N * 2048;
+    fprintf(stderr, "where: committed %" PRIu64 ": control %" PRIu64
+            ", free %" PRIu64 ", owned %" PRIu64 " (in use %" PRIu64
+            "), filled %" PRIu64 " (in use %" PRIu64 "), large %" PRIu64
+            "\n", full.committed_bytes, full.committed_control,
+            full.committed_free, full.committed_owned, full.in_use_owned,
+            full.committed_filled, full.in_use_filled, full.committed_large);
+    ck_assert_msg(full.committed_control > 0, "no control area counted");
+    ck_assert_msg(full.committed_large >= large &&
+                      full.committed_large <= large + full.segment_size,
+                  "a large object of %zu bytes: %" PRIu64 " bytes of large "
+                  "segments", large, full.committed_large);
+    /* every 2 KiB block is in use, in the client's current segment or a
+     * given-back one; nothing else of that size was made */
+    uint64_t in_use = full.in_use_owned + full.in_use_filled;
+    ck_assert_msg(in_use >= blocks && in_use <= blocks + 2 * full.segment_size,
+                  "%u blocks of 2 KiB in use: %" PRIu64 " bytes in blocks in "
+                  "use counted", BIG_N, in_use);
+    ck_assert_msg(full.in_use_filled <= full.committed_filled &&
+                      full.committed_filled <=
+                          full.in_use_filled + full.filled * 8192u,
+                  "filled segments hold %" PRIu64 " bytes, %" PRIu64
+                  " of them in blocks in use: full segments have no room",
+                  full.committed_filled, full.in_use_filled);
+    for (unsigned i = 0; i < BIG_N; i++)
+        if (i % KEEP_EVERY != 0)
+            heapd_write(m, h, &h[i], NULL);
+    idle_stats(m, ctl);
+    where_of(ctl, &sparse);
+    fprintf(stderr, "where, sparse: filled %" PRIu64 " (in use %" PRIu64
+            "), owned %" PRIu64 " (in use %" PRIu64 ")\n",
+            sparse.committed_filled, sparse.in_use_filled,
+            sparse.committed_owned, sparse.in_use_owned);
+    in_use = sparse.in_use_owned + sparse.in_use_filled;
+    ck_assert_msg(in_use >= blocks / KEEP_EVERY &&
+                      in_use <= blocks / KEEP_EVERY + 2 * sparse.segment_size,
+                  "%u blocks of 2 KiB kept: %" PRIu64 " bytes in blocks in "
+                  "use counted", BIG_N / KEEP_EVERY, in_use);
+    /* Note [Purging free memory]: most free pages went (see
+     * free_pages_of_partly_used_segments_go_back for how many) */
+    ck_assert_msg(sparse.committed_filled + (3u << 20) <=
+                      full.committed_filled,
+                  "the filled segments held %" PRIu64 " -> %" PRIu64
+                  " bytes after 15 of every 16 blocks died",
+                  full.committed_filled, sparse.committed_filled);
+    ck_assert_uint_ge(sparse.committed_large, large);
+    finish(c, m, ctl, 1);
+}
+END_TEST
+
+/* Note [Where the memory is]: a young mutator's nursery is counted as
+ * what it says it holds (its young_held_bytes: its tracked segments),
+ * at most the segments its client holds. */
+START_TEST(where_counts_nurseries)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    static heapd_heap_segments hs;
+    start();
+    harness_attach(&D, &c, &m);
+    heapd_mutator *y;
+    heapd_mutator_opts yo = {.flags = HEAPD_MUTATOR_YOUNG,
+                             .young_size = 64u << 20};
+    ck_assert_int_eq(heapd_attach_opts(c, &yo, &y), 0);
+    heapd_client *ctl = harness_control(&D);
+    const size_t young = 2u << 20;
+    for (size_t k = 0; k < young / 256; k++)
+        ck_assert_ptr_nonnull(heapd_alloc(y, 0, 256 - 8));
+    heapd_blocking_enter(y);
+    heapd_blocking_enter(m);
+    size_t n = 0;
+    ck_assert_int_eq(heapd_segments(ctl, "default", &hs, 1, &n), 0);
+    fprintf(stderr, "where, young: held %" PRIu64 ", owned %" PRIu64
+            " (in use %" PRIu64 ")\n", hs.young_held, hs.committed_owned,
+            hs.in_use_owned);
+    ck_assert_msg(hs.young_held >= young &&
+                      hs.young_held <= (uint64_t)hs.owned * hs.segment_size,
+                  "a nursery of %zu bytes of young objects: young_held %"
+                  PRIu64 ", %" PRIu32 " owned segments", young,
+                  hs.young_held, hs.owned);
+    heapd_blocking_leave(m);
+    heapd_blocking_leave(y);
+    heapd_detach(y);
+    finish(c, m, ctl, 0);
+}
+END_TEST
+
 /* Note [Heap goal]: memory freed by a cycle nobody allocated during is
  * not kept for allocation that will not come: 40 MB of small objects,
  * all dropped, leave the heap holding less than 4 MB beside the segments
@@ -429,6 +572,8 @@ static Suite *memory_suite(void)
     Suite *s = suite_create("memory");
     TCase *t = tcase_create("memory");
     tcase_add_test(t, free_pages_of_partly_used_segments_go_back);
+    tcase_add_test(t, where_the_memory_is_adds_up);
+    tcase_add_test(t, where_counts_nurseries);
     tcase_add_test(t, an_idle_heap_keeps_no_free_memory);
     tcase_add_test(t, holes_are_refilled_before_new_segments);
     tcase_add_test(t, reuse_only_requests_are_answered_at_once);
