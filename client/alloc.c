@@ -46,6 +46,7 @@
 #include "mutator.h"
 #include "remark.h"
 #include "reserve.h"
+#include "runtime.h"
 #include "tsan.h"
 
 void alloc_client_init(heapd_client *c)
@@ -419,6 +420,21 @@ void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
 }
 
 /* ---- objects ---- */
+
+uint64_t client_block_bytes(const heapd_mutator *m, const void *obj)
+{
+    uint64_t h = __atomic_load_n((const uint64_t *)obj - 1, __ATOMIC_RELAXED);
+    uint64_t size = layout_object_size(layout_header_nrefs(h),
+                                       layout_header_nbytes(h));
+    const heapd_client *c = m->c;
+    if (size <= c->small_max)
+        return layout_class_size[layout_size_class((uint32_t)size)];
+    if (size <= c->run_max) /* Note [Runs] */
+        return (size + LAYOUT_RUN_GRANULE - 1) / LAYOUT_RUN_GRANULE *
+               LAYOUT_RUN_GRANULE;
+    return (LAYOUT_LARGE_OBJECT + size + c->segment_size - 1) /
+           c->segment_size * c->segment_size;
+}
 
 /* Atomic: other processes' write barriers tag the header concurrently
  * (Note [Dirty tags]); its size fields never change. */

@@ -9,6 +9,7 @@
 #define HEAPD_CLIENT_RUNTIME_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "heapd.h"
 
@@ -26,5 +27,10 @@ size_t mutator_roots_push(heapd_mutator *m, void *const *refs, size_t n);
  * with (HEAPD_ECLOSED, HEAPD_ESHUTDOWN, HEAPD_EFORKED...), its message and
  * errno set (Note [A dead daemon] in client/mutator.c). */
 int mutator_closed(const heapd_mutator *m);
+
+/* The bytes of heap memory object OBJ takes: its size class's block, its
+ * run's granules (Note [Runs] in proto/layout.h) or its large object's
+ * segments; at least its size, header included. */
+uint64_t client_block_bytes(const heapd_mutator *m, const void *obj);
 
 #endif

@@ -366,6 +366,67 @@ START_TEST(map_operations)
 }
 END_TEST
 
+/* Note [Map footprint]: with the map the heap's only object graph, what
+ * the footprint counts is what a collection marks (the daemon counts
+ * objects, not the room past them), and the parts are what the objects
+ * are: a key of 12 bytes and a value of VAL_LEN are each a string object
+ * of their own.  The mutator is precise, so that no stack word keeps an
+ * old bucket alive beside the map. */
+START_TEST(map_footprint_is_what_the_collector_marks)
+{
+    start();
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach_precise(&D, &c, &m);
+    heapd_client *ctl = harness_control(&D);
+    void *map = heapd_map_new(m, HEAPD_MAP_STR, 0);
+    ck_assert_ptr_nonnull(map);
+    size_t r = heapd_root_push(m, map);
+    const unsigned n = 5000;
+    for (unsigned i = 0; i < n; i++)
+        ck_assert_int_eq(put_key(m, r, i, 1, 0), 0);
+    for (unsigned i = 0; i < n; i += 3)
+        ck_assert_int_eq(put_key(m, r, i, 2, 0), 1); /* garbage */
+    harness_collect(m);
+    heapd_blocking_enter(m);
+    heapd_stats_t st = harness_stats(ctl);
+    heapd_blocking_leave(m);
+    heapd_map_footprint_t f;
+    map = heapd_root_get(m, r);
+    ck_assert_int_eq(heapd_map_footprint(m, map, &f), 0);
+    uint64_t blocks = f.map_bytes + f.table_bytes + f.bucket_bytes +
+                      f.key_bytes + f.value_bytes;
+    fprintf(stderr, "footprint: %" PRIu64 " keys, map %" PRIu64 ", table %"
+            PRIu64 ", buckets %" PRIu64 ", keys %" PRIu64 ", values %"
+            PRIu64 ", headers %" PRIu64 ", slack %" PRIu64 "; live %"
+            PRIu64 "\n", f.keys, f.map_bytes, f.table_bytes,
+            f.bucket_bytes, f.key_bytes, f.value_bytes, f.header_bytes,
+            f.slack_bytes, st.live_bytes);
+    ck_assert_uint_eq(f.keys, n);
+    ck_assert_uint_eq(blocks - f.slack_bytes, st.live_bytes);
+    /* a string object: header, then its bytes, rounded to a class */
+    void *k0 = heapd_str_new(m, "key:00000000", 12);
+    void *v0 = heapd_map_get_str(m, heapd_root_get(m, r), "key:00000000", 12);
+    ck_assert_ptr_nonnull(k0);
+    ck_assert_ptr_nonnull(v0);
+    uint64_t kb = f.key_bytes / n, vb = f.value_bytes / n;
+    ck_assert_uint_eq(f.key_bytes, kb * n);
+    ck_assert_uint_eq(f.value_bytes, vb * n);
+    ck_assert_uint_ge(kb, 8 + heapd_nrefs(k0) * 8 + heapd_nbytes(k0));
+    ck_assert_uint_ge(vb, 8 + heapd_nrefs(v0) * 8 + heapd_nbytes(v0));
+    ck_assert_uint_eq(f.header_bytes % 8, 0);
+    ck_assert_int_eq(heapd_map_footprint(m, k0, &f), -EINVAL);
+    ck_assert_int_eq(heapd_map_footprint(m, heapd_root_get(m, r), NULL),
+                     -EINVAL);
+    heapd_root_pop(m, 1);
+    heapd_disconnect(ctl);
+    harness_expect_healthy(&D);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 START_TEST(map_kinds)
 {
     start();
@@ -1062,6 +1123,10 @@ static void map_after_kill(heapd_mutator *m, size_t r, uint64_t acked)
     ck_assert_msg(n >= 0, "verify after the kill: %s", heapd_last_error());
     ck_assert_msg((uint64_t)n == acked || (uint64_t)n == acked + 1,
                   "%d keys, the kid had inserted %" PRIu64, n, acked);
+    /* Note [Map footprint]: every key once, a resize left half done too */
+    heapd_map_footprint_t f;
+    ck_assert_int_eq(heapd_map_footprint(m, map, &f), 0);
+    ck_assert_uint_eq(f.keys, (uint64_t)n);
     for (unsigned i = 0; i < acked; i++) {
         char k[32];
         unsigned g;
@@ -1415,6 +1480,7 @@ static Suite *suite(void)
     tcase_set_timeout(t, 600);
     tcase_add_test(t, strings);
     tcase_add_test(t, map_operations);
+    tcase_add_test(t, map_footprint_is_what_the_collector_marks);
     tcase_add_test(t, map_kinds);
     tcase_add_test(t, map_damaged_by_a_client);
     tcase_add_test(t, queue_operations);

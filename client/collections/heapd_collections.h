@@ -126,6 +126,29 @@ HEAPD_API size_t heapd_map_count(const void *map);
  * tests and for a program that wants to know after a crash. */
 HEAPD_API int heapd_map_verify(const void *map);
 
+/* What a map takes of the heap, in bytes of the blocks that hold its
+ * objects (an object's size rounded up to its size class: Note [Map
+ * footprint] in client/collections/map.c). */
+typedef struct heapd_map_footprint {
+    uint64_t keys;              /* entries */
+    uint64_t map_bytes;         /* the map object and its shared buckets */
+    uint64_t table_bytes;       /* its table, and the next one in a resize */
+    uint64_t bucket_bytes;      /* buckets, frozen copies of a resize too */
+    uint64_t key_bytes;         /* the key objects */
+    uint64_t value_bytes;       /* the values, once per key that holds one;
+                                   not what a value references */
+    uint64_t header_bytes;      /* of all of the above, object headers */
+    uint64_t slack_bytes;       /* of all of the above, what blocks hold
+                                   past their objects' ends */
+} heapd_map_footprint_t;
+
+/* Measure MAP into *OUT.  Not a safepoint: plain loads, O(size), as
+ * heapd_map_verify (about 10 ms for 100,000 keys), so a caller holds a
+ * collection's stop up that long.  0, or -EINVAL if MAP is not a map or
+ * OUT is NULL. */
+HEAPD_API int heapd_map_footprint(heapd_mutator *m, const void *map,
+                                  heapd_map_footprint_t *out);
+
 /* Iteration: every key that is in the map for the whole iteration is
  * seen exactly once, whatever is inserted, deleted or resized meanwhile;
  * a key inserted or deleted meanwhile is seen at most once.  The value

@@ -1065,3 +1065,92 @@ int heapd_map_verify(const void *obj)
     }
     return (int)(found > INT32_MAX ? INT32_MAX : found);
 }
+
+/* Note [Map footprint]
+ * ~~~~~~~~~~~~~~~~~~~~
+ * heapd_map_footprint counts every object of the map once, by kind, in
+ * the bytes of the block it takes (client_block_bytes): the map and its
+ * two shared buckets; its table and, in a resize, the next one; every
+ * bucket a slot of either holds but the shared ones (a bucket sits in one
+ * slot only: a resize makes new halves, and an unfilled slot of the next
+ * table holds nothing); and the key and value of each entry, found as
+ * heapd_map_verify finds every key once (through the newest table's
+ * slots, an unfilled one's half of its frozen bucket).  A value that
+ * several keys hold is counted for each of them, and what a value
+ * references is not counted: the map cannot tell whose it is.  Headers
+ * and the room past each object's end are counted apart too, so that a
+ * layout's overhead shows beside the data: the shared-cache benchmark's
+ * map of 100,000 keys is the table of the numbers in docs/benchmarks.md.
+ */
+static void count_object(heapd_mutator *m, const void *obj, uint64_t *bytes,
+                         heapd_map_footprint_t *f)
+{
+    uint64_t h = __atomic_load_n((const uint64_t *)obj - 1, __ATOMIC_RELAXED);
+    uint64_t size = layout_object_size(layout_header_nrefs(h),
+                                       layout_header_nbytes(h));
+    uint64_t block = client_block_bytes(m, obj);
+    *bytes += block;
+    f->header_bytes += LAYOUT_WORD;
+    f->slack_bytes += block > size ? block - size : 0;
+}
+
+/* The buckets of table T's slots but the map's shared ones. */
+static void count_buckets(heapd_mutator *m, void *t, const void *empty,
+                          const void *frozen_empty, heapd_map_footprint_t *f)
+{
+    size_t n = nrefs_of(t) - 1;
+    for (size_t i = 0; i < n; i++) {
+        void *b = coll_load(&table_slots(t)[i]);
+        if (b && b != empty && b != frozen_empty)
+            count_object(m, b, &f->bucket_bytes, f);
+    }
+}
+
+int heapd_map_footprint(heapd_mutator *m, const void *obj,
+                        heapd_map_footprint_t *out)
+{
+    void *map = (void *)obj;
+    if (!out || !is_map(map))
+        return client_set_error(-EINVAL, "heapd_map_footprint: %s",
+                                out ? "not a map" : "OUT is NULL");
+    heapd_map_footprint_t f = {0};
+    void **refs = map;
+    void *empty = coll_load(&refs[MAP_EMPTY]);
+    void *frozen_empty = coll_load(&refs[MAP_FROZEN_EMPTY]);
+    count_object(m, map, &f.map_bytes, &f);
+    if (empty)
+        count_object(m, empty, &f.map_bytes, &f);
+    if (frozen_empty)
+        count_object(m, frozen_empty, &f.map_bytes, &f);
+    void *t = coll_load(&refs[MAP_TABLE]);
+    void *next = coll_load(&((void **)t)[0]);
+    count_object(m, t, &f.table_bytes, &f);
+    count_buckets(m, t, empty, frozen_empty, &f);
+    if (next) {
+        count_object(m, next, &f.table_bytes, &f);
+        count_buckets(m, next, empty, frozen_empty, &f);
+    }
+    /* each entry once, as heapd_map_verify finds them */
+    void *tt = next ? next : t;
+    size_t span = nrefs_of(tt) - 1;
+    for (size_t i = 0; i < span; i++) {
+        void *b = coll_load(&table_slots(tt)[i]);
+        bool old = !b;
+        if (old && !(b = lookup_bucket(map, i)))
+            continue;
+        size_t k = bucket_keys(b);
+        for (size_t e = 0; e < k; e++) {
+            if (old && (bucket_meta(b)->keys[e].hash & (span - 1)) != i)
+                continue; /* the other new slot's half */
+            void *key = coll_load(&((void **)b)[2 * e]);
+            void *val = coll_load(&((void **)b)[2 * e + 1]);
+            if (key)
+                count_object(m, key, &f.key_bytes, &f);
+            if (val)
+                count_object(m, val, &f.value_bytes, &f);
+            f.keys++;
+        }
+    }
+    *out = f;
+    return 0;
+}
