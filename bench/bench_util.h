@@ -8,6 +8,7 @@
 #define HEAPD_BENCH_UTIL_H
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -191,6 +192,91 @@ static inline uint64_t tick(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- where a heap's memory is ----
+ * The parts of heapd's committed memory at one moment (Note [Where the
+ * memory is] in daemon/report.c), with the last cycle's live bytes:
+ * bench_where takes them (of heap HEAP; NULL: the first the client
+ * sees), bench_where_print writes them as KEY=KiB pairs
+ * after PREFIX (the where_* fields of a RESULT line, which scripts/bench
+ * turns into the "Where the memory goes" table):
+ *   committed   the heap's committed bytes (fstat) at that moment
+ *   live        the last cycle's marked bytes (objects, headers included)
+ *   in_use      bytes of blocks in use: the owned and filled segments'
+ *               (young blocks too) and large objects
+ *   young       of in_use, young blocks (nurseries): what young mutators
+ *               say they hold, or the last sweep found if that is more
+ *   garbage     in_use - young - live: allocated since the last cycle, or
+ *               dead since (with the room past live objects' ends)
+ *   free_filled free blocks of small segments given back
+ *   free_owned  free room of the segments clients hold (reserves,
+ *               current segments)
+ *   free_segs   free segments whose pages were not given back yet
+ *   control     the control area
+ *   other       committed - the parts above (what moved while they were
+ *               read) */
+struct bench_where {
+    uint64_t committed, live, in_use, young, garbage, free_filled,
+        free_owned, free_segs, control, other;
+};
+
+#ifdef HEAPD_HAVE_WHERE
+__attribute__((unused))
+static void bench_where(heapd_client *c, heapd_mutator *m, const char *heap,
+                        struct bench_where *w)
+{
+    static heapd_heap_segments hs;
+    heapd_stats_t st;
+    size_t n = 0;
+    if (m)
+        heapd_blocking_enter(m);
+    int rc = heapd_stats(c, &st);
+    if (rc >= 0)
+        rc = heapd_segments(c, heap, &hs, 1, &n);
+    if (m)
+        heapd_blocking_leave(m);
+    if (rc < 0 || n < 1)
+        die("heapd_segments(%s): %s (%s)", heap ? heap : "", heapd_strerror(rc),
+            heapd_last_error());
+    uint64_t live = 0;
+    for (size_t i = 0; i < st.heap_count && i < HEAPD_STATS_MAX_HEAPS; i++)
+        if (strcmp(st.heaps[i].name, hs.name) == 0)
+            live = st.heaps[i].live_bytes;
+    struct bench_where x = {0};
+    x.committed = hs.committed_bytes;
+    x.live = live;
+    x.in_use = hs.in_use_owned + hs.in_use_filled + hs.committed_large;
+    uint64_t young = hs.young_held > hs.young_bytes ? hs.young_held
+                                                    : hs.young_bytes;
+    x.young = young < x.in_use ? young : x.in_use;
+    x.garbage = x.in_use - x.young > live ? x.in_use - x.young - live : 0;
+    x.free_filled = hs.committed_filled > hs.in_use_filled
+                        ? hs.committed_filled - hs.in_use_filled : 0;
+    x.free_owned = hs.committed_owned > hs.in_use_owned
+                       ? hs.committed_owned - hs.in_use_owned : 0;
+    x.free_segs = hs.committed_free;
+    x.control = hs.committed_control;
+    uint64_t parts = x.in_use + x.free_filled + x.free_owned + x.free_segs +
+                     x.control;
+    x.other = x.committed > parts ? x.committed - parts : 0;
+    *w = x;
+}
+#endif
+
+__attribute__((unused))
+static void bench_where_print(const char *prefix, const struct bench_where *w)
+{
+    printf(" %scommitted_kib=%" PRIu64 " %slive_kib=%" PRIu64
+           " %sin_use_kib=%" PRIu64 " %syoung_kib=%" PRIu64
+           " %sgarbage_kib=%" PRIu64 " %sfree_filled_kib=%" PRIu64
+           " %sfree_owned_kib=%" PRIu64 " %sfree_segs_kib=%" PRIu64
+           " %scontrol_kib=%" PRIu64 " %sother_kib=%" PRIu64,
+           prefix, w->committed / 1024, prefix, w->live / 1024, prefix,
+           w->in_use / 1024, prefix, w->young / 1024, prefix,
+           w->garbage / 1024, prefix, w->free_filled / 1024, prefix,
+           w->free_owned / 1024, prefix, w->free_segs / 1024, prefix,
+           w->control / 1024, prefix, w->other / 1024);
 }
 
 #endif

@@ -345,6 +345,12 @@ static heapd_mutator *h_m;
 static void *h_map;              /* rooted in the process that uses it */
 static char h_global[64];        /* the map's global: named per parent */
 static uint64_t h_cycles0;
+#ifdef HEAPD_HAVE_WHERE
+/* Note [Where the memory is]: the heap's parts at its committed peak, and
+ * the map's objects by kind once the workers are gone */
+static struct bench_where h_where;
+static heapd_map_footprint_t h_fp;
+#endif
 static uint64_t h_slots_new, h_slots_start; /* --growth: the table's slots */
 
 static void *h_make_map(heapd_mutator *m, void *arg)
@@ -489,6 +495,16 @@ static uint64_t heapd_sample(void)
 {
     heapd_stats_t st;
     heapd_stats_or_die(h_c, h_m, &st);
+#ifdef HEAPD_HAVE_WHERE
+    /* a new peak: where its bytes are (a mincore of every segment in the
+     * daemon, some 0.2 ms for this heap) */
+    if (st.heaps[0].bytes_committed > h_where.committed) {
+        struct bench_where w;
+        bench_where(h_c, h_m, st.heaps[0].name, &w);
+        if (w.committed > h_where.committed)
+            h_where = w;
+    }
+#endif
     return st.heaps[0].bytes_committed;
 }
 
@@ -512,6 +528,10 @@ static void heapd_finish(struct mem *mem)
     if (rc < 0 || (unsigned long)rc != O.keys)
         die("heapd_map_verify: %d (%s)", rc, rc < 0 ? heapd_last_error()
                                                      : "keys");
+#ifdef HEAPD_HAVE_WHERE
+    if ((rc = heapd_map_footprint(h_m, h_map, &h_fp)) < 0)
+        die("heapd_map_footprint: %s", heapd_last_error());
+#endif
     /* the live data: what one cycle run now marks (the workers are gone;
      * the map is the heap's only data) */
     rc = heapd_collect(h_m, HEAPD_COLLECT_WAIT);
@@ -1387,6 +1407,18 @@ static int run(void)
                mem.cycles, mem.after_gc / 1024);
     if (strcmp(I->name, "redis_pipe") == 0)
         printf(" batch=%lu", O.batch);
+#ifdef HEAPD_HAVE_WHERE
+    if (strcmp(I->name, "heapd") == 0) {
+        bench_where_print("where_", &h_where);
+        printf(" map_table_kib=%" PRIu64 " map_bucket_kib=%" PRIu64
+               " map_key_kib=%" PRIu64 " map_value_kib=%" PRIu64
+               " map_header_kib=%" PRIu64 " map_slack_kib=%" PRIu64,
+               (h_fp.map_bytes + h_fp.table_bytes) / 1024,
+               h_fp.bucket_bytes / 1024, h_fp.key_bytes / 1024,
+               h_fp.value_bytes / 1024, h_fp.header_bytes / 1024,
+               h_fp.slack_bytes / 1024);
+    }
+#endif
     printf("\n");
     return 0;
 }

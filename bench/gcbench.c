@@ -563,12 +563,20 @@ static void h_check(void)
     check_array(heapd_bytes(heapd_root_get(hm, h_array_slot)));
 }
 
+#ifdef HEAPD_HAVE_WHERE
+static struct bench_where h_where; /* at the committed peak sampled */
+#endif
+
 static void h_sample(void)
 {
     heapd_stats_t st;
     heapd_stats_or_die(hc, hm, &st);
-    if (st.heap_committed_bytes > h_committed_peak)
+    if (st.heap_committed_bytes > h_committed_peak) {
         h_committed_peak = st.heap_committed_bytes;
+#ifdef HEAPD_HAVE_WHERE
+        bench_where(hc, hm, NULL, &h_where);
+#endif
+    }
 }
 
 /* impl= of the RESULT line: the mode */
@@ -579,10 +587,9 @@ static const char *h_name(void)
 
 static void h_report(double total_ms)
 {
+    h_sample();
     heapd_stats_t st;
     heapd_stats_or_die(hc, hm, &st);
-    if (st.heap_committed_bytes > h_committed_peak)
-        h_committed_peak = st.heap_committed_bytes;
     uint64_t cycles = st.cycles_completed - h_st0.cycles_completed;
     printf("heapd: %llu cycles, %llu bytes allocated, live after last cycle "
            "%llu, ttsp max %llu ns, verify failures %llu, bad refs %llu, "
@@ -634,6 +641,9 @@ static void h_report(double total_ms)
                (unsigned long long)ys.promoted_age_bytes,
                (unsigned long long)ys.promoted_published_bytes);
     }
+#ifdef HEAPD_HAVE_WHERE
+    bench_where_print("where_", &h_where);
+#endif
     printf("\n");
     heapd_root_pop(hm, heapd_root_depth(hm));
     heapd_detach(hm);

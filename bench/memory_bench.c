@@ -288,6 +288,9 @@ static int map_heapd(const struct opts *o)
      * (the first values replaced, the trigger following the live set) */
     struct samples steady = {0};
     uint64_t live_max = 0, committed_peak = 0;
+#ifdef HEAPD_HAVE_WHERE
+    struct bench_where where_max = {0}, where_exit;
+#endif
     unsigned running = (unsigned)o->workers;
     bool failed = false;
     while (running > 0) {
@@ -297,6 +300,11 @@ static int map_heapd(const struct opts *o)
         if (h->bytes_committed > committed_peak)
             committed_peak = h->bytes_committed;
         if (h->cycles_completed >= cycles0 + 3) {
+#ifdef HEAPD_HAVE_WHERE
+            /* a new steady maximum: where its bytes are */
+            if (h->bytes_committed > steady.committed_max)
+                bench_where(c, NULL, h->name, &where_max);
+#endif
             sample_add(&steady, h->bytes_committed, h->live_bytes);
             live_max = h->live_bytes > live_max ? h->live_bytes : live_max;
         }
@@ -324,6 +332,9 @@ static int map_heapd(const struct opts *o)
         die("heapd_collect: %s", heapd_strerror(rc));
     heapd_stats_or_die(c, m, &st);
     const heapd_heap_stats *h = own_heap(&st);
+#ifdef HEAPD_HAVE_WHERE
+    bench_where(c, m, h->name, &where_exit);
+#endif
     printf("RESULT map impl=heapd keys=%lu value=%lu updates=%lu workers=%lu "
            "ops=%lu fill_ms=%.1f run_ms=%.1f cycles=%" PRIu64
            " samples=%zu live_max=%" PRIu64 " committed_peak=%" PRIu64
@@ -332,7 +343,7 @@ static int map_heapd(const struct opts *o)
            " committed_at_exit=%" PRIu64 " after_cycle_committed=%" PRIu64
            " after_cycle_live=%" PRIu64 " after_cycle_blocks=%" PRIu64
            " after_cycle_ratio=%.3f segments_owned=%" PRIu64
-           " purged=%" PRIu64 " grants_paced=%" PRIu64 "\n",
+           " purged=%" PRIu64 " grants_paced=%" PRIu64,
            o->keys, o->value, o->updates, o->workers, o->ops,
            fill_ns / 1e6, run_ns / 1e6, cycles_run, steady.n, live_max,
            committed_peak, steady.committed_max, steady.live_at_max,
@@ -341,6 +352,11 @@ static int map_heapd(const struct opts *o)
            h->live_bytes ? (double)h->bytes_committed / (double)h->live_bytes
                          : 0,
            h->segments_owned, h->purged_bytes, h->grants_paced);
+#ifdef HEAPD_HAVE_WHERE
+    bench_where_print("where_", &where_max);
+    bench_where_print("exit_", &where_exit);
+#endif
+    printf("\n");
     heapd_detach(m);
     heapd_disconnect(c);
     free(steady.ratio);
