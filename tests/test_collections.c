@@ -369,9 +369,10 @@ END_TEST
 /* Note [Map footprint]: with the map the heap's only object graph, what
  * the footprint counts is what a collection marks (the daemon counts
  * objects, not the room past them), and the parts are what the objects
- * are: a key of 12 bytes and a value of VAL_LEN are each a string object
- * of their own.  The mutator is precise, so that no stack word keeps an
- * old bucket alive beside the map. */
+ * are: a key of 12 bytes is kept in its bucket (Note [Inline keys]), one
+ * of 40 is a string object, and so is a value of VAL_LEN.  The mutator
+ * is precise, so that no stack word keeps an old bucket alive beside the
+ * map. */
 START_TEST(map_footprint_is_what_the_collector_marks)
 {
     start();
@@ -387,6 +388,16 @@ START_TEST(map_footprint_is_what_the_collector_marks)
         ck_assert_int_eq(put_key(m, r, i, 1, 0), 0);
     for (unsigned i = 0; i < n; i += 3)
         ck_assert_int_eq(put_key(m, r, i, 2, 0), 1); /* garbage */
+    const unsigned nlong = 100;
+    char longkey[41];
+    for (unsigned i = 0; i < nlong; i++) {
+        snprintf(longkey, sizeof longkey, "a key too long to be inline: %08u",
+                 i);
+        void *v = heapd_str_new(m, "v", 1);
+        ck_assert_ptr_nonnull(v);
+        ck_assert_int_eq(heapd_map_put_str(m, heapd_root_get(m, r), longkey,
+                                           strlen(longkey), v, 0), 0);
+    }
     harness_collect(m);
     heapd_blocking_enter(m);
     heapd_stats_t st = harness_stats(ctl);
@@ -402,17 +413,20 @@ START_TEST(map_footprint_is_what_the_collector_marks)
             PRIu64 "\n", f.keys, f.map_bytes, f.table_bytes,
             f.bucket_bytes, f.key_bytes, f.value_bytes, f.header_bytes,
             f.slack_bytes, st.live_bytes);
-    ck_assert_uint_eq(f.keys, n);
+    ck_assert_uint_eq(f.keys, n + nlong);
     ck_assert_uint_eq(blocks - f.slack_bytes, st.live_bytes);
-    /* a string object: header, then its bytes, rounded to a class */
-    void *k0 = heapd_str_new(m, "key:00000000", 12);
+    /* a string object: header, then its bytes, rounded to a class; the
+     * short keys have none */
+    void *k0 = heapd_str_new(m, longkey, strlen(longkey));
     void *v0 = heapd_map_get_str(m, heapd_root_get(m, r), "key:00000000", 12);
     ck_assert_ptr_nonnull(k0);
     ck_assert_ptr_nonnull(v0);
-    uint64_t kb = f.key_bytes / n, vb = f.value_bytes / n;
-    ck_assert_uint_eq(f.key_bytes, kb * n);
-    ck_assert_uint_eq(f.value_bytes, vb * n);
+    uint64_t kb = f.key_bytes / nlong;
+    ck_assert_uint_eq(f.key_bytes, kb * nlong);
     ck_assert_uint_ge(kb, 8 + heapd_nrefs(k0) * 8 + heapd_nbytes(k0));
+    ck_assert_uint_lt(kb, 2 * (8 + heapd_nbytes(k0)));
+    uint64_t vb = (f.value_bytes - nlong * 32) / n; /* "v": 32-byte blocks */
+    ck_assert_uint_eq(f.value_bytes, vb * n + nlong * 32);
     ck_assert_uint_ge(vb, 8 + heapd_nrefs(v0) * 8 + heapd_nbytes(v0));
     ck_assert_uint_eq(f.header_bytes % 8, 0);
     ck_assert_int_eq(heapd_map_footprint(m, k0, &f), -EINVAL);

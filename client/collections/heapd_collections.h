@@ -153,13 +153,15 @@ HEAPD_API int heapd_map_footprint(heapd_mutator *m, const void *map,
  * seen exactly once, whatever is inserted, deleted or resized meanwhile;
  * a key inserted or deleted meanwhile is seen at most once.  The value
  * seen is one the key had during the iteration.  heapd_map_iter_begin
- * pushes two root slots (the table and the bucket being read) and
- * heapd_map_iter_end pops them: the caller's own pushes in between must
- * be popped before.  Begin, next and end are safepoints; a key and value
- * next returns stay valid until the next call of next or end. */
+ * pushes three root slots (the table and the bucket being read, and a
+ * key string made for a short key of a HEAPD_MAP_STR map, which the map
+ * keeps as bytes only) and heapd_map_iter_end pops them: the caller's
+ * own pushes in between must be popped before.  Begin, next and end are
+ * safepoints; a key and value next returns stay valid until the next
+ * call of next or end. */
 typedef struct heapd_map_iter {
     heapd_mutator *m;
-    size_t root;        /* the first of the two root slots */
+    size_t root;        /* the first of the three root slots */
     size_t bucket;      /* the next bucket of the table to read */
     size_t pos;         /* the next entry of the bucket in the root */
     size_t nbuckets;
@@ -167,7 +169,8 @@ typedef struct heapd_map_iter {
 
 HEAPD_API int heapd_map_iter_begin(heapd_mutator *m, void *map,
                                    heapd_map_iter *it);
-/* True with *KEY and *VALUE set, or false at the end. */
+/* True with *KEY and *VALUE set; false at the end (errno 0), or when a
+ * key string could not be made (errno ENOMEM or heapd_alloc's). */
 HEAPD_API bool heapd_map_iter_next(heapd_map_iter *it, void **key,
                                    void **value);
 HEAPD_API void heapd_map_iter_end(heapd_map_iter *it);
