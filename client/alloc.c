@@ -227,7 +227,8 @@ alloc_large(heapd_mutator *m, uint64_t size, size_t nrefs, size_t nbytes)
 {
     uint32_t first, run;
     int rc = mutator_request_segments(m, HEAPD__SEGMENT_KIND__SEGMENT_LARGE,
-                                      1, size, &first, 1, &run);
+                                      1, size, &first, 1, &run,
+                                      LAYOUT_NCLASSES, NULL);
     if (rc < 0) {
         errno = client_errno(rc);
         return NULL;

@@ -354,6 +354,7 @@ static int map_heap(heapd_client *c, const Heapd__Welcome *w, int fd,
     c->base = p;
     c->size = w->max_size;
     c->ctl = p;
+    c->memory_limit = w->memory_limit; /* Note [Reserve sizing] */
     alloc_client_init(c);
     return 0;
 }

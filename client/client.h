@@ -58,6 +58,7 @@ struct heapd_client {
     char socket_path[108];
     char client_name[64];
     uint64_t heap_base, heap_max_size;
+    uint64_t memory_limit;           /* the heap's, 0 for none (Welcome) */
     char tsan_reuse;                 /* Note [Reuse and ThreadSanitizer] */
 };
 

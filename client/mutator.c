@@ -385,15 +385,21 @@ int mutator_call(heapd_mutator *m, Heapd__Envelope *req,
 
 int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
                              uint32_t count, uint64_t bytes, uint32_t *out,
-                             uint32_t max, uint32_t *run)
+                             uint32_t max, uint32_t *run, unsigned cls,
+                             uint32_t *formatted)
 {
     Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
     Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    uint32_t klass = cls;
     int rc;
 
     sr.kind = kind;
     sr.count = count;
     sr.bytes = bytes;
+    if (cls < LAYOUT_NCLASSES && formatted) {
+        sr.n_classes = 1;
+        sr.classes = &klass;
+    }
     req.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
     req.segment_request = &sr;
     reserve_flush_returns(m->c); /* the daemon counts them before this */
@@ -426,6 +432,10 @@ int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
             goto out;
         }
         out[i] = g->segments[i];
+        if (formatted) {
+            uint32_t f = i < g->n_formatted ? g->formatted[i] : 0;
+            formatted[i] = f != 0 && f - 1 < LAYOUT_NCLASSES ? f : 0;
+        }
     }
     if (run)
         *run = g->run;

@@ -164,10 +164,13 @@ void mutator_wait_end(heapd_mutator *m);
  * so that the mutator never holds up a stop while it waits. */
 int mutator_call(heapd_mutator *m, Heapd__Envelope *req,
                  Heapd__Envelope **reply);
-/* Ask for a segment of KIND (and BYTES for large): a blocking call. */
+/* Ask for a segment of KIND (and BYTES for large): a blocking call.  CLS
+ * (small ones; LAYOUT_NCLASSES for none): partly free segments of that
+ * class may come first, FORMATTED[i] then 1 + their class, else 0. */
 int mutator_request_segments(heapd_mutator *m, Heapd__SegmentKind kind,
                              uint32_t count, uint64_t bytes, uint32_t *out,
-                             uint32_t max, uint32_t *run);
+                             uint32_t max, uint32_t *run, unsigned cls,
+                             uint32_t *formatted);
 /* heapd_disconnect: free mutators the application did not detach. */
 void mutator_free_all(heapd_client *c);
 

@@ -20,8 +20,12 @@
  *     (SegmentGrant.waited), and one the daemon cut to its grant cap is
  *     all a larger batch would get; growing for those made GCBench's
  *     reserve 128 segments, 16 MiB.  The batch stops at batch_cap:
- *     RESERVE_BATCH, or 1/64 of the heap's segments for a small heap, where a client must not sit on the room a large
- *     object or another client needs.  It never shrinks; what a client
+ *     RESERVE_BATCH, or 1/64 of the heap's segments for a small heap (of
+ *     its memory_limit, where it has one: Note [Memory limit] in
+ *     daemon/gc/collector.c), where a client must not sit on the room a
+ *     large object or another client needs; under a memory limit, a
+ *     256th of the limit's segments (a 31 MiB limit refused the shared
+ *     cache's second worker for the first one's reserve of 8 MiB).  It never shrinks; what a client
  *     holds this way is bounded by 2 * batch_cap, and the daemon grants
  *     less when the heap's allocation budget is small (grant_cap in
  *     daemon/grant.c, Note [Segment supply]); it is counted by its quota and
@@ -110,17 +114,23 @@
 #include "reserve.h"
 
 #define PREFAULT_NICE 19 /* without SCHED_IDLE: Note [Pre-faulting] */
+#define RESERVE_LIMIT_SHARE 256 /* Note [Reserve sizing] */
 
 void reserve_init(heapd_client *c)
 {
     struct reserve *r = &c->reserve;
     hd_mutex_init(&r->mu);
     atomic_init(&r->refills, 0);
-    /* Note [Reserve sizing] */
-    uint32_t nseg = c->ctl->segment_count;
-    r->batch_cap = nseg / 64 < 1              ? 1
-                   : nseg / 64 > RESERVE_BATCH ? RESERVE_BATCH
-                                              : nseg / 64;
+    /* Note [Reserve sizing]: a 64th of the heap, or a 256th of its
+     * memory limit */
+    uint32_t share = c->ctl->segment_count / 64;
+    if (c->memory_limit &&
+        (c->memory_limit >> c->seg_shift) / RESERVE_LIMIT_SHARE < share)
+        share = (uint32_t)((c->memory_limit >> c->seg_shift) /
+                           RESERVE_LIMIT_SHARE);
+    r->batch_cap = share < 1               ? 1
+                   : share > RESERVE_BATCH ? RESERVE_BATCH
+                                           : share;
     r->batch = r->batch_cap < RESERVE_START ? r->batch_cap : RESERVE_START;
     r->max = 2 * r->batch;
     r->low = r->batch;
@@ -584,7 +594,9 @@ void reserve_flush_returns(heapd_client *c)
  * 112-byte values): the values took 333 segments, 26 % occupied after
  * the workers left, taking blank segments while partly free ones waited
  * and piling partly free ones up in the reserves; 245 (35 %) when it
- * waited for every answer.
+ * waited for every answer.  A mutator that finds the reserve empty and
+ * asks heapd itself names its class too, and takes a partly free segment
+ * of it if one comes (Note [Memory limit] in daemon/gc/collector.c).
  */
 
 /* The heap's cycle, as a stamp that changes with its epoch and phase. */
@@ -823,16 +835,46 @@ int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
     }
     unlock_reserve(r);
 
+    /* partly free segments of CLS first: under a memory limit they may
+     * be all the heap can give (Note [Memory limit] in
+     * daemon/gc/collector.c) */
+    uint32_t fmt[RESERVE_BATCH];
     n = mutator_request_segments(m, HEAPD__SEGMENT_KIND__SEGMENT_SMALL,
-                                 r->batch, 0, got, RESERVE_BATCH, NULL);
+                                 r->batch, 0, got, RESERVE_BATCH, NULL,
+                                 formatted ? cls : LAYOUT_NCLASSES, fmt);
     if (n < 0)
         return n;
-    *out = got[0];
+    /* the mutator's: one of its class, or else a blank one */
+    int use = -1;
+    for (int k = 0; k < n && use < 0; k++)
+        if (formatted && fmt[k] == 1u + cls)
+            use = k;
+    for (int k = 0; k < n && use < 0; k++)
+        if (fmt[k] == 0)
+            use = k;
+    uint32_t back[RESERVE_BATCH];
+    size_t nback = 0;
     hd_mutex_lock(&r->mu);
-    int k = 1;
-    while (k < n && r->n + r->nreuse < r->max)
-        put_locked(r, got[k++]);
+    for (int k = 0; k < n; k++) {
+        if (k == use)
+            continue;
+        if (r->n + r->nreuse >= r->max) {
+            back[nback++] = got[k];
+        } else if (fmt[k] != 0) {
+            r->reuse[r->nreuse].seg = got[k];
+            r->reuse[r->nreuse++].cls = fmt[k] - 1;
+        } else {
+            put_locked(r, got[k]);
+        }
+    }
     unlock_reserve(r);
-    return_segments(c, got + k, (size_t)(n - k));
+    return_segments(c, back, nback);
+    if (use < 0) /* only partly free ones of other classes */
+        return client_set_error(HEAPD_EPROTO, "heapd granted segments of "
+                                "other size classes than the one asked "
+                                "for; report it with heapd's log");
+    *out = got[use];
+    if (formatted)
+        *formatted = fmt[use] != 0;
     return 0;
 }

@@ -106,7 +106,7 @@ enum { HK_BASE, HK_MAX_SIZE, HK_SEGMENT_SIZE, HK_GC_OVERHEAD,
        HK_MARK_STACK_LIMIT, HK_ALLOW_USERS, HK_ALLOW_GROUPS,
        HK_MAX_CLIENT_BYTES, HK_VERIFY, HK_STALL_WARN, HK_STALL_TIMEOUT,
        HK_STALL_ACTION, HK_RECONNECT_TIMEOUT, HK_YOUNG_SIZE, HK_YOUNG_AGE,
-       HK_COUNT };
+       HK_MEMORY_LIMIT, HK_COUNT };
 static const struct key heap_keys[HK_COUNT] = {
     { "base", K_ADDR, 0, 0, "" },
     { "max_size", K_SIZE, 0, UINT64_C(1) << 40, "" },
@@ -125,6 +125,8 @@ static const struct key heap_keys[HK_COUNT] = {
     /* Note [Young budgets] in daemon/gc/heap.h */
     { "young_size", K_SIZE, 64 * KIB, 256 * MIB, "" },
     { "young_age", K_UINT, 1, LAYOUT_YOUNG_AGE_MAX, "" },
+    /* Note [Memory limit] in daemon/gc/collector.c */
+    { "memory_limit", K_SIZE, 0, UINT64_C(1) << 40, "" },
 };
 
 int config_parse_listen(const char *v, struct sockaddr_storage *out)
@@ -686,6 +688,7 @@ static void store(struct parse *p, int k, const char *v, const struct value *x)
     case HK_RECONNECT_TIMEOUT: h->reconnect_timeout_ms = x->u; break;
     case HK_YOUNG_SIZE: h->young_size = x->u; break;
     case HK_YOUNG_AGE: h->young_age = (uint32_t)x->u; break;
+    case HK_MEMORY_LIMIT: h->memory_limit = x->u; break;
     case HK_STALL_ACTION:
         h->stall_action = (enum config_stall_action)x->u;
         break;
@@ -842,6 +845,21 @@ static void finish_heap(struct parse *p)
                   "segment%s + 1)", SIZE(h->max_size), SIZE(seg),
                   SIZE((ctl + 1ULL) * seg), ctl, ctl == 1 ? "" : "s");
         ok = false;
+    }
+    /* Note [Memory limit] in daemon/gc/collector.c: some segments to
+     * allocate in, within max_size */
+    if (ok && kl[HK_MEMORY_LIMIT] && !bad[HK_MEMORY_LIMIT] &&
+        h->memory_limit != 0) {
+        uint64_t least = (uint64_t)MEMORY_LIMIT_MIN_SEGS * seg;
+        if (h->memory_limit > h->max_size)
+            report_at(p, kl[HK_MEMORY_LIMIT], "memory_limit %s is larger "
+                      "than max_size %s; lower it, or use 0 (no limit but "
+                      "max_size)", SIZE(h->memory_limit), SIZE(h->max_size));
+        else if (h->memory_limit < least)
+            report_at(p, kl[HK_MEMORY_LIMIT], "memory_limit %s is too "
+                      "small: with segment_size %s it must be at least %s "
+                      "(%u segments)", SIZE(h->memory_limit), SIZE(seg),
+                      SIZE(least), MEMORY_LIMIT_MIN_SEGS);
     }
     if (ok && (__builtin_add_overflow(h->base, h->max_size, &end) ||
                end >= USER_SPACE_END)) {

@@ -35,6 +35,9 @@ enum config_stall_action {
     CONFIG_STALL_WAIT = 2,      /* only warn */
 };
 
+/* The least memory_limit: this many segments. */
+#define MEMORY_LIMIT_MIN_SEGS 32u
+
 struct config_heap {
     char name[CONFIG_HEAP_NAME_MAX + 1];
     int line;                   /* line of the [heap NAME] header */
@@ -44,6 +47,9 @@ struct config_heap {
     uint32_t gc_overhead;       /* percent */
     uint64_t mark_stack_limit;  /* bytes of mark stack per worker */
     uint64_t max_client_bytes;  /* bytes one client may hold; 0 = max_size */
+    uint64_t memory_limit;      /* bytes the heap's committed memory may
+                                   reach; 0 = none but max_size (Note
+                                   [Memory limit] in daemon/gc/collector.c) */
     bool verify;                /* run the heap verifier after each cycle */
     /* Note [Stalls] in daemon/stall.c */
     uint64_t stall_warn_ms;     /* a mutator this late is named */

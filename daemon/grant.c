@@ -252,14 +252,16 @@ static unsigned quota_over(const struct heap *h, uint64_t client,
 }
 
 /* With heap->lock held: the segments of punched memory a grant may take
- * (Note [Heap goal]): as many as fit under the growth cap, any number
- * for a FINAL grant. */
+ * (Note [Heap goal]): as many as fit under the growth cap; for a FINAL
+ * grant any number, or as many as fit under the memory limit (Note
+ * [Memory limit] in daemon/gc/collector.c). */
 static uint32_t growth_room(const struct heap *h, bool final)
 {
     ASSERT_LOCK_HELD(&h->lock);
-    uint64_t cap = collector_growth_cap(h), committed = collector_committed(h);
-    if (final)
+    uint64_t lim = h->cfg->memory_limit, committed = collector_committed(h);
+    if (final && !lim)
         return UINT32_MAX;
+    uint64_t cap = final ? lim : collector_growth_cap(h);
     return committed >= cap ? 0
            : (cap - committed) >> h->seg_shift > UINT32_MAX
                ? UINT32_MAX
@@ -334,8 +336,13 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
         rc = rc >= 0 ? 0 : rc; /* none may be an answer: reuse_only */
         break;
     case GRANT_LARGE:
-        /* a run is new memory, all of it (it is punched to read as zero) */
-        rc = r->bytes == 0 || r->bytes > h->cfg->max_size ? -EFBIG
+        /* a run is new memory, all of it (it is punched to read as zero);
+         * one past the memory limit can never fit (Note [Memory limit]) */
+        rc = r->bytes == 0 || r->bytes > h->cfg->max_size ||
+                     (h->cfg->memory_limit &&
+                      ((uint64_t)seg_run_segments(h, r->bytes)
+                       << h->seg_shift) > h->cfg->memory_limit)
+                 ? -EFBIG
              : seg_run_segments(h, r->bytes) > grow     ? -EAGAIN
                  : seg_grant_large(h, client, held, quota_segs(h, client),
                                    r->bytes, &out->segs[0], &out->run);
@@ -344,6 +351,12 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
     default:
         rc = -EPROTO;
         break;
+    }
+    if (rc == -EAGAIN && final) {
+        /* Note [Memory limit]: it waited for its cycle, and the limit
+         * holds it still */
+        h->stats.limit_refusals++;
+        return -ENOMEM;
     }
     if (rc == -EAGAIN) { /* Note [Pacing] */
         h->stats.grants_paced++;

@@ -172,6 +172,7 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
         w.heap = (char *)heap->cfg->name;
         w.heap_base = heap->cfg->base;
         w.max_size = heap->cfg->max_size;
+        w.memory_limit = heap->cfg->memory_limit;
         w.segment_size = heap->cfg->segment_size;
         w.layout_version = LAYOUT_VERSION;
         w.has_fd = true;
@@ -265,6 +266,12 @@ static uint64_t stat_segments_orphaned(const struct heap *h)
 static uint64_t stat_segments_adopted(const struct heap *h)
 {
     return h->segs.adopted;
+}
+
+/* Note [Memory limit] in daemon/gc/collector.c */
+static uint64_t stat_memory_limit(const struct heap *h)
+{
+    return h->cfg->memory_limit;
 }
 
 /* Note [Memory counters] in daemon/gc/collector.c: two fstat calls */
@@ -677,12 +684,22 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
                            h->cfg->name, (unsigned long long)charged,
                            (unsigned long long)h->cfg->max_client_bytes,
                            h->cfg->name);
+    case -ENOMEM: /* Note [Memory limit] in daemon/gc/collector.c */
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+                           "heap '%s' reached its memory_limit (%llu bytes) "
+                           "even after a collection; keep less alive, or "
+                           "raise memory_limit in [heap %s] of %s",
+                           h->cfg->name,
+                           (unsigned long long)h->cfg->memory_limit,
+                           h->cfg->name, c->d->cfg.path);
     case -EFBIG:
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "an object of %llu bytes can never fit in heap "
-                           "'%s' (max_size %llu bytes)",
+                           "'%s' (max_size %llu bytes, memory_limit %llu: "
+                           "0 for none)",
                            (unsigned long long)r->bytes, h->cfg->name,
-                           (unsigned long long)h->cfg->max_size);
+                           (unsigned long long)h->cfg->max_size,
+                           (unsigned long long)h->cfg->memory_limit);
     default:
         c->d->frames_rejected++;
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,

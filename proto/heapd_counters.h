@@ -112,6 +112,8 @@
     X(conservative_bytes_retained, uint64_t, COUNTER, BYTES, LOCKED, "marked from those objects on (an upper bound of what C stack words alone kept)") \
     X(conservative_unscanned, uint64_t, COUNTER, COUNT, DERIVED, "C stack captures that could not scan the stack (a heapd call on a sigaltstack or makecontext stack): that thread's locals were no roots") \
     X(conservative_overflows, uint64_t, COUNTER, COUNT, DERIVED, "C stack captures that filled their area (LAYOUT_MAX_CAPTURED objects) and dropped the rest") \
+    X(memory_limit, uint64_t, GAUGE, BYTES, DERIVED, "the heap's memory_limit (heapd.conf), 0 for none") \
+    X(limit_refusals, uint64_t, COUNTER, COUNT, LOCKED, "segment requests refused at memory_limit after a collection (the allocation failed with ENOMEM)") \
     /* the end: a new line goes above this one, ending in a backslash */
 
 /* The pause histogram's buckets, B(line, upper bound in ns): the lines

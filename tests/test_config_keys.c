@@ -36,7 +36,7 @@ START_TEST(t_unknown_key_heap)
                   "gc_overhead, mark_stack_limit, allow_users, allow_groups, "
                   "max_client_bytes, verify, stall_warn, stall_timeout, "
                   "stall_action, reconnect_timeout, young_size, "
-                  "young_age)\n");
+                  "young_age, memory_limit)\n");
 }
 END_TEST
 
@@ -403,6 +403,28 @@ START_TEST(t_max_client_bytes_too_big)
 }
 END_TEST
 
+/* Note [Memory limit] in daemon/gc/collector.c: within max_size, and
+ * at least 32 segments */
+START_TEST(t_memory_limit)
+{
+    struct config c;
+    expect_ok(HEAP "memory_limit = 64M\n", &c);
+    ck_assert_uint_eq(c.heaps[0].memory_limit, 64u << 20);
+    expect_ok(HEAP, &c);
+    ck_assert_uint_eq(c.heaps[0].memory_limit, 0);
+    expect_errors(HEAP "memory_limit = 5G\n",
+                  "heapd:t.conf:4: memory_limit 5G is larger than max_size "
+                  "4G; lower it, or use 0 (no limit but max_size)\n");
+    expect_errors(HEAP "memory_limit = 1M\n",
+                  "heapd:t.conf:4: memory_limit 1M is too small: with "
+                  "segment_size 128K it must be at least 4M (32 "
+                  "segments)\n");
+    expect_errors(HEAP "memory_limit = plenty\n",
+                  "heapd:t.conf:4: memory_limit 'plenty' is not a size (use "
+                  "a number with an optional K, M or G suffix, e.g. 8M)\n");
+}
+END_TEST
+
 START_TEST(t_unknown_user_and_group)
 {
     expect_errors(HEAP "allow_users = root, heapd_no_such_user_x\n"
@@ -637,6 +659,7 @@ TCase *config_keys_tcase(void)
     tcase_add_test(key, t_max_size_not_multiple);
     tcase_add_test(key, t_max_size_too_small_or_large);
     tcase_add_test(key, t_max_client_bytes_too_big);
+    tcase_add_test(key, t_memory_limit);
     tcase_add_test(key, t_unknown_user_and_group);
     tcase_add_test(key, t_bad_numeric_id);
     tcase_add_test(key, t_too_many_ids);

@@ -5,6 +5,7 @@
  * holes of its size class before it takes new memory (Note [Reuse before
  * growth] in client/reserve.c). */
 #include <check.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,6 +332,132 @@ START_TEST(where_counts_nurseries)
 }
 END_TEST
 
+/* Note [Memory limit] in daemon/gc/collector.c: LIMIT_MIB of it */
+#define LIMIT_MIB 32u
+
+static void start_limited(void)
+{
+    char extra[64];
+    snprintf(extra, sizeof extra, "verify = true\nmemory_limit = %uM\n",
+             LIMIT_MIB);
+    harness_start(&D, harness_default_config("@SOCK@", extra));
+}
+
+/* The heap's committed bytes now, M blocked while it asks. */
+static uint64_t committed_now(heapd_mutator *m, heapd_client *ctl)
+{
+    heapd_blocking_enter(m);
+    heapd_stats_t st = harness_stats(ctl);
+    heapd_blocking_leave(m);
+    return st.bytes_committed;
+}
+
+/* Note [Memory limit]: a writer whose live data (14 MiB, whose goal at
+ * gc_overhead 100 is twice that, and its cap more) fits keeps allocating
+ * garbage, 20 times the limit of objects of 64 bytes to 4 KiB, and is
+ * never refused; the heap never holds more than the limit (its control
+ * area aside, a few pages with one client). */
+START_TEST(memory_limit_holds_under_a_garbage_writer)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    size_t slot;
+    start_limited();
+    harness_attach(&D, &c, &m);
+    heapd_client *ctl = harness_control(&D);
+    const unsigned keep = 3584;
+    void **h = holder(m, keep, &slot);
+    for (unsigned i = 0; i < keep; i++) {
+        void *o = heapd_alloc(m, 0, 4096 - 8);
+        ck_assert_ptr_nonnull(o);
+        heapd_write(m, h, &h[i], o);
+    }
+    uint64_t cycles0 = harness_stats(ctl).cycles_completed;
+    uint64_t most = 0, made = 0, seed = 42;
+    const uint64_t total = (uint64_t)20 * LIMIT_MIB << 20;
+    while (made < total) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        size_t n = 64 + (size_t)(seed >> 33) % (4096 - 64);
+        void *o = heapd_alloc(m, 0, n);
+        ck_assert_msg(o, "refused after %" PRIu64 " bytes: %s", made,
+                      heapd_last_error());
+        memset(o, 1, n);
+        if ((made / (1u << 20)) != ((made + n) / (1u << 20))) {
+            uint64_t now = committed_now(m, ctl);
+            most = now > most ? now : most;
+        }
+        made += n;
+    }
+    heapd_stats_t st = harness_stats(ctl);
+    fprintf(stderr, "memory_limit %u MiB: %" PRIu64 " MiB of garbage, "
+            "committed at most %" PRIu64 " KiB, %" PRIu64 " cycles, %" PRIu64
+            " refusals\n", LIMIT_MIB, total >> 20, most >> 10,
+            st.cycles_completed - cycles0, st.limit_refusals);
+    ck_assert_uint_eq(st.memory_limit, (uint64_t)LIMIT_MIB << 20);
+    ck_assert_uint_eq(st.limit_refusals, 0);
+    /* the control area: a page or two per slot touched, the daemon's */
+    ck_assert_msg(most <= ((uint64_t)LIMIT_MIB << 20) + (1u << 20),
+                  "the heap held %" PRIu64 " bytes, its limit %u MiB", most,
+                  LIMIT_MIB);
+    for (unsigned i = 0; i < keep; i++)
+        ck_assert_ptr_nonnull(h[i]);
+    finish(c, m, ctl, 1);
+}
+END_TEST
+
+/* Note [Memory limit]: live data that outgrows the limit is refused, with
+ * ENOMEM and a message naming memory_limit, after a collection; an object
+ * larger than the limit at once; the heap stays sound, and what is freed
+ * can be allocated again. */
+START_TEST(memory_limit_refuses_what_cannot_fit)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start_limited();
+    harness_attach(&D, &c, &m);
+    heapd_client *ctl = harness_control(&D);
+    size_t slot = heapd_root_push(m, NULL);
+    ck_assert_uint_ne(slot, (size_t)-1);
+    uint64_t kept = 0;
+    void *o;
+    /* a list of 1 KiB nodes, each the head, until one is refused */
+    while ((o = heapd_alloc(m, 1, 1024 - 16)) != NULL) {
+        heapd_write(m, o, &((void **)o)[0], heapd_root_get(m, slot));
+        heapd_root_set(m, slot, o);
+        kept += 1024;
+        ck_assert_msg(kept <= 2 * ((uint64_t)LIMIT_MIB << 20),
+                      "%" PRIu64 " bytes kept alive under a limit of %u "
+                      "MiB, none refused", kept, LIMIT_MIB);
+    }
+    int e = errno;
+    const char *why = heapd_last_error();
+    fprintf(stderr, "memory_limit: refused after %" PRIu64 " KiB kept: %s\n",
+            kept >> 10, why);
+    ck_assert_int_eq(e, ENOMEM);
+    ck_assert_msg(strstr(why, "memory_limit"), "the message names no key: %s",
+                  why);
+    ck_assert_uint_ge(kept, ((uint64_t)LIMIT_MIB << 20) / 2);
+    ck_assert_uint_ge(harness_stats(ctl).limit_refusals, 1);
+    /* larger than the limit: never */
+    errno = 0;
+    ck_assert_ptr_null(heapd_alloc(m, 0, (size_t)(LIMIT_MIB + 1) << 20));
+    ck_assert_int_eq(errno, ENOMEM);
+    ck_assert_msg(strstr(heapd_last_error(), "can never fit"), "%s",
+                  heapd_last_error());
+    /* every node kept is whole; dropped, they make room again */
+    uint64_t n = 0;
+    for (void *p = heapd_root_get(m, slot); p; p = ((void **)p)[0])
+        n++;
+    ck_assert_uint_eq(n * 1024, kept);
+    heapd_root_set(m, slot, NULL);
+    harness_collect(m);
+    for (unsigned i = 0; i < 4096; i++)
+        ck_assert_msg(heapd_alloc(m, 0, 4096 - 8), "refused after the drop: "
+                      "%s", heapd_last_error());
+    finish(c, m, ctl, 1);
+}
+END_TEST
+
 /* Note [Heap goal]: memory freed by a cycle nobody allocated during is
  * not kept for allocation that will not come: 40 MB of small objects,
  * all dropped, leave the heap holding less than 4 MB beside the segments
@@ -574,6 +701,8 @@ static Suite *memory_suite(void)
     tcase_add_test(t, free_pages_of_partly_used_segments_go_back);
     tcase_add_test(t, where_the_memory_is_adds_up);
     tcase_add_test(t, where_counts_nurseries);
+    tcase_add_test(t, memory_limit_holds_under_a_garbage_writer);
+    tcase_add_test(t, memory_limit_refuses_what_cannot_fit);
     tcase_add_test(t, an_idle_heap_keeps_no_free_memory);
     tcase_add_test(t, holes_are_refilled_before_new_segments);
     tcase_add_test(t, reuse_only_requests_are_answered_at_once);

@@ -75,7 +75,8 @@
  *               zero (Note [Purging free memory] in purge.c)
  *   orphan      FILLED, LARGE (the head): left with objects by a client
  *               that went, not adopted yet; orphaned - adopted counts them
- *   reusable    FILLED: a quarter of its blocks or more are free, and
+ *   reusable    FILLED: a quarter of its blocks or more are free (a
+ *               sixteenth under a memory limit), and
  *               grants take it first (reuse_bits; Note [Reusing partly
  *               free segments])
  *   purging     FILLED: free pages of it are being punched with the lock
@@ -218,7 +219,8 @@
  * small objects, and every fresh page is a page fault in every client that
  * touches it.  So when the sweep leaves a FILLED segment with at least a
  * quarter of its blocks free (mark 0: a young block is in use, Note
- * [Sweeping]) it becomes reusable (reuse_bits), and a refill that names
+ * [Sweeping]; a sixteenth under a memory limit, Note [Memory limit] in
+ * collector.c) it becomes reusable (reuse_bits), and a refill that names
  * the size classes its client allocates in (SegmentRequest.classes) gets
  * reusable segments of those classes first, the lowest first, and blank
  * ones only for the rest.  Such a segment goes
@@ -527,13 +529,16 @@ static void unfile_reusable(struct segtab *t, uint32_t i)
 
 #define REUSE_MIN_FREE_NUM 1 /* a quarter of the blocks: Note [Reusing */
 #define REUSE_MIN_FREE_DEN 4 /* partly free segments] */
+/* under a memory limit, a sixteenth (Note [Memory limit] in collector.c) */
+#define REUSE_LIMITED_MIN_FREE_DEN 16
 
 void seg_swept_filled(struct heap *h, uint32_t i, uint32_t nfree,
                       uint32_t nblocks)
 {
     struct segtab *t = &h->segs;
-    if ((uint64_t)nfree * REUSE_MIN_FREE_DEN <
-        (uint64_t)nblocks * REUSE_MIN_FREE_NUM)
+    uint64_t den = h->cfg->memory_limit ? REUSE_LIMITED_MIN_FREE_DEN
+                                        : REUSE_MIN_FREE_DEN;
+    if ((uint64_t)nfree * den < (uint64_t)nblocks * REUSE_MIN_FREE_NUM)
         return;
     heap_lock(h);
     /* the flag reusable: See Note [Segment lifecycle] */
