@@ -596,7 +596,9 @@ void reserve_flush_returns(heapd_client *c)
  * and piling partly free ones up in the reserves; 245 (35 %) when it
  * waited for every answer.  A mutator that finds the reserve empty and
  * asks heapd itself names its class too, and takes a partly free segment
- * of it if one comes (Note [Memory limit] in daemon/gc/collector.c).
+ * of it if one comes; refused, it takes what the answer asked for ahead
+ * brought meanwhile, which heapd handled first (Note [Memory limit] in
+ * daemon/gc/collector.c).
  */
 
 /* The heap's cycle, as a stamp that changes with its epoch and phase. */
@@ -842,6 +844,20 @@ int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
     n = mutator_request_segments(m, HEAPD__SEGMENT_KIND__SEGMENT_SMALL,
                                  r->batch, 0, got, RESERVE_BATCH, NULL,
                                  formatted ? cls : LAYOUT_NCLASSES, fmt);
+    if (n == -ENOMEM) {
+        /* refused: the answer to the partly free segments asked for
+         * ahead comes first on the connection, and may have taken every
+         * one heapd had for this class -- they are the reserve's now */
+        hd_mutex_lock(&r->mu);
+        bool got_one = formatted && take_reusable_locked(r, cls, out);
+        if (got_one)
+            *formatted = true;
+        else if (take_locked(r, out))
+            got_one = true;
+        unlock_reserve(r);
+        if (got_one)
+            return 0;
+    }
     if (n < 0)
         return n;
     /* the mutator's: one of its class, or else a blank one */

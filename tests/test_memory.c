@@ -34,7 +34,7 @@ static void start(void)
 static void **holder(heapd_mutator *m, size_t n, size_t *slot)
 {
     void **h = heapd_alloc(m, n, 0);
-    ck_assert_ptr_nonnull(h);
+    ck_assert_msg(h, "a holder of %zu references: %s", n, heapd_last_error());
     *slot = heapd_root_push(m, h);
     ck_assert_uint_ne(*slot, (size_t)-1);
     return h;
@@ -406,7 +406,7 @@ START_TEST(memory_limit_holds_under_a_garbage_writer)
 END_TEST
 
 /* Note [Memory limit]: live data that outgrows the limit is refused, with
- * ENOMEM and a message naming memory_limit, after a collection; an object
+ * ENOMEM and a message naming memory_limit, after collections; an object
  * larger than the limit at once; the heap stays sound, and what is freed
  * can be allocated again. */
 START_TEST(memory_limit_refuses_what_cannot_fit)
@@ -454,6 +454,59 @@ START_TEST(memory_limit_refuses_what_cannot_fit)
     for (unsigned i = 0; i < 4096; i++)
         ck_assert_msg(heapd_alloc(m, 0, 4096 - 8), "refused after the drop: "
                       "%s", heapd_last_error());
+    finish(c, m, ctl, 1);
+}
+END_TEST
+
+/* Note [Memory limit]: at the limit, a new client allocates in the holes
+ * of partly free segments of its class, which are all the room there is:
+ * one client fills the heap to its limit with 1 KiB objects and drops
+ * every other one (each page keeps two: nothing to purge), and a second
+ * client, its reserve empty, then allocates half as much again, all of
+ * it in those holes (Note [Reuse before growth]: the request it makes
+ * itself names its class). */
+START_TEST(memory_limit_leaves_the_holes_to_new_clients)
+{
+    heapd_client *c, *c2;
+    heapd_mutator *m, *m2;
+    start_limited();
+    harness_attach(&D, &c, &m);
+    heapd_client *ctl = harness_control(&D);
+    const size_t n = ((size_t)LIMIT_MIB << 20) / 1024;
+    size_t slot;
+    void **h = holder(m, n, &slot);
+    size_t kept = 0;
+    for (; kept < n; kept++) {
+        void *o = heapd_alloc(m, 0, 1024 - 8);
+        if (!o)
+            break;
+        heapd_write(m, h, &h[kept], o);
+    }
+    ck_assert_msg(kept < n, "%zu objects of 1 KiB under a limit of %u MiB, "
+                  "none refused", kept, LIMIT_MIB);
+    ck_assert_int_eq(errno, ENOMEM);
+    for (size_t i = 0; i < kept; i += 2)
+        heapd_write(m, h, &h[i], NULL);
+    harness_collect(m);
+    uint64_t refused = harness_stats(ctl).limit_refusals;
+    harness_attach(&D, &c2, &m2);
+    /* a list of 1 KiB nodes, each the head: no holder of another class */
+    size_t slot2 = heapd_root_push(m2, NULL);
+    ck_assert_uint_ne(slot2, (size_t)-1);
+    for (size_t i = 0; i < kept / 4; i++) {
+        void **o = heapd_alloc(m2, 1, 1024 - 16);
+        ck_assert_msg(o, "the second client was refused after %zu of %zu "
+                      "objects, with %zu holes of its class: %s", i,
+                      kept / 4, kept / 2, heapd_last_error());
+        heapd_write(m2, o, &o[0], heapd_root_get(m2, slot2));
+        heapd_root_set(m2, slot2, o);
+    }
+    ck_assert_uint_eq(harness_stats(ctl).limit_refusals, refused);
+    for (size_t i = 1; i < kept; i += 2)
+        ck_assert_ptr_nonnull(h[i]);
+    heapd_root_pop(m2, 1);
+    heapd_detach(m2);
+    heapd_disconnect(c2);
     finish(c, m, ctl, 1);
 }
 END_TEST
@@ -703,6 +756,7 @@ static Suite *memory_suite(void)
     tcase_add_test(t, where_counts_nurseries);
     tcase_add_test(t, memory_limit_holds_under_a_garbage_writer);
     tcase_add_test(t, memory_limit_refuses_what_cannot_fit);
+    tcase_add_test(t, memory_limit_leaves_the_holes_to_new_clients);
     tcase_add_test(t, an_idle_heap_keeps_no_free_memory);
     tcase_add_test(t, holes_are_refilled_before_new_segments);
     tcase_add_test(t, reuse_only_requests_are_answered_at_once);
