@@ -251,6 +251,10 @@ static unsigned quota_over(const struct heap *h, uint64_t client,
     return all > 2 * q ? 2 : all > q ? 1 : 0;
 }
 
+/* Cycles a grant waits for at the memory limit before it is refused
+ * (Note [Memory limit] in daemon/gc/collector.c). */
+#define LIMIT_WAITS 2
+
 /* With heap->lock held: the segments of punched memory a grant may take
  * (Note [Heap goal]): as many as fit under the growth cap; for a FINAL
  * grant any number, or as many as fit under the memory limit (Note
@@ -354,7 +358,13 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
     }
     if (rc == -EAGAIN && final) {
         /* Note [Memory limit]: it waited for its cycle, and the limit
-         * holds it still */
+         * holds it still: one more cycle frees what was allocated while
+         * the first ran, then it is refused (at once on a stalled heap,
+         * where no cycle comes) */
+        if (r->limit_waits < LIMIT_WAITS && !atomic_load(&h->stalled)) {
+            *wait_cycle = 0; /* a new cycle */
+            return -EAGAIN;
+        }
         h->stats.limit_refusals++;
         return -ENOMEM;
     }

@@ -71,6 +71,8 @@ struct grant_req {
     bool reuse_only;        /* SMALL: partly free segments only, maybe none
                                (Note [Reuse before growth] in
                                client/reserve.c) */
+    uint8_t limit_waits;    /* cycles it waited for at the memory limit
+                               (Note [Memory limit] in collector.c) */
 };
 
 struct grant {

@@ -642,8 +642,12 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
     uint32_t held = c->held;
     uint64_t charged = seg_charged_bytes(h, c->id, true); /* Note [Quota] */
     heap_unlock(h);
-    if (rc == -EAGAIN) /* Note [Pacing] */
-        return defer(c, h, seq, PENDING_GRANT, r, wait_cycle);
+    if (rc == -EAGAIN) { /* Note [Pacing]; Note [Memory limit] */
+        struct grant_req again = *r;
+        if (final && again.limit_waits < UINT8_MAX)
+            again.limit_waits++;
+        return defer(c, h, seq, PENDING_GRANT, &again, wait_cycle);
+    }
 
     switch (rc) {
     case 0: {
@@ -687,7 +691,7 @@ static int grant(struct conn *c, struct heap *h, uint64_t seq,
     case -ENOMEM: /* Note [Memory limit] in daemon/gc/collector.c */
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "heap '%s' reached its memory_limit (%llu bytes) "
-                           "even after a collection; keep less alive, or "
+                           "even after collections; keep less alive, or "
                            "raise memory_limit in [heap %s] of %s",
                            h->cfg->name,
                            (unsigned long long)h->cfg->memory_limit,

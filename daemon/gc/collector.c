@@ -166,8 +166,12 @@ uint64_t collector_request(struct heap *h)
  *   - the growth cap is at most the limit, for every grant, one that
  *     waited for a cycle too;
  *   - a grant that has waited for a cycle and still does not fit under
- *     the limit is refused: the client's allocation fails with ENOMEM,
- *     its message naming memory_limit, counted in limit_refusals.
+ *     the limit waits for LIMIT_WAITS more (daemon/grant.c: what was
+ *     allocated black while the first ran dies in the next), and is then
+ *     refused: the client's allocation fails with ENOMEM, its message
+ *     naming memory_limit, counted in limit_refusals.  Refused after one
+ *     cycle, test_memory's garbage writer (14 MiB live under 32) was
+ *     refused once in a full run of the suite, under load.
  * Memory the heap holds costs nothing: blocks of partly free segments,
  * free segments not punched yet, so a program whose live data fits keeps
  * allocating whatever garbage it makes.  An object that could never fit
