@@ -20,12 +20,12 @@
  *     (SegmentGrant.waited), and one the daemon cut to its grant cap is
  *     all a larger batch would get; growing for those made GCBench's
  *     reserve 128 segments, 16 MiB.  The batch stops at batch_cap:
- *     RESERVE_BATCH, or 1/64 of the heap's segments for a small heap (of
- *     its memory_limit, where it has one: Note [Memory limit] in
- *     daemon/gc/collector.c), where a client must not sit on the room a
- *     large object or another client needs; under a memory limit, a
- *     256th of the limit's segments (a 31 MiB limit refused the shared
- *     cache's second worker for the first one's reserve of 8 MiB).  It never shrinks; what a client
+ *     RESERVE_BATCH, or 1/64 of the heap's segments for a small heap,
+ *     where a client must not sit on the room a large object or another
+ *     client needs, and under a memory limit at most 1/256 of the
+ *     limit's segments (Note [Memory limit] in daemon/gc/collector.c: a
+ *     31 MiB limit refused the shared cache's second worker for the
+ *     first one's reserve of 8 MiB).  It never shrinks; what a client
  *     holds this way is bounded by 2 * batch_cap, and the daemon grants
  *     less when the heap's allocation budget is small (grant_cap in
  *     daemon/grant.c, Note [Segment supply]); it is counted by its quota and
@@ -391,6 +391,24 @@ static bool take_locked(struct reserve *r, uint32_t *out)
     return true;
 }
 
+/* With reserve.mu held: file granted segment S into the reserve, as a
+ * partly free one of class F - 1, or blank if F is 0 (Note [Reusing
+ * partly free segments] in daemon/gc/segment.c); false when the reserve
+ * is full or F names no class, and S is to go back. */
+static bool file_locked(struct reserve *r, uint32_t s, uint32_t f)
+{
+    ASSERT_LOCK_HELD(&r->mu);
+    if (r->n + r->nreuse >= r->max || (f != 0 && f - 1 >= LAYOUT_NCLASSES))
+        return false;
+    if (f != 0) {
+        r->reuse[r->nreuse].seg = s;
+        r->reuse[r->nreuse++].cls = f - 1;
+    } else {
+        put_locked(r, s);
+    }
+    return true;
+}
+
 /* With reserve.mu held: a mutator found the reserve empty; the next
  * refills are larger (Note [Reserve sizing]). */
 static void grow_batch_locked(struct reserve *r)
@@ -430,17 +448,9 @@ static void on_refill(void *arg, int status, Heapd__Envelope *rep)
              * free segments] in daemon/gc/segment.c); the header is not
              * read here: a blank segment's first page may not exist yet */
             uint32_t f = i < g->n_formatted ? g->formatted[i] : 0;
-            if (f != 0) {
-                uint32_t cls = f - 1;
-                if (cls < LAYOUT_NCLASSES && r->n + r->nreuse < r->max) {
-                    r->reuse[r->nreuse].seg = s;
-                    r->reuse[r->nreuse++].cls = cls;
-                } else if (nextra < RESERVE_MAX) {
-                    extra[nextra++] = s;
-                }
-            } else if (r->n + r->nreuse < r->max) {
-                put_locked(r, s);
-                prefault_push(c, s);
+            if (file_locked(r, s, f)) {
+                if (f == 0)
+                    prefault_push(c, s);
             } else if (nextra < RESERVE_MAX) {
                 extra[nextra++] = s;
             }
@@ -628,10 +638,7 @@ static void on_reuse(void *arg, int status, Heapd__Envelope *rep)
             uint32_t f = i < g->n_formatted ? g->formatted[i] : 0;
             if (s == 0 || s >= limit)
                 continue; /* never from a sane daemon; not ours to use */
-            if (f != 0 && f - 1 < LAYOUT_NCLASSES &&
-                r->n + r->nreuse < r->max) {
-                r->reuse[r->nreuse].seg = s;
-                r->reuse[r->nreuse++].cls = f - 1;
+            if (f != 0 && file_locked(r, s, f)) {
                 got += f - 1 == r->reusing_cls;
             } else if (nextra < RESERVE_MAX) {
                 extra[nextra++] = s; /* blank: a daemon that ignored
@@ -849,11 +856,10 @@ int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
          * ahead comes first on the connection, and may have taken every
          * one heapd had for this class -- they are the reserve's now */
         hd_mutex_lock(&r->mu);
-        bool got_one = formatted && take_reusable_locked(r, cls, out);
-        if (got_one)
-            *formatted = true;
-        else if (take_locked(r, out))
-            got_one = true;
+        bool reused = formatted && take_reusable_locked(r, cls, out);
+        bool got_one = reused || take_locked(r, out);
+        if (got_one && formatted)
+            *formatted = reused;
         unlock_reserve(r);
         if (got_one)
             return 0;
@@ -872,16 +878,8 @@ int reserve_take(heapd_mutator *m, unsigned cls, uint32_t *out,
     size_t nback = 0;
     hd_mutex_lock(&r->mu);
     for (int k = 0; k < n; k++) {
-        if (k == use)
-            continue;
-        if (r->n + r->nreuse >= r->max) {
+        if (k != use && !file_locked(r, got[k], fmt[k]))
             back[nback++] = got[k];
-        } else if (fmt[k] != 0) {
-            r->reuse[r->nreuse].seg = got[k];
-            r->reuse[r->nreuse++].cls = fmt[k] - 1;
-        } else {
-            put_locked(r, got[k]);
-        }
     }
     unlock_reserve(r);
     return_segments(c, back, nback);

@@ -339,19 +339,20 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
             out->any_formatted |= out->formatted[k] != 0;
         rc = rc >= 0 ? 0 : rc; /* none may be an answer: reuse_only */
         break;
-    case GRANT_LARGE:
+    case GRANT_LARGE: {
         /* a run is new memory, all of it (it is punched to read as zero);
          * one past the memory limit can never fit (Note [Memory limit]) */
-        rc = r->bytes == 0 || r->bytes > h->cfg->max_size ||
-                     (h->cfg->memory_limit &&
-                      ((uint64_t)seg_run_segments(h, r->bytes)
-                       << h->seg_shift) > h->cfg->memory_limit)
-                 ? -EFBIG
-             : seg_run_segments(h, r->bytes) > grow     ? -EAGAIN
+        uint64_t lim = h->cfg->memory_limit;
+        uint64_t run = r->bytes == 0 || r->bytes > h->cfg->max_size
+                           ? 0
+                           : seg_run_segments(h, r->bytes);
+        rc = run == 0 || (lim && run << h->seg_shift > lim) ? -EFBIG
+             : run > grow                                   ? -EAGAIN
                  : seg_grant_large(h, client, held, quota_segs(h, client),
                                    r->bytes, &out->segs[0], &out->run);
         out->n = rc == 0;
         break;
+    }
     default:
         rc = -EPROTO;
         break;
