@@ -332,6 +332,19 @@ START_TEST(where_counts_nurseries)
 }
 END_TEST
 
+/* A node of NBYTES raw bytes and one reference, made the head of the
+ * list whose head root slot SLOT of M holds; NULL (errno set) if it
+ * cannot be allocated. */
+static void *list_push(heapd_mutator *m, size_t slot, size_t nbytes)
+{
+    void **o = heapd_alloc(m, 1, nbytes);
+    if (o) {
+        heapd_write(m, o, &o[0], heapd_root_get(m, slot));
+        heapd_root_set(m, slot, o);
+    }
+    return o;
+}
+
 /* Note [Memory limit] in daemon/gc/collector.c: LIMIT_MIB of it */
 #define LIMIT_MIB 32u
 
@@ -421,9 +434,7 @@ START_TEST(memory_limit_refuses_what_cannot_fit)
     uint64_t kept = 0;
     void *o;
     /* a list of 1 KiB nodes, each the head, until one is refused */
-    while ((o = heapd_alloc(m, 1, 1024 - 16)) != NULL) {
-        heapd_write(m, o, &((void **)o)[0], heapd_root_get(m, slot));
-        heapd_root_set(m, slot, o);
+    while ((o = list_push(m, slot, 1024 - 16)) != NULL) {
         kept += 1024;
         ck_assert_msg(kept <= 2 * ((uint64_t)LIMIT_MIB << 20),
                       "%" PRIu64 " bytes kept alive under a limit of %u "
@@ -493,14 +504,11 @@ START_TEST(memory_limit_leaves_the_holes_to_new_clients)
     /* a list of 1 KiB nodes, each the head: no holder of another class */
     size_t slot2 = heapd_root_push(m2, NULL);
     ck_assert_uint_ne(slot2, (size_t)-1);
-    for (size_t i = 0; i < kept / 4; i++) {
-        void **o = heapd_alloc(m2, 1, 1024 - 16);
-        ck_assert_msg(o, "the second client was refused after %zu of %zu "
-                      "objects, with %zu holes of its class: %s", i,
-                      kept / 4, kept / 2, heapd_last_error());
-        heapd_write(m2, o, &o[0], heapd_root_get(m2, slot2));
-        heapd_root_set(m2, slot2, o);
-    }
+    for (size_t i = 0; i < kept / 4; i++)
+        ck_assert_msg(list_push(m2, slot2, 1024 - 16), "the second client "
+                      "was refused after %zu of %zu objects, with %zu holes "
+                      "of its class: %s", i, kept / 4, kept / 2,
+                      heapd_last_error());
     ck_assert_uint_eq(harness_stats(ctl).limit_refusals, refused);
     for (size_t i = 1; i < kept; i += 2)
         ck_assert_ptr_nonnull(h[i]);
