@@ -39,7 +39,7 @@ static inline void *coll_load(void *const *field)
 /* A test hook of debug builds: HEAPD_COLL_STOP_IN=POINT in the
  * environment makes the process stop itself (SIGSTOP) the first time it
  * reaches POINT, so that a test can SIGKILL it exactly there
- * (tests/test_collections.c).  Release builds (NDEBUG) have none. */
+ * (tests/test_collections_kill.c).  Release builds (NDEBUG) have none. */
 #ifndef NDEBUG
 static inline void coll_stop_in(const char *point)
 {

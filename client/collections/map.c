@@ -89,7 +89,7 @@
  *   - a queue whose tail lags its last node (Note [Shared queue]): the
  *     next push or pop moves it;
  *   - a value a consumer popped: it was delivered to that consumer.
- * tests/test_collections.c stops processes at each of these points (the
+ * tests/test_collections_kill.c stops processes at each of these points (the
  * HEAPD_COLL_STOP_IN hook) and SIGKILLs them there.
  */
 #include <errno.h>
