@@ -49,6 +49,14 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Sleep MS milliseconds (the samplers between their looks). */
+__attribute__((unused))
+static void sleep_ms(unsigned long ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
 /* Median of V[0..N) (sorts V). */
 __attribute__((unused))
 static double median(double *v, size_t n)

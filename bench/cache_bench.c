@@ -277,12 +277,6 @@ static uint64_t proc_cpu_ms(long pid)
     return (ut + st) * 1000u / (uint64_t)sysconf(_SC_CLK_TCK);
 }
 
-static void sleep_ms(unsigned long ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static void write_all(int fd, const void *p, size_t n)
 {
     while (n > 0) {

@@ -248,12 +248,6 @@ static double ratio_median(struct samples *s)
     return s->n ? median(s->ratio, s->n) : 0;
 }
 
-static void sleep_ms(unsigned long ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static const heapd_heap_stats *own_heap(const heapd_stats_t *st)
 {
     return &st->heaps[0];
