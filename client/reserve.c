@@ -27,12 +27,18 @@
  *     31 MiB limit refused the shared cache's second worker for the
  *     first one's reserve of 8 MiB).  It never shrinks; what a client
  *     holds this way is bounded by 2 * batch_cap, and the daemon grants
- *     less when the heap's allocation budget is small (grant_cap in
- *     daemon/grant.c, Note [Segment supply]); it is counted by its quota and
+ *     no more than a mutator's share of an eighth of the heap's
+ *     allocation budget (grant_cap in daemon/grant.c, Note [Segment
+ *     supply]); it is counted by its quota and
  *     given back when it disconnects (Note [Segment supply]), or when
  *     its last mutator detaches: a process that allocated a large map
  *     and then only serves it held a grown reserve (up to 16 MiB) of
  *     memory nobody would allocate in.
+ * RESERVE_START is small, two segments: what bounds a reserve from above
+ * is batch_cap and the daemon's cap, and a client that needs more gets
+ * there in a few doubled refills, while one that allocates little holds
+ * little (started at 16, the shared cache's workers held more than a
+ * batch of room each, 4 workers some 8 MiB).
  * Debug builds check these bounds, and more, whenever reserve.mu is let
  * go (reserve_is_valid).
  *

@@ -15,7 +15,7 @@
 #include "layout.h"
 #include "lock.h"
 
-#define RESERVE_START 16   /* the first batch (Note [Reserve sizing]) */
+#define RESERVE_START 2    /* the first batch (Note [Reserve sizing]) */
 #define RESERVE_BATCH 64   /* asked for at once, at most (MAX_GRANT) */
 #define RESERVE_MAX (2 * RESERVE_BATCH) /* blank segments kept at most */
 #define RETURN_BATCH 16    /* full segments sent back in one message */

@@ -218,7 +218,7 @@ bool grant_check_slots(const struct heap *h)
 
 /* ---- segments ---- */
 
-#define GRANT_MIN 16 /* segments: what a client may always get at once */
+#define GRANT_MIN 4 /* segments: what a client may always get at once */
 
 /* With heap->lock held: the segments CLIENT may hold beside what survived of
  * its objects at the last sweep (Note [Quota] in daemon/gc/segment.c).
@@ -272,15 +272,15 @@ static uint32_t growth_room(const struct heap *h, bool final)
                : (uint32_t)((cap - committed) >> h->seg_shift);
 }
 
-/* With heap->lock held: the most small segments one grant gives.  Blank
- * segments in clients' reserves are neither allocated (the trigger does
- * not see them) nor free (no other client can have them), so a grant is
- * at most an eighth of the allocation budget, but at least GRANT_MIN
- * segments (Note [Segment supply]). */
+/* With heap->lock held: the most small segments one grant gives: an
+ * attached mutator's share of an eighth of the allocation budget, at
+ * least GRANT_MIN segments.  See Note [Segment supply] in
+ * daemon/gc/segment.c. */
 static uint32_t grant_cap(const struct heap *h)
 {
     ASSERT_LOCK_HELD(&h->lock);
     uint64_t n = collector_allocation_budget(h) / 8 >> h->seg_shift;
+    n /= h->mutators > 1 ? h->mutators : 1;
     return n < GRANT_MIN ? GRANT_MIN : n > GRANT_MAX ? GRANT_MAX : (uint32_t)n;
 }
 

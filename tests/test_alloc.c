@@ -751,46 +751,81 @@ END_TEST
 
 /* ---- segment supply ---- */
 
-/* Note [Segment supply]: one grant is at most an eighth of the allocation
- * budget, at least GRANT_MIN (16) segments, whatever a client asks for;
- * size classes that are none are ignored.
- * A fresh 1G heap's budget is TRIGGER_FLOOR (4 MiB), an eighth of it is 4
- * segments of 128 KiB: the grant is 16. */
-START_TEST(grants_are_capped_by_the_budget)
+/* Ask for COUNT small segments of CLASSES (N of them) over raw connection
+ * FD, as request SEQ; the grant's segments and how many are formatted. */
+static size_t ask_small(int fd, uint64_t seq, uint32_t count,
+                        uint32_t *classes, size_t n, size_t *formatted)
 {
-    harness_start_with(&D, NULL);
-    int fd;
-    fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
     sr.kind = HEAPD__SEGMENT_KIND__SEGMENT_SMALL;
-    sr.count = 64;
-    env.seq = 3;
+    sr.count = count;
+    sr.n_classes = n;
+    sr.classes = classes;
+    env.seq = seq;
     env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
     env.segment_request = &sr;
     harness_send_env(fd, &env);
     Heapd__Envelope *g = harness_read_env(fd, NULL);
     ck_assert_ptr_nonnull(g);
     ck_assert_int_eq(g->body_case, HEAPD__ENVELOPE__BODY_SEGMENT_GRANT);
-    ck_assert_uint_eq(g->seq, 3);
-    ck_assert_uint_eq(g->segment_grant->n_segments, 16);
+    ck_assert_uint_eq(g->seq, seq);
+    size_t got = g->segment_grant->n_segments;
+    if (formatted)
+        *formatted = g->segment_grant->n_formatted;
     heapd__envelope__free_unpacked(g, NULL);
+    return got;
+}
+
+/* Note [Segment supply]: one grant is at most an eighth of the allocation
+ * budget, at least GRANT_MIN (4) segments, whatever a client asks for;
+ * size classes that are none are ignored.
+ * A fresh 1G heap's budget is TRIGGER_FLOOR (4 MiB), an eighth of it is 4
+ * segments of 128 KiB. */
+START_TEST(grants_are_capped_by_the_budget)
+{
+    harness_start_with(&D, NULL);
+    int fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
+    ck_assert_uint_eq(ask_small(fd, 3, 64, NULL, 0, NULL), 4);
 
     /* size classes that are none (Note [Reusing partly free segments]):
      * only a preference, ignored; the grant is of blank segments */
     uint32_t not_classes[3] = {LAYOUT_NCLASSES, 9999, UINT32_MAX};
-    sr.count = 4;
-    sr.n_classes = 3;
-    sr.classes = not_classes;
-    env.seq = 4;
-    harness_send_env(fd, &env);
-    g = harness_read_env(fd, NULL);
-    ck_assert_ptr_nonnull(g);
-    ck_assert_int_eq(g->body_case, HEAPD__ENVELOPE__BODY_SEGMENT_GRANT);
-    ck_assert_uint_eq(g->seq, 4);
-    ck_assert_uint_ge(g->segment_grant->n_segments, 1);
-    ck_assert_uint_eq(g->segment_grant->n_formatted, 0);
-    heapd__envelope__free_unpacked(g, NULL);
+    size_t formatted = 1;
+    ck_assert_uint_ge(ask_small(fd, 4, 4, not_classes, 3, &formatted), 1);
+    ck_assert_uint_eq(formatted, 0);
+    close(fd);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* Note [Segment supply]: the eighth of the budget is shared by the
+ * attached mutators, so that the reserves of many clients together hold a
+ * fraction of a budget.  gc_overhead 1700: a budget of 17 times 4 MiB
+ * (computed as a hundredth times 1700, a little less), an eighth of it 67
+ * whole segments, a grant GRANT_MAX (64); then a quarter of the 67 with
+ * 4 mutators attached, and GRANT_MIN (4, not 3) with 20. */
+START_TEST(grants_are_a_mutators_share)
+{
+    enum { MANY = 20 };
+    heapd_client *c[MANY];
+    heapd_mutator *m[MANY];
+    harness_start_with(&D, "gc_overhead = 1700\n");
+    int fd = harness_raw_welcomed(D.sock, HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
+    ck_assert_uint_eq(ask_small(fd, 3, 64, NULL, 0, NULL), 64);
+    for (int i = 0; i < MANY; i++) {
+        harness_attach(&D, &c[i], &m[i]);
+        heapd_blocking_enter(m[i]);
+        if (i == 3)
+            ck_assert_uint_eq(ask_small(fd, 4, 64, NULL, 0, NULL), 16);
+    }
+    ck_assert_uint_eq(ask_small(fd, 5, 64, NULL, 0, NULL), 4);
+    for (int i = 0; i < MANY; i++) {
+        heapd_blocking_leave(m[i]);
+        heapd_detach(m[i]);
+        heapd_disconnect(c[i]);
+    }
     close(fd);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
@@ -814,6 +849,7 @@ static Suite *alloc_suite(void)
     tcase_add_test(t, quota_bounds_what_a_client_keeps);
     tcase_add_test(t, stray_writes_into_free_segments_are_given_back);
     tcase_add_test(t, grants_are_capped_by_the_budget);
+    tcase_add_test(t, grants_are_a_mutators_share);
     suite_add_tcase(s, t);
     return s;
 }

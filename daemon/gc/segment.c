@@ -22,11 +22,19 @@
  * skips a large run whose mark is 0 while its owner is connected.  Root
  * stacks are not in the heap (Note [Client control memory]).
  *
- * A grant of small segments is at most an eighth of the heap's allocation
- * budget (at least GRANT_MIN segments, at most GRANT_MAX; grant_cap in
- * daemon/grant.c): blank segments in reserves are neither allocated nor
- * free, and a client that asks for large batches (Note [Reserve sizing] in
- * client/reserve.c) must not make a small heap grow by its reserve.
+ * A grant of small segments is at most an attached mutator's share of an
+ * eighth of the heap's allocation budget (the eighth divided by the
+ * heap's attached mutators; at least GRANT_MIN segments, at most
+ * GRANT_MAX; grant_cap in daemon/grant.c): blank segments in reserves are
+ * neither allocated nor free, a reserve holds a few grants at most (its
+ * batch grows only on grants that came whole: Note [Reserve sizing] in
+ * client/reserve.c), and so all of them together hold well under half a
+ * budget, however many clients share the heap.  An eighth per grant,
+ * whatever the clients, let the shared cache's four worker processes (2
+ * cores, where round trips wait for a core and reserves grow) hold some
+ * 50 segments each, 17-28 MiB of room against 19 MiB live, and the heap
+ * peak at 58-70 MiB; with the share, 43-59 MiB (the memory benchmark's
+ * shared map: 2.2-2.3 times its live bytes, 1.99 with the share).
  *
  * Quota: max_client_bytes bounds what a client makes the heap hold: the
  * segments it holds and what survives of the objects it allocated (Note
