@@ -290,7 +290,6 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    bench_prog = "alloc_bench";
     size_t n = 10000000, runs = 5;
     size_t sizes[MAX_SIZES] = {16, 32, 64, 256};
     size_t nsizes = 4;

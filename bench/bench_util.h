@@ -19,13 +19,13 @@
 
 #include "heapd.h"
 
-static const char *bench_prog = "bench";
-
+/* Print "PROGRAM: " and the message, and exit 1.  The program's name is
+ * its executable's, so that every file of a benchmark says the same. */
 __attribute__((noreturn, format(printf, 1, 2), unused))
 static void die(const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "%s: ", bench_prog);
+    fprintf(stderr, "%s: ", program_invocation_short_name);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);

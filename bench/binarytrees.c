@@ -617,7 +617,6 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    bench_prog = "binarytrees";
     enum { OPT_SOCKET = 256, OPT_PROCS, OPT_YOUNG, OPT_ROOTED,
            OPT_YOUNG_SIZE, OPT_YOUNG_AGE };
     static const struct option opts[] = {

@@ -162,7 +162,6 @@ static void *thread_main(void *arg)
 int main(int argc, char **argv)
 {
     struct run r = {.pairs = 200000, .depth = 8192};
-    bench_prog = "blocking_bench";
     if (argc < 2 || strcmp(argv[1], "heapd") != 0) {
         fprintf(stderr, "usage: blocking_bench heapd [-n N] [--handshake N] "
                         "[--depth BYTES] [--precise] [--socket PATH]\n");

@@ -1451,7 +1451,6 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    bench_prog = "cache_bench";
     bool ops_set = false, keys_set = false, cap_set = false, quick = false;
     int ch;
     while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {

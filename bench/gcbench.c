@@ -686,7 +686,6 @@ static void sample(const impl *im)
 
 int main(int argc, char **argv)
 {
-    bench_prog = "gcbench";
     enum { OPT_SOCKET = 256, OPT_CHECK, OPT_YOUNG, OPT_ROOTED,
            OPT_YOUNG_SIZE, OPT_YOUNG_AGE };
     static const struct option opts[] = {

@@ -550,7 +550,6 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    bench_prog = "latency_bench";
     enum { OPT_LIVE = 256, OPT_SOCKET, OPT_BUSY, OPT_DUMP_HIST };
     static const struct option opts[] = {
         {"count", required_argument, NULL, 'n'},

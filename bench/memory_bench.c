@@ -649,7 +649,6 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    bench_prog = "memory_bench";
     if (argc < 2) {
         usage(stderr);
         return 2;
