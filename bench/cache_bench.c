@@ -130,29 +130,15 @@
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
-#include <lmdb.h>
 
 #include "bench_util.h"
+#include "cache_bench.h"
 #include "heapd.h"
 #include "heapd_collections.h"
 
-#define KEY_BYTES 16
-#define VALUE_BYTES 100
 #define MAX_WORKERS 64
-#define SAFEPOINT_EVERY 256 /* heapd: operations between safepoints */
 
-struct opts {
-    const char *impl;
-    const char *sock;       /* heapd's socket */
-    const char *redis_sock;
-    const char *dir;        /* lmdb: the parent of its directory */
-    unsigned long keys, ops, workers, update_pct, batch, sample_ms;
-    long daemon_pid;
-    bool growth;            /* --growth: the map grows while one reads */
-    unsigned long capacity; /* --growth: heapd_map_new's CAPACITY */
-};
-
-static struct opts O = {
+struct opts O = {
     .impl = "heapd", .redis_sock = "/tmp/redis.sock", .dir = "/dev/shm",
     .keys = 100000, .ops = 1000000, .workers = 1, .update_pct = 20,
     .batch = 16, .sample_ms = 100, .daemon_pid = 0,
@@ -168,29 +154,8 @@ static inline uint64_t rnd(uint64_t *s)
     return *s = x;
 }
 
-/* "key:" and K in 12 digits: exactly KEY_BYTES, no NUL. */
-static inline void key_of(char out[KEY_BYTES], unsigned long k)
-{
-    memcpy(out, "key:", 4);
-    for (int i = KEY_BYTES - 1; i >= 4; i--) {
-        out[i] = (char)('0' + k % 10);
-        k /= 10;
-    }
-}
-
-/* Key KEY's value number GEN written by worker W: "val:" and the key's
- * digits, then filler that changes with GEN, the last byte W's digit. */
-static inline void value_of(char out[VALUE_BYTES], const char key[KEY_BYTES],
-                            unsigned w, uint64_t gen)
-{
-    memset(out, 'a' + (int)(gen % 26), VALUE_BYTES);
-    memcpy(out, "val:", 4);
-    memcpy(out + 4, key + 4, KEY_BYTES - 4);
-    out[VALUE_BYTES - 1] = (char)('0' + w % 10);
-}
-
 /* The check every key's value must pass after the run. */
-static void check_value(const char key[KEY_BYTES], const void *v, size_t len)
+void check_value(const char key[KEY_BYTES], const void *v, size_t len)
 {
     if (!v)
         die("check: key %.16s is missing", key);
@@ -238,7 +203,7 @@ struct wres {
 
 /* ---- processes ---- */
 
-static pid_t parent_pid;
+pid_t parent_pid;
 
 /* This process's private memory (RssAnon of /proc/self/status), kB. */
 static uint64_t anon_kib(void)
@@ -304,33 +269,6 @@ static void drain(int fd, void *p, size_t n, size_t *got)
         *got += (size_t)r;
     }
 }
-
-/* ---- the implementations ----
- * Each has: fill (the parent, before the fork), open and close (a worker,
- * after it), lookup (the sum of the value's first and last byte), update,
- * and in the parent sample (the store's memory now), finish (after the
- * workers: the live data, the check of every key, cleaning up). */
-
-struct mem {
-    uint64_t peak, end, live;    /* bytes */
-    uint64_t after_gc;           /* heapd: committed after a final cycle */
-    uint64_t cycles;             /* heapd: cycles during the run */
-    bool has_gc;
-};
-
-struct impl {
-    const char *name;
-    void (*fill)(void);
-    void (*open)(unsigned w);
-    uint64_t (*lookup)(const char key[KEY_BYTES]);
-    void (*update)(const char key[KEY_BYTES], const char val[VALUE_BYTES]);
-    void (*every)(void);         /* every SAFEPOINT_EVERY operations */
-    void (*waiting)(bool);       /* before and after the wait to start */
-    void (*close)(void);
-    uint64_t (*sample)(void);    /* the store's memory now, bytes */
-    void (*finish)(struct mem *);
-    bool has_daemon;
-};
 
 /* ---- heapd ---- */
 
@@ -543,438 +481,16 @@ static void heapd_finish(struct mem *mem)
     heapd_disconnect(h_c);
 }
 
-/* ---- Redis ---- */
+/* heapd's entries (name, fill, open, lookup, update, every, waiting,
+ * close, sample, finish, has_daemon); the anchors' are in
+ * cache_anchors.c */
+static const struct impl cache_heapd = {
+    "heapd", heapd_fill, heapd_wopen, heapd_lookup, heapd_update,
+    heapd_every, heapd_waiting, heapd_wclose, heapd_sample, heapd_finish,
+    true};
 
-static redisContext *r_c;
-
-static redisContext *redis_connect(void)
-{
-    redisContext *c = redisConnectUnix(O.redis_sock);
-    if (!c)
-        die("redisConnectUnix(%s): out of memory", O.redis_sock);
-    if (c->err)
-        die("redisConnectUnix(%s): %s", O.redis_sock, c->errstr);
-    return c;
-}
-
-static redisReply *redis_reply(void)
-{
-    void *r;
-    if (redisGetReply(r_c, &r) != REDIS_OK || !r)
-        die("redis: %s", r_c->errstr[0] ? r_c->errstr : "no reply");
-    return r;
-}
-
-static void redis_check_ok(redisReply *r, const char *what)
-{
-    if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "OK") != 0)
-        die("redis %s: %s", what,
-            r->type == REDIS_REPLY_ERROR ? r->str : "not OK");
-    freeReplyObject(r);
-}
-
-/* GET's reply: first + last byte, the length checked. */
-static uint64_t redis_get_sum(redisReply *r, const char key[KEY_BYTES])
-{
-    if (r->type != REDIS_REPLY_STRING || r->len != VALUE_BYTES)
-        die("redis GET %.16s: %s", key,
-            r->type == REDIS_REPLY_NIL      ? "no such key"
-            : r->type == REDIS_REPLY_ERROR ? r->str
-                                           : "not a 100-byte string");
-    const unsigned char *d = (const unsigned char *)r->str;
-    uint64_t s = (uint64_t)d[0] + d[VALUE_BYTES - 1];
-    freeReplyObject(r);
-    return s;
-}
-
-/* INFO's field NAME (a number), or 0. */
-static uint64_t redis_info(const char *section, const char *name)
-{
-    redisReply *r = redisCommand(r_c, "INFO %s", section);
-    if (!r)
-        die("redis INFO: %s", r_c->errstr);
-    if (r->type != REDIS_REPLY_STRING)
-        die("redis INFO: not a string");
-    char pat[64];
-    snprintf(pat, sizeof pat, "\n%s:", name);
-    const char *p = strstr(r->str, pat);
-    uint64_t v = p ? strtoull(p + strlen(pat), NULL, 10) : 0;
-    freeReplyObject(r);
-    return v;
-}
-
-static void redis_fill(void)
-{
-    char key[KEY_BYTES], val[VALUE_BYTES];
-    r_c = redis_connect();
-    redis_check_ok(redisCommand(r_c, "FLUSHALL"), "FLUSHALL");
-    for (unsigned long k = 0; k < O.keys; k += 1000) {
-        unsigned long n = O.keys - k < 1000 ? O.keys - k : 1000;
-        for (unsigned long i = 0; i < n; i++) {
-            key_of(key, k + i);
-            value_of(val, key, 0, 0);
-            if (redisAppendCommand(r_c, "SET %b %b", key, (size_t)KEY_BYTES,
-                                   val, (size_t)VALUE_BYTES) != REDIS_OK)
-                die("redis: %s", r_c->errstr);
-        }
-        for (unsigned long i = 0; i < n; i++)
-            redis_check_ok(redis_reply(), "SET");
-    }
-    if (O.daemon_pid <= 0)
-        O.daemon_pid = (long)redis_info("server", "process_id");
-}
-
-static void redis_wopen(unsigned w)
-{
-    (void)w;
-    r_c = redis_connect();
-}
-
-static uint64_t redis_lookup(const char key[KEY_BYTES])
-{
-    redisReply *r = redisCommand(r_c, "GET %b", key, (size_t)KEY_BYTES);
-    if (!r)
-        die("redis GET: %s", r_c->errstr);
-    return redis_get_sum(r, key);
-}
-
-static void redis_update(const char key[KEY_BYTES],
-                         const char val[VALUE_BYTES])
-{
-    redisReply *r = redisCommand(r_c, "SET %b %b", key, (size_t)KEY_BYTES,
-                                 val, (size_t)VALUE_BYTES);
-    if (!r)
-        die("redis SET: %s", r_c->errstr);
-    redis_check_ok(r, "SET");
-}
-
-static void redis_wclose(void)
-{
-    redisFree(r_c);
-}
-
-static uint64_t redis_sample(void)
-{
-    return redis_info("memory", "used_memory_rss");
-}
-
-static void redis_finish(struct mem *mem)
-{
-    char key[KEY_BYTES];
-    mem->live = redis_info("memory", "used_memory");
-    for (unsigned long k = 0; k < O.keys; k += 1000) {
-        unsigned long n = O.keys - k < 1000 ? O.keys - k : 1000;
-        for (unsigned long i = 0; i < n; i++) {
-            key_of(key, k + i);
-            if (redisAppendCommand(r_c, "GET %b", key,
-                                   (size_t)KEY_BYTES) != REDIS_OK)
-                die("redis: %s", r_c->errstr);
-        }
-        for (unsigned long i = 0; i < n; i++) {
-            redisReply *r = redis_reply();
-            key_of(key, k + i);
-            check_value(key, r->type == REDIS_REPLY_STRING ? r->str : NULL,
-                        (size_t)r->len);
-            freeReplyObject(r);
-        }
-    }
-    redisFree(r_c);
-}
-
-/* redis_pipe: the worker loop batches (see run_pipe); the rest is redis's */
-
-/* ---- LMDB ---- */
-
-static MDB_env *l_env;
-static MDB_dbi l_dbi;
-static MDB_txn *l_rtxn;
-static char l_dir[256];
-
-#define LMDB_FLAGS (MDB_NOSYNC | MDB_WRITEMAP)
-#define LMDB_MAPSIZE ((size_t)1 << 30)
-
-static void lmdb_ok(int rc, const char *what)
-{
-    if (rc != 0)
-        die("lmdb %s: %s", what, mdb_strerror(rc));
-}
-
-static void lmdb_open_env(void)
-{
-    lmdb_ok(mdb_env_create(&l_env), "mdb_env_create");
-    lmdb_ok(mdb_env_set_mapsize(l_env, LMDB_MAPSIZE), "mdb_env_set_mapsize");
-    lmdb_ok(mdb_env_set_maxreaders(l_env, 256), "mdb_env_set_maxreaders");
-    lmdb_ok(mdb_env_open(l_env, l_dir, LMDB_FLAGS, 0600), "mdb_env_open");
-    MDB_txn *t;
-    lmdb_ok(mdb_txn_begin(l_env, NULL, MDB_RDONLY, &t), "mdb_txn_begin");
-    lmdb_ok(mdb_dbi_open(t, NULL, 0, &l_dbi), "mdb_dbi_open");
-    lmdb_ok(mdb_txn_commit(t), "mdb_txn_commit");
-}
-
-static void lmdb_cleanup(void)
-{
-    char path[300];
-    if (!l_dir[0] || getpid() != parent_pid)
-        return;
-    snprintf(path, sizeof path, "%s/data.mdb", l_dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/lock.mdb", l_dir);
-    unlink(path);
-    rmdir(l_dir);
-    l_dir[0] = 0;
-}
-
-static void lmdb_fill(void)
-{
-    char key[KEY_BYTES], val[VALUE_BYTES];
-    snprintf(l_dir, sizeof l_dir, "%s/cache_bench.XXXXXX", O.dir);
-    if (!mkdtemp(l_dir))
-        die("mkdtemp(%s): %s", l_dir, strerror(errno));
-    atexit(lmdb_cleanup);
-    lmdb_open_env();
-    MDB_txn *t;
-    lmdb_ok(mdb_txn_begin(l_env, NULL, 0, &t), "mdb_txn_begin");
-    for (unsigned long k = 0; k < O.keys; k++) {
-        key_of(key, k);
-        value_of(val, key, 0, 0);
-        MDB_val mk = {KEY_BYTES, key}, mv = {VALUE_BYTES, val};
-        lmdb_ok(mdb_put(t, l_dbi, &mk, &mv, 0), "mdb_put");
-    }
-    lmdb_ok(mdb_txn_commit(t), "mdb_txn_commit");
-    /* an environment must not be used across fork: each worker opens it */
-    mdb_env_close(l_env);
-    l_env = NULL;
-}
-
-static void lmdb_wopen(unsigned w)
-{
-    (void)w;
-    lmdb_open_env();
-    lmdb_ok(mdb_txn_begin(l_env, NULL, MDB_RDONLY, &l_rtxn), "mdb_txn_begin");
-    mdb_txn_reset(l_rtxn);
-}
-
-static uint64_t lmdb_lookup(const char key[KEY_BYTES])
-{
-    MDB_val mk = {KEY_BYTES, (void *)key}, mv;
-    lmdb_ok(mdb_txn_renew(l_rtxn), "mdb_txn_renew");
-    int rc = mdb_get(l_rtxn, l_dbi, &mk, &mv);
-    if (rc != 0)
-        die("lmdb mdb_get(%.16s): %s", key, mdb_strerror(rc));
-    if (mv.mv_size != VALUE_BYTES)
-        die("lmdb: key %.16s has a value of %zu bytes", key, mv.mv_size);
-    const unsigned char *d = mv.mv_data;
-    uint64_t s = (uint64_t)d[0] + d[VALUE_BYTES - 1];
-    mdb_txn_reset(l_rtxn);
-    return s;
-}
-
-static void lmdb_update(const char key[KEY_BYTES],
-                        const char val[VALUE_BYTES])
-{
-    MDB_txn *t;
-    MDB_val mk = {KEY_BYTES, (void *)key}, mv = {VALUE_BYTES, (void *)val};
-    lmdb_ok(mdb_txn_begin(l_env, NULL, 0, &t), "mdb_txn_begin");
-    lmdb_ok(mdb_put(t, l_dbi, &mk, &mv, 0), "mdb_put");
-    lmdb_ok(mdb_txn_commit(t), "mdb_txn_commit");
-}
-
-static void lmdb_wclose(void)
-{
-    mdb_txn_abort(l_rtxn);
-    mdb_env_close(l_env);
-}
-
-/* The data and lock files' allocated blocks: tmpfs pages are memory. */
-static uint64_t lmdb_sample(void)
-{
-    char path[300];
-    uint64_t b = 0;
-    struct stat st;
-    snprintf(path, sizeof path, "%s/data.mdb", l_dir);
-    if (stat(path, &st) != 0)
-        die("stat(%s): %s", path, strerror(errno));
-    b += (uint64_t)st.st_blocks * 512;
-    snprintf(path, sizeof path, "%s/lock.mdb", l_dir);
-    if (stat(path, &st) == 0)
-        b += (uint64_t)st.st_blocks * 512;
-    return b;
-}
-
-static void lmdb_finish(struct mem *mem)
-{
-    char key[KEY_BYTES];
-    lmdb_open_env();
-    MDB_stat ms;
-    MDB_txn *t;
-    lmdb_ok(mdb_txn_begin(l_env, NULL, MDB_RDONLY, &t), "mdb_txn_begin");
-    lmdb_ok(mdb_stat(t, l_dbi, &ms), "mdb_stat");
-    if (ms.ms_entries != O.keys)
-        die("lmdb: %zu entries after the run, not %lu", ms.ms_entries,
-            O.keys);
-    mem->live = (uint64_t)(ms.ms_branch_pages + ms.ms_leaf_pages +
-                           ms.ms_overflow_pages) * ms.ms_psize;
-    for (unsigned long k = 0; k < O.keys; k++) {
-        key_of(key, k);
-        MDB_val mk = {KEY_BYTES, key}, mv = {0, NULL};
-        int rc = mdb_get(t, l_dbi, &mk, &mv);
-        if (rc != 0 && rc != MDB_NOTFOUND)
-            die("lmdb mdb_get: %s", mdb_strerror(rc));
-        check_value(key, rc ? NULL : mv.mv_data, mv.mv_size);
-    }
-    mdb_txn_abort(t);
-    mdb_env_close(l_env);
-    lmdb_cleanup();
-}
-
-/* ---- one mutex over a shared table ---- */
-
-struct mslot {
-    uint32_t used;
-    char key[KEY_BYTES];
-    char val[VALUE_BYTES];
-};
-
-struct mtable {
-    pthread_mutex_t lock;
-    uint64_t nslots;
-    struct mslot slots[];
-};
-
-static struct mtable *m_t;
-static size_t m_bytes;
-
-static inline uint64_t m_hash(const char key[KEY_BYTES])
-{
-    uint64_t a, b;
-    memcpy(&a, key, 8);
-    memcpy(&b, key + 8, 8);
-    __uint128_t r = (__uint128_t)(a ^ 0xa0761d6478bd642full) *
-                    (b ^ 0xe7037ed1a0b428dbull);
-    return (uint64_t)r ^ (uint64_t)(r >> 64);
-}
-
-static void m_lock(void)
-{
-    int rc = pthread_mutex_lock(&m_t->lock);
-    if (rc == EOWNERDEAD) {
-        /* a worker died holding it: a value it was copying may be torn,
-         * which a cache may take; the table's structure never is (a slot
-         * is marked used after its key is written) */
-        rc = pthread_mutex_consistent(&m_t->lock);
-    }
-    if (rc != 0)
-        die("pthread_mutex_lock: %s", strerror(rc));
-}
-
-static void m_unlock(void)
-{
-    pthread_mutex_unlock(&m_t->lock);
-}
-
-/* KEY's slot, or the empty slot where it would go.  Under the lock. */
-static struct mslot *m_find(const char key[KEY_BYTES])
-{
-    uint64_t mask = m_t->nslots - 1;
-    for (uint64_t i = m_hash(key) & mask;; i = (i + 1) & mask) {
-        struct mslot *s = &m_t->slots[i];
-        if (!s->used || memcmp(s->key, key, KEY_BYTES) == 0)
-            return s;
-    }
-}
-
-static void mutex_fill(void)
-{
-    char key[KEY_BYTES];
-    uint64_t n = 1;
-    while (n < O.keys + O.keys / 3)
-        n <<= 1;
-    m_bytes = sizeof(struct mtable) + n * sizeof(struct mslot);
-    void *p = mmap(NULL, m_bytes, PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        die("mmap(%zu): %s", m_bytes, strerror(errno));
-    m_t = p;
-    m_t->nslots = n;
-    pthread_mutexattr_t a;
-    if (pthread_mutexattr_init(&a) ||
-        pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED) ||
-        pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST) ||
-        pthread_mutex_init(&m_t->lock, &a))
-        die("a process-shared robust mutex: not supported");
-    pthread_mutexattr_destroy(&a);
-    for (unsigned long k = 0; k < O.keys; k++) {
-        key_of(key, k);
-        struct mslot *s = m_find(key);
-        memcpy(s->key, key, KEY_BYTES);
-        value_of(s->val, key, 0, 0);
-        s->used = 1;
-    }
-}
-
-static uint64_t mutex_lookup(const char key[KEY_BYTES])
-{
-    unsigned char v[VALUE_BYTES];
-    m_lock();
-    struct mslot *s = m_find(key);
-    bool found = s->used;
-    if (found)
-        memcpy(v, s->val, VALUE_BYTES);
-    m_unlock();
-    if (!found)
-        die("mutex: key %.16s is missing", key);
-    return (uint64_t)v[0] + v[VALUE_BYTES - 1];
-}
-
-static void mutex_update(const char key[KEY_BYTES],
-                         const char val[VALUE_BYTES])
-{
-    m_lock();
-    struct mslot *s = m_find(key);
-    bool found = s->used;
-    if (found)
-        memcpy(s->val, val, VALUE_BYTES);
-    m_unlock();
-    if (!found)
-        die("mutex: key %.16s is missing", key);
-}
-
-static uint64_t mutex_sample(void)
-{
-    return m_bytes;
-}
-
-static void mutex_finish(struct mem *mem)
-{
-    char key[KEY_BYTES];
-    uint64_t used = 0;
-    for (uint64_t i = 0; i < m_t->nslots; i++)
-        used += m_t->slots[i].used;
-    if (used != O.keys)
-        die("mutex: %" PRIu64 " slots in use, not %lu", used, O.keys);
-    mem->live = used * sizeof(struct mslot);
-    for (unsigned long k = 0; k < O.keys; k++) {
-        key_of(key, k);
-        struct mslot *s = m_find(key);
-        check_value(key, s->used ? s->val : NULL, VALUE_BYTES);
-    }
-    munmap(m_t, m_bytes);
-}
-
-/* name, fill, open, lookup, update, every, waiting, close, sample, finish,
- * has_daemon (mutex's workers inherit the mapping: no open, no close) */
-static const struct impl IMPLS[] = {
-    {"heapd", heapd_fill, heapd_wopen, heapd_lookup, heapd_update,
-     heapd_every, heapd_waiting, heapd_wclose, heapd_sample, heapd_finish,
-     true},
-    {"redis", redis_fill, redis_wopen, redis_lookup, redis_update, NULL,
-     NULL, redis_wclose, redis_sample, redis_finish, true},
-    {"redis_pipe", redis_fill, redis_wopen, redis_lookup, redis_update, NULL,
-     NULL, redis_wclose, redis_sample, redis_finish, true},
-    {"lmdb", lmdb_fill, lmdb_wopen, lmdb_lookup, lmdb_update, NULL, NULL,
-     lmdb_wclose, lmdb_sample, lmdb_finish, false},
-    {"mutex", mutex_fill, NULL, mutex_lookup, mutex_update, NULL, NULL, NULL,
-     mutex_sample, mutex_finish, false},
+static const struct impl *const IMPLS[] = {
+    &cache_heapd, &cache_redis, &cache_redis_pipe, &cache_lmdb, &cache_mutex,
 };
 
 static const struct impl *I;
@@ -1032,15 +548,15 @@ static void run_pipe(unsigned w, struct wres *res)
             int rc;
             if (upd[i]) {
                 value_of(val, key, w, n + i);
-                rc = redisAppendCommand(r_c, "SET %b %b", key,
+                rc = redisAppendCommand(redis_ctx, "SET %b %b", key,
                                         (size_t)KEY_BYTES, val,
                                         (size_t)VALUE_BYTES);
             } else {
-                rc = redisAppendCommand(r_c, "GET %b", key,
+                rc = redisAppendCommand(redis_ctx, "GET %b", key,
                                         (size_t)KEY_BYTES);
             }
             if (rc != REDIS_OK)
-                die("redis: %s", r_c->errstr);
+                die("redis: %s", redis_ctx->errstr);
         }
         for (unsigned long i = 0; i < b; i++) {
             redisReply *r = redis_reply();
@@ -1511,8 +1027,8 @@ int main(int argc, char **argv)
         (O.growth && O.ops > 999999999999ul - O.keys))
         die("--keys%s: at most 12 digits", O.growth ? " + --ops" : "");
     for (size_t i = 0; i < sizeof IMPLS / sizeof IMPLS[0]; i++)
-        if (strcmp(O.impl, IMPLS[i].name) == 0)
-            I = &IMPLS[i];
+        if (strcmp(O.impl, IMPLS[i]->name) == 0)
+            I = IMPLS[i];
     if (!I)
         die("--impl: heapd, redis, redis_pipe, lmdb or mutex, not \"%s\"",
             O.impl);
