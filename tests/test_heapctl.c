@@ -374,11 +374,12 @@ START_TEST(memory_counters_follow_blocks_and_punches)
                   "block_bytes %" PRIu64 " after a cycle that kept %d "
                   "blocks of %d bytes and one of %u", st.block_bytes,
                   SMALL_N, SMALL_BYTES, LARGE_BYTES);
-    ck_assert_msg(st.bytes_committed >= st.block_bytes,
-                  "committed %" PRIu64 " < block_bytes %" PRIu64
-                  ": the blocks were all written", st.bytes_committed,
-                  st.block_bytes);
-    ck_assert_uint_ge(st.fragmentation_permille, 1000);
+    /* what the test wrote holds memory; block_bytes may count more (the
+     * large run's unwritten tail: Note [Memory counters]) */
+    ck_assert_msg(st.bytes_committed >=
+                      (uint64_t)SMALL_N * SMALL_BYTES + LARGE_BYTES,
+                  "committed %" PRIu64 " < the %d bytes the test wrote",
+                  st.bytes_committed, SMALL_N * SMALL_BYTES + LARGE_BYTES);
 
     /* per class: in blocks is in use times size, committed between that
      * and the class's segments, all classes within the heap's */
