@@ -3,15 +3,26 @@
  *
  * Note [Allocation fast path]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * A mutator owns one current segment per size class.  heapd_alloc polls the
- * safepoint, rounds the size to its class and scans that segment's mark
- * bytes from its cursor for a 0 (a free block): in a fresh segment that is
- * the very next block, in a segment swept while its owner held it, the next
- * hole.  It sets the block's mark to the current epoch (allocate black,
- * Note [Epoch-tagged marks]), zeroes the object, writes its header and
- * returns.  No lock, no system call, no message.  Only when the segment is
- * exhausted does the mutator hand it back and take another from the
- * client's reserve: a partly free one of its class, already formatted
+ * A mutator owns one current segment per size class.  heapd_alloc rounds
+ * the size to its class, looks at the mark byte at that segment's cursor
+ * and, if it is 0 (a free block) and nothing needs the mutator's
+ * attention (a safepoint, a stop, a remark request, an eviction, a dead
+ * daemon, a fork, a minor collection due), sets it to the current epoch
+ * (allocate black, Note [Epoch-tagged marks]), zeroes the object, writes
+ * its header and returns: no lock, no system call, no message, and no
+ * call, so that this path needs few callee-saved registers; everything
+ * else (the poll, objects over ALLOC_ZERO_INLINE_MAX bytes, a mark not 0)
+ * is alloc_general's, which scans the mark bytes from the cursor for a
+ * free block: in a fresh segment that is the very next block, in a
+ * segment swept while its owner held it, the next hole.  The object is
+ * zeroed 16 bytes at a time at aligned addresses: a 288-byte block
+ * zeroed by memset from 8 bytes past its start writes lines split in
+ * two, 11.8 ns against 8.6 in a microbenchmark, L2-resident.  Measured
+ * (alloc_bench, young, median of 6 runs interleaved with the build
+ * before): 64 B 10.2 -> 9.2 ns, 256 B 19.0 -> 17.2 ns, 16 B unchanged.
+ * Only when the segment is exhausted does the mutator hand it back and
+ * take another from the client's reserve: a partly free one of its
+ * class, already formatted
  * (Note [Reusing partly free segments] in daemon/gc/segment.c), or a blank
  * one, writing its class into the header before the first block is used
  * (Note [Segments]).  Full segments go back RETURN_BATCH at a
@@ -49,11 +60,18 @@
 #include "runtime.h"
 #include "tsan.h"
 
+/* The fast path's objects: fewer than ALLOC_FAST_FIELDS references and
+ * than 4 * ALLOC_FAST_FIELDS bytes, small in every segment size
+ * (alloc_client_init checks). */
+#define ALLOC_FAST_FIELDS 256u
+
 void alloc_client_init(heapd_client *c)
 {
     c->segment_size = c->ctl->segment_size;
     c->seg_shift = (unsigned)__builtin_ctzll(c->segment_size);
     c->small_max = layout_small_max(c->segment_size);
+    assert(layout_object_size(ALLOC_FAST_FIELDS - 1,
+                              4 * ALLOC_FAST_FIELDS - 1) <= c->small_max);
     /* Note [Runs]: the run class where it holds more than the others */
     c->run_max = layout_run_max(c->segment_size) > c->small_max
                      ? layout_run_max(c->segment_size)
@@ -213,7 +231,7 @@ alloc_run(heapd_mutator *m, uint64_t size, size_t nrefs, size_t nbytes)
     TSAN_REUSE_ACQUIRE(&m->c->tsan_reuse); /* Note [Reuse and
                                               ThreadSanitizer] */
     uint8_t *b = s->blocks + (size_t)i * LAYOUT_RUN_GRANULE;
-    alloc_zero_object((uint64_t *)b, size);
+    alloc_zero_object(b, size);
     *(uint64_t *)b = layout_header_with_tag(layout_header(nrefs, nbytes),
                                             barrier_on(m) ? epoch : 0);
     m->alloc_bytes += (uint64_t)k * LAYOUT_RUN_GRANULE;
@@ -276,43 +294,53 @@ static __attribute__((noinline)) uint32_t next_free_mark(const uint8_t *marks,
     return n;
 }
 
-/* The next free block of M's current segment of CLS, initialised, or
- * NULL when the segment is exhausted.  YOUNG: a young object (Note [Young
- * objects] in proto/young.h), whose mark is LAYOUT_MARK_YOUNG and whose
- * header's tag is LAYOUT_YOUNG_TAG, age 0. */
+/* Block I of M's current segment S, free, made an object of SIZE
+ * bytes: its mark set, zeroed, its header written, counted.  YOUNG: a
+ * young object (Note [Young objects] in proto/young.h), whose mark is
+ * LAYOUT_MARK_YOUNG and whose header's tag is LAYOUT_YOUNG_TAG, age 0. */
+static inline __attribute__((always_inline)) void *
+init_block(heapd_mutator *m, struct alloc_seg *s, uint32_t i, uint64_t size,
+           size_t nrefs, size_t nbytes, bool young)
+{
+    uint8_t *b = s->blocks + (size_t)i * s->block_size;
+    uint8_t epoch = young ? 0
+                          : (uint8_t)atomic_load_explicit(
+                                &m->ctl->epoch, memory_order_relaxed);
+    /* relaxed atomics: the marker and other threads' barriers read and
+     * set mark bytes of this segment's allocated blocks */
+    __atomic_store_n(&s->marks[i], young ? LAYOUT_MARK_YOUNG : epoch,
+                     __ATOMIC_RELAXED);
+    TSAN_REUSE_ACQUIRE(&m->c->tsan_reuse); /* Note [Reuse and
+                                              ThreadSanitizer] */
+    alloc_zero_object(b, size);
+    /* black, and dirty from birth while marking: no barrier needed for
+     * its first writes (Note [Snapshot write barrier]) */
+    *(uint64_t *)b = layout_header_with_tag(
+        layout_header(nrefs, nbytes),
+        young ? LAYOUT_YOUNG_TAG : !barrier_on(m) ? 0 : epoch);
+    if (young) {
+        m->young_bytes += s->block_size;
+    } else {
+        m->alloc_bytes += s->block_size;
+        atomic_store_explicit(&m->slot->alloc_bytes, m->alloc_bytes,
+                              memory_order_relaxed);
+    }
+    return b + LAYOUT_WORD;
+}
+
+/* The next free block of M's current segment S, initialised (init_block),
+ * or NULL when the segment is exhausted. */
 static inline __attribute__((always_inline)) void *
 take_block(heapd_mutator *m, struct alloc_seg *s, uint64_t size, size_t nrefs,
            size_t nbytes, bool young)
 {
     while (s->cursor < s->nblocks) {
         uint32_t i = s->cursor++;
-        /* relaxed atomics: the marker and other threads' barriers read
-         * and set mark bytes of this segment's allocated blocks */
         if (__atomic_load_n(&s->marks[i], __ATOMIC_RELAXED) != 0) {
             s->cursor = next_free_mark(s->marks, s->cursor, s->nblocks);
             continue;
         }
-        uint8_t *b = s->blocks + (size_t)i * s->block_size;
-        uint8_t epoch = (uint8_t)atomic_load_explicit(&m->ctl->epoch,
-                                                      memory_order_relaxed);
-        __atomic_store_n(&s->marks[i], young ? LAYOUT_MARK_YOUNG : epoch,
-                         __ATOMIC_RELAXED);
-        TSAN_REUSE_ACQUIRE(&m->c->tsan_reuse); /* Note [Reuse and
-                                                  ThreadSanitizer] */
-        alloc_zero_object((uint64_t *)b, size);
-        /* black, and dirty from birth while marking: no barrier needed
-         * for its first writes (Note [Snapshot write barrier]) */
-        *(uint64_t *)b = layout_header_with_tag(
-            layout_header(nrefs, nbytes),
-            young ? LAYOUT_YOUNG_TAG : !barrier_on(m) ? 0 : epoch);
-        if (young) {
-            m->young_bytes += s->block_size;
-        } else {
-            m->alloc_bytes += s->block_size;
-            atomic_store_explicit(&m->slot->alloc_bytes, m->alloc_bytes,
-                                  memory_order_relaxed);
-        }
-        return b + LAYOUT_WORD;
+        return init_block(m, s, i, size, nrefs, nbytes, young);
     }
     return NULL;
 }
@@ -374,7 +402,11 @@ void *heapd_alloc_shared(heapd_mutator *m, size_t nrefs, size_t nbytes)
     return alloc_shared(m, nrefs, nbytes);
 }
 
-void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
+/* Every allocation the fast path leaves: a safepoint or a stop due, an
+ * orphaned or evicted mutator, a large object, an exhausted segment, a
+ * minor collection due or under way (Note [Allocation fast path]). */
+static __attribute__((noinline)) void *
+alloc_general(heapd_mutator *m, size_t nrefs, size_t nbytes)
 {
     /* Note [Evicted clients, client side] in client/mutator.c: first, and
      * the poll below does not load the mark again */
@@ -411,13 +443,57 @@ void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
         /* Note [Minor collections in slices]: allocate black */
         if (__builtin_expect(m->young_flags & MUTATOR_YOUNG_COLLECTING, 0) &&
             p)
-            young_allocated_black(m, cls);
+            return young_allocated_black(m, cls, p);
         return p;
     }
     p = take_block(m, &m->cur[cls], size, nrefs, nbytes, false);
     return __builtin_expect(p != NULL, 1)
                ? p
                : alloc_slow(m, cls, size, nrefs, nbytes, false);
+}
+
+/* Does M's next allocation need more than the fast path: a poll due,
+ * an evicted or orphaned mutator, or a young generation whose minor
+ * collection is due or under way?  Each word is one the general path
+ * reads first. */
+static inline bool alloc_attention(const heapd_mutator *m)
+{
+    const struct agent *a = &m->c->agent;
+    if (atomic_load_explicit(&m->slot->stop_request, memory_order_relaxed) |
+        atomic_load_explicit(&m->slot->evicted, memory_order_relaxed) |
+        atomic_load_explicit(&m->remark_pending, memory_order_relaxed))
+        return true;
+    if (agent_is_closed(a) || agent_forked(a))
+        return true;
+    return m->young_flags && m->young_bytes >= m->young.next_minor;
+}
+
+void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)
+{
+    /* Note [Allocation fast path]: no call and no callee-saved register
+     * on this path, every other case in alloc_general */
+    if (__builtin_expect((nrefs | nbytes >> 2) < ALLOC_FAST_FIELDS, 1)) {
+        uint64_t size = layout_object_size(nrefs, nbytes);
+        unsigned cls = layout_size_class((uint32_t)size);
+        struct alloc_seg *s = &m->cur[cls];
+        uint32_t i = s->cursor;
+        if (__builtin_expect(size <= ALLOC_ZERO_INLINE_MAX &&
+                                 i < s->nblocks &&
+                                 __atomic_load_n(&s->marks[i],
+                                                 __ATOMIC_RELAXED) == 0 &&
+                                 !alloc_attention(m),
+                             1)) {
+            s->cursor = i + 1;
+            void *p = init_block(m, s, i, size, nrefs, nbytes,
+                                 m->young_flags != 0);
+            /* Note [Minor collections in slices]: allocate black */
+            if (__builtin_expect(m->young_flags & MUTATOR_YOUNG_COLLECTING,
+                                 0))
+                return young_allocated_black(m, cls, p);
+            return p;
+        }
+    }
+    return alloc_general(m, nrefs, nbytes);
 }
 
 /* ---- objects ---- */

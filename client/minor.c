@@ -1063,7 +1063,7 @@ static void set_phase(heapd_mutator *m, enum young_phase_state ph)
     m->young.phase = ph;
 }
 
-void young_allocated_black(heapd_mutator *m, unsigned cls)
+void *young_allocated_black(heapd_mutator *m, unsigned cls, void *obj)
 {
     const struct alloc_seg *a = &m->cur[cls];
     struct young_seg *s = seg_at(&m->young, a->index);
@@ -1073,6 +1073,7 @@ void young_allocated_black(heapd_mutator *m, unsigned cls)
            __atomic_load_n(&s->marks[b], __ATOMIC_RELAXED) ==
                LAYOUT_MARK_YOUNG);
     s->live[b >> 6] |= (uint64_t)1 << (b & 63);
+    return obj;
 }
 
 /* The start (Note [Minor collections in slices]). */

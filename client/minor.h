@@ -90,10 +90,11 @@ void young_collect_early(heapd_mutator *m, unsigned cls);
  * whole one, in this pause; false if there is nothing it could free (the
  * same Note).  A safepoint's caller only. */
 bool young_collect_all(heapd_mutator *m);
-/* M has just taken a young block of its current segment of CLS while a
- * collection is under way: it is live for this collection (Note [Minor
- * collections in slices]). */
-void young_allocated_black(heapd_mutator *m, unsigned cls);
+/* M has just taken a young block, for OBJ, of its current segment of
+ * CLS while a collection is under way: it is live for this collection
+ * (Note [Minor collections in slices]).  Returns OBJ, so that the
+ * allocation's fast path ends in a tail call. */
+void *young_allocated_black(heapd_mutator *m, unsigned cls, void *obj);
 /* Promote what the promotions under way still have to reach (Note
  * [Minor collections in slices]): before anything M stores is seen by
  * others. */
