@@ -554,7 +554,10 @@ static bool check_field(const void *obj, void *const *field)
 }
 #endif
 
-void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
+/* Every heapd_write the fast path leaves: a barrier on, a shared object
+ * of a young mutator, checked mode (Note [Write fast path]). */
+static __attribute__((noinline)) void
+write_general(heapd_mutator *m, void *obj, void **field, void *val)
 {
     /* Note [The young invariant] in client/minor.c: one load of the
      * flags for all the young tests */
@@ -584,6 +587,33 @@ void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
     /* release: another process that loads VAL sees the object it points
      * to initialised */
     __atomic_store_n(field, val, __ATOMIC_RELEASE);
+}
+
+/* Note [Write fast path]
+ * ~~~~~~~~~~~~~~~~~~~~~~
+ * heapd_write stores at once, with no call and no callee-saved register,
+ * when no barrier applies: a young mutator's store into one of its young
+ * objects while no minor collection marks (Note [The young invariant] in
+ * client/minor.c), or a store by a mutator without a nursery while no
+ * cycle marks (Note [Snapshot write barrier]), checked mode off either
+ * way.  Everything else is write_general's.  Measured on GCBench young,
+ * whose stores are all of the first kind: heapd_write's share of the
+ * profile went from 11 % to 3 %; its time, from 224 to 222 ms (median of
+ * 16 runs interleaved with the build before, within this machine's
+ * noise).
+ */
+void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
+{
+    uint8_t yf = m->young_flags;
+    if (__builtin_expect(!CHECKED(m->c), 1) &&
+        (yf ? !(yf & MUTATOR_YOUNG_MARKING) && young_header_says(obj)
+            : !barrier_on(m))) {
+        assert(check_field(obj, field));
+        /* release: see write_general */
+        __atomic_store_n(field, val, __ATOMIC_RELEASE);
+        return;
+    }
+    write_general(m, obj, field, val);
 }
 
 bool heapd_cas(heapd_mutator *m, void *obj, void **field, void *expected,
