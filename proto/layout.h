@@ -243,10 +243,11 @@ static inline uint64_t layout_object_size(uint64_t nrefs, uint64_t nbytes)
 extern const uint32_t layout_class_size[LAYOUT_NCLASSES];
 
 /* The class for an object of SIZE bytes (16 <= SIZE <= LAYOUT_MAX_SMALL,
- * a multiple of 8). */
+ * a multiple of 8).  Most objects are small: their class is computed in
+ * line, the others' out of the allocation's fast path. */
 static inline unsigned layout_size_class(uint32_t size)
 {
-    if (size <= 128)
+    if (__builtin_expect(size <= 128, 1))
         return size <= LAYOUT_MIN_BLOCK ? 0 : (size >> 3) - 2;
     uint32_t s = size - 1;
     unsigned p = 31u - (unsigned)__builtin_clz(s); /* 7..13 */
