@@ -109,9 +109,12 @@ static void minor_now(heapd_mutator *m)
 {
     heapd_young_stats a = young_stats(m), b;
     /* each a block of 56 bytes: the budget runs out within young_bytes /
-     * 56 of them, and the collection it starts ends within as many more
-     * (Note [Minor collections in slices]) */
-    uint64_t bound = 2 * (a.young_bytes / 56) + 64;
+     * 56 of them, and the collection it starts ends at its first slice
+     * past as many more (Note [Minor collections in slices]): slices
+     * of the sweep come every 16 of a 256th of the budget, 4 KiB at
+     * least, apart */
+    uint64_t slice = a.young_bytes / 256 > 4096 ? a.young_bytes / 256 : 4096;
+    uint64_t bound = 2 * (a.young_bytes / 56) + 16 * slice / 56 + 64;
     for (uint64_t k = 0;; k++) {
         ck_assert_msg(k < bound, "no minor collection after %llu "
                       "allocations of 56 bytes in a nursery of %llu bytes",
@@ -586,6 +589,82 @@ START_TEST(dead_young_blocks_are_reused)
                   "minor collection took a freed block", reused, freed);
     ck_assert_uint_eq(young_stats(m).minor_collections, y.minor_collections);
     free(addr);
+    young_finish(c, m);
+}
+END_TEST
+
+#define ZERO_N 32          /* objects of each size */
+#define ZERO_MAX_NBYTES 600 /* past what the fast path zeroes inline */
+
+/* ZERO_N young objects of one reference and NBYTES bytes, every byte
+ * written and the reference set (to the object itself), each in a root
+ * slot; their addresses appended to ADDR (malloc'd memory, not scanned). */
+static __attribute__((noinline)) void dirty_row(heapd_mutator *m,
+                                                size_t nbytes,
+                                                uintptr_t *addr)
+{
+    for (size_t i = 0; i < ZERO_N; i++) {
+        void **n = heapd_alloc(m, 1, nbytes);
+        ck_assert_ptr_nonnull(n);
+        memset(heapd_bytes(n), 0xa5, nbytes);
+        heapd_write(m, n, &n[0], n);
+        ck_assert_uint_ne(heapd_root_push(m, n), (size_t)-1);
+        addr[i] = (uintptr_t)n;
+    }
+}
+
+/* Note [Allocation fast path]: a block a minor collection freed is
+ * zeroed again when it is taken, at every size the fast path zeroes in
+ * line (both 8-byte alignments of a block, a tail word or none) and past
+ * it: a fresh segment reads as zero anyway, a reused block does not.
+ * Every object the test makes is written all over before it dies. */
+START_TEST(reused_young_blocks_are_zeroed)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, YOUNG_MIN, 2);
+    /* every object made, sorted: malloc'd, as the stack (a root) would
+     * keep what it holds */
+    size_t cap = (ZERO_MAX_NBYTES / 8 + 1) * 2 * ZERO_N, ndirty = 0;
+    uintptr_t *dirty = malloc(cap * sizeof *dirty);
+    ck_assert_ptr_nonnull(dirty);
+    for (size_t nbytes = 0; nbytes <= ZERO_MAX_NBYTES; nbytes += 8) {
+        dirty_row(m, nbytes, dirty + ndirty);
+        ndirty += ZERO_N;
+        heapd_root_pop(m, ZERO_N);
+        harness_wipe_stack();
+        /* the first may be one under way, for which they were born live
+         * (Note [Minor collections in slices]) */
+        minor_now(m);
+        minor_now(m);
+        qsort(dirty, ndirty, sizeof *dirty, cmp_addr);
+        size_t reused = 0, made = ndirty;
+        for (size_t i = 0; i < ZERO_N; i++) {
+            void **n = heapd_alloc(m, 1, nbytes);
+            ck_assert_ptr_nonnull(n);
+            uintptr_t a = (uintptr_t)n;
+            bool again = bsearch(&a, dirty, made, sizeof *dirty,
+                                 cmp_addr) != NULL;
+            reused += again;
+            ck_assert_msg(n[0] == NULL, "the reference of a new object of "
+                          "%zu bytes (%s block) is %p", nbytes,
+                          again ? "a reused" : "a fresh", n[0]);
+            unsigned char *b = heapd_bytes(n);
+            for (size_t k = 0; k < nbytes; k++)
+                ck_assert_msg(b[k] == 0, "byte %zu of a new object of %zu "
+                              "bytes (%s block) is %#x", k, nbytes,
+                              again ? "a reused" : "a fresh", b[k]);
+            memset(b, 0xa5, nbytes);
+            dirty[ndirty++] = a;
+        }
+        /* minor_now's garbage (48 bytes, no reference) takes the freed
+         * blocks of its own class first */
+        if (layout_size_class(16 + (uint32_t)nbytes) !=
+            layout_size_class(56))
+            ck_assert_msg(reused > 0, "no freed block of %zu bytes was "
+                          "taken again", nbytes);
+    }
+    free(dirty);
     young_finish(c, m);
 }
 END_TEST
@@ -1286,6 +1365,7 @@ static Suite *suite(void)
     tcase_add_test(t, young_local_survives_minor_collections);
     tcase_add_test(t, interior_pointer_keeps_young_object);
     tcase_add_test(t, dead_young_blocks_are_reused);
+    tcase_add_test(t, reused_young_blocks_are_zeroed);
     tcase_add_test(t, a_grown_nursery_collects_before_it_waits);
     tcase_add_test(t, a_nursery_grown_past_the_goal_waits_for_no_cycle);
     tcase_add_test(t, sweep_frees_young_blocks_beside_a_promoted_one);
