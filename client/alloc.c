@@ -452,20 +452,12 @@ alloc_general(heapd_mutator *m, size_t nrefs, size_t nbytes)
                : alloc_slow(m, cls, size, nrefs, nbytes, false);
 }
 
-/* Does M's next allocation need more than the fast path: a poll due,
- * an evicted or orphaned mutator, or a young generation whose minor
- * collection is due or under way?  Each word is one the general path
- * reads first. */
+/* Does M's next allocation need more than the fast path: the calls'
+ * checks, or a young generation whose minor collection is due? */
 static inline bool alloc_attention(const heapd_mutator *m)
 {
-    const struct agent *a = &m->c->agent;
-    if (atomic_load_explicit(&m->slot->stop_request, memory_order_relaxed) |
-        atomic_load_explicit(&m->slot->evicted, memory_order_relaxed) |
-        atomic_load_explicit(&m->remark_pending, memory_order_relaxed))
-        return true;
-    if (agent_is_closed(a) || agent_forked(a))
-        return true;
-    return m->young_flags && m->young_bytes >= m->young.next_minor;
+    return mutator_attention(m) ||
+           (m->young_flags && m->young_bytes >= m->young.next_minor);
 }
 
 void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes)

@@ -604,9 +604,32 @@ void mutator_free_all(heapd_client *c)
 
 /* ---- the root stack ---- */
 
+/* Note [Fast paths of the calls]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * The calls a program makes most (heapd_alloc, heapd_write, and here
+ * heapd_root_push, heapd_root_set and heapd_root_pop) each begin with a
+ * fast path that calls nothing, so that the compiler saves no
+ * callee-saved register for it: it is taken when mutator_attention says
+ * no safepoint is due and no error path applies, and nothing else the
+ * call's general path does would act (checked mode, the stack barrier of
+ * a cycle that has not marked this stack yet, a full root stack); every
+ * other case goes to the general path, which checks everything again.
+ * The general path's safepoint would have found nothing to do, so the
+ * fast path keeps Note [Client GC discipline] in heapd.h as it is.
+ * Measured on GCBench young off, whose trees are built in root slots
+ * (a root call or two per allocation): 342 -> 320 ms with the root
+ * calls' fast paths (median of 10 runs interleaved with the build
+ * before; the rooted port, 389 -> 381 ms).
+ */
+static inline bool root_calm(const heapd_mutator *m)
+{
+    return !mutator_attention(m) && !CHECKED(m->c) && !barrier_stack_due(m);
+}
+
 /* Each of these takes its safepoint on entry, REF parked through it, and
  * only then changes the stack (Note [Client GC discipline] in heapd.h). */
-size_t heapd_root_push(heapd_mutator *m, void *ref)
+static __attribute__((noinline)) size_t root_push_general(heapd_mutator *m,
+                                                          void *ref)
 {
     bool parked = false;
     mutator_check_evicted(m); /* Note [Evicted clients, client side] */
@@ -685,7 +708,21 @@ size_t mutator_roots_push(heapd_mutator *m, void *const *refs, size_t n)
     return i;
 }
 
-void heapd_root_set(heapd_mutator *m, size_t slot, void *ref)
+size_t heapd_root_push(heapd_mutator *m, void *ref)
+{
+    size_t i = m->depth;
+    if (__builtin_expect(root_calm(m) && i < LAYOUT_MAX_ROOTS, 1)) {
+        atomic_store_explicit(&m->roots[i], ref, memory_order_relaxed);
+        m->depth = i + 1;
+        atomic_store_explicit(&m->slot->root_depth, m->depth,
+                              memory_order_release);
+        return i;
+    }
+    return root_push_general(m, ref);
+}
+
+static __attribute__((noinline)) void
+root_set_general(heapd_mutator *m, size_t slot, void *ref)
 {
     bool parked = false;
     mutator_check_evicted(m); /* Note [Evicted clients, client side] */
@@ -701,6 +738,15 @@ void heapd_root_set(heapd_mutator *m, size_t slot, void *ref)
         barrier_unpark(m);
 }
 
+void heapd_root_set(heapd_mutator *m, size_t slot, void *ref)
+{
+    if (__builtin_expect(root_calm(m) && slot < m->depth, 1)) {
+        atomic_store_explicit(&m->roots[slot], ref, memory_order_relaxed);
+        return;
+    }
+    root_set_general(m, slot, ref);
+}
+
 void *heapd_root_get(heapd_mutator *m, size_t slot)
 {
     mutator_check_evicted(m); /* Note [Evicted clients, client side] */
@@ -714,7 +760,8 @@ void *heapd_root_get(heapd_mutator *m, size_t slot)
  * snapshot see a stack without them, and a value the caller then stored
  * into a wide object (whose barrier logs only what it overwrites) was
  * swept (the discipline test, 16 to 66 verifier failures in 15 s). */
-void heapd_root_pop(heapd_mutator *m, size_t n)
+static __attribute__((noinline)) void root_pop_general(heapd_mutator *m,
+                                                       size_t n)
 {
     bool parked = false;
     mutator_check_evicted(m); /* Note [Evicted clients, client side] */
@@ -723,6 +770,17 @@ void heapd_root_pop(heapd_mutator *m, size_t n)
     if (mutator_orphaned(m))
         return; /* Note [A dead daemon] */
     atomic_store_explicit(&m->slot->root_depth, m->depth, memory_order_release);
+}
+
+void heapd_root_pop(heapd_mutator *m, size_t n)
+{
+    if (__builtin_expect(root_calm(m), 1)) {
+        m->depth = n >= m->depth ? 0 : m->depth - n;
+        atomic_store_explicit(&m->slot->root_depth, m->depth,
+                              memory_order_release);
+        return;
+    }
+    root_pop_general(m, n);
 }
 
 size_t heapd_root_depth(const heapd_mutator *m)

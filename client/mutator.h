@@ -136,6 +136,20 @@ static inline bool mutator_poll_due(const heapd_mutator *m)
          atomic_load_explicit(&m->remark_pending, memory_order_relaxed)) != 0,
         0);
 }
+/* Does M's next call need its safepoint, or one of the error paths: a
+ * poll due, an eviction, a closed connection, a fork?  The fast paths of
+ * the calls (Note [Fast paths of the calls] in client/mutator.c) test
+ * this first and leave the rest to the call's general path, which does
+ * every check again. */
+static inline bool mutator_attention(const heapd_mutator *m)
+{
+    const struct agent *a = &m->c->agent;
+    if (atomic_load_explicit(&m->slot->stop_request, memory_order_relaxed) |
+        atomic_load_explicit(&m->slot->evicted, memory_order_relaxed) |
+        atomic_load_explicit(&m->remark_pending, memory_order_relaxed))
+        return true;
+    return agent_is_closed(a) || agent_forked(a);
+}
 /* The safepoint poll (Note [Stop the world] in daemon/gc/safepoint.c), which
  * also services remark requests (Note [Remark requests]), for a caller
  * that has just made the eviction check (heapd_alloc: one load of it). */
