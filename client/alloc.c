@@ -8,7 +8,8 @@
  * and, if it is 0 (a free block) and nothing needs the mutator's
  * attention (a safepoint, a stop, a remark request, an eviction, a dead
  * daemon, a fork, a minor collection due), sets it to the current epoch
- * (allocate black, Note [Epoch-tagged marks]), zeroes the object, writes
+ * (allocate black, Note [Epoch-tagged marks]; a young mutator's, to
+ * LAYOUT_MARK_YOUNG), zeroes the object, writes
  * its header and returns: no lock, no system call, no message, and no
  * call, so that this path needs few callee-saved registers; everything
  * else (the poll, objects over ALLOC_ZERO_INLINE_MAX bytes, a mark not 0)

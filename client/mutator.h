@@ -144,6 +144,9 @@ static inline bool mutator_poll_due(const heapd_mutator *m)
 static inline bool mutator_attention(const heapd_mutator *m)
 {
     const struct agent *a = &m->c->agent;
+    /* mutator_poll_due's two words and the eviction mark in one test:
+     * written as mutator_poll_due(m) || the mark, heapd_alloc's fast path
+     * took 10.9 ns for 64 bytes instead of 10.0 (alloc_bench young) */
     if (atomic_load_explicit(&m->slot->stop_request, memory_order_relaxed) |
         atomic_load_explicit(&m->slot->evicted, memory_order_relaxed) |
         atomic_load_explicit(&m->remark_pending, memory_order_relaxed))
@@ -152,7 +155,7 @@ static inline bool mutator_attention(const heapd_mutator *m)
 }
 /* The safepoint poll (Note [Stop the world] in daemon/gc/safepoint.c), which
  * also services remark requests (Note [Remark requests]), for a caller
- * that has just made the eviction check (heapd_alloc: one load of it). */
+ * that has just made the eviction check (alloc_general: one load of it). */
 static inline void mutator_poll_checked(heapd_mutator *m)
 {
     if (mutator_poll_due(m))
