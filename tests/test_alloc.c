@@ -60,6 +60,12 @@ START_TEST(objects_and_accessors)
     heapd_root_set(m, 0, empty);
     ck_assert_ptr_eq(heapd_root_get(m, 0), empty);
     heapd_root_set(m, 0, o);
+    /* past the top, and far past the stack's memory: ignored */
+    heapd_root_set(m, 1, empty);
+    heapd_root_set(m, (size_t)1 << 40, empty); /* 8 TiB on: unmapped */
+    ck_assert_uint_eq(heapd_root_depth(m), 1);
+    ck_assert_ptr_null(heapd_root_get(m, 1));
+    ck_assert_ptr_eq(heapd_root_get(m, 0), o);
     heapd_root_pop(m, 5); /* more than there are: empties the stack */
     ck_assert_uint_eq(heapd_root_depth(m), 0);
 
