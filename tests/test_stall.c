@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "futex.h"
 #include "harness.h"
 #include "heapd.h"
 #include "layout.h"
@@ -143,16 +144,24 @@ enum victim {
     V_FORGE,       /* clears the stop word heapd sets in its slot */
 };
 
-/* Requests the agent left for a mutator's safepoint (Note [Remark
- * requests] in client/remark.c: the ones only a running mutator can
- * answer; the agent answers the others itself). */
-static size_t remark_queued(heapd_mutator *m)
+/* Acknowledge the stop under way, as a safepoint does, and wait for its
+ * release; but never service a remark request, which only a safepoint
+ * does: a request for a segment this process allocates in then waits
+ * for ever (Note [Remark requests] in client/remark.c).  heapd_safepoint
+ * would answer a request that comes while it waits in a stop: marking
+ * the global fan overflows as soon as the snapshot's stop is released,
+ * and a victim slow to wake (a loaded machine, ThreadSanitizer) could
+ * answer every cycle's request there.  Its C stack's capture stays the
+ * one of its last safepoint: its fan is a global's. */
+static void take_stop_only(heapd_mutator *m)
 {
-    struct client_remark *r = &m->c->remark;
-    hd_mutex_lock(&r->mu);
-    size_t n = r->n;
-    hd_mutex_unlock(&r->mu);
-    return n;
+    uint32_t gen = atomic_load(&m->slot->stop_request);
+    if (gen == 0)
+        return;
+    atomic_store(&m->slot->status, LAYOUT_STATUS(gen, LAYOUT_MUT_RUNNING));
+    futex_wake_all(&m->slot->status);
+    while (atomic_load(&m->slot->stop_request) == gen)
+        usleep(1000);
 }
 
 static void victim(heapd_mutator *m, enum victim v)
@@ -183,19 +192,10 @@ static void victim(heapd_mutator *m, enum victim v)
             }
             break;
         case V_REMARK:
-            /* while marking, no safepoint (it would answer) until a stop
-             * is asked of it; a request that comes meanwhile is never
-             * answered.  (Once answered, a segment is given back and
-             * rescanned by the daemon from then on: a request missed is
-             * not asked again.) */
-            while (atomic_load(&m->ctl->phase) == LAYOUT_PHASE_MARK &&
-                   atomic_load(&m->slot->stop_request) == 0) {
-                if (atomic_load(&m->remark_pending) && remark_queued(m))
-                    for (;;)
-                        pause(); /* never answers */
+            for (;;) {
+                take_stop_only(m);
                 usleep(1000);
             }
-            break;
         case V_BUSY:
             for (;;)
                 spin++;
