@@ -114,6 +114,12 @@ EOF
 check "a client program compiles and links with \$(pkg-config --cflags --libs heapd)" \
     bash -c 'cc -std=c11 -Wall -Wextra -Werror -o "$0/client" "$0/client.c" \
                 $(pkg-config --cflags --libs heapd)' "$work"
+check "with GCC its calls into libheapd go through the GOT, not a PLT stub (Note [Calls without the PLT])" \
+    bash -c 'if cc -dM -E - </dev/null | grep -q __clang__; then
+                 echo "cc is clang: it has no noplt"; exit 0; fi
+             calls=$(objdump -d "$0/client" | grep -E "call.*<heapd_[a-z_]+@") || exit 1
+             echo "$calls"
+             ! grep -q "@plt>" <<<"$calls"' "$work"
 check "it loads the installed libheapd" \
     bash -c 'LD_LIBRARY_PATH=$1 ldd "$0/client" | grep -F "libheapd.so.0 => $1/libheapd.so.0"' \
     "$work" "$libdir_d"
