@@ -608,9 +608,11 @@ void mutator_free_all(heapd_client *c)
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * The calls a program makes most (heapd_alloc, heapd_write, and here
  * heapd_root_push, heapd_root_set and heapd_root_pop) each begin with a
- * fast path that calls nothing, so that the compiler saves no
- * callee-saved register for it: it is taken when mutator_attention says
- * no safepoint is due and no error path applies, and nothing else the
+ * fast path that calls nothing, so that the compiler saves few
+ * callee-saved registers for it (none in these and heapd_write; four in
+ * heapd_alloc, Note [Allocation fast path]): it is taken when
+ * mutator_attention says no safepoint is due and no error path
+ * applies, and nothing else the
  * call's general path does would act (checked mode, the stack barrier of
  * a cycle that has not marked this stack yet, a full root stack); every
  * other case goes to the general path, which checks everything again.
