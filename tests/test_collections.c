@@ -220,6 +220,205 @@ START_TEST(map_operations)
 }
 END_TEST
 
+/* Note [Inline values]: "KEY=G" and the key's bytes again up to a length
+ * that varies with the key, so that buckets hold records of many sizes,
+ * HEAPD_MAP_INLINE_MAX among them. */
+static size_t inline_value(char *out, const char *key, unsigned i, unsigned g)
+{
+    size_t len = i % 97 == 0 ? HEAPD_MAP_INLINE_MAX : (i * 37) % 300;
+    int n = snprintf(out, HEAPD_MAP_INLINE_MAX + 1, "%s=%u;", key, g);
+    for (size_t k = (size_t)n; k < len; k++)
+        out[k] = (char)('a' + (k + i) % 26);
+    return len < (size_t)n ? (size_t)n : len;
+}
+
+/* Key I's name: short ones inline (Note [Inline keys]), every fifth one
+ * longer than a bucket keeps. */
+static void inline_key(char *out, size_t n, unsigned i)
+{
+    if (i % 5 == 0)
+        snprintf(out, n, "a-key-longer-than-an-entry-keeps:%08u", i);
+    else
+        key_name(out, n, i);
+}
+
+/* Does key I of MAP hold generation G's value, inline? */
+static bool inline_ok(heapd_mutator *m, void *map, unsigned i, unsigned g)
+{
+    char k[64], want[HEAPD_MAP_INLINE_MAX + 1];
+    inline_key(k, sizeof k, i);
+    size_t wlen = inline_value(want, k, i, g), len = 0;
+    const void *b = heapd_map_get_bytes(m, map, k, strlen(k), &len);
+    return b && len == wlen && memcmp(b, want, len) == 0;
+}
+
+static int put_inline(heapd_mutator *m, size_t r, unsigned i, unsigned g,
+                      unsigned flags)
+{
+    char k[64], v[HEAPD_MAP_INLINE_MAX + 1];
+    inline_key(k, sizeof k, i);
+    size_t len = inline_value(v, k, i, g);
+    return heapd_map_put_bytes(m, heapd_root_get(m, r), k, strlen(k), v, len,
+                               flags);
+}
+
+START_TEST(map_inline_values)
+{
+    coll_start();
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    size_t r = heapd_root_push(m, heapd_map_new(m, HEAPD_MAP_STR, 0));
+    /* from 8 slots through ten resizes, and collections: every third key
+     * holds a string object, the others inline values */
+    enum { N = 6000 };
+    for (unsigned i = 0; i < N; i++) {
+        int rc;
+        if (i % 3 == 0) {
+            char k[64];
+            inline_key(k, sizeof k, i);
+            rc = heapd_map_put_str(m, heapd_root_get(m, r), k, strlen(k),
+                                   make_value(m, k, 1), 0);
+        } else {
+            rc = put_inline(m, r, i, 1, 0);
+        }
+        ck_assert_msg(rc == 0, "insert %u: %d %s", i, rc, heapd_last_error());
+    }
+    harness_collect(m);
+    ck_assert_int_eq(heapd_map_verify(heapd_root_get(m, r)), N);
+    /* an object's value becomes inline, an inline one an object, and
+     * back; replaced in place */
+    for (unsigned i = 0; i < N; i += 2) {
+        if (i % 3 == 0) {
+            ck_assert_int_eq(put_inline(m, r, i, 2, 0), 1);
+        } else {
+            char k[64];
+            inline_key(k, sizeof k, i);
+            ck_assert_int_eq(heapd_map_put_str(m, heapd_root_get(m, r), k,
+                                               strlen(k),
+                                               make_value(m, k, 2),
+                                               HEAPD_MAP_IF_PRESENT), 1);
+        }
+    }
+    for (unsigned i = 1; i < N; i += 6) /* inline to inline */
+        ck_assert_int_eq(put_inline(m, r, i, 3, HEAPD_MAP_IF_PRESENT), 1);
+    for (unsigned i = 0; i < N; i += 7) {
+        char k[64];
+        inline_key(k, sizeof k, i);
+        ck_assert_int_eq(heapd_map_delete_str(m, heapd_root_get(m, r), k,
+                                              strlen(k)), 0);
+    }
+    harness_collect(m);
+    void *map = heapd_root_get(m, r);
+    unsigned present = 0;
+    for (unsigned i = 0; i < N; i++) {
+        char k[64];
+        inline_key(k, sizeof k, i);
+        size_t len;
+        errno = 0;
+        const void *b = heapd_map_get_bytes(m, map, k, strlen(k), &len);
+        if (i % 7 == 0) {
+            ck_assert_msg(!b && errno == ENOENT, "deleted key %u", i);
+            continue;
+        }
+        present++;
+        bool object = i % 2 == 0 ? i % 3 != 0 : i % 3 == 0;
+        unsigned g = i % 2 == 0 ? 2 : i % 6 == 1 ? 3 : 1;
+        if (!object) {
+            ck_assert_msg(inline_ok(m, map, i, g), "key %u: a wrong inline "
+                          "value", i);
+            errno = 0;
+            ck_assert_ptr_null(heapd_map_get_str(m, map, k, strlen(k)));
+            ck_assert_int_eq(errno, EINVAL);
+            ck_assert_ptr_nonnull(strstr(heapd_last_error(),
+                                         "heapd_map_get_bytes"));
+            continue;
+        }
+        /* an object's value: the string's bytes, by either call */
+        void *v = heapd_map_get_str(m, map, k, strlen(k));
+        unsigned vg;
+        ck_assert_msg(value_ok(v, k, &vg) && vg == g, "key %u", i);
+        ck_assert_ptr_eq(b, heapd_str_data(v));
+        ck_assert_uint_eq(len, heapd_str_len(v));
+    }
+    ck_assert_int_eq(heapd_map_verify(map), (int)present);
+    ck_assert_uint_eq(heapd_map_count(map), present);
+
+    /* iteration makes a string of an inline value */
+    heapd_map_iter it;
+    ck_assert_int_eq(heapd_map_iter_begin(m, map, &it), 0);
+    void *k, *v;
+    unsigned seen = 0;
+    while (heapd_map_iter_next(&it, &k, &v)) {
+        ck_assert(heapd_is_str(k) && heapd_is_str(v));
+        size_t len;
+        const void *b = heapd_map_get_bytes(
+            m, heapd_root_get(m, r), heapd_str_data(k), heapd_str_len(k),
+            &len);
+        ck_assert_ptr_nonnull(b);
+        ck_assert_uint_eq(len, heapd_str_len(v));
+        ck_assert(memcmp(b, heapd_str_data(v), len) == 0);
+        seen++;
+    }
+    ck_assert_int_eq(errno, 0);
+    heapd_map_iter_end(&it);
+    ck_assert_uint_eq(seen, present);
+
+    /* a pointer a C local holds keeps its bytes while the key is updated
+     * and the old entry is garbage (Note [Client GC discipline]) */
+    char key1[64], want[HEAPD_MAP_INLINE_MAX + 1];
+    inline_key(key1, sizeof key1, 1);
+    size_t wlen = inline_value(want, key1, 1, 3), len1;
+    const char *held = heapd_map_get_bytes(m, heapd_root_get(m, r), key1,
+                                           strlen(key1), &len1);
+    ck_assert_ptr_nonnull(held);
+    for (unsigned g = 10; g < 14; g++) {
+        ck_assert_int_eq(put_inline(m, r, 1, g, 0), 1);
+        harness_collect(m);
+    }
+    ck_assert_uint_eq(len1, wlen);
+    ck_assert_msg(memcmp(held, want, wlen) == 0, "the bytes held changed");
+    ck_assert(inline_ok(m, heapd_root_get(m, r), 1, 13));
+
+    /* refused */
+    map = heapd_root_get(m, r);
+    static char big[HEAPD_MAP_INLINE_MAX + 1];
+    ck_assert_int_eq(heapd_map_put_bytes(m, map, "k", 1, big, sizeof big, 0),
+                     -E2BIG);
+    ck_assert_ptr_nonnull(strstr(heapd_last_error(), "heapd_map_put_str"));
+    ck_assert_int_eq(heapd_map_put_bytes(m, map, "k", 1, NULL, 3, 0),
+                     -EINVAL);
+    ck_assert_int_eq(heapd_map_put_bytes(m, map, "k", 1, "v", 1, 0x80),
+                     -EINVAL);
+    ck_assert_int_eq(heapd_map_put_bytes(m, map, "k", 1, NULL, 0, 0), 0);
+    size_t len;
+    ck_assert_ptr_nonnull(heapd_map_get_bytes(m, heapd_root_get(m, r), "k",
+                                              1, &len));
+    ck_assert_uint_eq(len, 0);
+    map = heapd_root_get(m, r);
+    errno = 0;
+    ck_assert_ptr_null(heapd_map_get_bytes(m, map, "k", 1, NULL));
+    ck_assert_int_eq(errno, EINVAL);
+    void *kk = heapd_str_new(m, "k", 1);
+    size_t rk = heapd_root_push(m, kk);
+    void *other = make_value(m, "k", 1);
+    ck_assert_int_eq(heapd_map_replace(m, heapd_root_get(m, r),
+                                       heapd_root_get(m, rk), other, other),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(heapd_last_error(), "inline"));
+    heapd_root_pop(m, 1);
+    void *idmap = heapd_map_new(m, HEAPD_MAP_IDENTITY, 0);
+    ck_assert_int_eq(heapd_map_put_bytes(m, idmap, "k", 1, "v", 1, 0),
+                     -EINVAL);
+    ck_assert_int_eq(heapd_map_verify(heapd_root_get(m, r)),
+                     (int)present + 1);
+    heapd_root_pop(m, 1);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* Note [Map footprint]: with the map the heap's only object graph, what
  * the footprint counts is what a collection marks (the daemon counts
  * objects, not the room past them), and the parts are what the objects
@@ -391,6 +590,38 @@ START_TEST(map_damaged_by_a_client)
     ck_assert_int_eq(heapd_map_verify(map), -EUCLEAN);
     ck_assert_msg(strstr(heapd_last_error(), "hash"), "verify said: %s",
                   heapd_last_error());
+    /* an inline value's record length (Note [Inline values]): the only
+     * bucket whose value reference is NULL; its record follows its one
+     * key record */
+    size_t r3 = heapd_root_push(m, heapd_map_new(m, HEAPD_MAP_STR, 0));
+    ck_assert_int_eq(heapd_map_put_bytes(m, heapd_root_get(m, r3), "inl", 3,
+                                         "fifty", 5, 0), 0);
+    void *map3 = heapd_root_get(m, r3);
+    t = ((void **)map3)[0];
+    n = heapd_nrefs(t) - 1;
+    hit = false;
+    for (size_t i = 0; i < n && !hit; i++) {
+        void **b = t[1 + i];
+        size_t k = b ? heapd_nrefs(b) / 2 : 0;
+        for (size_t e = 0; e < k; e++)
+            if (!b[2 * e + 1]) {
+                ck_assert_uint_eq(k, 1);
+                uint32_t *len = (uint32_t *)((char *)heapd_bytes(b) + 8 +
+                                             32 * k);
+                ck_assert_uint_eq(*len, 5);
+                *len = 0xffff; /* a raw store */
+                hit = true;
+            }
+    }
+    ck_assert(hit);
+    size_t vlen;
+    errno = 0;
+    ck_assert_ptr_null(heapd_map_get_bytes(m, map3, "inl", 3, &vlen));
+    ck_assert_int_eq(errno, EUCLEAN);
+    ck_assert_int_eq(heapd_map_verify(map3), -EUCLEAN);
+    ck_assert_msg(strstr(heapd_last_error(), "record"), "verify said: %s",
+                  heapd_last_error());
+    heapd_root_pop(m, 1);
     /* the kind */
     uint32_t *kind = (uint32_t *)heapd_bytes(map) + 1;
     *kind = 0x77;
@@ -934,6 +1165,7 @@ static Suite *suite(void)
     tcase_add_test(t, map_footprint_is_what_the_collector_marks);
     tcase_add_test(t, map_kinds);
     tcase_add_test(t, map_damaged_by_a_client);
+    tcase_add_test(t, map_inline_values);
     tcase_add_test(t, queue_operations);
     suite_add_tcase(s, t);
     t = tcase_create("concurrent");

@@ -84,12 +84,25 @@ HEAPD_API void *heapd_map_new(heapd_mutator *m, unsigned kind,
 HEAPD_API bool heapd_is_map(const void *obj);
 
 /* The value of KEY, or NULL.  Not a safepoint: plain loads; the value may
- * be used until the caller's next safepoint. */
+ * be used until the caller's next safepoint.  NULL with errno EINVAL also
+ * for a value kept inline (heapd_map_put_bytes), which is not an object:
+ * heapd_map_get_bytes reads it. */
 HEAPD_API void *heapd_map_get(heapd_mutator *m, void *map, const void *key);
 /* The same for a key of BYTES[0..LEN) in a HEAPD_MAP_STR or
  * HEAPD_MAP_BYTES map. */
 HEAPD_API void *heapd_map_get_str(heapd_mutator *m, void *map,
                                   const void *bytes, size_t len);
+/* The bytes of the value of the key KEY[0..KLEN) (a HEAPD_MAP_STR or
+ * HEAPD_MAP_BYTES map), with their number in *LEN: a value kept inline
+ * (heapd_map_put_bytes), a string's characters, or another object's raw
+ * bytes (heapd_bytes).  Not a safepoint: plain loads, no copy.  The bytes
+ * stay as they are, and valid, while the caller holds the pointer, as
+ * any pointer into an object (Note [Client GC discipline] in heapd.h);
+ * a later update of the key makes a new copy.  NULL with errno ENOENT (no
+ * such key), EINVAL (bad arguments) or EUCLEAN (a damaged entry). */
+HEAPD_API const void *heapd_map_get_bytes(heapd_mutator *m, void *map,
+                                          const void *key, size_t klen,
+                                          size_t *len);
 
 /* Flags of heapd_map_put. */
 #define HEAPD_MAP_IF_ABSENT 0x1u  /* insert only: -EEXIST if KEY is there */
@@ -106,9 +119,21 @@ HEAPD_API int heapd_map_put(heapd_mutator *m, void *map, void *key,
 HEAPD_API int heapd_map_put_str(heapd_mutator *m, void *map,
                                 const void *bytes, size_t len, void *value,
                                 unsigned flags);
+/* The largest value heapd_map_put_bytes keeps inline. */
+#define HEAPD_MAP_INLINE_MAX 1024
+/* heapd_map_put_str with VALUE[0..VLEN) (at most HEAPD_MAP_INLINE_MAX
+ * bytes) kept in the map's own entry: no value object, one allocation
+ * per update, and one memory access less per lookup (Note [Inline
+ * values] in client/collections/map.c).  Safepoint.  The returns of
+ * heapd_map_put, and -E2BIG for a longer value. */
+HEAPD_API int heapd_map_put_bytes(heapd_mutator *m, void *map,
+                                  const void *key, size_t klen,
+                                  const void *value, size_t vlen,
+                                  unsigned flags);
 /* Set KEY's value to DESIRED if it is EXPECTED (compared by address).
  * Safepoint.  Returns 0 if it did, -EAGAIN if KEY's value is another,
- * -ENOENT if KEY is absent, or the errors of heapd_map_put. */
+ * -ENOENT if KEY is absent, -EINVAL if its value is kept inline, or the
+ * errors of heapd_map_put. */
 HEAPD_API int heapd_map_replace(heapd_mutator *m, void *map, void *key,
                                 void *expected, void *desired);
 /* Remove KEY.  Safepoint.  Returns 0, -ENOENT, or the errors of
@@ -153,15 +178,16 @@ HEAPD_API int heapd_map_footprint(heapd_mutator *m, const void *map,
  * seen exactly once, whatever is inserted, deleted or resized meanwhile;
  * a key inserted or deleted meanwhile is seen at most once.  The value
  * seen is one the key had during the iteration.  heapd_map_iter_begin
- * pushes three root slots (the table and the bucket being read, and a
- * key string made for a short key of a HEAPD_MAP_STR map, which the map
- * keeps as bytes only) and heapd_map_iter_end pops them: the caller's
+ * pushes four root slots (the table and the bucket being read, a key
+ * string made for a short key of a HEAPD_MAP_STR map, which the map keeps
+ * as bytes only, and a string made of a value kept inline) and
+ * heapd_map_iter_end pops them: the caller's
  * own pushes in between must be popped before.  Begin, next and end are
  * safepoints; a key and value next returns stay valid until the next
  * call of next or end. */
 typedef struct heapd_map_iter {
     heapd_mutator *m;
-    size_t root;        /* the first of the three root slots */
+    size_t root;        /* the first of the four root slots */
     size_t bucket;      /* the next bucket of the table to read */
     size_t pos;         /* the next entry of the bucket in the root */
     size_t nbuckets;
