@@ -18,8 +18,10 @@
  * digits: afterwards (not timed) the parent checks every key.
  *
  *   heapd       heapd_map_new(HEAPD_MAP_STR, KEYS) in a global; lookup
- *               heapd_map_get_str + heapd_str_data (zero copy); update
- *               heapd_str_new + heapd_map_put_str.  A lookup is not a
+ *               heapd_map_get_bytes (zero copy); update
+ *               heapd_map_put_bytes, the value kept in the map's entry
+ *               (--str-values: heapd_str_new + heapd_map_put_str, and
+ *               heapd_map_get_str + heapd_str_data).  A lookup is not a
  *               safepoint: a worker calls heapd_safepoint every 256
  *               operations (Note [Client GC discipline] in heapd.h) and
  *               waits for the start in a blocking region.
@@ -82,8 +84,8 @@
  * the default: the smallest table, 8 slots) and fills OLD keys (10,000)
  * as above, then forks two workers that start together: a writer that
  * inserts NEW keys (200,000; --quick 100,000) that were not there, OLD to
- * OLD + NEW - 1, heapd_str_new and heapd_map_put_str(HEAPD_MAP_IF_ABSENT)
- * each, timed like an update; and a reader that looks up random OLD keys
+ * OLD + NEW - 1, each an update's put with HEAPD_MAP_IF_ABSENT, timed
+ * like an update; and a reader that looks up random OLD keys
  * (as a lookup above, heapd_safepoint every 256) from the writer's first
  * insert until its last (words in a MAP_SHARED page: no sleeps, no system
  * call).  The map doubles when it holds more keys than its table has
@@ -322,16 +324,37 @@ static void h_root_map(void)
 /* Insert KEY, new, with the value VAL, or die naming WHAT was under way.
  * No safepoint between the string's birth and the put, which keeps its
  * arguments alive. */
-static void h_insert(const char key[KEY_BYTES], const char val[VALUE_BYTES],
-                     const char *what)
+/* Set KEY to VAL with FLAGS: inline, or (--str-values) a string. */
+static int h_put(const char key[KEY_BYTES], const char val[VALUE_BYTES],
+                 unsigned flags)
 {
+    if (!O.str_values)
+        return heapd_map_put_bytes(h_m, h_map, key, KEY_BYTES, val,
+                                   VALUE_BYTES, flags);
     void *v = heapd_str_new(h_m, val, VALUE_BYTES);
     if (!v)
         die("heapd_str_new: %s (%s)", strerror(errno), heapd_last_error());
-    int rc = heapd_map_put_str(h_m, h_map, key, KEY_BYTES, v,
-                               HEAPD_MAP_IF_ABSENT);
+    return heapd_map_put_str(h_m, h_map, key, KEY_BYTES, v, flags);
+}
+
+/* KEY's value's bytes and their number, or NULL. */
+static const char *h_get(const char key[KEY_BYTES], size_t *len)
+{
+    if (!O.str_values)
+        return heapd_map_get_bytes(h_m, h_map, key, KEY_BYTES, len);
+    void *v = heapd_map_get_str(h_m, h_map, key, KEY_BYTES);
+    if (!v)
+        return NULL;
+    *len = heapd_str_len(v);
+    return heapd_str_data(v);
+}
+
+static void h_insert(const char key[KEY_BYTES], const char val[VALUE_BYTES],
+                     const char *what)
+{
+    int rc = h_put(key, val, HEAPD_MAP_IF_ABSENT);
     if (rc != 0)
-        die("heapd_map_put_str(%.16s) while %s: %d %s (%s)", key, what, rc,
+        die("heapd insert of %.16s while %s: %d %s (%s)", key, what, rc,
             rc < 0 ? heapd_strerror(rc) : "replaced: the key was there",
             heapd_last_error());
 }
@@ -379,26 +402,21 @@ static void heapd_wopen(unsigned w)
 
 static uint64_t heapd_lookup(const char key[KEY_BYTES])
 {
-    void *v = heapd_map_get_str(h_m, h_map, key, KEY_BYTES);
-    if (!v)
-        die("heapd_map_get_str(%.16s): no value (%s)", key,
-            heapd_last_error());
-    if (heapd_str_len(v) != VALUE_BYTES)
-        die("heapd: key %.16s has a value of %zu bytes", key,
-            heapd_str_len(v));
-    const unsigned char *d = (const unsigned char *)heapd_str_data(v);
+    size_t len = 0;
+    const unsigned char *d = (const unsigned char *)h_get(key, &len);
+    if (!d)
+        die("heapd lookup of %.16s: no value (%s)", key, heapd_last_error());
+    if (len != VALUE_BYTES)
+        die("heapd: key %.16s has a value of %zu bytes", key, len);
     return (uint64_t)d[0] + d[VALUE_BYTES - 1];
 }
 
 static void heapd_update(const char key[KEY_BYTES],
                          const char val[VALUE_BYTES])
 {
-    void *v = heapd_str_new(h_m, val, VALUE_BYTES);
-    if (!v)
-        die("heapd_str_new: %s (%s)", strerror(errno), heapd_last_error());
-    int rc = heapd_map_put_str(h_m, h_map, key, KEY_BYTES, v, 0);
+    int rc = h_put(key, val, 0);
     if (rc != 1)
-        die("heapd_map_put_str(%.16s): %d %s (%s)", key, rc,
+        die("heapd update of %.16s: %d %s (%s)", key, rc,
             rc < 0 ? heapd_strerror(rc) : "inserted: the key was missing",
             heapd_last_error());
 }
@@ -450,9 +468,9 @@ static void heapd_finish(struct mem *mem)
     h_root_map();
     for (unsigned long k = 0; k < O.keys; k++) {
         key_of(key, k);
-        void *v = heapd_map_get_str(h_m, h_map, key, KEY_BYTES);
-        check_value(key, v ? heapd_str_data(v) : NULL,
-                    v ? heapd_str_len(v) : 0);
+        size_t len = 0;
+        const char *v = h_get(key, &len);
+        check_value(key, v, len);
         if (k % SAFEPOINT_EVERY == 0)
             heapd_safepoint(h_m);
     }
@@ -662,11 +680,11 @@ static void growth_finish(const struct wres *res, const struct mem *mem,
     h_root_map();
     for (unsigned long k = 0; k < total; k++) {
         key_of(key, k);
-        void *v = heapd_map_get_str(h_m, h_map, key, KEY_BYTES);
-        check_value(key, v ? heapd_str_data(v) : NULL,
-                    v ? heapd_str_len(v) : 0);
+        size_t len = 0;
+        const char *v = h_get(key, &len);
+        check_value(key, v, len);
         /* the writer's values end in '1', the fill's in '0' */
-        if (heapd_str_data(v)[VALUE_BYTES - 1] != (k < O.keys ? '0' : '1'))
+        if (v[VALUE_BYTES - 1] != (k < O.keys ? '0' : '1'))
             die("check: key %.16s holds another's value", key);
         if (k % SAFEPOINT_EVERY == 0)
             heapd_safepoint(h_m);
@@ -941,6 +959,8 @@ static void usage(FILE *f)
                "[--batch B] [--socket PATH]\n"
                "         [--redis-socket PATH] [--dir PATH] "
                "[--daemon-pid PID] [--sample-ms MS] [--quick]\n"
+               "         [--str-values (heapd: values as strings, not "
+               "inline)]\n"
                "       cache_bench --impl heapd --growth [--capacity CAP "
                "(0)] [--keys OLD (10000)]\n"
                "         [--ops NEW (200000; --quick: 100000)] "
@@ -964,6 +984,7 @@ int main(int argc, char **argv)
         {"quick", no_argument, NULL, 'q'},
         {"growth", no_argument, NULL, 'g'},
         {"capacity", required_argument, NULL, 'c'},
+        {"str-values", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -994,6 +1015,7 @@ int main(int argc, char **argv)
         case 'S': O.sample_ms = parse_count("--sample-ms", optarg); break;
         case 'q': quick = true; break;
         case 'g': O.growth = true; break;
+        case 'V': O.str_values = true; break;
         case 'c':
             /* 0 (the smallest table) is the default: parse_count takes
              * only > 0 */

@@ -30,6 +30,7 @@ struct opts {
     long daemon_pid;
     bool growth;            /* --growth: the map grows while one reads */
     unsigned long capacity; /* --growth: heapd_map_new's CAPACITY */
+    bool str_values;        /* --str-values: heapd's values are strings */
 };
 
 extern struct opts O;   /* the command line */
