@@ -155,7 +155,10 @@ struct bucket_meta {
  * 383, live data 16.6 MiB against 18.9; update p50 527 ns against 479,
  * as an update now copies the values of the other keys of its bucket
  * too (100,000 keys in 131,072 slots: half of the keys share theirs).
- * The records' bytes are
+ * So the bucket's lines are prefetched together (prefetch_bucket): with
+ * that, lookup p50 311 ns against 375 and update p50 527 against 479
+ * (5 runs each, interleaved with string values again), lookups per
+ * second 2.07 M against 1.90 M.  The records' bytes are
  * exactly what the bucket has past keys[]; a record that would reach
  * past them is damage (heapd_map_verify says so, lookups do not read
  * past the bucket).  heapd_map_get_bytes reads either kind of value;
@@ -411,6 +414,17 @@ static int check_key(unsigned kind, void **key, const char *call)
 
 /* ---- lookups: plain loads ---- */
 
+/* Ask for the lines of bucket B past the one its header is in, before
+ * that header's load says how long B is: a key's records and an inline
+ * value take three or four lines, and read one after another they are
+ * misses in a row (Note [Inline values]).  Past a short bucket's end the
+ * prefetches are wasted, never wrong: a prefetch does not fault. */
+static inline void prefetch_bucket(const void *b)
+{
+    for (unsigned line = 1; line <= 4; line++)
+        __builtin_prefetch((const char *)b - LAYOUT_WORD + 64 * line);
+}
+
 /* The bucket that holds P's key now, or NULL: the first bucket on the
  * path that is not frozen, or the last frozen one when the next table's
  * slot is not filled yet (Note [Map resize]). */
@@ -423,6 +437,7 @@ static void *lookup_bucket(void *map, uint64_t hash)
         void *b = coll_load(&table_slots(t)[hash & (n - 1)]);
         if (!b)
             return parent;
+        prefetch_bucket(b);
         if (!frozen(b))
             return b;
         parent = b;
@@ -869,6 +884,8 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
             size_t i = p.hash & (n - 1);
             slot = &table_slots(t)[i];
             b = coll_load(slot);
+            if (b)
+                prefetch_bucket(b);
             if (!frozen(b))
                 break;
             void *next = coll_load(&((void **)t)[0]);
