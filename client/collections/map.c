@@ -323,6 +323,27 @@ static void probe_key(struct probe *p, unsigned kind, void *key)
                                     : heapd_hash_bytes(p->bytes, p->len);
 }
 
+/* Are the first N (at most KEY_INLINE) bytes of A and B alike?  Eight
+ * at a time, inline: memcmp's call for a variable N took 5 % of the
+ * shared-cache benchmark's samples (1 worker, 20 % updates); inline, its
+ * lookups went from 2.36 to 2.43 M/s (medians of 12 runs, interleaved).
+ * B is read no further than N. */
+static inline bool inline_eq(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t x, y;
+        memcpy(&x, a + k, 8);
+        memcpy(&y, b + k, 8);
+        if (x != y)
+            return false;
+    }
+    for (; k < n; k++)
+        if (a[k] != b[k])
+            return false;
+    return true;
+}
+
 /* Is entry BK (key object STORED) P's key? */
 static inline bool key_matches(unsigned kind, const struct probe *p,
                                const struct bucket_key *bk, void *stored)
@@ -334,7 +355,7 @@ static inline bool key_matches(unsigned kind, const struct probe *p,
     if (bk->len != p->len)
         return false;
     size_t in = p->len < KEY_INLINE ? p->len : KEY_INLINE;
-    if (memcmp(bk->inl, p->bytes, in) != 0)
+    if (!inline_eq(bk->inl, p->bytes, in))
         return false;
     if (p->len <= KEY_INLINE)
         return true;
