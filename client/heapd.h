@@ -391,7 +391,10 @@ HEAPD_API void heapd_blocking_enter(heapd_mutator *m);
 HEAPD_API void heapd_blocking_leave(heapd_mutator *m);
 
 /* Ask for a collection.  With HEAPD_COLLECT_WAIT, return once a cycle that
- * started after the call has completed. */
+ * started after the call has completed; the client first gives back the
+ * free segments it holds in reserve for its mutators (Note [Reserve
+ * sizing] in client/reserve.c), so that the cycle returns them to the
+ * system too, and its next allocations refill it. */
 #define HEAPD_COLLECT_WAIT 0x1
 HEAPD_API int heapd_collect(heapd_mutator *m, int flags);
 

@@ -802,6 +802,12 @@ static int collect_call(heapd_client *c, heapd_mutator *m, int flags)
         return client_set_error(-EINVAL, "unknown collect flags 0x%x",
                                 (unsigned)flags);
     cr.wait = (flags & HEAPD_COLLECT_WAIT) != 0;
+    /* Note [Reserve sizing] in client/reserve.c: a program that waits for
+     * a collection gives its reserve back first, for that cycle's purge */
+    if (m && cr.wait) {
+        reserve_drain(c);
+        reserve_flush_returns(c);
+    }
     req.body_case = HEAPD__ENVELOPE__BODY_COLLECT_REQUEST;
     req.collect_request = &cr;
     rc = m ? mutator_call(m, &req, &rep) : agent_call(&c->agent, &req, &rep);

@@ -555,6 +555,64 @@ START_TEST(an_idle_heap_keeps_no_free_memory)
 }
 END_TEST
 
+/* Note [Reserve sizing]: a program that waits for a collection gives its
+ * reserve back first, and that cycle's purge returns it to the system.
+ * After 40 MB of small objects allocated as fast as one thread can (the
+ * reserve grows to several batches), all dropped, the client holds its
+ * current segment and no more, and the heap little beside it. */
+/* A chain of 40 MB of small objects in root slot R, in a frame of its
+ * own, gone before the collection scans the stack; the most segments
+ * the client held meanwhile. */
+static __attribute__((noinline)) uint64_t fill_chain(heapd_mutator *m,
+                                                    heapd_client *ctl,
+                                                    size_t r)
+{
+    uint64_t most_held = 0;
+    for (unsigned i = 0; i < 40u * 1024 * 1024 / 64; i++) {
+        void **o = heapd_alloc(m, 1, 48);
+        ck_assert_ptr_nonnull(o);
+        heapd_write(m, o, &o[0], heapd_root_get(m, r));
+        heapd_root_set(m, r, o);
+        if (i % 65536 == 0) {
+            heapd_blocking_enter(m);
+            heapd_stats_t st = harness_stats(ctl);
+            heapd_blocking_leave(m);
+            if (st.segments_owned > most_held)
+                most_held = st.segments_owned;
+        }
+    }
+    heapd_root_set(m, r, NULL);
+    return most_held;
+}
+
+START_TEST(a_waited_collection_takes_the_reserve_back)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    start();
+    harness_attach(&D, &c, &m);
+    heapd_client *ctl = harness_control(&D);
+    const struct layout_control *ctl_area = heapd_heap_base(c);
+    size_t r = heapd_root_push(m, NULL);
+    uint64_t most_held = fill_chain(m, ctl, r);
+    heapd_stats_t empty = idle_stats(m, ctl);
+    fprintf(stderr, "waited collection: the client held up to %" PRIu64
+            " segments while it allocated, %" PRIu64 " after; committed "
+            "%" PRIu64 "\n", most_held, empty.segments_owned,
+            empty.bytes_committed);
+    ck_assert_msg(most_held > 2, "the reserve never grew past %" PRIu64
+                  " segments: nothing to take back", most_held);
+    ck_assert_msg(empty.segments_owned <= 1, "after a waited collection "
+                  "the client holds %" PRIu64 " segments, its reserve "
+                  "among them", empty.segments_owned);
+    ck_assert_msg(empty.bytes_committed <
+                      ctl_area->segment_size + (4u << 20),
+                  "an idle heap of no live objects holds %" PRIu64
+                  " bytes", empty.bytes_committed);
+    finish(c, m, ctl, 0);
+}
+END_TEST
+
 /* Note [Reuse before growth]: a client that drops half its objects of a
  * size class at random and then allocates as many again fills the holes:
  * the class's segments grow by an eighth at most. */
@@ -766,6 +824,7 @@ static Suite *memory_suite(void)
     tcase_add_test(t, memory_limit_refuses_what_cannot_fit);
     tcase_add_test(t, memory_limit_leaves_the_holes_to_new_clients);
     tcase_add_test(t, an_idle_heap_keeps_no_free_memory);
+    tcase_add_test(t, a_waited_collection_takes_the_reserve_back);
     tcase_add_test(t, holes_are_refilled_before_new_segments);
     tcase_add_test(t, reuse_only_requests_are_answered_at_once);
     tcase_add_test(t, run_objects_share_segments);
