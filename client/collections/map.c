@@ -149,21 +149,20 @@ struct bucket_meta {
  * copied on every change anyway (Note [Shared map]), so an update builds
  * one object instead of a bucket and a value, and a lookup reads the
  * value from the lines after the key it compared instead of following a
- * third reference, its third dependent cache miss.  Measured on the
- * shared-cache benchmark (100-byte values, 1 worker, 20 % updates, 5
- * runs each, interleaved with string values): lookup p50 335 ns against
- * 383, live data 16.6 MiB against 18.9; update p50 527 ns against 479,
- * as an update now copies the values of the other keys of its bucket
+ * third reference, its third dependent cache miss; as a bucket now
+ * spans three or four lines, they are prefetched together
+ * (prefetch_bucket).  Measured on the shared-cache benchmark (100-byte
+ * values, 1 worker, 20 % updates, 5 runs each, interleaved with string
+ * values): 2.07 M lookups/s against 1.90 M, lookup p50 311 ns against
+ * 375, live data 16.6 MiB against 18.9; an update costs more, 527 ns
+ * against 479, as it copies the values of the other keys of its bucket
  * too (100,000 keys in 131,072 slots: half of the keys share theirs).
- * So the bucket's lines are prefetched together (prefetch_bucket): with
- * that, lookup p50 311 ns against 375 and update p50 527 against 479
- * (5 runs each, interleaved with string values again), lookups per
- * second 2.07 M against 1.90 M.  The records' bytes are
- * exactly what the bucket has past keys[]; a record that would reach
- * past them is damage (heapd_map_verify says so, lookups do not read
- * past the bucket).  heapd_map_get_bytes reads either kind of value;
- * heapd_map_get and heapd_map_get_str, which return an object, refuse an
- * inline one, and iteration makes it a string.
+ * The records' bytes are exactly what the bucket has past keys[]; a
+ * record that would reach past them is damage (heapd_map_verify says
+ * so, lookups do not read past the bucket).  heapd_map_get_bytes reads
+ * either kind of value; heapd_map_get and heapd_map_get_str, which
+ * return an object, refuse an inline one, and iteration makes it a
+ * string.
  */
 struct value_rec {
     uint32_t len;
