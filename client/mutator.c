@@ -816,6 +816,9 @@ static int collect_call(heapd_client *c, heapd_mutator *m, int flags)
     if (rep->body_case != HEAPD__ENVELOPE__BODY_COLLECT_DONE)
         rc = client_bad_reply(frame_body_name(&req), rep, NULL);
     heapd__envelope__free_unpacked(rep, NULL);
+    /* and what a refill out at the drain brought meanwhile */
+    if (rc == 0 && m && cr.wait)
+        reserve_settle(m);
     return rc;
 }
 

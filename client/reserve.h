@@ -86,6 +86,10 @@ void reserve_give_back(heapd_client *c, const uint32_t *segs, size_t n,
 void reserve_flush_returns(heapd_client *c);
 /* Give the reserve back to the daemon; returns how many segments. */
 int reserve_drain(heapd_client *c);
+/* After M waited for a collection: wait for a refill still out (a grant
+ * paced by that cycle comes at its end), then give back what the reserve
+ * holds (Note [Reserve sizing]).  A safepoint: a blocking region. */
+void reserve_settle(heapd_mutator *m);
 /* Take segment S out of the reserve if it waits there (1; the caller
  * returns it), or say it waits in the queue of full segments (2; flush
  * it), or is not there (0). */
