@@ -302,6 +302,17 @@ static int op_alloc(struct op *o, size_t k, size_t vb)
     return 0;
 }
 
+/* Entry J of bucket B's key record for P. */
+static inline void set_key(void *b, size_t j, const struct probe *p)
+{
+    struct bucket_key *bk = &bucket_meta(b)->keys[j];
+    bk->hash = p->hash;
+    bk->len = (uint32_t)p->len;
+    memset(bk->inl, 0, KEY_INLINE);
+    if (p->len)
+        memcpy(bk->inl, p->bytes, p->len < KEY_INLINE ? p->len : KEY_INLINE);
+}
+
 /* Append a record of BYTES[0..LEN) to o->pre's: empty if it does not fit
  * what op_alloc sized, which only damage met meanwhile can cause. */
 static void put_rec(struct op *o, const void *bytes, size_t len)

@@ -281,17 +281,6 @@ static inline long bucket_find(unsigned kind, void *b, const struct probe *p)
     return -1;
 }
 
-/* Entry J of bucket B's key record for P. */
-static inline void set_key(void *b, size_t j, const struct probe *p)
-{
-    struct bucket_key *bk = &bucket_meta(b)->keys[j];
-    bk->hash = p->hash;
-    bk->len = (uint32_t)p->len;
-    memset(bk->inl, 0, KEY_INLINE);
-    if (p->len)
-        memcpy(bk->inl, p->bytes, p->len < KEY_INLINE ? p->len : KEY_INLINE);
-}
-
 /* Note [Inline keys]
  * ~~~~~~~~~~~~~~~~~~
  * A key of a HEAPD_MAP_STR map that fits in its entry's KEY_INLINE bytes
