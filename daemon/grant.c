@@ -322,6 +322,12 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
     /* Note [Heap goal]: growth within the cap, but for a grant that has
      * waited for its cycle already */
     uint32_t grow = growth_room(h, final);
+    if (final && r->kind == GRANT_SMALL) {
+        /* ... by no more than the cap leaves, or one segment */
+        uint32_t within = growth_room(h, false);
+        within = within > 0 ? within : 1;
+        grow = within < grow ? within : grow;
+    }
     switch (r->kind) {
     case GRANT_SMALL:
         count = count < 1 ? 1 : count > GRANT_MAX ? GRANT_MAX : count;

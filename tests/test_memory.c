@@ -757,6 +757,88 @@ START_TEST(holes_are_refilled_before_new_segments)
 }
 END_TEST
 
+/* Note [Pacing]: a grant that waited for its cycle grows the heap by no
+ * more than the cap leaves, or by one segment.  A raw client takes blank
+ * segments four at a time until a grant says it waited (the heap is at
+ * its cap: nothing it holds is live, so no cycle moves the cap much), then
+ * sends eight such requests at once.  Each waits for a cycle and is given
+ * then; together they may take what the cap left after each cycle and one
+ * segment each, not four each (28 of 32 before the rule). */
+static Heapd__Envelope *raw_blank(int fd, uint64_t seq, bool send,
+                                  bool read)
+{
+    if (send) {
+        Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+        Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
+        sr.kind = HEAPD__SEGMENT_KIND__SEGMENT_SMALL;
+        sr.count = 4;
+        env.seq = seq;
+        env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
+        env.segment_request = &sr;
+        harness_send_env(fd, &env);
+    }
+    if (!read)
+        return NULL;
+    Heapd__Envelope *g = harness_read_env(fd, NULL);
+    ck_assert_msg(g && g->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT,
+                  "request %" PRIu64 ": no grant (%d)", seq,
+                  g ? (int)g->body_case : -1);
+    ck_assert_uint_ge(g->segment_grant->n_segments, 1);
+    return g;
+}
+
+START_TEST(waited_grants_grow_the_heap_by_a_segment_each)
+{
+    enum { ASK = 4, BURST = 8 };
+    struct harness_raw r;
+    start();
+    heapd_client *ctl = harness_control(&D);
+    harness_raw_mutator(D.sock, &r);
+    uint64_t seq = 1, held = 0;
+    bool waited = false;
+    while (!waited) {
+        Heapd__Envelope *g = raw_blank(r.sock, seq, true, true);
+        held += g->segment_grant->n_segments;
+        waited = g->segment_grant->waited;
+        heapd__envelope__free_unpacked(g, NULL);
+        ck_assert_msg(seq++ < 4096, "%" PRIu64 " segments taken and no "
+                      "grant waited: the heap has no cap", held);
+    }
+    heapd_stats_t before = harness_stats(ctl);
+    for (unsigned k = 0; k < BURST; k++)
+        raw_blank(r.sock, seq + k, true, false);
+    uint64_t given = 0, n_waited = 0;
+    for (unsigned k = 0; k < BURST; k++) {
+        Heapd__Envelope *g = raw_blank(r.sock, seq + k, false, true);
+        if (g->segment_grant->waited) {
+            given += g->segment_grant->n_segments;
+            n_waited++;
+        }
+        heapd__envelope__free_unpacked(g, NULL);
+    }
+    heapd_stats_t after = harness_stats(ctl);
+    uint64_t cycles = after.cycles_completed - before.cycles_completed;
+    /* what the cap may leave a cycle's waited grants: a bound, a quarter
+     * of the minimum budget (4 MiB) a cycle; 5 of 8 segments measured */
+    uint64_t room = cycles * ((4u << 20) / 4 / r.segment_size);
+    fprintf(stderr, "waited grants: %" PRIu64 " segments held at the cap, "
+            "%" PRIu64 " of %d requests waited, given %" PRIu64
+            " segments over %" PRIu64 " cycles\n", held, n_waited, BURST,
+            given, cycles);
+    ck_assert_msg(n_waited * ASK > room + n_waited, "too few waited (%"
+                  PRIu64 " over %" PRIu64 " cycles) to tell", n_waited,
+                  cycles);
+    ck_assert_msg(given <= room + n_waited, "%" PRIu64 " grants that "
+                  "waited took %" PRIu64 " segments past the cap",
+                  n_waited, given);
+    harness_raw_close(&r);
+    heapd_disconnect(ctl);
+    harness_still_serving(D.sock);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* SegmentRequest.reuse_only over the raw protocol: partly free segments
  * only, possibly none -- an empty grant, at once, never a blank segment
  * and never an error -- whatever classes it names. */
@@ -924,6 +1006,7 @@ static Suite *memory_suite(void)
     tcase_add_test(t, updates_keep_a_heap_with_a_core_to_its_goal);
     tcase_add_test(t, holes_are_refilled_before_new_segments);
     tcase_add_test(t, reuse_only_requests_are_answered_at_once);
+    tcase_add_test(t, waited_grants_grow_the_heap_by_a_segment_each);
     tcase_add_test(t, run_objects_share_segments);
     tcase_add_test(t, run_marks_a_client_forges_are_harmless);
     suite_add_tcase(s, t);
