@@ -321,11 +321,12 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
         collector_request(h);
     /* Note [Heap goal]: growth within the cap, but for a grant that has
      * waited for its cycle already */
-    uint32_t grow = growth_room(h, final);
+    uint32_t grow = growth_room(h, final), at_least = 0;
     if (final && r->kind == GRANT_SMALL) {
-        /* ... by no more than the cap leaves, or one segment */
+        /* ... by no more than the cap leaves; by one segment if nothing
+         * else, partly free, is there for it (the memory limit allowing) */
         uint32_t within = growth_room(h, false);
-        within = within > 0 ? within : 1;
+        at_least = grow > 0;
         grow = within < grow ? within : grow;
     }
     switch (r->kind) {
@@ -340,6 +341,10 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
                  : seg_grant_small(h, client, held, quota_segs(h, client),
                                    count, r->classes, grow, out->segs,
                                    out->formatted);
+        if (rc == -EAGAIN && at_least) /* it took nothing: one, then */
+            rc = seg_grant_small(h, client, held, quota_segs(h, client),
+                                 count, r->classes, at_least, out->segs,
+                                 out->formatted);
         out->n = rc > 0 ? rc : 0;
         for (int k = 0; k < out->n; k++)
             out->any_formatted |= out->formatted[k] != 0;

@@ -328,9 +328,12 @@ static uint64_t live_now(const struct heap *h)
  *     0.7 ms to 4-25 ms, GCBench took twice as long).  A grant that waited
  * is given when the cycle ends without being paced again, so no client
  * waits longer than one cycle; it grows the heap by no more than the cap
- * leaves, or by one segment when the cap leaves none (the shared cache's
- * two workers at 50 % updates, each taking a whole grant past the cap
- * after every wait, held 39-41 MiB; 35 MiB with this rule).  Allocation into blocks the heap already
+ * leaves, or by one segment when the cap leaves none and no partly free
+ * segment of its classes is there either (the shared cache's two workers
+ * at 50 % updates, each taking a whole grant past the cap after every
+ * wait, held 39-41 MiB, 35 MiB with this rule; one blank segment besides
+ * the partly free ones made a cache of 8M updates creep from 33.2 to 36.6
+ * MiB in 70 cycles, for a goal of 33.2).  Allocation into blocks the heap already
  * holds (partly free segments, Note [Reusing partly free segments])
  * never waits: it costs no memory.  (Go's GC assists and OCaml's major
  * slices pace the same way, by making the allocator pay.)
