@@ -105,6 +105,12 @@ static void release_current(heapd_mutator *m, unsigned cls)
     }
 }
 
+void alloc_release_current(heapd_mutator *m)
+{
+    for (unsigned k = 0; k < LAYOUT_NCLASSES; k++)
+        release_current(m, k);
+}
+
 void alloc_release_all(heapd_mutator *m)
 {
     uint32_t segs[LAYOUT_NCLASSES];

@@ -803,8 +803,10 @@ static int collect_call(heapd_client *c, heapd_mutator *m, int flags)
                                 (unsigned)flags);
     cr.wait = (flags & HEAPD_COLLECT_WAIT) != 0;
     /* Note [Reserve sizing] in client/reserve.c: a program that waits for
-     * a collection gives its reserve back first, for that cycle's purge */
+     * a collection gives its reserve and its current segments back first,
+     * for that cycle's purge */
     if (m && cr.wait) {
+        alloc_release_current(m);
         reserve_drain(c);
         reserve_flush_returns(c);
     }

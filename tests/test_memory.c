@@ -652,10 +652,11 @@ START_TEST(updates_keep_a_heap_with_a_core_to_its_goal)
 END_TEST
 
 /* Note [Reserve sizing]: a program that waits for a collection gives its
- * reserve back first, and that cycle's purge returns it to the system.
- * After 40 MB of small objects allocated as fast as one thread can (the
- * reserve grows to several batches), all dropped, the client holds its
- * current segment and no more, and the heap little beside it. */
+ * reserve and its current segments back first, and that cycle's purge
+ * returns them to the system.  After 40 MB of small objects allocated as
+ * fast as one thread can (the reserve grows to several batches), all
+ * dropped, the client holds no segment, and the heap little beside its
+ * control area; and the mutator allocates again. */
 /* A chain of 40 MB of small objects in root slot R, in a frame of its
  * own, gone before the collection scans the stack; the most segments
  * the client held meanwhile. */
@@ -698,13 +699,16 @@ START_TEST(a_waited_collection_takes_the_reserve_back)
             empty.bytes_committed);
     ck_assert_msg(most_held > 2, "the reserve never grew past %" PRIu64
                   " segments: nothing to take back", most_held);
-    ck_assert_msg(empty.segments_owned <= 1, "after a waited collection "
-                  "the client holds %" PRIu64 " segments, its reserve "
-                  "among them", empty.segments_owned);
+    ck_assert_msg(empty.segments_owned == 0, "after a waited collection "
+                  "the client holds %" PRIu64 " segments: its reserve or "
+                  "its current one", empty.segments_owned);
     ck_assert_msg(empty.bytes_committed <
                       ctl_area->segment_size + (4u << 20),
                   "an idle heap of no live objects holds %" PRIu64
                   " bytes", empty.bytes_committed);
+    void **o = heapd_alloc(m, 1, 48);
+    ck_assert_msg(o, "after a waited collection: %s", heapd_last_error());
+    ck_assert_ptr_null(o[0]);
     finish(c, m, ctl, 0);
 }
 END_TEST
