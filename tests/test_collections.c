@@ -590,36 +590,46 @@ START_TEST(map_damaged_by_a_client)
     ck_assert_int_eq(heapd_map_verify(map), -EUCLEAN);
     ck_assert_msg(strstr(heapd_last_error(), "hash"), "verify said: %s",
                   heapd_last_error());
-    /* an inline value's record length (Note [Inline values]): the only
-     * bucket whose value reference is NULL; its record follows its one
-     * key record */
+    /* an inline value's record length (Note [Inline values]): an inline
+     * key and an inline value make the only bucket without references
+     * (Note [Buckets without references]), its flags counting its one
+     * key; its record follows that key's */
     size_t r3 = heapd_root_push(m, heapd_map_new(m, HEAPD_MAP_STR, 0));
     ck_assert_int_eq(heapd_map_put_bytes(m, heapd_root_get(m, r3), "inl", 3,
                                          "fifty", 5, 0), 0);
     void *map3 = heapd_root_get(m, r3);
     t = ((void **)map3)[0];
     n = heapd_nrefs(t) - 1;
-    hit = false;
-    for (size_t i = 0; i < n && !hit; i++) {
+    uint32_t *flags = NULL, *len = NULL;
+    for (size_t i = 0; i < n && !len; i++) {
         void **b = t[1 + i];
-        size_t k = b ? heapd_nrefs(b) / 2 : 0;
-        for (size_t e = 0; e < k; e++)
-            if (!b[2 * e + 1]) {
-                ck_assert_uint_eq(k, 1);
-                uint32_t *len = (uint32_t *)((char *)heapd_bytes(b) + 8 +
-                                             32 * k);
-                ck_assert_uint_eq(*len, 5);
-                *len = 0xffff; /* a raw store */
-                hit = true;
-            }
+        if (!b || heapd_nrefs(b) != 0 || heapd_nbytes(b) == 8)
+            continue; /* none, or the map's empty bucket */
+        flags = (uint32_t *)heapd_bytes(b) + 1;
+        ck_assert_uint_eq(*flags >> 8, 1);
+        len = (uint32_t *)((char *)heapd_bytes(b) + 8 + 32);
     }
-    ck_assert(hit);
+    ck_assert_ptr_nonnull(len);
+    ck_assert_uint_eq(*len, 5);
+    *len = 0xffff; /* a raw store */
     size_t vlen;
     errno = 0;
     ck_assert_ptr_null(heapd_map_get_bytes(m, map3, "inl", 3, &vlen));
     ck_assert_int_eq(errno, EUCLEAN);
     ck_assert_int_eq(heapd_map_verify(map3), -EUCLEAN);
     ck_assert_msg(strstr(heapd_last_error(), "record"), "verify said: %s",
+                  heapd_last_error());
+    /* its count of keys: past its bytes, the keys stop where they do */
+    *len = 5;
+    ck_assert_int_eq(heapd_map_verify(map3), 1);
+    *flags += 200u << 8; /* a raw store */
+    const char *got = heapd_map_get_bytes(m, map3, "inl", 3, &vlen);
+    ck_assert_ptr_nonnull(got);
+    ck_assert_uint_eq(vlen, 5);
+    ck_assert(memcmp(got, "fifty", 5) == 0);
+    ck_assert_ptr_null(heapd_map_get_bytes(m, map3, "other", 5, &vlen));
+    ck_assert_int_eq(heapd_map_verify(map3), -EUCLEAN);
+    ck_assert_msg(strstr(heapd_last_error(), "counts"), "verify said: %s",
                   heapd_last_error());
     heapd_root_pop(m, 1);
     /* the kind */

@@ -8,7 +8,9 @@
  *   bucket  refs: key0, value0, key1, ...     bytes: tag, flags, keys[],
  *                                                     values
  * (key_i NULL for a string map's key kept inline: Note [Inline keys];
- * value_i NULL for a value kept in `values`: Note [Inline values])
+ * value_i NULL for a value kept in `values`: Note [Inline values]; no
+ * refs at all when every one would be NULL, the count of keys in flags:
+ * Note [Buckets without references] in map.h)
  * A bucket is immutable once a slot holds it: every change of a key's
  * value, every insert and every delete builds a new bucket (a copy with
  * the change) and installs it with ONE compare-and-swap of the table's
@@ -27,7 +29,8 @@
  *     so the bucket loaded cannot be freed and its address reused.
  * A slot of the first table holds NULL for "no keys"; an emptied slot
  * holds the map's shared empty bucket.  The copy costs a bucket per
- * update: 16 + 48 k bytes for k keys, and the records of inline values,
+ * update: 16 + 48 k bytes for k keys (16 + 32 k without references),
+ * and the records of inline values,
  * k about 1 at the map's load (one key per slot at most before it
  * grows).  In the shared-cache benchmark an update allocates that (and
  * the new value, unless it is kept inline), and the collector takes the
@@ -135,7 +138,7 @@ static void *lookup(void *map, const struct probe *p, const char *call)
     long i = lookup_entry(map, p, &b);
     if (i < 0)
         return NULL;
-    void *v = coll_load(&((void **)b)[2 * i + 1]);
+    void *v = entry_value(b, (size_t)i);
     if (!v) {
         client_set_error(-EINVAL, "%s: the key's value is inline bytes "
                          "(heapd_map_put_bytes): read it with "
@@ -216,7 +219,7 @@ const void *heapd_map_get_bytes(heapd_mutator *m, void *map,
         errno = ENOENT;
         return NULL;
     }
-    void *v = coll_load(&((void **)b)[2 * i + 1]);
+    void *v = entry_value(b, (size_t)i);
     if (v) { /* an object: a string's bytes, or its raw bytes */
         if (heapd_is_str(v)) {
             *len = heapd_str_len(v);
@@ -261,6 +264,8 @@ struct op {
     unsigned kind;
     void *pre;
     size_t pre_keys;
+    bool pre_refs;              /* two references a key, or none (Note
+                                   [Buckets without references]) */
     size_t pre_vbytes;          /* its value records' bytes */
     size_t pre_at;              /* the next record's offset in them */
     bool vinl;                  /* the value is VBYTES[0..VLEN), inline */
@@ -274,31 +279,37 @@ static inline void *op_root(struct op *o, unsigned r)
 }
 
 /* A fresh bucket for K keys and VB bytes of value records in o->pre
- * (K > 0), unless o->pre is one.  A safepoint if it allocates: returns 0
- * and the caller starts its step over (re-reading what it had), or a
- * negative errno; 1 if o->pre will do, its records to be written from
- * the start. */
-static int op_alloc(struct op *o, size_t k, size_t vb)
+ * (K > 0), with two references a key if REFS, else none (Note [Buckets
+ * without references]), unless o->pre is one.  A safepoint if it
+ * allocates: returns 0 and the caller starts its step over (re-reading
+ * what it had), or a negative errno; 1 if o->pre will do, its records to
+ * be written from the start. */
+static int op_alloc(struct op *o, size_t k, size_t vb, bool refs)
 {
-    if (o->pre && o->pre_keys == k && o->pre_vbytes == vb) {
+    if (o->pre && o->pre_keys == k && o->pre_vbytes == vb &&
+        o->pre_refs == refs) {
         o->pre_at = 0;
         return 1;
     }
     o->pre = NULL;
+    refs |= k > UINT32_MAX >> BUCKET_NKEYS_SHIFT; /* past what flags count */
     if (k > BUCKET_MAX_KEYS)
         return client_set_error(-E2BIG, "a map bucket would hold more than "
                                 "%zu keys: too many keys share one hash",
                                 BUCKET_MAX_KEYS);
-    void *b = heapd_alloc_shared(o->m, 2 * k,
+    size_t nrefs = refs ? 2 * k : 0;
+    void *b = heapd_alloc_shared(o->m, nrefs,
                                  sizeof(struct bucket_meta) +
                                      k * sizeof(struct bucket_key) + vb);
     if (!b)
         return -errno;
-    struct bucket_meta *bm = COLL_META(struct bucket_meta, b, 2 * k);
+    struct bucket_meta *bm = COLL_META(struct bucket_meta, b, nrefs);
     bm->tag = COLL_TAG_BUCKET;
+    bm->flags = refs ? 0 : (uint32_t)k << BUCKET_NKEYS_SHIFT;
     o->pre = b;
     o->pre_keys = k;
     o->pre_vbytes = vb;
+    o->pre_refs = refs;
     return 0;
 }
 
@@ -334,8 +345,9 @@ static void put_rec(struct op *o, const void *bytes, size_t len)
 /* Copy entry I of bucket FROM's key into entry J of o->pre. */
 static inline void copy_key(struct op *o, void *from, size_t i, size_t j)
 {
-    void **src = from, **dst = o->pre;
-    heapd_write(o->m, dst, &dst[2 * j], coll_load(&src[2 * i]));
+    void **dst = o->pre;
+    if (o->pre_refs)
+        heapd_write(o->m, dst, &dst[2 * j], entry_key(from, i));
     bucket_meta(dst)->keys[j] = bucket_meta(from)->keys[i];
 }
 
@@ -344,11 +356,12 @@ static inline void copy_key(struct op *o, void *from, size_t i, size_t j)
  * follow them. */
 static inline void copy_entry(struct op *o, void *from, size_t i, size_t j)
 {
-    void **src = from, **dst = o->pre;
+    void **dst = o->pre;
     copy_key(o, from, i, j);
-    void *v = coll_load(&src[2 * i + 1]);
+    void *v = entry_value(from, i);
     /* always written: a reused o->pre holds an earlier attempt's */
-    heapd_write(o->m, dst, &dst[2 * j + 1], v);
+    if (o->pre_refs)
+        heapd_write(o->m, dst, &dst[2 * j + 1], v);
     if (!v) {
         const struct value_rec *r = entry_rec(from, i);
         put_rec(o, r ? r->bytes : NULL, r ? r->len : 0);
@@ -372,11 +385,13 @@ static int fill(struct op *o, size_t i)
             continue;
         }
         size_t keys = bucket_keys(fb), k = 0, vb = 0;
+        bool refs = false;
         const struct bucket_meta *fm = bucket_meta(fb);
         for (size_t e = 0; e < keys; e++)
             if (((fm->keys[e].hash & n) != 0) == half) {
                 k++;
                 vb += entry_vbytes(fb, e);
+                refs |= entry_has_refs(fb, e);
             }
         if (k == 0) {
             void *map = op_root(o, R_MAP);
@@ -384,7 +399,7 @@ static int fill(struct op *o, size_t i)
                       coll_load(&((void **)map)[MAP_EMPTY]));
             continue;
         }
-        int rc = op_alloc(o, k, vb);
+        int rc = op_alloc(o, k, vb, refs);
         if (rc <= 0) {
             if (rc)
                 return rc;
@@ -423,7 +438,7 @@ static int migrate(struct op *o, size_t i)
         size_t vb = 0;
         for (size_t e = 0; e < k; e++)
             vb += entry_vbytes(b, e);
-        int rc = op_alloc(o, k, vb);
+        int rc = op_alloc(o, k, vb, nrefs_of(b) != 0);
         if (rc <= 0) {
             if (rc)
                 return rc;
@@ -431,12 +446,12 @@ static int migrate(struct op *o, size_t i)
         }
         for (size_t e = 0; e < k; e++)
             copy_entry(o, b, e, e);
-        bucket_meta(o->pre)->flags = BUCKET_FROZEN;
+        bucket_meta(o->pre)->flags |= BUCKET_FROZEN;
         if (heapd_cas(o->m, t, slot, b, o->pre)) {
             o->pre = NULL;
             break;
         }
-        bucket_meta(o->pre)->flags = 0;
+        bucket_meta(o->pre)->flags &= ~BUCKET_FROZEN;
     }
     coll_stop_in("map.resize.frozen");
     int rc = fill(o, i);
@@ -580,20 +595,19 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
                 return -EEXIST;
             if (at < 0 && (flags & HEAPD_MAP_IF_PRESENT))
                 return -ENOENT;
-            if (at >= 0 && !o->vinl &&
-                coll_load(&((void **)b)[2 * at + 1]) == value)
+            if (at >= 0 && !o->vinl && entry_value(b, (size_t)at) == value)
                 return 1;
             want = at >= 0 ? keys : keys + 1;
             break;
         case MODE_REPLACE:
             if (at < 0)
                 return -ENOENT;
-            if (!coll_load(&((void **)b)[2 * at + 1]))
+            if (!entry_value(b, (size_t)at))
                 return client_set_error(-EINVAL, "heapd_map_replace: the "
                                         "key's value is inline bytes "
                                         "(heapd_map_put_bytes), not an "
                                         "object to compare");
-            if (coll_load(&((void **)b)[2 * at + 1]) != expected)
+            if (entry_value(b, (size_t)at) != expected)
                 return -EAGAIN;
             want = keys;
             break;
@@ -621,10 +635,17 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
              * (Note [Inline values]) */
             size_t vb = o->vinl && mode != MODE_DELETE ? rec_size(o->vlen)
                                                        : 0;
+            /* references if a key or a value is an object (Note [Buckets
+             * without references]) */
+            bool refs = mode != MODE_DELETE &&
+                        (value || (at < 0 && !key_inline(o->kind, p.len)) ||
+                         (at >= 0 && entry_key(b, (size_t)at)));
             for (size_t e = 0; e < keys; e++)
-                if ((long)e != at)
+                if ((long)e != at) {
                     vb += entry_vbytes(b, e);
-            int rc = op_alloc(o, want, vb);
+                    refs |= entry_has_refs(b, e);
+                }
+            int rc = op_alloc(o, want, vb, refs);
             if (rc <= 0) {
                 if (rc)
                     return rc;
@@ -641,7 +662,8 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
                     continue;
                 /* the new value (DESIRED for replace) */
                 copy_key(o, b, e, j);
-                heapd_write(o->m, nb, &((void **)nb)[2 * j + 1], value);
+                if (refs)
+                    heapd_write(o->m, nb, &((void **)nb)[2 * j + 1], value);
                 if (o->vinl)
                     put_rec(o, o->vbytes, o->vlen);
                 j++;
@@ -649,9 +671,11 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
             if (at < 0) {
                 /* NULL for an inline key: Note [Inline keys] (a bucket
                  * built before for another entry may hold one there) */
-                heapd_write(o->m, nb, &((void **)nb)[2 * j],
-                            key_inline(o->kind, p.len) ? NULL : key);
-                heapd_write(o->m, nb, &((void **)nb)[2 * j + 1], value);
+                if (refs) {
+                    heapd_write(o->m, nb, &((void **)nb)[2 * j],
+                                key_inline(o->kind, p.len) ? NULL : key);
+                    heapd_write(o->m, nb, &((void **)nb)[2 * j + 1], value);
+                }
                 set_key(nb, j, &p);
                 if (o->vinl)
                     put_rec(o, o->vbytes, o->vlen);
@@ -947,7 +971,7 @@ bool heapd_map_iter_next(heapd_map_iter *it, void **key, void **value)
     for (;;) {
         void *b = heapd_root_get(it->m, it->root + IT_BUCKET);
         if (b && it->pos < bucket_keys(b)) {
-            void *k = coll_load(&((void **)b)[2 * it->pos]);
+            void *k = entry_key(b, it->pos);
             if (!k) { /* Note [Inline keys]: a string of its bytes */
                 const struct bucket_key *bk = &bucket_meta(b)->keys[it->pos];
                 k = heapd_str_new(it->m, bk->inl,
@@ -958,7 +982,7 @@ bool heapd_map_iter_next(heapd_map_iter *it, void **key, void **value)
                 heapd_root_set(it->m, it->root + IT_KEY, k);
                 b = heapd_root_get(it->m, it->root + IT_BUCKET);
             }
-            void *v = coll_load(&((void **)b)[2 * it->pos + 1]);
+            void *v = entry_value(b, it->pos);
             if (!v) { /* Note [Inline values]: a string of its bytes */
                 const struct value_rec *r = entry_rec(b, it->pos);
                 v = heapd_str_new(it->m, r ? r->bytes : NULL,
@@ -968,7 +992,7 @@ bool heapd_map_iter_next(heapd_map_iter *it, void **key, void **value)
                 heapd_root_set(it->m, it->root + IT_VALUE, v);
                 /* read again after the safepoint, as above */
                 b = heapd_root_get(it->m, it->root + IT_BUCKET);
-                k = coll_load(&((void **)b)[2 * it->pos]);
+                k = entry_key(b, it->pos);
                 if (!k)
                     k = heapd_root_get(it->m, it->root + IT_KEY);
             }

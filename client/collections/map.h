@@ -36,6 +36,7 @@ static inline size_t table_bytes(uint64_t n)
 }
 
 #define BUCKET_FROZEN 0x1u
+#define BUCKET_NKEYS_SHIFT 8 /* a bucket without references: its keys */
 #define KEY_INLINE 20 /* key bytes kept in the bucket */
 struct bucket_key {
     uint64_t hash;
@@ -117,9 +118,51 @@ static inline struct bucket_meta *bucket_meta(void *b)
     return COLL_META(struct bucket_meta, b, nrefs_of(b));
 }
 
+/* Note [Buckets without references]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A bucket whose every entry has an inline key (Note [Inline keys]) and
+ * an inline value (Note [Inline values]) has no reference field: every
+ * one would be NULL.  Its header says 0 references, and its flags, from
+ * bit BUCKET_NKEYS_SHIFT, how many keys it holds; its entries' key and
+ * value references read as NULL (entry_key, entry_value).  Any other
+ * bucket has two references per key, and its flags hold no count.  A
+ * count that reaches past the bucket's bytes is damage: its keys stop
+ * at the bytes (heapd_map_verify says so).  The shared cache's buckets
+ * (16-byte keys, 100-byte values) held 16 of a one-key bucket's 176
+ * bytes in two NULL references: without them its live data is 15.1 MiB,
+ * not 16.6, and the heap's goal with it.
+ */
 static inline size_t bucket_keys(const void *b)
 {
-    return nrefs_of(b) / 2;
+    size_t n = nrefs_of(b);
+    if (n)
+        return n / 2;
+    const struct bucket_meta *bm = b;
+    uint64_t h = __atomic_load_n((const uint64_t *)b - 1, __ATOMIC_RELAXED);
+    size_t nb = layout_header_nbytes(h), k = bm->flags >> BUCKET_NKEYS_SHIFT;
+    size_t most = nb > sizeof *bm ? (nb - sizeof *bm) /
+                                        sizeof(struct bucket_key)
+                                  : 0;
+    return k < most ? k : most;
+}
+
+/* Entry E of bucket B's key reference (NULL: inline) and its value's
+ * (NULL: inline), NULL both in a bucket without references (Note
+ * [Buckets without references]). */
+static inline void *entry_key(void *b, size_t e)
+{
+    return nrefs_of(b) ? coll_load(&((void **)b)[2 * e]) : NULL;
+}
+
+static inline void *entry_value(void *b, size_t e)
+{
+    return nrefs_of(b) ? coll_load(&((void **)b)[2 * e + 1]) : NULL;
+}
+
+/* Does entry E of bucket B need references: a key or a value object? */
+static inline bool entry_has_refs(void *b, size_t e)
+{
+    return entry_key(b, e) || entry_value(b, e);
 }
 
 /* The bytes of bucket B's value records (Note [Inline values]). */
@@ -141,11 +184,10 @@ static inline uint8_t *bucket_recs(void *b)
  * NULL if the records are damaged (Note [Inline values]). */
 static inline const struct value_rec *entry_rec(void *b, size_t e)
 {
-    void **refs = b;
     size_t at = 0, end = bucket_vbytes(b);
     const uint8_t *r = bucket_recs(b);
     for (size_t j = 0;; j++) {
-        if (j < e && coll_load(&refs[2 * j + 1]))
+        if (j < e && entry_value(b, j))
             continue;
         if (at > end || end - at < sizeof(struct value_rec))
             return NULL;
@@ -274,9 +316,8 @@ static inline long bucket_find(unsigned kind, void *b, const struct probe *p)
         return -1;
     size_t k = bucket_keys(b);
     const struct bucket_meta *bm = bucket_meta(b);
-    void **refs = b;
     for (size_t i = 0; i < k; i++)
-        if (key_matches(kind, p, &bm->keys[i], coll_load(&refs[2 * i])))
+        if (key_matches(kind, p, &bm->keys[i], entry_key(b, i)))
             return (long)i;
     return -1;
 }
@@ -351,7 +392,7 @@ static inline void *lookup_bucket(void *map, uint64_t hash)
  * values]); a damaged record is copied empty. */
 static inline size_t entry_vbytes(void *b, size_t e)
 {
-    if (coll_load(&((void **)b)[2 * e + 1]))
+    if (entry_value(b, e))
         return 0;
     const struct value_rec *r = entry_rec(b, e);
     return rec_size(r ? r->len : 0);

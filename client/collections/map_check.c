@@ -62,6 +62,12 @@ int heapd_map_verify(const void *obj)
                                     "something that is not a bucket",
                                     map, i);
         size_t k = bucket_keys(b), vb = 0;
+        if (!nrefs_of(b) && k != bucket_meta(b)->flags >> BUCKET_NKEYS_SHIFT)
+            return client_set_error(-EUCLEAN, "map %p: slot %zu: its "
+                                    "bucket counts %u keys and has bytes "
+                                    "for %zu", map, i,
+                                    (unsigned)(bucket_meta(b)->flags >>
+                                               BUCKET_NKEYS_SHIFT), k);
         for (size_t e = 0; e < k; e++)
             vb += entry_vbytes(b, e);
         if (vb != bucket_vbytes(b))
@@ -70,8 +76,8 @@ int heapd_map_verify(const void *obj)
                                     "and %zu bytes for them", map, i, vb,
                                     bucket_vbytes(b));
         for (size_t e = 0; e < k; e++) {
-            void *key = coll_load(&((void **)b)[2 * e]);
-            void *val = coll_load(&((void **)b)[2 * e + 1]);
+            void *key = entry_key(b, e);
+            void *val = entry_value(b, e);
             const struct bucket_key *bk = &bucket_meta(b)->keys[e];
             uint64_t h = bk->hash;
             if (!key && !key_inline(kind, bk->len))
@@ -191,8 +197,8 @@ int heapd_map_footprint(heapd_mutator *m, const void *obj,
         for (size_t e = 0; e < k; e++) {
             if (old && (bucket_meta(b)->keys[e].hash & (span - 1)) != i)
                 continue; /* the other new slot's half */
-            void *key = coll_load(&((void **)b)[2 * e]);
-            void *val = coll_load(&((void **)b)[2 * e + 1]);
+            void *key = entry_key(b, e);
+            void *val = entry_value(b, e);
             if (key)
                 count_object(m, key, &f.key_bytes, &f);
             if (val)
