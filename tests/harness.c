@@ -1006,16 +1006,21 @@ static uint8_t *raw_seg(const struct harness_raw *r, uint32_t seg)
     return (uint8_t *)(uintptr_t)(r->base + (uint64_t)seg * r->segment_size);
 }
 
-uint32_t harness_raw_segment(struct harness_raw *r, uint64_t seq)
+void harness_raw_ask_segments(int fd, uint64_t seq, uint32_t count)
 {
     Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     sr.kind = HEAPD__SEGMENT_KIND__SEGMENT_SMALL;
-    sr.count = 1;
+    sr.count = count;
     env.seq = seq;
     env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
     env.segment_request = &sr;
-    harness_send_env(r->sock, &env);
+    harness_send_env(fd, &env);
+}
+
+uint32_t harness_raw_segment(struct harness_raw *r, uint64_t seq)
+{
+    harness_raw_ask_segments(r->sock, seq, 1);
     Heapd__Envelope *g = harness_read_env(r->sock, NULL);
     ck_assert_msg(g && g->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT,
                   "no segment for the raw client");

@@ -247,6 +247,8 @@ void harness_raw_map(struct harness_raw *r);
 /* One small segment granted to R (request SEQ), formatted by hand for the
  * class of objects of two reference fields; the heap mapped at base. */
 uint32_t harness_raw_segment(struct harness_raw *r, uint64_t seq);
+/* Send a SegmentRequest for COUNT small segments as SEQ on FD. */
+void harness_raw_ask_segments(int fd, uint64_t seq, uint32_t count);
 /* Block B of segment SEG (from harness_raw_segment) made young, with
  * fields A and F: the mark first, as libheapd's allocator sets it.
  * Returns the object. */

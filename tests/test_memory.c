@@ -762,19 +762,6 @@ START_TEST(holes_are_refilled_before_new_segments)
 }
 END_TEST
 
-/* Request SEQ for four blank segments on FD. */
-static void raw_ask(int fd, uint64_t seq)
-{
-    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
-    Heapd__SegmentRequest sr = HEAPD__SEGMENT_REQUEST__INIT;
-    sr.kind = HEAPD__SEGMENT_KIND__SEGMENT_SMALL;
-    sr.count = 4;
-    env.seq = seq;
-    env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_REQUEST;
-    env.segment_request = &sr;
-    harness_send_env(fd, &env);
-}
-
 /* The grant of request SEQ on FD: its segments, and whether it waited. */
 static uint32_t raw_grant(int fd, uint64_t seq, bool *waited)
 {
@@ -836,7 +823,7 @@ START_TEST(waited_grants_grow_the_heap_by_a_segment_each)
     for (bool waited = false; !waited; seq++) {
         ck_assert_msg(seq < 4096, "%" PRIu64 " segments taken and no "
                       "grant waited: the heap has no cap", held);
-        raw_ask(r.sock, seq);
+        harness_raw_ask_segments(r.sock, seq, ASK);
         held += raw_grant(r.sock, seq, &waited);
     }
     FILE *f = fopen(hold, "w");
@@ -847,7 +834,7 @@ START_TEST(waited_grants_grow_the_heap_by_a_segment_each)
     for (unsigned k = 0; k < BURST; k++) {
         struct answered_or_paced a = {r.sock, ctl,
                                       harness_stats(ctl).grants_paced};
-        raw_ask(r.sock, seq + k);
+        harness_raw_ask_segments(r.sock, seq + k, ASK);
         harness_wait_until(answered_or_paced, &a, "a grant or its wait");
         struct pollfd pfd = {.fd = r.sock, .events = POLLIN};
         if (poll(&pfd, 1, 0) == 1 && n_waited == 0) {
