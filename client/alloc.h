@@ -55,10 +55,11 @@ static inline void alloc_zero_object(uint8_t *b, uint64_t size)
 void alloc_client_init(heapd_client *c);
 /* Give back the mutator's current segments (detach). */
 void alloc_release_all(heapd_mutator *m);
-/* The same, but for those its young generation tracks, which stay its
+/* The same, but for those a young generation tracks, which stay its
  * own: the segments go back, queued (reserve_flush_returns sends them),
  * and its next allocation of each class takes another (Note [Reserve
- * sizing] in client/reserve.c: a waited collection). */
+ * sizing] in client/reserve.c: a waited collection of a mutator that is
+ * not young). */
 void alloc_release_current(heapd_mutator *m);
 /* OUT: small segment IDX of class CLS as an allocation segment, its
  * cursor at the first block. */

@@ -806,7 +806,8 @@ static int collect_call(heapd_client *c, heapd_mutator *m, int flags)
      * a collection gives its reserve and its current segments back first,
      * for that cycle's purge */
     if (m && cr.wait) {
-        alloc_release_current(m);
+        if (!m->young_flags) /* a nursery's are its minor collections' */
+            alloc_release_current(m);
         reserve_drain(c);
         reserve_flush_returns(c);
     }

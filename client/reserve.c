@@ -39,10 +39,10 @@
  *     once a refill that was out then is in (reserve_settle): the
  *     fragmentation torture, right after its drop and first cycle, held
  *     2.11 to 2.44 times its live bytes, by what the reserve held then
- *     (4.8 to 16.2 MiB), and 2.08 to 2.10 times with it.  Its current
- *     segments go back with it (alloc_release_current; those its young
- *     generation tracks stay), so that the cycle sweeps their free
- *     room too: the torture's mutator held 48 of them, one a size class,
+ *     (4.8 to 16.2 MiB), and 2.08 to 2.10 times with it.  A mutator
+ *     that is not young gives its current segments back with it
+ *     (alloc_release_current; a nursery's are its minor collections' to
+ *     size and free), so that the cycle sweeps their free room too: the torture's mutator held 48 of them, one a size class,
  *     3.6 MiB committed for 0.3 MiB of blocks, and 2.07-2.09 times became
  *     2.03.  The batch stays: the next refill is one round trip, and the
  *     next allocation of a class takes a partly free segment of it.
