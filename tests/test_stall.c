@@ -9,6 +9,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -320,12 +321,20 @@ struct collecting {
     const char *what;
 };
 
-/* Ask for a cycle on every look, until the log says WHAT. */
+/* Ask for a cycle on every look, until the log says WHAT; what the
+ * cycles did meanwhile, should it never say so (did marking overflow,
+ * and were the segments to rescan sent to their owners or rescanned by
+ * heapd itself). */
 static bool cycles_until_logged(void *arg, char *seen, size_t n)
 {
     struct collecting *cl = arg;
     ck_assert_int_eq(heapd_request_collect(cl->ctl, 0), 0);
-    snprintf(seen, n, "'%s' not logged", cl->what);
+    heapd_stats_t st = harness_stats(cl->ctl);
+    snprintf(seen, n, "'%s' not logged; %" PRIu64 " cycles, %" PRIu64
+             " mark overflows, %" PRIu64 " segments sent to their owners "
+             "to rescan, %" PRIu64 " rescanned by heapd", cl->what,
+             st.cycles_completed, st.mark_overflows, st.remark_requests,
+             st.remark_global);
     return harness_log_contains(&D, cl->what);
 }
 
