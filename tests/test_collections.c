@@ -631,6 +631,51 @@ START_TEST(map_damaged_by_a_client)
     ck_assert_int_eq(heapd_map_verify(map3), -EUCLEAN);
     ck_assert_msg(strstr(heapd_last_error(), "counts"), "verify said: %s",
                   heapd_last_error());
+    /* its key made a long one (past the inline bytes) with the hash and
+     * the first bytes of the key looked up: no key object to compare the
+     * rest with, so no match and no crash */
+    *flags -= 200u << 8;
+    static const char long_key[] = "a key of thirty bytes, exactly";
+    struct {
+        uint64_t hash;
+        uint32_t len;
+        uint8_t inl[20];
+    } *bk = (void *)((char *)flags + 4);
+    ck_assert_uint_eq(bk->len, 3);
+    bk->hash = heapd_hash_bytes(long_key, 30); /* raw stores */
+    bk->len = 30;
+    memcpy(bk->inl, long_key, sizeof bk->inl);
+    errno = 0;
+    ck_assert_ptr_null(heapd_map_get_bytes(m, map3, long_key, 30, &vlen));
+    ck_assert_int_eq(errno, ENOENT);
+    ck_assert_int_eq(heapd_map_verify(map3), -EUCLEAN);
+    ck_assert_msg(strstr(heapd_last_error(), "NULL key"), "verify said: %s",
+                  heapd_last_error());
+    /* a BYTES map's key reference cleared: the same, where the key's
+     * bytes come from its object (which a lookup read at NULL - 8) */
+    void *bmap = heapd_map_new(m, HEAPD_MAP_BYTES, 0);
+    heapd_root_set(m, r3, bmap);
+    void *bkey = heapd_alloc(m, 0, 30);
+    ck_assert_ptr_nonnull(bkey);
+    memcpy(heapd_bytes(bkey), long_key, 30);
+    bmap = heapd_root_get(m, r3);
+    ck_assert_int_eq(heapd_map_put(m, bmap, bkey, bmap, 0), 0);
+    bmap = heapd_root_get(m, r3); /* the put was a safepoint */
+    t = ((void **)bmap)[0];
+    n = heapd_nrefs(t) - 1;
+    hit = false;
+    for (size_t i = 0; i < n && !hit; i++) {
+        void **b = t[1 + i];
+        if (b && heapd_nrefs(b) == 2 && b[0]) {
+            b[0] = NULL; /* a raw store */
+            hit = true;
+        }
+    }
+    ck_assert(hit);
+    ck_assert_ptr_null(heapd_map_get_str(m, bmap, long_key, 30));
+    ck_assert_int_eq(heapd_map_verify(bmap), -EUCLEAN);
+    ck_assert_msg(strstr(heapd_last_error(), "NULL key"), "verify said: %s",
+                  heapd_last_error());
     heapd_root_pop(m, 1);
     /* the kind */
     uint32_t *kind = (uint32_t *)heapd_bytes(map) + 1;

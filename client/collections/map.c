@@ -286,13 +286,13 @@ static inline void *op_root(struct op *o, unsigned r)
  * be written from the start. */
 static int op_alloc(struct op *o, size_t k, size_t vb, bool refs)
 {
+    refs |= k > UINT32_MAX >> BUCKET_NKEYS_SHIFT; /* past what flags count */
     if (o->pre && o->pre_keys == k && o->pre_vbytes == vb &&
         o->pre_refs == refs) {
         o->pre_at = 0;
         return 1;
     }
     o->pre = NULL;
-    refs |= k > UINT32_MAX >> BUCKET_NKEYS_SHIFT; /* past what flags count */
     if (k > BUCKET_MAX_KEYS)
         return client_set_error(-E2BIG, "a map bucket would hold more than "
                                 "%zu keys: too many keys share one hash",
@@ -662,7 +662,7 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
                     continue;
                 /* the new value (DESIRED for replace) */
                 copy_key(o, b, e, j);
-                if (refs)
+                if (o->pre_refs)
                     heapd_write(o->m, nb, &((void **)nb)[2 * j + 1], value);
                 if (o->vinl)
                     put_rec(o, o->vbytes, o->vlen);
@@ -671,7 +671,7 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
             if (at < 0) {
                 /* NULL for an inline key: Note [Inline keys] (a bucket
                  * built before for another entry may hold one there) */
-                if (refs) {
+                if (o->pre_refs) {
                     heapd_write(o->m, nb, &((void **)nb)[2 * j],
                                 key_inline(o->kind, p.len) ? NULL : key);
                     heapd_write(o->m, nb, &((void **)nb)[2 * j + 1], value);

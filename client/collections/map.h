@@ -186,8 +186,9 @@ static inline const struct value_rec *entry_rec(void *b, size_t e)
 {
     size_t at = 0, end = bucket_vbytes(b);
     const uint8_t *r = bucket_recs(b);
+    void **refs = nrefs_of(b) ? b : NULL;
     for (size_t j = 0;; j++) {
-        if (j < e && entry_value(b, j))
+        if (j < e && refs && coll_load(&refs[2 * j + 1]))
             continue;
         if (at > end || end - at < sizeof(struct value_rec))
             return NULL;
@@ -303,6 +304,8 @@ static inline bool key_matches(unsigned kind, const struct probe *p,
         return false;
     if (p->len <= KEY_INLINE)
         return true;
+    if (!stored)
+        return false; /* a long key with no object: damage (verify) */
     const void *b;
     size_t n;
     key_bytes(kind, stored, &b, &n);
@@ -316,8 +319,10 @@ static inline long bucket_find(unsigned kind, void *b, const struct probe *p)
         return -1;
     size_t k = bucket_keys(b);
     const struct bucket_meta *bm = bucket_meta(b);
+    void **refs = nrefs_of(b) ? b : NULL; /* read once: the lookup path */
     for (size_t i = 0; i < k; i++)
-        if (key_matches(kind, p, &bm->keys[i], entry_key(b, i)))
+        if (key_matches(kind, p, &bm->keys[i],
+                        refs ? coll_load(&refs[2 * i]) : NULL))
             return (long)i;
     return -1;
 }
