@@ -319,12 +319,12 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
     }
     if (over > 0)
         collector_request(h);
-    /* Note [Heap goal]: growth within the cap, but for a grant that has
-     * waited for its cycle already */
+    /* Note [Heap goal]: growth within the cap; a small grant that has
+     * waited for its cycle too, but it takes one segment past it if
+     * nothing partly free is there for it, the memory limit allowing
+     * (Note [Pacing]) */
     uint32_t grow = growth_room(h, final), at_least = 0;
     if (final && r->kind == GRANT_SMALL) {
-        /* ... by no more than the cap leaves; by one segment if nothing
-         * else, partly free, is there for it (the memory limit allowing) */
         uint32_t within = growth_room(h, false);
         at_least = grow > 0;
         grow = within < grow ? within : grow;

@@ -333,8 +333,8 @@ static uint64_t live_now(const struct heap *h)
  * at 50 % updates, each taking a whole grant past the cap after every
  * wait, held 39-41 MiB, 35 MiB with this rule; one blank segment besides
  * the partly free ones made a cache of 8M updates creep from 33.2 to 36.6
- * MiB in 70 cycles, for a goal of 33.2).  Allocation into blocks the heap already
- * holds (partly free segments, Note [Reusing partly free segments])
+ * MiB in 70 cycles, for a goal of 33.2).  Allocation into blocks the heap
+ * already holds (partly free segments, Note [Reusing partly free segments])
  * never waits: it costs no memory.  (Go's GC assists and OCaml's major
  * slices pace the same way, by making the allocator pay.)
  *
