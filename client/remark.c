@@ -36,7 +36,16 @@
  * grant, before it reads any later frame (remark_granted): a request can
  * only follow the grant it is about, so "not owned" always means
  * returned, never "granted, but the grant not yet handed to its caller".
- * Every path that returns a segment (return_segments) also answers a
+ * Every path that returns a segment (return_segments) makes it not
+ * owned and queues its SegmentReturn as one step under `mu`
+ * (remark_send_return), so that a thread that finds it not owned under
+ * `mu` sends its answer after the return, and a grant of the same
+ * segment, which the daemon may make as soon as it reads the return
+ * (Note [An empty segment comes back free] in daemon/gc/segment.c), is
+ * read after both: its bit stays set.  (Cleared after the send, the bit
+ * of a segment granted again in between would be lost, and a request
+ * for it answered RELEASED while a mutator allocates in it: the daemon
+ * would take it back and give it to another.)  That path also answers a
  * request queued for it.  So every request is answered once, by a thread
  * that may, and a client that returns everything -- heapd_disconnect --
  * has answered everything before it says Goodbye.  A client that dies
@@ -108,6 +117,16 @@ void remark_owned(heapd_client *c, const uint32_t *segs, size_t n, bool own)
             atomic_fetch_and_explicit(&r->owned[s / 64], ~bit,
                                       memory_order_release);
     }
+}
+
+void remark_send_return(heapd_client *c, const uint32_t *segs, size_t n,
+                        Heapd__Envelope *msg)
+{
+    struct client_remark *r = &c->remark;
+    hd_mutex_lock(&r->mu);
+    remark_owned(c, segs, n, false);
+    agent_send(&c->agent, msg);
+    hd_mutex_unlock(&r->mu);
 }
 
 /* With r->mu held. */

@@ -29,6 +29,10 @@ int remark_client_init(heapd_client *c);
 void remark_client_free(heapd_client *c);
 /* Small segments granted (OWN) or returned (!OWN). */
 void remark_owned(heapd_client *c, const uint32_t *segs, size_t n, bool own);
+/* Send MSG, the SegmentReturn of SEGS, and make them not owned, as one
+ * step under the remark lock (Note [Remark requests]). */
+void remark_send_return(heapd_client *c, const uint32_t *segs, size_t n,
+                        Heapd__Envelope *msg);
 /* Segments SEGS were just returned: answer their requests, if any. */
 void remark_returned(heapd_client *c, const uint32_t *segs, size_t n);
 /* Agent thread: the daemon asks (an agent on_remark callback). */

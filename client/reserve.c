@@ -164,10 +164,9 @@ static void return_segments(heapd_client *c, uint32_t *segs, size_t n)
     sr.segments = segs;
     msg.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_RETURN;
     msg.segment_return = &sr;
-    agent_send(&c->agent, &msg); /* a closed connection gives all back */
-    /* queued first, then no longer ours: a remark answer that says so
-     * follows the return (Note [Remark requests] in client/remark.c) */
-    remark_owned(c, segs, n, false);
+    /* no longer ours, and queued, as one step: Note [Remark requests] in
+     * client/remark.c (a closed connection gives all back) */
+    remark_send_return(c, segs, n, &msg);
     remark_returned(c, segs, n);
 }
 
