@@ -28,14 +28,19 @@ static struct heap H;
 static struct mark_job J;
 static struct config_heap CFG = {.name = "invariants"};
 
-/* A table of NSEGS segments: 2..4 OWNED, 5 FILLED and reusable, 6 a large
- * run of 3 (6 head, 7-8 tail), 10 FILLED orphan, the rest FREE;
- * high = 11.  Their memory reads as zero (recovery reads the marks of the
- * segments it orphans: Note [Young blocks of a client gone]). */
+/* A table of NSEGS segments: 2..4 OWNED, each with its one block in use,
+ * 5 FILLED and reusable, 6 a large run of 3 (6 head, 7-8 tail), 10
+ * FILLED orphan, the rest FREE; high = 11.  The rest of their memory
+ * reads as zero (recovery reads the marks of the segments it orphans:
+ * Note [Young blocks of a client gone]; an empty one would come back FREE:
+ * Note [An empty segment comes back free]), and no cycle runs. */
+static struct layout_control CONTROL;
 static void setup(void)
 {
     struct segtab *t = &H.segs;
     memset(&H, 0, sizeof H);
+    memset(&CONTROL, 0, sizeof CONTROL);
+    H.control = &CONTROL;
     H.cfg = &CFG;
     H.seg_shift = SHIFT;
     H.base = mmap(NULL, (size_t)NSEGS << SHIFT, PROT_READ | PROT_WRITE,
@@ -68,6 +73,8 @@ static void setup(void)
             t->segs[i].punched = 1; /* never taken, or given back */
         }
     }
+    for (uint32_t i = 2; i <= 4; i++) /* an epoch: a block in use */
+        layout_seg_marks((uint8_t *)H.base + ((size_t)i << SHIFT))[0] = 1;
     seg_recount_memory(t); /* Note [Purging free memory] */
     t->segs[6].run = 3;
     t->segs[7].run = t->segs[8].run = 6;

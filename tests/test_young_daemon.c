@@ -404,6 +404,137 @@ START_TEST(a_young_block_returned_is_a_verifier_failure)
 }
 END_TEST
 
+/* Segment S of R's heap, as mapped. */
+static uint8_t *raw_seg_at(const struct harness_raw *r, uint32_t s)
+{
+    return (uint8_t *)(uintptr_t)(r->base + (uint64_t)s * r->segment_size);
+}
+
+struct returned_wait {
+    heapd_client *c;
+    uint64_t owned_before;
+    uint64_t n;
+};
+
+static bool all_returned(void *arg, char *seen, size_t len)
+{
+    struct returned_wait *w = arg;
+    uint64_t owned = harness_stats(w->c).segments_owned;
+    snprintf(seen, len, "%llu segments owned, %llu before the return",
+             (unsigned long long)owned, (unsigned long long)w->owned_before);
+    return owned + w->n == w->owned_before;
+}
+
+/* Return SEGS[0..N) of raw client R as SEQ, and wait until the daemon
+ * has read it (C's stats: the segments owned). */
+static void raw_return(struct harness_raw *r, heapd_client *c, uint64_t seq,
+                       uint32_t *segs, size_t n)
+{
+    struct returned_wait w = {c, harness_stats(c).segments_owned, n};
+    Heapd__SegmentReturn sr = HEAPD__SEGMENT_RETURN__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    sr.n_segments = n;
+    sr.segments = segs;
+    env.seq = seq;
+    env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_RETURN;
+    env.segment_return = &sr;
+    harness_send_env(r->sock, &env);
+    harness_wait_until(all_returned, &w, "the segments are returned");
+}
+
+static bool marking(void *arg, char *seen, size_t len)
+{
+    heapd_stats_t st = harness_stats(arg);
+    snprintf(seen, len, "phase %u", st.phase);
+    return st.phase == 1;
+}
+
+/* Note [An empty segment comes back free] in daemon/gc/segment.c: of
+ * three formatted segments a nursery gives back while no cycle runs, the
+ * one never used and the one whose young block it freed are FREE at once;
+ * the one with a block in it is FILLED.  The next grant hands the empty
+ * ones out again, blank.  An empty one given back while a cycle marks
+ * (held: Note [Holding marking for tests]) is FILLED. */
+START_TEST(an_empty_segment_comes_back_free)
+{
+    char hold[64];
+    snprintf(hold, sizeof hold, "/tmp/heapd-hold-%d", (int)getpid());
+    setenv("HEAPD_TEST_HOLD_MARKING", hold, 1);
+    harness_start_with(&D, NULL);
+    unsetenv("HEAPD_TEST_HOLD_MARKING");
+    heapd_client *c;
+    heapd_mutator *mu;
+    harness_attach(&D, &c, &mu);
+    struct harness_raw r;
+    struct layout_mutator *m = raw_blocked_young(&r);
+    uint32_t unused = harness_raw_segment(&r, 2);
+    uint32_t freed = harness_raw_segment(&r, 3);
+    uint32_t used = harness_raw_segment(&r, 4);
+    harness_raw_young(&r, freed, 5, NULL, NULL);
+    harness_raw_young(&r, used, 5, NULL, NULL);
+    /* as a minor collection frees the one and promotes the other (an
+     * epoch: Note [Epoch-tagged marks]) */
+    __atomic_store_n(&layout_seg_marks(raw_seg_at(&r, freed))[5], 0,
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&layout_seg_marks(raw_seg_at(&r, used))[5], 1,
+                     __ATOMIC_RELAXED);
+    heapd_stats_t before = harness_stats(c);
+    ck_assert_uint_eq(before.phase, 0);
+    uint32_t segs[3] = {unused, freed, used};
+    raw_return(&r, c, 5, segs, 3);
+    heapd_stats_t after = harness_stats(c);
+    ck_assert_msg(after.cycles_completed == before.cycles_completed,
+                  "a cycle ran (%llu -> %llu): it could have freed them",
+                  (unsigned long long)before.cycles_completed,
+                  (unsigned long long)after.cycles_completed);
+    ck_assert_uint_eq(after.segments_filled, before.segments_filled + 1);
+    ck_assert_uint_eq(after.segments_free, before.segments_free + 2);
+
+    /* granted again first (committed), and blank */
+    harness_raw_ask_segments(r.sock, 6, 2);
+    Heapd__Envelope *g = harness_read_env(r.sock, NULL);
+    ck_assert_msg(g && g->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT,
+                  "no grant for the raw client");
+    ck_assert_uint_eq(g->segment_grant->n_segments, 2);
+    for (size_t k = 0; k < 2; k++) {
+        uint32_t s = g->segment_grant->segments[k];
+        ck_assert_msg(s == unused || s == freed,
+                      "segment %u granted, not %u or %u", s, unused, freed);
+        const struct layout_segment *hd = (const void *)raw_seg_at(&r, s);
+        ck_assert_uint_eq(__atomic_load_n(&hd->kind, __ATOMIC_ACQUIRE),
+                          LAYOUT_SEG_BLANK);
+        ck_assert_uint_eq(harness_raw_mark(&r, s, 5), 0);
+    }
+
+    /* while a cycle marks, an empty one is FILLED as before */
+    uint32_t again = g->segment_grant->segments[0];
+    heapd__envelope__free_unpacked(g, NULL);
+    struct layout_segment *ahd = (void *)raw_seg_at(&r, again);
+    ahd->size_class =
+        ((const struct layout_segment *)raw_seg_at(&r, used))->size_class;
+    __atomic_store_n(&ahd->kind, LAYOUT_SEG_SMALL, __ATOMIC_RELEASE);
+    FILE *f = fopen(hold, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    heapd_blocking_enter(mu); /* the snapshot's stop need not wait for us */
+    ck_assert_int_eq(heapd_request_collect(c, 0), 0);
+    harness_wait_until(marking, c, "a cycle is held in its mark");
+    before = harness_stats(c);
+    raw_return(&r, c, 7, &again, 1);
+    after = harness_stats(c);
+    unlink(hold);
+    heapd_blocking_leave(mu);
+    ck_assert_uint_eq(after.segments_filled, before.segments_filled + 1);
+    ck_assert_uint_eq(after.segments_free, before.segments_free);
+
+    munmap(m, LAYOUT_MUTATOR_BYTES);
+    harness_raw_close(&r);
+    heapd_detach(mu);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 #define YOUNG_SEGS 192 /* 24 MiB of young blocks: three goals of an empty
                           heap (4 MiB counted live, gc_overhead 100) */
 #define MORE_SEGS 64   /* and 8 MiB more */
@@ -474,6 +605,7 @@ static Suite *young_daemon_suite(void)
     tcase_add_test(t, references_to_young_objects_are_refused);
     tcase_add_test(t, a_young_block_returned_is_a_verifier_failure);
     tcase_add_test(t, young_memory_is_not_held_to_the_goal);
+    tcase_add_test(t, an_empty_segment_comes_back_free);
     suite_add_tcase(s, t);
     return s;
 }

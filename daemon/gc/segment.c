@@ -125,8 +125,9 @@
  *       that releases a segment its client still owns) or by seg_orphan
  *       (the client left, crashed or was evicted; a client kept across a
  *       restart did not come back, resume.c; at startup, seg_recover
- *       keeps no other owner): FILLED, or FREE if it is blank and not
- *       fenced.
+ *       keeps no other owner): FILLED, or FREE if it is not fenced and
+ *       blank, or empty while no cycle runs (Note [An empty segment
+ *       comes back free]).
  *   (5) seg_release, from the sweep's release: the state still the one
  *       swept, not fenced, nothing in it live (or, its class unknown,
  *       nothing referred to it: Note [A segment leaves its owner]).  A
@@ -825,7 +826,8 @@ uint8_t seg_class(struct heap *h, uint32_t i)
  * becomes FILLED with the class the daemon has parsed it by (seg.cls,
  * cached by seg_class from the first valid header it read), or, if it
  * never read one, with the class the header says now; a blank one
- * becomes FREE.  A header that gives no class (its owner scribbled on it
+ * becomes FREE, and so does an empty one while no cycle runs (Note [An
+ * empty segment comes back free]).  A header that gives no class (its owner scribbled on it
  * before any cycle parsed it) leaves the segment FILLED with no class,
  * counted in bad_refs: the daemon cannot tell its blocks apart, and other
  * clients may still hold references to the objects its owner made there.
@@ -843,6 +845,38 @@ uint8_t seg_class(struct heap *h, uint32_t i)
  * heap for good; fuzz/fuzz_shared.c met that within its first 300
  * inputs.)
  */
+/* Note [An empty segment comes back free]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * An OWNED small segment given back (or left by a client that went)
+ * while no cycle runs, with every mark byte 0, holds no block: it becomes
+ * FREE at once, committed, not FILLED until a sweep finds it empty.  Its
+ * header is zeroed when it is granted again, as every committed FREE
+ * segment's is (seg_grant_small).  A mark 0 is a free block in every life
+ * of a segment (Note [Epoch-tagged marks]: no epoch is 0), and between
+ * cycles no mark goes from 0 to another value but by an owner's
+ * allocation, nor from another value to 0 but by a young mutator's own
+ * sweep: what the scan reads is settled, and nothing in the segment can be
+ * live, nor become so (the marker follows no reference to a block whose
+ * mark is 0: validate.c).  While a cycle runs, its sweepers free blocks of
+ * OWNED segments without the heap lock and its markers set marks, so a
+ * scan then reads marks on the move: such a return stays FILLED, as every
+ * return did before (with the rule at every phase, test_discipline's
+ * pattern logged references into a FREE segment in 1 run of 3 under
+ * load).  These are a young generation's segments, mostly: a nursery that
+ * grew for a large structure under construction returns what its spares
+ * cannot keep once the structure dies.  Kept FILLED, they counted against
+ * the heap's cap until a cycle swept them, and the nursery's next growth
+ * waited for that cycle: binary-trees, depth 20, 2 processes, each worker
+ * waited 290-350 ms of its 2.7 s for grants paced three times, with both
+ * cores idle meanwhile.
+ */
+static bool marks_all_free(const uint8_t *marks, uint32_t n)
+{
+    /* all the same as the first, and the first 0: memcmp's speed */
+    return n == 0 || (__atomic_load_n(&marks[0], __ATOMIC_RELAXED) == 0 &&
+                      memcmp(marks, marks + 1, n - 1) == 0);
+}
+
 static void unown_small(struct heap *h, uint32_t i)
 {
     struct seg *s = &h->segs.segs[i];
@@ -856,6 +890,14 @@ static void unown_small(struct heap *h, uint32_t i)
     if (cls == SEG_CLASS_UNKNOWN && !s->fenced &&
         __atomic_load_n(&hd->kind, __ATOMIC_ACQUIRE) == LAYOUT_SEG_BLANK) {
         make_free(h, i); /* never used */
+        return;
+    }
+    /* Note [An empty segment comes back free] */
+    if (cls != SEG_CLASS_UNKNOWN && !s->fenced &&
+        atomic_load(&h->control->phase) == LAYOUT_PHASE_IDLE &&
+        marks_all_free(layout_seg_marks((void *)hd),
+                       h->segs.small_nblocks[cls])) {
+        make_free(h, i);
         return;
     }
     if (cls == SEG_CLASS_UNKNOWN) {
