@@ -1018,6 +1018,19 @@ void harness_raw_ask_segments(int fd, uint64_t seq, uint32_t count)
     harness_send_env(fd, &env);
 }
 
+void harness_raw_return_segments(int fd, uint64_t seq, uint32_t *segs,
+                                 size_t n)
+{
+    Heapd__SegmentReturn sr = HEAPD__SEGMENT_RETURN__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    sr.n_segments = n;
+    sr.segments = segs;
+    env.seq = seq;
+    env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_RETURN;
+    env.segment_return = &sr;
+    harness_send_env(fd, &env);
+}
+
 uint32_t harness_raw_segment(struct harness_raw *r, uint64_t seq)
 {
     harness_raw_ask_segments(r->sock, seq, 1);

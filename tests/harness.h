@@ -249,6 +249,9 @@ void harness_raw_map(struct harness_raw *r);
 uint32_t harness_raw_segment(struct harness_raw *r, uint64_t seq);
 /* Send a SegmentRequest for COUNT small segments as SEQ on FD. */
 void harness_raw_ask_segments(int fd, uint64_t seq, uint32_t count);
+/* Send a SegmentReturn of SEGS[0..N) as SEQ on FD (no reply comes). */
+void harness_raw_return_segments(int fd, uint64_t seq, uint32_t *segs,
+                                 size_t n);
 /* Block B of segment SEG (from harness_raw_segment) made young, with
  * fields A and F: the mark first, as libheapd's allocator sets it.
  * Returns the object. */

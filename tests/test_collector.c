@@ -449,14 +449,7 @@ START_TEST(returning_segments_not_ours_is_ignored)
     uint64_t rejected = rejected_after(fd, 1);
     heapd_stats_t st0 = harness_stats(c);
     uint32_t segs[3] = {0, 5, 999999};
-    Heapd__SegmentReturn ret = HEAPD__SEGMENT_RETURN__INIT;
-    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
-    ret.n_segments = 3;
-    ret.segments = segs;
-    env.seq = 0;
-    env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_RETURN;
-    env.segment_return = &ret;
-    harness_send_env(fd, &env);
+    harness_raw_return_segments(fd, 0, segs, 3);
     ck_assert_uint_eq(rejected_after(fd, 7), rejected + 3);
     heapd_stats_t st1 = harness_stats(c);
     ck_assert_uint_eq(st1.segments_owned, st0.segments_owned);

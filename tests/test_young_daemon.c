@@ -362,14 +362,7 @@ START_TEST(a_young_block_returned_is_a_verifier_failure)
     struct layout_mutator *m = raw_blocked_young(&r);
     uint32_t seg = harness_raw_segment(&r, 2);
     harness_raw_young(&r, seg, 0, NULL, NULL);
-    Heapd__SegmentReturn sr = HEAPD__SEGMENT_RETURN__INIT;
-    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
-    sr.n_segments = 1;
-    sr.segments = &seg;
-    env.seq = 3;
-    env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_RETURN;
-    env.segment_return = &sr;
-    harness_send_env(r.sock, &env);
+    harness_raw_return_segments(r.sock, 3, &seg, 1);
     heapd_stats_t before = harness_stats(c);
     /* the second cycle starts after the return was read (the first may
      * have started before) */
@@ -431,14 +424,7 @@ static void raw_return(struct harness_raw *r, heapd_client *c, uint64_t seq,
                        uint32_t *segs, size_t n)
 {
     struct returned_wait w = {c, harness_stats(c).segments_owned, n};
-    Heapd__SegmentReturn sr = HEAPD__SEGMENT_RETURN__INIT;
-    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
-    sr.n_segments = n;
-    sr.segments = segs;
-    env.seq = seq;
-    env.body_case = HEAPD__ENVELOPE__BODY_SEGMENT_RETURN;
-    env.segment_return = &sr;
-    harness_send_env(r->sock, &env);
+    harness_raw_return_segments(r->sock, seq, segs, n);
     harness_wait_until(all_returned, &w, "the segments are returned");
 }
 
