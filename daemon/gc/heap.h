@@ -173,7 +173,7 @@ struct heap {
 
 /* heap->lock, taken and released only through these (Note [Checked lock
  * rules] in proto/lock.h); a release checks the segment table in debug
- * builds (Note [Checking the segment table] in segment.c). */
+ * builds (Note [Checking the segment table] in segtab_check.c). */
 #define heap_lock(h) hd_mutex_lock(&(h)->lock)
 #define heap_trylock(h) hd_mutex_trylock(&(h)->lock)
 #define heap_unlock(h) heap_unlock_((h), __func__, __FILE__, __LINE__)

@@ -50,7 +50,7 @@
  * private memory, not in the live table: after a restart they start
  * empty, and the table counts those pages as committed though they are
  * not -- an overcount, never an undercount.  The checker recounts both
- * figures (Note [Checking the segment table] in segment.c).
+ * figures (Note [Checking the segment table] in segtab_check.c).
  *
  * Why pages and not only segments: after a map's two worker processes
  * exited, three cycles left 88 MiB committed for 17 MiB of live data, in

@@ -84,7 +84,8 @@ static bool valid_seg(const struct heap *h, uint32_t i)
  * only on a RESCANNING or SENT segment; a SENT one names the client it
  * went to.  The walk is O(segments in use) and j->mu is taken for every
  * segment flagged or rescanned, so it is sampled like the segment table's
- * check (seg_check_due, Note [Checking the segment table] in segment.c).
+ * check (seg_check_due, Note [Checking the segment table] in
+ * segtab_check.c).
  */
 bool remark_check(const struct mark_job *j)
 {

@@ -339,7 +339,7 @@ uint32_t seg_punch_strays(struct heap *h);
  * walk of the table under the lock) unless there are strays. */
 #define SEG_STRAYS_EVERY_MS 1000u
 
-/* Note [Checking the segment table] in segment.c: true iff T's counters
+/* Note [Checking the segment table] in segtab_check.c: true iff T's counters
  * and bitmaps agree with a recount of its states; logs what disagrees.
  * With heap->lock held (or T not shared). */
 bool segtab_check(const struct segtab *t);
