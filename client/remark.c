@@ -123,6 +123,7 @@ void remark_send_return(heapd_client *c, const uint32_t *segs, size_t n,
                         Heapd__Envelope *msg)
 {
     struct client_remark *r = &c->remark;
+    /* mu, then the agent's: the agent calls no hook with its own held */
     hd_mutex_lock(&r->mu);
     remark_owned(c, segs, n, false);
     agent_send(&c->agent, msg);

@@ -44,8 +44,9 @@
  *     (alloc_release_current; a nursery's are its minor collections' to
  *     size and free), so that the cycle sweeps their free room too: the
  *     torture's mutator held 48 of them, one a size class, 3.6 MiB
- *     committed for 0.3 MiB of blocks, and 2.07-2.09 times became 2.03.  The batch stays: the next refill is one round trip, and the
- *     next allocation of a class takes a partly free segment of it.
+ *     committed for 0.3 MiB of blocks, and 2.07-2.09 times became 2.03.
+ *     The batch stays: the next refill is one round trip, and the next
+ *     allocation of a class takes a partly free segment of it.
  * RESERVE_START is small, two segments: what bounds a reserve from above
  * is batch_cap and the daemon's cap, and a client that needs more gets
  * there in a few doubled refills, while one that allocates little holds

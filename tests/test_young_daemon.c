@@ -435,12 +435,13 @@ static bool marking(void *arg, char *seen, size_t len)
     return st.phase == 1;
 }
 
-/* Note [An empty segment comes back free] in daemon/gc/segment.c: of
- * three formatted segments a nursery gives back while no cycle runs, the
- * one never used and the one whose young block it freed are FREE at once;
- * the one with a block in it is FILLED.  The next grant hands the empty
- * ones out again, blank.  An empty one given back while a cycle marks
- * (held: Note [Holding marking for tests]) is FILLED. */
+/* Note [An empty segment comes back free] in daemon/gc/segment.c: of three
+ * formatted segments a nursery gives back while no cycle runs, the one
+ * never used and the one whose young block it freed are FREE at once; the
+ * one with a block in it is FILLED.  The next grant hands the empty ones
+ * out again, blank, though their client wrote into them since.  An empty
+ * one given back while a cycle marks (held: Note [Holding marking for
+ * tests]) is FILLED. */
 START_TEST(an_empty_segment_comes_back_free)
 {
     char hold[64];
@@ -476,7 +477,13 @@ START_TEST(an_empty_segment_comes_back_free)
     ck_assert_uint_eq(after.segments_filled, before.segments_filled + 1);
     ck_assert_uint_eq(after.segments_free, before.segments_free + 2);
 
-    /* granted again first (committed), and blank */
+    /* its last owner scribbles on what it gave back: a mark, a class */
+    for (int k = 0; k < 2; k++) {
+        uint8_t *seg = raw_seg_at(&r, k ? freed : unused);
+        __atomic_store_n(&layout_seg_marks(seg)[5], 7, __ATOMIC_RELAXED);
+        ((struct layout_segment *)seg)->size_class = 9999;
+    }
+    /* granted again first (committed), and blank all the same */
     harness_raw_ask_segments(r.sock, 6, 2);
     Heapd__Envelope *g = harness_read_env(r.sock, NULL);
     ck_assert_msg(g && g->body_case == HEAPD__ENVELOPE__BODY_SEGMENT_GRANT,

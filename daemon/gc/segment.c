@@ -828,8 +828,9 @@ uint8_t seg_class(struct heap *h, uint32_t i)
  * cached by seg_class from the first valid header it read), or, if it
  * never read one, with the class the header says now; a blank one
  * becomes FREE, and so does an empty one while no cycle runs (Note [An
- * empty segment comes back free]).  A header that gives no class (its owner scribbled on it
- * before any cycle parsed it) leaves the segment FILLED with no class,
+ * empty segment comes back free]).  A header that gives no class (its
+ * owner scribbled on it before any cycle parsed it) leaves the segment
+ * FILLED with no class,
  * counted in bad_refs: the daemon cannot tell its blocks apart, and other
  * clients may still hold references to the objects its owner made there.
  * Such a segment is freed by the sweep of the first cycle that (a) began
@@ -848,32 +849,33 @@ uint8_t seg_class(struct heap *h, uint32_t i)
  */
 /* Note [An empty segment comes back free]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * An OWNED small segment given back (or left by a client that went)
- * while no cycle runs, with every mark byte 0, holds no block: it becomes
- * FREE at once, committed, not FILLED until a sweep finds it empty.  Its
- * header is zeroed when it is granted again, as every committed FREE
- * segment's is (seg_grant_small).  A mark 0 is a free block in every life
- * of a segment (Note [Epoch-tagged marks]: no epoch is 0), and between
- * cycles no mark goes from 0 to another value but by an owner's
- * allocation, nor from another value to 0 but by a young mutator's own
- * sweep: what the scan reads is settled, and nothing in the segment can be
- * live, nor become so (the marker follows no reference to a block whose
- * mark is 0: validate.c).  While a cycle runs, such a return stays
- * FILLED, as every return did before: a sweeper frees blocks of OWNED
- * segments without the heap lock, on a mark it read before it poisons
- * and frees the block, so the scan reads marks on the move, and a
- * segment granted again meanwhile (its marks zeroed, blocks allocated by
- * its new owner) would lose those blocks to the sweeper's stale reads.
- * Measured with the rule at every phase: the scan called empty segments
- * in which a byte-by-byte rescan found 329-3445 marks set, all during a
- * sweep, and test_discipline's pattern failed 2 runs of 5 (a broken
- * chain, 635 verify failures).  These are a young generation's segments, mostly: a nursery that
- * grew for a large structure under construction returns what its spares
- * cannot keep once the structure dies.  Kept FILLED, they counted against
- * the heap's cap until a cycle swept them, and the nursery's next growth
- * waited for that cycle: binary-trees, depth 20, 2 processes, each worker
- * waited 290-350 ms of its 2.7 s for grants paced three times, with both
- * cores idle meanwhile.
+ * An OWNED small segment given back (or left by a client that went) while
+ * no cycle runs, with every mark byte 0, holds no block: it becomes FREE
+ * at once, committed, not FILLED until a sweep finds it empty.  Its header
+ * is zeroed when it is granted again, as every committed FREE segment's is
+ * (seg_grant_small), whatever its last owner wrote there since.  A mark 0
+ * is a free block in every life of a segment (Note [Epoch-tagged marks]:
+ * no epoch is 0), and between cycles no mark goes from 0 to another value
+ * but by an owner's allocation, nor from another value to 0 but by a young
+ * mutator's own sweep or, for a client gone, the daemon's under the lock
+ * (Note [Young blocks of a client gone]): what the scan reads is settled,
+ * and nothing in the segment can be live, nor become so (the marker
+ * follows no reference to a block whose mark is 0: validate.c).  While a
+ * cycle runs, such a return stays FILLED, as every return did before: a
+ * sweeper frees blocks of OWNED segments without the heap lock, on a mark
+ * it read before it poisons and frees the block, so the scan reads marks
+ * on the move, and a segment granted again meanwhile (its marks zeroed,
+ * blocks allocated by its new owner) would lose those blocks to the
+ * sweeper's stale reads.  Measured with the rule at every phase: the scan
+ * called empty segments in which a byte-by-byte rescan found 329-3445
+ * marks set, all during a sweep, and test_discipline's pattern failed 2
+ * runs of 5 (a broken chain, 635 verify failures).  These are a young
+ * generation's segments, mostly: a nursery that grew for a large structure
+ * under construction returns what its spares cannot keep once the
+ * structure dies.  Kept FILLED, they counted against the heap's cap until
+ * a cycle swept them, and the nursery's next growth waited for that cycle:
+ * binary-trees, depth 20, 2 processes, each worker waited 290-350 ms of
+ * its 2.7 s for grants paced three times, with both cores idle meanwhile.
  */
 static bool marks_all_free(const uint8_t *marks, uint32_t n)
 {
