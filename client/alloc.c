@@ -4,18 +4,19 @@
  * Note [Allocation fast path]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * A mutator owns one current segment per size class.  heapd_alloc rounds
- * the size to its class, looks at the mark byte at that segment's cursor
- * and, if it is 0 (a free block) and nothing needs the mutator's
- * attention (a safepoint, a stop, a remark request, an eviction, a dead
- * daemon, a fork, a minor collection due), sets it to the current epoch
- * (allocate black, Note [Epoch-tagged marks]; a young mutator's, to
- * LAYOUT_MARK_YOUNG), zeroes the object, writes
- * its header and returns: no lock, no system call, no message, and no
- * call, so that this path needs few callee-saved registers; everything
- * else (the poll, objects over ALLOC_ZERO_INLINE_MAX bytes, a mark not 0)
- * is alloc_general's, which scans the mark bytes from the cursor for a
- * free block: in a fresh segment that is the very next block, in a
- * segment swept while its owner held it, the next hole.  The object is
+ * the size to its class and, if that segment's cursor is inside its
+ * free run (Note [Free runs]: the block there is free) and nothing needs
+ * the mutator's attention (a safepoint, a stop, a remark request, an
+ * eviction, a dead daemon, a fork, a minor collection due), sets the
+ * block's mark to the current epoch (allocate black, Note [Epoch-tagged
+ * marks]; a young mutator's, to LAYOUT_MARK_YOUNG), zeroes the object,
+ * writes its header and returns: no lock, no system call, no message,
+ * and no call, so that this path needs few callee-saved registers;
+ * everything else (the poll, objects over ALLOC_ZERO_INLINE_MAX bytes,
+ * the run's end) is alloc_general's, which scans the mark bytes from the
+ * cursor for the next free run: in a fresh segment that is the rest of
+ * it, in a segment swept while its owner held it, the next hole.  The
+ * object is
  * zeroed 16 bytes at a time at aligned addresses: a 288-byte block
  * zeroed by memset from 8 bytes past its start writes lines split in
  * two, 11.8 ns against 8.6 in a microbenchmark, L2-resident.  Measured
@@ -338,21 +339,67 @@ init_block(heapd_mutator *m, struct alloc_seg *s, uint32_t i, uint64_t size,
     return b + LAYOUT_WORD;
 }
 
+/* The index of the first mark from I on that is not 0 (a block in use),
+ * or N: the end of a free run (Note [Free runs]).  Eight marks at a
+ * time once I is 8-aligned, as next_free_mark; a word past the last
+ * mark may read the first block, and what it finds there is past N. */
+static __attribute__((noinline)) uint32_t next_used_mark(const uint8_t *marks,
+                                                         uint32_t i,
+                                                         uint32_t n)
+{
+    while (i < n && (i & 7) != 0) {
+        if (__atomic_load_n(&marks[i], __ATOMIC_RELAXED) != 0)
+            return i;
+        i++;
+    }
+    for (; i < n; i += 8) {
+        uint64_t w = __atomic_load_n((const uint64_t *)(marks + i),
+                                     __ATOMIC_RELAXED);
+        if (w) {
+            i += (uint32_t)__builtin_ctzll(w) >> 3;
+            return i < n ? i : n;
+        }
+    }
+    return n;
+}
+
+/* Note [Free runs]
+ * ~~~~~~~~~~~~~~~~
+ * A mutator's current segment of a class has a free run, [cursor,
+ * limit): blocks whose marks were 0 when take_block last read them, and
+ * still are, because a mark of a free block in a segment a mutator owns
+ * becomes non-zero only when that mutator allocates it.  The daemon's
+ * marker marks no free block (a reference to one is a bad reference,
+ * not followed); its sweepers and the mutator's own minor collection
+ * only ever zero marks; the blocks they free past the limit are found
+ * when the run ends and take_block looks for the next one.  So the fast
+ * path allocates block CURSOR while CURSOR < LIMIT without reading its
+ * mark; take_block finds the next free block and the run's end, eight
+ * marks at a time.  Whatever starts the cursor again (a segment
+ * installed, a minor sweep of the current segment) sets LIMIT to 0.
+ * Measured (alloc_bench young, ring of 1000, 2 runs each interleaved
+ * with the build before): 64 B 8.1-8.2 -> 7.4-7.7 ns, 256 B 14.1 ->
+ * 13.8 ns, 16 B 6.2 -> 5.9-6.0 ns; GCBench young is unchanged.
+ */
+
 /* The next free block of M's current segment S, initialised (init_block),
- * or NULL when the segment is exhausted. */
+ * or NULL when the segment is exhausted: the next in the free run, or
+ * the first of the next run (Note [Free runs]). */
 static inline __attribute__((always_inline)) void *
 take_block(heapd_mutator *m, struct alloc_seg *s, uint64_t size, size_t nrefs,
            size_t nbytes, bool young)
 {
-    while (s->cursor < s->nblocks) {
-        uint32_t i = s->cursor++;
-        if (__atomic_load_n(&s->marks[i], __ATOMIC_RELAXED) != 0) {
-            s->cursor = next_free_mark(s->marks, s->cursor, s->nblocks);
-            continue;
+    uint32_t i = s->cursor;
+    if (__builtin_expect(i >= s->limit, 0)) {
+        i = next_free_mark(s->marks, i, s->nblocks);
+        if (i >= s->nblocks) {
+            s->cursor = s->limit = s->nblocks;
+            return NULL;
         }
-        return init_block(m, s, i, size, nrefs, nbytes, young);
+        s->limit = next_used_mark(s->marks, i + 1, s->nblocks);
     }
-    return NULL;
+    s->cursor = i + 1;
+    return init_block(m, s, i, size, nrefs, nbytes, young);
 }
 
 /* Out of line, so that the fast path stays small: move to fresh segments
@@ -481,10 +528,8 @@ __attribute__((aligned(64))) void *heapd_alloc(heapd_mutator *m, size_t nrefs,
         unsigned cls = layout_size_class((uint32_t)size);
         struct alloc_seg *s = &m->cur[cls];
         uint32_t i = s->cursor;
-        if (__builtin_expect(size <= ALLOC_ZERO_INLINE_MAX &&
-                                 i < s->nblocks &&
-                                 __atomic_load_n(&s->marks[i],
-                                                 __ATOMIC_RELAXED) == 0 &&
+        /* Note [Free runs]: block I is free */
+        if (__builtin_expect(size <= ALLOC_ZERO_INLINE_MAX && i < s->limit &&
                                  !alloc_attention(m),
                              1)) {
             s->cursor = i + 1;

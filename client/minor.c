@@ -1120,7 +1120,10 @@ static uint32_t sweep_next(heapd_mutator *m, uint8_t poison)
     uint32_t n = s->nblocks;
     uint32_t free_blocks = sweep_seg(s, poison);
     if (m->cur[s->cls].index == s->index) {
-        m->cur[s->cls].cursor = 0; /* its holes are the next blocks */
+        /* its holes are the next blocks (Note [Free runs] in
+         * client/alloc.c) */
+        m->cur[s->cls].cursor = 0;
+        m->cur[s->cls].limit = 0;
     } else if (s->young == 0) {
         uint32_t idx = s->index;
         unsigned cls = s->cls;

@@ -29,6 +29,8 @@ struct alloc_seg {
     uint8_t *marks;
     uint8_t *blocks;
     uint32_t cursor;      /* next block to look at */
+    uint32_t limit;       /* marks [cursor, limit) are 0 (Note [Free runs]
+                             in client/alloc.c) */
     uint32_t nblocks;
     uint32_t block_size;
     uint32_t index;       /* segment index, 0 = none */
