@@ -476,6 +476,9 @@ alloc_general(heapd_mutator *m, size_t nrefs, size_t nbytes)
         return NULL;
     }
     mutator_poll_checked(m);
+    /* Note [Inline write fast path] in heapd.h: the program's stores go
+     * by this mode until its next call */
+    assert(m->fast.write_mode == mutator_write_mode(m));
     if (__builtin_expect(nrefs > LAYOUT_FIELD_MAX || nbytes > LAYOUT_FIELD_MAX,
                          0)) {
         errno = EINVAL;
@@ -649,10 +652,16 @@ write_general(heapd_mutator *m, void *obj, void **field, void *val)
  * whose stores are all of the first kind: heapd_write's share of the
  * profile went from 11 % to 3 %; its time, from 224 to 222 ms (median of
  * 16 runs interleaved with the build before, within this machine's
- * noise).
+ * noise).  Programs built against heapd.h take the same test inline and
+ * call this function only when it fails (Note [Inline write fast path]
+ * in heapd.h); this path serves the rest: programs built with
+ * HEAPD_NO_INLINE, and any that call it by its name in parentheses.
  */
-void heapd_write(heapd_mutator *m, void *obj, void **field, void *val)
+void(heapd_write)(heapd_mutator *m, void *obj, void **field, void *val)
 {
+    /* Note [Inline write fast path] in heapd.h: the program's inline test
+     * agrees with this one */
+    assert(m->fast.write_mode == mutator_write_mode(m));
     uint8_t yf = m->young_flags;
     if (__builtin_expect(!CHECKED(m->c), 1) &&
         (yf ? !(yf & MUTATOR_YOUNG_MARKING) && young_header_says(obj)

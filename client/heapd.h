@@ -359,9 +359,73 @@ HEAPD_API void heapd_detach(heapd_mutator *m);
  * EINVAL (NREFS or NBYTES over the limits) or EPIPE (the daemon is gone). */
 HEAPD_API void *heapd_alloc(heapd_mutator *m, size_t nrefs, size_t nbytes);
 
-/* Store VAL into reference field FIELD of OBJ (the write barrier). */
+/* Store VAL into reference field FIELD of OBJ (the write barrier).  A
+ * macro runs its fast path in the caller (Note [Inline write fast
+ * path]); (heapd_write)(...) always calls the function. */
 HEAPD_API void heapd_write(heapd_mutator *m, void *obj, void **field,
                            void *val);
+
+/* Note [Inline write fast path]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * Most stores need no barrier: every store while no cycle marks, and a
+ * young mutator's stores into its own young objects while no minor
+ * collection marks.  For those, heapd_write is a plain release store in
+ * the caller's code; the function is called for every other store.  The
+ * test reads what the library keeps at the very start of each
+ * heapd_mutator, struct heapd_fast_:
+ *   write_mode  HEAPD_FAST_CALL_: call the function for every store
+ *               (checked mode, a young mutator whose minor collection
+ *               marks);
+ *               HEAPD_FAST_UNLESS_MARKING_: store at once while the
+ *               heap's phase word is not HEAPD_FAST_PHASE_MARK_ (a
+ *               mutator without a nursery);
+ *               HEAPD_FAST_YOUNG_: store at once when OBJ's header tag
+ *               (its top byte) is HEAPD_FAST_YOUNG_TAG_ or above, a young
+ *               object (a young mutator, not marking).
+ *   phase       the heap's phase word, which heapd writes.
+ * The mutator's own thread sets write_mode whenever one of these changes
+ * (or another thread, while the mutator is blocked and held).  This is
+ * part of libheapd's ABI: a library whose mutators cannot serve it keeps
+ * write_mode HEAPD_FAST_CALL_ at offset 0, and a program built with this
+ * header then calls the function for every store.  Define
+ * HEAPD_NO_INLINE before including heapd.h to call it always.
+ * Measured on GCBench, two stores per node and 15 million nodes
+ * (release build, 5 runs each interleaved with the build before):
+ * young, 157-200 ms (median 174) -> 130-173 ms (median 137); young off,
+ * median 258 -> 247 ms.  A bump allocator with no collector at all, in
+ * a library, makes the same trees in about 130 ms when the stores are
+ * calls and 105 ms when they are inline. */
+struct heapd_fast_ {
+    unsigned char write_mode;
+    unsigned char reserved_[7];
+    const uint32_t *phase;
+};
+#define HEAPD_FAST_CALL_ 0
+#define HEAPD_FAST_UNLESS_MARKING_ 1
+#define HEAPD_FAST_YOUNG_ 2
+#define HEAPD_FAST_PHASE_MARK_ 1u
+#define HEAPD_FAST_YOUNG_TAG_ 0xf0u
+
+#ifndef HEAPD_NO_INLINE
+static inline void heapd_write_inline_(heapd_mutator *m, void *obj,
+                                       void **field, void *val)
+{
+    const struct heapd_fast_ *f = (const struct heapd_fast_ *)(void *)m;
+    unsigned mode = f->write_mode;
+    if (mode == HEAPD_FAST_YOUNG_
+            ? (__atomic_load_n((const uint64_t *)obj - 1, __ATOMIC_RELAXED) >>
+               56) >= HEAPD_FAST_YOUNG_TAG_
+            : mode == HEAPD_FAST_UNLESS_MARKING_ &&
+                  __atomic_load_n(f->phase, __ATOMIC_RELAXED) !=
+                      HEAPD_FAST_PHASE_MARK_) {
+        /* release: a process that loads VAL sees its object initialised */
+        __atomic_store_n(field, val, __ATOMIC_RELEASE);
+        return;
+    }
+    (heapd_write)(m, obj, field, val);
+}
+#define heapd_write(m, obj, field, val) heapd_write_inline_(m, obj, field, val)
+#endif
 /* Compare-and-swap reference field FIELD of OBJ; true if it was EXPECTED
  * and is now DESIRED. */
 HEAPD_API bool heapd_cas(heapd_mutator *m, void *obj, void **field,

@@ -206,7 +206,7 @@ int young_init(heapd_mutator *m, uint64_t budget, uint32_t age)
         return client_set_error(-ENOMEM, "out of memory for a young "
                                 "generation's segment map");
     y->on = true;
-    m->young_flags = MUTATOR_YOUNG;
+    mutator_set_young_flags(m, MUTATOR_YOUNG);
     return 0;
 }
 
@@ -268,7 +268,7 @@ void young_free(heapd_mutator *m)
     }
     free(y->work);
     memset(y, 0, sizeof *y);
-    m->young_flags = 0;
+    mutator_set_young_flags(m, 0);
 }
 
 /* ---- young segments ---- */
@@ -626,7 +626,8 @@ static void promote_one(heapd_mutator *m, struct young_seg *s, uint32_t b,
     assert(y->nwork + y->nforce < y->capwork);
     y->work[y->capwork - ++y->nforce] = (uintptr_t)obj | by_age;
     if (!(m->young_flags & MUTATOR_YOUNG_PROMOTING)) {
-        m->young_flags |= MUTATOR_YOUNG_PROMOTING;
+        mutator_set_young_flags(m,
+                                m->young_flags | MUTATOR_YOUNG_PROMOTING);
         atomic_store(&m->slot->young_promoting, 1); /* before any ack */
     }
 }
@@ -657,7 +658,8 @@ static size_t promote_some(heapd_mutator *m, size_t budget,
         done++;
     }
     if (y->nforce == 0 && (m->young_flags & MUTATOR_YOUNG_PROMOTING)) {
-        m->young_flags &= (uint8_t)~MUTATOR_YOUNG_PROMOTING;
+        mutator_set_young_flags(
+            m, m->young_flags & (uint8_t)~MUTATOR_YOUNG_PROMOTING);
         atomic_store(&m->slot->young_promoting, 0);
     }
     return done;
@@ -1059,7 +1061,7 @@ static void set_phase(heapd_mutator *m, enum young_phase_state ph)
         f |= MUTATOR_YOUNG_MARKING;
     if (ph != YOUNG_IDLE)
         f |= MUTATOR_YOUNG_COLLECTING;
-    m->young_flags = f;
+    mutator_set_young_flags(m, f);
     m->young.phase = ph;
 }
 

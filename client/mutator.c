@@ -508,6 +508,9 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
     }
     m->c = c;
     m->ctl = c->ctl;
+    /* Note [Inline write fast path] in heapd.h */
+    m->fast.phase = (const uint32_t *)&c->ctl->phase;
+    mutator_set_young_flags(m, 0);
     hd_mutex_init(&m->hold);
     m->slot_index = rep->attach_reply->slot;
     /* Note [Client control memory] */

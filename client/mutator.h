@@ -52,6 +52,9 @@ struct alloc_seg {
                                        allocation is born live */
 
 struct heapd_mutator {
+    /* first: heapd.h's inline fast paths read it (Note [Inline write
+     * fast path] in heapd.h); mutator_set_young_flags keeps it */
+    struct heapd_fast_ fast;
     heapd_client *c;
     uint8_t young_flags;             /* MUTATOR_YOUNG*, in the line every
                                         call reads: a mutator without a
@@ -87,6 +90,30 @@ struct heapd_mutator {
     struct young_gen young;          /* Note [Young objects] in proto/young.h */
 };
 
+_Static_assert(offsetof(struct heapd_mutator, fast) == 0,
+               "heapd.h's inline fast paths read a mutator's first bytes");
+_Static_assert(HEAPD_FAST_PHASE_MARK_ == LAYOUT_PHASE_MARK &&
+                   HEAPD_FAST_YOUNG_TAG_ == LAYOUT_YOUNG_TAG &&
+                   LAYOUT_TAG_SHIFT == 56,
+               "heapd.h's inline write reads the layout's phase and tags");
+
+/* What heapd_write's inline fast path may do for M, from its young
+ * flags and its client's checked mode (Note [Inline write fast path] in
+ * heapd.h): the same tests as heapd_write's own fast path (Note [Write
+ * fast path] in client/alloc.c). */
+static inline unsigned char mutator_write_mode(const heapd_mutator *m)
+{
+    if (m->c->checked || (m->young_flags & MUTATOR_YOUNG_MARKING))
+        return HEAPD_FAST_CALL_;
+    return m->young_flags ? HEAPD_FAST_YOUNG_ : HEAPD_FAST_UNLESS_MARKING_;
+}
+/* Set M's young flags, and the write mode that follows from them: every
+ * change of the flags goes through here. */
+static inline void mutator_set_young_flags(heapd_mutator *m, uint8_t f)
+{
+    m->young_flags = f;
+    m->fast.write_mode = mutator_write_mode(m);
+}
 
 /* The daemon evicted M's client (Note [Evicted clients, client side] in
  * client/mutator.c): say so on stderr, naming what the program must
