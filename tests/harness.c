@@ -584,6 +584,14 @@ void harness_start_with(struct daemon_proc *d, const char *extra)
     harness_start(d, harness_default_config("@SOCK@", buf));
 }
 
+void harness_start_holding(struct daemon_proc *d, char *hold, size_t len)
+{
+    snprintf(hold, len, "/tmp/heapd-hold-%d", (int)getpid());
+    setenv("HEAPD_TEST_HOLD_MARKING", hold, 1);
+    harness_start_with(d, NULL);
+    unsetenv("HEAPD_TEST_HOLD_MARKING");
+}
+
 static void start(struct daemon_proc *d, const char *config,
                   const char *log_name, uid_t uid);
 static void write_config(const struct daemon_proc *d);

@@ -136,6 +136,11 @@ void harness_start(struct daemon_proc *d, const char *config);
 /* harness_start with harness_default_config, "verify = true" and EXTRA
  * (may be NULL) in heap "default"'s section. */
 void harness_start_with(struct daemon_proc *d, const char *extra);
+/* harness_start_with(D, NULL), with a debug build's hook (Note [Holding
+ * marking for tests] in daemon/gc/collector.c): while the file HOLD (this
+ * process's, LEN bytes for its path) exists, a cycle past its snapshot
+ * waits before it marks anything.  The test creates it and removes it. */
+void harness_start_holding(struct daemon_proc *d, char *hold, size_t len);
 /* The same with heapd's stderr in a file LOG_NAME of the private dir. */
 void harness_start_logged(struct daemon_proc *d, const char *config,
                           const char *log_name);

@@ -771,10 +771,7 @@ START_TEST(a_cycle_that_loses_its_core_paces_to_the_goal)
 {
     enum { BUDGET = 4 << 20, PACE_FACTOR = 2 }; /* TRIGGER_FLOOR */
     char hold[64];
-    snprintf(hold, sizeof hold, "/tmp/heapd-hold-%d", (int)getpid());
-    setenv("HEAPD_TEST_HOLD_MARKING", hold, 1);
-    harness_start_with(&D, NULL);
-    unsetenv("HEAPD_TEST_HOLD_MARKING");
+    harness_start_holding(&D, hold, sizeof hold);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     ck_assert_int_ge(cores, 1);
     ck_assert_int_le(cores, 16);

@@ -36,14 +36,6 @@ static heapd_mutator *attach_flags(heapd_client *c, unsigned flags)
     return m;
 }
 
-static void finish(heapd_client *c, heapd_mutator *m)
-{
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_expect_healthy(&D);
-    harness_stop_clean(&D);
-}
-
 /* A mutator without a nursery stores at once unless the heap marks; a
  * young one, into its young objects; a checked client's mutators always
  * call, for checked mode's checks are in the function. */
@@ -76,31 +68,9 @@ START_TEST(the_write_mode_follows_the_mutator)
     heapd_detach(plain);
     young = attach_young(c, 0, 0);
     ck_assert_uint_eq(write_mode(young), HEAPD_FAST_CALL_);
-    finish(c, young);
+    young_finish(c, young);
 }
 END_TEST
-
-static bool marking(void *arg, char *seen, size_t len)
-{
-    heapd_stats_t st = harness_stats(arg);
-    snprintf(seen, len, "phase %u", st.phase);
-    return st.phase == 1;
-}
-
-struct cycle_wait {
-    heapd_client *c;
-    uint64_t before;
-};
-
-static bool cycle_done(void *arg, char *seen, size_t len)
-{
-    struct cycle_wait *w = arg;
-    heapd_stats_t st = harness_stats(w->c);
-    snprintf(seen, len, "cycles_completed %llu (was %llu)",
-             (unsigned long long)st.cycles_completed,
-             (unsigned long long)w->before);
-    return st.cycles_completed > w->before;
-}
 
 /* The snapshot's barrier through the macro: with a cycle held past its
  * snapshot before it marks anything (Note [Holding marking for tests]),
@@ -111,10 +81,7 @@ static bool cycle_done(void *arg, char *seen, size_t len)
 START_TEST(a_write_while_the_heap_marks_keeps_what_it_overwrites)
 {
     char hold[64];
-    snprintf(hold, sizeof hold, "/tmp/heapd-hold-barrier-%d", (int)getpid());
-    setenv("HEAPD_TEST_HOLD_MARKING", hold, 1);
-    harness_start_with(&D, NULL);
-    unsetenv("HEAPD_TEST_HOLD_MARKING");
+    harness_start_holding(&D, hold, sizeof hold);
     heapd_client *c = connect_plain(0);
     heapd_mutator *m = attach_flags(c, HEAPD_MUTATOR_PRECISE);
     size_t slot = heapd_root_push(m, NULL);
@@ -132,17 +99,17 @@ START_TEST(a_write_while_the_heap_marks_keeps_what_it_overwrites)
     FILE *f = fopen(hold, "w");
     ck_assert_ptr_nonnull(f);
     fclose(f);
-    struct cycle_wait w = {c, harness_stats(c).cycles_completed};
+    uint64_t cycles = harness_stats(c).cycles_completed;
     heapd_blocking_enter(m); /* the snapshot's stop need not wait for us */
     ck_assert_int_eq(heapd_request_collect(c, 0), 0);
-    harness_wait_until(marking, c, "a cycle is held in its mark");
+    harness_wait_stat(&D, c, phase, ==, 1); /* held in its mark */
     heapd_blocking_leave(m);
     ck_assert_uint_eq(write_mode(m), HEAPD_FAST_UNLESS_MARKING_);
     a = heapd_root_get(m, slot);
     heapd_write(m, a, &a[0], NULL);
     heapd_blocking_enter(m);
     unlink(hold);
-    harness_wait_until(cycle_done, &w, "the held cycle ends");
+    harness_wait_stat(&D, c, cycles_completed, >=, cycles + 1);
     heapd_blocking_leave(m);
 
     int mb = mark_of(c, b), mg = mark_of(c, garbage);
@@ -151,7 +118,7 @@ START_TEST(a_write_while_the_heap_marks_keeps_what_it_overwrites)
     ck_assert(node_ok(b, 0, 2));
     ck_assert_msg(mg == 0, "an object nothing referenced at the snapshot "
                            "kept mark %d: the cycle freed nothing", mg);
-    finish(c, m);
+    young_finish(c, m);
 }
 END_TEST
 
@@ -190,7 +157,7 @@ START_TEST(a_young_value_stored_into_a_shared_object_is_published)
     (heapd_write)(m, shared, &shared[0], w);
     ck_assert(promoted(c, m, w));
     ck_assert_ptr_eq(field(shared, 0), w);
-    finish(c, m);
+    young_finish(c, m);
 }
 END_TEST
 

@@ -445,10 +445,7 @@ static bool marking(void *arg, char *seen, size_t len)
 START_TEST(an_empty_segment_comes_back_free)
 {
     char hold[64];
-    snprintf(hold, sizeof hold, "/tmp/heapd-hold-%d", (int)getpid());
-    setenv("HEAPD_TEST_HOLD_MARKING", hold, 1);
-    harness_start_with(&D, NULL);
-    unsetenv("HEAPD_TEST_HOLD_MARKING");
+    harness_start_holding(&D, hold, sizeof hold);
     heapd_client *c;
     heapd_mutator *mu;
     harness_attach(&D, &c, &mu);
