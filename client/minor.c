@@ -211,7 +211,6 @@ int young_init(heapd_mutator *m, uint64_t budget, uint32_t age)
 }
 
 static void untrack(heapd_mutator *m, struct young_seg *s);
-static void free_block(struct young_seg *s, uint32_t k, uint8_t poison);
 static void cycle_abandon(heapd_mutator *m);
 
 void young_release(heapd_mutator *m)
@@ -236,7 +235,7 @@ void young_release(heapd_mutator *m)
         for (uint32_t b = 0; b < s->nblocks; b++)
             if (__atomic_load_n(&s->marks[b], __ATOMIC_RELAXED) ==
                 LAYOUT_MARK_YOUNG)
-                free_block(s, b, poison);
+                minor_free_block(s, b, poison);
     }
     for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
         if (y->nspare[k])
@@ -742,16 +741,11 @@ static size_t drain(heapd_mutator *m, enum visit_mode mode, size_t budget)
     return done;
 }
 
-static size_t bitmap_words(const struct young_seg *s)
-{
-    return (s->nblocks + 63) / 64;
-}
-
 static void clear_live(struct young_gen *y)
 {
     for (uint32_t i = 0; i < y->nsegs; i++)
         memset(y->segs[i].live, 0,
-               2 * bitmap_words(&y->segs[i]) * sizeof(uint64_t));
+               2 * young_bitmap_words(&y->segs[i]) * sizeof(uint64_t));
     y->nwork = 0;
 }
 
@@ -830,105 +824,6 @@ static void record_pause(struct young_gen *y, uint64_t ns)
         b = 4 * lg + (unsigned)((ns >> (lg - 2)) & 3);
     }
     y->hist[b < YOUNG_HIST ? b : YOUNG_HIST - 1]++;
-}
-
-/* Fill young block K of S with POISON, as the daemon's sweep fills what it
- * frees when the heap says so (a heap that verifies: Note [Heap verifier]
- * in daemon/gc/verify.c). */
-static void poison_block(struct young_seg *s, uint32_t k, uint8_t poison)
-{
-    memset(s->blocks + (size_t)k * s->block_size, poison, s->block_size);
-}
-
-/* Free young block K of S, filled with POISON first if it is not 0. */
-static void free_block(struct young_seg *s, uint32_t k, uint8_t poison)
-{
-    if (poison)
-        poison_block(s, k, poison);
-    __atomic_store_n(&s->marks[k], 0, __ATOMIC_RELEASE);
-}
-
-/* Note [Sweeping a young segment eight marks at a time]
- * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * A minor collection's sweep reads eight marks in one word, finds the
- * young ones whose `live` bit is clear, and sets them to 0 in one store
- * of the word.  Other processes write marks of this segment too -- the
- * daemon's marker and sweeper, and barriers shading shared objects --
- * but only marks that are neither 0 nor LAYOUT_MARK_YOUNG (Note
- * [Sweeping] in daemon/gc/sweep.c), so a word whose eight marks are all
- * 0 or young is this mutator's alone and is stored plainly; a word with
- * any other mark in it is changed by compare-and-swap, clearing only its
- * dead young bytes, which nobody else writes.  The store releases, after
- * the poison, as a single block's would.  Measured on GCBench young: a
- * minor collection that finds almost nothing alive took 136-147 us with
- * a store per block (and a call to libgcc's popcount per word: no popcnt
- * instruction is assumed), 71 us so; alloc_bench-like 56-byte
- * allocations 7.1 -> 5.8 ns.
- */
-
-/* How many bytes of X have bit 7 set, X having no other bit set (one
- * multiply: no popcnt instruction is assumed). */
-static inline uint32_t bytes_flagged(uint64_t x)
-{
-    return (uint32_t)(((x >> 7) * 0x0101010101010101ull) >> 56);
-}
-
-/* Free the young blocks of S the trace did not reach; returns its free
- * blocks. */
-static uint32_t sweep_seg(struct young_seg *s, uint8_t poison)
-{
-    const uint64_t ones = 0x0101010101010101ull, low7 = 0x7f7f7f7f7f7f7f7full;
-    uint32_t young = 0, free_blocks = 0, b = 0;
-    /* eight marks at a time (they start 8-aligned: Note [Segments]); a
-     * byte of W is 0 iff its bit 7 is clear in ((W & low7) + low7) | W,
-     * exactly, with no borrow between bytes */
-    for (; b + 8 <= s->nblocks; b += 8) {
-        uint64_t *word = (uint64_t *)(s->marks + b);
-        uint64_t w = __atomic_load_n(word, __ATOMIC_RELAXED);
-        uint64_t x = w ^ (ones * LAYOUT_MARK_YOUNG);
-        uint64_t zero = ~(((w & low7) + low7) | w) & ~low7;
-        uint64_t yng = ~(((x & low7) + low7) | x) & ~low7;
-        free_blocks += bytes_flagged(zero);
-        if (!yng)
-            continue;
-        /* the eight `live` bits as bit 7 of each byte: bit i of the
-         * multiply's byte i is bit i of the eight */
-        uint64_t bits = (s->live[b >> 6] >> (b & 63)) & 0xff;
-        uint64_t live = (((bits * ones) & 0x8040201008040201ull) + low7) &
-                        ~low7;
-        uint64_t dead = yng & ~live;
-        young += bytes_flagged(yng & live);
-        if (!dead)
-            continue;
-        free_blocks += bytes_flagged(dead);
-        if (poison)
-            for (uint64_t d = dead; d; d &= d - 1)
-                poison_block(s, b + ((uint32_t)__builtin_ctzll(d) >> 3),
-                             poison);
-        /* Note [Sweeping a young segment eight marks at a time] */
-        uint64_t clear = (dead >> 7) * 0xff;
-        if ((zero | yng) == ~low7)
-            __atomic_store_n(word, w & ~clear, __ATOMIC_RELEASE);
-        else
-            while (!__atomic_compare_exchange_n(word, &w, w & ~clear, true,
-                                                __ATOMIC_RELEASE,
-                                                __ATOMIC_RELAXED))
-                ;
-    }
-    for (; b < s->nblocks; b++) {
-        uint8_t mk = __atomic_load_n(&s->marks[b], __ATOMIC_RELAXED);
-        if (mk == LAYOUT_MARK_YOUNG) {
-            if (s->live[b >> 6] & ((uint64_t)1 << (b & 63))) {
-                young++;
-                continue;
-            }
-            free_block(s, b, poison);
-            mk = 0;
-        }
-        free_blocks += mk == 0;
-    }
-    s->young = young;
-    return free_blocks;
 }
 
 /* Note [Minor collections in slices]
@@ -1100,7 +995,7 @@ static bool reach_held(heapd_mutator *m)
     if (y->at_seg >= y->nsegs)
         return false;
     struct young_seg *s = &y->segs[y->at_seg++];
-    for (uint32_t w = 0; w < bitmap_words(s); w++) {
+    for (uint32_t w = 0; w < young_bitmap_words(s); w++) {
         for (uint64_t p = s->held[w] & ~s->live[w]; p; p &= p - 1) {
             uint32_t b = w * 64 + (uint32_t)__builtin_ctzll(p);
             if (b < s->nblocks && young_block_is_young(s, b))
@@ -1120,7 +1015,7 @@ static uint32_t sweep_next(heapd_mutator *m, uint8_t poison)
     heapd_client *c = m->c;
     struct young_seg *s = &y->segs[y->at_seg];
     uint32_t n = s->nblocks;
-    uint32_t free_blocks = sweep_seg(s, poison);
+    uint32_t free_blocks = minor_sweep_seg(s, poison);
     if (m->cur[s->cls].index == s->index) {
         /* its holes are the next blocks (Note [Free runs] in
          * client/alloc.c) */

@@ -6,6 +6,7 @@
 #define HEAPD_CLIENT_MINOR_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "heapd.h"
@@ -29,6 +30,20 @@ struct young_seg {
     uint8_t cls;
     bool reusable;              /* on its class's reuse list */
 };
+
+/* Words of S's live bits (and as many of its held bits). */
+static inline size_t young_bitmap_words(const struct young_seg *s)
+{
+    return (s->nblocks + 63) / 64;
+}
+
+/* client/minor_sweep.c: fill young block K of S with POISON; free it,
+ * filled with POISON first if that is not 0; free the young blocks of S
+ * the trace did not reach, returning its free blocks (Note [Sweeping a
+ * young segment eight marks at a time]). */
+void minor_poison_block(struct young_seg *s, uint32_t k, uint8_t poison);
+void minor_free_block(struct young_seg *s, uint32_t k, uint8_t poison);
+uint32_t minor_sweep_seg(struct young_seg *s, uint8_t poison);
 
 /* A minor collection's phases (Note [Minor collections in slices]). */
 enum young_phase_state { YOUNG_IDLE, YOUNG_MARK, YOUNG_SWEEP };
