@@ -428,7 +428,12 @@ void *alloc_shared(heapd_mutator *m, size_t nrefs, size_t nbytes)
                                      : alloc_large(m, size, nrefs, nbytes);
     unsigned cls = layout_size_class((uint32_t)size);
     void *p = take_block(m, &m->cur[cls], size, nrefs, nbytes, false);
-    return p ? p : alloc_slow(m, cls, size, nrefs, nbytes, false);
+    if (!p)
+        p = alloc_slow(m, cls, size, nrefs, nbytes, false);
+    /* Note [Sweeping a segment of young blocks only] in client/minor.c */
+    if (p && m->young_flags)
+        young_took_shared(m, cls);
+    return p;
 }
 
 /* heapd_alloc's checks, before the allocation: 0, or the errno. */

@@ -371,6 +371,13 @@ bool young_seg_view(const heapd_mutator *m, uint32_t idx,
     return false;
 }
 
+void young_took_shared(heapd_mutator *m, unsigned cls)
+{
+    struct young_seg *s = seg_at(&m->young, m->cur[cls].index);
+    if (s)
+        s->mixed = true;
+}
+
 static size_t tracked_blocks(const struct young_gen *y)
 {
     size_t n = 0;
@@ -425,6 +432,7 @@ int young_track(heapd_mutator *m, uint32_t idx, unsigned cls)
     s->nblocks = nblocks;
     s->block_size = layout_class_size[cls];
     s->cls = (uint8_t)cls;
+    s->mixed = !minor_young_only(s);
     y->segmap[idx] = y->nsegs;
     publish_held(m);
     return 0;
@@ -616,6 +624,7 @@ static void promote_one(heapd_mutator *m, struct young_seg *s, uint32_t b,
     __atomic_store_n(hp, layout_header_with_tag(h, barrier_on(m) ? epoch : 0),
                      __ATOMIC_RELAXED);
     __atomic_store_n(&s->marks[b], epoch, __ATOMIC_RELEASE);
+    s->mixed = true; /* Note [Sweeping a segment of young blocks only] */
     if (by_age)
         y->promoted_age += s->block_size;
     else

@@ -29,6 +29,9 @@ struct young_seg {
     uint32_t young;             /* young blocks at the last sweep */
     uint8_t cls;
     bool reusable;              /* on its class's reuse list */
+    bool mixed;                 /* may hold a mark other than 0 and young
+                                   (Note [Sweeping a segment of young
+                                   blocks only]) */
 };
 
 /* Words of S's live bits (and as many of its held bits). */
@@ -38,11 +41,13 @@ static inline size_t young_bitmap_words(const struct young_seg *s)
 }
 
 /* client/minor_sweep.c: fill young block K of S with POISON; free it,
- * filled with POISON first if that is not 0; free the young blocks of S
- * the trace did not reach, returning its free blocks (Note [Sweeping a
- * young segment eight marks at a time]). */
+ * filled with POISON first if that is not 0; are S's marks all 0 or
+ * young; free the young blocks of S the trace did not reach, returning
+ * its free blocks (Note [Sweeping a young segment eight marks at a time],
+ * Note [Sweeping a segment of young blocks only]). */
 void minor_poison_block(struct young_seg *s, uint32_t k, uint8_t poison);
 void minor_free_block(struct young_seg *s, uint32_t k, uint8_t poison);
+bool minor_young_only(const struct young_seg *s);
 uint32_t minor_sweep_seg(struct young_seg *s, uint8_t poison);
 
 /* A minor collection's phases (Note [Minor collections in slices]). */
@@ -110,6 +115,10 @@ bool young_collect_all(heapd_mutator *m);
  * (Note [Minor collections in slices]).  Returns OBJ, so that the
  * allocation's fast path ends in a tail call. */
 void *young_allocated_black(heapd_mutator *m, unsigned cls, void *obj);
+/* M has just taken a shared block of its current segment of CLS (a
+ * young mutator's heapd_alloc_shared): the segment holds a mark other
+ * than 0 and young (Note [Sweeping a segment of young blocks only]). */
+void young_took_shared(heapd_mutator *m, unsigned cls);
 /* Promote what the promotions under way still have to reach (Note
  * [Minor collections in slices]): before anything M stores is seen by
  * others. */

@@ -44,6 +44,72 @@ void minor_free_block(struct young_seg *s, uint32_t k, uint8_t poison)
  * allocations 7.1 -> 5.8 ns.
  */
 
+/* Note [Sweeping a segment of young blocks only]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A young segment whose marks are all 0 or LAYOUT_MARK_YOUNG, and none
+ * of whose blocks the trace reached, is swept by storing 0 over its
+ * marks, eight at a time, without reading them.  Such a segment is
+ * this mutator's alone: heapd's marker and sweeper and other processes'
+ * barriers write only marks that are neither (Note [Sweeping a young
+ * segment eight marks at a time]), and those are a promoted block's or
+ * a shared one's.  So young_seg.mixed says whether one may be there: set
+ * when the segment is tracked with one, when a block of it is promoted
+ * (promote_one) and when heapd_alloc_shared takes a block of it
+ * (young_took_shared); cleared by a sweep that read every mark and met
+ * none.  With poison on (the verifier, debug builds), its young blocks
+ * are poisoned first, one by one.
+ * Measured (alloc_bench young, ring of 1000, where every segment of the
+ * nursery but the newest is dead at a minor collection; 3 runs each,
+ * interleaved with the build before): 16 B 6.0-6.2 -> 5.4 ns, 64 B
+ * 7.4-7.9 -> 6.8-7.1 ns, 256 B 13.8-14.2 -> 13.4-13.6 ns; GCBench
+ * young, median of 5, 144.6 -> 136.6 ms.
+ */
+
+#define MARKS_ONES 0x0101010101010101ull
+#define MARKS_LOW7 0x7f7f7f7f7f7f7f7full
+
+/* Bit 7 of each byte of W, eight marks, that is 0: a byte of W is 0 iff
+ * its bit 7 is clear in ((W & low7) + low7) | W, exactly, with no
+ * borrow between bytes. */
+static inline uint64_t marks_zero(uint64_t w)
+{
+    return ~(((w & MARKS_LOW7) + MARKS_LOW7) | w) & ~MARKS_LOW7;
+}
+/* The same for the marks that are LAYOUT_MARK_YOUNG. */
+static inline uint64_t marks_young(uint64_t w)
+{
+    return marks_zero(w ^ (MARKS_ONES * LAYOUT_MARK_YOUNG));
+}
+
+/* S's marks are all 0 or young (read now, eight at a time; they start
+ * 8-aligned: Note [Segments]). */
+bool minor_young_only(const struct young_seg *s)
+{
+    uint32_t b = 0;
+    for (; b + 8 <= s->nblocks; b += 8) {
+        uint64_t w = __atomic_load_n((const uint64_t *)(s->marks + b),
+                                     __ATOMIC_RELAXED);
+        if ((marks_zero(w) | marks_young(w)) != ~MARKS_LOW7)
+            return false;
+    }
+    for (; b < s->nblocks; b++) {
+        uint8_t mk = __atomic_load_n(&s->marks[b], __ATOMIC_RELAXED);
+        if (mk != 0 && mk != LAYOUT_MARK_YOUNG)
+            return false;
+    }
+    return true;
+}
+
+/* No live bit of S is set. */
+static bool none_live(const struct young_seg *s)
+{
+    for (uint32_t w = 0; w < young_bitmap_words(s); w++)
+        if (s->live[w])
+            return false;
+    return true;
+}
+
+
 /* How many bytes of X have bit 7 set, X having no other bit set (one
  * multiply: no popcnt instruction is assumed). */
 static inline uint32_t bytes_flagged(uint64_t x)
@@ -55,17 +121,28 @@ static inline uint32_t bytes_flagged(uint64_t x)
  * blocks. */
 uint32_t minor_sweep_seg(struct young_seg *s, uint8_t poison)
 {
-    const uint64_t ones = 0x0101010101010101ull, low7 = 0x7f7f7f7f7f7f7f7full;
+    const uint64_t ones = MARKS_ONES, low7 = MARKS_LOW7;
     uint32_t young = 0, free_blocks = 0, b = 0;
-    /* eight marks at a time (they start 8-aligned: Note [Segments]); a
-     * byte of W is 0 iff its bit 7 is clear in ((W & low7) + low7) | W,
-     * exactly, with no borrow between bytes */
+    /* Note [Sweeping a segment of young blocks only] */
+    if (!s->mixed && none_live(s)) {
+        for (uint32_t k = 0; poison && k < s->nblocks; k++)
+            if (__atomic_load_n(&s->marks[k], __ATOMIC_RELAXED) ==
+                LAYOUT_MARK_YOUNG)
+                minor_poison_block(s, k, poison);
+        for (; b + 8 <= s->nblocks; b += 8)
+            __atomic_store_n((uint64_t *)(s->marks + b), 0, __ATOMIC_RELEASE);
+        for (; b < s->nblocks; b++)
+            __atomic_store_n(&s->marks[b], 0, __ATOMIC_RELEASE);
+        s->young = 0;
+        return s->nblocks;
+    }
+    uint64_t other = 0; /* a mark neither 0 nor young, as bit 7 */
+    /* eight marks at a time (they start 8-aligned: Note [Segments]) */
     for (; b + 8 <= s->nblocks; b += 8) {
         uint64_t *word = (uint64_t *)(s->marks + b);
         uint64_t w = __atomic_load_n(word, __ATOMIC_RELAXED);
-        uint64_t x = w ^ (ones * LAYOUT_MARK_YOUNG);
-        uint64_t zero = ~(((w & low7) + low7) | w) & ~low7;
-        uint64_t yng = ~(((x & low7) + low7) | x) & ~low7;
+        uint64_t zero = marks_zero(w), yng = marks_young(w);
+        other |= ~(zero | yng) & ~low7;
         free_blocks += bytes_flagged(zero);
         if (!yng)
             continue;
@@ -104,7 +181,9 @@ uint32_t minor_sweep_seg(struct young_seg *s, uint8_t poison)
             mk = 0;
         }
         free_blocks += mk == 0;
+        other |= mk != 0 && mk != LAYOUT_MARK_YOUNG;
     }
     s->young = young;
+    s->mixed = other != 0;
     return free_blocks;
 }

@@ -673,33 +673,109 @@ END_TEST
 #define MIXED_NBYTES 88 /* with one reference: a class nothing else takes */
 #define MIXED_KEPT 5    /* the one published */
 
-/* MIXED_N young objects in a row, their addresses in ADDR (malloc'd
- * memory, not scanned); the MIXED_KEPT-th is published (promoted where it
- * is) and rooted.  Nothing else of the caller's holds any. */
+/* MIXED_N objects in a row, their addresses in ADDR (malloc'd memory,
+ * not scanned), all young but the MIXED_KEPT-th, which is rooted: made
+ * young and published (promoted where it is), or, SHARED, allocated in
+ * the shared heap by heapd_alloc_shared.  Nothing else of the caller's
+ * holds any. */
 static __attribute__((noinline)) void mixed_row(heapd_mutator *m,
-                                                uintptr_t *addr)
+                                                uintptr_t *addr, bool shared)
 {
     for (size_t i = 0; i < MIXED_N; i++) {
-        void **n = heapd_alloc(m, 1, MIXED_NBYTES);
+        void **n = shared && i == MIXED_KEPT
+                       ? heapd_alloc_shared(m, 1, MIXED_NBYTES)
+                       : heapd_alloc(m, 1, MIXED_NBYTES);
         ck_assert_ptr_nonnull(n);
         *(uint64_t *)heapd_bytes(n) = i;
         addr[i] = (uintptr_t)n;
     }
-    void *p = heapd_publish(m, (void *)addr[MIXED_KEPT]);
+    void *p = (void *)addr[MIXED_KEPT];
+    if (!shared)
+        p = heapd_publish(m, p);
     ck_assert_uint_ne(heapd_root_push(m, p), (size_t)-1);
 }
 
+#define OLD_N 60000 /* shared nodes, one in four kept */
+#define OLD_NBYTES 24 /* with one reference: a class nothing else takes */
+
+/* Note [Sweeping a segment of young blocks only] in client/minor.c: a
+ * nursery given partly free segments (Note [Reusing partly free
+ * segments] in daemon/gc/segment.c), shared objects in use among free
+ * blocks, sweeps them mark by mark.  A list of shared nodes loses three
+ * in four to a cycle; a young mutator then allocates garbage of the
+ * same class through several minor collections, some of it in the
+ * list's segments.  Every node kept is still there, unchanged. */
+START_TEST(a_nursery_in_partly_free_segments_keeps_their_objects)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *p;
+    ck_assert_int_eq(heapd_attach(c, &p), 0);
+    void **head = NULL;
+    for (uint64_t i = 0; i < OLD_N; i++) {
+        void **n = heapd_alloc(p, 1, OLD_NBYTES);
+        ck_assert_ptr_nonnull(n);
+        *(uint64_t *)heapd_bytes(n) = i;
+        heapd_write(p, n, &n[0], head);
+        head = n;
+    }
+    for (void **cur = head; cur;) {
+        void **next = cur[0];
+        for (int k = 0; k < 3 && next; k++)
+            next = next[0];
+        heapd_write(p, cur, &cur[0], next);
+        cur = next;
+    }
+    ck_assert_int_eq(heapd_global_set(p, "old", head), 0);
+    head = NULL;
+    heapd_detach(p);
+
+    heapd_mutator *m = attach_young(c, YOUNG_MIN, 2);
+    harness_collect(m); /* three in four die, their blocks are swept */
+    uint64_t seg =
+        ((const struct layout_control *)heapd_heap_base(c))->segment_size;
+    size_t nsegs = heapd_heap_size(c) / seg;
+    unsigned char *old_segs = calloc(nsegs, 1);
+    ck_assert_ptr_nonnull(old_segs);
+    uintptr_t base = (uintptr_t)heapd_heap_base(c);
+    for (void **n = heapd_global_get(m, "old"); n; n = n[0])
+        old_segs[((uintptr_t)n - base) / seg] = 1;
+    uint64_t minors = young_stats(m).minor_collections;
+    size_t among = 0;
+    for (int i = 0; i < 8 * (int)(YOUNG_MIN / 32); i++) {
+        void **n = heapd_alloc(m, 1, OLD_NBYTES);
+        ck_assert_ptr_nonnull(n);
+        among += old_segs[((uintptr_t)n - base) / seg];
+    }
+    free(old_segs);
+    ck_assert_uint_ge(young_stats(m).minor_collections, minors + 4);
+    ck_assert_msg(among > 0, "no young block in the partly free segments "
+                  "of the list: nothing was tested");
+    uint64_t want = OLD_N - 1, kept = 0;
+    for (void **n = heapd_global_get(m, "old"); n; n = n[0], want -= 4) {
+        ck_assert_msg(mark_of(c, n) > 0 && mark_of(c, n) != LAYOUT_MARK_YOUNG,
+                      "node %llu of the list has mark %d",
+                      (unsigned long long)want, mark_of(c, n));
+        ck_assert_uint_eq(*(uint64_t *)heapd_bytes(n), want);
+        kept++;
+    }
+    ck_assert_uint_eq(kept, OLD_N / 4);
+    young_finish(c, m);
+}
+END_TEST
+
 /* Note [Sweeping a young segment eight marks at a time]: dead young
- * blocks that share a word of marks with a promoted object are freed, and
- * the promoted one's mark and contents stay as they were. */
-START_TEST(sweep_frees_young_blocks_beside_a_promoted_one)
+ * blocks that share a word of marks with a promoted object (SHARED: one
+ * of the shared heap) are freed, and the kept one's mark and contents
+ * stay as they were. */
+static void sweep_beside(bool shared)
 {
     harness_start_with(&D, NULL);
     heapd_client *c = connect_plain(0);
     heapd_mutator *m = attach_young(c, YOUNG_MIN, 2);
     uintptr_t *addr = malloc(MIXED_N * sizeof *addr);
     ck_assert_ptr_nonnull(addr);
-    mixed_row(m, addr);
+    mixed_row(m, addr, shared);
     uint64_t bs = block_bytes(1, MIXED_NBYTES);
     for (size_t i = 1; i < MIXED_N; i++)
         ck_assert_msg(addr[i] - addr[i - 1] == bs, "objects %zu and %zu "
@@ -715,16 +791,30 @@ START_TEST(sweep_frees_young_blocks_beside_a_promoted_one)
         if (i != MIXED_KEPT)
             freed += mark_of(c, (void *)addr[i]) == 0;
     ck_assert_msg(freed >= MIXED_N - 1 - DEAD_STALE, "only %zu of %u dead "
-                  "young blocks beside a promoted one were freed", freed,
-                  MIXED_N - 1);
+                  "young blocks beside a %s one were freed", freed,
+                  MIXED_N - 1, shared ? "shared" : "promoted");
     uint8_t now = mark_of(c, kept);
     ck_assert_msg(now == mark || (now != 0 && now != LAYOUT_MARK_YOUNG),
-                  "the promoted object's mark went from %u to %u", mark,
-                  now);
+                  "the %s object's mark went from %u to %u",
+                  shared ? "shared" : "promoted", mark, now);
     ck_assert_uint_eq(*(uint64_t *)heapd_bytes(kept), MIXED_KEPT);
     heapd_root_pop(m, 1);
     free(addr);
     young_finish(c, m);
+}
+
+START_TEST(sweep_frees_young_blocks_beside_a_promoted_one)
+{
+    sweep_beside(false);
+}
+END_TEST
+
+/* The same beside a block of the shared heap that heapd_alloc_shared took
+ * in the nursery's segment (Note [Sweeping a segment of young blocks
+ * only] in client/minor.c: such a segment is swept mark by mark). */
+START_TEST(sweep_frees_young_blocks_beside_a_shared_one)
+{
+    sweep_beside(true);
 }
 END_TEST
 
@@ -1369,6 +1459,8 @@ static Suite *suite(void)
     tcase_add_test(t, a_grown_nursery_collects_before_it_waits);
     tcase_add_test(t, a_nursery_grown_past_the_goal_waits_for_no_cycle);
     tcase_add_test(t, sweep_frees_young_blocks_beside_a_promoted_one);
+    tcase_add_test(t, sweep_frees_young_blocks_beside_a_shared_one);
+    tcase_add_test(t, a_nursery_in_partly_free_segments_keeps_their_objects);
     suite_add_tcase(s, t);
     t = tcase_create("publication");
     tcase_add_test(t, publication_promotes_young_graphs_in_place);
