@@ -122,6 +122,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "barrier.h"
 #include "client.h"
 #include "clock.h"
 #include "errors.h"
@@ -725,12 +726,13 @@ static void wait_refill_locked(heapd_mutator *m, bool empty_only)
     while (r->refilling && (!empty_only || r->n == 0)) {
         uint32_t gen = atomic_load(&r->refills);
         unlock_reserve(r);
-        /* Note [Spinning through a pause]; the word is this client's own,
-         * and a request the connection's end leaves unanswered is failed
-         * by the agent (on_refill, on_reuse), which bumps it: no wait
-         * outlives the connection (Note [A dead daemon] in
-         * client/mutator.c) */
-        futex_spin_wait(&r->refills, gen, MUTATOR_SPIN_NS, 0);
+        /* Note [Spinning through a pause] (not while the heap marks);
+         * the word is this client's own, and a request the connection's
+         * end leaves unanswered is failed by the agent (on_refill,
+         * on_reuse), which bumps it: no wait outlives the connection
+         * (Note [A dead daemon] in client/mutator.c) */
+        futex_spin_wait(&r->refills, gen, barrier_on(m) ? 0 : MUTATOR_SPIN_NS,
+                        0);
         hd_mutex_lock(&r->mu);
     }
     unlock_reserve(r);
