@@ -10,7 +10,9 @@
 #   - a program including heapd.h and heapd_collections.h compiles with
 #     those flags (-std=c11 -Wall -Wextra -Werror), links the installed
 #     libheapd, and runs: heapd_connect to a socket nobody listens on
-#     fails with HEAPD_ENODAEMON, named by heapd_strerror;
+#     fails with HEAPD_ENODAEMON, named by heapd_strerror; with
+#     -DHEAPD_NO_INLINE its heapd_write is a call of the function (Note
+#     [Inline write fast path]);
 #   - the same program, compiled with the flags of the build tree's
 #     meson-uninstalled/heapd-uninstalled.pc, takes the source tree's
 #     headers, links the build's libheapd and runs with it;
@@ -95,6 +97,14 @@ cat >"$work/client.c" <<'EOF'
 #include <heapd.h>
 #include <heapd_collections.h>
 
+/* a store through heapd_write, compiled whichever way heapd.h makes it
+ * (Note [Inline write fast path]); main does not call it */
+void link_first(heapd_mutator *m, void **list, void *node);
+void link_first(heapd_mutator *m, void **list, void *node)
+{
+    heapd_write(m, list, &list[0], node);
+}
+
 int main(int argc, char **argv)
 {
     static char not_null;
@@ -114,6 +124,12 @@ EOF
 check "a client program compiles and links with \$(pkg-config --cflags --libs heapd)" \
     bash -c 'cc -std=c11 -Wall -Wextra -Werror -o "$0/client" "$0/client.c" \
                 $(pkg-config --cflags --libs heapd)' "$work"
+check "with -DHEAPD_NO_INLINE it compiles too, and its heapd_write is a call of the function" \
+    bash -c 'cc -std=c11 -Wall -Wextra -Werror -DHEAPD_NO_INLINE -o "$0/client-noinline" \
+                "$0/client.c" $(pkg-config --cflags --libs heapd) &&
+             body=$(objdump -d "$0/client-noinline" | awk "/<link_first>:/,/^\$/") &&
+             echo "$body" && grep -qE "(call|jmp).*<heapd_write@" <<<"$body" &&
+             ! grep -q heapd_write_inline_ <<<"$body"' "$work"
 check "with GCC its calls into libheapd go through the GOT, not a PLT stub (Note [Calls without the PLT])" \
     bash -c 'if cc -dM -E - </dev/null | grep -q __clang__; then
                  echo "cc is clang: it has no noplt"; exit 0; fi
