@@ -657,20 +657,18 @@ write_general(heapd_mutator *m, void *obj, void **field, void *val)
  * whose stores are all of the first kind: heapd_write's share of the
  * profile went from 11 % to 3 %; its time, from 224 to 222 ms (median of
  * 16 runs interleaved with the build before, within this machine's
- * noise).  Programs built against heapd.h take the same test inline and
- * call this function only when it fails (Note [Inline write fast path]
- * in heapd.h); this path serves the rest: programs built with
+ * noise).  The test is heapd_store_is_plain_, from the mutator's write
+ * mode (Note [Inline write fast path] in heapd.h), which programs built
+ * against heapd.h make inline, calling this function only when it
+ * fails; this path serves the rest: programs built with
  * HEAPD_NO_INLINE, and any that call it by its name in parentheses.
  */
 void(heapd_write)(heapd_mutator *m, void *obj, void **field, void *val)
 {
-    /* Note [Inline write fast path] in heapd.h: the program's inline test
-     * agrees with this one */
+    /* Note [Inline write fast path] in heapd.h: the mode the test reads
+     * follows the mutator */
     assert(m->fast.write_mode == mutator_write_mode(m));
-    uint8_t yf = m->young_flags;
-    if (__builtin_expect(!CHECKED(m->c), 1) &&
-        (yf ? !(yf & MUTATOR_YOUNG_MARKING) && young_header_says(obj)
-            : !barrier_on(m))) {
+    if (__builtin_expect(heapd_store_is_plain_(m, obj), 1)) {
         assert(check_field(obj, field));
         /* release: see write_general */
         __atomic_store_n(field, val, __ATOMIC_RELEASE);

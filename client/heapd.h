@@ -406,18 +406,27 @@ struct heapd_fast_ {
 #define HEAPD_FAST_PHASE_MARK_ 1u
 #define HEAPD_FAST_YOUNG_TAG_ 0xf0u
 
+/* Does a store by M into OBJ need no barrier?  The test both the macro
+ * and the function make. */
+static inline int heapd_store_is_plain_(const heapd_mutator *m,
+                                        const void *obj)
+{
+    const struct heapd_fast_ *f = (const struct heapd_fast_ *)(const void *)m;
+    unsigned mode = f->write_mode;
+    return mode == HEAPD_FAST_YOUNG_
+               ? (__atomic_load_n((const uint64_t *)obj - 1,
+                                  __ATOMIC_RELAXED) >>
+                  56) >= HEAPD_FAST_YOUNG_TAG_
+               : mode == HEAPD_FAST_UNLESS_MARKING_ &&
+                     __atomic_load_n(f->phase, __ATOMIC_RELAXED) !=
+                         HEAPD_FAST_PHASE_MARK_;
+}
+
 #ifndef HEAPD_NO_INLINE
 static inline void heapd_write_inline_(heapd_mutator *m, void *obj,
                                        void **field, void *val)
 {
-    const struct heapd_fast_ *f = (const struct heapd_fast_ *)(void *)m;
-    unsigned mode = f->write_mode;
-    if (mode == HEAPD_FAST_YOUNG_
-            ? (__atomic_load_n((const uint64_t *)obj - 1, __ATOMIC_RELAXED) >>
-               56) >= HEAPD_FAST_YOUNG_TAG_
-            : mode == HEAPD_FAST_UNLESS_MARKING_ &&
-                  __atomic_load_n(f->phase, __ATOMIC_RELAXED) !=
-                      HEAPD_FAST_PHASE_MARK_) {
+    if (heapd_store_is_plain_(m, obj)) {
         /* release: a process that loads VAL sees its object initialised */
         __atomic_store_n(field, val, __ATOMIC_RELEASE);
         return;

@@ -97,10 +97,10 @@ _Static_assert(HEAPD_FAST_PHASE_MARK_ == LAYOUT_PHASE_MARK &&
                    LAYOUT_TAG_SHIFT == 56,
                "heapd.h's inline write reads the layout's phase and tags");
 
-/* What heapd_write's inline fast path may do for M, from its young
- * flags and its client's checked mode (Note [Inline write fast path] in
- * heapd.h): the same tests as heapd_write's own fast path (Note [Write
- * fast path] in client/alloc.c). */
+/* What heapd_write's fast path (heapd_store_is_plain_) may do for M,
+ * from its young flags and its client's checked mode: the cases of Note
+ * [Write fast path] in client/alloc.c, as the mode of Note [Inline write
+ * fast path] in heapd.h. */
 static inline unsigned char mutator_write_mode(const heapd_mutator *m)
 {
     if (m->c->checked || (m->young_flags & MUTATOR_YOUNG_MARKING))

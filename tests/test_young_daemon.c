@@ -428,13 +428,6 @@ static void raw_return(struct harness_raw *r, heapd_client *c, uint64_t seq,
     harness_wait_until(all_returned, &w, "the segments are returned");
 }
 
-static bool marking(void *arg, char *seen, size_t len)
-{
-    heapd_stats_t st = harness_stats(arg);
-    snprintf(seen, len, "phase %u", st.phase);
-    return st.phase == 1;
-}
-
 /* Note [An empty segment comes back free] in daemon/gc/segment.c: of three
  * formatted segments a nursery gives back while no cycle runs, the one
  * never used and the one whose young block it freed are FREE at once; the
@@ -508,7 +501,7 @@ START_TEST(an_empty_segment_comes_back_free)
     fclose(f);
     heapd_blocking_enter(mu); /* the snapshot's stop need not wait for us */
     ck_assert_int_eq(heapd_request_collect(c, 0), 0);
-    harness_wait_until(marking, c, "a cycle is held in its mark");
+    harness_wait_stat(&D, c, phase, ==, 1); /* held in its mark */
     before = harness_stats(c);
     raw_return(&r, c, 7, &again, 1);
     after = harness_stats(c);
