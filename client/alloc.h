@@ -10,46 +10,6 @@
 #include "heapd.h"
 #include "layout.h"
 
-/* Objects up to this size are zeroed inline, larger ones by memset. */
-#define ALLOC_ZERO_INLINE_MAX 512u
-
-/* Zero the first SIZE bytes of block B (8-aligned, SIZE a multiple of 8),
- * the header's word among them.  A few words are stored one by one; up to
- * ALLOC_ZERO_INLINE_MAX bytes, 16 bytes at a time at 16-byte aligned
- * addresses, which never span two cache lines, and with no call (Note
- * [Allocation fast path]); larger ones by memset. */
-static inline void alloc_zero_object(uint8_t *b, uint64_t size)
-{
-    typedef uint64_t zero16 __attribute__((vector_size(16)));
-    uint64_t *w = (uint64_t *)b;
-    switch (size / LAYOUT_WORD) {
-    case 8: w[7] = 0; /* fall through */
-    case 7: w[6] = 0; /* fall through */
-    case 6: w[5] = 0; /* fall through */
-    case 5: w[4] = 0; /* fall through */
-    case 4: w[3] = 0; /* fall through */
-    case 3: w[2] = 0; /* fall through */
-    case 2: w[1] = 0; /* fall through */
-    case 1: return;
-    default: break;
-    }
-    if (size > ALLOC_ZERO_INLINE_MAX) {
-        memset(b + LAYOUT_WORD, 0, size - LAYOUT_WORD);
-        return;
-    }
-    uint8_t *end = b + size;
-    if ((uintptr_t)b & 8) {
-        *(uint64_t *)b = 0;
-        b += 8;
-    }
-    for (; b + 16 <= end; b += 16) {
-        __asm__("" : "+r"(b)); /* a loop, not a call to memset */
-        *(zero16 *)b = (zero16){0, 0};
-    }
-    if (b < end)
-        *(uint64_t *)b = 0;
-}
-
 /* A mutator client's geometry, its reserve and its list of mutators,
  * once the heap is mapped. */
 void alloc_client_init(heapd_client *c);

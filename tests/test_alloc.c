@@ -337,6 +337,117 @@ START_TEST(every_size_class)
 }
 END_TEST
 
+/* ---- reused blocks are zeroed ---- */
+
+/* Classes zeroed in line, by alloc_zero_payload's loop, and by memset
+ * (Note [Zeroing an object] in client/alloc.c). */
+#define ZERO_CLASS_MAX 640u
+#define ZERO_FILL 0xa5
+
+/* An object of NBYTES bytes (a multiple of 8) from M, checked all zero,
+ * then filled so that its block is dirty when it is taken again. */
+static unsigned char *take_zeroed(heapd_mutator *m, size_t nbytes)
+{
+    unsigned char *o = heapd_alloc(m, 0, nbytes);
+    ck_assert_msg(o != NULL, "heapd_alloc(0, %zu): %s", nbytes,
+                  heapd_last_error());
+    /* a word at a time, one check: fast enough under ThreadSanitizer */
+    const uint64_t *w = (const uint64_t *)o;
+    size_t i = 0;
+    while (i < nbytes / 8 && w[i] == 0)
+        i++;
+    ck_assert_msg(i == nbytes / 8, "%zu-byte object %p: word %zu is %#llx",
+                  nbytes, (void *)o, i, (unsigned long long)w[i]);
+    memset(o, ZERO_FILL, nbytes);
+    return o;
+}
+
+static int cmp_addr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A block freed and taken again reads all zero, in every class up to
+ * ZERO_CLASS_MAX, at the size that fills a class's block and a word
+ * less, and at both alignments of a block in its cache line.  Every object is filled before it is dropped
+ * (and freed blocks are poisoned with the verifier on), so a byte that
+ * was not zeroed shows.  A young mutator takes its own blocks again
+ * after each minor collection; a shared one, the blocks a cycle freed
+ * between the objects it kept. */
+START_TEST(reused_blocks_are_zeroed)
+{
+    heapd_client *c;
+    heapd_mutator *m, *y;
+    harness_start_with(&D, "young_size = 256K\n");
+    harness_attach(&D, &c, &m);
+    heapd_mutator_opts yo = {.flags = HEAPD_MUTATOR_YOUNG};
+    ck_assert_int_eq(heapd_attach_opts(c, &yo, &y), 0);
+    enum { KEEP = 256 };
+    size_t sizes[2 * LAYOUT_NCLASSES], nsizes = 0;
+    for (unsigned cl = 0; layout_class_size[cl] <= ZERO_CLASS_MAX; cl++)
+        for (size_t cut = 0; cut <= 8; cut += 8)
+            if (layout_class_size[cl] >= LAYOUT_WORD + cut + 8)
+                sizes[nsizes++] = layout_class_size[cl] - LAYOUT_WORD - cut;
+
+    /* young: through a minor collection after the first, so that every
+     * block of the nursery is taken again */
+    for (size_t z = 0; z < nsizes; z++) {
+        heapd_young_stats a, b;
+        heapd_young_stats_get(y, &a);
+        uint64_t bound = 4 * (a.young_bytes / (sizes[z] + 8)) + (64u << 10);
+        for (uint64_t k = 0;; k++) {
+            ck_assert_msg(k < bound, "%zu bytes: no second minor collection "
+                          "after %llu allocations", sizes[z],
+                          (unsigned long long)k);
+            take_zeroed(y, sizes[z]);
+            heapd_young_stats_get(y, &b);
+            if (b.minor_collections >= a.minor_collections + 2)
+                break;
+        }
+    }
+
+    /* shared: keep every other object, collect, take as many again */
+    heapd_blocking_enter(y);
+    void **keep = heapd_alloc(m, nsizes * KEEP, 0);
+    ck_assert_ptr_nonnull(keep);
+    ck_assert_uint_ne(heapd_root_push(m, keep), (size_t)-1);
+    uintptr_t *freed = malloc(nsizes * KEEP * sizeof *freed);
+    ck_assert_ptr_nonnull(freed);
+    for (size_t z = 0, n = 0; z < nsizes; z++) {
+        for (size_t i = 0; i < 2 * KEEP; i++, n++) {
+            unsigned char *o = take_zeroed(m, sizes[z]);
+            if (n & 1)
+                heapd_write(m, keep, &keep[n / 2], o);
+            else
+                freed[n / 2] = (uintptr_t)o;
+        }
+    }
+    harness_collect(m);
+    qsort(freed, nsizes * KEEP, sizeof *freed, cmp_addr);
+    uint64_t reused = 0, taken = 0;
+    for (size_t z = 0; z < nsizes; z++) {
+        for (size_t i = 0; i < 2 * KEEP; i++, taken++) {
+            uintptr_t o = (uintptr_t)take_zeroed(m, sizes[z]);
+            reused += bsearch(&o, freed, nsizes * KEEP, sizeof *freed,
+                              cmp_addr) != NULL;
+        }
+    }
+    heapd_root_pop(m, 1);
+    heapd_blocking_leave(y);
+    /* the shared half tests something only if freed blocks came back */
+    ck_assert_msg(reused * 32 >= taken, "only %llu of %llu shared objects "
+                  "took a block freed before them",
+                  (unsigned long long)reused, (unsigned long long)taken);
+    free(freed);
+    heapd_detach(y);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* Allocating far more than the heap holds works when little stays live. */
 START_TEST(garbage_is_reclaimed)
 {
@@ -947,6 +1058,7 @@ static Suite *alloc_suite(void)
     tcase_add_test(t, deep_root_stack);
     tcase_add_test(t, every_size_class);
     tcase_add_test(t, partly_free_segments_are_reused);
+    tcase_add_test(t, reused_blocks_are_zeroed);
     tcase_add_test(t, garbage_is_reclaimed);
     tcase_add_test(t, reserve_is_bounded_and_given_back);
     tcase_add_test(t, allocation_is_paced);
