@@ -67,22 +67,23 @@
 
 /* Note [Zeroing an object]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~
- * Every object is zeroed when it is allocated; its header's word is then
- * written.  Up to ALLOC_ZERO_INLINE_MAX bytes, heapd_alloc stores an
- * immediate 0 word by word, in line.  Larger objects are zeroed by
- * alloc_zero_payload, which heapd_alloc's fast path jumps to last, its
- * frame gone, so that the fast path keeps few callee-saved registers
- * (Note [Allocation fast path]).  It stores 32 bytes at a time at
- * 32-aligned addresses, which never span two cache lines, where the CPU
- * has AVX2 (a version chosen when the library is loaded), and 16 bytes at
- * a time elsewhere; memset beyond ZERO_LOOP_MAX.  Zeroing is most of the
- * cost of a young 256-byte object: its block was last written a nursery
- * ago, out of the L1 and L2 caches.  Measured (alloc_bench's loop, young,
- * ring of 1000, 3 runs each interleaved): 256 B 13.0-13.3 -> 10.3-10.5
- * ns, 128 B 9.7-9.9 -> 8.3-8.4 ns, 64 B 7.0 -> 6.8 ns, and 16 B,
- * whose path gained a test, 5.4 -> 5.6-5.8 ns.  A software
- * prefetch of the lines ahead made 256 B slower (11.6 ns), and 64-byte
- * AVX-512 stores gained nothing at 256 B and lost 0.5 ns at 64 B.
+ * Every object is zeroed when it is allocated, but for its header's
+ * word, which the allocation writes.  Up to ALLOC_ZERO_INLINE_MAX bytes,
+ * heapd_alloc stores an immediate 0 word by word, in line.  Larger
+ * objects are zeroed by alloc_zero_payload, which heapd_alloc's fast
+ * path jumps to last, its frame gone, so that the fast path keeps few
+ * callee-saved registers (Note [Allocation fast path]).  It stores 32
+ * bytes at a time at 32-aligned addresses, which never span two cache
+ * lines, where the CPU has AVX2 (a version chosen when the library is
+ * loaded), and 16 bytes at a time elsewhere; memset beyond
+ * ZERO_LOOP_MAX.  Zeroing is most of the cost of a young 256-byte
+ * object: its block was last written a nursery ago, out of the L1 and
+ * L2 caches.  Measured (alloc_bench's loop, young, ring of 1000, 3 runs
+ * each interleaved): 256 B 13.0-13.3 -> 10.3-10.5 ns, 128 B 9.7-9.9 ->
+ * 8.3-8.4 ns, 64 B 7.0 -> 6.8 ns, and 16 B, whose path gained a test,
+ * 5.4 -> 5.6-5.8 ns.  A software prefetch of the lines ahead made 256 B
+ * slower (11.6 ns), and 64-byte AVX-512 stores gained nothing at 256 B
+ * and lost 0.5 ns at 64 B.
  */
 
 /* Objects up to this size are zeroed in line (Note [Zeroing an object]). */
