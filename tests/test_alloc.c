@@ -391,7 +391,9 @@ START_TEST(reused_blocks_are_zeroed)
                 sizes[nsizes++] = layout_class_size[cl] - LAYOUT_WORD - cut;
 
     /* young: through a minor collection after the first, so that every
-     * block of the nursery is taken again */
+     * block of the nursery is taken again; meanwhile M, which reaches
+     * no safepoint, is blocking (Note [Client GC discipline]) */
+    heapd_blocking_enter(m);
     for (size_t z = 0; z < nsizes; z++) {
         heapd_young_stats a, b;
         heapd_young_stats_get(y, &a);
@@ -408,6 +410,7 @@ START_TEST(reused_blocks_are_zeroed)
     }
 
     /* shared: keep every other object, collect, take as many again */
+    heapd_blocking_leave(m);
     heapd_blocking_enter(y);
     void **keep = heapd_alloc(m, nsizes * KEEP, 0);
     ck_assert_ptr_nonnull(keep);
