@@ -118,6 +118,8 @@ zero_payload(void *obj, uint64_t size)
     typedef uint64_t zero16 __attribute__((vector_size(16)));
     typedef uint64_t zero32 __attribute__((vector_size(32)));
     uint8_t *b = obj, *end = b - LAYOUT_WORD + size;
+    /* over ALLOC_ZERO_INLINE_MAX: the alignment below stays inside */
+    assert(size > ALLOC_ZERO_INLINE_MAX);
     if (size > ZERO_LOOP_MAX) {
         memset(b, 0, (size_t)(end - b));
         return obj;
@@ -165,15 +167,6 @@ __attribute__((constructor)) static void alloc_zero_pick(void)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2"))
         alloc_zero_payload = zero_payload_avx2;
-}
-
-/* Zero the object of SIZE bytes at block B but for its header. */
-static inline void alloc_zero_object(uint8_t *b, uint64_t size)
-{
-    if (size <= ALLOC_ZERO_INLINE_MAX)
-        alloc_zero_words(b, size);
-    else
-        alloc_zero_payload(b + LAYOUT_WORD, size);
 }
 
 void alloc_client_init(heapd_client *c)
@@ -348,7 +341,7 @@ alloc_run(heapd_mutator *m, uint64_t size, size_t nrefs, size_t nbytes)
     TSAN_REUSE_ACQUIRE(&m->c->tsan_reuse); /* Note [Reuse and
                                               ThreadSanitizer] */
     uint8_t *b = s->blocks + (size_t)i * LAYOUT_RUN_GRANULE;
-    alloc_zero_object(b, size);
+    alloc_zero_payload(b + LAYOUT_WORD, size);
     *(uint64_t *)b = layout_header_with_tag(layout_header(nrefs, nbytes),
                                             barrier_on(m) ? epoch : 0);
     m->alloc_bytes += (uint64_t)k * LAYOUT_RUN_GRANULE;
@@ -412,7 +405,9 @@ static __attribute__((noinline)) uint32_t next_free_mark(const uint8_t *marks,
 }
 
 /* Block I of M's current segment S, free, made an object of SIZE
- * bytes: its mark set, zeroed, its header written, counted.  YOUNG: a
+ * bytes: its mark set, zeroed if SIZE is at most ALLOC_ZERO_INLINE_MAX
+ * (the caller zeroes a larger one: Note [Zeroing an object]), its header
+ * written, counted.  YOUNG: a
  * young object (Note [Young objects] in proto/young.h), whose mark is
  * LAYOUT_MARK_YOUNG and whose header's tag is LAYOUT_YOUNG_TAG, age 0. */
 static inline __attribute__((always_inline)) void *
@@ -538,7 +533,7 @@ void *alloc_shared(heapd_mutator *m, size_t nrefs, size_t nbytes)
     void *p = take_block(m, &m->cur[cls], size, nrefs, nbytes, false);
     if (!p)
         p = alloc_slow(m, cls, size, nrefs, nbytes, false);
-    /* Note [Sweeping a segment of young blocks only] in client/minor.c */
+    /* Note [Sweeping a segment of young blocks only] in client/minor_sweep.c */
     if (p && m->young_flags)
         young_took_shared(m, cls);
     return p;

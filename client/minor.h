@@ -112,8 +112,7 @@ void young_collect_early(heapd_mutator *m, unsigned cls);
 bool young_collect_all(heapd_mutator *m);
 /* M has just taken a young block, for OBJ, of its current segment of
  * CLS while a collection is under way: it is live for this collection
- * (Note [Minor collections in slices]).  Returns OBJ, so that the
- * allocation's fast path ends in a tail call. */
+ * (Note [Minor collections in slices]).  Returns OBJ. */
 void *young_allocated_black(heapd_mutator *m, unsigned cls, void *obj);
 /* M has just taken a shared block of its current segment of CLS (a
  * young mutator's heapd_alloc_shared): the segment holds a mark other

@@ -698,7 +698,7 @@ static __attribute__((noinline)) void mixed_row(heapd_mutator *m,
 #define OLD_N 60000 /* shared nodes, one in four kept */
 #define OLD_NBYTES 24 /* with one reference: a class nothing else takes */
 
-/* Note [Sweeping a segment of young blocks only] in client/minor.c: a
+/* Note [Sweeping a segment of young blocks only] in client/minor_sweep.c: a
  * nursery given partly free segments (Note [Reusing partly free
  * segments] in daemon/gc/segment.c), shared objects in use among free
  * blocks, sweeps them mark by mark.  A list of shared nodes loses three
