@@ -122,6 +122,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "heapd_object.h"
+
 #define LAYOUT_MAGIC 0x0031504145484448ULL /* bytes "HDHEAP1\0" in memory */
 /* 8: the daemon's page (Note [The daemon's page]).
  * 9: the globals' names, states and owners in the daemon's page, their
@@ -151,13 +153,13 @@
 
 /* ---- objects (Note [Objects]) ---- */
 
-#define LAYOUT_WORD 8u
-#define LAYOUT_FIELD_BITS 28
+#define LAYOUT_WORD HEAPD_OBJ_WORD_
+#define LAYOUT_FIELD_BITS HEAPD_OBJ_FIELD_BITS_
 #define LAYOUT_FIELD_MAX ((1u << LAYOUT_FIELD_BITS) - 1)
 
 static inline uint64_t layout_header(uint64_t nrefs, uint64_t nbytes)
 {
-    return nbytes | nrefs << LAYOUT_FIELD_BITS;
+    return heapd_obj_header_(nrefs, nbytes);
 }
 static inline size_t layout_header_nbytes(uint64_t h)
 {
@@ -168,7 +170,7 @@ static inline size_t layout_header_nrefs(uint64_t h)
     return (size_t)((h >> LAYOUT_FIELD_BITS) & LAYOUT_FIELD_MAX);
 }
 /* The dirty tag (Note [Dirty tags]) lives in the header's top byte. */
-#define LAYOUT_TAG_SHIFT 56
+#define LAYOUT_TAG_SHIFT HEAPD_OBJ_TAG_SHIFT_
 static inline uint8_t layout_header_tag(uint64_t h)
 {
     return (uint8_t)(h >> LAYOUT_TAG_SHIFT);
@@ -194,7 +196,7 @@ static inline void layout_clear_stale_tag(uint64_t *hp, uint64_t h,
 /* Bytes an object occupies, header included (8-byte multiple). */
 static inline uint64_t layout_object_size(uint64_t nrefs, uint64_t nbytes)
 {
-    return LAYOUT_WORD + nrefs * LAYOUT_WORD + ((nbytes + 7) & ~(uint64_t)7);
+    return heapd_obj_size_(nrefs, nbytes);
 }
 
 /* ---- size classes ----
@@ -231,13 +233,14 @@ static inline uint64_t layout_object_size(uint64_t nrefs, uint64_t nbytes)
  *     it (Note [Purging free memory] in daemon/gc/purge.c).
  * Measured: a heap of objects of 16 to 128 KiB at random held one whole
  * segment per object, and each cost its mutator a round trip. */
-#define LAYOUT_NCLASSES 72
+#define LAYOUT_NCLASSES HEAPD_OBJ_NCLASSES_
 #define LAYOUT_CLASS_RUN (LAYOUT_NCLASSES - 1)
 #define LAYOUT_RUN_GRANULE 1024u
 #define LAYOUT_MARK_CONT 255u
-#define LAYOUT_MARK_YOUNG 254u /* Note [Young objects] in proto/young.h */
+/* Note [Young objects] in proto/young.h */
+#define LAYOUT_MARK_YOUNG HEAPD_OBJ_MARK_YOUNG_
 #define LAYOUT_POISON 0xdbu    /* the byte a freed block is filled with */
-#define LAYOUT_MIN_BLOCK 16u
+#define LAYOUT_MIN_BLOCK HEAPD_OBJ_MIN_BLOCK_
 #define LAYOUT_MAX_SMALL 16384u
 
 extern const uint32_t layout_class_size[LAYOUT_NCLASSES];
@@ -247,11 +250,7 @@ extern const uint32_t layout_class_size[LAYOUT_NCLASSES];
  * line, the others' out of the allocation's fast path. */
 static inline unsigned layout_size_class(uint32_t size)
 {
-    if (__builtin_expect(size <= 128, 1))
-        return size <= LAYOUT_MIN_BLOCK ? 0 : (size >> 3) - 2;
-    uint32_t s = size - 1;
-    unsigned p = 31u - (unsigned)__builtin_clz(s); /* 7..13 */
-    return 15u + (p - 7u) * 8u + ((s - (1u << p)) >> (p - 3u));
+    return heapd_obj_class_(size);
 }
 
 /* Largest object size that goes to a small segment of this size: at least
@@ -665,7 +664,7 @@ static inline uint32_t layout_control_segments(uint64_t segment_size)
  * object's header tag is LAYOUT_YOUNG_TAG or above (Note [Young objects]
  * in proto/young.h), a shared object's 0 or an epoch. */
 #define LAYOUT_EPOCHS 239u
-#define LAYOUT_YOUNG_TAG 0xf0u
+#define LAYOUT_YOUNG_TAG HEAPD_OBJ_YOUNG_TAG_
 _Static_assert(LAYOUT_EPOCHS < LAYOUT_YOUNG_TAG &&
                    LAYOUT_YOUNG_TAG + 8u < LAYOUT_MARK_YOUNG &&
                    LAYOUT_MARK_YOUNG < LAYOUT_MARK_CONT,

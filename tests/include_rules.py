@@ -37,7 +37,8 @@ RULES = {
     "daemon/gc": (["daemon/gc/", "daemon/config.h", "proto/layout.h",
                    "proto/young.h", "proto/futex.h", "proto/lock.h",
                    "proto/clock.h",
-                   "proto/heapd_counters.h", "proto/heapd_errors.h"],
+                   "proto/heapd_counters.h", "proto/heapd_errors.h",
+                   "proto/heapd_object.h"],
                   LOOP_LIBS),
     # the loop side: everything of the daemon and the contract
     "daemon": (["daemon/", "daemon/gc/", "proto/", "./heapd_build.h"], ()),
@@ -49,16 +50,18 @@ RULES = {
                             "client/runtime.h", "proto/layout.h",
                             "proto/futex.h", "proto/clock.h",
                             "proto/heapd_counters.h",
-                            "proto/heapd_errors.h"],
+                            "proto/heapd_errors.h", "proto/heapd_object.h"],
                            LOOP_LIBS),
     # heapctl: a client of the public API, plus the Prometheus writer
     "heapctl": (["heapctl/", "client/heapd.h", "proto/heapd_counters.h",
-                 "proto/heapd_errors.h", "proto/metrics.h",
+                 "proto/heapd_errors.h", "proto/heapd_object.h",
+                 "proto/metrics.h",
                  "proto/clock.h"],
                 LOOP_LIBS),
     # the examples: what an application has
     "examples": (["client/heapd.h", "client/collections/heapd_collections.h",
-                  "proto/heapd_counters.h", "proto/heapd_errors.h"],
+                  "proto/heapd_counters.h", "proto/heapd_errors.h",
+                  "proto/heapd_object.h"],
                  LOOP_LIBS),
 }
 

@@ -206,6 +206,7 @@ check "libheapd exports exactly the HEAPD_API functions of its installed headers
 files=("$(at "$sbindir")/heapd" "$(at "$bindir")/heapctl"
        "$include_d/heapd.h" "$include_d/heapd_collections.h"
        "$include_d/heapd_counters.h" "$include_d/heapd_errors.h"
+       "$include_d/heapd_object.h"
        "$libdir_d/pkgconfig/heapd.pc"
        "$(at "$sysconfdir")/heapd/heapd.conf"
        "$dest$prefix/lib/systemd/system/heapd.service"
