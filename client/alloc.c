@@ -10,7 +10,9 @@
  * eviction, a dead daemon, a fork, a minor collection due), sets the
  * block's mark to the current epoch (allocate black, Note [Epoch-tagged
  * marks]; a young mutator's, to LAYOUT_MARK_YOUNG), writes its header,
- * zeroes the object (Note [Zeroing an object]) and returns: no lock, no
+ * zeroes the object (Note [Zeroing an object]) and returns (for a young
+ * mutator, heapd.h does the same in the program's code: Note [Inline
+ * allocation fast path] there): no lock, no
  * system call, no message, and no call but the jump that ends it for an
  * object over ALLOC_ZERO_INLINE_MAX bytes, so that this path needs few
  * callee-saved registers; everything else (the poll, the run's end) is
@@ -62,8 +64,8 @@
 
 /* The fast path's objects: fewer than ALLOC_FAST_FIELDS references and
  * than 4 * ALLOC_FAST_FIELDS bytes, small in every segment size
- * (alloc_client_init checks). */
-#define ALLOC_FAST_FIELDS 256u
+ * (alloc_client_init checks); heapd.h's inline path's too. */
+#define ALLOC_FAST_FIELDS HEAPD_FAST_ALLOC_FIELDS_
 
 /* Note [Zeroing an object]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -432,7 +434,7 @@ init_block(heapd_mutator *m, struct alloc_seg *s, uint32_t i, uint64_t size,
         layout_header(nrefs, nbytes),
         young ? LAYOUT_YOUNG_TAG : !barrier_on(m) ? 0 : epoch);
     if (young) {
-        m->young_bytes += s->block_size;
+        m->fast.young_bytes += s->block_size;
     } else {
         m->alloc_bytes += s->block_size;
         atomic_store_explicit(&m->slot->alloc_bytes, m->alloc_bytes,
@@ -603,7 +605,8 @@ alloc_general(heapd_mutator *m, size_t nrefs, size_t nbytes)
     if (__builtin_expect(m->young_flags, 0)) {
         /* Note [Minor collections] in client/minor.c: before the new
          * object exists */
-        if (__builtin_expect(m->young_bytes >= m->young.next_minor, 0))
+        if (__builtin_expect(
+                m->fast.young_bytes >= m->fast.young_next_minor, 0))
             young_collect(m);
         p = take_block(m, &m->cur[cls], size, nrefs, nbytes, true);
         if (__builtin_expect(p == NULL, 0))
@@ -625,12 +628,14 @@ alloc_general(heapd_mutator *m, size_t nrefs, size_t nbytes)
 static inline bool alloc_attention(const heapd_mutator *m)
 {
     return mutator_attention(m) ||
-           (m->young_flags && m->young_bytes >= m->young.next_minor);
+           (m->young_flags && m->fast.young_bytes >= m->fast.young_next_minor);
 }
 
-/* on a cache line (Note [Allocation fast path]) */
-__attribute__((aligned(64))) void *heapd_alloc(heapd_mutator *m, size_t nrefs,
-                                                size_t nbytes)
+/* on a cache line (Note [Allocation fast path]); in parentheses, the
+ * function that heapd.h's macro calls (Note [Inline allocation fast
+ * path] in heapd.h) */
+__attribute__((aligned(64))) void *(heapd_alloc)(heapd_mutator *m,
+                                                  size_t nrefs, size_t nbytes)
 {
     /* Note [Allocation fast path]: no call, and few callee-saved
      * registers, on this path; every other case in alloc_general */

@@ -16,6 +16,7 @@
 
 #include "heapd_counters.h"
 #include "heapd_errors.h"
+#include "heapd_object.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -397,14 +398,70 @@ HEAPD_API void heapd_write(heapd_mutator *m, void *obj, void **field,
  * calls and 105 ms when they are inline. */
 struct heapd_fast_ {
     unsigned char write_mode;
-    unsigned char reserved_[7];
+    unsigned char alloc_mode; /* Note [Inline allocation fast path] */
+    unsigned char reserved_[6];
     const uint32_t *phase;
+    /* Note [Inline allocation fast path] */
+    struct heapd_run_ *runs;
+    const uint32_t *stop;
+    const uint32_t *remark;
+    const bool *closed;
+    const unsigned *fork_generation;
+    unsigned fork_generation_seen;
+    uint64_t young_bytes;
+    uint64_t young_next_minor;
 };
 #define HEAPD_FAST_CALL_ 0
 #define HEAPD_FAST_UNLESS_MARKING_ 1
 #define HEAPD_FAST_YOUNG_ 2
 #define HEAPD_FAST_PHASE_MARK_ 1u
 #define HEAPD_FAST_YOUNG_TAG_ 0xf0u
+
+/* Note [Inline allocation fast path]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A young mutator's allocation is done in the caller's code while
+ * struct heapd_fast_ says it may be:
+ *   alloc_mode   HEAPD_FAST_ALLOC_YOUNG_ while the mutator has a nursery
+ *                and no minor collection under way, in a client that is
+ *                not checked; HEAPD_FAST_CALL_ otherwise (the library
+ *                sets it where it sets write_mode);
+ *   runs         the mutator's free run of each size class: blocks
+ *                [cursor, limit) of the segment at blocks, block_size
+ *                apart, whose mark bytes at marks are 0 (Note [Free
+ *                runs] in client/alloc.c);
+ *   stop         the two words of its slot heapd writes, the stop
+ *                request and the eviction: both 0, or call;
+ *   remark, closed, fork_generation  what else makes the function's
+ *                fast path call out: a remark asked for, a connection
+ *                gone, a child of fork() (fork_generation_seen differs);
+ *   young_bytes, young_next_minor  the nursery's budget: a minor
+ *                collection is due when the first reaches the second.
+ * The inline path allocates block cursor exactly as the function's fast
+ * path does: its mark byte young, then its header, young-tagged, its
+ * fields and bytes zero, young_bytes grown by block_size.  Anything else
+ * is the function's.  This is part of libheapd's ABI, as write_mode: a
+ * library that cannot serve it keeps alloc_mode HEAPD_FAST_CALL_, and a
+ * program built with this header calls heapd_alloc for every object.
+ * Sanitizer builds and HEAPD_NO_INLINE call it always.  Measured
+ * (alloc_bench, young, ring of 1000, 5 runs each, interleaved with the
+ * build before): 256 B 10.4 -> 9.7 ns (8.7 in a program built for
+ * AVX2), 64 B 6.9 -> 5.3 ns, 16 B 5.7 -> 4.5 ns; the call into another
+ * shared object alone was 1.7 ns of the 256-byte case.
+ */
+struct heapd_run_ {
+    unsigned char *marks;
+    unsigned char *blocks;
+    uint32_t cursor;
+    uint32_t limit;
+    uint32_t nblocks_;
+    uint32_t block_size;
+    uint32_t index_;
+    unsigned char cls_;
+};
+#define HEAPD_FAST_ALLOC_YOUNG_ 1
+/* the function's fast path takes fewer references than this, and fewer
+ * raw bytes than 4 times it: small objects in every segment size */
+#define HEAPD_FAST_ALLOC_FIELDS_ 256u
 
 /* Does a store by M into OBJ need no barrier?  The test both the macro
  * and the function make. */
@@ -434,6 +491,67 @@ static inline void heapd_write_inline_(heapd_mutator *m, void *obj,
     (heapd_write)(m, obj, field, val);
 }
 #define heapd_write(m, obj, field, val) heapd_write_inline_(m, obj, field, val)
+#endif
+
+#if !defined(HEAPD_NO_INLINE) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_ADDRESS__)
+/* Zero [P, END), an 8-byte multiple at an 8-aligned P: 32 bytes a store,
+ * as many as fit, then 16 and 8. */
+typedef uint64_t heapd_zero16_
+    __attribute__((vector_size(16), aligned(8), may_alias));
+typedef uint64_t heapd_zero32_
+    __attribute__((vector_size(32), aligned(8), may_alias));
+static inline void heapd_zero_(unsigned char *p, unsigned char *end)
+{
+    heapd_zero32_ z32 = {0, 0, 0, 0};
+    heapd_zero16_ z16 = {0, 0};
+    for (; p + 32 <= end; p += 32) {
+        __asm__("" : "+r"(p)); /* stores, not a call to memset */
+        *(heapd_zero32_ *)(void *)p = z32;
+    }
+    if (p + 16 <= end) {
+        *(heapd_zero16_ *)(void *)p = z16;
+        p += 16;
+    }
+    if (p < end)
+        *(uint64_t *)(void *)p = 0;
+}
+
+/* Note [Inline allocation fast path] */
+static inline void *heapd_alloc_inline_(heapd_mutator *m, size_t nrefs,
+                                        size_t nbytes)
+{
+    struct heapd_fast_ *f = (struct heapd_fast_ *)(void *)m;
+    if (__builtin_expect((nrefs | nbytes >> 2) < HEAPD_FAST_ALLOC_FIELDS_ &&
+                             f->alloc_mode == HEAPD_FAST_ALLOC_YOUNG_,
+                         1)) {
+        uint64_t size = heapd_obj_size_(nrefs, nbytes);
+        struct heapd_run_ *r = &f->runs[heapd_obj_class_((uint32_t)size)];
+        uint32_t i = r->cursor;
+        if (__builtin_expect(
+                i < r->limit && f->young_bytes < f->young_next_minor &&
+                    (__atomic_load_n(&f->stop[0], __ATOMIC_RELAXED) |
+                     __atomic_load_n(&f->stop[1], __ATOMIC_RELAXED) |
+                     __atomic_load_n(f->remark, __ATOMIC_RELAXED)) == 0 &&
+                    !__atomic_load_n(f->closed, __ATOMIC_RELAXED) &&
+                    __atomic_load_n(f->fork_generation, __ATOMIC_RELAXED) ==
+                        f->fork_generation_seen,
+                1)) {
+            unsigned char *b = r->blocks + (size_t)i * r->block_size;
+            r->cursor = i + 1;
+            __atomic_store_n(&r->marks[i], HEAPD_OBJ_MARK_YOUNG_,
+                             __ATOMIC_RELAXED);
+            *(uint64_t *)(void *)b =
+                heapd_obj_header_(nrefs, nbytes) |
+                (uint64_t)HEAPD_OBJ_YOUNG_TAG_ << HEAPD_OBJ_TAG_SHIFT_;
+            f->young_bytes += r->block_size;
+            heapd_zero_(b + HEAPD_OBJ_WORD_, b + size);
+            return b + HEAPD_OBJ_WORD_;
+        }
+    }
+    return (heapd_alloc)(m, nrefs, nbytes);
+}
+#define heapd_alloc(m, nrefs, nbytes) heapd_alloc_inline_(m, nrefs, nbytes)
 #endif
 /* Compare-and-swap reference field FIELD of OBJ; true if it was EXPECTED
  * and is now DESIRED. */

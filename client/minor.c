@@ -196,8 +196,8 @@ int young_init(heapd_mutator *m, uint64_t budget, uint32_t age)
     memset(y, 0, sizeof *y);
     y->age = age;
     y->budget = budget;
-    y->minor_at = m->young_bytes;
-    y->next_minor = m->young_bytes + budget;
+    y->minor_at = m->fast.young_bytes;
+    m->fast.young_next_minor = m->fast.young_bytes + budget;
     /* Note [Minor collections in slices] */
     y->slice_bytes = budget / 256 > 4096 ? budget / 256 : 4096;
     y->heap_segs = (uint32_t)(c->size >> c->seg_shift);
@@ -986,7 +986,7 @@ void *young_allocated_black(heapd_mutator *m, unsigned cls, void *obj)
 static void cycle_start(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
-    y->cycle_at = m->young_bytes;
+    y->cycle_at = m->fast.young_bytes;
     y->traced = 0;
     y->at_seg = 0;
     clear_live(y);
@@ -1056,8 +1056,9 @@ static void cycle_end(heapd_mutator *m)
     y->survived = y->traced;
     /* Note [Sizing the nursery] */
     uint64_t grown = y->survived * YOUNG_GROWTH;
-    y->minor_at = m->young_bytes;
-    y->next_minor = m->young_bytes + (grown > y->budget ? grown : y->budget);
+    y->minor_at = m->fast.young_bytes;
+    m->fast.young_next_minor =
+        m->fast.young_bytes + (grown > y->budget ? grown : y->budget);
 }
 
 /* Segments the allocation's slow path sweeps, at most, looking for one
@@ -1115,7 +1116,7 @@ static void cycle_abandon(heapd_mutator *m)
     young_promote_pending(m);
     y->nwork = 0;
     set_phase(m, YOUNG_IDLE);
-    y->next_minor = m->young_bytes;
+    m->fast.young_next_minor = m->fast.young_bytes;
 }
 
 /* A pause: start a collection if none is under way, and do a slice of
@@ -1128,7 +1129,7 @@ static void young_pause(heapd_mutator *m, bool all)
         cycle_start(m);
     /* one that has taken a whole budget ends now: what was allocated
      * since it began is not reused before it ends */
-    if (m->young_bytes - y->cycle_at >= y->budget)
+    if (m->fast.young_bytes - y->cycle_at >= y->budget)
         all = true;
     if (all)
         cycle_work(m, UINT64_MAX, SIZE_MAX);
@@ -1137,9 +1138,10 @@ static void young_pause(heapd_mutator *m, bool all)
     /* the sweep is mostly the allocation's, on demand: its slices come
      * less often */
     if (y->phase != YOUNG_IDLE)
-        y->next_minor = m->young_bytes + (y->phase == YOUNG_SWEEP
-                                              ? SWEEP_SPACING * y->slice_bytes
-                                              : y->slice_bytes);
+        m->fast.young_next_minor =
+            m->fast.young_bytes + (y->phase == YOUNG_SWEEP
+                                       ? SWEEP_SPACING * y->slice_bytes
+                                       : y->slice_bytes);
     record_pause(y, monotonic_ns() - t0);
     publish_stats(m);
 }
@@ -1184,7 +1186,8 @@ void young_barrier_slow(heapd_mutator *m, void *old)
 void young_collect_early(heapd_mutator *m, unsigned cls)
 {
     struct young_gen *y = &m->young;
-    if (y->phase == YOUNG_IDLE && m->young_bytes - y->minor_at >= y->budget &&
+    if (y->phase == YOUNG_IDLE &&
+        m->fast.young_bytes - y->minor_at >= y->budget &&
         !reserve_ready(m->c, cls))
         young_pause(m, false);
 }
@@ -1192,7 +1195,7 @@ void young_collect_early(heapd_mutator *m, unsigned cls)
 bool young_collect_all(heapd_mutator *m)
 {
     struct young_gen *y = &m->young;
-    if (y->phase == YOUNG_IDLE && m->young_bytes == y->minor_at)
+    if (y->phase == YOUNG_IDLE && m->fast.young_bytes == y->minor_at)
         return false; /* the last one found what there is */
     young_pause(m, true);
     return true;
@@ -1346,7 +1349,7 @@ void heapd_young_stats_get(const heapd_mutator *m, heapd_young_stats *out)
     out->minor_pause_max_ns = y->pause_max;
     out->minor_pause_total_ns = y->pause_total;
     out->minor_pauses = y->pauses;
-    out->bytes_in_use = y->survived + (m->young_bytes - y->minor_at);
+    out->bytes_in_use = y->survived + (m->fast.young_bytes - y->minor_at);
     /* p99: the upper end of the bucket the 99th percentile falls in */
     uint64_t seen = 0, want = y->pauses - y->pauses / 100;
     for (unsigned b = 0; b < YOUNG_HIST && y->pauses; b++) {

@@ -57,7 +57,8 @@ struct young_gen {
     bool on;
     uint32_t age;               /* promote at this many survivals */
     uint64_t budget;            /* bytes allocated between minor collections */
-    uint64_t next_minor;        /* young_bytes at which the next one runs */
+    /* the next one runs at fast.young_bytes == fast.young_next_minor
+     * (Note [Inline allocation fast path] in heapd.h) */
     uint64_t minor_at;          /* young_bytes at the last one */
     /* the young segments: segs[segmap[i] - 1] is segment i's */
     struct young_seg *segs;

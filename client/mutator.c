@@ -515,12 +515,20 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
     m->ctl = c->ctl;
     /* Note [Inline write fast path] in heapd.h */
     m->fast.phase = (const uint32_t *)&c->ctl->phase;
-    mutator_set_young_flags(m, 0);
     hd_mutex_init(&m->hold);
     m->slot_index = rep->attach_reply->slot;
     /* Note [Client control memory] */
     m->slot = (struct layout_mutator *)(c->mem + (size_t)rep->attach_reply->region *
                                                    LAYOUT_MUTATOR_BYTES);
+    /* Note [Inline allocation fast path] in heapd.h: what the function's
+     * fast path reads, for the caller's */
+    m->fast.runs = (struct heapd_run_ *)m->cur;
+    m->fast.stop = (const uint32_t *)&m->slot->stop_request;
+    m->fast.remark = (const uint32_t *)&m->remark_pending;
+    m->fast.closed = &c->agent.closed;
+    m->fast.fork_generation = &agent_fork_generation;
+    m->fast.fork_generation_seen = c->agent.fork_generation;
+    mutator_set_young_flags(m, 0);
     m->roots = layout_mutator_roots(m->slot);
     /* the ring's counters run on from the region's previous mutator; the
      * daemon has moved the tail up to the head */

@@ -65,8 +65,6 @@ struct heapd_mutator {
     unsigned slot_index;
     struct heapd_mutator *next;      /* c->mutators */
     uint64_t alloc_bytes;            /* mirrored into slot->alloc_bytes */
-    uint64_t young_bytes;            /* young allocations: not mirrored,
-                                        Note [Minor collections] */
     /* the root stack: LAYOUT_MAX_ROOTS references after the slot's words
      * (Note [Client control memory] in proto/layout.h) */
     void *_Atomic *roots;
@@ -90,6 +88,25 @@ struct heapd_mutator {
     struct young_gen young;          /* Note [Young objects] in proto/young.h */
 };
 
+/* Note [Inline allocation fast path] in heapd.h: fast.runs is cur, and
+ * fast.young_bytes counts young allocations (not mirrored, Note [Minor
+ * collections] in client/minor.c) */
+_Static_assert(offsetof(struct alloc_seg, marks) ==
+                       offsetof(struct heapd_run_, marks) &&
+                   offsetof(struct alloc_seg, blocks) ==
+                       offsetof(struct heapd_run_, blocks) &&
+                   offsetof(struct alloc_seg, cursor) ==
+                       offsetof(struct heapd_run_, cursor) &&
+                   offsetof(struct alloc_seg, limit) ==
+                       offsetof(struct heapd_run_, limit) &&
+                   offsetof(struct alloc_seg, block_size) ==
+                       offsetof(struct heapd_run_, block_size) &&
+                   sizeof(struct alloc_seg) == sizeof(struct heapd_run_),
+               "heapd.h's inline allocation reads struct alloc_seg");
+_Static_assert(offsetof(struct layout_mutator, evicted) ==
+                   offsetof(struct layout_mutator, stop_request) +
+                       sizeof(uint32_t),
+               "heapd.h's inline allocation reads the two words at stop");
 _Static_assert(offsetof(struct heapd_mutator, fast) == 0,
                "heapd.h's inline fast paths read a mutator's first bytes");
 _Static_assert(HEAPD_FAST_PHASE_MARK_ == LAYOUT_PHASE_MARK &&
@@ -109,10 +126,20 @@ static inline unsigned char mutator_write_mode(const heapd_mutator *m)
 }
 /* Set M's young flags, and the write mode that follows from them: every
  * change of the flags goes through here. */
+/* Note [Inline allocation fast path] in heapd.h */
+static inline unsigned char mutator_alloc_mode(const heapd_mutator *m)
+{
+    return !m->c->checked &&
+                   (m->young_flags &
+                    (MUTATOR_YOUNG | MUTATOR_YOUNG_COLLECTING)) == MUTATOR_YOUNG
+               ? HEAPD_FAST_ALLOC_YOUNG_
+               : HEAPD_FAST_CALL_;
+}
 static inline void mutator_set_young_flags(heapd_mutator *m, uint8_t f)
 {
     m->young_flags = f;
     m->fast.write_mode = mutator_write_mode(m);
+    m->fast.alloc_mode = mutator_alloc_mode(m);
 }
 
 /* The daemon evicted M's client (Note [Evicted clients, client side] in

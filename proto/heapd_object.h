@@ -1,6 +1,7 @@
-/* libheapd: an object's header word, its size and its size class.
- * Installed with heapd.h, for code the public header puts in programs;
- * layout.h builds the shared layout's object functions on these. */
+/* libheapd: an object's header word, its size and its size class, as
+ * heapd.h's inline allocation writes them (Note [Inline allocation fast
+ * path] in heapd.h).  Included by heapd.h, installed with it; layout.h
+ * builds the shared layout's object functions on these. */
 #ifndef HEAPD_OBJECT_H
 #define HEAPD_OBJECT_H
 

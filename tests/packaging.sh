@@ -156,13 +156,13 @@ unin=(env -u PKG_CONFIG_PATH -u PKG_CONFIG_SYSROOT_DIR
 check "pkg-config --cflags --libs heapd from the build tree: -L names the build's libheapd" \
     bash -c 'f=$("$@" pkg-config --cflags --libs heapd) && echo "$f" &&
              [[ " $f " == *" -L$0/client "* ]]' "$build" "${unin[@]}"
-check "with those flags the program's headers are the source tree's heapd.h, heapd_counters.h, heapd_errors.h, heapd_collections.h" \
+check "with those flags the program's headers are the source tree's heapd.h, heapd_counters.h, heapd_errors.h, heapd_object.h, heapd_collections.h" \
     bash -c 'src=$(cd "$1" && pwd -P)
              deps=$(cc -std=c11 -M "$0/client.c" $("${@:2}" pkg-config --cflags heapd) |
-                    tr -d "\\\\" | tr " " "\n" | grep -E "/heapd(_counters|_errors|_collections)?\.h$" |
+                    tr -d "\\\\" | tr " " "\n" | grep -E "/heapd(_counters|_errors|_object|_collections)?\.h$" |
                     xargs -r realpath) || exit 1
              echo "$deps"
-             for h in heapd.h heapd_counters.h heapd_errors.h heapd_collections.h; do
+             for h in heapd.h heapd_counters.h heapd_errors.h heapd_object.h heapd_collections.h; do
                  grep -qE "^$src/.*/$h$" <<<"$deps" || { echo "not from $src: $h"; exit 1; }
              done' "$work" "${HEAPD_SOURCE_ROOT:?HEAPD_SOURCE_ROOT: the source tree}" "${unin[@]}"
 check "it compiles and links with \$(pkg-config --cflags --libs heapd) of the build tree" \

@@ -362,6 +362,82 @@ static unsigned char *take_zeroed(heapd_mutator *m, size_t nbytes)
     return o;
 }
 
+/* ---- the inline allocation fast path ---- */
+
+/* A young mutator's allocations in the caller's code (the heapd_alloc
+ * macro, where this build has it) and in the function ((heapd_alloc))
+ * take the same blocks in turn, make the same objects, and count the
+ * same budget (Note [Inline allocation fast path] in heapd.h): every
+ * pair from one free run is two blocks in a row, each object young,
+ * zeroed and of its sizes, and the nursery's bytes in use grow by the
+ * block of each. */
+START_TEST(inline_and_called_allocations_agree)
+{
+    heapd_client *c;
+    heapd_mutator *m, *y;
+    harness_start_with(&D, "young_size = 256K\n");
+    harness_attach(&D, &c, &m);
+    heapd_blocking_enter(m);
+    heapd_mutator_opts yo = {.flags = HEAPD_MUTATOR_YOUNG};
+    ck_assert_int_eq(heapd_attach_opts(c, &yo, &y), 0);
+    static const size_t shapes[][2] = {{0, 8},  {1, 0},   {2, 16}, {0, 56},
+                                       {3, 40}, {0, 120}, {4, 96}, {0, 256},
+                                       {8, 200}, {0, 1000}, {30, 900}};
+    unsigned pairs = 0, adjacent = 0;
+    /* through two minor collections, so that blocks are taken again */
+    heapd_young_stats s = {0};
+    for (unsigned round = 0; round < 64 || s.minor_collections < 2;
+         round++) {
+        ck_assert_msg(round < 4096, "no second minor collection after %u "
+                      "rounds", round);
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            size_t nrefs = shapes[k][0], nbytes = shapes[k][1] + round % 3 * 8;
+            uint64_t block = layout_class_size[layout_size_class(
+                (uint32_t)layout_object_size(nrefs, nbytes))];
+            heapd_young_stats a, b, d;
+            heapd_young_stats_get(y, &a);
+            void *p = heapd_alloc(y, nrefs, nbytes);
+            heapd_young_stats_get(y, &b);
+            void *q = (heapd_alloc)(y, nrefs, nbytes);
+            heapd_young_stats_get(y, &d);
+            ck_assert_ptr_nonnull(p);
+            ck_assert_ptr_nonnull(q);
+            void *o[2] = {p, q};
+            for (int j = 0; j < 2; j++) {
+                ck_assert(heapd_is_young(y, o[j]));
+                ck_assert_uint_eq(heapd_nrefs(o[j]), nrefs);
+                ck_assert_uint_eq(heapd_nbytes(o[j]), nbytes);
+                const uint64_t *w = o[j];
+                for (size_t i = 0; i < nrefs + nbytes / 8; i++)
+                    ck_assert_msg(w[i] == 0, "(%zu, %zu): word %zu of %s "
+                                  "object is %#llx", nrefs, nbytes, i,
+                                  j ? "the called" : "the inline",
+                                  (unsigned long long)w[i]);
+                memset(o[j], 0xa5, (nrefs + nbytes / 8) * 8);
+            }
+            /* no minor collection between: each took one block */
+            if (b.minor_collections == a.minor_collections)
+                ck_assert_uint_eq(b.bytes_in_use, a.bytes_in_use + block);
+            if (d.minor_collections == b.minor_collections) {
+                ck_assert_uint_eq(d.bytes_in_use, b.bytes_in_use + block);
+                pairs++;
+                adjacent += (uintptr_t)q == (uintptr_t)p + block;
+            }
+        }
+        heapd_young_stats_get(y, &s);
+    }
+    /* a pair split by the end of a free run is rare */
+    ck_assert_msg(adjacent * 10 >= pairs * 9, "%u of %u pairs in adjacent "
+                  "blocks", adjacent, pairs);
+    heapd_detach(y);
+    heapd_blocking_leave(m);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 static int cmp_addr(const void *a, const void *b)
 {
     uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
@@ -1062,6 +1138,7 @@ static Suite *alloc_suite(void)
     tcase_add_test(t, every_size_class);
     tcase_add_test(t, partly_free_segments_are_reused);
     tcase_add_test(t, reused_blocks_are_zeroed);
+    tcase_add_test(t, inline_and_called_allocations_agree);
     tcase_add_test(t, garbage_is_reclaimed);
     tcase_add_test(t, reserve_is_bounded_and_given_back);
     tcase_add_test(t, allocation_is_paced);

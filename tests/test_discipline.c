@@ -17,6 +17,7 @@
 
 #include "harness.h"
 #include "heapd.h"
+#include "layout.h"
 #include "check_main.h"
 
 static struct daemon_proc D;
@@ -290,6 +291,44 @@ START_TEST(fork_child_fails_fast)
 }
 END_TEST
 
+/* A young mutator's allocations in a child run in the caller's code
+ * (Note [Inline allocation fast path] in heapd.h) and must not take the
+ * parent's blocks: the child's heapd_alloc fails as the function's does. */
+START_TEST(fork_child_of_a_young_mutator_fails_fast)
+{
+    heapd_client *c;
+    heapd_mutator *m, *y;
+    start();
+    harness_attach(&D, &c, &m);
+    heapd_blocking_enter(m);
+    heapd_mutator_opts yo = {.flags = HEAPD_MUTATOR_YOUNG};
+    ck_assert_int_eq(heapd_attach_opts(c, &yo, &y), 0);
+    /* a free run in the class the child asks for */
+    void *kept = heapd_alloc(y, 0, 8);
+    ck_assert_ptr_nonnull(kept);
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        errno = 0;
+        if (heapd_alloc(y, 0, 8) != NULL || errno != EBADF)
+            child_fail("heapd_alloc with the parent's young mutator did not "
+                       "fail with EBADF");
+        _exit(0);
+    }
+    harness_wait_ok(kid, "the forked child");
+    /* the parent's next block is the one after KEPT: the child took none */
+    char *next = heapd_alloc(y, 0, 8);
+    ck_assert_ptr_eq(next, (char *)kept + layout_class_size[layout_size_class(
+                                              (uint32_t)layout_object_size(0, 8))]);
+    heapd_detach(y);
+    heapd_blocking_leave(m);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* ---- checked mode ---- */
 
 enum misuse { STALE_WRITE, STALE_ACCESSOR, CONTROL_AREA, INTERIOR };
@@ -456,6 +495,7 @@ static Suite *suite(void)
     suite_add_tcase(s, t);
     t = tcase_create("misuse");
     tcase_add_test(t, fork_child_fails_fast);
+    tcase_add_test(t, fork_child_of_a_young_mutator_fails_fast);
     tcase_add_test(t, checked_mode_catches_misuse);
     tcase_add_test(t, stuck_mutator_is_named);
     tcase_add_test(t, alloc_after_daemon_gone_is_epipe);
