@@ -171,6 +171,11 @@ __attribute__((constructor)) static void alloc_zero_pick(void)
         alloc_zero_payload = zero_payload_avx2;
 }
 
+bool alloc_cpu_has_ymm(void)
+{
+    return alloc_zero_payload == zero_payload_avx2;
+}
+
 void alloc_client_init(heapd_client *c)
 {
     c->segment_size = c->ctl->segment_size;

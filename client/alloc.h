@@ -32,5 +32,8 @@ void alloc_install(heapd_mutator *m, unsigned cls, uint32_t idx,
                    bool formatted);
 /* An object in the shared heap, after heapd_alloc's checks. */
 void *alloc_shared(heapd_mutator *m, size_t nrefs, size_t nbytes);
+/* The CPU has AVX2: heapd.h's inline path may zero with 32-byte stores
+ * (Note [Inline allocation fast path] in heapd.h). */
+bool alloc_cpu_has_ymm(void);
 
 #endif
