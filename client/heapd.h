@@ -439,8 +439,8 @@ struct heapd_fast_ {
  *                collection is due when the first reaches the second.
  *   zero_ymm     the CPU has AVX2: a program built for plain x86-64
  *                zeroes an object over 64 bytes with 32-byte stores all
- *                the same (256 B: 8.5 ns where 16-byte stores took 9.7,
- *                in the loop measured below).
+ *                the same (256 B young, in a loop as alloc_bench's: 8.5
+ *                ns where 16-byte stores took 9.7).
  * The inline path allocates block cursor exactly as the function's fast
  * path does: its mark byte young, then its header, young-tagged, its
  * fields and bytes zero, young_bytes grown by block_size.  Anything else
@@ -448,10 +448,9 @@ struct heapd_fast_ {
  * library that cannot serve it keeps alloc_mode HEAPD_FAST_CALL_, and a
  * program built with this header calls heapd_alloc for every object.
  * Sanitizer builds and HEAPD_NO_INLINE call it always.  Measured
- * (young, ring of 1000, runs interleaved with the build before): 256 B
- * 10.4 -> 8.5 ns in a loop as alloc_bench's, 10.7 -> 9.6 ns in
- * alloc_bench itself; there, 64 B 6.9 -> 5.3 ns and 16 B 5.7 -> 4.5 ns.
- * The call into another shared object alone was 1.7 ns of the 256-byte
+ * (alloc_bench, young, ring of 1000, the runs of scripts/bench before and
+ * after): 256 B 10.7 -> 8.8 ns, 64 B 6.9 -> 4.9 ns, 16 B 5.7 -> 4.0 ns;
+ * the call into another shared object alone was 1.7 ns of the 256-byte
  * case.
  */
 struct heapd_run_ {
@@ -499,8 +498,16 @@ static inline void heapd_write_inline_(heapd_mutator *m, void *obj,
 #define heapd_write(m, obj, field, val) heapd_write_inline_(m, obj, field, val)
 #endif
 
-#if !defined(HEAPD_NO_INLINE) && !defined(__SANITIZE_THREAD__) && \
-    !defined(__SANITIZE_ADDRESS__)
+/* A sanitizer sees the library's allocations, not the program's. */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define HEAPD_SANITIZED_ 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define HEAPD_SANITIZED_ 1
+#endif
+#endif
+
+#if !defined(HEAPD_NO_INLINE) && !defined(HEAPD_SANITIZED_)
 /* Zero [P, END), an 8-byte multiple at an 8-aligned P: 32 bytes a store,
  * as many as fit, then 16 and 8. */
 typedef uint64_t heapd_zero16_
