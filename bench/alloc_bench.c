@@ -26,7 +26,7 @@
  * CPUs).  Every loop reads the ring's length, and the heapd loops their
  * mutator, into locals first: the young loop, with no call on its path,
  * otherwise loaded both from memory at every allocation, which cost it
- * 0.5 ns at 256 bytes.  For Boehm the ring is a GC_MALLOC'd
+ * about 0.8 ns at 256 bytes.  For Boehm the ring is a GC_MALLOC'd
  * array; for heapd it is one heapd object with 1024 reference fields, kept on
  * the root stack and updated with heapd_write.  For heapd_young the ring is
  * a C array on the young mutator's stack, as for the manual allocators: a

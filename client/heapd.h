@@ -507,9 +507,9 @@ static inline void heapd_write_inline_(heapd_mutator *m, void *obj,
 #endif
 #endif
 
-#if !defined(HEAPD_NO_INLINE) && !defined(HEAPD_SANITIZED_)
 /* Zero [P, END), an 8-byte multiple at an 8-aligned P: 32 bytes a store,
- * as many as fit, then 16 and 8. */
+ * as many as fit, then 16 and 8.  The inline allocation's and libheapd's
+ * own (Note [Zeroing an object] in client/alloc.c). */
 typedef uint64_t heapd_zero16_
     __attribute__((vector_size(16), aligned(8), may_alias));
 typedef uint64_t heapd_zero32_
@@ -530,6 +530,7 @@ static inline void heapd_zero_(unsigned char *p, unsigned char *end)
         *(uint64_t *)(void *)p = 0;
 }
 
+#if !defined(HEAPD_NO_INLINE) && !defined(HEAPD_SANITIZED_)
 #if defined(__x86_64__) && !defined(__AVX__)
 /* Zero [P, END), over 64 bytes, with 32-byte stores in a program built
  * for plain x86-64, where the CPU has them (Note [Inline allocation fast

@@ -380,6 +380,10 @@ START_TEST(inline_and_called_allocations_agree)
     heapd_blocking_enter(m);
     heapd_mutator_opts yo = {.flags = HEAPD_MUTATOR_YOUNG};
     ck_assert_int_eq(heapd_attach_opts(c, &yo, &y), 0);
+    /* the library serves the inline path (a program built with this
+     * header and no sanitizer takes it) */
+    ck_assert_uint_eq(((const struct heapd_fast_ *)(const void *)y)->alloc_mode,
+                      HEAPD_FAST_ALLOC_YOUNG_);
     static const size_t shapes[][2] = {{0, 8},  {1, 0},   {2, 16}, {0, 56},
                                        {3, 40}, {0, 120}, {4, 96}, {0, 256},
                                        {8, 200}, {0, 1000}, {30, 900}};
@@ -447,8 +451,9 @@ static int cmp_addr(const void *a, const void *b)
 
 /* A block freed and taken again reads all zero, in every class up to
  * ZERO_CLASS_MAX, at the size that fills a class's block and a word
- * less, and at both alignments of a block in its cache line.  Every object is filled before it is dropped
- * (and freed blocks are poisoned with the verifier on), so a byte that
+ * less, and at both alignments of a block in its cache line.  Every
+ * object is filled before it is dropped (and freed blocks are poisoned
+ * with the verifier on), so a byte that
  * was not zeroed shows.  A young mutator takes its own blocks again
  * after each minor collection; a shared one, the blocks a cycle freed
  * between the objects it kept. */
