@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -58,6 +59,8 @@ static void fail_all_locked(struct agent *a, int code, const char *msg,
         a->close_code = code;
         snprintf(a->close_msg, sizeof a->close_msg, "%s", msg);
         __atomic_store_n(&a->closed, true, __ATOMIC_RELEASE);
+        if (a->gate) /* Note [The open gate] */
+            __atomic_store_n(a->gate, 0, __ATOMIC_RELEASE);
     }
     for (struct agent_call **p = &a->calls; *p;) {
         struct agent_call *k = *p;
@@ -429,6 +432,49 @@ static void fork_watch(void)
 }
 
 
+/* Note [The open gate]
+ * ~~~~~~~~~~~~~~~~~~~~~
+ * heapd_alloc's inline path (Note [Inline allocation fast path] in
+ * heapd.h) must not run in a child of fork(), nor on a closed connection,
+ * and asks both with one byte: the gate, 1 from agent_start until the
+ * connection closes (set to 0 where `closed` is set; remark_closed then
+ * asks every mutator for a remark too), on a private page of its own
+ * marked MADV_WIPEONFORK, so that a child's copy reads 0 without any
+ * handler having to find the mutators.  Where the kernel refuses the
+ * advice, the gate is a byte that is always 0 and every allocation calls
+ * the function, which asks `closed` and agent_forked itself.  Measured
+ * (a loop as alloc_bench's young one, 3-5 interleaved runs, the best of
+ * each): one load for the two tests it replaces, 16 B 4.29 -> 3.82 ns,
+ * 256 B 8.58 -> 8.49 ns. */
+static const unsigned char gate_shut;
+
+static void gate_open(struct agent *a)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    void *p = mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return;
+    if (madvise(p, (size_t)page, MADV_WIPEONFORK) != 0) {
+        munmap(p, (size_t)page);
+        return;
+    }
+    a->gate = p;
+    __atomic_store_n(a->gate, 1, __ATOMIC_RELEASE);
+}
+
+static void gate_free(struct agent *a)
+{
+    if (a->gate)
+        munmap(a->gate, (size_t)sysconf(_SC_PAGESIZE));
+    a->gate = NULL;
+}
+
+const unsigned char *agent_gate(const struct agent *a)
+{
+    return a->gate ? a->gate : &gate_shut;
+}
+
 static int forked_error(void)
 {
     return client_set_error(HEAPD_EFORKED, "this heapd client was connected "
@@ -450,6 +496,7 @@ int agent_start(struct agent *a, int sock, const struct agent_reconnect *re)
     pthread_once(&fork_once, fork_watch);
     a->fork_generation = __atomic_load_n(&agent_fork_generation,
                                          __ATOMIC_RELAXED);
+    gate_open(a); /* before the agent thread, which may close it */
     hd_mutex_init(&a->mu);
     pthread_cond_init(&a->cv, NULL);
     frame_reader_init(&a->reader, FRAME_MAX_PAYLOAD);
@@ -484,6 +531,7 @@ fail_sock:
     close(sock);
 out:
     frame_reader_free(&a->reader);
+    gate_free(a);
     return rc;
 }
 
@@ -501,6 +549,7 @@ void agent_forget(struct agent *a)
     if (backend >= 0)
         close(backend);
     a->thread_started = false;
+    gate_free(a);
 }
 
 void agent_stop(struct agent *a)
@@ -532,6 +581,7 @@ void agent_stop(struct agent *a)
     frame_reader_free(&a->reader);
     pthread_cond_destroy(&a->cv);
     hd_mutex_destroy(&a->mu);
+    gate_free(a);
 }
 
 /* Queue MSG for the agent to write, with a fresh seq if CALL is set (which

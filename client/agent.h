@@ -56,6 +56,9 @@ struct agent {
     void (*on_lost)(void *arg);      /* Note [Reconnecting]: it ended */
     void *hook_arg;
     unsigned fork_generation;        /* Note [Clients and fork] */
+    /* Note [The open gate] in client/agent.c: 1 while this process's
+     * connection is open, on a MADV_WIPEONFORK page (NULL: none) */
+    unsigned char *gate;
     /* threads asleep on a futex word through agent_wait_word, woken when
      * the connection ends (Note [A dead daemon] in client/mutator.c) */
     struct agent_sleeper *sleepers;
@@ -93,6 +96,9 @@ static inline bool agent_forked(const struct agent *a)
     return a->fork_generation != __atomic_load_n(&agent_fork_generation,
                                                  __ATOMIC_RELAXED);
 }
+/* The byte heapd_alloc's inline path reads: nonzero while A's connection
+ * is open in the process that opened it (Note [The open gate]). */
+const unsigned char *agent_gate(const struct agent *a);
 /* The child's heapd_disconnect: close A's descriptors, free its memory. */
 void agent_forget(struct agent *a);
 /* How a lost connection is taken back (Note [Reconnecting] in agent.c):

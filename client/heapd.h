@@ -406,9 +406,7 @@ struct heapd_fast_ {
     struct heapd_run_ *runs;
     const uint64_t *stop;
     const uint32_t *remark;
-    const bool *closed;
-    const unsigned *fork_generation;
-    unsigned fork_generation_seen;
+    const unsigned char *open;
     uint64_t young_bytes;
     uint64_t young_next_minor;
 };
@@ -432,9 +430,9 @@ struct heapd_fast_ {
  *                runs] in client/alloc.c);
  *   stop         the two words of its slot heapd writes, the stop
  *                request and the eviction, read as one: 0, or call;
- *   remark, closed, fork_generation  what else makes the function's
- *                fast path call out: a remark asked for, a connection
- *                gone, a child of fork() (fork_generation_seen differs);
+ *   remark       a remark asked for, which the function answers;
+ *   open         0 once the connection is gone, and in a child of
+ *                fork() (Note [The open gate] in client/agent.c);
  *   young_bytes, young_next_minor  the nursery's budget: a minor
  *                collection is due when the first reaches the second.
  *   zero_ymm     the CPU has AVX2: a program built for plain x86-64
@@ -566,9 +564,7 @@ static inline void *heapd_alloc_inline_(heapd_mutator *m, size_t nrefs,
                 i < r->limit && f->young_bytes < f->young_next_minor &&
                     (__atomic_load_n(f->stop, __ATOMIC_RELAXED) |
                      __atomic_load_n(f->remark, __ATOMIC_RELAXED)) == 0 &&
-                    !__atomic_load_n(f->closed, __ATOMIC_RELAXED) &&
-                    __atomic_load_n(f->fork_generation, __ATOMIC_RELAXED) ==
-                        f->fork_generation_seen,
+                    __atomic_load_n(f->open, __ATOMIC_RELAXED),
                 1)) {
             unsigned char *b = r->blocks + (size_t)i * r->block_size;
             r->cursor = i + 1;

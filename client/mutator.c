@@ -525,9 +525,7 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
     m->fast.runs = (struct heapd_run_ *)m->cur;
     m->fast.stop = (const uint64_t *)&m->slot->stop_request;
     m->fast.remark = (const uint32_t *)&m->remark_pending;
-    m->fast.closed = &c->agent.closed;
-    m->fast.fork_generation = &agent_fork_generation;
-    m->fast.fork_generation_seen = c->agent.fork_generation;
+    m->fast.open = agent_gate(&c->agent);
     m->fast.zero_ymm = alloc_cpu_has_ymm();
     mutator_set_young_flags(m, 0);
     m->roots = layout_mutator_roots(m->slot);

@@ -483,6 +483,38 @@ START_TEST(alloc_after_daemon_gone_is_epipe)
 }
 END_TEST
 
+/* A young mutator's small objects come from the inline path; once the
+ * client knows heapd is gone (a call failed), the next one fails too
+ * (Note [The open gate] in client/agent.c). */
+START_TEST(young_alloc_after_daemon_gone_is_epipe)
+{
+    heapd_client *c;
+    heapd_mutator *m, *y;
+    heapd_stats_t st;
+    start();
+    harness_attach(&D, &c, &m);
+    heapd_blocking_enter(m);
+    heapd_mutator_opts yo = {.flags = HEAPD_MUTATOR_YOUNG};
+    ck_assert_int_eq(heapd_attach_opts(c, &yo, &y), 0);
+    /* a free run in the class asked for below */
+    ck_assert_ptr_nonnull(heapd_alloc(y, 0, 8));
+    /* a crash: a clean stop would also ask the mutators to stop */
+    harness_kill(&D);
+    ck_assert_int_lt(heapd_stats(c, &st), 0); /* the agent has closed */
+    errno = 0;
+    void *p = heapd_alloc(y, 0, 8);
+    ck_assert_msg(p == NULL && errno == EPIPE,
+                  "heapd_alloc after heapd closed the connection: %p, "
+                  "errno %d (%s), not NULL and EPIPE", p, errno,
+                  strerror(errno));
+    heapd_detach(y);
+    heapd_blocking_leave(m);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_forget_store(&D);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("discipline");
@@ -499,6 +531,7 @@ static Suite *suite(void)
     tcase_add_test(t, checked_mode_catches_misuse);
     tcase_add_test(t, stuck_mutator_is_named);
     tcase_add_test(t, alloc_after_daemon_gone_is_epipe);
+    tcase_add_test(t, young_alloc_after_daemon_gone_is_epipe);
     suite_add_tcase(s, t);
     return s;
 }
