@@ -15,9 +15,10 @@
  * proto/young.h) */
 #define HEAPD_OBJ_YOUNG_TAG_ 0xf0u
 #define HEAPD_OBJ_MARK_YOUNG_ 254u
-/* size classes: 16..128 bytes in steps of 8, then 8 per doubling up to
- * 16 KiB ("size classes" in proto/layout.h) */
-#define HEAPD_OBJ_NCLASSES_ 72
+/* size classes: 16..128 bytes in steps of 8, then per doubling the
+ * power of two and a header, and 8 steps up to 16 KiB ("size classes"
+ * in proto/layout.h) */
+#define HEAPD_OBJ_NCLASSES_ 79
 
 /* The header of an object with NREFS reference fields and NBYTES raw
  * bytes, untagged. */
@@ -39,9 +40,12 @@ static inline unsigned heapd_obj_class_(uint32_t size)
 {
     if (__builtin_expect(size <= 128, 1))
         return size <= HEAPD_OBJ_MIN_BLOCK_ ? 0 : (size >> 3) - 2;
-    uint32_t s = size - 1;
+    uint32_t s = size - 1, past;
     unsigned p = 31u - (unsigned)__builtin_clz(s); /* 7..13 */
-    return 15u + (p - 7u) * 8u + ((s - (1u << p)) >> (p - 3u));
+    past = s - (1u << p); /* SIZE - 1 - 2^p */
+    /* 2^p + 8 (a power-of-two payload and its header), then 2^p + k/8 */
+    return 15u + (p - 7u) * 9u +
+           (past < HEAPD_OBJ_WORD_ ? 0u : 1u + (past >> (p - 3u)));
 }
 
 #endif

@@ -628,6 +628,38 @@ static const struct error_row *error_row_of(int code)
  * (HEAPD_E[A-Z]+), the next value down from -1001 (so none is reused or an
  * errno), a message, a real errno; and libheapd's functions give the
  * row's. */
+/* The class of every small size is the smallest that holds it, wasting
+ * at most 1/8 of its block; a power-of-two payload with its header has a
+ * class of its own size; and every class is usable in the default
+ * segments (at least one block). */
+START_TEST(size_classes)
+{
+    for (unsigned c = 1; c < LAYOUT_CLASS_RUN; c++)
+        ck_assert_uint_lt(layout_class_size[c - 1], layout_class_size[c]);
+    ck_assert_uint_eq(layout_class_size[LAYOUT_CLASS_RUN - 1],
+                      LAYOUT_MAX_SMALL);
+    for (uint32_t size = 16; size <= LAYOUT_MAX_SMALL; size += 8) {
+        unsigned c = layout_size_class(size);
+        ck_assert_msg(c < LAYOUT_CLASS_RUN, "size %u: class %u", size, c);
+        uint32_t bs = layout_class_size[c];
+        ck_assert_msg(bs >= size && (c == 0 || layout_class_size[c - 1] < size),
+                      "size %u: class %u of %u bytes is not the smallest "
+                      "that holds it", size, c, bs);
+        ck_assert_msg((uint64_t)(bs - size) * 8 <= bs,
+                      "size %u wastes %u of %u bytes", size, bs - size, bs);
+    }
+    for (uint32_t p = 16; p < LAYOUT_MAX_SMALL; p *= 2)
+        ck_assert_uint_eq(
+            layout_class_size[layout_size_class(p + LAYOUT_WORD)],
+            p + LAYOUT_WORD);
+    for (unsigned c = 0; c < LAYOUT_NCLASSES; c++) {
+        uint32_t n, first;
+        layout_small_geometry(128 * 1024, c, &n, &first);
+        ck_assert_msg(n >= 1, "class %u has no block", c);
+    }
+}
+END_TEST
+
 START_TEST(error_table_rows)
 {
     ck_assert_uint_ge(N_ERRORS, 10);
@@ -772,6 +804,7 @@ static Suite *proto_suite(void)
     suite_add_tcase(s, p);
     TCase *l = tcase_create("layout");
     tcase_add_test(l, layout_checks);
+    tcase_add_test(l, size_classes);
     suite_add_tcase(s, l);
     TCase *e = tcase_create("errors");
     tcase_add_test(e, error_table_rows);
