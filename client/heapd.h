@@ -404,8 +404,6 @@ struct heapd_fast_ {
     const uint32_t *phase;
     /* Note [Inline allocation fast path] */
     struct heapd_run_ *runs;
-    const uint64_t *stop;
-    const uint32_t *remark;
     const unsigned char *open;
     uint64_t young_bytes;
     uint64_t young_next_minor;
@@ -427,10 +425,10 @@ struct heapd_fast_ {
  *   runs         the mutator's free run of each size class: blocks
  *                [cursor, limit) of the segment at blocks, block_size
  *                apart, whose mark bytes at marks are 0 (Note [Free
- *                runs] in client/alloc.c);
- *   stop         the two words of its slot heapd writes, the stop
- *                request and the eviction, read as one: 0, or call;
- *   remark       a remark asked for, which the function answers;
+ *                runs] in client/alloc.c); a run ends within 64 KiB, so
+ *                a stop or remark heapd asks for, which the function
+ *                sees, waits for no more than that (Note [Young runs
+ *                are capped] in client/alloc.c);
  *   open         0 once the connection is gone, and in a child of
  *                fork() (Note [The open gate] in client/agent.c);
  *   young_bytes, young_next_minor  the nursery's budget: a minor
@@ -562,8 +560,6 @@ static inline void *heapd_alloc_inline_(heapd_mutator *m, size_t nrefs,
         uint32_t i = r->cursor;
         if (__builtin_expect(
                 i < r->limit && f->young_bytes < f->young_next_minor &&
-                    (__atomic_load_n(f->stop, __ATOMIC_RELAXED) |
-                     __atomic_load_n(f->remark, __ATOMIC_RELAXED)) == 0 &&
                     __atomic_load_n(f->open, __ATOMIC_RELAXED),
                 1)) {
             unsigned char *b = r->blocks + (size_t)i * r->block_size;

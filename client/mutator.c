@@ -523,8 +523,6 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
     /* Note [Inline allocation fast path] in heapd.h: what the function's
      * fast path reads, for the caller's */
     m->fast.runs = (struct heapd_run_ *)m->cur;
-    m->fast.stop = (const uint64_t *)&m->slot->stop_request;
-    m->fast.remark = (const uint32_t *)&m->remark_pending;
     m->fast.open = agent_gate(&c->agent);
     m->fast.zero_ymm = alloc_cpu_has_ymm();
     mutator_set_young_flags(m, 0);

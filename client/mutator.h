@@ -103,10 +103,6 @@ _Static_assert(offsetof(struct alloc_seg, marks) ==
                        offsetof(struct heapd_run_, block_size) &&
                    sizeof(struct alloc_seg) == sizeof(struct heapd_run_),
                "heapd.h's inline allocation reads struct alloc_seg");
-_Static_assert(offsetof(struct layout_mutator, evicted) ==
-                   offsetof(struct layout_mutator, stop_request) +
-                       sizeof(uint32_t),
-               "heapd.h's inline allocation reads the two words at stop");
 _Static_assert(offsetof(struct heapd_mutator, fast) == 0,
                "heapd.h's inline fast paths read a mutator's first bytes");
 _Static_assert(HEAPD_FAST_PHASE_MARK_ == LAYOUT_PHASE_MARK &&

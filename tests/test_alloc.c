@@ -6,6 +6,9 @@
  * [Test handshakes]). */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -457,6 +460,97 @@ static int cmp_addr(const void *a, const void *b)
  * was not zeroed shows.  A young mutator takes its own blocks again
  * after each minor collection; a shared one, the blocks a cycle freed
  * between the objects it kept. */
+/* Note [Young runs are capped] in client/alloc.c: the free run the
+ * inline path takes blocks from never reaches more than 64 KiB past its
+ * cursor, whatever the segment holds free, so heapd_alloc is called (and
+ * sees a stop or remark) at least that often. */
+START_TEST(young_runs_are_capped)
+{
+    heapd_client *c;
+    heapd_mutator *m, *y;
+    harness_start_with(&D, "young_size = 1M\n");
+    harness_attach(&D, &c, &m);
+    heapd_blocking_enter(m);
+    heapd_mutator_opts yo = {.flags = HEAPD_MUTATOR_YOUNG};
+    ck_assert_int_eq(heapd_attach_opts(c, &yo, &y), 0);
+    const struct heapd_fast_ *f = (const struct heapd_fast_ *)(const void *)y;
+    static const size_t sizes[] = {8, 56, 248, 1016};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        unsigned cls = layout_size_class(
+            (uint32_t)layout_object_size(0, sizes[k]));
+        uint32_t cap = 65536 / layout_class_size[cls], longest = 0;
+        for (unsigned n = 0; n < 50000; n++) {
+            ck_assert_ptr_nonnull(heapd_alloc(y, 0, sizes[k]));
+            const struct heapd_run_ *r = &f->runs[cls];
+            uint32_t left = r->limit > r->cursor ? r->limit - r->cursor : 0;
+            ck_assert_msg(left < cap, "%zu-byte objects: a free run of %u "
+                          "blocks ahead of the cursor, over the cap of %u",
+                          sizes[k], left, cap);
+            longest = left > longest ? left : longest;
+        }
+        /* the cap, not the segment, ended the runs */
+        ck_assert_uint_ge(longest + 1, cap / 2);
+    }
+    heapd_detach(y);
+    heapd_blocking_leave(m);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* A young mutator that only allocates, every object from the inline path,
+ * still answers the stops of a collection another mutator waits for. */
+struct inline_loop {
+    heapd_client *c;
+    _Atomic bool done;
+    _Atomic unsigned long allocated;
+};
+
+static void *inline_loop_main(void *arg)
+{
+    struct inline_loop *l = arg;
+    heapd_mutator *y;
+    heapd_mutator_opts yo = {.flags = HEAPD_MUTATOR_YOUNG};
+    if (heapd_attach_opts(l->c, &yo, &y) < 0)
+        return (void *)heapd_last_error();
+    while (!atomic_load(&l->done)) {
+        if (!heapd_alloc(y, 0, 8))
+            return (void *)"heapd_alloc failed";
+        atomic_fetch_add_explicit(&l->allocated, 1, memory_order_relaxed);
+    }
+    heapd_detach(y);
+    return NULL;
+}
+
+START_TEST(inline_allocation_answers_stops)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    pthread_t t;
+    harness_start_with(&D, NULL);
+    harness_attach(&D, &c, &m);
+    struct inline_loop l = {.c = c};
+    ck_assert_int_eq(pthread_create(&t, NULL, inline_loop_main, &l), 0);
+    while (atomic_load(&l.allocated) < 1000)
+        sched_yield(); /* bounded by the test's timeout */
+    heapd_stats_t before = harness_stats(c);
+    for (int k = 0; k < 3; k++)
+        ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    heapd_stats_t after = harness_stats(c);
+    ck_assert_uint_ge(after.cycles_completed, before.cycles_completed + 3);
+    atomic_store(&l.done, true);
+    void *why;
+    ck_assert_int_eq(pthread_join(t, &why), 0);
+    ck_assert_msg(why == NULL, "the allocating thread: %s", (char *)why);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 START_TEST(reused_blocks_are_zeroed)
 {
     heapd_client *c;
@@ -1145,6 +1239,8 @@ static Suite *alloc_suite(void)
     tcase_add_test(t, partly_free_segments_are_reused);
     tcase_add_test(t, reused_blocks_are_zeroed);
     tcase_add_test(t, inline_and_called_allocations_agree);
+    tcase_add_test(t, young_runs_are_capped);
+    tcase_add_test(t, inline_allocation_answers_stops);
     tcase_add_test(t, garbage_is_reclaimed);
     tcase_add_test(t, reserve_is_bounded_and_given_back);
     tcase_add_test(t, allocation_is_paced);
