@@ -1158,6 +1158,24 @@ void harness_attach_precise(const struct daemon_proc *d, heapd_client **c,
     attach_with(d, c, m, HEAPD_MUTATOR_PRECISE);
 }
 
+void harness_attach_young(const struct daemon_proc *d, heapd_client **c,
+                          heapd_mutator **m, heapd_mutator **y)
+{
+    heapd_mutator_opts yo = {.flags = HEAPD_MUTATOR_YOUNG};
+    attach_with(d, c, m, 0);
+    heapd_blocking_enter(*m);
+    ck_assert_msg(heapd_attach_opts(*c, &yo, y) == 0,
+                  "heapd_attach_opts (young): %s", heapd_last_error());
+}
+
+void harness_detach_young(heapd_client *c, heapd_mutator *m, heapd_mutator *y)
+{
+    heapd_detach(y);
+    heapd_blocking_leave(m);
+    heapd_detach(m);
+    heapd_disconnect(c);
+}
+
 pid_t harness_fork_mutator(const struct daemon_proc *d,
                            void (*body)(heapd_mutator *m, void *arg),
                            void *arg)

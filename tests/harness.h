@@ -296,6 +296,12 @@ void harness_attach(const struct daemon_proc *d, heapd_client **c,
  * that needs the objects its locals last held to die. */
 void harness_attach_precise(const struct daemon_proc *d, heapd_client **c,
                             heapd_mutator **m);
+/* Connect, attach a mutator *M and leave it in a blocking region, and
+ * attach a young mutator *Y beside it: the usual setting of a young
+ * test.  harness_detach_young undoes it (detaches both, disconnects). */
+void harness_attach_young(const struct daemon_proc *d, heapd_client **c,
+                          heapd_mutator **m, heapd_mutator **y);
+void harness_detach_young(heapd_client *c, heapd_mutator *m, heapd_mutator *y);
 /* A control connection (stats, gc). */
 heapd_client *harness_control(const struct daemon_proc *d);
 heapd_stats_t harness_stats(heapd_client *c);

@@ -379,10 +379,7 @@ START_TEST(inline_and_called_allocations_agree)
     heapd_client *c;
     heapd_mutator *m, *y;
     harness_start_with(&D, "young_size = 256K\n");
-    harness_attach(&D, &c, &m);
-    heapd_blocking_enter(m);
-    heapd_mutator_opts yo = {.flags = HEAPD_MUTATOR_YOUNG};
-    ck_assert_int_eq(heapd_attach_opts(c, &yo, &y), 0);
+    harness_attach_young(&D, &c, &m, &y);
     /* the library serves the inline path (a program built with this
      * header and no sanitizer takes it) */
     ck_assert_uint_eq(((const struct heapd_fast_ *)(const void *)y)->alloc_mode,
@@ -437,10 +434,7 @@ START_TEST(inline_and_called_allocations_agree)
     /* a pair split by the end of a free run is rare */
     ck_assert_msg(adjacent * 10 >= pairs * 9, "%u of %u pairs in adjacent "
                   "blocks", adjacent, pairs);
-    heapd_detach(y);
-    heapd_blocking_leave(m);
-    heapd_detach(m);
-    heapd_disconnect(c);
+    harness_detach_young(c, m, y);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
 }
@@ -469,10 +463,7 @@ START_TEST(young_runs_are_capped)
     heapd_client *c;
     heapd_mutator *m, *y;
     harness_start_with(&D, "young_size = 1M\n");
-    harness_attach(&D, &c, &m);
-    heapd_blocking_enter(m);
-    heapd_mutator_opts yo = {.flags = HEAPD_MUTATOR_YOUNG};
-    ck_assert_int_eq(heapd_attach_opts(c, &yo, &y), 0);
+    harness_attach_young(&D, &c, &m, &y);
     const struct heapd_fast_ *f = (const struct heapd_fast_ *)(const void *)y;
     static const size_t sizes[] = {8, 56, 248, 1016};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -491,10 +482,7 @@ START_TEST(young_runs_are_capped)
         /* the cap, not the segment, ended the runs */
         ck_assert_uint_ge(longest + 1, cap / 2);
     }
-    heapd_detach(y);
-    heapd_blocking_leave(m);
-    heapd_detach(m);
-    heapd_disconnect(c);
+    harness_detach_young(c, m, y);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
 }

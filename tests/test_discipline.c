@@ -299,10 +299,7 @@ START_TEST(fork_child_of_a_young_mutator_fails_fast)
     heapd_client *c;
     heapd_mutator *m, *y;
     start();
-    harness_attach(&D, &c, &m);
-    heapd_blocking_enter(m);
-    heapd_mutator_opts yo = {.flags = HEAPD_MUTATOR_YOUNG};
-    ck_assert_int_eq(heapd_attach_opts(c, &yo, &y), 0);
+    harness_attach_young(&D, &c, &m, &y);
     /* a free run in the class the child asks for */
     void *kept = heapd_alloc(y, 0, 8);
     ck_assert_ptr_nonnull(kept);
@@ -320,10 +317,7 @@ START_TEST(fork_child_of_a_young_mutator_fails_fast)
     char *next = heapd_alloc(y, 0, 8);
     ck_assert_ptr_eq(next, (char *)kept + layout_class_size[layout_size_class(
                                               (uint32_t)layout_object_size(0, 8))]);
-    heapd_detach(y);
-    heapd_blocking_leave(m);
-    heapd_detach(m);
-    heapd_disconnect(c);
+    harness_detach_young(c, m, y);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
 }
@@ -492,10 +486,7 @@ START_TEST(young_alloc_after_daemon_gone_is_epipe)
     heapd_mutator *m, *y;
     heapd_stats_t st;
     start();
-    harness_attach(&D, &c, &m);
-    heapd_blocking_enter(m);
-    heapd_mutator_opts yo = {.flags = HEAPD_MUTATOR_YOUNG};
-    ck_assert_int_eq(heapd_attach_opts(c, &yo, &y), 0);
+    harness_attach_young(&D, &c, &m, &y);
     /* a free run in the class asked for below */
     ck_assert_ptr_nonnull(heapd_alloc(y, 0, 8));
     /* a crash: a clean stop would also ask the mutators to stop */
@@ -507,10 +498,7 @@ START_TEST(young_alloc_after_daemon_gone_is_epipe)
                   "heapd_alloc after heapd closed the connection: %p, "
                   "errno %d (%s), not NULL and EPIPE", p, errno,
                   strerror(errno));
-    heapd_detach(y);
-    heapd_blocking_leave(m);
-    heapd_detach(m);
-    heapd_disconnect(c);
+    harness_detach_young(c, m, y);
     harness_forget_store(&D);
 }
 END_TEST
