@@ -465,7 +465,8 @@ static __attribute__((noinline)) uint32_t next_used_mark(const uint8_t *marks,
  * when the run ends and take_block looks for the next one.  So the fast
  * path allocates block CURSOR while CURSOR < LIMIT without reading its
  * mark; take_block finds the next free block and the run's end, eight
- * marks at a time.  Whatever starts the cursor again (a segment
+ * marks at a time (a young run cut short: Note [Young runs are
+ * capped]).  Whatever starts the cursor again (a segment
  * installed, a minor sweep of the current segment) sets LIMIT to 0.
  * Measured (alloc_bench young, ring of 1000, 2 runs each interleaved
  * with the build before): 64 B 8.1-8.2 -> 7.4-7.7 ns, 256 B 14.1 ->
@@ -479,13 +480,14 @@ static __attribute__((noinline)) uint32_t next_used_mark(const uint8_t *marks,
  * wants a stop or a remark: what makes it call heapd_alloc, whose checks
  * see both, is the run's end.  So a young run is cut at
  * ALLOC_YOUNG_RUN_BYTES of blocks (at least one): a stop waits for at
- * most that many bytes of inline allocation (2048 blocks of 16 bytes,
- * some 8 us), and the cut costs a call every 64 KiB.  The rest of the
+ * most that many bytes of inline allocation (4096 blocks of 16 bytes,
+ * some 15 us), and the cut costs a call every 64 KiB.  The rest of the
  * run is still free, and the call finds it again as the next run.
  * Measured (a young 256-byte allocation in a ring of 1024, as
- * alloc_bench's, the best of 5 interleaved runs): the two words the
- * inline path read for this on every allocation cost 7.04-7.14 ->
- * 7.58-7.70 ns. */
+ * alloc_bench's, the best of 5 interleaved runs): with no test of
+ * heapd's words the inline path took 7.04-7.14 ns, with the open gate
+ * alone 7.16-7.33, and with the stop and remark words as well, which it
+ * read on every allocation before, 7.58-7.70. */
 #define ALLOC_YOUNG_RUN_BYTES (64u * 1024u)
 
 /* The next free block of M's current segment S, initialised (init_block),

@@ -148,7 +148,12 @@
  *
  * Which stores can still land after the eviction, none of them made by a
  * call that has seen the mark: a heapd_alloc already past its check when
- * the process was stopped writes only into a segment its client owned; a
+ * the process was stopped writes only into a segment its client owned,
+ * and so does heapd.h's inline allocation of a young mutator, which reads
+ * no eviction mark: it takes blocks of its current free run, in a segment
+ * its client owned, until the gate closes with the connection (Note [The
+ * open gate] in client/agent.c) or the run ends, at most 64 KiB on (Note
+ * [Young runs are capped] in client/alloc.c), and the call then aborts; a
  * heapd_write or heapd_cas already past its barrier stores into an object
  * the process could reach; and the program's plain C stores between heapd
  * calls go wherever it points.  The daemon fences all of them: the

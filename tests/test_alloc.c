@@ -493,12 +493,12 @@ END_TEST
 struct inline_loop {
     heapd_client *c;
     _Atomic bool done;
+    _Atomic bool ended;      /* the thread returned, perhaps failing */
     _Atomic unsigned long allocated;
 };
 
-static void *inline_loop_main(void *arg)
+static void *inline_loop_run(struct inline_loop *l)
 {
-    struct inline_loop *l = arg;
     heapd_mutator *y;
     heapd_mutator_opts yo = {.flags = HEAPD_MUTATOR_YOUNG};
     if (heapd_attach_opts(l->c, &yo, &y) < 0)
@@ -512,6 +512,14 @@ static void *inline_loop_main(void *arg)
     return NULL;
 }
 
+static void *inline_loop_main(void *arg)
+{
+    struct inline_loop *l = arg;
+    void *why = inline_loop_run(l);
+    atomic_store(&l->ended, true);
+    return why;
+}
+
 START_TEST(inline_allocation_answers_stops)
 {
     heapd_client *c;
@@ -521,8 +529,14 @@ START_TEST(inline_allocation_answers_stops)
     harness_attach(&D, &c, &m);
     struct inline_loop l = {.c = c};
     ck_assert_int_eq(pthread_create(&t, NULL, inline_loop_main, &l), 0);
-    while (atomic_load(&l.allocated) < 1000)
+    while (atomic_load(&l.allocated) < 1000 && !atomic_load(&l.ended))
         sched_yield(); /* bounded by the test's timeout */
+    if (atomic_load(&l.ended)) {
+        void *early;
+        pthread_join(t, &early);
+        ck_abort_msg("the allocating thread ended before 1000 objects: %s",
+                     early ? (char *)early : "no error");
+    }
     heapd_stats_t before = harness_stats(c);
     for (int k = 0; k < 3; k++)
         ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
