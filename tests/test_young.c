@@ -1127,6 +1127,68 @@ START_TEST(publication_promotes_young_graphs_in_place)
 }
 END_TEST
 
+/* Publishing leaves: young objects with no reference field, each
+ * promoted by one call (Note [Publishing a leaf] in client/minor.c). */
+
+START_TEST(a_published_leaf_is_shared_at_once_and_counted)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, 0, 0);
+    void **s = heapd_alloc_shared(m, 3, 0);
+    ck_assert_ptr_nonnull(s);
+    size_t ss = heapd_root_push(m, s);
+    const char *by[] = {"heapd_write", "heapd_cas", "heapd_global_set",
+                        "heapd_publish"};
+    void *leaf[4];
+    for (int k = 0; k < 4; k++) {
+        leaf[k] = new_node(m, 0, 700 + (uint64_t)k);
+        ck_assert_ptr_nonnull(leaf[k]);
+        ck_assert(still_young(c, m, leaf[k]));
+        uint64_t block = layout_class_size[layout_size_class(
+            (uint32_t)(LAYOUT_WORD + heapd_nbytes(leaf[k])))];
+        uint64_t pub = young_stats(m).promoted_published_bytes;
+        s = heapd_root_get(m, ss);
+        switch (k) {
+        case 0: heapd_write(m, s, &s[0], leaf[k]); break;
+        case 1: ck_assert(heapd_cas(m, s, &s[1], NULL, leaf[k])); break;
+        case 2: ck_assert_int_eq(heapd_global_set(m, "leaf", leaf[k]), 0);
+            break;
+        default:
+            ck_assert_ptr_eq(heapd_publish(m, leaf[k]), leaf[k]);
+            heapd_write(m, s, &s[2], leaf[k]);
+        }
+        ck_assert_msg(promoted(c, m, leaf[k]), "the leaf %s stored is "
+                      "still young", by[k]);
+        ck_assert_msg(young_stats(m).promoted_published_bytes == pub + block,
+                      "%s published %llu bytes, not the leaf's block of "
+                      "%llu", by[k], (unsigned long long)(
+                          young_stats(m).promoted_published_bytes - pub),
+                      (unsigned long long)block);
+        /* heapd counts from the slot what the mutator counts */
+        ck_assert_uint_eq(harness_stats(c).promoted_published_bytes,
+                          young_stats(m).promoted_published_bytes);
+        /* published again: nothing more */
+        ck_assert_ptr_eq(heapd_publish(m, leaf[k]), leaf[k]);
+        ck_assert_uint_eq(young_stats(m).promoted_published_bytes,
+                          pub + block);
+    }
+    /* shared now: the leaves outlive minor collections and major cycles
+     * with only the shared object and the global to hold them */
+    for (int cycle = 0; cycle < 2; cycle++) {
+        minor_now(m);
+        harness_collect(m);
+        s = heapd_root_get(m, ss);
+        ck_assert(node_ok(field(s, 0), 0, 700));
+        ck_assert(node_ok(field(s, 1), 0, 701));
+        ck_assert(node_ok(heapd_global_get(m, "leaf"), 0, 702));
+        ck_assert(node_ok(field(s, 2), 0, 703));
+        harness_expect_healthy(&D);
+    }
+    young_finish(c, m);
+}
+END_TEST
+
 #define RING 64
 
 /* heapd_publish of one node of a young graph -- a ring of RING nodes,
@@ -1465,6 +1527,7 @@ static Suite *suite(void)
     t = tcase_create("publication");
     tcase_add_test(t, publication_promotes_young_graphs_in_place);
     tcase_add_test(t, publish_returns_its_argument_and_promotes_the_whole_graph);
+    tcase_add_test(t, a_published_leaf_is_shared_at_once_and_counted);
     tcase_add_test(t, publication_into_dirty_object_while_marking);
     suite_add_tcase(s, t);
     t = tcase_create("push");
