@@ -185,9 +185,9 @@ static void release_current(heapd_mutator *m, unsigned cls)
 {
     struct alloc_seg *s = &m->cur[cls];
     if (s->index) {
-        /* a young segment stays, until a minor collection finds no young
-         * block in it (Note [Young segments] in client/minor.c) */
-        if (!young_tracks(m, s->index))
+        /* a young segment with a young block in it stays (Note [Young
+         * segments] in client/minor.c) */
+        if (young_leave_segment(m, s->index))
             reserve_give_back(m->c, &s->index, 1, false);
         memset(s, 0, sizeof *s);
     }

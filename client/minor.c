@@ -283,7 +283,14 @@ void young_free(heapd_mutator *m)
  * exhausted current segment stays tracked, and the sweep gives it back
  * when it is free of young blocks and nearly full of shared ones, or puts
  * it on its class's reuse list when it has room, where the allocator
- * takes it before asking the reserve.  The work list can hold every
+ * takes it before asking the reserve.  One that holds no young block as
+ * the allocator leaves it (its marks read then, eight at a time) goes
+ * back at once, as a shared mutator's does, unless a collection is under
+ * way (its sweep walks the tracked segments) or promotions are: only
+ * young allocation brings a minor collection, and a young mutator that
+ * allocated with heapd_alloc_shared alone held every segment it filled
+ * (700 MiB for 40 KiB of live objects, 57 to 101 ns an allocation,
+ * against 9 MiB and 14 to 23 ns once they went back).  The work list can hold every
  * tracked block twice (a block is queued once young, and once more if a
  * promotion reaches it later), and grows when a segment is tracked,
  * where an allocation may fail cleanly, never inside a collection.  A
@@ -347,6 +354,22 @@ static struct young_seg *seg_at(const struct young_gen *y, uint32_t idx)
 bool young_tracks(const heapd_mutator *m, uint32_t idx)
 {
     return m->young_flags && seg_at(&m->young, idx) != NULL;
+}
+
+bool young_leave_segment(heapd_mutator *m, uint32_t idx)
+{
+    struct young_gen *y = &m->young;
+    struct young_seg *s = m->young_flags ? seg_at(y, idx) : NULL;
+    if (!s)
+        return true;
+    /* Note [Young segments]: one without a young block goes as it is
+     * left, unless a collection is under way, whose sweep walks segs */
+    if (y->phase != YOUNG_IDLE ||
+        (m->young_flags & MUTATOR_YOUNG_PROMOTING) || !minor_no_young(s))
+        return false;
+    untrack(m, s);
+    publish_held(m);
+    return true;
 }
 
 static int64_t spare_find(const struct young_gen *y, unsigned cls,

@@ -42,12 +42,13 @@ static inline size_t young_bitmap_words(const struct young_seg *s)
 
 /* client/minor_sweep.c: fill young block K of S with POISON; free it,
  * filled with POISON first if that is not 0; are S's marks all 0 or
- * young; free the young blocks of S the trace did not reach, returning
+ * young; is none young; free the young blocks of S the trace did not reach, returning
  * its free blocks (Note [Sweeping a young segment eight marks at a time],
  * Note [Sweeping a segment of young blocks only]). */
 void minor_poison_block(struct young_seg *s, uint32_t k, uint8_t poison);
 void minor_free_block(struct young_seg *s, uint32_t k, uint8_t poison);
 bool minor_young_only(const struct young_seg *s);
+bool minor_no_young(const struct young_seg *s);
 uint32_t minor_sweep_seg(struct young_seg *s, uint8_t poison);
 
 /* A minor collection's phases (Note [Minor collections in slices]). */
@@ -157,6 +158,9 @@ const uint32_t *young_spares(const heapd_mutator *m, unsigned cls,
                              uint32_t *n);
 /* True if IDX is one of M's young segments. */
 bool young_tracks(const heapd_mutator *m, uint32_t idx);
+/* M leaves its current segment IDX: true if M may give it back now (not
+ * tracked, or no longer: Note [Young segments]), false if it stays. */
+bool young_leave_segment(heapd_mutator *m, uint32_t idx);
 /* Young or spare segment IDX of M as an allocation segment (for a
  * rescan: Note [Remark requests] in client/remark.c); false if it is
  * neither. */

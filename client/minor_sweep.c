@@ -100,6 +100,21 @@ bool minor_young_only(const struct young_seg *s)
     return true;
 }
 
+/* No mark of S is young (read now, eight at a time). */
+bool minor_no_young(const struct young_seg *s)
+{
+    uint32_t b = 0;
+    for (; b + 8 <= s->nblocks; b += 8)
+        if (marks_young(__atomic_load_n((const uint64_t *)(s->marks + b),
+                                        __ATOMIC_RELAXED)))
+            return false;
+    for (; b < s->nblocks; b++)
+        if (__atomic_load_n(&s->marks[b], __ATOMIC_RELAXED) ==
+            LAYOUT_MARK_YOUNG)
+            return false;
+    return true;
+}
+
 /* No live bit of S is set. */
 static bool none_live(const struct young_seg *s)
 {

@@ -1189,6 +1189,56 @@ START_TEST(a_published_leaf_is_shared_at_once_and_counted)
 }
 END_TEST
 
+/* A young mutator that allocates shared objects only (heapd_alloc_shared)
+ * makes no young block and so runs no minor collection: the segments it
+ * fills go back as it leaves them (Note [Young segments] in
+ * client/minor.c), and what it kept stays whole.  Before, it held every
+ * segment it had filled (64 MiB of them here). */
+#define SHARED_ONLY_BYTES (64u << 20)
+#define SHARED_ONLY_KEEP 64
+
+START_TEST(a_young_mutator_allocating_shared_only_holds_few_segments)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, 0, 0);
+    void **keep = heapd_alloc_shared(m, SHARED_ONLY_KEEP, 0);
+    ck_assert_ptr_nonnull(keep);
+    size_t sk = heapd_root_push(m, keep);
+    heapd_stats_t base = harness_stats(c);
+    const struct layout_control *ctl = heapd_heap_base(c);
+    uint64_t seg = ctl->segment_size, most = 0;
+    size_t n = SHARED_ONLY_BYTES / 32, every = n / SHARED_ONLY_KEEP;
+    for (size_t i = 0; i < n; i++) {
+        void **p = new_shared_node(m, 0, i);
+        ck_assert_ptr_nonnull(p);
+        if (i % every == 0 && i / every < SHARED_ONLY_KEEP) {
+            keep = heapd_root_get(m, sk);
+            heapd_write(m, keep, &keep[i / every], p);
+        }
+        if (i % (n / 16) == 0) {
+            heapd_stats_t st = harness_stats(c);
+            uint64_t held = (st.segments_owned - base.segments_owned) * seg;
+            most = held > most ? held : most;
+        }
+    }
+    ck_assert_uint_eq(young_stats(m).minor_collections, 0);
+    ck_assert_msg(most <= SHARED_ONLY_BYTES / 8, "the young mutator held "
+                  "%llu KiB of segments while it allocated %u MiB of shared "
+                  "objects", (unsigned long long)(most >> 10),
+                  SHARED_ONLY_BYTES >> 20);
+    for (int cycle = 0; cycle < 2; cycle++) {
+        harness_collect(m);
+        keep = heapd_root_get(m, sk);
+        for (size_t k = 0; k < SHARED_ONLY_KEEP; k++)
+            ck_assert_msg(node_ok(field(keep, k), 0, k * every),
+                          "kept object %zu is damaged after cycle %d", k,
+                          cycle);
+    }
+    young_finish(c, m);
+}
+END_TEST
+
 #define RING 64
 
 /* heapd_publish of one node of a young graph -- a ring of RING nodes,
@@ -1523,6 +1573,7 @@ static Suite *suite(void)
     tcase_add_test(t, sweep_frees_young_blocks_beside_a_promoted_one);
     tcase_add_test(t, sweep_frees_young_blocks_beside_a_shared_one);
     tcase_add_test(t, a_nursery_in_partly_free_segments_keeps_their_objects);
+    tcase_add_test(t, a_young_mutator_allocating_shared_only_holds_few_segments);
     suite_add_tcase(s, t);
     t = tcase_create("publication");
     tcase_add_test(t, publication_promotes_young_graphs_in_place);
