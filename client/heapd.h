@@ -700,7 +700,8 @@ typedef struct heapd_mutator_info {
     heapd_mutator_state state;
     heapd_stall_on stalled_on;  /* STALLED: what it has not answered */
     uint64_t stalled_ms;        /* STALLED: for how long */
-    uint64_t alloc_bytes;       /* allocated so far */
+    uint64_t alloc_bytes;       /* allocated in the shared heap so far
+                                   (a young mutator: promoted so far too) */
     uint64_t urs_backlog;       /* URS entries not yet consumed */
     uint64_t root_depth;        /* root slots in use */
     uint64_t young_bytes;       /* its nursery budget, 0: not young */

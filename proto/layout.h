@@ -463,7 +463,9 @@ struct layout_mutator {
                                        [Evicted clients]); 0 = no */
     _Atomic uint64_t evicted_after_ms; /* how long it had stalled */
     /* mutator, often */
-    alignas(64) _Atomic uint64_t alloc_bytes; /* bytes allocated, monotonic */
+    alignas(64) _Atomic uint64_t alloc_bytes; /* bytes allocated in the
+                                                 shared heap (promoted ones
+                                                 too), monotonic */
     _Atomic uint64_t root_depth;    /* root slots in use */
     _Atomic uint64_t urs_head;      /* URS entries written, ever */
     void *_Atomic pending_root;     /* a root being pushed while the stack

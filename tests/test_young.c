@@ -1189,6 +1189,42 @@ START_TEST(a_published_leaf_is_shared_at_once_and_counted)
 }
 END_TEST
 
+/* What a young mutator promotes is allocated in the shared heap as far as
+ * heapd is concerned (Note [Promotion in place] in client/minor.c): its
+ * count of bytes allocated grows by the blocks published, and not by
+ * young blocks that die young. */
+#define COUNTED_LEAVES 4096
+
+START_TEST(published_objects_count_as_allocated_in_the_shared_heap)
+{
+    harness_start_with(&D, NULL);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_young(c, 0, 0);
+    void **s = heapd_alloc_shared(m, 1, 0);
+    ck_assert_ptr_nonnull(s);
+    size_t ss = heapd_root_push(m, s);
+    uint64_t block = 0, before = harness_stats(c).bytes_allocated;
+    for (size_t i = 0; i < COUNTED_LEAVES; i++) {
+        void *young = new_node(m, 0, i); /* dies young */
+        ck_assert_ptr_nonnull(young);
+        void *leaf = new_node(m, 0, i);
+        ck_assert_ptr_nonnull(leaf);
+        block = layout_class_size[layout_size_class(
+            (uint32_t)(LAYOUT_WORD + heapd_nbytes(leaf)))];
+        s = heapd_root_get(m, ss);
+        heapd_write(m, s, &s[0], leaf);
+    }
+    uint64_t grew = harness_stats(c).bytes_allocated - before;
+    ck_assert_msg(grew == COUNTED_LEAVES * block, "heapd counted %llu bytes "
+                  "allocated for %d published blocks of %llu bytes (and as "
+                  "many young ones that died)", (unsigned long long)grew,
+                  COUNTED_LEAVES, (unsigned long long)block);
+    ck_assert_uint_eq(young_stats(m).promoted_published_bytes,
+                      COUNTED_LEAVES * block);
+    young_finish(c, m);
+}
+END_TEST
+
 /* A young mutator that allocates shared objects only (heapd_alloc_shared)
  * makes no young block and so runs no minor collection: the segments it
  * fills go back as it leaves them (Note [Young segments] in
@@ -1579,6 +1615,7 @@ static Suite *suite(void)
     tcase_add_test(t, publication_promotes_young_graphs_in_place);
     tcase_add_test(t, publish_returns_its_argument_and_promotes_the_whole_graph);
     tcase_add_test(t, a_published_leaf_is_shared_at_once_and_counted);
+    tcase_add_test(t, published_objects_count_as_allocated_in_the_shared_heap);
     tcase_add_test(t, publication_into_dirty_object_while_marking);
     suite_add_tcase(s, t);
     t = tcase_create("push");
