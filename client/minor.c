@@ -206,6 +206,7 @@ int young_init(heapd_mutator *m, uint64_t budget, uint32_t age)
     y->budget = budget;
     y->minor_at = m->fast.young_bytes;
     m->fast.young_next_minor = m->fast.young_bytes + budget;
+    y->shared_due = budget;
     /* Note [Minor collections in slices] */
     y->slice_bytes = budget / 256 > 4096 ? budget / 256 : 4096;
     y->heap_segs = (uint32_t)(c->size >> c->seg_shift);
@@ -294,11 +295,12 @@ void young_free(heapd_mutator *m)
  * takes it before asking the reserve.  One that holds no young block as
  * the allocator leaves it (its marks read then, eight at a time) goes
  * back at once, as a shared mutator's does, unless a collection is under
- * way (its sweep walks the tracked segments) or promotions are: only
- * young allocation brings a minor collection, and a young mutator that
- * allocated with heapd_alloc_shared alone held every segment it filled
- * (700 MiB for 40 KiB of live objects, 57 to 101 ns an allocation,
- * against 9 MiB and 14 to 23 ns once they went back).  The work list can hold every
+ * way (its sweep walks the tracked segments) or promotions are: a young
+ * mutator that allocated with heapd_alloc_shared alone, and so never
+ * collected, held every segment it filled (700 MiB for 40 KiB of live
+ * objects, 57 to 101 ns an allocation, against 9 MiB and 14 to 23 ns
+ * once they went back; one that also makes young objects of that size:
+ * Note [Sizing the nursery]).  The work list can hold every
  * tracked block twice (a block is queued once young, and once more if a
  * promotion reaches it later), and grows when a segment is tracked,
  * where an allocation may fail cleanly, never inside a collection.  A
@@ -317,7 +319,13 @@ void young_free(heapd_mutator *m)
  * budget (the attach's young_size, the heap's by default) or
  * YOUNG_GROWTH times what survived the last one, whichever is more (or,
  * past the budget, when it would wait for heapd: Note [Minor collections
- * before a wait]): a
+ * before a wait]), or after as many bytes of shared blocks in its young
+ * segments (young_took_shared; the slices of a collection under way
+ * likewise), whichever comes first: a segment with a young
+ * block in it stays tracked until a collection, and a mutator that made
+ * one young object for every 100 shared ones of its size held every
+ * segment it filled (712 MiB for 40 KiB of live objects, 55 to 94 ns an
+ * allocation; 15 MiB and 20 to 28 ns so).  And a
  * collection traces what survives, so the work of a minor collection is
  * at most half the bytes allocated since the one before, whatever the
  * program keeps (as GHC's and OCaml's runtimes grow a nursery with its
@@ -404,9 +412,17 @@ bool young_seg_view(const heapd_mutator *m, uint32_t idx,
 
 void young_took_shared(heapd_mutator *m, unsigned cls)
 {
-    struct young_seg *s = seg_at(&m->young, m->cur[cls].index);
-    if (s)
-        s->mixed = true;
+    struct young_gen *y = &m->young;
+    struct young_seg *s = seg_at(y, m->cur[cls].index);
+    if (!s)
+        return;
+    s->mixed = true;
+    /* Note [Sizing the nursery]: as many as the young bytes that would
+     * bring the next pause bring it */
+    y->shared_since += s->block_size;
+    if (y->shared_since >= y->shared_due &&
+        m->fast.young_next_minor > m->fast.young_bytes)
+        m->fast.young_next_minor = m->fast.young_bytes;
 }
 
 static size_t tracked_blocks(const struct young_gen *y)
@@ -1189,6 +1205,9 @@ static void young_pause(heapd_mutator *m, bool all)
             m->fast.young_bytes + (y->phase == YOUNG_SWEEP
                                        ? SWEEP_SPACING * y->slice_bytes
                                        : y->slice_bytes);
+    /* Note [Sizing the nursery] */
+    y->shared_since = 0;
+    y->shared_due = m->fast.young_next_minor - m->fast.young_bytes;
     record_pause(y, monotonic_ns() - t0);
     publish_stats(m);
 }

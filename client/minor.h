@@ -61,6 +61,11 @@ struct young_gen {
     /* the next one runs at fast.young_bytes == fast.young_next_minor
      * (Note [Inline allocation fast path] in heapd.h) */
     uint64_t minor_at;          /* young_bytes at the last one */
+    uint64_t shared_since;      /* shared blocks it allocated in young
+                                   segments since the last pause (Note
+                                   [Sizing the nursery]) */
+    uint64_t shared_due;        /* as many as bring the next pause: the
+                                   young bytes that do, as of then */
     /* the young segments: segs[segmap[i] - 1] is segment i's */
     struct young_seg *segs;
     uint32_t nsegs, capsegs;
