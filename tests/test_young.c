@@ -1127,17 +1127,29 @@ START_TEST(publication_promotes_young_graphs_in_place)
 }
 END_TEST
 
+/* Start heapd, attach a young mutator of a new client (*C) and root a
+ * shared object of NREFS fields for it at *SLOT. */
+static heapd_mutator *young_with_holder(heapd_client **c, size_t nrefs,
+                                        size_t *slot)
+{
+    harness_start_with(&D, NULL);
+    *c = connect_plain(0);
+    heapd_mutator *m = attach_young(*c, 0, 0);
+    void **s = heapd_alloc_shared(m, nrefs, 0);
+    ck_assert_ptr_nonnull(s);
+    *slot = heapd_root_push(m, s);
+    return m;
+}
+
 /* Publishing leaves: young objects with no reference field, each
  * promoted by one call (Note [Publishing a leaf] in client/minor.c). */
 
 START_TEST(a_published_leaf_is_shared_at_once_and_counted)
 {
-    harness_start_with(&D, NULL);
-    heapd_client *c = connect_plain(0);
-    heapd_mutator *m = attach_young(c, 0, 0);
-    void **s = heapd_alloc_shared(m, 3, 0);
-    ck_assert_ptr_nonnull(s);
-    size_t ss = heapd_root_push(m, s);
+    heapd_client *c;
+    size_t ss;
+    heapd_mutator *m = young_with_holder(&c, 3, &ss);
+    void **s;
     const char *by[] = {"heapd_write", "heapd_cas", "heapd_global_set",
                         "heapd_publish"};
     void *leaf[4];
@@ -1197,12 +1209,10 @@ END_TEST
 
 START_TEST(published_objects_count_as_allocated_in_the_shared_heap)
 {
-    harness_start_with(&D, NULL);
-    heapd_client *c = connect_plain(0);
-    heapd_mutator *m = attach_young(c, 0, 0);
-    void **s = heapd_alloc_shared(m, 1, 0);
-    ck_assert_ptr_nonnull(s);
-    size_t ss = heapd_root_push(m, s);
+    heapd_client *c;
+    size_t ss;
+    heapd_mutator *m = young_with_holder(&c, 1, &ss);
+    void **s;
     uint64_t block = 0, before = harness_stats(c).bytes_allocated;
     for (size_t i = 0; i < COUNTED_LEAVES; i++) {
         void *young = new_node(m, 0, i); /* dies young */
@@ -1238,12 +1248,10 @@ END_TEST
 
 static void mostly_shared(unsigned young_every)
 {
-    harness_start_with(&D, NULL);
-    heapd_client *c = connect_plain(0);
-    heapd_mutator *m = attach_young(c, 0, 0);
-    void **keep = heapd_alloc_shared(m, SHARED_ONLY_KEEP, 0);
-    ck_assert_ptr_nonnull(keep);
-    size_t sk = heapd_root_push(m, keep);
+    heapd_client *c;
+    size_t sk;
+    heapd_mutator *m = young_with_holder(&c, SHARED_ONLY_KEEP, &sk);
+    void **keep;
     heapd_stats_t base = harness_stats(c);
     const struct layout_control *ctl = heapd_heap_base(c);
     uint64_t seg = ctl->segment_size, most = 0;
