@@ -63,7 +63,8 @@
  * LAYOUT_MARK_YOUNG, counted in young_bytes and not in the slot's
  * alloc_bytes until promoted (Note [Promotion in place]): a freed young
  * block is allocated again with no grant in between, and the daemon
- * bounds alloc_bytes by what it granted (Note [Client control memory]).  When it has allocated its budget since the last
+ * bounds alloc_bytes by what it granted (Note [Client control memory]).
+ * When it has allocated its budget since the last
  * minor collection, heapd_alloc -- a safepoint, before the new object
  * exists -- collects its young objects itself, in its own thread,
  * stopping nobody else and moving nothing, in short pauses of the next
@@ -325,7 +326,7 @@ void young_free(heapd_mutator *m)
  * block in it stays tracked until a collection, and a mutator that made
  * one young object for every 100 shared ones of its size held every
  * segment it filled (712 MiB for 40 KiB of live objects, 55 to 94 ns an
- * allocation; 15 MiB and 20 to 28 ns so).  And a
+ * allocation; 13 to 15 MiB and 20 to 32 ns so).  And a
  * collection traces what survives, so the work of a minor collection is
  * at most half the bytes allocated since the one before, whatever the
  * program keeps (as GHC's and OCaml's runtimes grow a nursery with its
@@ -1273,8 +1274,9 @@ bool young_collect_all(heapd_mutator *m)
  * ~~~~~~~~~~~~~~~~~~~~~~~~
  * A young object with no reference field reaches nothing young, so its
  * publication is its own promotion and nothing else: the header and the
- * mark (promote_mark), its bytes counted, and the one counter that moved
- * stored in the slot.  No promotion is ever under way because of it, so
+ * mark (promote_mark), its bytes counted, and the two counters that moved
+ * (promoted, allocated) stored in the slot.  No promotion is ever under
+ * way because of it, so
  * it neither queues work nor raises MUTATOR_YOUNG_PROMOTING and the
  * slot's young_promoting word (two sequentially consistent stores, which
  * tell heapd to leave the stack handshake to this mutator: Note [Minor

@@ -42,9 +42,10 @@ static inline size_t young_bitmap_words(const struct young_seg *s)
 
 /* client/minor_sweep.c: fill young block K of S with POISON; free it,
  * filled with POISON first if that is not 0; are S's marks all 0 or
- * young; is none young; free the young blocks of S the trace did not reach, returning
- * its free blocks (Note [Sweeping a young segment eight marks at a time],
- * Note [Sweeping a segment of young blocks only]). */
+ * young; is none of them young; free the young blocks of S the trace
+ * did not reach, returning its free blocks (Note [Sweeping a young
+ * segment eight marks at a time], Note [Sweeping a segment of young
+ * blocks only]). */
 void minor_poison_block(struct young_seg *s, uint32_t k, uint8_t poison);
 void minor_free_block(struct young_seg *s, uint32_t k, uint8_t poison);
 bool minor_young_only(const struct young_seg *s);

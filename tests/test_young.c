@@ -1643,8 +1643,10 @@ static Suite *suite(void)
     tcase_add_test(t, sweep_frees_young_blocks_beside_a_promoted_one);
     tcase_add_test(t, sweep_frees_young_blocks_beside_a_shared_one);
     tcase_add_test(t, a_nursery_in_partly_free_segments_keeps_their_objects);
-    tcase_add_test(t, a_young_mutator_allocating_shared_only_holds_few_segments);
-    tcase_add_test(t, a_young_mutator_allocating_mostly_shared_holds_few_segments);
+    tcase_add_test(t,
+                   a_young_mutator_allocating_shared_only_holds_few_segments);
+    tcase_add_test(t,
+                   a_young_mutator_allocating_mostly_shared_holds_few_segments);
     suite_add_tcase(s, t);
     t = tcase_create("publication");
     tcase_add_test(t, publication_promotes_young_graphs_in_place);
