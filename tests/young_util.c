@@ -157,3 +157,32 @@ void young_finish(heapd_client *c, heapd_mutator *m)
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
 }
+
+void minor_now(heapd_mutator *m)
+{
+    heapd_young_stats a = young_stats(m), b;
+    /* each a block of 56 bytes: the budget runs out within young_bytes /
+     * 56 of them, and the collection it starts ends at its first slice
+     * past as many more (Note [Minor collections in slices]): slices
+     * of the sweep come every 16 of a 256th of the budget, 4 KiB at
+     * least, apart */
+    uint64_t slice = a.young_bytes / 256 > 4096 ? a.young_bytes / 256 : 4096;
+    uint64_t bound = 2 * (a.young_bytes / 56) + 16 * slice / 56 + 64;
+    for (uint64_t k = 0;; k++) {
+        ck_assert_msg(k < bound, "no minor collection after %llu "
+                      "allocations of 56 bytes in a nursery of %llu bytes",
+                      (unsigned long long)k,
+                      (unsigned long long)a.young_bytes);
+        ck_assert_ptr_nonnull(heapd_alloc(m, 0, 48));
+        b = young_stats(m);
+        if (b.minor_collections != a.minor_collections)
+            break;
+    }
+    ck_assert_uint_eq(b.minor_collections, a.minor_collections + 1);
+}
+
+uint64_t block_bytes(size_t nrefs, size_t nbytes)
+{
+    return layout_class_size[layout_size_class(
+        (uint32_t)layout_object_size(nrefs, nbytes))];
+}

@@ -44,6 +44,11 @@ void young_finish(heapd_client *c, heapd_mutator *m);
 /* Attach the calling thread to C as a young mutator. */
 heapd_mutator *attach_young(heapd_client *c, size_t size, unsigned age);
 heapd_young_stats young_stats(const heapd_mutator *m);
+/* Allocate garbage until M's next minor collection has run. */
+void minor_now(heapd_mutator *m);
+/* The bytes a block of an object of NREFS references and NBYTES bytes
+ * takes (its size class). */
+uint64_t block_bytes(size_t nrefs, size_t nbytes);
 /* The mark byte of the block of object OBJ of C's heap, in a small
  * segment (Note [Young objects] in proto/young.h: LAYOUT_MARK_YOUNG, an
  * epoch, or 0 once freed); -1 if OBJ is no small block's object. */
