@@ -81,38 +81,36 @@ static inline uint64_t marks_young(uint64_t w)
     return marks_zero(w ^ (MARKS_ONES * LAYOUT_MARK_YOUNG));
 }
 
-/* S's marks are all 0 or young (read now, eight at a time; they start
- * 8-aligned: Note [Segments]). */
-bool minor_young_only(const struct young_seg *s)
+/* Read S's marks now, eight at a time (they start 8-aligned: Note
+ * [Segments]): with ONLY, are they all 0 or young; without, is none of
+ * them young. */
+static bool marks_scan(const struct young_seg *s, bool only)
 {
     uint32_t b = 0;
     for (; b + 8 <= s->nblocks; b += 8) {
         uint64_t w = __atomic_load_n((const uint64_t *)(s->marks + b),
                                      __ATOMIC_RELAXED);
-        if ((marks_zero(w) | marks_young(w)) != ~MARKS_LOW7)
+        uint64_t young = marks_young(w);
+        if (only ? (marks_zero(w) | young) != ~MARKS_LOW7 : young != 0)
             return false;
     }
     for (; b < s->nblocks; b++) {
         uint8_t mk = __atomic_load_n(&s->marks[b], __ATOMIC_RELAXED);
-        if (mk != 0 && mk != LAYOUT_MARK_YOUNG)
+        if (only ? mk != 0 && mk != LAYOUT_MARK_YOUNG
+                 : mk == LAYOUT_MARK_YOUNG)
             return false;
     }
     return true;
 }
 
-/* No mark of S is young (read now, eight at a time). */
+bool minor_young_only(const struct young_seg *s)
+{
+    return marks_scan(s, true);
+}
+
 bool minor_no_young(const struct young_seg *s)
 {
-    uint32_t b = 0;
-    for (; b + 8 <= s->nblocks; b += 8)
-        if (marks_young(__atomic_load_n((const uint64_t *)(s->marks + b),
-                                        __ATOMIC_RELAXED)))
-            return false;
-    for (; b < s->nblocks; b++)
-        if (__atomic_load_n(&s->marks[b], __ATOMIC_RELAXED) ==
-            LAYOUT_MARK_YOUNG)
-            return false;
-    return true;
+    return marks_scan(s, false);
 }
 
 /* No live bit of S is set. */
