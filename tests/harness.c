@@ -1198,9 +1198,16 @@ pid_t harness_fork_mutator(const struct daemon_proc *d,
     }
     close(ready[1]); /* a kid that dies early gives EOF, not a hang */
     char r;
-    ck_assert_msg(read(ready[0], &r, 1) == 1,
-                  "the forked mutator died before it was ready");
+    bool is_ready = read(ready[0], &r, 1) == 1;
     close(ready[0]);
+    if (!is_ready) {
+        int st = harness_wait_pid(kid, HARNESS_WAIT_MS);
+        ck_abort_msg("the forked mutator died before it was ready (%s %d)",
+                     st != -1 && WIFSIGNALED(st) ? "signal" : "exit code",
+                     st == -1           ? -1
+                     : WIFSIGNALED(st) ? WTERMSIG(st)
+                                       : WEXITSTATUS(st));
+    }
     return kid;
 }
 
