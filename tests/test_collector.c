@@ -696,7 +696,12 @@ static bool cycle_marking(void *arg, char *seen, size_t seen_len)
 /* Garbage only a URS carries: an unreachable object's fields are logged by
  * the barrier at its first write while marking.  The phase changes only
  * while this mutator is stopped and heapd_write is not a safepoint
- * (client/barrier.c), so a write once marking is seen lands in it. */
+ * (client/barrier.c), so a write once marking is seen lands in it.  The
+ * cycle is asked for by the client, not the mutator: heapd_collect waits
+ * for its reply in a blocking region, where the whole cycle can run
+ * without this mutator (under ASan on a busy machine it did, 20 times in
+ * a row); running, the mutator holds up the snapshot and the final sync
+ * until its safepoints. */
 START_TEST(planted_garbage_in_an_update_remembered_set)
 {
     heapd_client *c;
@@ -711,7 +716,7 @@ START_TEST(planted_garbage_in_an_update_remembered_set)
         ck_assert_ptr_nonnull(u);
         u[0] = (void *)(uintptr_t)(0x10000 + 8 * round); /* no barrier */
         struct marking_wait w = {m, ctl, atomic_load(&ctl->epoch), false};
-        ck_assert_int_eq(heapd_collect(m, 0), 0);
+        ck_assert_int_eq(heapd_request_collect(c, 0), 0);
         harness_wait_until(cycle_marking, &w, "the cycle asked for to mark");
         heapd_write(m, u, &u[1], NULL); /* logs u[0] if marking */
         ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
