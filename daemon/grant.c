@@ -336,7 +336,7 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
         out->count = count;
         rc = r->reuse_only
                  ? seg_grant_reusable(h, client, held, quota_segs(h, client),
-                                      count, r->classes, out->segs,
+                                      count, r->classes, grow, out->segs,
                                       out->formatted)
                  : seg_grant_small(h, client, held, quota_segs(h, client),
                                    count, r->classes, grow, out->segs,

@@ -5,8 +5,10 @@
  * seg_init and table_create over anonymous memory; the test plays the loop thread (grants,
  * returns, departures, under heap->lock) and one sweeper runs in a thread
  * of its own.  The order of the steps is forced by the heap lock and a
- * handshake on the marks, never by timing. */
+ * handshake on the marks, never by timing.  And what granting a swept
+ * segment again grows the heap's committed memory by. */
 #include <check.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -173,6 +175,83 @@ START_TEST(dead_segment_is_freed)
 }
 END_TEST
 
+/* ---- what a swept segment granted again grows the heap by ---- */
+
+/* The upper half of segment SEG's pages punched, as the purge records a
+ * punch (page_runs_punch in daemon/gc/purge.c); the number of them. */
+static uint32_t punch_upper_half(uint32_t seg)
+{
+    ASSERT_LOCK_HELD(&H.lock);
+    uint32_t pages = H.segs.seg_pages / 2;
+    uint64_t *pp = seg_pages_purged(&H.segs, seg);
+    for (uint32_t p = H.segs.seg_pages - pages; p < H.segs.seg_pages; p++)
+        seg_bit_set(pp, p);
+    H.segs.pages_purged += pages;
+    return pages;
+}
+
+/* SEG, whose PAGES pages are punched, is granted to client 2 by a grant
+ * of CLASSES (NULL: blank segments only) only with room for them: with
+ * none, the grant is held back (the other segments are punched blank
+ * ones, a segment of growth each) and the committed memory stays; with a
+ * segment's room it is granted, and the committed memory grows by its
+ * punched pages. */
+static void granted_only_with_room(uint32_t seg, uint32_t pages,
+                                   const uint64_t *classes, uint32_t fmt_want)
+{
+    uint32_t got, fmt, held = 0;
+    ASSERT_LOCK_HELD(&H.lock);
+    uint64_t before = seg_committed(&H.segs, SHIFT);
+    ck_assert_int_eq(seg_grant_small(&H, 2, &held, SEGS, 1, classes, 0,
+                                     &got, &fmt), -EAGAIN);
+    if (classes)
+        ck_assert_int_eq(seg_grant_reusable(&H, 2, &held, SEGS, 1, classes,
+                                            0, &got, &fmt), 0);
+    ck_assert_uint_eq(seg_committed(&H.segs, SHIFT), before);
+    ck_assert_int_eq(seg_grant_small(&H, 2, &held, SEGS, 1, classes, 1,
+                                     &got, &fmt), 1);
+    ck_assert_uint_eq(got, seg);
+    ck_assert_uint_eq(fmt, fmt_want);
+    ck_assert_uint_eq(seg_committed(&H.segs, SHIFT),
+                      before + ((uint64_t)pages << H.segs.page_shift));
+    ck_assert(segtab_check(&H.segs));
+}
+
+/* Note [Reused pages are growth]: a reusable segment's punched pages. */
+START_TEST(reused_pages_are_growth)
+{
+    uint32_t seg = reusable_segment();
+    uint64_t classes[(LAYOUT_NCLASSES + 63) / 64] = {0};
+    classes[cls / 64] |= 1ull << (cls % 64);
+    heap_lock(&H);
+    ck_assert(seg_bit_test(H.segs.reuse_bits, seg));
+    granted_only_with_room(seg, punch_upper_half(seg), classes, 1 + cls);
+    heap_unlock(&H);
+}
+END_TEST
+
+/* The same for a free segment that was not punched whole: the pages
+ * punched while it was partly used. */
+START_TEST(free_segments_punched_pages_are_growth)
+{
+    uint32_t seg = reusable_segment();
+    heap_lock(&H);
+    uint32_t pages = punch_upper_half(seg);
+    heap_unlock(&H);
+    struct sweep_job sj;
+    pthread_t t;
+    sweep_job_init(&sj, &H, EPOCH);
+    ck_assert_int_eq(pthread_create(&t, NULL, sweeper, &sj), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    heap_lock(&H);
+    sweep_job_finish(&sj);
+    ck_assert_uint_eq(H.segs.segs[seg].state, SEG_FREE);
+    ck_assert(!H.segs.segs[seg].punched);
+    granted_only_with_room(seg, pages, NULL, 0);
+    heap_unlock(&H);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sweep");
@@ -180,6 +259,11 @@ int main(void)
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, adopted_meanwhile_is_kept);
     tcase_add_test(t, dead_segment_is_freed);
+    suite_add_tcase(s, t);
+    t = tcase_create("growth");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, reused_pages_are_growth);
+    tcase_add_test(t, free_segments_punched_pages_are_growth);
     suite_add_tcase(s, t);
     return check_main(s);
 }
