@@ -52,14 +52,20 @@ static uint32_t epoch_of(heapd_client *c)
  * [The preparatory push] in client/minor.c).  A mutator that waits for
  * heapd to finish its stack may see the whole marking pass meanwhile (a
  * final sync passes a waiting mutator: Note [Straddling a cycle]); then
- * the next cycle is asked for.  Returns false if marking was not seen
- * within the bound (the caller fails, in its own thread). */
-static bool until_marking(heapd_mutator *m, heapd_client *c)
+ * the next cycle is asked for.  M asks (heapd_collect, which waits for
+ * the reply in a blocking region: heapd may take M's stack handshake, or
+ * run the whole cycle), or, with BY_CLIENT, C does (M running holds up
+ * the snapshot and the final sync until its safepoints: it takes its own
+ * handshake and marking lasts until its next one).  Returns false if
+ * marking was not seen within the bound (the caller fails, in its own
+ * thread). */
+static bool until_marking(heapd_mutator *m, heapd_client *c, bool by_client)
 {
     int64_t end = harness_now_ms() + HARNESS_WAIT_MS;
     while (harness_now_ms() < end) {
         uint32_t epoch = epoch_of(c);
-        if (heapd_collect(m, 0) != 0)
+        if ((by_client ? heapd_request_collect(c, 0) : heapd_collect(m, 0)) !=
+            0)
             return false;
         while (harness_now_ms() < end) {
             heapd_safepoint(m);
@@ -925,7 +931,9 @@ START_TEST(old_object_only_young_reaches_at_snapshot)
         void **a = heapd_global_get(m, "A");
         heapd_write(m, a, &a[0], NULL); /* idle: no barrier */
         ck_assert_uint_ne(phase_of(c), LAYOUT_PHASE_MARK);
-        ck_assert_msg(until_marking(m, c), "marking did not begin");
+        /* every other attempt, marking lasts until the move is done */
+        ck_assert_msg(until_marking(m, c, attempt % 2),
+                      "marking did not begin");
         uint32_t epoch = epoch_of(c);
         void **a2 = heapd_alloc_shared(m, 1, 0);
         ck_assert_ptr_nonnull(a2);
@@ -973,7 +981,7 @@ static void *cut_and_collect(void *arg)
         snprintf(k->err, sizeof k->err, "attach: %s", heapd_last_error());
         return NULL;
     }
-    if (!until_marking(w, k->c)) {
+    if (!until_marking(w, k->c, false)) {
         snprintf(k->err, sizeof k->err, "marking did not begin");
         goto out;
     }
@@ -1042,7 +1050,8 @@ static bool dirty_publication(heapd_mutator *m, heapd_client *c, int attempt)
     heapd_write(m, o, &o[0], heapd_root_get(m, sx1));
     heapd_root_set(m, sx1, NULL);
     heapd_root_set(m, sz, NULL); /* Z: only young Y3 holds it */
-    ck_assert_msg(until_marking(m, c), "marking did not begin");
+    /* every other attempt, marking lasts until the publications */
+    ck_assert_msg(until_marking(m, c, attempt % 2), "marking did not begin");
     uint32_t epoch = epoch_of(c);
     o = heapd_root_get(m, so);
     heapd_write(m, o, &o[1], heapd_root_get(m, sx2)); /* O dirty */
