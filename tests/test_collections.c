@@ -741,7 +741,8 @@ static int churn_body(heapd_mutator *m, void *arg, int fd)
 }
 
 /* Look up every churned key over and over until FD (the parent) says
- * stop: a value found must be whole and the key's own. */
+ * stop, at least once (a reader the scheduler starved until then still
+ * reads): a value found must be whole and the key's own. */
 static int reader_body(heapd_mutator *m, void *arg, int fd)
 {
     const int *stop = arg; /* a pipe: EOF on stop[0] says stop */
@@ -751,10 +752,6 @@ static int reader_body(heapd_mutator *m, void *arg, int fd)
     send_u64(fd, 1);
     uint64_t seen = 0, bad = 0;
     for (;;) {
-        char b;
-        ssize_t n = read(stop_fd, &b, 1); /* non-blocking */
-        if (n == 1 || n == 0)
-            break;
         void *map = heapd_root_get(m, r);
         for (unsigned i = 0; i < SHARED_KEYS; i++) {
             char k[32];
@@ -768,6 +765,10 @@ static int reader_body(heapd_mutator *m, void *arg, int fd)
                 map = heapd_root_get(m, r);
             }
         }
+        char b;
+        ssize_t n = read(stop_fd, &b, 1); /* non-blocking */
+        if (n == 1 || n == 0)
+            break;
     }
     send_u64(fd, seen);
     send_u64(fd, bad);
