@@ -335,8 +335,10 @@ static uint64_t live_now(const struct heap *h)
  * the partly free ones made a cache of 8M updates creep from 33.2 to 36.6
  * MiB in 70 cycles, for a goal of 33.2).  Allocation into blocks the heap
  * already holds (partly free segments, Note [Reusing partly free segments])
- * never waits: it costs no memory.  (Go's GC assists and OCaml's major
- * slices pace the same way, by making the allocator pay.)
+ * never waits: it costs no memory, but for the pages a purge punched out
+ * of them (Note [Reused pages are growth] in segment.c).  (Go's GC
+ * assists and OCaml's major slices pace the same way, by making the
+ * allocator pay.)
  *
  * The live bytes here are the most recent lower bound: the last cycle's,
  * or what the running cycle has marked so far when that is more (the
