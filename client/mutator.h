@@ -118,7 +118,10 @@ static inline unsigned char mutator_write_mode(const heapd_mutator *m)
 {
     if (m->c->checked || (m->young_flags & MUTATOR_YOUNG_MARKING))
         return HEAPD_FAST_CALL_;
-    return m->young_flags ? HEAPD_FAST_YOUNG_ : HEAPD_FAST_UNLESS_MARKING_;
+    if (m->young_flags & MUTATOR_YOUNG_PROMOTING)
+        return HEAPD_FAST_YOUNG_; /* ended before a store into the shared */
+    return m->young_flags ? HEAPD_FAST_YOUNG_ANY_
+                          : HEAPD_FAST_UNLESS_MARKING_;
 }
 /* Set M's young flags, and the write mode that follows from them: every
  * change of the flags goes through here. */

@@ -37,8 +37,9 @@ static heapd_mutator *attach_flags(heapd_client *c, unsigned flags)
 }
 
 /* A mutator without a nursery stores at once unless the heap marks; a
- * young one, into its young objects; a checked client's mutators always
- * call, for checked mode's checks are in the function. */
+ * young one, into its young objects, and what is not young into a shared
+ * object unless the heap marks; a checked client's mutators always call,
+ * for checked mode's checks are in the function. */
 START_TEST(the_write_mode_follows_the_mutator)
 {
     harness_start_with(&D, NULL);
@@ -47,7 +48,7 @@ START_TEST(the_write_mode_follows_the_mutator)
     ck_assert_uint_eq(write_mode(plain), HEAPD_FAST_UNLESS_MARKING_);
     heapd_detach(plain);
     heapd_mutator *young = attach_young(c, NURSERY, 0);
-    ck_assert_uint_eq(write_mode(young), HEAPD_FAST_YOUNG_);
+    ck_assert_uint_eq(write_mode(young), HEAPD_FAST_YOUNG_ANY_);
     /* through minor collections, which mark in slices between calls
      * (the function is called then) and end in IDLE */
     void **keep = new_node(young, 1, 1);
@@ -74,26 +75,25 @@ END_TEST
 
 /* The snapshot's barrier through the macro: with a cycle held past its
  * snapshot before it marks anything (Note [Holding marking for tests]),
- * a precise mutator overwrites the only reference to B.  The inline
- * test sees the heap's phase and calls the function, which logs B: B
- * lives through the cycle, while an object nothing referenced at the
- * snapshot is freed.  A plain store there would lose B. */
-START_TEST(a_write_while_the_heap_marks_keeps_what_it_overwrites)
+ * M -- a precise mutator, or a young one, whose store of a shared object
+ * into a shared one is inline too -- overwrites the only reference to
+ * shared B with NULL.  The inline test sees the heap's phase and calls
+ * the function, which logs B: B lives through the cycle, while an object
+ * nothing referenced at the snapshot is freed.  A plain store there
+ * would lose B. */
+static void overwrite_while_the_heap_marks(heapd_client *c, heapd_mutator *m,
+                                           const char *hold, unsigned mode)
 {
-    char hold[64];
-    harness_start_holding(&D, hold, sizeof hold);
-    heapd_client *c = connect_plain(0);
-    heapd_mutator *m = attach_flags(c, HEAPD_MUTATOR_PRECISE);
     size_t slot = heapd_root_push(m, NULL);
     ck_assert_uint_ne(slot, (size_t)-1);
-    void **a = new_node(m, 1, 1);
+    void **a = new_shared_node(m, 1, 1);
     ck_assert_ptr_nonnull(a);
     heapd_root_set(m, slot, a);
-    void **b = new_node(m, 0, 2);
+    void **b = new_shared_node(m, 0, 2);
     ck_assert_ptr_nonnull(b);
     a = heapd_root_get(m, slot);
     heapd_write(m, a, &a[0], b);
-    void **garbage = new_node(m, 0, 3);
+    void **garbage = new_shared_node(m, 0, 3);
     ck_assert_ptr_nonnull(garbage);
 
     FILE *f = fopen(hold, "w");
@@ -104,7 +104,7 @@ START_TEST(a_write_while_the_heap_marks_keeps_what_it_overwrites)
     ck_assert_int_eq(heapd_request_collect(c, 0), 0);
     harness_wait_stat(&D, c, phase, ==, 1); /* held in its mark */
     heapd_blocking_leave(m);
-    ck_assert_uint_eq(write_mode(m), HEAPD_FAST_UNLESS_MARKING_);
+    ck_assert_uint_eq(write_mode(m), mode);
     a = heapd_root_get(m, slot);
     heapd_write(m, a, &a[0], NULL);
     heapd_blocking_enter(m);
@@ -118,6 +118,28 @@ START_TEST(a_write_while_the_heap_marks_keeps_what_it_overwrites)
     ck_assert(node_ok(b, 0, 2));
     ck_assert_msg(mg == 0, "an object nothing referenced at the snapshot "
                            "kept mark %d: the cycle freed nothing", mg);
+    heapd_root_pop(m, 1);
+}
+
+START_TEST(a_write_while_the_heap_marks_keeps_what_it_overwrites)
+{
+    char hold[64];
+    harness_start_holding(&D, hold, sizeof hold);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m = attach_flags(c, HEAPD_MUTATOR_PRECISE);
+    overwrite_while_the_heap_marks(c, m, hold, HEAPD_FAST_UNLESS_MARKING_);
+    young_finish(c, m);
+}
+END_TEST
+
+START_TEST(a_young_write_while_the_heap_marks_keeps_what_it_overwrites)
+{
+    char hold[64];
+    harness_start_holding(&D, hold, sizeof hold);
+    heapd_client *c = connect_plain(0);
+    heapd_mutator *m =
+        attach_flags(c, HEAPD_MUTATOR_YOUNG | HEAPD_MUTATOR_PRECISE);
+    overwrite_while_the_heap_marks(c, m, hold, HEAPD_FAST_YOUNG_ANY_);
     young_finish(c, m);
 }
 END_TEST
@@ -168,6 +190,8 @@ static Suite *suite(void)
     tcase_set_timeout(t, 120);
     tcase_add_test(t, the_write_mode_follows_the_mutator);
     tcase_add_test(t, a_write_while_the_heap_marks_keeps_what_it_overwrites);
+    tcase_add_test(t,
+                   a_young_write_while_the_heap_marks_keeps_what_it_overwrites);
     tcase_add_test(t, a_young_value_stored_into_a_shared_object_is_published);
     suite_add_tcase(s, t);
     return s;
