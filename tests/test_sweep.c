@@ -155,11 +155,10 @@ START_TEST(adopted_meanwhile_is_kept)
 }
 END_TEST
 
-/* The same pass with nobody taking the segment: every block was dead,
- * and the segment goes back to the pool. */
-START_TEST(dead_segment_is_freed)
+/* A sweep of SEG, every block of which is dead, with nobody taking it:
+ * it is FREE after, and the heap lock is held; the segments it freed. */
+static uint64_t sweep_all_dead(uint32_t seg)
 {
-    uint32_t seg = reusable_segment();
     struct sweep_job sj;
     pthread_t t;
 
@@ -169,7 +168,15 @@ START_TEST(dead_segment_is_freed)
     heap_lock(&H);
     sweep_job_finish(&sj);
     ck_assert_uint_eq(H.segs.segs[seg].state, SEG_FREE);
-    ck_assert_uint_eq(atomic_load(&sj.freed_segments), 1);
+    return atomic_load(&sj.freed_segments);
+}
+
+/* The same pass with nobody taking the segment: every block was dead,
+ * and the segment goes back to the pool. */
+START_TEST(dead_segment_is_freed)
+{
+    uint32_t seg = reusable_segment();
+    ck_assert_uint_eq(sweep_all_dead(seg), 1);
     ck_assert(segtab_check(&H.segs));
     heap_unlock(&H);
 }
@@ -238,14 +245,7 @@ START_TEST(free_segments_punched_pages_are_growth)
     heap_lock(&H);
     uint32_t pages = punch_upper_half(seg);
     heap_unlock(&H);
-    struct sweep_job sj;
-    pthread_t t;
-    sweep_job_init(&sj, &H, EPOCH);
-    ck_assert_int_eq(pthread_create(&t, NULL, sweeper, &sj), 0);
-    ck_assert_int_eq(pthread_join(t, NULL), 0);
-    heap_lock(&H);
-    sweep_job_finish(&sj);
-    ck_assert_uint_eq(H.segs.segs[seg].state, SEG_FREE);
+    ck_assert_uint_eq(sweep_all_dead(seg), 1);
     ck_assert(!H.segs.segs[seg].punched);
     granted_only_with_room(seg, pages, NULL, 0);
     heap_unlock(&H);
