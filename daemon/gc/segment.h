@@ -197,11 +197,11 @@ void seg_recount_memory(struct segtab *t);
  * (a bitmap of LAYOUT_NCLASSES bits; NULL: none) first, blank ones for the
  * rest, growing the committed memory by at most GROW segments (UINT32_MAX:
  * no bound) with punched blank segments and the punched pages of reused
- * ones (Note [Heap goal] in daemon/gc/collector.c); OUT_FORMATTED[k] is 0 for a blank OUT[k], else
- * 1 + its class.  Returns the number granted (>= 1), -EDQUOT
- * when the client's quota is reached, -ENOSPC when the heap is full, or
- * -EAGAIN when nothing could be granted without growing by more than
- * GROW. */
+ * ones (Note [Heap goal] in daemon/gc/collector.c); OUT_FORMATTED[k] is 0
+ * for a blank OUT[k], else 1 + its class.  Returns the number granted
+ * (>= 1), -EDQUOT when the client's quota is reached, -ENOSPC when the
+ * heap is full, or -EAGAIN when nothing could be granted without growing
+ * by more than GROW. */
 int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
                     uint32_t quota_segs, uint32_t count,
                     const uint64_t *classes, uint32_t grow, uint32_t *out,
