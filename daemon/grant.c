@@ -255,21 +255,19 @@ static unsigned quota_over(const struct heap *h, uint64_t client,
  * (Note [Memory limit] in daemon/gc/collector.c). */
 #define LIMIT_WAITS 2
 
-/* With heap->lock held: the segments of punched memory a grant may take
- * (Note [Heap goal]): as many as fit under the growth cap; for a FINAL
- * grant any number, or as many as fit under the memory limit (Note
- * [Memory limit] in daemon/gc/collector.c). */
-static uint32_t growth_room(const struct heap *h, bool final)
+/* With heap->lock held: the bytes a grant may grow the committed memory
+ * by (Note [Heap goal]; punched segments and the punched pages of reused
+ * ones, Note [Reused pages are growth] in daemon/gc/segment.c): what the
+ * growth cap leaves; for a FINAL grant any (UINT64_MAX), or what the
+ * memory limit leaves (Note [Memory limit] in daemon/gc/collector.c). */
+static uint64_t growth_room(const struct heap *h, bool final)
 {
     ASSERT_LOCK_HELD(&h->lock);
     uint64_t lim = h->cfg->memory_limit, committed = collector_committed(h);
     if (final && !lim)
-        return UINT32_MAX;
+        return UINT64_MAX;
     uint64_t cap = final ? lim : collector_growth_cap(h);
-    return committed >= cap ? 0
-           : (cap - committed) >> h->seg_shift > UINT32_MAX
-               ? UINT32_MAX
-               : (uint32_t)((cap - committed) >> h->seg_shift);
+    return committed >= cap ? 0 : cap - committed;
 }
 
 /* With heap->lock held: the most small segments one grant gives: an
@@ -323,10 +321,10 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
      * waited for its cycle too, but it takes one segment past it if
      * nothing partly free is there for it, the memory limit allowing
      * (Note [Pacing]) */
-    uint32_t grow = growth_room(h, final), at_least = 0;
+    uint64_t grow = growth_room(h, final), at_least = 0;
     if (final && r->kind == GRANT_SMALL) {
-        uint32_t within = growth_room(h, false);
-        at_least = grow > 0;
+        uint64_t within = growth_room(h, false), seg = 1ull << h->seg_shift;
+        at_least = grow < seg ? grow : seg;
         grow = within < grow ? within : grow;
     }
     switch (r->kind) {
@@ -358,7 +356,7 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
                            ? 0
                            : seg_run_segments(h, r->bytes);
         rc = run == 0 || (lim && run << h->seg_shift > lim) ? -EFBIG
-             : run > grow                                   ? -EAGAIN
+             : run > grow >> h->seg_shift                   ? -EAGAIN
                  : seg_grant_large(h, client, held, quota_segs(h, client),
                                    r->bytes, &out->segs[0], &out->run);
         out->n = rc == 0;

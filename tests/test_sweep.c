@@ -73,7 +73,7 @@ static uint32_t reusable_segment(void)
     uint32_t seg, fmt, held = 0;
     heap_lock(&H);
     ck_assert_int_eq(seg_grant_small(&H, 1, &held, SEGS, 1, NULL,
-                                     UINT32_MAX, &seg, &fmt), 1);
+                                     UINT64_MAX, &seg, &fmt), 1);
     struct layout_segment *hd = heap_seg_addr(&H, seg);
     hd->size_class = cls;
     __atomic_store_n(&hd->kind, LAYOUT_SEG_SMALL, __ATOMIC_RELEASE);
@@ -134,7 +134,7 @@ START_TEST(adopted_meanwhile_is_kept)
     classes[cls / 64] |= 1ull << (cls % 64);
     uint32_t got, fmt, held = 0;
     ck_assert_int_eq(seg_grant_small(&H, 2, &held, SEGS, 1, classes,
-                                     UINT32_MAX, &got, &fmt), 1);
+                                     UINT64_MAX, &got, &fmt), 1);
     ck_assert_uint_eq(got, seg);
     ck_assert_uint_eq(fmt, 1 + cls); /* adopted, formatted */
     allocate(seg, 0, EPOCH);
@@ -198,24 +198,26 @@ static uint32_t punch_upper_half(uint32_t seg)
 }
 
 /* SEG, whose PAGES pages are punched, is granted to client 2 by a grant
- * of CLASSES (NULL: blank segments only) only with room for them: with
- * none, the grant is held back (the other segments are punched blank
- * ones, a segment of growth each) and the committed memory stays; with a
- * segment's room it is granted, and the committed memory grows by its
- * punched pages. */
+ * of CLASSES (NULL: blank segments only) only with room for them: with a
+ * page less, the grant is held back (the other segments are punched
+ * blank ones, a segment of growth each) and the committed memory stays;
+ * with room for exactly them, less than a segment's, it is granted, and
+ * the committed memory grows by its punched pages. */
 static void granted_only_with_room(uint32_t seg, uint32_t pages,
                                    const uint64_t *classes, uint32_t fmt_want)
 {
     uint32_t got, fmt, held = 0;
     ASSERT_LOCK_HELD(&H.lock);
     uint64_t before = seg_committed(&H.segs, SHIFT);
-    ck_assert_int_eq(seg_grant_small(&H, 2, &held, SEGS, 1, classes, 0,
-                                     &got, &fmt), -EAGAIN);
+    uint64_t room = (uint64_t)pages << H.segs.page_shift;
+    ck_assert_uint_lt(room, (uint64_t)1 << SHIFT);
+    ck_assert_int_eq(seg_grant_small(&H, 2, &held, SEGS, 1, classes,
+                                     room - 1, &got, &fmt), -EAGAIN);
     if (classes)
         ck_assert_int_eq(seg_grant_reusable(&H, 2, &held, SEGS, 1, classes,
-                                            0, &got, &fmt), 0);
+                                            room - 1, &got, &fmt), 0);
     ck_assert_uint_eq(seg_committed(&H.segs, SHIFT), before);
-    ck_assert_int_eq(seg_grant_small(&H, 2, &held, SEGS, 1, classes, 1,
+    ck_assert_int_eq(seg_grant_small(&H, 2, &held, SEGS, 1, classes, room,
                                      &got, &fmt), 1);
     ck_assert_uint_eq(got, seg);
     ck_assert_uint_eq(fmt, fmt_want);

@@ -93,7 +93,7 @@ static uint32_t owned_segment(uint64_t client, uint32_t *held)
     uint32_t seg, fmt;
     heap_lock(&H);
     ck_assert_int_eq(seg_grant_small(&H, client, held, SEGS, 1, NULL,
-                                     UINT32_MAX, &seg, &fmt), 1);
+                                     UINT64_MAX, &seg, &fmt), 1);
     heap_unlock(&H);
     struct layout_segment *hd = heap_seg_addr(&H, seg);
     hd->size_class = cls;

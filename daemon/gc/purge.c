@@ -303,10 +303,19 @@ static void page_runs_add(struct heap *h, struct page_runs *r, uint32_t i,
     }
 }
 
+/* With heap->lock held: the bytes of free segment I, not punched whole,
+ * that are committed: less the pages punched out of it while it was
+ * partly used (Note [Reused pages are growth] in segment.c). */
+static uint64_t free_seg_committed(const struct heap *h, uint32_t i)
+{
+    ASSERT_LOCK_HELD(&h->lock);
+    return ((uint64_t)1 << h->seg_shift) - seg_purged_bytes(&h->segs, i);
+}
+
 /* With heap->lock held: the committed free memory grants hand out before
  * any new memory (Note [Heap goal] in collector.c): the free blocks of
  * reusable segments, less their punched pages, and the free segments not
- * punched. */
+ * punched, less theirs. */
 static uint64_t usable_bytes(const struct heap *h)
 {
     ASSERT_LOCK_HELD(&h->lock);
@@ -315,7 +324,7 @@ static uint64_t usable_bytes(const struct heap *h)
     for (uint32_t i = t->first; i < t->high; i++) {
         const struct seg *s = &t->segs[i];
         if (s->state == SEG_FREE && !s->punched) {
-            n += (uint64_t)1 << h->seg_shift;
+            n += free_seg_committed(h, i);
             continue;
         }
         if (s->state != SEG_FILLED || !seg_bit_test(t->reuse_bits, i) ||
@@ -326,9 +335,7 @@ static uint64_t usable_bytes(const struct heap *h)
         for (uint32_t b = 0; b < t->small_nblocks[s->cls]; b++)
             nfree += __atomic_load_n(&marks[b], __ATOMIC_RELAXED) == 0;
         uint64_t holes = nfree * layout_class_size[s->cls];
-        uint64_t gone = (uint64_t)seg_popcount(seg_pages_purged(t, i),
-                                               t->page_words)
-                        << t->page_shift;
+        uint64_t gone = seg_purged_bytes(t, i);
         n += holes > gone ? holes - gone : 0;
     }
     return n;
@@ -372,8 +379,9 @@ void seg_purge(struct heap *h, uint64_t keep, struct seg_purged *out)
             i--;
             continue;
         }
-        if (keep >= ((uint64_t)1 << h->seg_shift)) {
-            keep -= (uint64_t)1 << h->seg_shift;
+        uint64_t bytes = free_seg_committed(h, i);
+        if (keep >= bytes) {
+            keep -= bytes;
             continue; /* committed and about to be reused: keep it */
         }
         uint32_t k = i + 1;

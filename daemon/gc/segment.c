@@ -599,21 +599,6 @@ static void zero_header(void *seg, size_t n)
  * grants that waited for a cycle take past it (Note [Pacing]).
  */
 
-/* The bytes segment I's punched pages hold: what granting it grows the
- * committed memory by (Note [Reused pages are growth]). */
-static uint64_t reuse_growth(const struct segtab *t, uint32_t i)
-{
-    return (uint64_t)seg_popcount(seg_pages_purged((struct segtab *)t, i),
-                                  t->page_words)
-           << t->page_shift;
-}
-
-/* GROW segments of growth (UINT32_MAX: no bound) in bytes. */
-static uint64_t grow_bytes(const struct heap *h, uint32_t grow)
-{
-    return grow == UINT32_MAX ? UINT64_MAX : (uint64_t)grow << h->seg_shift;
-}
-
 /* Grant reusable segments of CLASSES to OWNER, at most MAX, whose punched
  * pages fit in *ROOM bytes (less them after; UINT64_MAX: no bound), and
  * set *HELD_BACK if one did not (Note [Reused pages are growth]).  Under
@@ -638,7 +623,7 @@ static uint32_t grant_reusable(struct heap *h, uint64_t owner,
         bool wanted = ours && !s->fenced && !s->purging &&
                       cls < LAYOUT_NCLASSES &&
                       (classes[cls >> 6] >> (cls & 63) & 1);
-        uint64_t grows = wanted ? reuse_growth(t, i) : 0;
+        uint64_t grows = wanted ? seg_purged_bytes(t, i) : 0;
         if (wanted && grows > *room) {
             *held_back = true; /* Note [Reused pages are growth] */
         } else if (wanted) {
@@ -666,7 +651,7 @@ static uint32_t grant_reusable(struct heap *h, uint64_t owner,
 
 int seg_grant_reusable(struct heap *h, uint64_t owner, uint32_t *held,
                        uint32_t quota_segs, uint32_t count,
-                       const uint64_t *classes, uint32_t grow, uint32_t *out,
+                       const uint64_t *classes, uint64_t room, uint32_t *out,
                        uint32_t *out_formatted)
 {
     ASSERT_LOCK_HELD(&h->lock);
@@ -675,8 +660,7 @@ int seg_grant_reusable(struct heap *h, uint64_t owner, uint32_t *held,
     uint16_t charge = count ? charge_find(h, owner, true) : 0;
     if (charge == 0)
         return -EDQUOT;
-    uint64_t room = grow_bytes(h, grow);
-    bool held_back = false;
+    bool held_back = false; /* none that fits: none, as none at all */
     uint32_t n = grant_reusable(h, owner, charge, classes, count, &room,
                                 &held_back, out, out_formatted);
     *held += n;
@@ -685,11 +669,11 @@ int seg_grant_reusable(struct heap *h, uint64_t owner, uint32_t *held,
 
 int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
                     uint32_t quota_segs, uint32_t count,
-                    const uint64_t *classes, uint32_t grow, uint32_t *out,
+                    const uint64_t *classes, uint64_t room, uint32_t *out,
                     uint32_t *out_formatted)
 {
     ASSERT_LOCK_HELD(&h->lock);
-    bool held_back = false; /* a punched segment left for want of GROW */
+    bool held_back = false; /* a segment left for want of ROOM */
     struct segtab *t = &h->segs;
     uint32_t n = 0, i = t->first;
     /* bytes a blank small segment must have zeroed: the largest mark
@@ -704,7 +688,6 @@ int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
     uint16_t charge = charge_find(h, owner, true);
     if (charge == 0)
         return -EDQUOT;
-    uint64_t room = grow_bytes(h, grow);
     uint32_t reused = classes ? grant_reusable(h, owner, charge, classes,
                                                count, &room, &held_back, out,
                                                out_formatted)
@@ -727,7 +710,7 @@ int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
          * whole punched segment or the pages punched out of a free one
          * (Note [Reused pages are growth]) */
         uint64_t grows = punched ? (uint64_t)1 << h->seg_shift
-                                 : reuse_growth(t, i);
+                                 : seg_purged_bytes(t, i);
         if (grows > room) {
             held_back = true;
             if (punched)

@@ -195,25 +195,25 @@ void seg_recount_memory(struct segtab *t);
 /* Grant up to COUNT small segments to OWNER, whose *HELD segments count
  * toward QUOTA_SEGS: partly free ones of the size classes set in CLASSES
  * (a bitmap of LAYOUT_NCLASSES bits; NULL: none) first, blank ones for the
- * rest, growing the committed memory by at most GROW segments (UINT32_MAX:
+ * rest, growing the committed memory by at most ROOM bytes (UINT64_MAX:
  * no bound) with punched blank segments and the punched pages of reused
  * ones (Note [Heap goal] in daemon/gc/collector.c); OUT_FORMATTED[k] is 0
  * for a blank OUT[k], else 1 + its class.  Returns the number granted
  * (>= 1), -EDQUOT when the client's quota is reached, -ENOSPC when the
  * heap is full, or -EAGAIN when nothing could be granted without growing
- * by more than GROW. */
+ * by more than ROOM. */
 int seg_grant_small(struct heap *h, uint64_t owner, uint32_t *held,
                     uint32_t quota_segs, uint32_t count,
-                    const uint64_t *classes, uint32_t grow, uint32_t *out,
+                    const uint64_t *classes, uint64_t room, uint32_t *out,
                     uint32_t *out_formatted);
 /* Note [Reuse before growth] in client/reserve.c: grant OWNER up to
  * COUNT partly free segments of CLASSES as seg_grant_small would (their
- * punched pages within GROW segments: Note [Reused pages are growth] in
+ * punched pages within ROOM bytes: Note [Reused pages are growth] in
  * segment.c), and no blank one.  Returns the number granted, 0 if the
  * heap has none that fits, or -EDQUOT. */
 int seg_grant_reusable(struct heap *h, uint64_t owner, uint32_t *held,
                        uint32_t quota_segs, uint32_t count,
-                       const uint64_t *classes, uint32_t grow, uint32_t *out,
+                       const uint64_t *classes, uint64_t room, uint32_t *out,
                        uint32_t *out_formatted);
 /* The sweep left FILLED segment I with NFREE free blocks of NBLOCKS: make
  * it reusable if that is enough (takes the heap lock). */
@@ -315,6 +315,14 @@ static inline bool seg_page_purged(const struct segtab *t, uint32_t i,
                                    uint32_t p)
 {
     return seg_bit_test(seg_pages_purged(t, i), p);
+}
+/* The bytes of the pages punched out of segment I since it was last
+ * granted: what granting it again grows the committed memory by (Note
+ * [Reused pages are growth] in segment.c).  With heap->lock held. */
+static inline uint64_t seg_purged_bytes(const struct segtab *t, uint32_t i)
+{
+    return (uint64_t)seg_popcount(seg_pages_purged(t, i), t->page_words)
+           << t->page_shift;
 }
 /* What seg_purge did and left. */
 struct seg_purged {
