@@ -103,7 +103,7 @@ static void wait_pass_done(uint32_t seg)
     for (;;) {
         uint32_t left = 0;
         for (uint32_t b = 0; b < DEAD; b++)
-            left += __atomic_load_n(&m[b], __ATOMIC_RELAXED) != 0;
+            left += __atomic_load_n(&m[b], __ATOMIC_ACQUIRE) != 0;
         if (left == 0)
             return;
         ck_assert_msg(monotonic_ns() < until, "the sweeper did not free the %u "
