@@ -375,7 +375,6 @@ static void own_garbage_costs_nothing(void (*body)(heapd_mutator *, void *),
     *before = harness_daemon_stats(&D);
     pid_t kid = harness_fork_mutator(&D, body,
                                      (void *)(uintptr_t)HARNESS_HEAP_BASE);
-    unlink(hold); /* in case the kid died holding a cycle */
     heap_still_works(what);
     heap_still_works(what);
     *after = harness_daemon_stats(&D);
@@ -407,6 +406,14 @@ END_TEST
 #define TAGGED_BATCH 2048
 #define TAGGED_LIST 200000
 
+/* The kid's exit with CODE once it may hold a cycle: the hold goes
+ * first, or each cycle of the failing test's heapd waits for it. */
+static void __attribute__((noreturn)) unhold_exit(int code)
+{
+    unlink(hold);
+    _exit(code);
+}
+
 static void log_tagged_garbage(heapd_mutator *m, void *arg)
 {
     unsigned n;
@@ -436,11 +443,11 @@ static void log_tagged_garbage(heapd_mutator *m, void *arg)
         if (!f || fclose(f) != 0)
             _exit(13);
         if (heapd_request_collect(control, 0) != 0)
-            _exit(8);
+            unhold_exit(8);
         int64_t end = harness_now_ms() + HARNESS_WAIT_MS;
         do { /* marking, or the cycle asked for has begun */
             if (harness_now_ms() > end)
-                _exit(9);
+                unhold_exit(9);
             sched_yield();
             marking = atomic_load(&ctl->phase) == LAYOUT_PHASE_MARK;
             epoch = atomic_load(&ctl->epoch);
@@ -449,7 +456,7 @@ static void log_tagged_garbage(heapd_mutator *m, void *arg)
         while (head - atomic_load(&s->urs_tail) >
                LAYOUT_URS_SIZE - TAGGED_BATCH) {
             if (harness_now_ms() > end)
-                _exit(10);
+                unhold_exit(10);
             sched_yield();
         }
         for (unsigned i = 0; i < TAGGED_BATCH; i++) {
