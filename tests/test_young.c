@@ -54,18 +54,23 @@ static uint32_t epoch_of(heapd_client *c)
  * final sync passes a waiting mutator: Note [Straddling a cycle]); then
  * the next cycle is asked for.  M asks (heapd_collect, which waits for
  * the reply in a blocking region: heapd may take M's stack handshake, or
- * run the whole cycle), or, with BY_CLIENT, C does (M running holds up
- * the snapshot and the final sync until its safepoints: it takes its own
- * handshake and marking lasts until its next one).  Returns false if
+ * run the whole cycle), or, given HOLD, C does, with the cycle held past
+ * its snapshot while the file HOLD exists (Note [Holding marking for
+ * tests] in daemon/gc/collector.c): M running takes its own handshake,
+ * and the marking lasts until the caller removes HOLD (unless a cycle
+ * that passed its hold before HOLD existed was marking already: the
+ * callers count what was conclusive).  Returns false if
  * marking was not seen within the bound (the caller fails, in its own
  * thread). */
-static bool until_marking(heapd_mutator *m, heapd_client *c, bool by_client)
+static bool until_marking(heapd_mutator *m, heapd_client *c, const char *hold)
 {
+    FILE *f = hold ? fopen(hold, "w") : NULL;
+    if (hold && (!f || fclose(f) != 0))
+        return false;
     int64_t end = harness_now_ms() + HARNESS_WAIT_MS;
     while (harness_now_ms() < end) {
         uint32_t epoch = epoch_of(c);
-        if ((by_client ? heapd_request_collect(c, 0) : heapd_collect(m, 0)) !=
-            0)
+        if ((hold ? heapd_request_collect(c, 0) : heapd_collect(m, 0)) != 0)
             return false;
         while (harness_now_ms() < end) {
             heapd_safepoint(m);
@@ -920,7 +925,8 @@ static size_t old_through_young(heapd_mutator *m)
  * marked C.  C must live through the cycle and after. */
 START_TEST(old_object_only_young_reaches_at_snapshot)
 {
-    harness_start_with(&D, NULL);
+    char hold[64];
+    harness_start_holding(&D, hold, sizeof hold);
     heapd_client *c = connect_plain(0);
     heapd_mutator *h = deep_blocked_helper(c);
     heapd_mutator *m = attach_young(c, 0, 0);
@@ -931,8 +937,9 @@ START_TEST(old_object_only_young_reaches_at_snapshot)
         void **a = heapd_global_get(m, "A");
         heapd_write(m, a, &a[0], NULL); /* idle: no barrier */
         ck_assert_uint_ne(phase_of(c), LAYOUT_PHASE_MARK);
-        /* every other attempt, marking lasts until the move is done */
-        ck_assert_msg(until_marking(m, c, attempt % 2),
+        /* every other attempt, marking is held until the move is done */
+        bool held = attempt % 2;
+        ck_assert_msg(until_marking(m, c, held ? hold : NULL),
                       "marking did not begin");
         uint32_t epoch = epoch_of(c);
         void **a2 = heapd_alloc_shared(m, 1, 0);
@@ -945,6 +952,8 @@ START_TEST(old_object_only_young_reaches_at_snapshot)
         heapd_write(m, b, &b[0], NULL);
         /* the move happened in the marking whose snapshot saw B -> C */
         conclusive += phase_of(c) == LAYOUT_PHASE_MARK && epoch_of(c) == epoch;
+        if (held)
+            ck_assert_int_eq(unlink(hold), 0);
         size_t sa2 = heapd_root_push(m, a2);
         /* this cycle ends, and one more runs */
         harness_collect(m);
@@ -981,7 +990,7 @@ static void *cut_and_collect(void *arg)
         snprintf(k->err, sizeof k->err, "attach: %s", heapd_last_error());
         return NULL;
     }
-    if (!until_marking(w, k->c, false)) {
+    if (!until_marking(w, k->c, NULL)) {
         snprintf(k->err, sizeof k->err, "marking did not begin");
         goto out;
     }
@@ -1034,9 +1043,11 @@ END_TEST
 
 /* ---- 4. a young graph published into a dirty object ---- */
 
-/* One run of publication_into_dirty_object_while_marking; true if the
- * publications happened while marking, in the cycle of the snapshot. */
-static bool dirty_publication(heapd_mutator *m, heapd_client *c, int attempt)
+/* One run of publication_into_dirty_object_while_marking, its marking
+ * held while HOLD exists (NULL: not held); true if the publications
+ * happened while marking, in the cycle of the snapshot. */
+static bool dirty_publication(heapd_mutator *m, heapd_client *c, int attempt,
+                              const char *hold)
 {
     size_t so = heapd_root_push(m, heapd_alloc_shared(m, 3, 0));
     size_t sx1 = heapd_root_push(m, new_shared_node(m, 0, 1));
@@ -1050,8 +1061,8 @@ static bool dirty_publication(heapd_mutator *m, heapd_client *c, int attempt)
     heapd_write(m, o, &o[0], heapd_root_get(m, sx1));
     heapd_root_set(m, sx1, NULL);
     heapd_root_set(m, sz, NULL); /* Z: only young Y3 holds it */
-    /* every other attempt, marking lasts until the publications */
-    ck_assert_msg(until_marking(m, c, attempt % 2), "marking did not begin");
+    /* every other attempt, marking is held until the publications */
+    ck_assert_msg(until_marking(m, c, hold), "marking did not begin");
     uint32_t epoch = epoch_of(c);
     o = heapd_root_get(m, so);
     heapd_write(m, o, &o[1], heapd_root_get(m, sx2)); /* O dirty */
@@ -1067,6 +1078,8 @@ static bool dirty_publication(heapd_mutator *m, heapd_client *c, int attempt)
     heapd_write(m, o, &o[2], heapd_root_get(m, s6)); /* published: Y6 */
     bool conclusive = phase_of(c) == LAYOUT_PHASE_MARK &&
                       epoch_of(c) == epoch;
+    if (hold)
+        ck_assert_int_eq(unlink(hold), 0);
     /* promoted where they are, and black (and dirty) from then on: the
      * header's tag is the epoch (Note [Promotion in place]) */
     ck_assert_ptr_eq(field(n, 0), y4);
@@ -1116,14 +1129,16 @@ static bool dirty_publication(heapd_mutator *m, heapd_client *c, int attempt)
  * pushed: Y3, promoted black into N, is never scanned. */
 START_TEST(publication_into_dirty_object_while_marking)
 {
-    harness_start_with(&D, NULL);
+    char hold[64];
+    harness_start_holding(&D, hold, sizeof hold);
     heapd_client *c = connect_plain(0);
     heapd_mutator *h = deep_blocked_helper(c);
     heapd_mutator *m = attach_young(c, 0, 0);
     add_ballast(m);
     int attempt, conclusive = 0;
     for (attempt = 0; attempt < ATTEMPTS && conclusive < RUNS; attempt++)
-        conclusive += dirty_publication(m, c, attempt);
+        conclusive += dirty_publication(m, c, attempt,
+                                        attempt % 2 ? hold : NULL);
     ck_assert_msg(conclusive, "in %d attempts marking never lasted until the "
                   "publications were done", attempt);
     heapd_detach(m);
