@@ -1276,15 +1276,14 @@ bool young_collect_all(heapd_mutator *m)
  * publication is its own promotion and nothing else: the header and the
  * mark (promote_mark), its bytes counted, and the two counters that moved
  * (promoted, allocated) stored in the slot.  No promotion is ever under
- * way because of it, so
- * it neither queues work nor raises MUTATOR_YOUNG_PROMOTING and the
- * slot's young_promoting word (two sequentially consistent stores, which
- * tell heapd to leave the stack handshake to this mutator: Note [Minor
- * collections in slices]); promotions a collection left under way are
- * ended first, as for any publication.  Strings are leaves: the shared
- * map publishes one per update, and its young run took 587 ms against
- * 568 ms this way (5 million operations, 3 runs each; young off
- * 553-562 ms).
+ * way because of it, so it neither queues work nor raises
+ * MUTATOR_YOUNG_PROMOTING and the slot's young_promoting word (two
+ * sequentially consistent stores, which tell heapd to leave the stack
+ * handshake to this mutator: Note [Minor collections in slices]);
+ * promotions a collection left under way are ended first, as for any
+ * publication.  Strings are leaves: the shared map publishes one per
+ * update, and its young run took 587 ms against 568 ms this way (5
+ * million operations, 3 runs each; young off 553-562 ms).
  */
 
 void *young_publish(heapd_mutator *m, void *r)

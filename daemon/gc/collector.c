@@ -178,10 +178,11 @@ uint64_t collector_request(struct heap *h)
  * free segments not punched yet (but for the pages a purge punched out of
  * them: Note [Reused pages are growth] in segment.c), so a program whose
  * live data fits keeps allocating whatever garbage it makes.  An object
- * that could never fit (larger than the limit) is refused at once.  Measured (test_memory, 14
- * MiB live, 640 MiB of garbage of 64 bytes to 4 KiB, one client): the
- * heap held up to 57 MiB in 37 cycles without a limit, and 32.1 MiB in
- * 101 cycles under a limit of 32 MiB, no allocation refused.
+ * that could never fit (larger than the limit) is refused at once.
+ * Measured (test_memory, 14 MiB live, 640 MiB of garbage of 64 bytes to
+ * 4 KiB, one client): the heap held up to 57 MiB in 37 cycles without a
+ * limit, and 32.1 MiB in 101 cycles under a limit of 32 MiB, no
+ * allocation refused.
  * Holes count against the limit: the free blocks of partly used pages,
  * which no purge can give back.  So under a limit a sweep makes a FILLED
  * segment reusable with a sixteenth of its blocks free (a quarter
