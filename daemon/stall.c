@@ -223,12 +223,37 @@ static void evict(struct daemon *d, struct conn *c, enum layout_stall_on on,
               h->cfg->name);
 }
 
+#ifndef NDEBUG
+/* Note [Holding stall actions for tests]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * Debug builds only: while the file HEAPD_TEST_HOLD_STALL_ACTION names
+ * exists, stall_timeout ends no stall.  The stall is still named, and
+ * the heap still unpaced, so a test can check what a stall lets the
+ * others do (allocate; go on, for a second stalled client continued)
+ * before heapd acts, instead of racing stall_timeout; it removes the
+ * file to let heapd act.  Unheld, such a check is a race with the
+ * timeout that only a margin wins: under ThreadSanitizer the worker of
+ * test_stall makes its 1000 allocations in 25-36 ms of a 3 s timeout,
+ * and the continued client must answer its stop within the same 3 s. */
+static bool stall_action_held(void)
+{
+    const char *path = getenv("HEAPD_TEST_HOLD_STALL_ACTION");
+    return path && access(path, F_OK) == 0;
+}
+#else
+static bool stall_action_held(void)
+{
+    return false;
+}
+#endif
+
 static void end_stall(struct daemon *d, struct conn *c,
                       enum layout_stall_on on, uint64_t ms)
 {
     struct heap *h = c->heap;
     char why[128];
-    if (c->stall_ended || c->state == CONN_CLOSING || c->gone)
+    if (c->stall_ended || c->state == CONN_CLOSING || c->gone ||
+        stall_action_held()) /* Note [Holding stall actions for tests] */
         return;
     switch (h->cfg->stall_action) {
     case CONFIG_STALL_WAIT:

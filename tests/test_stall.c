@@ -5,7 +5,10 @@
  * that loops without a safepoint, or that clears the stop word heapd
  * sets in its slot is named in the log; the other
  * clients keep allocating meanwhile; and stall_action ends it: kill
- * through a pidfd that never hits a reused pid, evict, or wait. */
+ * through a pidfd that never hits a reused pid, evict, or wait.  Where a
+ * test checks what happens during a stall, heapd is held from ending it
+ * until the test has seen it (Note [Holding stall actions for tests] in
+ * daemon/stall.c). */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -44,6 +47,22 @@ struct shared {
 };
 static struct shared *S;
 
+/* While this file exists heapd's stall_timeout ends no stall (Note
+ * [Holding stall actions for tests] in daemon/stall.c). */
+static char hold[64];
+
+static void hold_action(void)
+{
+    int fd = open(hold, O_WRONLY | O_CREAT, 0600);
+    ck_assert_msg(fd >= 0, "%s: %s", hold, strerror(errno));
+    close(fd);
+}
+
+static void let_heapd_act(void)
+{
+    ck_assert_int_eq(unlink(hold), 0);
+}
+
 static void start_as(uid_t uid, const char *action, const char *timeout,
                      const char *extra)
 {
@@ -56,8 +75,12 @@ static void start_as(uid_t uid, const char *action, const char *timeout,
              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ck_assert(S != MAP_FAILED);
     memset(S, 0, sizeof *S);
+    snprintf(hold, sizeof hold, "/tmp/heapd-stall-hold-%d", (int)getpid());
+    unlink(hold);
+    setenv("HEAPD_TEST_HOLD_STALL_ACTION", hold, 1);
     harness_start_as(&D, harness_default_config("@SOCK@", buf), "heapd.log",
                      uid);
+    unsetenv("HEAPD_TEST_HOLD_STALL_ACTION");
 }
 
 static void start(const char *action, const char *timeout,
@@ -415,6 +438,7 @@ static void heapctl_shows(const char *args, const char *const *want)
 static void killed_case(enum victim v, const char *what, const char *extra)
 {
     start("kill", "3s", extra);
+    hold_action();
     pid_t w = fork_worker();
     pid_t vk = fork_victim(v, NULL);
     if (v == V_LOOP) {
@@ -440,6 +464,7 @@ static void killed_case(enum victim v, const char *what, const char *extra)
                       NULL});
     }
     worker_allocates_during_stall(vk);
+    let_heapd_act();
     expect_killed(vk);
     heapd_stats_t s = harness_stats(ctl);
     ck_assert_uint_ge(s.stalls, 1);
@@ -701,11 +726,39 @@ START_TEST(a_reused_pid_is_never_signalled)
 }
 END_TEST
 
+struct watched {
+    heapd_client *ctl;
+    pid_t pid;
+};
+
+/* heapctl clients shows the client of process PID with no mutator
+ * stalled. */
+static bool let_go(void *arg, char *seen, size_t n)
+{
+    const struct watched *w = arg;
+    heapd_client_info *ci;
+    size_t count;
+    bool found = false, stalled = false;
+    ck_assert_int_eq(heapd_clients(w->ctl, &ci, &count), 0);
+    for (size_t i = 0; i < count; i++) {
+        if (ci[i].pid != w->pid || ci[i].control)
+            continue;
+        found = true;
+        for (size_t k = 0; k < ci[i].mutator_count; k++)
+            stalled |= ci[i].mutators[k].state == HEAPD_MUTATOR_STALLED;
+    }
+    heapd_clients_free(ci);
+    snprintf(seen, n, "pid %d: %s", (int)w->pid,
+             !found ? "no client" : stalled ? "stalled" : "let go");
+    return found && !stalled;
+}
+
 /* Two stalled; the one that gets going again is let go at once, and only
  * the other is killed (Note [Parking a stop]). */
 START_TEST(only_the_client_still_stalled_is_killed)
 {
     start("kill", "3s", NULL);
+    hold_action();
     pid_t w = fork_worker();
     pid_t v1 = fork_victim(V_LOOP, NULL), v2 = fork_victim(V_LOOP, NULL);
     stop_it(v1);
@@ -715,6 +768,9 @@ START_TEST(only_the_client_still_stalled_is_killed)
     wait_named(v1, "has not acknowledged the");
     wait_named(v2, "has not acknowledged the");
     ck_assert_int_eq(kill(v1, SIGCONT), 0);
+    harness_wait_until(let_go, &(struct watched){ctl, v1},
+                       "the client continued to be let go");
+    let_heapd_act();
     expect_killed(v2);
     ck_assert_msg(alive(v1), "the client that went on was killed too");
     ck_assert_uint_eq(harness_stats(ctl).stalls_killed, 1);
