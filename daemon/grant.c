@@ -258,16 +258,30 @@ static unsigned quota_over(const struct heap *h, uint64_t client,
 /* With heap->lock held: the bytes a grant may grow the committed memory
  * by (Note [Heap goal]; punched segments and the punched pages of reused
  * ones, Note [Reused pages are growth] in daemon/gc/segment.c): what the
- * growth cap leaves; for a FINAL grant any (UINT64_MAX), or what the
- * memory limit leaves (Note [Memory limit] in daemon/gc/collector.c). */
-static uint64_t growth_room(const struct heap *h, bool final)
+ * growth cap leaves, less, for a grant that has not WAITED for its cycle,
+ * the waiters' room: a segment per attached mutator, at most a sixteenth
+ * of the cap (Note [Pacing]). */
+static uint64_t cap_room(const struct heap *h, bool waited)
+{
+    ASSERT_LOCK_HELD(&h->lock);
+    uint64_t cap = collector_growth_cap(h), committed = collector_committed(h);
+    if (!waited) {
+        uint64_t n = h->mutators > 1 ? h->mutators : 1;
+        uint64_t waiters = n << h->seg_shift;
+        cap -= waiters < cap / 16 ? waiters : cap / 16;
+    }
+    return committed >= cap ? 0 : cap - committed;
+}
+
+/* With heap->lock held: what the memory limit leaves (Note [Memory
+ * limit] in daemon/gc/collector.c); UINT64_MAX without one. */
+static uint64_t limit_room(const struct heap *h)
 {
     ASSERT_LOCK_HELD(&h->lock);
     uint64_t lim = h->cfg->memory_limit, committed = collector_committed(h);
-    if (final && !lim)
+    if (!lim)
         return UINT64_MAX;
-    uint64_t cap = final ? lim : collector_growth_cap(h);
-    return committed >= cap ? 0 : cap - committed;
+    return committed >= lim ? 0 : lim - committed;
 }
 
 /* With heap->lock held: the most small segments one grant gives: an
@@ -321,9 +335,9 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
      * waited for its cycle too, but it takes one segment past it if
      * nothing partly free is there for it, the memory limit allowing
      * (Note [Pacing]) */
-    uint64_t grow = growth_room(h, final), at_least = 0;
+    uint64_t grow = final ? limit_room(h) : cap_room(h, false), at_least = 0;
     if (final && r->kind == GRANT_SMALL) {
-        uint64_t within = growth_room(h, false), seg = 1ull << h->seg_shift;
+        uint64_t within = cap_room(h, true), seg = 1ull << h->seg_shift;
         at_least = grow < seg ? grow : seg;
         grow = within < grow ? within : grow;
     }
@@ -331,6 +345,8 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
     case GRANT_SMALL:
         count = count < 1 ? 1 : count > GRANT_MAX ? GRANT_MAX : count;
         count = count > grant_cap(h) ? grant_cap(h) : count;
+        /* Note [Pacing]: what the cycle left goes round the waiters */
+        count = final ? 1 : count;
         out->count = count;
         rc = r->reuse_only
                  ? seg_grant_reusable(h, client, held, quota_segs(h, client),
