@@ -446,17 +446,15 @@ struct heapd_fast_ {
  *                fork() (Note [The open gate] in client/agent.c);
  *   young_bytes, young_next_minor  the nursery's budget: a minor
  *                collection is due when the first reaches the second.
- *   (prefetch)   before it zeroes an object, it prefetches the lines
- *                of the blocks a few objects ahead (Note [Zeroing an
- *                object] in client/alloc.c);
  *   zero_ymm     the CPU has AVX2: a program built for plain x86-64
  *                zeroes an object over 64 bytes with 32-byte stores all
  *                the same (256 B young, in a loop as alloc_bench's: 8.5
  *                ns where 16-byte stores took 9.7).
  * The inline path allocates block cursor exactly as the function's fast
  * path does: its mark byte young, then its header, young-tagged, its
- * fields and bytes zero, young_bytes grown by block_size.  Anything else
- * is the function's.  This is part of libheapd's ABI, as write_mode: a
+ * fields and bytes zero, young_bytes grown by block_size; before it
+ * zeroes, it prefetches the blocks a few objects ahead (Note [Zeroing an
+ * object] in client/alloc.c).  Anything else is the function's.  This is part of libheapd's ABI, as write_mode: a
  * library that cannot serve it keeps alloc_mode HEAPD_FAST_CALL_, and a
  * program built with this header calls heapd_alloc for every object.
  * Sanitizer builds and HEAPD_NO_INLINE call it always.  Measured

@@ -595,8 +595,8 @@ static void zero_header(void *seg, size_t n)
  * the cap, they put the shared cache (2 workers, 50 % updates) up to
  * 0.5 MB over its goal of twice its live bytes: 1.95-2.12 times them at
  * its peak (5 runs), 1.975-1.993 with this rule (10 runs, lookups within
- * the noise).  With 4 workers it still passes the goal by the segments
- * grants that waited for a cycle take past it (Note [Pacing]).
+ * the noise).  What grants that waited for a cycle take past the cap is
+ * Note [Pacing]'s.
  */
 
 /* Take GROWS bytes of *ROOM (UINT64_MAX: no bound) if they fit; else set
