@@ -476,12 +476,23 @@ static void log_tagged_garbage(heapd_mutator *m, void *arg)
         }
         atomic_store_explicit(&s->urs_head, head + TAGGED_BATCH,
                               memory_order_release);
-        /* still marking: the final sync drains the ring after this */
-        landed = marking &&
-                 atomic_load(&ctl->phase) == LAYOUT_PHASE_MARK &&
-                 atomic_load(&ctl->epoch) == epoch;
         if (unlink(hold) != 0)
             _exit(14);
+        /* landed if marking consumed it: a blocked kid is not stopped by
+         * a final sync, which may have drained the ring already (phase
+         * still MARK); then the next snapshot drops it uncounted, after
+         * it moves the epoch on (Note [Straddling a cycle]) */
+        if (heapd_request_collect(control, 0) != 0)
+            _exit(8);
+        uint64_t until = head + TAGGED_BATCH;
+        while (atomic_load(&s->urs_tail) < until &&
+               atomic_load(&ctl->epoch) == epoch) {
+            if (harness_now_ms() > end)
+                _exit(10);
+            sched_yield();
+        }
+        landed = marking && atomic_load(&s->urs_tail) >= until &&
+                 atomic_load(&ctl->epoch) == epoch;
         if (heapd_request_collect(control, HEAPD_COLLECT_WAIT) != 0)
             _exit(11);
     }
