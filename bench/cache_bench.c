@@ -1,7 +1,8 @@
 /* cache_bench: a cache that every worker process reads and updates, on
  * heapd's shared hash map, Redis, LMDB and a mutex-guarded shared table.
  *
- *   cache_bench --impl heapd|redis|redis_pipe|lmdb|mutex [--workers W]
+ *   cache_bench --impl heapd|redis|redis_pipe|lmdb|mutex|unlocked
+ *               [--workers W]
  *               [--update-pct U] [--ops N] [--keys N] [--batch B]
  *               [--socket PATH] [--redis-socket PATH] [--dir PATH]
  *               [--daemon-pid PID] [--sample-ms MS] [--quick]
@@ -38,6 +39,10 @@
  *               fork, under ONE process-shared robust mutex (APCu /
  *               boost.interprocess); a lookup copies the value out under
  *               the lock.
+ *   unlocked    the mutex table with no lock, one worker only: a lookup
+ *               reads its value's first and last byte in the slot.  Each
+ *               slot holds its key and value, so a lookup is one access
+ *               to memory: the floor of any store in this loop.
  *
  * Timing: one CLOCK_MONOTONIC reading after each operation, its time the
  * difference from the previous one (no gaps: it includes making the key
@@ -50,7 +55,7 @@
  * start to the last one's end (and the same for updates).
  * daemon_cpu_ms: utime + stime of /proc/PID/stat of --daemon-pid (heapd or
  * redis-server; Redis' own process_id without it) over the run, in 10 ms
- * ticks; "-" for lmdb and mutex.
+ * ticks; "-" for lmdb, mutex and unlocked.
  *
  * Memory, sampled every SAMPLE_MS (100) during the run and at its end:
  *   mem_kib      the store's peak: heapd's committed bytes (heapd_stats,
@@ -509,6 +514,7 @@ static const struct impl cache_heapd = {
 
 static const struct impl *const IMPLS[] = {
     &cache_heapd, &cache_redis, &cache_redis_pipe, &cache_lmdb, &cache_mutex,
+    &cache_unlocked,
 };
 
 static const struct impl *I;
@@ -953,8 +959,9 @@ static int run(void)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: cache_bench --impl heapd|redis|redis_pipe|lmdb|mutex "
-               "[--workers W] [--update-pct U]\n"
+    fprintf(f, "usage: cache_bench --impl "
+               "heapd|redis|redis_pipe|lmdb|mutex|unlocked\n"
+               "         [--workers W (unlocked: 1)] [--update-pct U]\n"
                "         [--ops N (per worker; --quick: 100000)] [--keys N] "
                "[--batch B] [--socket PATH]\n"
                "         [--redis-socket PATH] [--dir PATH] "
@@ -1052,7 +1059,8 @@ int main(int argc, char **argv)
         if (strcmp(O.impl, IMPLS[i]->name) == 0)
             I = IMPLS[i];
     if (!I)
-        die("--impl: heapd, redis, redis_pipe, lmdb or mutex, not \"%s\"",
+        die("--impl: heapd, redis, redis_pipe, lmdb, mutex or unlocked, "
+            "not \"%s\"",
             O.impl);
     if (O.growth && strcmp(I->name, "heapd") != 0)
         die("--growth measures heapd's map growing (heapd_map_*): --impl "

@@ -89,7 +89,7 @@ struct impl {
 
 /* The anchors (cache_anchors.c). */
 extern const struct impl cache_redis, cache_redis_pipe, cache_lmdb,
-    cache_mutex;
+    cache_mutex, cache_unlocked;
 
 /* Redis's connection in a worker, and its replies, for the pipelined loop
  * (cache_bench.c's run_pipe). */
