@@ -629,8 +629,23 @@ HEAPD_API bool heapd_cas(heapd_mutator *m, void *obj, void **field,
 
 HEAPD_API size_t heapd_nrefs(const void *obj);
 HEAPD_API size_t heapd_nbytes(const void *obj);
-/* The first raw byte, after the reference fields. */
+/* The first raw byte, after the reference fields (8-aligned). */
 HEAPD_API void *heapd_bytes(void *obj);
+/* Note [Atomics on raw bytes]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * An object's raw bytes are plain shared memory, the same pages in every
+ * process of the heap.  C11 atomics and GCC's __atomic builtins of 1, 2,
+ * 4 and 8 bytes, at addresses aligned to their size, work on them
+ * between processes as between threads, in any memory order, and are no
+ * safepoints; 16-byte ones need a 16-aligned address, which no object
+ * promises.  The collector never reads nor writes a reachable object's
+ * raw bytes (it reads headers and reference fields, and writes only the
+ * blocks it frees), so no cycle tears or undoes such an atomic, and none
+ * needs a barrier: heapd_write and heapd_cas are for reference fields,
+ * and an object's address kept in raw bytes keeps nothing alive.  Four
+ * processes fetch-and-adding one word 10^6 times each while cycles run
+ * lose none (tests/test_collections_counters.c).  A map's counters need
+ * no object of their own: heapd_map_add in heapd_collections.h. */
 
 /* The root stack: slots hold references the collector starts from.
  * heapd_root_push returns the new slot's index, or (size_t)-1 with errno

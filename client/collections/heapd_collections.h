@@ -145,6 +145,27 @@ HEAPD_API int heapd_map_delete_str(heapd_mutator *m, void *map,
  * dies inside an insert or a delete may leave it off by one. */
 HEAPD_API size_t heapd_map_count(const void *map);
 
+/* Add DELTA to the counter of KEY, made with the value DELTA if KEY is
+ * absent; the counter's new value in *RESULT (if not NULL).  A counter is
+ * 8 bytes kept inline, an int64_t in the machine's byte order, which
+ * heapd_map_get_bytes reads and heapd_map_put_bytes may set; one add
+ * takes effect exactly once, at its one compare-and-swap, and a process
+ * killed before it added nothing (Note [Counters] in
+ * client/collections/map.c).  A DELTA of 0 on an existing counter reads
+ * it and writes nothing.  Safepoint.  Returns 1 if KEY's counter was
+ * there, 0 if this call inserted KEY, -EINVAL if KEY's value is not a
+ * counter (an object, or inline bytes of another length), -EOVERFLOW if
+ * the sum would not fit an int64_t (nothing changed), or the errors of
+ * heapd_map_put. */
+HEAPD_API int heapd_map_add(heapd_mutator *m, void *map, void *key,
+                            int64_t delta, int64_t *result);
+/* heapd_map_add with a key of BYTES[0..LEN), made a string only if it is
+ * inserted and longer than what a bucket keeps inline (HEAPD_MAP_STR
+ * maps only). */
+HEAPD_API int heapd_map_add_str(heapd_mutator *m, void *map,
+                                const void *bytes, size_t len, int64_t delta,
+                                int64_t *result);
+
 /* Check MAP's invariants (Note [Map invariants] in client/collections/map.c): the
  * number of keys it holds, or -EUCLEAN with heapd_last_error() naming the
  * first damage, -EINVAL if MAP is not a map.  Plain loads, O(size): for

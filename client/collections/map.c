@@ -534,13 +534,61 @@ static int maybe_grow(struct op *o)
     return help_resize(o, t);
 }
 
-enum op_mode { MODE_PUT, MODE_REPLACE, MODE_DELETE };
+enum op_mode { MODE_PUT, MODE_REPLACE, MODE_DELETE, MODE_ADD };
 
-/* One insert, replace or delete (Note [Shared map]).  The key, value and
- * map are in the op's roots; BYTES/LEN is the key of a *_str call whose
- * key object is not made yet (R_KEY NULL).  EXPECTED: MODE_REPLACE's. */
+/* What MODE_ADD takes and gives besides the key: the delta, the
+ * counter's new value. */
+struct op_io {
+    int64_t delta;
+    int64_t sum;
+};
+
+/* Note [Counters]
+ * ~~~~~~~~~~~~~~~~
+ * A counter is a key whose value is 8 bytes kept inline (Note [Inline
+ * values]), an int64_t in the machine's byte order: heapd_map_add makes
+ * one, heapd_map_put_bytes of 8 bytes too, and heapd_map_get_bytes reads
+ * it.  An add is an update as any other: it reads the counter in the
+ * key's bucket, builds the bucket's copy with the sum and installs it by
+ * the one compare-and-swap of the slot; a swap that fails (another
+ * update of the bucket came first) reads the counter again.  So an add
+ * takes effect exactly once, at its swap, a process killed before it
+ * added nothing, and no process can lose another's add (Note [Collections
+ * survive a kill]).  Adding in place, with an atomic add on the counter's
+ * bytes, would lose the adds made to a bucket between the moment another
+ * update copied it and its swap; the price of the copy is an allocation
+ * of the bucket per add, garbage at the next one.  A delta of 0 on a
+ * counter that exists reads it and writes nothing.
+ */
+
+/* Entry AT of bucket B as a counter (Note [Counters]): 0 with its value in
+ * *OUT, or -EINVAL (another kind of value) / -EUCLEAN (damaged records). */
+static int entry_counter(void *b, size_t at, int64_t *out)
+{
+    if (entry_value(b, at))
+        return client_set_error(-EINVAL, "heapd_map_add: the key's value "
+                                "is an object, not a counter (8 bytes kept "
+                                "inline)");
+    const struct value_rec *r = entry_rec(b, at);
+    if (!r)
+        return client_set_error(-EUCLEAN, "heapd_map_add: the bucket of "
+                                "the key holds damaged value records "
+                                "(heapd_map_verify)");
+    if (r->len != sizeof *out)
+        return client_set_error(-EINVAL, "heapd_map_add: the key's value "
+                                "is %u inline bytes, not a counter (8)",
+                                r->len);
+    memcpy(out, r->bytes, sizeof *out);
+    return 0;
+}
+
+/* One insert, replace, delete or add (Note [Shared map]).
+ * The key, value and map are in the op's roots; BYTES/LEN is the key of a
+ * *_str call whose key object is not made yet (R_KEY NULL).  EXPECTED:
+ * MODE_REPLACE's; IO: MODE_ADD's. */
 static int update(struct op *o, enum op_mode mode, unsigned flags,
-                  const void *bytes, size_t len, void *expected)
+                  const void *bytes, size_t len, void *expected,
+                  struct op_io *io)
 {
     bool helped = false;
     for (;;) {
@@ -611,6 +659,26 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
                 return -EAGAIN;
             want = keys;
             break;
+        case MODE_ADD: { /* Note [Counters] */
+            int64_t cur = 0;
+            if (at >= 0) {
+                int rc = entry_counter(b, (size_t)at, &cur);
+                if (rc)
+                    return rc;
+                if (io->delta == 0) {
+                    io->sum = cur;
+                    return 1;
+                }
+            }
+            if (__builtin_add_overflow(cur, io->delta, &io->sum))
+                return client_set_error(-EOVERFLOW, "heapd_map_add: "
+                                        "%lld + %lld overflows the "
+                                        "counter (int64_t)",
+                                        (long long)cur,
+                                        (long long)io->delta);
+            want = at >= 0 ? keys : keys + 1;
+            break;
+        }
         default:
             if (at < 0)
                 return -ENOENT;
@@ -690,8 +758,8 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
             atomic_fetch_sub(&map_meta(map)->count, 1);
             return 0;
         }
-        if (at >= 0)
-            return mode == MODE_PUT; /* 1: replaced; replace's 0 */
+        if (at >= 0) /* 1: replaced, added to; replace's 0 */
+            return mode == MODE_PUT || mode == MODE_ADD;
         atomic_fetch_add(&map_meta(map)->count, 1);
         int rc = maybe_grow(o);
         return rc ? rc : 0;
@@ -705,10 +773,11 @@ struct inline_value {
 };
 
 /* Push the op's roots, run it, pop them.  INL: the value, kept inline
- * (VALUE NULL), or NULL. */
+ * (VALUE NULL), or NULL; IO: update's. */
 static int run_op(heapd_mutator *m, void *map, void *key, void *value,
                   enum op_mode mode, unsigned flags, const void *bytes,
-                  size_t len, void *expected, const struct inline_value *inl)
+                  size_t len, void *expected, const struct inline_value *inl,
+                  struct op_io *io)
 {
     struct op o = {.m = m, .kind = map_meta(map)->kind, .vinl = inl != NULL,
                    .vbytes = inl ? inl->bytes : NULL,
@@ -718,7 +787,7 @@ static int run_op(heapd_mutator *m, void *map, void *key, void *value,
     o.root = mutator_roots_push(m, refs, R_COUNT);
     if (o.root == (size_t)-1)
         return -errno;
-    int rc = update(&o, mode, flags, bytes, len, expected);
+    int rc = update(&o, mode, flags, bytes, len, expected, io);
     heapd_root_pop(m, R_COUNT);
     return rc;
 }
@@ -747,7 +816,8 @@ int heapd_map_put(heapd_mutator *m, void *map, void *key, void *value,
                                 "not both", flags);
     if ((rc = check_key(map_meta(map)->kind, &key, "heapd_map_put")))
         return rc;
-    return run_op(m, map, key, value, MODE_PUT, flags, NULL, 0, NULL, NULL);
+    return run_op(m, map, key, value, MODE_PUT, flags, NULL, 0, NULL, NULL,
+                  NULL);
 }
 
 /* The checks of a put with a key of BYTES[0..LEN) in a string map. */
@@ -781,7 +851,7 @@ int heapd_map_put_str(heapd_mutator *m, void *map, const void *bytes,
         return client_set_error(-EINVAL, "heapd_map_put_str: VALUE is "
                                 "NULL (heapd_map_delete_str removes a key)");
     return run_op(m, map, NULL, value, MODE_PUT, flags, bytes, len, NULL,
-                  NULL);
+                  NULL, NULL);
 }
 
 int heapd_map_put_bytes(heapd_mutator *m, void *map, const void *key,
@@ -802,7 +872,7 @@ int heapd_map_put_bytes(heapd_mutator *m, void *map, const void *key,
                                 HEAPD_MAP_INLINE_MAX);
     struct inline_value inl = {value, vlen};
     return run_op(m, map, NULL, NULL, MODE_PUT, flags, key, klen, NULL,
-                  &inl);
+                  &inl, NULL);
 }
 
 int heapd_map_replace(heapd_mutator *m, void *map, void *key,
@@ -818,7 +888,7 @@ int heapd_map_replace(heapd_mutator *m, void *map, void *key,
         return rc;
     /* EXPECTED needs no root: it is only compared, never stored */
     return run_op(m, map, key, desired, MODE_REPLACE, 0, NULL, 0, expected,
-                  NULL);
+                  NULL, NULL);
 }
 
 int heapd_map_delete(heapd_mutator *m, void *map, const void *key)
@@ -829,7 +899,8 @@ int heapd_map_delete(heapd_mutator *m, void *map, const void *key)
     void *k = (void *)key;
     if ((rc = check_key(map_meta(map)->kind, &k, "heapd_map_delete")))
         return rc;
-    return run_op(m, map, k, NULL, MODE_DELETE, 0, NULL, 0, NULL, NULL);
+    return run_op(m, map, k, NULL, MODE_DELETE, 0, NULL, 0, NULL, NULL,
+                  NULL);
 }
 
 int heapd_map_delete_str(heapd_mutator *m, void *map, const void *bytes,
@@ -845,7 +916,39 @@ int heapd_map_delete_str(heapd_mutator *m, void *map, const void *bytes,
                                                   "keys by bytes");
     /* delete never makes the key: R_KEY stays NULL */
     return run_op(m, map, NULL, NULL, MODE_DELETE, 0, bytes, len, NULL,
-                  NULL);
+                  NULL, NULL);
+}
+
+int heapd_map_add(heapd_mutator *m, void *map, void *key, int64_t delta,
+                  int64_t *result)
+{
+    int rc = check_map(map, "heapd_map_add");
+    if (rc)
+        return rc;
+    if ((rc = check_key(map_meta(map)->kind, &key, "heapd_map_add")))
+        return rc;
+    /* Note [Counters]: the sum is the op's inline value */
+    struct op_io io = {.delta = delta};
+    struct inline_value inl = {&io.sum, sizeof io.sum};
+    rc = run_op(m, map, key, NULL, MODE_ADD, 0, NULL, 0, NULL, &inl, &io);
+    if (rc >= 0 && result)
+        *result = io.sum;
+    return rc;
+}
+
+int heapd_map_add_str(heapd_mutator *m, void *map, const void *bytes,
+                      size_t len, int64_t delta, int64_t *result)
+{
+    int rc = check_put_str(map, bytes, len, 0, "heapd_map_add_str");
+    if (rc)
+        return rc;
+    struct op_io io = {.delta = delta};
+    struct inline_value inl = {&io.sum, sizeof io.sum};
+    rc = run_op(m, map, NULL, NULL, MODE_ADD, 0, bytes, len, NULL, &inl,
+                &io);
+    if (rc >= 0 && result)
+        *result = io.sum;
+    return rc;
 }
 
 /* ---- making one ---- */
