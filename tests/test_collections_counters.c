@@ -1,13 +1,14 @@
-/* Counters in the shared map (heapd_collections.h: heapd_map_add), and
- * atomics on an object's raw bytes (Note [Atomics on raw bytes] in
- * heapd.h), used by real processes on a real heapd that runs its
- * verifier after every cycle.
+/* Counters and get-or-insert in the shared map (heapd_collections.h:
+ * heapd_map_add, heapd_map_get_or_put), and atomics on an object's raw
+ * bytes (Note [Atomics on raw bytes] in heapd.h), used by real processes
+ * on a real heapd that runs its verifier after every cycle.
  *
  * Besides what each call does and refuses, the tests check the counts the
  * header promises: adds by four processes at once, one of them SIGKILLed
  * at a moment the test does not choose, sum to exactly what they
- * reported; fetch-and-adds on an object's raw bytes lose nothing while
- * cycles run.
+ * reported; of processes racing to insert one key with get-or-put,
+ * exactly one inserts and every one gets its value; fetch-and-adds on an
+ * object's raw bytes lose nothing while cycles run.
  */
 #include <check.h>
 #include <errno.h>
@@ -126,6 +127,67 @@ START_TEST(counters)
     harness_collect(m);
     ck_assert_int_eq(counter_of(m, heapd_root_get(m, r), "hits"), -2);
     ck_assert_int_eq(counter_of(m, heapd_root_get(m, r), longk), 42);
+    heapd_root_pop(m, 1);
+    harness_expect_healthy(&D);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+START_TEST(get_or_put)
+{
+    coll_start();
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    size_t r = shared_map(m, 0);
+    bool ins = false;
+    void *v1 = make_value(m, "k1", 1);
+    ck_assert_ptr_nonnull(v1);
+    void *got = heapd_map_get_or_put_str(m, heapd_root_get(m, r), "k1", 2,
+                                         v1, &ins);
+    ck_assert_ptr_eq(got, v1);
+    ck_assert(ins);
+    void *v2 = make_value(m, "k1", 2);
+    ck_assert_ptr_nonnull(v2);
+    got = heapd_map_get_or_put_str(m, heapd_root_get(m, r), "k1", 2, v2,
+                                   &ins);
+    ck_assert(!ins);
+    unsigned g = 0;
+    ck_assert(value_ok(got, "k1", &g));
+    ck_assert_uint_eq(g, 1);
+    /* by a key object, and INSERTED may be NULL */
+    void *k = heapd_str_new(m, "k1", 2);
+    ck_assert_ptr_nonnull(k);
+    got = heapd_map_get_or_put(m, heapd_root_get(m, r), k, v2, NULL);
+    ck_assert(value_ok(got, "k1", &g) && g == 1);
+    void *k2 = heapd_str_new(m, "k2", 2);
+    void *v3 = make_value(m, "k2", 3);
+    ck_assert_ptr_nonnull(k2);
+    ck_assert_ptr_nonnull(v3);
+    got = heapd_map_get_or_put(m, heapd_root_get(m, r), k2, v3, &ins);
+    ck_assert(ins && got == v3);
+    ck_assert_uint_eq(heapd_map_count(heapd_root_get(m, r)), 2);
+    /* an inline value is not an object to return */
+    ck_assert_int_eq(heapd_map_put_bytes(m, heapd_root_get(m, r), "inl", 3,
+                                         "abc", 3, 0), 0);
+    errno = 0;
+    ck_assert_ptr_null(heapd_map_get_or_put_str(m, heapd_root_get(m, r),
+                                                "inl", 3, v2, &ins));
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_ptr_nonnull(strstr(heapd_last_error(), "heapd_map_get_bytes "
+                                 "reads it"));
+    /* misuse */
+    errno = 0;
+    ck_assert_ptr_null(heapd_map_get_or_put_str(m, heapd_root_get(m, r),
+                                                "k9", 2, NULL, &ins));
+    ck_assert_int_eq(errno, EINVAL);
+    errno = 0;
+    ck_assert_ptr_null(heapd_map_get_or_put(m, v2, k, v2, &ins));
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_uint_eq(heapd_map_count(heapd_root_get(m, r)), 3);
+    ck_assert_int_eq(heapd_map_verify(heapd_root_get(m, r)), 3);
     heapd_root_pop(m, 1);
     harness_expect_healthy(&D);
     heapd_detach(m);
@@ -254,6 +316,83 @@ START_TEST(counter_with_an_adder_killed)
 }
 END_TEST
 
+enum { RACE_KEYS = 2000 };
+
+/* get_or_put_str every key of [0, RACE_KEYS) with a value of generation
+ * ID; reports how many it inserted, then the generation it got for each
+ * key. */
+static int race_body(heapd_mutator *m, void *arg, int fd)
+{
+    unsigned id = (unsigned)(uintptr_t)arg;
+    size_t r = heapd_root_push(m, global_of(m, "t.map"));
+    send_u64(fd, 1);
+    uint64_t won = 0;
+    static unsigned gens[RACE_KEYS];
+    for (unsigned i = 0; i < RACE_KEYS; i++) {
+        char key[32];
+        key_name(key, sizeof key, i);
+        void *v = make_value(m, key, id);
+        if (!v)
+            return 50;
+        bool ins = false;
+        void *got = heapd_map_get_or_put_str(m, heapd_root_get(m, r), key,
+                                             strlen(key), v, &ins);
+        if (!got || !value_ok(got, key, &gens[i]))
+            return 51;
+        if (ins != (gens[i] == id))
+            return 52;
+        won += ins;
+    }
+    send_u64(fd, won);
+    for (unsigned i = 0; i < RACE_KEYS; i++)
+        send_u64(fd, gens[i]);
+    heapd_root_pop(m, 1);
+    return 0;
+}
+
+/* PROCS processes get-or-put the same keys: each key inserted once, and
+ * every process got the one value that was inserted. */
+START_TEST(get_or_put_race)
+{
+    coll_start();
+    int rfd[PROCS], go[PROCS];
+    pid_t k[PROCS];
+    for (int i = 0; i < PROCS; i++)
+        k[i] = fork_kid(race_body, (void *)(uintptr_t)(i + 1), i == 0,
+                        &rfd[i], &go[i], NULL);
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    size_t r = shared_map(m, 0);
+    for (int i = 0; i < PROCS; i++)
+        kid_go(go[i]);
+    for (int i = 0; i < PROCS; i++)
+        ck_assert_uint_eq(recv_u64(rfd[i], "started"), 1);
+    uint64_t won = 0;
+    static uint64_t first[RACE_KEYS];
+    for (int i = 0; i < PROCS; i++) {
+        won += recv_u64(rfd[i], "inserted");
+        for (unsigned j = 0; j < RACE_KEYS; j++) {
+            uint64_t g = recv_u64(rfd[i], "generation");
+            if (i == 0)
+                first[j] = g;
+            ck_assert_msg(g == first[j], "key %u: process %d got generation "
+                          "%" PRIu64 ", process 1 %" PRIu64, j, i + 1, g,
+                          first[j]);
+        }
+        expect_exit0(k[i], "a racer");
+        close(rfd[i]);
+    }
+    ck_assert_uint_eq(won, RACE_KEYS);
+    ck_assert_int_eq(heapd_map_verify(heapd_root_get(m, r)), RACE_KEYS);
+    heapd_root_pop(m, 1);
+    harness_expect_healthy(&D);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* Fetch-and-add 1 to the 8 raw bytes of global "t.cell" N times. */
 static int atomic_body(heapd_mutator *m, void *arg, int fd)
 {
@@ -316,11 +455,13 @@ static Suite *suite(void)
     TCase *t = tcase_create("use");
     tcase_set_timeout(t, 300);
     tcase_add_test(t, counters);
+    tcase_add_test(t, get_or_put);
     suite_add_tcase(s, t);
     t = tcase_create("concurrent");
     tcase_set_timeout(t, 900);
     tcase_add_test(t, counter_added_by_four_processes);
     tcase_add_test(t, counter_with_an_adder_killed);
+    tcase_add_test(t, get_or_put_race);
     tcase_add_test(t, atomics_on_raw_bytes);
     suite_add_tcase(s, t);
     return s;

@@ -147,6 +147,73 @@ START_TEST(map_killed_before_its_swap)
 }
 END_TEST
 
+/* Add 5 to counter "c", or get-or-put key "g" (ARG non-NULL): the kid
+ * stops before the operation's swap, where it is killed. */
+static int one_op_body(heapd_mutator *m, void *arg, int fd)
+{
+    (void)fd;
+    void *map = global_of(m, "t.map");
+    if (arg) {
+        void *v = make_value(m, "g", 9);
+        if (!v)
+            return 75;
+        return heapd_map_get_or_put_str(m, map, "g", 1, v, NULL) ? 76 : 77;
+    }
+    return heapd_map_add_str(m, map, "c", 1, 5, NULL) >= 0 ? 78 : 79;
+}
+
+/* Note [Counters]: an add or a get-or-put killed before its swap did
+ * nothing, and the others' go on. */
+static void op_killed_before_its_swap(bool get_or_put)
+{
+    coll_start();
+    int fd, go;
+    pid_t k = fork_kid(one_op_body, get_or_put ? (void *)1 : NULL, false,
+                       &fd, &go, "map.update.built");
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    size_t r = shared_map(m, 0);
+    int64_t x = 0;
+    ck_assert_int_eq(heapd_map_add_str(m, heapd_root_get(m, r), "c", 1, 10,
+                                       &x), 0);
+    kid_go(go);
+    kill_stopped(k, "map.update.built");
+    close(fd);
+    ck_assert_int_eq(heapd_map_add_str(m, heapd_root_get(m, r), "c", 1, 0,
+                                       &x), 1);
+    ck_assert_int_eq(x, 10);
+    ck_assert_ptr_null(heapd_map_get_str(m, heapd_root_get(m, r), "g", 1));
+    bool ins = false;
+    void *v = make_value(m, "g", 3);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_ptr_eq(heapd_map_get_or_put_str(m, heapd_root_get(m, r), "g",
+                                              1, v, &ins), v);
+    ck_assert(ins);
+    ck_assert_int_eq(heapd_map_add_str(m, heapd_root_get(m, r), "c", 1, 1,
+                                       &x), 1);
+    ck_assert_int_eq(x, 11);
+    harness_collect(m);
+    ck_assert_int_eq(heapd_map_verify(heapd_root_get(m, r)), 2);
+    heapd_root_pop(m, 1);
+    harness_expect_healthy(&D);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+
+START_TEST(add_killed_before_its_swap)
+{
+    op_killed_before_its_swap(false);
+}
+END_TEST
+
+START_TEST(get_or_put_killed_before_its_swap)
+{
+    op_killed_before_its_swap(true);
+}
+END_TEST
+
 START_TEST(map_killed_starting_a_resize)
 {
     map_killed_at("map.resize.begun");
@@ -447,6 +514,8 @@ static Suite *suite(void)
     t = tcase_create("killed");
     tcase_set_timeout(t, 600);
     tcase_add_test(t, map_killed_before_its_swap);
+    tcase_add_test(t, add_killed_before_its_swap);
+    tcase_add_test(t, get_or_put_killed_before_its_swap);
     tcase_add_test(t, map_killed_starting_a_resize);
     tcase_add_test(t, map_killed_with_a_claim);
     tcase_add_test(t, map_killed_after_a_freeze);

@@ -62,8 +62,8 @@ HEAPD_API bool heapd_str_eq(const void *a, const void *b);
  *   HEAPD_MAP_IDENTITY  keys are any objects, equal by address (a young
  *                       mutator's key is published first: its address is
  *                       the shared copy's)
- * Lookups are plain loads.  Insert, replace and delete each take effect
- * at one compare-and-swap.  Deleting is safe while other processes read:
+ * Lookups are plain loads.  Insert, replace, delete, a counter's add
+ * and get-or-put's insert each take effect at one compare-and-swap.  Deleting is safe while other processes read:
  * an entry a reader found stays valid until the reader's next safepoint
  * (the collector frees it only after).  The map grows (doubles) without
  * stopping anyone (Note [Map resize]).  Values are never NULL: a lookup
@@ -105,7 +105,8 @@ HEAPD_API const void *heapd_map_get_bytes(heapd_mutator *m, void *map,
                                           size_t *len);
 
 /* Flags of heapd_map_put. */
-#define HEAPD_MAP_IF_ABSENT 0x1u  /* insert only: -EEXIST if KEY is there */
+#define HEAPD_MAP_IF_ABSENT 0x1u  /* insert only: -EEXIST if KEY is there
+                                     (heapd_map_get_or_put returns it) */
 #define HEAPD_MAP_IF_PRESENT 0x2u /* replace only: -ENOENT if it is not */
 
 /* Set KEY to VALUE (not NULL).  Safepoint.  Returns 1 if it replaced a
@@ -165,6 +166,21 @@ HEAPD_API int heapd_map_add(heapd_mutator *m, void *map, void *key,
 HEAPD_API int heapd_map_add_str(heapd_mutator *m, void *map,
                                 const void *bytes, size_t len, int64_t delta,
                                 int64_t *result);
+/* Get or insert: KEY's value if KEY is in MAP, else VALUE (not NULL),
+ * inserted by one compare-and-swap.  Returns the value in the map after
+ * the call, with *INSERTED (if not NULL) true if this call inserted it;
+ * as any object a C local holds, it stays valid while the caller holds it
+ * (Note [C locals are roots] in client/stack_roots.c).  Safepoint.  NULL
+ * with errno EINVAL (a NULL value, a key the map's kind does not take,
+ * not a map, or KEY's value is kept inline: heapd_map_get_bytes reads
+ * it), or heapd_map_put's errors. */
+HEAPD_API void *heapd_map_get_or_put(heapd_mutator *m, void *map, void *key,
+                                     void *value, bool *inserted);
+/* heapd_map_get_or_put with a key of BYTES[0..LEN), made a string only if
+ * it is inserted (HEAPD_MAP_STR maps only). */
+HEAPD_API void *heapd_map_get_or_put_str(heapd_mutator *m, void *map,
+                                         const void *bytes, size_t len,
+                                         void *value, bool *inserted);
 
 /* Check MAP's invariants (Note [Map invariants] in client/collections/map.c): the
  * number of keys it holds, or -EUCLEAN with heapd_last_error() naming the

@@ -534,13 +534,15 @@ static int maybe_grow(struct op *o)
     return help_resize(o, t);
 }
 
-enum op_mode { MODE_PUT, MODE_REPLACE, MODE_DELETE, MODE_ADD };
+enum op_mode { MODE_PUT, MODE_REPLACE, MODE_DELETE, MODE_ADD,
+               MODE_GET_OR_PUT };
 
-/* What MODE_ADD takes and gives besides the key: the delta, the
- * counter's new value. */
+/* What MODE_ADD and MODE_GET_OR_PUT take and give besides the key and the
+ * value: the delta, the counter's new value, the value found. */
 struct op_io {
     int64_t delta;
     int64_t sum;
+    void *found;
 };
 
 /* Note [Counters]
@@ -582,10 +584,10 @@ static int entry_counter(void *b, size_t at, int64_t *out)
     return 0;
 }
 
-/* One insert, replace, delete or add (Note [Shared map]).
+/* One insert, replace, delete, add or get-or-put (Note [Shared map]).
  * The key, value and map are in the op's roots; BYTES/LEN is the key of a
  * *_str call whose key object is not made yet (R_KEY NULL).  EXPECTED:
- * MODE_REPLACE's; IO: MODE_ADD's. */
+ * MODE_REPLACE's; IO: MODE_ADD's and MODE_GET_OR_PUT's. */
 static int update(struct op *o, enum op_mode mode, unsigned flags,
                   const void *bytes, size_t len, void *expected,
                   struct op_io *io)
@@ -679,6 +681,19 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
             want = at >= 0 ? keys : keys + 1;
             break;
         }
+        case MODE_GET_OR_PUT:
+            if (at >= 0) {
+                io->found = entry_value(b, (size_t)at);
+                if (!io->found)
+                    return client_set_error(-EINVAL, "heapd_map_get_or_put:"
+                                            " the key's value is inline "
+                                            "bytes (heapd_map_put_bytes), "
+                                            "not an object: "
+                                            "heapd_map_get_bytes reads it");
+                return 1;
+            }
+            want = keys + 1;
+            break;
         default:
             if (at < 0)
                 return -ENOENT;
@@ -760,6 +775,8 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
         }
         if (at >= 0) /* 1: replaced, added to; replace's 0 */
             return mode == MODE_PUT || mode == MODE_ADD;
+        if (mode == MODE_GET_OR_PUT)
+            io->found = value;
         atomic_fetch_add(&map_meta(map)->count, 1);
         int rc = maybe_grow(o);
         return rc ? rc : 0;
@@ -949,6 +966,49 @@ int heapd_map_add_str(heapd_mutator *m, void *map, const void *bytes,
     if (rc >= 0 && result)
         *result = io.sum;
     return rc;
+}
+
+void *heapd_map_get_or_put(heapd_mutator *m, void *map, void *key,
+                           void *value, bool *inserted)
+{
+    int rc = check_map(map, "heapd_map_get_or_put");
+    if (!rc && !value)
+        rc = client_set_error(-EINVAL, "heapd_map_get_or_put: VALUE is "
+                              "NULL");
+    if (!rc)
+        rc = check_key(map_meta(map)->kind, &key, "heapd_map_get_or_put");
+    struct op_io io = {0};
+    if (!rc)
+        rc = run_op(m, map, key, value, MODE_GET_OR_PUT, 0, NULL, 0, NULL,
+                    NULL, &io);
+    if (rc < 0) {
+        errno = -rc;
+        return NULL;
+    }
+    if (inserted)
+        *inserted = rc == 0;
+    return io.found;
+}
+
+void *heapd_map_get_or_put_str(heapd_mutator *m, void *map,
+                               const void *bytes, size_t len, void *value,
+                               bool *inserted)
+{
+    int rc = check_put_str(map, bytes, len, 0, "heapd_map_get_or_put_str");
+    if (!rc && !value)
+        rc = client_set_error(-EINVAL, "heapd_map_get_or_put_str: VALUE "
+                              "is NULL");
+    struct op_io io = {0};
+    if (!rc)
+        rc = run_op(m, map, NULL, value, MODE_GET_OR_PUT, 0, bytes, len,
+                    NULL, NULL, &io);
+    if (rc < 0) {
+        errno = -rc;
+        return NULL;
+    }
+    if (inserted)
+        *inserted = rc == 0;
+    return io.found;
 }
 
 /* ---- making one ---- */
