@@ -559,8 +559,11 @@ struct op_io {
  * survive a kill]).  Adding in place, with an atomic add on the counter's
  * bytes, would lose the adds made to a bucket between the moment another
  * update copied it and its swap; the price of the copy is an allocation
- * of the bucket per add, garbage at the next one.  A delta of 0 on a
- * counter that exists reads it and writes nothing.
+ * of the bucket per add, garbage at the next one.  Measured (release
+ * build, 10^6 adds a process): one process adds 6.7 M times a second to
+ * one key (148 ns an add), four on two cores 3.2 M in all to one key and
+ * 4.3 M over 1,000 keys.  A delta of 0 on a counter that exists reads it
+ * and writes nothing.
  */
 
 /* Entry AT of bucket B as a counter (Note [Counters]): 0 with its value in
