@@ -7,7 +7,8 @@
  * and replaced by another process see whole values, iteration sees each
  * stable key once while another process churns and grows the map, every
  * value pushed by several producers is popped exactly once, a consumer
- * waiting in heapd_queue_pop_wait does not hold up a collection.  What
+ * waiting in heapd_queue_pop_wait does not hold up a collection, and a
+ * queue closed under producers and a waiter loses nothing.  What
  * a SIGKILL leaves is test_collections_kill.c's.
  */
 #include <check.h>
@@ -1048,6 +1049,156 @@ START_TEST(queue_operations)
 }
 END_TEST
 
+/* Note [Closing a queue]: pushes refused after it, what came before it
+ * popped in order, then ESHUTDOWN from pop and pop_wait alike. */
+START_TEST(queue_close)
+{
+    coll_start();
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    size_t r = heapd_root_push(m, heapd_queue_new(m));
+    for (unsigned i = 0; i < 3; i++)
+        ck_assert_int_eq(heapd_queue_push(m, heapd_root_get(m, r),
+                                          make_value(m, "key:00000001", i)),
+                         0);
+    ck_assert_int_eq(heapd_queue_close(m, heapd_root_get(m, r)), 0);
+    ck_assert_int_eq(heapd_queue_close(m, heapd_root_get(m, r)), 1);
+    ck_assert_int_eq(heapd_queue_push(m, heapd_root_get(m, r),
+                                      make_value(m, "key:00000001", 9)),
+                     -ESHUTDOWN);
+    ck_assert_str_eq(heapd_last_error(), "heapd_queue_push: the queue is "
+                     "closed (heapd_queue_close): nothing more can be "
+                     "pushed");
+    ck_assert_uint_eq(heapd_queue_length(heapd_root_get(m, r)), 3);
+    harness_collect(m);
+    for (unsigned i = 0; i < 3; i++) {
+        unsigned g;
+        void *v = i == 1 ? heapd_queue_pop_wait(m, heapd_root_get(m, r), 0)
+                         : heapd_queue_pop(m, heapd_root_get(m, r));
+        ck_assert_msg(value_ok(v, "key:00000001", &g) && g == i,
+                      "value %u", i);
+    }
+    for (int k = 0; k < 2; k++) {
+        errno = 0;
+        ck_assert_ptr_null(heapd_queue_pop(m, heapd_root_get(m, r)));
+        ck_assert_int_eq(errno, ESHUTDOWN);
+        errno = 0;
+        ck_assert_ptr_null(heapd_queue_pop_wait(m, heapd_root_get(m, r), 0));
+        ck_assert_int_eq(errno, ESHUTDOWN);
+    }
+    ck_assert_uint_eq(heapd_queue_length(heapd_root_get(m, r)), 0);
+    ck_assert_int_eq(heapd_queue_close(m, heapd_root_get(m, r)), 1);
+    ck_assert_int_eq(heapd_queue_close(m, heapd_alloc(m, 2, 24)), -EINVAL);
+    heapd_root_pop(m, 1);
+    harness_expect_healthy(&D);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
+/* Push until the queue is closed; reports that it started, then how many
+ * pushes succeeded. */
+static int closed_producer_body(heapd_mutator *m, void *arg, int fd)
+{
+    const unsigned *id = arg;
+    size_t r = heapd_root_push(m, global_of(m, "t.queue"));
+    send_u64(fd, 1);
+    char k[32];
+    key_name(k, sizeof k, *id);
+    for (unsigned i = 0;; i++) {
+        void *v = make_value(m, k, i);
+        if (!v)
+            return 40;
+        int rc = heapd_queue_push(m, heapd_root_get(m, r), v);
+        if (rc == -ESHUTDOWN) {
+            send_u64(fd, i);
+            return 0;
+        }
+        if (rc != 0)
+            return 41;
+        if (i == 100)
+            send_u64(fd, 2);
+    }
+}
+
+/* Pop with pop_wait until it says ESHUTDOWN; reports how many values of
+ * each producer it took, each in order. */
+static int closed_consumer_body(heapd_mutator *m, void *arg, int fd)
+{
+    (void)arg;
+    size_t r = heapd_root_push(m, global_of(m, "t.queue"));
+    send_u64(fd, 1);
+    uint64_t n[3] = {0, 0, 0};
+    for (;;) {
+        void *v = heapd_queue_pop_wait(m, heapd_root_get(m, r), 0);
+        if (!v)
+            break;
+        unsigned p = (unsigned)strtoul(heapd_str_data(v) + 4, NULL, 10), g;
+        char k[32];
+        key_name(k, sizeof k, p);
+        if (p < 1 || p > 2 || !value_ok(v, k, &g) || g != n[p])
+            return 51;
+        n[p]++;
+    }
+    if (errno != ESHUTDOWN)
+        return 52;
+    send_u64(fd, n[1]);
+    send_u64(fd, n[2]);
+    return 0;
+}
+
+/* Two producers pushing, a consumer asleep in pop_wait, and the queue
+ * closed under them: the producers stop at -ESHUTDOWN, the consumer
+ * wakes, drains every value pushed before the close, in order, and ends
+ * at ESHUTDOWN: nothing lost, nothing pushed after it. */
+START_TEST(queue_closed_under_producers_and_a_waiter)
+{
+    coll_start();
+    int cfd, cgo, pfd[2], pgo[2];
+    pid_t cons = fork_kid(closed_consumer_body, NULL, true, &cfd, &cgo, NULL);
+    static const unsigned ids[2] = {1, 2};
+    pid_t prod[2];
+    for (int i = 0; i < 2; i++)
+        prod[i] = fork_kid(closed_producer_body, (void *)&ids[i], i == 0,
+                           &pfd[i], &pgo[i], NULL);
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    size_t r = heapd_root_push(m, heapd_queue_new(m));
+    ck_assert_int_eq(heapd_global_set(m, "t.queue", heapd_root_get(m, r)), 0);
+    kid_go(cgo);
+    ck_assert_uint_eq(recv_u64(cfd, "consumer started"), 1);
+    for (int i = 0; i < 2; i++) {
+        kid_go(pgo[i]);
+        ck_assert_uint_eq(recv_u64(pfd[i], "producer started"), 1);
+    }
+    for (int i = 0; i < 2; i++)
+        ck_assert_uint_eq(recv_u64(pfd[i], "101 values pushed"), 2);
+    harness_collect(m);
+    ck_assert_int_eq(heapd_queue_close(m, heapd_root_get(m, r)), 0);
+    uint64_t pushed[2];
+    for (int i = 0; i < 2; i++) {
+        pushed[i] = recv_u64(pfd[i], "values pushed");
+        expect_exit0(prod[i], "a producer");
+        close(pfd[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        ck_assert_uint_eq(recv_u64(cfd, "values popped"), pushed[i]);
+    expect_exit0(cons, "the consumer");
+    close(cfd);
+    errno = 0;
+    ck_assert_ptr_null(heapd_queue_pop(m, heapd_root_get(m, r)));
+    ck_assert_int_eq(errno, ESHUTDOWN);
+    heapd_root_pop(m, 1);
+    harness_expect_healthy(&D);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 #define PER_PRODUCER 3000
 
 struct producer {
@@ -1223,6 +1374,7 @@ static Suite *suite(void)
     tcase_add_test(t, map_damaged_by_a_client);
     tcase_add_test(t, map_inline_values);
     tcase_add_test(t, queue_operations);
+    tcase_add_test(t, queue_close);
     suite_add_tcase(s, t);
     t = tcase_create("concurrent");
     tcase_set_timeout(t, 900);
@@ -1231,6 +1383,7 @@ static Suite *suite(void)
     tcase_add_test(t, map_concurrent_inserts);
     tcase_add_test(t, queue_producers_consumers);
     tcase_add_test(t, queue_waiter_holds_up_nothing);
+    tcase_add_test(t, queue_closed_under_producers_and_a_waiter);
     suite_add_tcase(s, t);
     return s;
 }

@@ -322,6 +322,57 @@ static void queue_killed_at(const char *point)
     harness_stop_clean(&D);
 }
 
+static int closer_body(heapd_mutator *m, void *arg, int fd)
+{
+    (void)arg;
+    send_u64(fd, 1);
+    heapd_queue_close(m, global_of(m, "t.queue"));
+    return 81; /* never stopped */
+}
+
+/* Note [Closing a queue]: a closer killed after it linked the marker,
+ * the tail not moved on, closed the queue: what was pushed before drains
+ * in order, then pops say ESHUTDOWN, and no push succeeds. */
+START_TEST(queue_killed_closing)
+{
+    coll_start();
+    int fd, go;
+    pid_t k = fork_kid(closer_body, NULL, false, &fd, &go,
+                       "queue.close.linked");
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    size_t r = heapd_root_push(m, heapd_queue_new(m));
+    ck_assert_int_eq(heapd_global_set(m, "t.queue", heapd_root_get(m, r)), 0);
+    for (unsigned i = 0; i < 10; i++)
+        ck_assert_int_eq(heapd_queue_push(m, heapd_root_get(m, r),
+                                          make_value(m, "key:00000005", i)),
+                         0);
+    kid_go(go);
+    ck_assert_uint_eq(recv_u64(fd, "started"), 1);
+    kill_stopped(k, "queue.close.linked");
+    close(fd);
+    harness_collect(m);
+    ck_assert_int_eq(heapd_queue_push(m, heapd_root_get(m, r),
+                                      make_value(m, "key:00000005", 99)),
+                     -ESHUTDOWN);
+    for (unsigned i = 0; i < 10; i++) {
+        unsigned g;
+        ck_assert(value_ok(heapd_queue_pop(m, heapd_root_get(m, r)),
+                           "key:00000005", &g) && g == i);
+    }
+    errno = 0;
+    ck_assert_ptr_null(heapd_queue_pop_wait(m, heapd_root_get(m, r), 0));
+    ck_assert_int_eq(errno, ESHUTDOWN);
+    ck_assert_int_eq(heapd_queue_close(m, heapd_root_get(m, r)), 1);
+    heapd_root_pop(m, 1);
+    harness_expect_healthy(&D);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 START_TEST(queue_killed_after_linking)
 {
     queue_killed_at("queue.push.linked");
@@ -523,6 +574,7 @@ static Suite *suite(void)
     tcase_add_test(t, queue_killed_after_linking);
     tcase_add_test(t, queue_killed_after_taking);
     tcase_add_test(t, queue_killed_while_waiting);
+    tcase_add_test(t, queue_killed_closing);
     suite_add_tcase(s, t);
 #endif
     return s;

@@ -248,17 +248,26 @@ HEAPD_API void heapd_map_iter_end(heapd_map_iter *it);
 HEAPD_API void *heapd_queue_new(heapd_mutator *m);
 HEAPD_API bool heapd_is_queue(const void *obj);
 /* Append VALUE.  Safepoint.  0, -EINVAL (NULL value, not a queue),
- * -ENOMEM, -EPIPE. */
+ * -ESHUTDOWN (the queue is closed), -ENOMEM, -EPIPE. */
 HEAPD_API int heapd_queue_push(heapd_mutator *m, void *queue, void *value);
 /* The oldest value, removed, or NULL when the queue is empty (errno
- * EAGAIN) or on a bad argument (errno EINVAL).  Not a safepoint. */
+ * EAGAIN), closed and empty (errno ESHUTDOWN) or on a bad argument
+ * (errno EINVAL).  Not a safepoint. */
 HEAPD_API void *heapd_queue_pop(heapd_mutator *m, void *queue);
 /* heapd_queue_pop, waiting for a value up to TIMEOUT_MS (0: no limit).
- * Safepoint.  NULL with errno ETIMEDOUT, EINVAL, EPIPE (the connection to
+ * Safepoint.  NULL with errno ETIMEDOUT, ESHUTDOWN (closed and empty: a
+ * close wakes every waiter), EINVAL, EPIPE (the connection to
  * heapd is gone: heapd_last_error says why) or EBADF (M was attached by
  * the parent of this process). */
 HEAPD_API void *heapd_queue_pop_wait(heapd_mutator *m, void *queue,
                                      unsigned timeout_ms);
+/* Close QUEUE: no push succeeds after it (-ESHUTDOWN), every value
+ * pushed before it can still be popped, and once they are, pops return
+ * NULL with errno ESHUTDOWN instead of waiting: a way to end consumers
+ * with no poison value (Note [Closing a queue] in
+ * client/collections/queue.c).  Safepoint.  0 if this call closed it, 1
+ * if it was closed already, -EINVAL (not a queue), -ENOMEM, -EPIPE. */
+HEAPD_API int heapd_queue_close(heapd_mutator *m, void *queue);
 /* Values in the queue now: a snapshot, exact when nothing is under way;
  * a process killed inside a push or a pop leaves it off by one. */
 HEAPD_API size_t heapd_queue_length(const void *queue);

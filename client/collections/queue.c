@@ -23,6 +23,22 @@
  *   - a popped value is cleared from the node it leaves (now the dummy),
  *     so the queue does not keep it alive.
  *
+ * Note [Closing a queue]
+ * ~~~~~~~~~~~~~~~~~~~~~~
+ * heapd_queue_close links a node flagged NODE_CLOSED, with no value,
+ * after the last, as a push links one.  It is the queue's last node for
+ * good: a push that finds it at the end (as the tail, or after it) links
+ * nothing and fails with -ESHUTDOWN, and a pop that finds it after the
+ * head takes nothing, leaves it there, and says ESHUTDOWN.  So the values
+ * pushed before the close are exactly those linked before the marker, and
+ * consumers drain every one of them first: none is lost to a close, and
+ * none is pushed after it.  A flag in the queue object could not say so:
+ * a push that read it clear may link its node after the consumers have
+ * seen the queue closed and empty.  The close is one compare-and-swap, as
+ * a push's link; a closer killed before it closed nothing, one killed
+ * after it left the tail lagging, which the next operation moves on.
+ * Closing wakes every waiter (Note [Waiting for a value]).
+ *
  * Note [Waiting for a value]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~
  * heapd_queue_pop_wait sleeps on a futex word in the queue object (the
@@ -58,8 +74,9 @@ struct queue_meta {
 
 struct node_meta {
     uint32_t tag;
-    uint32_t unused;
+    uint32_t flags;             /* NODE_CLOSED: Note [Closing a queue] */
 };
+#define NODE_CLOSED 1u
 
 static inline struct queue_meta *queue_meta(void *q)
 {
@@ -73,12 +90,20 @@ bool heapd_is_queue(const void *obj)
            queue_meta((void *)obj)->tag == COLL_TAG_QUEUE;
 }
 
-static void *new_node(heapd_mutator *m)
+static void *new_node(heapd_mutator *m, uint32_t flags)
 {
     void *n = heapd_alloc_shared(m, N_NREFS, sizeof(struct node_meta));
-    if (n)
+    if (n) {
         COLL_META(struct node_meta, n, N_NREFS)->tag = COLL_TAG_NODE;
+        COLL_META(struct node_meta, n, N_NREFS)->flags = flags;
+    }
     return n;
+}
+
+/* Is node N the closed queue's marker (Note [Closing a queue])? */
+static bool node_closed(void *n)
+{
+    return COLL_META(struct node_meta, n, N_NREFS)->flags & NODE_CLOSED;
 }
 
 void *heapd_queue_new(heapd_mutator *m)
@@ -91,7 +116,7 @@ void *heapd_queue_new(heapd_mutator *m)
     if (root == (size_t)-1)
         return NULL;
     void *out = NULL;
-    void *d = new_node(m);
+    void *d = new_node(m, 0);
     if (d) {
         q = heapd_root_get(m, root);
         heapd_write(m, q, &((void **)q)[Q_HEAD], d);
@@ -102,6 +127,40 @@ void *heapd_queue_new(heapd_mutator *m)
     heapd_root_pop(m, 1);
     errno = e;
     return out;
+}
+
+/* Link NODE after the last node of Q, then swing the tail to it: 0, or
+ * -ESHUTDOWN if the last node is the closed marker (Note [Closing a
+ * queue]).  STOP: the stop point after the link.  No safepoint. */
+static int link_node(heapd_mutator *m, void **q, void *node, const char *stop)
+{
+    for (;;) {
+        void **tail = coll_load(&q[Q_TAIL]);
+        void *next = coll_load(&tail[N_NEXT]);
+        if (tail != coll_load(&q[Q_TAIL]))
+            continue;
+        if (next) { /* the tail lags: move it on */
+            heapd_cas(m, q, &q[Q_TAIL], tail, next);
+            continue;
+        }
+        if (node_closed(tail))
+            return -ESHUTDOWN;
+        if (heapd_cas(m, tail, &tail[N_NEXT], NULL, node)) {
+            coll_stop_in(stop);
+            heapd_cas(m, q, &q[Q_TAIL], tail, node);
+            return 0;
+        }
+    }
+}
+
+/* Tell the waiters of Q that something changed (Note [Waiting for a
+ * value]). */
+static void wake_waiters(void *q)
+{
+    struct queue_meta *qm = queue_meta(q);
+    atomic_fetch_add(&qm->seq, 1);
+    if (atomic_load(&qm->waiters))
+        futex_wake_all(&qm->seq);
 }
 
 int heapd_queue_push(heapd_mutator *m, void *queue, void *value)
@@ -118,7 +177,7 @@ int heapd_queue_push(heapd_mutator *m, void *queue, void *value)
     if (root == (size_t)-1)
         return -errno;
     int rc = 0;
-    void *node = new_node(m);
+    void *node = new_node(m, 0);
     if (!node) {
         rc = -errno;
         goto out;
@@ -127,28 +186,39 @@ int heapd_queue_push(heapd_mutator *m, void *queue, void *value)
     /* a young value is published here, before the node is linked */
     heapd_write(m, node, &((void **)node)[N_VALUE],
                 heapd_root_get(m, root + 1));
-    for (;;) {
-        void **tail = coll_load(&q[Q_TAIL]);
-        void *next = coll_load(&tail[N_NEXT]);
-        if (tail != coll_load(&q[Q_TAIL]))
-            continue;
-        if (next) { /* the tail lags: move it on */
-            heapd_cas(m, q, &q[Q_TAIL], tail, next);
-            continue;
-        }
-        if (heapd_cas(m, tail, &tail[N_NEXT], NULL, node)) {
-            coll_stop_in("queue.push.linked");
-            heapd_cas(m, q, &q[Q_TAIL], tail, node);
-            break;
-        }
+    rc = link_node(m, q, node, "queue.push.linked");
+    if (rc) {
+        client_set_error(rc, "heapd_queue_push: the queue is closed "
+                         "(heapd_queue_close): nothing more can be pushed");
+        goto out;
     }
-    struct queue_meta *qm = queue_meta(q);
-    atomic_fetch_add(&qm->pushed, 1);
-    atomic_fetch_add(&qm->seq, 1); /* Note [Waiting for a value] */
-    if (atomic_load(&qm->waiters))
-        futex_wake_all(&qm->seq);
+    atomic_fetch_add(&queue_meta(q)->pushed, 1);
+    wake_waiters(q);
 out:
     heapd_root_pop(m, 2);
+    return rc;
+}
+
+int heapd_queue_close(heapd_mutator *m, void *queue)
+{
+    if (!heapd_is_queue(queue))
+        return client_set_error(-EINVAL, "heapd_queue_close: QUEUE is not "
+                                "a queue made by heapd_queue_new");
+    size_t root = heapd_root_push(m, queue);
+    if (root == (size_t)-1)
+        return -errno;
+    int rc = 0;
+    void *node = new_node(m, NODE_CLOSED);
+    if (!node) {
+        rc = -errno;
+        goto out;
+    }
+    void **q = heapd_root_get(m, root);
+    /* Note [Closing a queue]: closed already, 1 */
+    rc = link_node(m, q, node, "queue.close.linked") ? 1 : 0;
+    wake_waiters(q);
+out:
+    heapd_root_pop(m, 1);
     return rc;
 }
 
@@ -174,6 +244,10 @@ void *heapd_queue_pop(heapd_mutator *m, void *queue)
             }
             heapd_cas(m, q, &q[Q_TAIL], tail, next); /* it lags */
             continue;
+        }
+        if (node_closed(next)) { /* Note [Closing a queue]: drained */
+            errno = ESHUTDOWN;
+            return NULL;
         }
         void *value = coll_load(&next[N_VALUE]);
         if (!heapd_cas(m, q, &q[Q_HEAD], head, next))
@@ -205,8 +279,10 @@ void *heapd_queue_pop_wait(heapd_mutator *m, void *queue, unsigned timeout_ms)
         struct queue_meta *qm = queue_meta(queue);
         uint32_t seq = atomic_load(&qm->seq);
         atomic_fetch_add(&qm->waiters, 1);
-        if ((v = heapd_queue_pop(m, queue))) {
+        if ((v = heapd_queue_pop(m, queue)) || errno != EAGAIN) {
+            int e = errno;
             atomic_fetch_sub(&qm->waiters, 1);
+            errno = e;
             return v;
         }
         size_t root = heapd_root_push(m, queue);
