@@ -13,6 +13,7 @@
 #include "checked.h"
 #include "client.h"
 #include "clock.h"
+#include "collections.h"
 #include "errors.h"
 #include "frame.h"
 #include "futex.h"
@@ -343,6 +344,11 @@ void *heapd_global_once(heapd_mutator *m, const char *name,
     }
 }
 
+_Static_assert((int)HEAPD_GLOBAL_MAP == COLL_KIND_MAP &&
+                   (int)HEAPD_GLOBAL_QUEUE == COLL_KIND_QUEUE &&
+                   (int)HEAPD_GLOBAL_STRING == COLL_KIND_STRING,
+               "heapd_global_kind is proto/collections.h's enum coll_kind");
+
 int heapd_globals(heapd_client *c, heapd_global_info *out, size_t max,
                   size_t *count)
 {
@@ -369,6 +375,10 @@ int heapd_globals(heapd_client *c, heapd_global_info *out, size_t max,
         out[i].target = g->target;
         out[i].target_bytes = g->target_bytes;
         out[i].owner = g->owner;
+        out[i].kind = g->kind <= HEAPD_GLOBAL_STRING
+                          ? (heapd_global_kind)g->kind
+                          : HEAPD_GLOBAL_OTHER;
+        out[i].size = g->size;
     }
 out:
     heapd__envelope__free_unpacked(rep, NULL);

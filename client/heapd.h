@@ -707,12 +707,24 @@ HEAPD_API void *heapd_global_once(heapd_mutator *m, const char *name,
  * name) or a connection error. */
 HEAPD_API int heapd_global_delete(heapd_mutator *m, const char *name);
 
+/* What a global's object is, as heapd reads it (heapd_collections.h's
+ * collections, told by their shape and tag). */
+typedef enum heapd_global_kind {
+    HEAPD_GLOBAL_OTHER = 0,
+    HEAPD_GLOBAL_MAP = 1,
+    HEAPD_GLOBAL_QUEUE = 2,
+    HEAPD_GLOBAL_STRING = 3,
+} heapd_global_kind;
+
 typedef struct heapd_global_info {
     char name[64];
     int state;              /* 1 set, 2 initialising, 3 released */
     uint64_t target;        /* the reference, 0 for NULL */
     uint64_t target_bytes;  /* size of the object it references */
     uint64_t owner;         /* initialising: the client id running init */
+    heapd_global_kind kind;
+    uint64_t size;          /* a map's keys, a queue's length, a string's
+                               bytes; 0 for any other object */
 } heapd_global_info;
 
 /* List the heap's globals (heapctl globals): up to MAX into OUT, the total

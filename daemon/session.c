@@ -51,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collections.h"
 #include "collector.h"
 #include "daemon.h"
 #include "fdstore.h"
@@ -897,8 +898,15 @@ static int handle_globals_request(struct conn *c, uint64_t seq)
         struct valid_ref ref;
         if (info[n].target && validate_ref(h, info[n].target, &ref)) {
             uint64_t hdr = validate_header(&ref);
-            info[n].target_bytes = layout_object_size(
-                layout_header_nrefs(hdr), layout_header_nbytes(hdr));
+            uint64_t nrefs = layout_header_nrefs(hdr);
+            uint64_t nbytes = layout_header_nbytes(hdr);
+            info[n].target_bytes = layout_object_size(nrefs, nbytes);
+            /* Note [Collections seen by the daemon]: the object's own
+             * bytes, as numbers */
+            info[n].kind = coll_kind_of(
+                nrefs, nbytes,
+                (const void *const *)ref.obj + nrefs,
+                &info[n].size);
         }
         info[n].owner = st == LAYOUT_GLOBAL_INITIALIZING ? g->owner : 0;
         ptr[n] = &info[n];

@@ -39,7 +39,10 @@ static void usage(FILE *f)
                "            class its segments and blocks in use\n"
                "  gc        run a collection of the heap and wait for it\n"
                "  globals   the heap's named global roots: name, state, size\n"
-               "            of the object they reference, initialising client\n"
+               "            of the object they reference, its kind (map,\n"
+               "            queue, string, other) with a map's keys, a\n"
+               "            queue's length or a string's bytes, initialising\n"
+               "            client\n"
                "  top       a live view for a terminal: per heap its phase,\n"
                "            cycles and allocation per second, live and\n"
                "            committed memory, pause p99 and max; the clients\n"
@@ -677,18 +680,28 @@ int main(int argc, char **argv)
         if (rc < 0) {
             fprintf(stderr, "heapctl: globals: %s\n", heapd_last_error());
         } else {
-            printf("%-40s %-13s %-16s %12s %s\n", "NAME", "STATE", "TARGET",
-                   "BYTES", "OWNER");
+            static const char *const kinds[] = {"other", "map", "queue",
+                                                "string"};
+            static const char *const sizes[] = {"", "keys", "queued",
+                                                "bytes"};
+            printf("%-40s %-13s %-16s %12s %-7s %-18s %s\n", "NAME", "STATE",
+                   "TARGET", "BYTES", "KIND", "SIZE", "OWNER");
             for (size_t i = 0; i < n && i < 256; i++) {
-                char owner[32] = "-";
+                char owner[32] = "-", size[32] = "-";
                 if (g[i].owner)
                     snprintf(owner, sizeof owner, "client %" PRIu64,
                              g[i].owner);
-                printf("%-40s %-13s 0x%-14" PRIx64 " %12" PRIu64 " %s\n",
+                unsigned k = g[i].kind <= HEAPD_GLOBAL_STRING ? g[i].kind : 0;
+                if (k && g[i].target)
+                    snprintf(size, sizeof size, "%" PRIu64 " %s", g[i].size,
+                             sizes[k]);
+                printf("%-40s %-13s 0x%-14" PRIx64 " %12" PRIu64
+                       " %-7s %-18s %s\n",
                        g[i].name,
                        g[i].state >= 0 && g[i].state < 4 ? states[g[i].state]
                                                          : "?",
-                       g[i].target, g[i].target_bytes, owner);
+                       g[i].target, g[i].target_bytes,
+                       g[i].target ? kinds[k] : "-", size, owner);
             }
         }
         heapd_disconnect(c);

@@ -48,6 +48,7 @@ RULES = {
     # them, and the layout and futex words of the contract
     "client/collections": (["client/collections/", "client/heapd.h",
                             "client/runtime.h", "proto/layout.h",
+                            "proto/collections.h",
                             "proto/futex.h", "proto/clock.h",
                             "proto/heapd_counters.h",
                             "proto/heapd_errors.h", "proto/heapd_object.h"],

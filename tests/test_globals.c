@@ -2,6 +2,7 @@
  * real heapd with the verifier on (Note [Global roots]). */
 #include <check.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -13,6 +14,7 @@
 
 #include "harness.h"
 #include "heapd.h"
+#include "heapd_collections.h"
 #include "layout.h"
 #include "wire.h"
 #include "check_main.h"
@@ -783,6 +785,8 @@ START_TEST(forged_init_done_is_refused)
 }
 END_TEST
 
+/* Note [Collections seen by the daemon]: each global's kind and size,
+ * and heads forged by a client reported as numbers, nothing followed. */
 START_TEST(heapctl_globals)
 {
     char cmd[512], out[4096];
@@ -792,14 +796,68 @@ START_TEST(heapctl_globals)
     harness_attach(&D, &c, &m);
     ck_assert_int_eq(heapd_global_set(m, "index", cell(m, 5)), 0);
     ck_assert_int_eq(heapd_global_set(m, "empty", NULL), 0);
+    void *map = heapd_map_new(m, HEAPD_MAP_STR, 0);
+    ck_assert_int_eq(heapd_global_set(m, "words", map), 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(heapd_map_add_str(m, heapd_global_get(m, "words"),
+                                           "abc" + i, 1, 1, NULL), 0);
+    ck_assert_int_eq(heapd_global_set(m, "jobs", heapd_queue_new(m)), 0);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(heapd_queue_push(m, heapd_global_get(m, "jobs"),
+                                          heapd_str_new(m, "job", 3)), 0);
+    ck_assert_int_eq(heapd_global_set(m, "motd",
+                                      heapd_str_new(m, "hello", 5)), 0);
+    /* a map's shape with a count of its writer's choosing, and one of
+     * an unknown map kind */
+    uint32_t forged[4] = {0x50414d48u, 0, 0xffffffffu, 0x7fffffffu};
+    void *f = heapd_alloc(m, 3, sizeof forged);
+    ck_assert_ptr_nonnull(f);
+    memcpy(heapd_bytes(f), forged, sizeof forged);
+    ck_assert_int_eq(heapd_global_set(m, "forged", f), 0);
+    forged[1] = 7;
+    f = heapd_alloc(m, 3, sizeof forged);
+    ck_assert_ptr_nonnull(f);
+    memcpy(heapd_bytes(f), forged, sizeof forged);
+    ck_assert_int_eq(heapd_global_set(m, "forged.kind", f), 0);
     snprintf(cmd, sizeof cmd, "'%s' --socket '%s' globals 2>&1",
              harness_bin("HEAPCTL_BIN"), D.sock);
     int st = harness_run(cmd, out, sizeof out);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", out);
     ck_assert_msg(strstr(out, "NAME") && strstr(out, "index") &&
                       strstr(out, "set") && strstr(out, " 32 ") &&
-                      strstr(out, "empty"),
+                      strstr(out, "empty") && strstr(out, "KIND") &&
+                      strstr(out, "3 keys") && strstr(out, "2 queued") &&
+                      strstr(out, "5 bytes") &&
+                      strstr(out, "9223372036854775807 keys"),
                   "output: %s", out);
+    heapd_client *cc = harness_control(&D);
+    heapd_global_info gi[16];
+    size_t n = 0;
+    ck_assert_int_eq(heapd_globals(cc, gi, 16, &n), 0);
+    ck_assert_uint_eq(n, 7);
+    static const struct {
+        const char *name;
+        heapd_global_kind kind;
+        uint64_t size;
+    } want[] = {{"index", HEAPD_GLOBAL_OTHER, 0},
+                {"empty", HEAPD_GLOBAL_OTHER, 0},
+                {"words", HEAPD_GLOBAL_MAP, 3},
+                {"jobs", HEAPD_GLOBAL_QUEUE, 2},
+                {"motd", HEAPD_GLOBAL_STRING, 5},
+                {"forged", HEAPD_GLOBAL_MAP, 0x7fffffffffffffffull},
+                {"forged.kind", HEAPD_GLOBAL_OTHER, 0}};
+    for (size_t w = 0; w < sizeof want / sizeof want[0]; w++) {
+        size_t i = 0;
+        while (i < n && strcmp(gi[i].name, want[w].name) != 0)
+            i++;
+        ck_assert_msg(i < n, "global %s not listed", want[w].name);
+        ck_assert_msg(gi[i].kind == want[w].kind && gi[i].size == want[w].size,
+                      "global %s: kind %d size %" PRIu64, want[w].name,
+                      (int)gi[i].kind, gi[i].size);
+    }
+    heapd_disconnect(cc);
+    harness_collect(m);
+    harness_expect_healthy(&D);
     heapd_detach(m);
     heapd_disconnect(c);
     harness_stop_clean(&D);

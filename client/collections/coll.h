@@ -10,20 +10,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collections.h"
 #include "heapd_collections.h"
 #include "runtime.h"
 
-/* The first word of a collection object's raw bytes says what it is.  A
- * tag is a check, not a guarantee: any client can write raw bytes, and
- * the collections read objects that other processes wrote; they never
- * follow a reference they did not find in a reference field, so a forged
- * tag costs only the objects its writer could reach. */
-#define COLL_TAG_STR 0x52545348u    /* "HSTR" */
-#define COLL_TAG_MAP 0x50414d48u    /* "HMAP" */
-#define COLL_TAG_TABLE 0x42415448u  /* "HTAB" */
-#define COLL_TAG_BUCKET 0x4b554248u /* "HBUK" */
-#define COLL_TAG_QUEUE 0x55455148u  /* "HQUE" */
-#define COLL_TAG_NODE 0x444f4e48u   /* "HNOD" */
+/* The first word of a collection object's raw bytes says what it is
+ * (COLL_TAG_*, and the heads the daemon reads too, in proto/collections.h:
+ * Note [Collections seen by the daemon]).  A tag is a check, not a
+ * guarantee: any client can write raw bytes, and the collections read
+ * objects that other processes wrote; they never follow a reference they
+ * did not find in a reference field, so a forged tag costs only the
+ * objects its writer could reach. */
 
 /* OBJ's raw bytes as a T (after its NREFS reference fields). */
 #define COLL_META(T, obj, nrefs) ((T *)((void **)(obj) + (nrefs)))

@@ -1039,10 +1039,10 @@ void *heapd_map_new(heapd_mutator *m, unsigned kind, size_t capacity)
     uint64_t n = MAP_MIN_SLOTS;
     while (n < capacity && n < MAP_MAX_SLOTS)
         n *= 2;
-    void *map = heapd_alloc_shared(m, MAP_NREFS, sizeof(struct map_meta));
+    void *map = heapd_alloc_shared(m, MAP_NREFS, sizeof(struct coll_map_head));
     if (!map)
         return NULL;
-    struct map_meta *mm = map_meta(map);
+    struct coll_map_head *mm = map_meta(map);
     mm->tag = COLL_TAG_MAP;
     mm->kind = kind;
     size_t root = heapd_root_push(m, map);

@@ -15,11 +15,11 @@
 
 enum { MAP_TABLE, MAP_EMPTY, MAP_FROZEN_EMPTY, MAP_NREFS };
 
-struct map_meta {
-    uint32_t tag;
-    uint32_t kind;
-    _Atomic uint64_t count;
-};
+/* the map's head: proto/collections.h (Note [Collections seen by the
+ * daemon]) */
+_Static_assert(MAP_NREFS == COLL_MAP_NREFS &&
+                   COLL_MAP_KINDS == HEAPD_MAP_IDENTITY + 1,
+               "the map's shape is proto/collections.h's");
 
 struct table_meta {
     uint32_t tag;
@@ -98,9 +98,9 @@ static inline size_t nrefs_of(const void *obj)
         __atomic_load_n((const uint64_t *)obj - 1, __ATOMIC_RELAXED));
 }
 
-static inline struct map_meta *map_meta(void *map)
+static inline struct coll_map_head *map_meta(void *map)
 {
-    return COLL_META(struct map_meta, map, MAP_NREFS);
+    return COLL_META(struct coll_map_head, map, MAP_NREFS);
 }
 
 static inline void **table_slots(void *t)
@@ -213,9 +213,9 @@ static inline bool is_map(const void *obj)
         return false;
     uint64_t h = __atomic_load_n((const uint64_t *)obj - 1, __ATOMIC_RELAXED);
     if (layout_header_nrefs(h) != MAP_NREFS ||
-        layout_header_nbytes(h) != sizeof(struct map_meta))
+        layout_header_nbytes(h) != sizeof(struct coll_map_head))
         return false;
-    const struct map_meta *mm = map_meta((void *)obj);
+    const struct coll_map_head *mm = map_meta((void *)obj);
     return mm->tag == COLL_TAG_MAP && mm->kind <= HEAPD_MAP_IDENTITY;
 }
 

@@ -63,14 +63,10 @@
 enum { Q_HEAD, Q_TAIL, Q_NREFS };
 enum { N_NEXT, N_VALUE, N_NREFS };
 
-struct queue_meta {
-    uint32_t tag;
-    _Atomic uint32_t seq;       /* the futex word */
-    _Atomic uint32_t waiters;
-    uint32_t unused;
-    _Atomic uint64_t pushed;
-    _Atomic uint64_t popped;
-};
+/* the queue's head: proto/collections.h (Note [Collections seen by the
+ * daemon]) */
+_Static_assert(Q_NREFS == COLL_QUEUE_NREFS,
+               "the queue's shape is proto/collections.h's");
 
 struct node_meta {
     uint32_t tag;
@@ -78,16 +74,17 @@ struct node_meta {
 };
 #define NODE_CLOSED 1u
 
-static inline struct queue_meta *queue_meta(void *q)
+static inline struct coll_queue_head *queue_meta(void *q)
 {
-    return COLL_META(struct queue_meta, q, Q_NREFS);
+    return COLL_META(struct coll_queue_head, q, Q_NREFS);
 }
 
 bool heapd_is_queue(const void *obj)
 {
-    return obj && heapd_nrefs(obj) == Q_NREFS &&
-           heapd_nbytes(obj) == sizeof(struct queue_meta) &&
-           queue_meta((void *)obj)->tag == COLL_TAG_QUEUE;
+    uint64_t len;
+    return obj && coll_kind_of(heapd_nrefs(obj), heapd_nbytes(obj),
+                               heapd_bytes((void *)obj),
+                               &len) == COLL_KIND_QUEUE;
 }
 
 static void *new_node(heapd_mutator *m, uint32_t flags)
@@ -108,7 +105,7 @@ static bool node_closed(void *n)
 
 void *heapd_queue_new(heapd_mutator *m)
 {
-    void *q = heapd_alloc_shared(m, Q_NREFS, sizeof(struct queue_meta));
+    void *q = heapd_alloc_shared(m, Q_NREFS, sizeof(struct coll_queue_head));
     if (!q)
         return NULL;
     queue_meta(q)->tag = COLL_TAG_QUEUE;
@@ -157,7 +154,7 @@ static int link_node(heapd_mutator *m, void **q, void *node, const char *stop)
  * value]). */
 static void wake_waiters(void *q)
 {
-    struct queue_meta *qm = queue_meta(q);
+    struct coll_queue_head *qm = queue_meta(q);
     atomic_fetch_add(&qm->seq, 1);
     if (atomic_load(&qm->waiters))
         futex_wake_all(&qm->seq);
@@ -276,7 +273,7 @@ void *heapd_queue_pop_wait(heapd_mutator *m, void *queue, unsigned timeout_ms)
             return NULL;
         }
         /* Note [Waiting for a value] */
-        struct queue_meta *qm = queue_meta(queue);
+        struct coll_queue_head *qm = queue_meta(queue);
         uint32_t seq = atomic_load(&qm->seq);
         atomic_fetch_add(&qm->waiters, 1);
         if ((v = heapd_queue_pop(m, queue)) || errno != EAGAIN) {
@@ -310,10 +307,10 @@ void *heapd_queue_pop_wait(heapd_mutator *m, void *queue, unsigned timeout_ms)
 
 size_t heapd_queue_length(const void *queue)
 {
-    if (!heapd_is_queue(queue))
-        return 0;
-    struct queue_meta *qm = queue_meta((void *)queue);
-    uint64_t popped = atomic_load(&qm->popped);
-    uint64_t pushed = atomic_load(&qm->pushed);
-    return pushed > popped ? (size_t)(pushed - popped) : 0;
+    uint64_t len;
+    return queue && coll_kind_of(heapd_nrefs(queue), heapd_nbytes(queue),
+                                 heapd_bytes((void *)queue),
+                                 &len) == COLL_KIND_QUEUE
+               ? (size_t)len
+               : 0;
 }

@@ -18,16 +18,17 @@
 
 #include "coll.h"
 
-struct str_head {
-    uint32_t tag;
-    uint32_t len;
-    uint64_t hash;
-    char data[];
-};
+/* a string's head: proto/collections.h (Note [Collections seen by the
+ * daemon]); its bytes follow it */
 
-static inline struct str_head *head_of(const void *s)
+static inline struct coll_str_head *head_of(const void *s)
 {
-    return (struct str_head *)s; /* no reference fields */
+    return (struct coll_str_head *)s; /* no reference fields */
+}
+
+static inline char *str_bytes(const struct coll_str_head *h)
+{
+    return (char *)(h + 1);
 }
 
 /* A 64-bit multiply-fold: the high and low halves of the product, xored. */
@@ -74,29 +75,27 @@ void *heapd_str_new(heapd_mutator *m, const void *bytes, size_t len)
         errno = EINVAL;
         return NULL;
     }
-    void *s = heapd_alloc(m, 0, sizeof(struct str_head) + len + 1);
+    void *s = heapd_alloc(m, 0, sizeof(struct coll_str_head) + len + 1);
     if (!s)
         return NULL;
     /* a young mutator's string is young: written here before anything
      * can move it (no safepoint in between) */
-    struct str_head *h = head_of(s);
+    struct coll_str_head *h = head_of(s);
     h->tag = COLL_TAG_STR;
     h->len = (uint32_t)len;
     h->hash = heapd_hash_bytes(bytes, len);
     if (len)
-        memcpy(h->data, bytes, len);
+        memcpy(str_bytes(h), bytes, len);
     /* the NUL is there already: heapd_alloc zeroes */
     return s;
 }
 
 bool heapd_is_str(const void *obj)
 {
-    if (!obj || heapd_nrefs(obj) != 0)
-        return false;
-    size_t nb = heapd_nbytes(obj);
-    const struct str_head *h = head_of(obj);
-    return nb > sizeof *h && h->tag == COLL_TAG_STR &&
-           (size_t)h->len + sizeof *h + 1 == nb;
+    uint64_t len;
+    return obj && coll_kind_of(heapd_nrefs(obj), heapd_nbytes(obj),
+                               heapd_bytes((void *)obj),
+                               &len) == COLL_KIND_STRING;
 }
 
 size_t heapd_str_len(const void *s)
@@ -106,7 +105,7 @@ size_t heapd_str_len(const void *s)
 
 const char *heapd_str_data(const void *s)
 {
-    return head_of(s)->data;
+    return str_bytes(head_of(s));
 }
 
 uint64_t heapd_str_hash(const void *s)
@@ -116,9 +115,9 @@ uint64_t heapd_str_hash(const void *s)
 
 int heapd_str_cmp(const void *a, const void *b)
 {
-    const struct str_head *x = head_of(a), *y = head_of(b);
+    const struct coll_str_head *x = head_of(a), *y = head_of(b);
     uint32_t n = x->len < y->len ? x->len : y->len;
-    int c = memcmp(x->data, y->data, n);
+    int c = memcmp(str_bytes(x), str_bytes(y), n);
     if (c)
         return c;
     return (x->len > y->len) - (x->len < y->len);
@@ -126,7 +125,7 @@ int heapd_str_cmp(const void *a, const void *b)
 
 bool heapd_str_eq(const void *a, const void *b)
 {
-    const struct str_head *x = head_of(a), *y = head_of(b);
+    const struct coll_str_head *x = head_of(a), *y = head_of(b);
     return a == b || (x->hash == y->hash && x->len == y->len &&
-                      memcmp(x->data, y->data, x->len) == 0);
+                      memcmp(str_bytes(x), str_bytes(y), x->len) == 0);
 }
