@@ -7,8 +7,9 @@
  * header promises: adds by four processes at once, one of them SIGKILLed
  * at a moment the test does not choose, sum to exactly what they
  * reported; of processes racing to insert one key with get-or-put,
- * exactly one inserts and every one gets its value; fetch-and-adds on an
- * object's raw bytes lose nothing while cycles run.
+ * exactly one inserts and every one gets its value; a read-modify-write
+ * of an object value by heapd_map_replace loses no update; fetch-and-adds
+ * on an object's raw bytes lose nothing while cycles run.
  */
 #include <check.h>
 #include <errno.h>
@@ -393,6 +394,93 @@ START_TEST(get_or_put_race)
 }
 END_TEST
 
+enum { RMW = 20000 };
+
+/* Add 1 to the number in the value of key "acc" RMW times, each as a
+ * read (heapd_map_get_str), a new value, and heapd_map_replace of the one
+ * read, again if another process replaced it first. */
+static int rmw_body(heapd_mutator *m, void *arg, int fd)
+{
+    (void)arg;
+    void *map = global_of(m, "t.map");
+    void *key = heapd_str_new(m, "acc", 3);
+    if (!key)
+        return 60;
+    send_u64(fd, 1);
+    uint64_t retries = 0;
+    for (unsigned i = 0; i < RMW; i++) {
+        for (;;) {
+            /* C locals hold MAP, KEY and OLD across the allocation (Note
+             * [C locals are roots]) */
+            void *old = heapd_map_get_str(m, map, "acc", 3);
+            if (!old)
+                return 61;
+            int64_t n;
+            memcpy(&n, heapd_bytes(old), sizeof n);
+            void *nv = heapd_alloc(m, 0, sizeof n);
+            if (!nv)
+                return 62;
+            n++;
+            memcpy(heapd_bytes(nv), &n, sizeof n);
+            int rc = heapd_map_replace(m, map, key, old, nv);
+            if (rc == 0)
+                break;
+            if (rc != -EAGAIN)
+                return 63;
+            retries++;
+        }
+    }
+    send_u64(fd, retries);
+    return 0;
+}
+
+/* heapd_map_replace composes into a read-modify-write of an object
+ * value: PROCS processes incrementing one key's value that way, with
+ * get-or-put making it, lose no increment. */
+START_TEST(replace_composes_a_read_modify_write)
+{
+    coll_start();
+    int rfd[PROCS], go[PROCS];
+    pid_t k[PROCS];
+    for (int i = 0; i < PROCS; i++)
+        k[i] = fork_kid(rmw_body, NULL, i == 1, &rfd[i], &go[i], NULL);
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    size_t r = shared_map(m, 0);
+    void *zero = heapd_alloc(m, 0, sizeof(int64_t));
+    ck_assert_ptr_nonnull(zero);
+    bool ins = false;
+    ck_assert_ptr_eq(heapd_map_get_or_put_str(m, heapd_root_get(m, r),
+                                              "acc", 3, zero, &ins),
+                     zero);
+    ck_assert(ins);
+    for (int i = 0; i < PROCS; i++)
+        kid_go(go[i]);
+    for (int i = 0; i < PROCS; i++)
+        ck_assert_uint_eq(recv_u64(rfd[i], "started"), 1);
+    harness_collect(m);
+    uint64_t retries = 0;
+    for (int i = 0; i < PROCS; i++) {
+        retries += recv_u64(rfd[i], "retries");
+        expect_exit0(k[i], "an incrementer");
+        close(rfd[i]);
+    }
+    void *v = heapd_map_get_str(m, heapd_root_get(m, r), "acc", 3);
+    ck_assert_ptr_nonnull(v);
+    int64_t n;
+    memcpy(&n, heapd_bytes(v), sizeof n);
+    ck_assert_msg(n == (int64_t)PROCS * RMW, "the value is %" PRId64
+                  " after %d increments (%" PRIu64 " retries)", n,
+                  PROCS * RMW, retries);
+    heapd_root_pop(m, 1);
+    harness_expect_healthy(&D);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* Fetch-and-add 1 to the 8 raw bytes of global "t.cell" N times. */
 static int atomic_body(heapd_mutator *m, void *arg, int fd)
 {
@@ -462,6 +550,7 @@ static Suite *suite(void)
     tcase_add_test(t, counter_added_by_four_processes);
     tcase_add_test(t, counter_with_an_adder_killed);
     tcase_add_test(t, get_or_put_race);
+    tcase_add_test(t, replace_composes_a_read_modify_write);
     tcase_add_test(t, atomics_on_raw_bytes);
     suite_add_tcase(s, t);
     return s;
