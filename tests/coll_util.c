@@ -163,3 +163,12 @@ size_t shared_map(heapd_mutator *m, size_t cap)
     ck_assert_int_eq(heapd_global_set(m, "t.map", heapd_root_get(m, r)), 0);
     return r;
 }
+
+void coll_finish(heapd_client *c, heapd_mutator *m, size_t roots)
+{
+    heapd_root_pop(m, roots);
+    harness_expect_healthy(&D);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}

@@ -43,5 +43,8 @@ uint64_t recv_u64(int fd, const char *what);
 void *global_of(heapd_mutator *m, const char *name);
 /* The map of global "t.map", made for CAP keys, in a root slot of M. */
 size_t shared_map(heapd_mutator *m, size_t cap);
+/* The end of a test: pop ROOTS slots of M, expect heapd healthy, detach
+ * and disconnect, stop heapd cleanly. */
+void coll_finish(heapd_client *c, heapd_mutator *m, size_t roots);
 
 #endif

@@ -1090,11 +1090,7 @@ START_TEST(queue_close)
     ck_assert_uint_eq(heapd_queue_length(heapd_root_get(m, r)), 0);
     ck_assert_int_eq(heapd_queue_close(m, heapd_root_get(m, r)), 1);
     ck_assert_int_eq(heapd_queue_close(m, heapd_alloc(m, 2, 24)), -EINVAL);
-    heapd_root_pop(m, 1);
-    harness_expect_healthy(&D);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_stop_clean(&D);
+    coll_finish(c, m, 1);
 }
 END_TEST
 
@@ -1191,11 +1187,7 @@ START_TEST(queue_closed_under_producers_and_a_waiter)
     errno = 0;
     ck_assert_ptr_null(heapd_queue_pop(m, heapd_root_get(m, r)));
     ck_assert_int_eq(errno, ESHUTDOWN);
-    heapd_root_pop(m, 1);
-    harness_expect_healthy(&D);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_stop_clean(&D);
+    coll_finish(c, m, 1);
 }
 END_TEST
 

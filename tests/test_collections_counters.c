@@ -128,11 +128,7 @@ START_TEST(counters)
     harness_collect(m);
     ck_assert_int_eq(counter_of(m, heapd_root_get(m, r), "hits"), -2);
     ck_assert_int_eq(counter_of(m, heapd_root_get(m, r), longk), 42);
-    heapd_root_pop(m, 1);
-    harness_expect_healthy(&D);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_stop_clean(&D);
+    coll_finish(c, m, 1);
 }
 END_TEST
 
@@ -189,15 +185,35 @@ START_TEST(get_or_put)
     ck_assert_int_eq(errno, EINVAL);
     ck_assert_uint_eq(heapd_map_count(heapd_root_get(m, r)), 3);
     ck_assert_int_eq(heapd_map_verify(heapd_root_get(m, r)), 3);
-    heapd_root_pop(m, 1);
-    harness_expect_healthy(&D);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_stop_clean(&D);
+    coll_finish(c, m, 1);
 }
 END_TEST
 
 /* ---- processes at once ---- */
+
+/* PROCS kids running BODY with ARGS[i] (kid YOUNG young), their pipes. */
+struct kids {
+    pid_t k[PROCS];
+    int rfd[PROCS], go[PROCS];
+};
+
+static void kids_fork(struct kids *ks,
+                      int (*body)(heapd_mutator *m, void *arg, int fd),
+                      void *const args[PROCS], int young)
+{
+    for (int i = 0; i < PROCS; i++)
+        ks->k[i] = fork_kid(body, args[i], i == young, &ks->rfd[i],
+                            &ks->go[i], NULL);
+}
+
+/* Let them go, and wait until each said it started. */
+static void kids_go(struct kids *ks)
+{
+    for (int i = 0; i < PROCS; i++)
+        kid_go(ks->go[i]);
+    for (int i = 0; i < PROCS; i++)
+        ck_assert_uint_eq(recv_u64(ks->rfd[i], "started"), 1);
+}
 
 /* What an adder tells the test through memory shared before the fork:
  * adds done, and whether one is under way (set before the call, cleared
@@ -245,21 +261,20 @@ static void adders(bool kill_one)
                               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ck_assert(p != MAP_FAILED);
     struct adder a[PROCS];
-    int rfd[PROCS], go[PROCS];
-    pid_t k[PROCS];
+    void *args[PROCS];
     for (int i = 0; i < PROCS; i++) {
         a[i] = (struct adder){.p = &p[i], .n = ADDS};
-        k[i] = fork_kid(add_body, &a[i], i == PROCS - 1, &rfd[i], &go[i],
-                        NULL);
+        args[i] = &a[i];
     }
+    struct kids ks;
+    kids_fork(&ks, add_body, args, PROCS - 1);
+    pid_t *k = ks.k;
+    int *rfd = ks.rfd;
     heapd_client *c;
     heapd_mutator *m;
     harness_attach(&D, &c, &m);
     size_t r = shared_map(m, 0);
-    for (int i = 0; i < PROCS; i++)
-        kid_go(go[i]);
-    for (int i = 0; i < PROCS; i++)
-        ck_assert_uint_eq(recv_u64(rfd[i], "started"), 1);
+    kids_go(&ks);
     /* cycles while they add: the counter's buckets are garbage at once */
     uint64_t at = 1000 + (uint64_t)getpid() % (ADDS / 4);
     while (atomic_load(&p[0].done) < at) {
@@ -297,11 +312,7 @@ static void adders(bool kill_one)
         ck_assert_int_eq(got, (int64_t)PROCS * ADDS);
     }
     ck_assert_int_eq(heapd_map_verify(heapd_root_get(m, r)), 1);
-    heapd_root_pop(m, 1);
-    harness_expect_healthy(&D);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_stop_clean(&D);
+    coll_finish(c, m, 1);
     munmap(p, PROCS * sizeof *p);
 }
 
@@ -356,19 +367,18 @@ static int race_body(heapd_mutator *m, void *arg, int fd)
 START_TEST(get_or_put_race)
 {
     coll_start();
-    int rfd[PROCS], go[PROCS];
-    pid_t k[PROCS];
+    void *args[PROCS];
     for (int i = 0; i < PROCS; i++)
-        k[i] = fork_kid(race_body, (void *)(uintptr_t)(i + 1), i == 0,
-                        &rfd[i], &go[i], NULL);
+        args[i] = (void *)(uintptr_t)(i + 1);
+    struct kids ks;
+    kids_fork(&ks, race_body, args, 0);
+    pid_t *k = ks.k;
+    int *rfd = ks.rfd;
     heapd_client *c;
     heapd_mutator *m;
     harness_attach(&D, &c, &m);
     size_t r = shared_map(m, 0);
-    for (int i = 0; i < PROCS; i++)
-        kid_go(go[i]);
-    for (int i = 0; i < PROCS; i++)
-        ck_assert_uint_eq(recv_u64(rfd[i], "started"), 1);
+    kids_go(&ks);
     uint64_t won = 0;
     static uint64_t first[RACE_KEYS];
     for (int i = 0; i < PROCS; i++) {
@@ -386,11 +396,7 @@ START_TEST(get_or_put_race)
     }
     ck_assert_uint_eq(won, RACE_KEYS);
     ck_assert_int_eq(heapd_map_verify(heapd_root_get(m, r)), RACE_KEYS);
-    heapd_root_pop(m, 1);
-    harness_expect_healthy(&D);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_stop_clean(&D);
+    coll_finish(c, m, 1);
 }
 END_TEST
 
@@ -440,10 +446,11 @@ static int rmw_body(heapd_mutator *m, void *arg, int fd)
 START_TEST(replace_composes_a_read_modify_write)
 {
     coll_start();
-    int rfd[PROCS], go[PROCS];
-    pid_t k[PROCS];
-    for (int i = 0; i < PROCS; i++)
-        k[i] = fork_kid(rmw_body, NULL, i == 1, &rfd[i], &go[i], NULL);
+    void *const args[PROCS] = {NULL};
+    struct kids ks;
+    kids_fork(&ks, rmw_body, args, 1);
+    pid_t *k = ks.k;
+    int *rfd = ks.rfd;
     heapd_client *c;
     heapd_mutator *m;
     harness_attach(&D, &c, &m);
@@ -455,10 +462,7 @@ START_TEST(replace_composes_a_read_modify_write)
                                               "acc", 3, zero, &ins),
                      zero);
     ck_assert(ins);
-    for (int i = 0; i < PROCS; i++)
-        kid_go(go[i]);
-    for (int i = 0; i < PROCS; i++)
-        ck_assert_uint_eq(recv_u64(rfd[i], "started"), 1);
+    kids_go(&ks);
     harness_collect(m);
     uint64_t retries = 0;
     for (int i = 0; i < PROCS; i++) {
@@ -473,11 +477,7 @@ START_TEST(replace_composes_a_read_modify_write)
     ck_assert_msg(n == (int64_t)PROCS * RMW, "the value is %" PRId64
                   " after %d increments (%" PRIu64 " retries)", n,
                   PROCS * RMW, retries);
-    heapd_root_pop(m, 1);
-    harness_expect_healthy(&D);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_stop_clean(&D);
+    coll_finish(c, m, 1);
 }
 END_TEST
 
@@ -501,21 +501,20 @@ static int atomic_body(heapd_mutator *m, void *arg, int fd)
 START_TEST(atomics_on_raw_bytes)
 {
     coll_start();
-    int rfd[PROCS], go[PROCS];
-    pid_t k[PROCS];
+    void *args[PROCS];
     for (int i = 0; i < PROCS; i++)
-        k[i] = fork_kid(atomic_body, (void *)(uintptr_t)ADDS, i == 0,
-                        &rfd[i], &go[i], NULL);
+        args[i] = (void *)(uintptr_t)ADDS;
+    struct kids ks;
+    kids_fork(&ks, atomic_body, args, 0);
+    pid_t *k = ks.k;
+    int *rfd = ks.rfd;
     heapd_client *c;
     heapd_mutator *m;
     harness_attach(&D, &c, &m);
     void *cell = heapd_alloc(m, 0, sizeof(uint64_t));
     ck_assert_ptr_nonnull(cell);
     ck_assert_int_eq(heapd_global_set(m, "t.cell", cell), 0);
-    for (int i = 0; i < PROCS; i++)
-        kid_go(go[i]);
-    for (int i = 0; i < PROCS; i++)
-        ck_assert_uint_eq(recv_u64(rfd[i], "started"), 1);
+    kids_go(&ks);
     harness_collect(m);
     harness_collect(m);
     uint64_t total = 0;
@@ -530,10 +529,7 @@ START_TEST(atomics_on_raw_bytes)
     ck_assert_uint_eq(__atomic_load_n((uint64_t *)heapd_bytes(cell),
                                       __ATOMIC_RELAXED),
                       (uint64_t)PROCS * ADDS);
-    harness_expect_healthy(&D);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_stop_clean(&D);
+    coll_finish(c, m, 0);
 }
 END_TEST
 

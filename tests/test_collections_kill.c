@@ -195,11 +195,7 @@ static void op_killed_before_its_swap(bool get_or_put)
     ck_assert_int_eq(x, 11);
     harness_collect(m);
     ck_assert_int_eq(heapd_map_verify(heapd_root_get(m, r)), 2);
-    heapd_root_pop(m, 1);
-    harness_expect_healthy(&D);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_stop_clean(&D);
+    coll_finish(c, m, 1);
 }
 
 START_TEST(add_killed_before_its_swap)
@@ -365,11 +361,7 @@ START_TEST(queue_killed_closing)
     ck_assert_ptr_null(heapd_queue_pop_wait(m, heapd_root_get(m, r), 0));
     ck_assert_int_eq(errno, ESHUTDOWN);
     ck_assert_int_eq(heapd_queue_close(m, heapd_root_get(m, r)), 1);
-    heapd_root_pop(m, 1);
-    harness_expect_healthy(&D);
-    heapd_detach(m);
-    heapd_disconnect(c);
-    harness_stop_clean(&D);
+    coll_finish(c, m, 1);
 }
 END_TEST
 
