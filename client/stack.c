@@ -224,9 +224,9 @@ long stack_scan_range(uintptr_t from, uintptr_t to, uintptr_t lo,
  *     whose header is not a header but the object's bytes; nothing in the
  *     heap marks such a segment (only the daemon's table knows it).  So
  *     the segments before it are read back, as far as the longest run the
- *     largest object needs, for the first recognised header: a LARGE one
- *     whose run covers P gives its object; any other means P is in no
- *     object.
+ *     heap has had (Note [The longest large run] in proto/layout.h), for
+ *     the first recognised header: a LARGE one whose run covers P gives
+ *     its object; any other means P is in no object.
  * Measured: 7 ns for an address in a small segment; back over a run,
  * 0.2 us from 100 segments into it, 7.7 us from 999.
  * Limits that follow from the heap holding no record of a run's later
@@ -239,7 +239,8 @@ long stack_scan_range(uintptr_t from, uintptr_t to, uintptr_t lo,
  *     reads back as far as the longest run, and the first read of a
  *     header in a punched segment commits a page of the memfd (measured:
  *     4 KiB each), which the daemon punches again (Note [Free memory
- *     stays free] in daemon/gc/purge.c).
+ *     stays free] in daemon/gc/purge.c): in a heap that never had a
+ *     large run, only P's own segment's.
  * A record per segment of its run's head, written by the daemon, would
  * end both.
  */
@@ -348,11 +349,15 @@ void *stack_object_of(heapd_client *c, uintptr_t p, uint8_t *mark)
         break;
     }
     /* a later segment of a large run, or no object's: read back as far
-     * as the longest run (Note [Resolving an interior pointer]) */
+     * as the longest run the heap has had, never past what the largest
+     * object needs (Note [The longest large run] in proto/layout.h) */
     uint64_t longest =
         (LAYOUT_LARGE_OBJECT +
          layout_object_size(LAYOUT_FIELD_MAX, LAYOUT_FIELD_MAX) +
          c->segment_size - 1) >> c->seg_shift;
+    uint32_t had = atomic_load_explicit(&c->ctl->large_run_max,
+                                        memory_order_acquire);
+    longest = had < longest ? had : longest;
     uint32_t stop = s - c->first_segment < longest
                         ? c->first_segment
                         : (uint32_t)(s - longest + 1);

@@ -142,8 +142,10 @@
  * table's counters that sum them), and young_promoting.
  * 17: a slot's young_held_bytes (Note [Young memory and the heap goal]
  * in daemon/gc/collector.c).
- * 18: a size class of 2^n + 8 bytes per doubling (79 classes). */
-#define LAYOUT_VERSION 18u
+ * 18: a size class of 2^n + 8 bytes per doubling (79 classes).
+ * 19: large_run_max in the daemon's page (Note [The longest large
+ * run]). */
+#define LAYOUT_VERSION 19u
 
 #define LAYOUT_MIN_SEGMENT_SIZE (16u * 1024u)
 #define LAYOUT_MAX_SEGMENT_SIZE (1u << 30)
@@ -647,6 +649,9 @@ struct layout_control {
     /* collector state, shared with running mutators */
     alignas(64) _Atomic uint32_t epoch;  /* Note [Epoch-tagged marks] */
     _Atomic uint32_t phase;              /* enum layout_phase */
+    /* the most segments a large run of the heap has had: Note [The
+     * longest large run] */
+    _Atomic uint32_t large_run_max;
 
     /* the global roots' names, states and owners (Note [Global roots]) */
     alignas(64) struct layout_global globals[LAYOUT_MAX_GLOBALS];
@@ -662,6 +667,26 @@ _Static_assert(sizeof(struct layout_control) <= LAYOUT_CONTROL_BYTES,
 _Static_assert(offsetof(struct layout_control, global_values) ==
                    LAYOUT_DAEMON_BYTES,
                "the daemon's page holds exactly the daemon's words");
+
+/* Note [The longest large run]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * Only a large run's first segment has a header: its later ones hold the
+ * object's bytes.  So a client resolving an address in a segment with no
+ * header it knows (Note [Resolving an interior pointer] in client/stack.c)
+ * reads the headers of the segments before it, for a large run that
+ * covers it, as far back as the longest run may reach.  large_run_max, in
+ * the daemon's page, says how far that is: the most segments of any
+ * large run the heap has had, a high-water mark the daemon raises before
+ * it answers the grant of a longer run (seg_grant_large), kept with the
+ * heap across restarts as the whole page is (Note [Heaps across
+ * restarts]).  A client can hold an address in a run only after the
+ * run's grant, so it reads a bound at least that long.  Bounded by the largest object
+ * instead (18,433 segments of 128 KiB), one stale stack word in a free
+ * segment read that many punched headers, committing a page of each: in
+ * the shared map's benchmark 18,433 to 55,299 segments punched again by
+ * the daemon and a 40 ms stop per run, where its largest run is none.
+ * No client can write the daemon's page, so none can shorten another's
+ * walk. */
 
 /* Segments the control area occupies for a given segment size. */
 static inline uint32_t layout_control_segments(uint64_t segment_size)

@@ -557,6 +557,9 @@ START_TEST(a_freed_large_run_is_no_object)
     uint8_t *mk = layout_seg_marks((void *)head);
     uintptr_t in = (uintptr_t)heapd_bytes(o) + nbytes - 1;
     ck_assert_ptr_eq(object_of(c, in, NULL), o);
+    /* Note [The longest large run]: heapd said so before the grant */
+    ck_assert_uint_ge(atomic_load(&c->ctl->large_run_max),
+                      (in >> c->seg_shift) - (head >> c->seg_shift) + 1);
     uint8_t was = __atomic_load_n(mk, __ATOMIC_RELAXED);
     __atomic_store_n(mk, 0, __ATOMIC_RELAXED);
     uint8_t mark = 99;
@@ -590,6 +593,10 @@ static heapd_client *fake_heap(unsigned shift, uint32_t segs)
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     ck_assert_ptr_ne(c->base, MAP_FAILED);
     c->first_segment = 1;
+    /* segment 0 is the control area; the daemon would have granted runs
+     * as long as the heap (Note [The longest large run]) */
+    c->ctl = c->base;
+    atomic_store(&c->ctl->large_run_max, segs);
     for (unsigned k = 0; k < LAYOUT_NCLASSES; k++) {
         layout_small_geometry(c->segment_size, k, &c->small_nblocks[k],
                               &c->small_first[k]);
@@ -652,6 +659,14 @@ START_TEST(nonsense_resolves_to_nothing)
     *mark2 = LAYOUT_MARK_CONT;
     ck_assert_ptr_null(object_of(c, p, NULL));
     *mark2 = 7;
+    /* Note [The longest large run]: no walk past the longest run the
+     * heap has had */
+    atomic_store(&c->ctl->large_run_max, 2);
+    ck_assert_ptr_null(object_of(c, p, NULL));
+    atomic_store(&c->ctl->large_run_max, 0);
+    ck_assert_ptr_null(object_of(c, p, NULL));
+    atomic_store(&c->ctl->large_run_max, 3);
+    ck_assert_ptr_eq(object_of(c, p, NULL), obj2);
     /* a recognised header in between ends the walk: a small segment */
     fake_seg(c, 3)->kind = LAYOUT_SEG_SMALL;
     fake_seg(c, 3)->size_class = 3;

@@ -781,6 +781,16 @@ static int free_run_zeroed(struct heap *h, uint32_t need, uint32_t *start)
     return 0;
 }
 
+/* Raise the heap's longest large run to RUN segments if it is shorter:
+ * Note [The longest large run] in proto/layout.h. */
+static void publish_run(struct heap *h, uint32_t run)
+{
+    ASSERT_LOCK_HELD(&h->lock);
+    _Atomic uint32_t *max = &h->control->large_run_max;
+    if (atomic_load_explicit(max, memory_order_relaxed) < run)
+        atomic_store_explicit(max, run, memory_order_release);
+}
+
 int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
                     uint32_t quota_segs, uint64_t bytes, uint32_t *first,
                     uint32_t *run)
@@ -814,6 +824,7 @@ int seg_grant_large(struct heap *h, uint64_t owner, uint32_t *held,
     }
     t->n_large++;
     charge_fresh(t, &t->segs[start], need << h->seg_shift);
+    publish_run(h, (uint32_t)need); /* before the grant's answer */
     *first = start;
     *run = (uint32_t)need;
     return 0;
