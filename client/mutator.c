@@ -688,6 +688,16 @@ int mutator_closed(const heapd_mutator *m)
     return rc;
 }
 
+const struct layout_control *mutator_control(const heapd_mutator *m)
+{
+    return m->ctl;
+}
+
+uint64_t mutator_client_id(const heapd_mutator *m)
+{
+    return m->c->client_id;
+}
+
 /* Note [Pushing roots without a safepoint]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * A library call handed several references (heapd_map_put's map, key

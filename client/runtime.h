@@ -13,6 +13,8 @@
 
 #include "heapd.h"
 
+struct layout_control;
+
 /* Record the calling thread's error message (heapd_last_error); returns
  * CODE. */
 int client_set_error(int code, const char *fmt, ...)
@@ -32,5 +34,10 @@ int mutator_closed(const heapd_mutator *m);
  * run's granules (Note [Runs] in proto/layout.h) or its large object's
  * segments; at least its size, header included. */
 uint64_t client_block_bytes(const heapd_mutator *m, const void *obj);
+
+/* M's heap's control area (proto/layout.h), and the id heapd gave M's
+ * client (Note [Live clients] there). */
+const struct layout_control *mutator_control(const heapd_mutator *m);
+uint64_t mutator_client_id(const heapd_mutator *m);
 
 #endif

@@ -193,8 +193,17 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
                       strerror(-rc));
             return rc;
         }
+        /* listed alive before it can act on the Welcome (Note [Live
+         * clients] in proto/layout.h, Note [Resuming clients]) */
+        if (!resumed)
+            resume_register(heap, c);
         int fds[3] = {heap->fd, heap->page_ro_fd, c->mem_fd};
         rc = conn_send_with_fds(c, &env, fds, 3);
+        if (rc < 0 && !resumed) {
+            heap_lock(heap);
+            resume_unregister(heap, c->id);
+            heap_unlock(heap);
+        }
     } else {
         w.heap = (char *)"";
         rc = conn_send(c, &env);
@@ -208,8 +217,6 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
         c->heap = heap;
         c->named_heap = heap;
         heap->clients++;
-        if (!resumed)
-            resume_register(heap, c); /* Note [Resuming clients] */
     }
     c->state = CONN_READY;
     conn_welcomed(c);
@@ -906,7 +913,7 @@ static int handle_globals_request(struct conn *c, uint64_t seq)
             info[n].kind = coll_kind_of(
                 nrefs, nbytes,
                 (const void *const *)ref.obj + nrefs,
-                &info[n].size);
+                &info[n].size, &info[n].leases);
         }
         info[n].owner = st == LAYOUT_GLOBAL_INITIALIZING ? g->owner : 0;
         ptr[n] = &info[n];

@@ -59,6 +59,35 @@ static inline int futex_spin_wait(_Atomic uint32_t *word, uint32_t val,
     return futex_wait(word, val, timeout_ns);
 }
 
+/* Sleep while *W1 == V1 and *W2 == V2, at most TIMEOUT_NS (0: no limit):
+ * futex_wait on two words (futex_waitv, Linux 5.16).  Returns as
+ * futex_wait.  A kernel without futex_waitv sleeps on W1 alone for at
+ * most 10 ms a time, and the caller looks again. */
+static inline int futex_wait2(_Atomic uint32_t *w1, uint32_t v1,
+                              _Atomic uint32_t *w2, uint32_t v2,
+                              uint64_t timeout_ns)
+{
+    struct futex_waitv wv[2] = {
+        {.val = v1, .uaddr = (uintptr_t)w1, .flags = FUTEX_32},
+        {.val = v2, .uaddr = (uintptr_t)w2, .flags = FUTEX_32},
+    };
+    struct timespec ts;
+    if (timeout_ns) { /* futex_waitv's timeout is absolute */
+        uint64_t at = monotonic_ns() + timeout_ns;
+        ts.tv_sec = (time_t)(at / 1000000000u);
+        ts.tv_nsec = (long)(at % 1000000000u);
+    }
+    long r = syscall(__NR_futex_waitv, wv, 2u, 0u, timeout_ns ? &ts : NULL,
+                     CLOCK_MONOTONIC);
+    if (r >= 0 || errno == EAGAIN)
+        return 0;
+    if (errno == ENOSYS)
+        return futex_wait(w1, v1, timeout_ns && timeout_ns < 10000000u
+                                      ? timeout_ns
+                                      : 10000000u);
+    return -errno;
+}
+
 static inline void futex_wake_all(_Atomic uint32_t *word)
 {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);

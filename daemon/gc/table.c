@@ -107,6 +107,7 @@
 #include "globals.h"
 #include "heap.h"
 #include "log.h"
+#include "futex.h"
 #include "kept.h"
 
 #define TABLE_MAGIC 0x3162746470616568ull /* "heapdtb1", little-endian */
@@ -364,6 +365,23 @@ bool table_seal(struct heap *h)
 static int registry_recover(struct heap *h, struct resume_client **kept,
                             uint32_t *odd, char *why, size_t n);
 
+_Static_assert(TABLE_CLIENTS == LAYOUT_LIVE_CLIENTS,
+               "live[] mirrors the registry: Note [Live clients]");
+
+/* The daemon's page mirrors registry record K in live[K] (Note [Live
+ * clients] in proto/layout.h): ID there now, 0 for none.  A client that
+ * leaves bumps live_gen and wakes its sleepers. */
+static void live_set(struct heap *h, unsigned k, uint64_t id)
+{
+    ASSERT_LOCK_HELD(&h->lock);
+    struct layout_control *c = h->control;
+    uint64_t was = atomic_exchange(&c->live[k], id);
+    if (was != 0 && was != id) {
+        atomic_fetch_add(&c->live_gen, 1);
+        futex_wake_all(&c->live_gen);
+    }
+}
+
 /* Is ID one of KEPT's? */
 static bool kept_id(const struct resume_client *kept, uint64_t id)
 {
@@ -406,6 +424,9 @@ int table_take_back(struct heap *h, char *why, size_t n,
 
     if ((rc = registry_recover(h, kept, &odd, why, n)) < 0)
         goto out;
+    /* Note [Live clients]: the clients kept are alive, no other */
+    for (unsigned k = 0; k < TABLE_CLIENTS; k++)
+        live_set(h, k, atomic_load(&hd->clients[k].valid));
     if (odd)
         not_clean(h, clean, "its registry names clients or slots no heapd "
                   "writes");
@@ -498,6 +519,7 @@ void table_client_add(struct heap *h, uint64_t id, const uint8_t *token,
         snprintf(r->name, sizeof r->name, "%s", name);
         r->granted = 0;
         atomic_store(&r->valid, id); /* last: the record is whole */
+        live_set(h, k, id);
         return;
     }
     /* full: this client is not kept if heapd is killed */
@@ -515,9 +537,12 @@ static struct table_client *client_of(struct heap *h, uint64_t id)
 void table_client_remove(struct heap *h, uint64_t id)
 {
     ASSERT_LOCK_HELD(&h->lock);
+    struct table_header *hd = h->table;
     struct table_client *r = client_of(h, id);
-    if (r)
+    if (r) {
         atomic_store(&r->valid, 0);
+        live_set(h, (unsigned)(r - hd->clients), 0);
+    }
 }
 
 void table_client_granted(struct heap *h, uint64_t id, uint64_t granted)

@@ -50,7 +50,7 @@ bool table_seal(struct heap *h);
 /* With heap->lock held: the registry's records of a mutator client
  * welcomed, gone, or granted GRANTED bytes so far; slot SLOT attached to
  * CLIENT (0: freed). */
-#define TABLE_CLIENTS 1024u
+#define TABLE_CLIENTS 1024u /* LAYOUT_LIVE_CLIENTS: Note [Live clients] */
 void table_client_add(struct heap *h, uint64_t id, const uint8_t *token,
                       pid_t pid, uid_t uid, gid_t gid, uint64_t start,
                       const char *name);
