@@ -379,6 +379,7 @@ int heapd_globals(heapd_client *c, heapd_global_info *out, size_t max,
                           ? (heapd_global_kind)g->kind
                           : HEAPD_GLOBAL_OTHER;
         out[i].size = g->size;
+        out[i].leases = g->leases;
     }
 out:
     heapd__envelope__free_unpacked(rep, NULL);

@@ -725,6 +725,7 @@ typedef struct heapd_global_info {
     heapd_global_kind kind;
     uint64_t size;          /* a map's keys, a queue's length, a string's
                                bytes; 0 for any other object */
+    uint64_t leases;        /* a queue's leases held; 0 for any other */
 } heapd_global_info;
 
 /* List the heap's globals (heapctl globals): up to MAX into OUT, the total

@@ -684,10 +684,11 @@ int main(int argc, char **argv)
                                                 "string"};
             static const char *const sizes[] = {"", "keys", "queued",
                                                 "bytes"};
-            printf("%-40s %-13s %-16s %12s %-7s %-18s %s\n", "NAME", "STATE",
-                   "TARGET", "BYTES", "KIND", "SIZE", "OWNER");
+            printf("%-40s %-13s %-16s %12s %-7s %-18s %8s %s\n", "NAME",
+                   "STATE", "TARGET", "BYTES", "KIND", "SIZE", "LEASES",
+                   "OWNER");
             for (size_t i = 0; i < n && i < 256; i++) {
-                char owner[32] = "-", size[32] = "-";
+                char owner[32] = "-", size[32] = "-", leases[24] = "-";
                 if (g[i].owner)
                     snprintf(owner, sizeof owner, "client %" PRIu64,
                              g[i].owner);
@@ -695,13 +696,15 @@ int main(int argc, char **argv)
                 if (k && g[i].target)
                     snprintf(size, sizeof size, "%" PRIu64 " %s", g[i].size,
                              sizes[k]);
+                if (k == HEAPD_GLOBAL_QUEUE && g[i].target)
+                    snprintf(leases, sizeof leases, "%" PRIu64, g[i].leases);
                 printf("%-40s %-13s 0x%-14" PRIx64 " %12" PRIu64
-                       " %-7s %-18s %s\n",
+                       " %-7s %-18s %8s %s\n",
                        g[i].name,
                        g[i].state >= 0 && g[i].state < 4 ? states[g[i].state]
                                                          : "?",
                        g[i].target, g[i].target_bytes,
-                       g[i].target ? kinds[k] : "-", size, owner);
+                       g[i].target ? kinds[k] : "-", size, leases, owner);
             }
         }
         heapd_disconnect(c);

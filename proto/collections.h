@@ -47,16 +47,19 @@ struct coll_map_head {
     _Atomic uint64_t count;
 };
 
-/* A queue: COLL_QUEUE_NREFS reference fields (head, tail), then this
- * head, and nothing else. */
-#define COLL_QUEUE_NREFS 2
+/* A queue: COLL_QUEUE_NREFS reference fields (head, tail, cursor), then
+ * this head, and nothing else. */
+#define COLL_QUEUE_NREFS 3
 struct coll_queue_head {
     uint32_t tag;
     _Atomic uint32_t seq;       /* the futex word */
     _Atomic uint32_t waiters;
-    uint32_t unused;
+    _Atomic uint32_t seen_gen;  /* live_gen at the last lease scan */
     _Atomic uint64_t pushed;
-    _Atomic uint64_t popped;
+    _Atomic uint64_t popped;    /* values taken from the waiting ones */
+    _Atomic uint64_t leased;    /* leases granted, taken back ones too */
+    _Atomic uint64_t released;  /* leases ended: acked or taken back */
+    _Atomic uint64_t next_due;  /* ms: the soonest lease deadline */
 };
 
 enum coll_kind {
@@ -68,14 +71,17 @@ enum coll_kind {
 
 /* What an object of NREFS reference fields and NBYTES raw bytes at RAW
  * is (Note [Collections seen by the daemon]), and in *SIZE a map's keys,
- * a queue's length or a string's bytes (0 for any other object).  Reads
+ * a queue's length or a string's bytes (0 for any other object), in
+ * *HELD a queue's leases held (0 for any other).  Reads
  * only RAW[0..NBYTES), with relaxed loads: another process may be
  * changing it. */
 static inline enum coll_kind coll_kind_of(uint64_t nrefs, uint64_t nbytes,
-                                          const void *raw, uint64_t *size)
+                                          const void *raw, uint64_t *size,
+                                          uint64_t *held)
 {
     uint32_t tag = 0;
     *size = 0;
+    *held = 0;
     if (nbytes >= sizeof tag)
         tag = __atomic_load_n((const uint32_t *)raw, __ATOMIC_RELAXED);
     if (nrefs == COLL_MAP_NREFS && nbytes == sizeof(struct coll_map_head) &&
@@ -94,6 +100,11 @@ static inline enum coll_kind coll_kind_of(uint64_t nrefs, uint64_t nbytes,
         uint64_t pushed = atomic_load_explicit(&q->pushed,
                                                memory_order_relaxed);
         *size = pushed > popped ? pushed - popped : 0;
+        uint64_t released = atomic_load_explicit(&q->released,
+                                                 memory_order_relaxed);
+        uint64_t leased = atomic_load_explicit(&q->leased,
+                                               memory_order_relaxed);
+        *held = leased > released ? leased - released : 0;
         return COLL_KIND_QUEUE;
     }
     if (nrefs == 0 && nbytes > sizeof(struct coll_str_head) &&

@@ -4,6 +4,7 @@
  * after a word on a pipe and report words back. */
 #include <check.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,43 @@ size_t shared_map(heapd_mutator *m, size_t cap)
     ck_assert_ptr_nonnull(heapd_root_get(m, r));
     ck_assert_int_eq(heapd_global_set(m, "t.map", heapd_root_get(m, r)), 0);
     return r;
+}
+
+struct stop_wait {
+    pid_t kid;
+};
+
+static bool kid_stopped(void *arg, char *seen, size_t n)
+{
+    struct stop_wait *w = arg;
+    int st;
+    pid_t r = waitpid(w->kid, &st, WUNTRACED | WNOHANG);
+    ck_assert_int_ge(r, 0);
+    if (r == w->kid) {
+        ck_assert_msg(WIFSTOPPED(st), "the kid ended before it stopped "
+                      "(status 0x%x, exit %d)", st,
+                      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        return true;
+    }
+    snprintf(seen, n, "the kid runs");
+    return false;
+}
+
+void wait_stopped(pid_t k, const char *point)
+{
+    struct stop_wait w = {k};
+    char what[96];
+    snprintf(what, sizeof what, "the kid to stop itself at %s", point);
+    harness_wait_until(kid_stopped, &w, what);
+}
+
+void kill_stopped(pid_t k, const char *point)
+{
+    wait_stopped(k, point);
+    ck_assert_int_eq(kill(k, SIGKILL), 0);
+    int st = harness_wait_pid(k, HARNESS_WAIT_MS);
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+                  "the kid was not killed (status 0x%x)", st);
 }
 
 void coll_finish(heapd_client *c, heapd_mutator *m, size_t roots)

@@ -36,6 +36,10 @@ pid_t fork_kid(int (*body)(heapd_mutator *m, void *arg, int fd), void *arg,
 void kid_go(int go);
 /* Kid K exited with 0 (bounded wait), else the test fails naming WHO. */
 void expect_exit0(pid_t k, const char *who);
+/* Wait (bounded) until kid K has stopped itself at POINT (its
+ * HEAPD_COLL_STOP_IN); kill_stopped then SIGKILLs it there. */
+void wait_stopped(pid_t k, const char *point);
+void kill_stopped(pid_t k, const char *point);
 /* A word between a kid and the test. */
 void send_u64(int fd, uint64_t v);
 uint64_t recv_u64(int fd, const char *what);

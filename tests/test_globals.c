@@ -802,9 +802,12 @@ START_TEST(heapctl_globals)
         ck_assert_int_eq(heapd_map_add_str(m, heapd_global_get(m, "words"),
                                            "abc" + i, 1, 1, NULL), 0);
     ck_assert_int_eq(heapd_global_set(m, "jobs", heapd_queue_new(m)), 0);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         ck_assert_int_eq(heapd_queue_push(m, heapd_global_get(m, "jobs"),
                                           heapd_str_new(m, "job", 3)), 0);
+    heapd_lease lease; /* one of the three leased: 2 queued, 1 lease */
+    ck_assert_ptr_nonnull(heapd_queue_pop_lease(m, heapd_global_get(m, "jobs"),
+                                                0, &lease));
     ck_assert_int_eq(heapd_global_set(m, "motd",
                                       heapd_str_new(m, "hello", 5)), 0);
     /* a map's shape with a count of its writer's choosing, and one of
@@ -827,6 +830,7 @@ START_TEST(heapctl_globals)
                       strstr(out, "set") && strstr(out, " 32 ") &&
                       strstr(out, "empty") && strstr(out, "KIND") &&
                       strstr(out, "3 keys") && strstr(out, "2 queued") &&
+                      strstr(out, "LEASES") &&
                       strstr(out, "5 bytes") &&
                       strstr(out, "9223372036854775807 keys"),
                   "output: %s", out);
@@ -854,6 +858,7 @@ START_TEST(heapctl_globals)
         ck_assert_msg(gi[i].kind == want[w].kind && gi[i].size == want[w].size,
                       "global %s: kind %d size %" PRIu64, want[w].name,
                       (int)gi[i].kind, gi[i].size);
+        ck_assert_uint_eq(gi[i].leases, want[w].kind == HEAPD_GLOBAL_QUEUE);
     }
     heapd_disconnect(cc);
     harness_collect(m);

@@ -272,6 +272,42 @@ HEAPD_API int heapd_queue_close(heapd_mutator *m, void *queue);
  * a process killed inside a push or a pop leaves it off by one. */
 HEAPD_API size_t heapd_queue_length(const void *queue);
 
+/* Leased delivery: at least once, with nothing lost to a consumer that
+ * dies (Note [Leased delivery] in client/collections/queue.c).
+ * heapd_queue_pop_lease takes the oldest value as heapd_queue_pop does,
+ * but under a lease owned by the caller's client, which *LEASE names
+ * (keep it in a local or a root, as any reference, until the ack).
+ * heapd_queue_ack ends the lease.  If heapd sees the client leave first
+ * (killed, crashed, evicted, disconnected) or LEASE_MS passes (0: no
+ * deadline), the value is delivered again to the next pop of either kind,
+ * ahead of every value pushed after it, once; a plain pop's delivery
+ * stays at most once.  A value leased out counts in heapd_queue_leases,
+ * not in heapd_queue_length; a closed queue says ESHUTDOWN only once every
+ * lease has ended. */
+typedef struct heapd_lease {
+    void *node_;     /* private */
+    uint64_t token_; /* private */
+} heapd_lease;
+/* As heapd_queue_pop, and errno EUSERS if heapd does not list this client
+ * among the heap's live clients (more than it can list).  Not a
+ * safepoint. */
+HEAPD_API void *heapd_queue_pop_lease(heapd_mutator *m, void *queue,
+                                      unsigned lease_ms, heapd_lease *lease);
+/* As heapd_queue_pop_wait, and errno EUSERS as heapd_queue_pop_lease; a
+ * waiter wakes when a lease comes back.  Safepoint. */
+HEAPD_API void *heapd_queue_pop_lease_wait(heapd_mutator *m, void *queue,
+                                           unsigned lease_ms,
+                                           unsigned timeout_ms,
+                                           heapd_lease *lease);
+/* End LEASE: 0, -ESTALE if it had ended already (its deadline passed or
+ * heapd counted this client gone, and the value went to another
+ * consumer), -EINVAL (not a queue, not a lease, acked already).  Not a
+ * safepoint. */
+HEAPD_API int heapd_queue_ack(heapd_mutator *m, void *queue,
+                              heapd_lease *lease);
+/* Leases QUEUE's consumers hold now: a snapshot. */
+HEAPD_API size_t heapd_queue_leases(const void *queue);
+
 #ifdef __cplusplus
 }
 #endif
