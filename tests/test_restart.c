@@ -22,6 +22,7 @@
 #include "client.h"
 #include "harness.h"
 #include "heapd.h"
+#include "layout.h"
 #include "wire.h"
 #include "check_main.h"
 
@@ -83,6 +84,19 @@ static void with_client(void (*body)(heapd_mutator *m))
     ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
     heapd_detach(m);
     heapd_disconnect(c);
+}
+
+/* Does heapd list client ID alive in the daemon's page (Note [Live
+ * clients] in proto/layout.h)?  Asked by a client of this process. */
+static bool listed_alive(uint64_t id)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    bool alive = layout_client_alive(heapd_heap_base(c), id);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    return alive;
 }
 
 static void no_list(heapd_mutator *m)
@@ -182,6 +196,7 @@ START_TEST(client_dead_at_the_restart_is_dropped)
     harness_restart(&D);
     ck_assert_msg(harness_log_contains(&D, "did not live through it"),
                   "heapd did not say it dropped the dead client");
+    ck_assert_msg(!listed_alive(1), "the dropped client is listed alive");
     with_client(check_list);
     heapd_stats_t st = harness_daemon_stats(&D);
     ck_assert_uint_eq(st.clients_resumed, 0);
@@ -368,6 +383,8 @@ START_TEST(client_connected_at_the_restart_resumes)
     harness_stop_clean(&D);
     ck_assert_int_eq(harness_stored(&D, "heapd.client.default.1"), 1);
     harness_restart(&D);
+    /* kept: alive all along, for its leases' sake */
+    ck_assert_msg(listed_alive(k.id), "the kept client is not listed");
     resumer_ends(k, "resuming after a clean restart");
     ck_assert_msg(harness_log_contains(&D, "resumed after"),
                   "heapd did not say the client resumed");
