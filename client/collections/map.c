@@ -95,7 +95,9 @@
  *     writers finish it (Note [Map resize]);
  *   - a queue whose tail lags its last node (Note [Shared queue]): the
  *     next push or pop moves it;
- *   - a value a consumer popped: it was delivered to that consumer.
+ *   - a value a consumer popped: it was delivered to that consumer; one
+ *     it leased goes back to the queue once heapd sees the consumer die
+ *     (Note [Leased delivery] in client/collections/queue.c).
  * tests/test_collections_kill.c stops processes at each of these points (the
  * HEAPD_COLL_STOP_IN hook) and SIGKILLs them there.
  */
