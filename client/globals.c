@@ -380,6 +380,10 @@ int heapd_globals(heapd_client *c, heapd_global_info *out, size_t max,
                           : HEAPD_GLOBAL_OTHER;
         out[i].size = g->size;
         out[i].leases = g->leases;
+        out[i].budget = g->budget;
+        out[i].used = g->used;
+        out[i].evictions = g->evictions;
+        out[i].expirations = g->expirations;
     }
 out:
     heapd__envelope__free_unpacked(rep, NULL);

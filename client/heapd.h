@@ -726,6 +726,10 @@ typedef struct heapd_global_info {
     uint64_t size;          /* a map's keys, a queue's length, a string's
                                bytes; 0 for any other object */
     uint64_t leases;        /* a queue's leases held; 0 for any other */
+    uint64_t budget;        /* a map's budget in bytes (0: none), and */
+    uint64_t used;          /* the bytes it counts used */
+    uint64_t evictions;     /* a map's entries evicted for its budget */
+    uint64_t expirations;   /* and removed once expired */
 } heapd_global_info;
 
 /* List the heap's globals (heapctl globals): up to MAX into OUT, the total

@@ -910,10 +910,15 @@ static int handle_globals_request(struct conn *c, uint64_t seq)
             info[n].target_bytes = layout_object_size(nrefs, nbytes);
             /* Note [Collections seen by the daemon]: the object's own
              * bytes, as numbers */
+            struct coll_info ci;
             info[n].kind = coll_kind_of(
-                nrefs, nbytes,
-                (const void *const *)ref.obj + nrefs,
-                &info[n].size, &info[n].leases);
+                nrefs, nbytes, (const void *const *)ref.obj + nrefs, &ci);
+            info[n].size = ci.size;
+            info[n].leases = ci.leases;
+            info[n].budget = ci.budget;
+            info[n].used = ci.used;
+            info[n].evictions = ci.evictions;
+            info[n].expirations = ci.expirations;
         }
         info[n].owner = st == LAYOUT_GLOBAL_INITIALIZING ? g->owner : 0;
         ptr[n] = &info[n];

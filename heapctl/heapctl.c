@@ -684,11 +684,11 @@ int main(int argc, char **argv)
                                                 "string"};
             static const char *const sizes[] = {"", "keys", "queued",
                                                 "bytes"};
-            printf("%-40s %-13s %-16s %12s %-7s %-18s %8s %s\n", "NAME",
-                   "STATE", "TARGET", "BYTES", "KIND", "SIZE", "LEASES",
-                   "OWNER");
+            printf("%-40s %-13s %-16s %12s %-7s %-18s %-14s %s\n", "NAME",
+                   "STATE", "TARGET", "BYTES", "KIND", "SIZE", "OWNER",
+                   "MORE");
             for (size_t i = 0; i < n && i < 256; i++) {
-                char owner[32] = "-", size[32] = "-", leases[24] = "-";
+                char owner[32] = "-", size[32] = "-", more[160] = "";
                 if (g[i].owner)
                     snprintf(owner, sizeof owner, "client %" PRIu64,
                              g[i].owner);
@@ -697,14 +697,23 @@ int main(int argc, char **argv)
                     snprintf(size, sizeof size, "%" PRIu64 " %s", g[i].size,
                              sizes[k]);
                 if (k == HEAPD_GLOBAL_QUEUE && g[i].target)
-                    snprintf(leases, sizeof leases, "%" PRIu64, g[i].leases);
+                    snprintf(more, sizeof more, "%" PRIu64 " leased",
+                             g[i].leases);
+                if (k == HEAPD_GLOBAL_MAP && g[i].target &&
+                    (g[i].budget || g[i].evictions || g[i].expirations))
+                    snprintf(more, sizeof more,
+                             "budget %.1f MiB, used %.1f MiB, %" PRIu64
+                             " evicted, %" PRIu64 " expired",
+                             (double)g[i].budget / 1048576.0,
+                             (double)g[i].used / 1048576.0, g[i].evictions,
+                             g[i].expirations);
                 printf("%-40s %-13s 0x%-14" PRIx64 " %12" PRIu64
-                       " %-7s %-18s %8s %s\n",
+                       " %-7s %-18s %-14s %s\n",
                        g[i].name,
                        g[i].state >= 0 && g[i].state < 4 ? states[g[i].state]
                                                          : "?",
                        g[i].target, g[i].target_bytes,
-                       g[i].target ? kinds[k] : "-", size, leases, owner);
+                       g[i].target ? kinds[k] : "-", size, owner, more);
             }
         }
         heapd_disconnect(c);

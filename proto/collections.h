@@ -41,10 +41,19 @@ struct coll_str_head {
  * then this head, and nothing else. */
 #define COLL_MAP_NREFS 3
 #define COLL_MAP_KINDS 3 /* HEAPD_MAP_STR, _BYTES, _IDENTITY */
+#define COLL_MAP_WORDS 0x1u /* its buckets hold a word a key: Note [Map
+                               expiry] in client/collections/map.c */
 struct coll_map_head {
     uint32_t tag;
     uint32_t kind;
     _Atomic uint64_t count;
+    uint32_t flags;                /* COLL_MAP_WORDS */
+    uint32_t unused;
+    uint64_t budget;               /* bytes, 0: none (Note [Map budget]) */
+    _Atomic uint64_t used;         /* bytes, as the writers count them */
+    _Atomic uint64_t evictions;
+    _Atomic uint64_t expirations;
+    _Atomic uint64_t hand;         /* the next slot a sweep looks at */
 };
 
 /* A queue: COLL_QUEUE_NREFS reference fields (head, tail, cursor), then
@@ -62,6 +71,17 @@ struct coll_queue_head {
     _Atomic uint64_t next_due;  /* ms: the soonest lease deadline */
 };
 
+/* What a report says of a collection (coll_kind_of). */
+struct coll_info {
+    uint64_t size;        /* a map's keys, a queue's length, a string's
+                             bytes */
+    uint64_t leases;      /* a queue's leases held */
+    uint64_t budget;      /* a map's budget, and what it counts used */
+    uint64_t used;
+    uint64_t evictions;   /* a map's */
+    uint64_t expirations;
+};
+
 enum coll_kind {
     COLL_KIND_OTHER = 0,
     COLL_KIND_MAP = 1,
@@ -69,19 +89,19 @@ enum coll_kind {
     COLL_KIND_STRING = 3,
 };
 
+#define COLL_LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+
 /* What an object of NREFS reference fields and NBYTES raw bytes at RAW
- * is (Note [Collections seen by the daemon]), and in *SIZE a map's keys,
- * a queue's length or a string's bytes (0 for any other object), in
- * *HELD a queue's leases held (0 for any other).  Reads
- * only RAW[0..NBYTES), with relaxed loads: another process may be
- * changing it. */
+ * is (Note [Collections seen by the daemon]), and in *INFO what a report
+ * says of it (zeros for any other object).  Reads only RAW[0..NBYTES),
+ * with relaxed loads: another process may be changing it. */
 static inline enum coll_kind coll_kind_of(uint64_t nrefs, uint64_t nbytes,
-                                          const void *raw, uint64_t *size,
-                                          uint64_t *held)
+                                          const void *raw,
+                                          struct coll_info *info)
 {
     uint32_t tag = 0;
-    *size = 0;
-    *held = 0;
+    *info = (struct coll_info){0};
+    uint64_t *size = &info->size;
     if (nbytes >= sizeof tag)
         tag = __atomic_load_n((const uint32_t *)raw, __ATOMIC_RELAXED);
     if (nrefs == COLL_MAP_NREFS && nbytes == sizeof(struct coll_map_head) &&
@@ -89,7 +109,11 @@ static inline enum coll_kind coll_kind_of(uint64_t nrefs, uint64_t nbytes,
         const struct coll_map_head *m = raw;
         if (__atomic_load_n(&m->kind, __ATOMIC_RELAXED) >= COLL_MAP_KINDS)
             return COLL_KIND_OTHER;
-        *size = atomic_load_explicit(&m->count, memory_order_relaxed);
+        *size = COLL_LOAD(m->count);
+        info->budget = __atomic_load_n(&m->budget, __ATOMIC_RELAXED);
+        info->used = COLL_LOAD(m->used);
+        info->evictions = COLL_LOAD(m->evictions);
+        info->expirations = COLL_LOAD(m->expirations);
         return COLL_KIND_MAP;
     }
     if (nrefs == COLL_QUEUE_NREFS &&
@@ -100,11 +124,9 @@ static inline enum coll_kind coll_kind_of(uint64_t nrefs, uint64_t nbytes,
         uint64_t pushed = atomic_load_explicit(&q->pushed,
                                                memory_order_relaxed);
         *size = pushed > popped ? pushed - popped : 0;
-        uint64_t released = atomic_load_explicit(&q->released,
-                                                 memory_order_relaxed);
-        uint64_t leased = atomic_load_explicit(&q->leased,
-                                               memory_order_relaxed);
-        *held = leased > released ? leased - released : 0;
+        uint64_t released = COLL_LOAD(q->released);
+        uint64_t leased = COLL_LOAD(q->leased);
+        info->leases = leased > released ? leased - released : 0;
         return COLL_KIND_QUEUE;
     }
     if (nrefs == 0 && nbytes > sizeof(struct coll_str_head) &&

@@ -80,6 +80,25 @@ enum {
  * global, heapd_global_once, a root) before the next safepoint. */
 HEAPD_API void *heapd_map_new(heapd_mutator *m, unsigned kind,
                               size_t capacity);
+/* A map for a cache: entries that expire, a byte budget that evicts.
+ * heapd_map_new is heapd_map_new_opts of {kind, capacity}. */
+#define HEAPD_MAP_EXPIRY 0x1u /* entries may have a deadline
+                                 (heapd_map_put_ttl) */
+typedef struct heapd_map_opts {
+    unsigned kind;      /* HEAPD_MAP_STR, _BYTES or _IDENTITY */
+    size_t capacity;    /* keys to size the first table for */
+    uint64_t budget;    /* bytes the map may take, as heapd_map_footprint
+                           counts them; 0: no budget.  Over it, a write
+                           evicts the least recently used entries (CLOCK:
+                           Note [Map budget] in client/collections/map.c),
+                           so an insert never fails for want of room */
+    unsigned flags;     /* HEAPD_MAP_EXPIRY */
+} heapd_map_opts;
+/* A new empty map as OPTS says.  Safepoint.  NULL with errno EINVAL
+ * (unknown kind or flags) or heapd_alloc's errors.  A map with a budget
+ * or HEAPD_MAP_EXPIRY keeps 8 bytes more a key. */
+HEAPD_API void *heapd_map_new_opts(heapd_mutator *m,
+                                   const heapd_map_opts *opts);
 /* True if OBJ is a map made by heapd_map_new. */
 HEAPD_API bool heapd_is_map(const void *obj);
 
@@ -135,6 +154,35 @@ HEAPD_API int heapd_map_put_bytes(heapd_mutator *m, void *map,
  * Safepoint.  Returns 0 if it did, -EAGAIN if KEY's value is another,
  * -ENOENT if KEY is absent, -EINVAL if its value is kept inline, or the
  * errors of heapd_map_put. */
+/* heapd_map_put and heapd_map_put_bytes with a time to live: the entry
+ * is absent from TTL_MS ms on (0: never; a put without a TTL clears the
+ * key's), and its memory comes back once a write to the map, or
+ * heapd_map_expire, removes it (Note [Map expiry] in
+ * client/collections/map.c).  Safepoints.  As those, and -EINVAL for a
+ * TTL in a map made without HEAPD_MAP_EXPIRY or a budget. */
+HEAPD_API int heapd_map_put_ttl(heapd_mutator *m, void *map, void *key,
+                                void *value, unsigned ttl_ms,
+                                unsigned flags);
+HEAPD_API int heapd_map_put_bytes_ttl(heapd_mutator *m, void *map,
+                                      const void *key, size_t klen,
+                                      const void *value, size_t vlen,
+                                      unsigned ttl_ms, unsigned flags);
+/* What a cache map counts (Note [Map budget]): keys (expired ones that
+ * are still held too), its budget and the bytes it counts used,
+ * evictions and expirations so far.  Plain loads. */
+typedef struct heapd_map_stats {
+    uint64_t count;
+    uint64_t budget;
+    uint64_t used;
+    uint64_t evictions;
+    uint64_t expirations;
+} heapd_map_stats_t;
+/* 0, or -EINVAL if MAP is not a map or OUT is NULL. */
+HEAPD_API int heapd_map_stats(const void *map, heapd_map_stats_t *out);
+/* Remove every entry of MAP that has expired, now: for a map nobody
+ * writes to (writes sweep a few slots each).  Safepoint.  The entries
+ * removed, or a negative errno. */
+HEAPD_API long heapd_map_expire(heapd_mutator *m, void *map);
 HEAPD_API int heapd_map_replace(heapd_mutator *m, void *map, void *key,
                                 void *expected, void *desired);
 /* Remove KEY.  Safepoint.  Returns 0, -ENOENT, or the errors of

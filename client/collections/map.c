@@ -130,7 +130,16 @@ static int check_key(unsigned kind, void **key, const char *call)
 static long lookup_entry(void *map, const struct probe *p, void **b)
 {
     *b = lookup_bucket(map, p->hash);
-    return bucket_find(map_meta(map)->kind, *b, p);
+    long i = bucket_find(map_meta(map)->kind, *b, p);
+    _Atomic uint64_t *w = i >= 0 ? bucket_words(*b) : NULL;
+    if (w) { /* Note [Map expiry], Note [Map budget] */
+        uint64_t x = atomic_load_explicit(&w[i], memory_order_relaxed);
+        if ((x & WORD_DUE) && (x & WORD_DUE) <= now_ms())
+            return -1;
+        if (!(x & WORD_REF) && map_meta(map)->budget)
+            atomic_store_explicit(&w[i], x | WORD_REF, memory_order_relaxed);
+    }
+    return i;
 }
 
 /* P's value object, or NULL: absent, or (errno EINVAL) inline. */
@@ -273,6 +282,11 @@ struct op {
     bool vinl;                  /* the value is VBYTES[0..VLEN), inline */
     const void *vbytes;
     size_t vlen;
+    bool words;                 /* the map's buckets hold words (Note [Map
+                                   expiry]) */
+    uint64_t due;               /* a put's deadline (ms), 0: none */
+    int64_t used;               /* bytes this op added (Note [Map
+                                   budget]) */
 };
 
 static inline void *op_root(struct op *o, unsigned r)
@@ -300,14 +314,17 @@ static int op_alloc(struct op *o, size_t k, size_t vb, bool refs)
                                 "%zu keys: too many keys share one hash",
                                 BUCKET_MAX_KEYS);
     size_t nrefs = refs ? 2 * k : 0;
+    size_t stride = sizeof(struct bucket_key) +
+                    (o->words ? sizeof(uint64_t) : 0);
     void *b = heapd_alloc_shared(o->m, nrefs,
-                                 sizeof(struct bucket_meta) +
-                                     k * sizeof(struct bucket_key) + vb);
+                                 sizeof(struct bucket_meta) + k * stride +
+                                     vb);
     if (!b)
         return -errno;
     struct bucket_meta *bm = COLL_META(struct bucket_meta, b, nrefs);
     bm->tag = COLL_TAG_BUCKET;
-    bm->flags = refs ? 0 : (uint32_t)k << BUCKET_NKEYS_SHIFT;
+    bm->flags = (refs ? 0 : (uint32_t)k << BUCKET_NKEYS_SHIFT) |
+                (o->words ? BUCKET_WORDS : 0);
     o->pre = b;
     o->pre_keys = k;
     o->pre_vbytes = vb;
@@ -344,13 +361,26 @@ static void put_rec(struct op *o, const void *bytes, size_t len)
     o->pre_at += rec_size(len);
 }
 
-/* Copy entry I of bucket FROM's key into entry J of o->pre. */
+/* Copy entry I of bucket FROM's key (and its word) into entry J of
+ * o->pre. */
 static inline void copy_key(struct op *o, void *from, size_t i, size_t j)
 {
     void **dst = o->pre;
     if (o->pre_refs)
         heapd_write(o->m, dst, &dst[2 * j], entry_key(from, i));
     bucket_meta(dst)->keys[j] = bucket_meta(from)->keys[i];
+    _Atomic uint64_t *fw = bucket_words(from), *dw = bucket_words(dst);
+    if (dw)
+        atomic_store_explicit(&dw[j], fw ? atomic_load(&fw[i]) : 0,
+                              memory_order_relaxed);
+}
+
+/* Set entry J of o->pre's word to WORD (Note [Map expiry]). */
+static inline void set_word(struct op *o, size_t j, uint64_t word)
+{
+    _Atomic uint64_t *w = bucket_words(o->pre);
+    if (w)
+        atomic_store_explicit(&w[j], word, memory_order_relaxed);
 }
 
 /* Copy entry I of bucket FROM into entry J of o->pre, with its value's
@@ -368,6 +398,22 @@ static inline void copy_entry(struct op *o, void *from, size_t i, size_t j)
         const struct value_rec *r = entry_rec(from, i);
         put_rec(o, r ? r->bytes : NULL, r ? r->len : 0);
     }
+}
+
+/* What bucket B and the objects its entries hold take, in blocks (Note
+ * [Map budget]); 0 for none or a shared empty bucket. */
+static uint64_t bucket_cost(heapd_mutator *m, void *b)
+{
+    size_t k = b ? bucket_keys(b) : 0;
+    if (k == 0)
+        return 0;
+    uint64_t c = client_block_bytes(m, b);
+    for (size_t e = 0; e < k; e++) {
+        void *key = entry_key(b, e), *v = entry_value(b, e);
+        c += (key ? client_block_bytes(m, key) : 0) +
+             (v ? client_block_bytes(m, v) : 0);
+    }
+    return c;
 }
 
 static int migrate(struct op *o, size_t i);
@@ -411,8 +457,12 @@ static int fill(struct op *o, size_t i)
         for (size_t e = 0; e < keys; e++)
             if (((fm->keys[e].hash & n) != 0) == half)
                 copy_entry(o, fb, e, j++);
-        if (heapd_cas(o->m, next, slot, NULL, o->pre))
+        if (heapd_cas(o->m, next, slot, NULL, o->pre)) {
+            if (o->words) /* Note [Map budget]: a half comes */
+                atomic_fetch_add(&map_meta(op_root(o, R_MAP))->used,
+                                 bucket_cost(o->m, o->pre));
             o->pre = NULL;
+        }
     }
     return 0;
 }
@@ -450,6 +500,9 @@ static int migrate(struct op *o, size_t i)
             copy_entry(o, b, e, e);
         bucket_meta(o->pre)->flags |= BUCKET_FROZEN;
         if (heapd_cas(o->m, t, slot, b, o->pre)) {
+            if (o->words) /* Note [Map budget]: the bucket goes */
+                atomic_fetch_sub(&map_meta(op_root(o, R_MAP))->used,
+                                 bucket_cost(o->m, b));
             o->pre = NULL;
             break;
         }
@@ -486,8 +539,10 @@ static int finish_resize(struct op *o)
     coll_stop_in("map.resize.switch");
     t = op_root(o, R_TABLE);
     void *map = op_root(o, R_MAP);
-    heapd_cas(o->m, map, &((void **)map)[MAP_TABLE], t,
-              coll_load(&((void **)t)[0]));
+    if (heapd_cas(o->m, map, &((void **)map)[MAP_TABLE], t,
+                  coll_load(&((void **)t)[0])) &&
+        o->words) /* Note [Map budget]: the old table goes */
+        atomic_fetch_sub(&map_meta(map)->used, client_block_bytes(o->m, t));
     return 0;
 }
 
@@ -532,8 +587,155 @@ static int maybe_grow(struct op *o)
     t = op_root(o, R_TABLE);
     if (!heapd_cas(o->m, t, &((void **)t)[0], NULL, next))
         return 0; /* another writer started it */
+    if (o->words) /* Note [Map budget] */
+        atomic_fetch_add(&map_meta(op_root(o, R_MAP))->used,
+                         client_block_bytes(o->m, next));
     coll_stop_in("map.resize.begun");
     return help_resize(o, t);
+}
+
+/* Note [Map expiry]
+ * ~~~~~~~~~~~~~~~~~~
+ * A map made with HEAPD_MAP_EXPIRY or a budget (heapd_map_new_opts) has
+ * a word per key in its buckets, after the keys' records: the entry's
+ * deadline, in ms of CLOCK_MONOTONIC (one clock for every process of the
+ * machine), 0 for none, and the bit a lookup sets (Note [Map budget]).
+ * An entry whose deadline has passed is absent at once: lookups and
+ * iteration skip it, a write treats its key as absent.  Its memory comes
+ * back when a write removes it, as any deleted entry's, at the next
+ * cycle after: a write copies a bucket without its expired entries (an
+ * update of the bucket, for free), and every write to the map sweeps
+ * SWEEP_SLOTS more slots at the map's hand, removing what expired there,
+ * so a map that is written to removes its expired entries without any
+ * program scanning it; heapd_map_expire sweeps a map nobody writes.  The
+ * expired entries a map still holds count in heapd_map_count until they
+ * are removed, and in `expirations` once they are.  The word costs 8
+ * bytes a key only in such maps (the shared cache's buckets, one key of
+ * 16 bytes and a value of 100, 176 bytes: 184 with it).
+ *
+ * Note [Map budget]
+ * ~~~~~~~~~~~~~~~~~~
+ * A map with a budget counts, in `used`, the bytes of its blocks as
+ * heapd_map_footprint does: at each swap, the new bucket's blocks and
+ * objects less the old one's (bucket_cost), and each table as it comes
+ * and goes.  A write that leaves it over the budget evicts, from the
+ * map's hand on (CLOCK, "second chance"): an entry whose word has the
+ * lookup bit loses the bit, one without it is removed (and an expired
+ * one always), until `used` is within the budget or the hand has gone
+ * round twice.  A lookup sets the bit with a plain store, only if it is
+ * clear, never a compare-and-swap: the word's deadline never changes in
+ * a bucket, so a store of the bit and the sweep's store of the word
+ * without it leave one of the two.  So an insert never fails for the
+ * budget: the map sheds its least recently used entries instead, counted
+ * in `evictions`.  The budget may be passed by what one write adds
+ * before it evicts, by each writer at once, and by what a resize holds
+ * twice while it runs; `used` may drift by a process killed between a
+ * swap and its count.
+ */
+#define SWEEP_SLOTS 2u
+
+/* Sweep the slot of the map's hand, and move the hand on (Note [Map
+ * expiry]): remove the slot's expired entries, and if EVICT those whose
+ * lookup bit is clear, clearing the others' (Note [Map budget]).  The
+ * slots of a map in a resize are left alone.  0, or a negative errno. */
+static int sweep_slot(struct op *o, bool evict)
+{
+    void *map = op_root(o, R_MAP);
+    uint64_t hand = atomic_fetch_add(&map_meta(map)->hand, 1);
+    uint64_t spared = 0; /* entries whose bit this visit cleared */
+    bool looked = false;
+    for (;;) {
+        map = op_root(o, R_MAP);
+        void *t = coll_load(&((void **)map)[MAP_TABLE]);
+        if (coll_load(&((void **)t)[0]))
+            return 0;
+        size_t n = nrefs_of(t) - 1;
+        void **slot = &table_slots(t)[hand % n];
+        void *b = coll_load(slot);
+        _Atomic uint64_t *w = b && !frozen(b) ? bucket_words(b) : NULL;
+        if (!w)
+            return 0;
+        size_t keys = bucket_keys(b), drop = 0, exp = 0, vb = 0;
+        uint64_t now = now_ms(), gone = 0;
+        bool refs = false;
+        for (size_t e = 0; e < keys && e < 64; e++) {
+            uint64_t x = atomic_load_explicit(&w[e], memory_order_relaxed);
+            if (entry_expired(w, e, now)) {
+                exp++;
+            } else if (!evict || spared >> e & 1) {
+                continue;
+            } else if (x & WORD_REF) {
+                if (!looked) { /* a second chance, once a visit */
+                    atomic_store_explicit(&w[e], x & ~WORD_REF,
+                                          memory_order_relaxed);
+                    spared |= (uint64_t)1 << e;
+                }
+                continue;
+            }
+            gone |= (uint64_t)1 << e;
+            drop++;
+        }
+        looked = true;
+        if (drop == 0)
+            return 0;
+        for (size_t e = 0; e < keys; e++)
+            if (!(e < 64 && gone >> e & 1)) {
+                vb += entry_vbytes(b, e);
+                refs |= entry_has_refs(b, e);
+            }
+        void *nb;
+        if (drop == keys) {
+            nb = coll_load(&((void **)map)[MAP_EMPTY]);
+        } else {
+            int rc = op_alloc(o, keys - drop, vb, refs);
+            if (rc < 0)
+                return rc;
+            if (rc == 0)
+                continue; /* a safepoint: look again */
+            size_t j = 0;
+            for (size_t e = 0; e < keys; e++)
+                if (!(e < 64 && gone >> e & 1))
+                    copy_entry(o, b, e, j++);
+            nb = o->pre;
+        }
+        if (!heapd_cas(o->m, t, slot, b, nb))
+            return 0; /* changed meanwhile: the next visit */
+        if (nb == o->pre)
+            o->pre = NULL;
+        struct coll_map_head *mm = map_meta(map);
+        atomic_fetch_sub(&mm->count, drop);
+        atomic_fetch_add(&mm->expirations, exp);
+        atomic_fetch_add(&mm->evictions, drop - exp);
+        atomic_fetch_add(&mm->used,
+                         bucket_cost(o->m, nb) - bucket_cost(o->m, b));
+        return 0;
+    }
+}
+
+/* After a write to a map with words: sweep SWEEP_SLOTS slots, then evict
+ * while it is over its budget, for at most two turns of the hand (Note
+ * [Map expiry], Note [Map budget]).  Best effort: the write is done, and
+ * what fails here is left for the next. */
+static void tend(struct op *o)
+{
+    if (!o->words)
+        return;
+    for (unsigned i = 0; i < SWEEP_SLOTS; i++)
+        if (sweep_slot(o, false) < 0)
+            return;
+    void *map = op_root(o, R_MAP);
+    struct coll_map_head *mm = map_meta(map);
+    if (!mm->budget)
+        return;
+    void *t = coll_load(&((void **)map)[MAP_TABLE]);
+    size_t turns = 2 * (nrefs_of(t) - 1);
+    for (size_t i = 0; i < turns; i++) {
+        mm = map_meta(op_root(o, R_MAP));
+        if (atomic_load(&mm->used) <= mm->budget)
+            return;
+        if (sweep_slot(o, true) < 0)
+            return;
+    }
 }
 
 enum op_mode { MODE_PUT, MODE_REPLACE, MODE_DELETE, MODE_ADD,
@@ -644,15 +846,26 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
         long at = bucket_find(o->kind, b, &p);
         void *value = op_root(o, R_VALUE);
         size_t keys = b ? bucket_keys(b) : 0, want;
+        /* Note [Map expiry]: an expired entry is absent, and the copy
+         * leaves it out */
+        _Atomic uint64_t *w = b ? bucket_words(b) : NULL;
+        uint64_t now = w ? now_ms() : 0;
+        size_t expired = 0;
+        for (size_t e = 0; w && e < keys; e++)
+            expired += entry_expired(w, e, now);
+        if (at >= 0 && entry_expired(w, (size_t)at, now))
+            at = -1;
+        size_t live = keys - expired;
         switch (mode) {
         case MODE_PUT:
             if (at >= 0 && (flags & HEAPD_MAP_IF_ABSENT))
                 return -EEXIST;
             if (at < 0 && (flags & HEAPD_MAP_IF_PRESENT))
                 return -ENOENT;
-            if (at >= 0 && !o->vinl && entry_value(b, (size_t)at) == value)
+            if (at >= 0 && !o->vinl && !o->words &&
+                entry_value(b, (size_t)at) == value)
                 return 1;
-            want = at >= 0 ? keys : keys + 1;
+            want = at >= 0 ? live : live + 1;
             break;
         case MODE_REPLACE:
             if (at < 0)
@@ -664,7 +877,7 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
                                         "object to compare");
             if (entry_value(b, (size_t)at) != expected)
                 return -EAGAIN;
-            want = keys;
+            want = live;
             break;
         case MODE_ADD: { /* Note [Counters] */
             int64_t cur = 0;
@@ -683,7 +896,7 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
                                         "counter (int64_t)",
                                         (long long)cur,
                                         (long long)io->delta);
-            want = at >= 0 ? keys : keys + 1;
+            want = at >= 0 ? live : live + 1;
             break;
         }
         case MODE_GET_OR_PUT:
@@ -697,12 +910,12 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
                                             "heapd_map_get_bytes reads it");
                 return 1;
             }
-            want = keys + 1;
+            want = live + 1;
             break;
         default:
             if (at < 0)
                 return -ENOENT;
-            want = keys - 1;
+            want = live - 1;
             break;
         }
         /* a *_str insert: make the key now, unless it is inline (Note
@@ -729,7 +942,7 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
                         (value || (at < 0 && !key_inline(o->kind, p.len)) ||
                          (at >= 0 && entry_key(b, (size_t)at)));
             for (size_t e = 0; e < keys; e++)
-                if ((long)e != at) {
+                if ((long)e != at && !entry_expired(w, e, now)) {
                     vb += entry_vbytes(b, e);
                     refs |= entry_has_refs(b, e);
                 }
@@ -743,13 +956,16 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
             size_t j = 0;
             for (size_t e = 0; e < keys; e++) {
                 if ((long)e != at) {
-                    copy_entry(o, b, e, j++);
+                    if (!entry_expired(w, e, now))
+                        copy_entry(o, b, e, j++);
                     continue;
                 }
                 if (mode == MODE_DELETE)
                     continue;
                 /* the new value (DESIRED for replace) */
                 copy_key(o, b, e, j);
+                if (mode == MODE_PUT) /* its deadline, or none */
+                    set_word(o, j, o->due);
                 if (o->pre_refs)
                     heapd_write(o->m, nb, &((void **)nb)[2 * j + 1], value);
                 if (o->vinl)
@@ -765,6 +981,7 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
                     heapd_write(o->m, nb, &((void **)nb)[2 * j + 1], value);
                 }
                 set_key(nb, j, &p);
+                set_word(o, j, o->due);
                 if (o->vinl)
                     put_rec(o, o->vbytes, o->vlen);
             }
@@ -774,16 +991,28 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
             continue;
         if (nb == o->pre)
             o->pre = NULL;
+        struct coll_map_head *mm = map_meta(map);
+        if (expired) {
+            atomic_fetch_sub(&mm->count, expired);
+            atomic_fetch_add(&mm->expirations, expired);
+        }
+        if (o->words) /* Note [Map budget] */
+            atomic_fetch_add(&mm->used, bucket_cost(o->m, nb) -
+                                            bucket_cost(o->m, b));
         if (mode == MODE_DELETE) {
-            atomic_fetch_sub(&map_meta(map)->count, 1);
+            atomic_fetch_sub(&mm->count, 1);
             return 0;
         }
-        if (at >= 0) /* 1: replaced, added to; replace's 0 */
+        if (at >= 0) { /* 1: replaced, added to; replace's 0 */
+            tend(o);
             return mode == MODE_PUT || mode == MODE_ADD;
+        }
         if (mode == MODE_GET_OR_PUT)
             io->found = value;
-        atomic_fetch_add(&map_meta(map)->count, 1);
+        atomic_fetch_add(&mm->count, 1);
         int rc = maybe_grow(o);
+        if (!rc)
+            tend(o);
         return rc ? rc : 0;
     }
 }
@@ -795,15 +1024,19 @@ struct inline_value {
 };
 
 /* Push the op's roots, run it, pop them.  INL: the value, kept inline
- * (VALUE NULL), or NULL; IO: update's. */
-static int run_op(heapd_mutator *m, void *map, void *key, void *value,
-                  enum op_mode mode, unsigned flags, const void *bytes,
-                  size_t len, void *expected, const struct inline_value *inl,
-                  struct op_io *io)
+ * (VALUE NULL), or NULL; IO: update's; DUE: a put's deadline (Note [Map
+ * expiry]), 0 for none. */
+static int run_op_due(heapd_mutator *m, void *map, void *key, void *value,
+                      enum op_mode mode, unsigned flags, const void *bytes,
+                      size_t len, void *expected,
+                      const struct inline_value *inl, struct op_io *io,
+                      uint64_t due)
 {
     struct op o = {.m = m, .kind = map_meta(map)->kind, .vinl = inl != NULL,
                    .vbytes = inl ? inl->bytes : NULL,
-                   .vlen = inl ? inl->len : 0};
+                   .vlen = inl ? inl->len : 0,
+                   .words = map_meta(map)->flags & COLL_MAP_WORDS,
+                   .due = due};
     /* all at once: Note [Pushing roots without a safepoint] */
     void *refs[R_COUNT] = {[R_MAP] = map, [R_KEY] = key, [R_VALUE] = value};
     o.root = mutator_roots_push(m, refs, R_COUNT);
@@ -812,6 +1045,15 @@ static int run_op(heapd_mutator *m, void *map, void *key, void *value,
     int rc = update(&o, mode, flags, bytes, len, expected, io);
     heapd_root_pop(m, R_COUNT);
     return rc;
+}
+
+static int run_op(heapd_mutator *m, void *map, void *key, void *value,
+                  enum op_mode mode, unsigned flags, const void *bytes,
+                  size_t len, void *expected, const struct inline_value *inl,
+                  struct op_io *io)
+{
+    return run_op_due(m, map, key, value, mode, flags, bytes, len, expected,
+                      inl, io, 0);
 }
 
 static int check_map(void *map, const char *call)
@@ -895,6 +1137,104 @@ int heapd_map_put_bytes(heapd_mutator *m, void *map, const void *key,
     struct inline_value inl = {value, vlen};
     return run_op(m, map, NULL, NULL, MODE_PUT, flags, key, klen, NULL,
                   &inl, NULL);
+}
+
+/* The deadline of a put with TTL_MS into MAP for CALL (Note [Map
+ * expiry]): 0 for none, or -EINVAL in *RC. */
+static uint64_t put_due(void *map, unsigned ttl_ms, const char *call,
+                        int *rc)
+{
+    *rc = 0;
+    if (!ttl_ms)
+        return 0;
+    if (!(map_meta(map)->flags & COLL_MAP_WORDS)) {
+        *rc = client_set_error(-EINVAL, "%s: the map keeps no deadlines: "
+                               "make it with heapd_map_new_opts and "
+                               "HEAPD_MAP_EXPIRY", call);
+        return 0;
+    }
+    return now_ms() + ttl_ms;
+}
+
+int heapd_map_put_ttl(heapd_mutator *m, void *map, void *key, void *value,
+                      unsigned ttl_ms, unsigned flags)
+{
+    int rc = check_map(map, "heapd_map_put_ttl");
+    if (rc)
+        return rc;
+    if (!value)
+        return client_set_error(-EINVAL, "heapd_map_put_ttl: VALUE is NULL");
+    if (flags & ~(HEAPD_MAP_IF_ABSENT | HEAPD_MAP_IF_PRESENT) ||
+        flags == (HEAPD_MAP_IF_ABSENT | HEAPD_MAP_IF_PRESENT))
+        return client_set_error(-EINVAL, "heapd_map_put_ttl: bad flags");
+    if ((rc = check_key(map_meta(map)->kind, &key, "heapd_map_put_ttl")))
+        return rc;
+    uint64_t due = put_due(map, ttl_ms, "heapd_map_put_ttl", &rc);
+    if (rc)
+        return rc;
+    return run_op_due(m, map, key, value, MODE_PUT, flags, NULL, 0, NULL,
+                      NULL, NULL, due);
+}
+
+int heapd_map_put_bytes_ttl(heapd_mutator *m, void *map, const void *key,
+                            size_t klen, const void *value, size_t vlen,
+                            unsigned ttl_ms, unsigned flags)
+{
+    const char *call = "heapd_map_put_bytes_ttl";
+    int rc = check_put_str(map, key, klen, flags, call);
+    if (rc)
+        return rc;
+    if ((!value && vlen) || vlen > HEAPD_MAP_INLINE_MAX)
+        return client_set_error(vlen > HEAPD_MAP_INLINE_MAX ? -E2BIG
+                                                            : -EINVAL,
+                                "%s: %s", call,
+                                vlen > HEAPD_MAP_INLINE_MAX
+                                    ? "the value is longer than "
+                                      "HEAPD_MAP_INLINE_MAX"
+                                    : "VALUE is NULL");
+    uint64_t due = put_due(map, ttl_ms, call, &rc);
+    if (rc)
+        return rc;
+    struct inline_value inl = {value, vlen};
+    return run_op_due(m, map, NULL, NULL, MODE_PUT, flags, key, klen, NULL,
+                      &inl, NULL, due);
+}
+
+int heapd_map_stats(const void *map, heapd_map_stats_t *out)
+{
+    struct coll_info ci;
+    if (!out || !map ||
+        coll_kind_of(heapd_nrefs(map), heapd_nbytes(map),
+                     heapd_bytes((void *)map), &ci) != COLL_KIND_MAP)
+        return client_set_error(-EINVAL, "heapd_map_stats: %s",
+                                out ? "MAP is not a map" : "OUT is NULL");
+    *out = (heapd_map_stats_t){ci.size, ci.budget, ci.used, ci.evictions,
+                               ci.expirations};
+    return 0;
+}
+
+long heapd_map_expire(heapd_mutator *m, void *map)
+{
+    int rc = check_map(map, "heapd_map_expire");
+    if (rc)
+        return rc;
+    struct coll_map_head *mm = map_meta(map);
+    if (!(mm->flags & COLL_MAP_WORDS))
+        return 0;
+    struct op o = {.m = m, .kind = mm->kind, .words = true};
+    void *refs[R_COUNT] = {[R_MAP] = map};
+    o.root = mutator_roots_push(m, refs, R_COUNT);
+    if (o.root == (size_t)-1)
+        return -errno;
+    uint64_t before = atomic_load(&mm->expirations);
+    void *t = coll_load(&((void **)map)[MAP_TABLE]);
+    size_t n = nrefs_of(t) - 1;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = sweep_slot(&o, false);
+    mm = map_meta(op_root(&o, R_MAP));
+    long gone = (long)(atomic_load(&mm->expirations) - before);
+    heapd_root_pop(m, R_COUNT);
+    return rc ? rc : gone;
 }
 
 int heapd_map_replace(heapd_mutator *m, void *map, void *key,
@@ -1031,13 +1371,25 @@ static void *new_bucket0(heapd_mutator *m, uint32_t flags)
 
 void *heapd_map_new(heapd_mutator *m, unsigned kind, size_t capacity)
 {
-    if (kind > HEAPD_MAP_IDENTITY) {
-        client_set_error(-EINVAL, "heapd_map_new: unknown kind %u: "
-                         "HEAPD_MAP_STR, HEAPD_MAP_BYTES or "
-                         "HEAPD_MAP_IDENTITY", kind);
+    heapd_map_opts o = {.kind = kind, .capacity = capacity};
+    return heapd_map_new_opts(m, &o);
+}
+
+void *heapd_map_new_opts(heapd_mutator *m, const heapd_map_opts *opts)
+{
+    if (!opts || opts->kind > HEAPD_MAP_IDENTITY ||
+        (opts->flags & ~HEAPD_MAP_EXPIRY)) {
+        client_set_error(-EINVAL, "heapd_map_new: %s",
+                         !opts ? "OPTS is NULL"
+                         : opts->kind > HEAPD_MAP_IDENTITY
+                             ? "unknown kind: HEAPD_MAP_STR, "
+                               "HEAPD_MAP_BYTES or HEAPD_MAP_IDENTITY"
+                             : "unknown flags: HEAPD_MAP_EXPIRY");
         errno = EINVAL;
         return NULL;
     }
+    unsigned kind = opts->kind;
+    size_t capacity = opts->capacity;
     uint64_t n = MAP_MIN_SLOTS;
     while (n < capacity && n < MAP_MAX_SLOTS)
         n *= 2;
@@ -1047,6 +1399,11 @@ void *heapd_map_new(heapd_mutator *m, unsigned kind, size_t capacity)
     struct coll_map_head *mm = map_meta(map);
     mm->tag = COLL_TAG_MAP;
     mm->kind = kind;
+    /* Note [Map expiry], Note [Map budget] */
+    mm->flags = opts->budget || (opts->flags & HEAPD_MAP_EXPIRY)
+                    ? COLL_MAP_WORDS
+                    : 0;
+    mm->budget = opts->budget;
     size_t root = heapd_root_push(m, map);
     if (root == (size_t)-1)
         return NULL;
@@ -1068,6 +1425,12 @@ void *heapd_map_new(heapd_mutator *m, unsigned kind, size_t capacity)
         goto out;
     map = heapd_root_get(m, root);
     heapd_write(m, map, &((void **)map)[MAP_FROZEN_EMPTY], b);
+    /* Note [Map budget]: what the map takes empty, its table and its
+     * shared buckets */
+    uint64_t used = client_block_bytes(m, map);
+    for (unsigned r = 0; r < MAP_NREFS; r++)
+        used += client_block_bytes(m, coll_load(&((void **)map)[r]));
+    atomic_store(&map_meta(map)->used, used);
     out = map;
 out:
     {
@@ -1139,6 +1502,10 @@ bool heapd_map_iter_next(heapd_map_iter *it, void **key, void **value)
     for (;;) {
         void *b = heapd_root_get(it->m, it->root + IT_BUCKET);
         if (b && it->pos < bucket_keys(b)) {
+            if (entry_expired(bucket_words(b), it->pos, now_ms())) {
+                it->pos++; /* Note [Map expiry]: absent */
+                continue;
+            }
             void *k = entry_key(b, it->pos);
             if (!k) { /* Note [Inline keys]: a string of its bytes */
                 const struct bucket_key *bk = &bucket_meta(b)->keys[it->pos];

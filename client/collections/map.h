@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "clock.h"
 #include "coll.h"
 #include "layout.h"
 
@@ -36,6 +37,7 @@ static inline size_t table_bytes(uint64_t n)
 }
 
 #define BUCKET_FROZEN 0x1u
+#define BUCKET_WORDS 0x2u /* a word a key after keys[]: Note [Map expiry] */
 #define BUCKET_NKEYS_SHIFT 8 /* a bucket without references: its keys */
 #define KEY_INLINE 20 /* key bytes kept in the bucket */
 struct bucket_key {
@@ -132,6 +134,15 @@ static inline struct bucket_meta *bucket_meta(void *b)
  * bytes in two NULL references: without them its live data is 15.1 MiB,
  * not 16.6, and the heap's goal with it.
  */
+/* The bytes a key takes in bucket B's head: its record and, in a map
+ * that has them, its word (Note [Map expiry]). */
+static inline size_t key_stride(const void *b)
+{
+    return sizeof(struct bucket_key) +
+           (bucket_meta((void *)b)->flags & BUCKET_WORDS ? sizeof(uint64_t)
+                                                         : 0);
+}
+
 static inline size_t bucket_keys(const void *b)
 {
     size_t n = nrefs_of(b);
@@ -140,9 +151,7 @@ static inline size_t bucket_keys(const void *b)
     const struct bucket_meta *bm = b;
     uint64_t h = __atomic_load_n((const uint64_t *)b - 1, __ATOMIC_RELAXED);
     size_t nb = layout_header_nbytes(h), k = bm->flags >> BUCKET_NKEYS_SHIFT;
-    size_t most = nb > sizeof *bm ? (nb - sizeof *bm) /
-                                        sizeof(struct bucket_key)
-                                  : 0;
+    size_t most = nb > sizeof *bm ? (nb - sizeof *bm) / key_stride(b) : 0;
     return k < most ? k : most;
 }
 
@@ -170,14 +179,44 @@ static inline size_t bucket_vbytes(const void *b)
 {
     uint64_t h = __atomic_load_n((const uint64_t *)b - 1, __ATOMIC_RELAXED);
     size_t head = sizeof(struct bucket_meta) +
-                  bucket_keys(b) * sizeof(struct bucket_key);
+                  bucket_keys(b) * key_stride(b);
     size_t nb = layout_header_nbytes(h);
     return nb > head ? nb - head : 0;
 }
 
 static inline uint8_t *bucket_recs(void *b)
 {
-    return (uint8_t *)&bucket_meta(b)->keys[bucket_keys(b)];
+    return (uint8_t *)&bucket_meta(b)->keys[0] + bucket_keys(b) *
+                                                    key_stride(b);
+}
+
+/* Bucket B's words, one a key (Note [Map expiry]), or NULL if it has
+ * none. */
+static inline _Atomic uint64_t *bucket_words(void *b)
+{
+    if (!(bucket_meta(b)->flags & BUCKET_WORDS))
+        return NULL;
+    return (_Atomic uint64_t *)&bucket_meta(b)->keys[bucket_keys(b)];
+}
+
+/* An entry's word: bit 63 set by a lookup (Note [Map budget]), the rest
+ * its deadline in ms of CLOCK_MONOTONIC, 0 for none. */
+#define WORD_REF ((uint64_t)1 << 63)
+#define WORD_DUE (WORD_REF - 1)
+
+static inline uint64_t now_ms(void)
+{
+    return monotonic_ns() / 1000000u;
+}
+
+/* Has entry E of bucket B (of words W, NULL: none) expired at NOW? */
+static inline bool entry_expired(_Atomic uint64_t *w, size_t e, uint64_t now)
+{
+    if (!w)
+        return false;
+    uint64_t due = atomic_load_explicit(&w[e], memory_order_relaxed) &
+                   WORD_DUE;
+    return due && due <= now;
 }
 
 /* The record of entry E of bucket B, whose value reference is NULL, or

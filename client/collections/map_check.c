@@ -62,6 +62,13 @@ int heapd_map_verify(const void *obj)
                                     "something that is not a bucket",
                                     map, i);
         size_t k = bucket_keys(b), vb = 0;
+        if (k && !(bucket_meta(b)->flags & BUCKET_WORDS) !=
+                     !(map_meta(map)->flags & COLL_MAP_WORDS))
+            return client_set_error(-EUCLEAN, "map %p: slot %zu: its "
+                                    "bucket %s a word a key and the map "
+                                    "%s (Note [Map expiry])", map, i,
+                                    bucket_words(b) ? "has" : "has not",
+                                    bucket_words(b) ? "not" : "has");
         if (!nrefs_of(b) && k != bucket_meta(b)->flags >> BUCKET_NKEYS_SHIFT)
             return client_set_error(-EUCLEAN, "map %p: slot %zu: its "
                                     "bucket counts %u keys and has bytes "

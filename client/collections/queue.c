@@ -139,10 +139,10 @@ static inline uint64_t node_state(void *n)
 
 bool heapd_is_queue(const void *obj)
 {
-    uint64_t len, held;
+    struct coll_info ci;
     return obj && coll_kind_of(heapd_nrefs(obj), heapd_nbytes(obj),
-                               heapd_bytes((void *)obj), &len,
-                               &held) == COLL_KIND_QUEUE;
+                               heapd_bytes((void *)obj),
+                               &ci) == COLL_KIND_QUEUE;
 }
 
 static void *new_node(heapd_mutator *m, uint64_t state)
@@ -668,22 +668,23 @@ void *heapd_queue_pop_lease_wait(heapd_mutator *m, void *queue,
     return v;
 }
 
+/* QUEUE's report (coll_kind_of), zeros if it is no queue. */
+static struct coll_info queue_info(const void *queue)
+{
+    struct coll_info ci = {0};
+    if (queue && coll_kind_of(heapd_nrefs(queue), heapd_nbytes(queue),
+                              heapd_bytes((void *)queue),
+                              &ci) != COLL_KIND_QUEUE)
+        ci = (struct coll_info){0};
+    return ci;
+}
+
 size_t heapd_queue_length(const void *queue)
 {
-    uint64_t len, held;
-    return queue && coll_kind_of(heapd_nrefs(queue), heapd_nbytes(queue),
-                                 heapd_bytes((void *)queue), &len,
-                                 &held) == COLL_KIND_QUEUE
-               ? (size_t)len
-               : 0;
+    return (size_t)queue_info(queue).size;
 }
 
 size_t heapd_queue_leases(const void *queue)
 {
-    uint64_t len, held;
-    return queue && coll_kind_of(heapd_nrefs(queue), heapd_nbytes(queue),
-                                 heapd_bytes((void *)queue), &len,
-                                 &held) == COLL_KIND_QUEUE
-               ? (size_t)held
-               : 0;
+    return (size_t)queue_info(queue).leases;
 }

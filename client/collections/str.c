@@ -92,10 +92,10 @@ void *heapd_str_new(heapd_mutator *m, const void *bytes, size_t len)
 
 bool heapd_is_str(const void *obj)
 {
-    uint64_t len, held;
+    struct coll_info ci;
     return obj && coll_kind_of(heapd_nrefs(obj), heapd_nbytes(obj),
-                               heapd_bytes((void *)obj), &len,
-                               &held) == COLL_KIND_STRING;
+                               heapd_bytes((void *)obj),
+                               &ci) == COLL_KIND_STRING;
 }
 
 size_t heapd_str_len(const void *s)
