@@ -227,6 +227,19 @@ static void redis_consumer(unsigned k)
 
 /* ---- the run ---- */
 
+/* Wait for KIDS[FROM..TO): how many did not exit with 0. */
+static int reap(const pid_t *kids, unsigned from, unsigned to)
+{
+    int failed = 0;
+    for (unsigned i = from; i < to; i++) {
+        int st;
+        if (waitpid(kids[i], &st, 0) < 0 || !WIFEXITED(st) ||
+            WEXITSTATUS(st) != 0)
+            failed++;
+    }
+    return failed;
+}
+
 static void usage(void)
 {
     die("usage: queue_bench --impl heapd|heapd_lease|redis|redis_reliable "
@@ -326,13 +339,7 @@ int main(int argc, char **argv)
         sleep_ms(1);
     atomic_store(&S->t_start, now_ns());
     atomic_store(&S->go, 1);
-    int failed = 0;
-    for (unsigned i = 0; i < O.producers; i++) {
-        int st;
-        if (waitpid(kids[i], &st, 0) < 0 || !WIFEXITED(st) ||
-            WEXITSTATUS(st) != 0)
-            failed++;
-    }
+    int failed = reap(kids, 0, O.producers);
     /* the producers are done: end the queue */
     if (m)
         heapd_blocking_leave(m);
@@ -348,12 +355,7 @@ int main(int argc, char **argv)
     }
     if (m)
         heapd_blocking_enter(m);
-    for (unsigned i = O.producers; i < n; i++) {
-        int st;
-        if (waitpid(kids[i], &st, 0) < 0 || !WIFEXITED(st) ||
-            WEXITSTATUS(st) != 0)
-            failed++;
-    }
+    failed += reap(kids, O.producers, n);
     if (m)
         heapd_blocking_leave(m);
     if (failed)

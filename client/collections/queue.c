@@ -524,10 +524,15 @@ static bool lease_given(heapd_lease *lease, const char *who)
     return false;
 }
 
-void *heapd_queue_pop_lease(heapd_mutator *m, void *queue, unsigned lease_ms,
-                            heapd_lease *lease)
+static void *take_wait(heapd_mutator *m, void *queue, struct take *t,
+                       unsigned timeout_ms, const char *who, void ***node);
+
+/* heapd_queue_pop_lease, and with WAIT heapd_queue_pop_lease_wait
+ * (waiting up to TIMEOUT_MS); WHO for messages. */
+static void *pop_lease(heapd_mutator *m, void *queue, unsigned lease_ms,
+                       bool wait, unsigned timeout_ms, heapd_lease *lease,
+                       const char *who)
 {
-    const char *who = "heapd_queue_pop_lease";
     struct take t;
     void **n;
     int rc;
@@ -537,12 +542,20 @@ void *heapd_queue_pop_lease(heapd_mutator *m, void *queue, unsigned lease_ms,
         errno = -rc;
         return NULL;
     }
-    void *v = take(m, queue, &t, who, &n);
+    void *v = wait ? take_wait(m, queue, &t, timeout_ms, who, &n)
+                   : take(m, queue, &t, who, &n);
     if (v) {
         lease->node_ = n;
         lease->token_ = t.token;
     }
     return v;
+}
+
+void *heapd_queue_pop_lease(heapd_mutator *m, void *queue, unsigned lease_ms,
+                            heapd_lease *lease)
+{
+    return pop_lease(m, queue, lease_ms, false, 0, lease,
+                     "heapd_queue_pop_lease");
 }
 
 int heapd_queue_ack(heapd_mutator *m, void *queue, heapd_lease *lease)
@@ -650,22 +663,8 @@ void *heapd_queue_pop_lease_wait(heapd_mutator *m, void *queue,
                                  unsigned lease_ms, unsigned timeout_ms,
                                  heapd_lease *lease)
 {
-    const char *who = "heapd_queue_pop_lease_wait";
-    struct take t;
-    void **n;
-    int rc;
-    if (!lease_given(lease, who))
-        return NULL;
-    if ((rc = lease_take(m, lease_ms, &t, who)) < 0) {
-        errno = -rc;
-        return NULL;
-    }
-    void *v = take_wait(m, queue, &t, timeout_ms, who, &n);
-    if (v) {
-        lease->node_ = n;
-        lease->token_ = t.token;
-    }
-    return v;
+    return pop_lease(m, queue, lease_ms, true, timeout_ms, lease,
+                     "heapd_queue_pop_lease_wait");
 }
 
 /* QUEUE's report (coll_kind_of), zeros if it is no queue. */
