@@ -236,6 +236,54 @@ START_TEST(leases)
 END_TEST
 
 #ifndef NDEBUG /* the stop hook is in debug builds only */
+/* ---- a consumer heapd evicts ---- */
+
+/* Lease the first chunk, say so, then stop, attached and not blocking:
+ * the stall policy's case. */
+static int staller_body(heapd_mutator *m, void *arg, int fd)
+{
+    (void)arg;
+    heapd_lease l;
+    void *v = heapd_queue_pop_lease(m, global_of(m, "t.queue"), 0, &l);
+    send_u64(fd, (uint64_t)chunk_no(v));
+    raise(SIGSTOP);
+    return 0;
+}
+
+/* Note [Leased delivery]: a consumer that stalls a collection holding a
+ * lease and is evicted for it (stall_action = evict) has left for
+ * heapd, and its value comes back to the others, first. */
+START_TEST(lease_of_an_evicted_consumer)
+{
+    harness_start_with(&D, "stall_warn = 50ms\nstall_timeout = 300ms\n"
+                           "stall_action = evict\n");
+    int fd, go;
+    pid_t k = fork_kid(staller_body, NULL, false, &fd, &go, NULL);
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    size_t r = queue_with(m, 3);
+    kid_go(go);
+    ck_assert_int_eq(recv_u64(fd, "the chunk leased"), 0);
+    wait_stopped(k, "SIGSTOP");
+    /* the cycle waits for the stopped kid until heapd evicts it */
+    ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    heapd_lease l;
+    ck_assert_int_eq(chunk_no(heapd_queue_pop_lease_wait(
+                         m, heapd_root_get(m, r), 0, HARNESS_WAIT_MS, &l)),
+                     0);
+    ck_assert_int_eq(heapd_queue_ack(m, heapd_root_get(m, r), &l), 0);
+    ck_assert_int_eq(chunk_no(heapd_queue_pop(m, heapd_root_get(m, r))), 1);
+    kill(k, SIGKILL);
+    harness_wait_pid(k, HARNESS_WAIT_MS);
+    close(fd);
+    heapd_root_pop(m, 1);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* ---- the word-count pool ---- */
 
 /* Count chunk V's words into map COUNTS (rooted in slot CR). */
@@ -421,6 +469,7 @@ static Suite *suite(void)
     tcase_set_timeout(t, 300);
     tcase_add_test(t, live_clients_listed);
     tcase_add_test(t, leases);
+    tcase_add_test(t, lease_of_an_evicted_consumer);
 #ifndef NDEBUG /* the stop hook is in debug builds only */
     tcase_add_test(t, word_count_pool_with_kills);
 #endif
