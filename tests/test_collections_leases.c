@@ -235,7 +235,6 @@ START_TEST(leases)
 }
 END_TEST
 
-#ifndef NDEBUG /* the stop hook is in debug builds only */
 /* ---- a consumer heapd evicts ---- */
 
 /* Lease the first chunk, say so, then stop, attached and not blocking:
@@ -284,6 +283,7 @@ START_TEST(lease_of_an_evicted_consumer)
 }
 END_TEST
 
+#ifndef NDEBUG /* the stop hook is in debug builds only */
 /* ---- the word-count pool ---- */
 
 /* Count chunk V's words into map COUNTS (rooted in slot CR). */
