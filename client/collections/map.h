@@ -151,7 +151,12 @@ static inline size_t bucket_keys(const void *b)
     const struct bucket_meta *bm = b;
     uint64_t h = __atomic_load_n((const uint64_t *)b - 1, __ATOMIC_RELAXED);
     size_t nb = layout_header_nbytes(h), k = bm->flags >> BUCKET_NKEYS_SHIFT;
-    size_t most = nb > sizeof *bm ? (nb - sizeof *bm) / key_stride(b) : 0;
+    size_t room = nb > sizeof *bm ? nb - sizeof *bm : 0;
+    /* two divisions by constants, not one by a variable: a lookup
+     * counts a bucket's keys several times */
+    size_t most = bm->flags & BUCKET_WORDS
+                      ? room / (sizeof(struct bucket_key) + sizeof(uint64_t))
+                      : room / sizeof(struct bucket_key);
     return k < most ? k : most;
 }
 
