@@ -284,6 +284,52 @@ START_TEST(lease_of_an_evicted_consumer)
 END_TEST
 
 #ifndef NDEBUG /* the stop hook is in debug builds only */
+/* ---- killed in an ack ---- */
+
+/* Lease the first chunk and ack it, stopping after the ack's swap
+ * (queue.ack.done), before the value is cleared. */
+static int acker_body(heapd_mutator *m, void *arg, int fd)
+{
+    (void)arg;
+    void *q = global_of(m, "t.queue");
+    heapd_lease l;
+    void *v = heapd_queue_pop_lease(m, q, 0, &l);
+    send_u64(fd, (uint64_t)chunk_no(v));
+    return heapd_queue_ack(m, q, &l) == 0 ? 80 : 81; /* never stopped */
+}
+
+/* A consumer killed right after its ack's swap acked: its value is
+ * never delivered again, and the queue moves on. */
+START_TEST(killed_after_an_ack)
+{
+    coll_start();
+    int fd, go;
+    pid_t k = fork_kid(acker_body, NULL, false, &fd, &go, "queue.ack.done");
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    size_t r = queue_with(m, 3);
+    kid_go(go);
+    ck_assert_int_eq(recv_u64(fd, "the chunk leased"), 0);
+    kill_stopped(k, "queue.ack.done");
+    close(fd);
+    harness_collect(m);
+    heapd_lease l;
+    for (unsigned i = 1; i < 3; i++) {
+        ck_assert_int_eq(chunk_no(heapd_queue_pop_lease(
+                             m, heapd_root_get(m, r), 0, &l)),
+                         (int)i);
+        ck_assert_int_eq(heapd_queue_ack(m, heapd_root_get(m, r), &l), 0);
+    }
+    errno = 0;
+    ck_assert_ptr_null(heapd_queue_pop_lease(m, heapd_root_get(m, r), 0,
+                                             &l));
+    ck_assert_int_eq(errno, EAGAIN);
+    ck_assert_uint_eq(heapd_queue_leases(heapd_root_get(m, r)), 0);
+    coll_finish(c, m, 1);
+}
+END_TEST
+
 /* ---- the word-count pool ---- */
 
 /* Count chunk V's words into map COUNTS (rooted in slot CR). */
@@ -471,6 +517,7 @@ static Suite *suite(void)
     tcase_add_test(t, leases);
     tcase_add_test(t, lease_of_an_evicted_consumer);
 #ifndef NDEBUG /* the stop hook is in debug builds only */
+    tcase_add_test(t, killed_after_an_ack);
     tcase_add_test(t, word_count_pool_with_kills);
 #endif
     suite_add_tcase(s, t);

@@ -579,8 +579,8 @@ int heapd_queue_ack(heapd_mutator *m, void *queue, heapd_lease *lease)
                                 "ended: its deadline passed, or heapd "
                                 "counted this client gone, and the value "
                                 "was given to another consumer");
-    coll_stop_in("queue.ack.done");
     atomic_fetch_add(&qm->released, 1);
+    coll_stop_in("queue.ack.done");
     heapd_write(m, n, &n[N_VALUE], NULL);
     advance_head(m, q);
     if (atomic_load(&qm->waiters)) /* a drained closed queue: waiters */
