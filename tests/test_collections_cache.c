@@ -189,6 +189,42 @@ START_TEST(writes_sweep_expired_entries)
 }
 END_TEST
 
+/* Note [Map expiry] across a resize finished by an iteration: the
+ * buckets it copies keep their words (deadlines), so the map verifies
+ * and an entry that expired stays absent.  129 keys in a table of 128
+ * slots start a resize and migrate one chunk of 64; heapd_map_iter_begin
+ * finishes it. */
+START_TEST(iteration_finishes_a_resize)
+{
+    coll_start();
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    size_t r = cache_map(m, 0, HEAPD_MAP_EXPIRY);
+    for (unsigned i = 0; i < 128; i++)
+        put(m, r, "hour", i, 20, 3600 * 1000);
+    put(m, r, "ttl", 0, 20, 1);
+    struct gone_wait w = {m, r, 1};
+    harness_wait_until(all_gone, &w, "the 1 ms entry to expire");
+    void **t = ((void **)heapd_root_get(m, r))[0];
+    ck_assert_ptr_nonnull(t[0]); /* a resize under way */
+    heapd_map_iter it;
+    ck_assert_int_eq(heapd_map_iter_begin(m, heapd_root_get(m, r), &it), 0);
+    void *k, *v;
+    unsigned seen = 0;
+    while (heapd_map_iter_next(&it, &k, &v))
+        seen++;
+    heapd_map_iter_end(&it);
+    ck_assert_uint_eq(seen, 128);
+    t = ((void **)heapd_root_get(m, r))[0];
+    ck_assert_ptr_null(t[0]); /* finished */
+    ck_assert_int_eq(heapd_map_verify(heapd_root_get(m, r)), 129);
+    ck_assert(!has(m, heapd_root_get(m, r), "ttl", 0));
+    ck_assert_int_eq(heapd_map_expire(m, heapd_root_get(m, r)), 1);
+    coll_finish(c, m, 1);
+}
+END_TEST
+
 #define BUDGET (8u << 20)
 #define VLEN 1000u
 #define FILL_BYTES (100u << 20)
@@ -338,6 +374,7 @@ static Suite *suite(void)
     tcase_set_timeout(t, 600);
     tcase_add_test(t, expiry);
     tcase_add_test(t, writes_sweep_expired_entries);
+    tcase_add_test(t, iteration_finishes_a_resize);
     tcase_add_test(t, budget_holds);
     tcase_add_test(t, budget_with_writers_and_a_kill);
     suite_add_tcase(s, t);

@@ -295,6 +295,8 @@ struct op {
     bool words;                 /* the map's buckets hold words (Note [Map
                                    expiry]) */
     uint64_t due;               /* a put's deadline (ms), 0: none */
+    uint64_t fresh;             /* WORD_REF in a map with a budget: what
+                                   a write puts is spared one turn */
     int64_t used;               /* bytes this op added (Note [Map
                                    budget]) */
 };
@@ -631,18 +633,22 @@ static int maybe_grow(struct op *o)
  * and goes.  A write that leaves it over the budget evicts, from the
  * map's hand on (CLOCK, "second chance"): an entry whose word has the
  * lookup bit loses the bit, one without it is removed (and an expired
- * one always), until `used` is within the budget or the hand has gone
- * round twice.  A lookup sets the bit with a plain store, only if it is
- * clear, never a compare-and-swap: the word's deadline never changes in
- * a bucket, so a store of the bit and the sweep's store of the word
- * without it leave one of the two.  So an insert never fails for the
- * budget: the map sheds its least recently used entries instead, counted
- * in `evictions`.  The budget may be passed by what one write adds
- * before it evicts, by each writer at once, and by what a resize holds
- * twice while it runs; `used` may drift by a process killed between a
- * swap and its count.
+ * one always), until `used` is within the budget, for at most
+ * EVICT_SLOTS slots a write (what is left is the next write's: a write
+ * never costs the whole table), and not while a resize runs.  A lookup
+ * sets the bit with a plain store, only if it is clear, never a
+ * compare-and-swap: the word's deadline never changes in a bucket, so a
+ * store of the bit and the sweep's store of the word without it leave
+ * one of the two; what a write puts starts with the bit.  So an insert
+ * never fails for the budget: the map sheds its least recently used
+ * entries instead, counted in `evictions`.  The budget may be passed by
+ * what one write adds before it evicts, by each writer at once, by what
+ * a resize holds twice while it runs, and after a write that found
+ * EVICT_SLOTS slots of entries looked up since the hand last passed;
+ * `used` may drift by a process killed between a swap and its count.
  */
 #define SWEEP_SLOTS 2u
+#define EVICT_SLOTS 256u
 
 /* Sweep the slot of the map's hand, and move the hand on (Note [Map
  * expiry]): remove the slot's expired entries, and if EVICT those whose
@@ -723,9 +729,10 @@ static int sweep_slot(struct op *o, bool evict)
 }
 
 /* After a write to a map with words: sweep SWEEP_SLOTS slots, then evict
- * while it is over its budget, for at most two turns of the hand (Note
- * [Map expiry], Note [Map budget]).  Best effort: the write is done, and
- * what fails here is left for the next. */
+ * while it is over its budget, at most EVICT_SLOTS slots, and none while
+ * a resize runs (sweep_slot leaves its slots alone) (Note [Map expiry],
+ * Note [Map budget]).  Best effort: the write is done, and what is left
+ * is the next write's. */
 static void tend(struct op *o)
 {
     if (!o->words)
@@ -733,15 +740,12 @@ static void tend(struct op *o)
     for (unsigned i = 0; i < SWEEP_SLOTS; i++)
         if (sweep_slot(o, false) < 0)
             return;
-    void *map = op_root(o, R_MAP);
-    struct coll_map_head *mm = map_meta(map);
-    if (!mm->budget)
-        return;
-    void *t = coll_load(&((void **)map)[MAP_TABLE]);
-    size_t turns = 2 * (nrefs_of(t) - 1);
-    for (size_t i = 0; i < turns; i++) {
-        mm = map_meta(op_root(o, R_MAP));
-        if (atomic_load(&mm->used) <= mm->budget)
+    for (unsigned i = 0; i < EVICT_SLOTS; i++) {
+        void *map = op_root(o, R_MAP);
+        struct coll_map_head *mm = map_meta(map);
+        void *t = coll_load(&((void **)map)[MAP_TABLE]);
+        if (!mm->budget || atomic_load(&mm->used) <= mm->budget ||
+            coll_load(&((void **)t)[0]))
             return;
         if (sweep_slot(o, true) < 0)
             return;
@@ -975,7 +979,7 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
                 /* the new value (DESIRED for replace) */
                 copy_key(o, b, e, j);
                 if (mode == MODE_PUT) /* its deadline, or none */
-                    set_word(o, j, o->due);
+                    set_word(o, j, o->due | o->fresh);
                 if (o->pre_refs)
                     heapd_write(o->m, nb, &((void **)nb)[2 * j + 1], value);
                 if (o->vinl)
@@ -991,7 +995,7 @@ static int update(struct op *o, enum op_mode mode, unsigned flags,
                     heapd_write(o->m, nb, &((void **)nb)[2 * j + 1], value);
                 }
                 set_key(nb, j, &p);
-                set_word(o, j, o->due);
+                set_word(o, j, o->due | o->fresh);
                 if (o->vinl)
                     put_rec(o, o->vbytes, o->vlen);
             }
@@ -1046,7 +1050,8 @@ static int run_op_due(heapd_mutator *m, void *map, void *key, void *value,
                    .vbytes = inl ? inl->bytes : NULL,
                    .vlen = inl ? inl->len : 0,
                    .words = map_meta(map)->flags & COLL_MAP_WORDS,
-                   .due = due};
+                   .due = due,
+                   .fresh = map_meta(map)->budget ? WORD_REF : 0};
     /* all at once: Note [Pushing roots without a safepoint] */
     void *refs[R_COUNT] = {[R_MAP] = map, [R_KEY] = key, [R_VALUE] = value};
     o.root = mutator_roots_push(m, refs, R_COUNT);
@@ -1466,7 +1471,10 @@ int heapd_map_iter_begin(heapd_mutator *m, void *map, heapd_map_iter *it)
     /* finish a resize under way: then every frozen slot the iteration
      * meets was frozen after it began, and holds what the slot held then
      * (Note [Map iteration]) */
-    struct op o = {.m = m, .kind = map_meta(map)->kind};
+    /* a resize it finishes copies words as any writer's (Note [Map
+     * expiry]) */
+    struct op o = {.m = m, .kind = map_meta(map)->kind,
+                   .words = map_meta(map)->flags & COLL_MAP_WORDS};
     void *refs[R_COUNT] = {[R_MAP] = map};
     o.root = mutator_roots_push(m, refs, R_COUNT);
     if (o.root == (size_t)-1)
