@@ -278,6 +278,10 @@ static bool take_back(struct daemon *d, struct heap *h,
     /* Note [The live table], Note [Resuming clients] */
     if (table_take_back(h, why, n, &kept, clean) < 0)
         goto refused;
+    /* Note [Live clients]: no id the heap has listed is given again */
+    uint64_t listed = atomic_load(&h->control->live_id_max);
+    if (listed > d->next_client_id)
+        d->next_client_id = listed;
     resume_adopt(d, h, kept, fds);
     if (*clean)
         return true;

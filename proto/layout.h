@@ -662,6 +662,7 @@ struct layout_control {
 
     /* the clients heapd counts alive: Note [Live clients] */
     alignas(64) _Atomic uint32_t live_gen;
+    _Atomic uint64_t live_id_max;   /* the highest id ever listed */
     alignas(64) _Atomic uint64_t live[LAYOUT_LIVE_CLIENTS];
 
     /* the end of the daemon's page (Note [The daemon's page]): clients
@@ -711,7 +712,9 @@ _Static_assert(offsetof(struct layout_control, global_values) ==
  * in the heap for others (a queue's lease, Note [Leased delivery] in
  * client/collections/queue.c) may be taken back, and a client may sleep
  * on live_gen to learn of a death the moment heapd does.  Ids are never
- * reused (next_client_id only grows, across restarts too).  No client
+ * reused: live_id_max keeps the highest one listed, and a heapd taking
+ * the heap back gives new clients ids above it, so a client that died
+ * around a restart cannot look alive in a newcomer.  No client
  * can write the page, so none can make another look dead.  A heap has
  * room for LAYOUT_LIVE_CLIENTS ids, as many as the live table keeps
  * (TABLE_CLIENTS); a client that finds its own id missing was not listed

@@ -10,6 +10,7 @@
  * before, are refused, kept for an operator, and the heap started empty. */
 #include <check.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <signal.h>
 #include <stdint.h>
@@ -97,6 +98,26 @@ static bool listed_alive(uint64_t id)
     heapd_detach(m);
     heapd_disconnect(c);
     return alive;
+}
+
+/* The highest id heapd has listed in the daemon's page, and the least
+ * id listed now other than KEPT's, as a client of this process sees them
+ * (its own id among them). */
+static void listed_ids(uint64_t kept, uint64_t *max, uint64_t *least)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    const struct layout_control *ctl = heapd_heap_base(c);
+    *max = atomic_load(&ctl->live_id_max);
+    *least = UINT64_MAX;
+    for (unsigned i = 0; i < LAYOUT_LIVE_CLIENTS; i++) {
+        uint64_t id = atomic_load(&ctl->live[i]);
+        if (id && id != kept && id < *least)
+            *least = id;
+    }
+    heapd_detach(m);
+    heapd_disconnect(c);
 }
 
 static void no_list(heapd_mutator *m)
@@ -189,6 +210,9 @@ START_TEST(client_dead_at_the_restart_is_dropped)
 {
     start();
     pid_t kid = harness_fork_mutator(&D, publish_and_block, NULL);
+    uint64_t max_before, least;
+    for (int i = 0; i < 10; i++) /* ids the heap has listed and dropped */
+        listed_ids(0, &max_before, &least);
     harness_stop_clean(&D);
     ck_assert_int_eq(harness_stored(&D, "heapd.client.default.1"), 1);
     kill(kid, SIGKILL);
@@ -197,6 +221,12 @@ START_TEST(client_dead_at_the_restart_is_dropped)
     ck_assert_msg(harness_log_contains(&D, "did not live through it"),
                   "heapd did not say it dropped the dead client");
     ck_assert_msg(!listed_alive(1), "the dropped client is listed alive");
+    /* Note [Live clients]: the new heapd gives no id the heap listed */
+    uint64_t max_after;
+    listed_ids(0, &max_after, &least);
+    ck_assert_msg(least > max_before, "a new client got id %" PRIu64
+                  " after a restart; the heap had listed up to %" PRIu64,
+                  least, max_before);
     with_client(check_list);
     heapd_stats_t st = harness_daemon_stats(&D);
     ck_assert_uint_eq(st.clients_resumed, 0);

@@ -375,6 +375,8 @@ static void live_set(struct heap *h, unsigned k, uint64_t id)
 {
     ASSERT_LOCK_HELD(&h->lock);
     struct layout_control *c = h->control;
+    if (id > atomic_load(&c->live_id_max))
+        atomic_store(&c->live_id_max, id);
     uint64_t was = atomic_exchange(&c->live[k], id);
     if (was != 0 && was != id) {
         atomic_fetch_add(&c->live_gen, 1);
