@@ -69,6 +69,8 @@ struct coll_queue_head {
     _Atomic uint64_t leased;    /* leases granted, taken back ones too */
     _Atomic uint64_t released;  /* leases ended: acked or taken back */
     _Atomic uint64_t next_due;  /* ms: the soonest lease deadline */
+    _Atomic uint32_t grants;    /* lease grants, numbered per queue */
+    _Atomic uint32_t due_grants; /* grants with a deadline */
 };
 
 /* What a report says of a collection (coll_kind_of). */

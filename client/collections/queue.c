@@ -67,7 +67,9 @@
  * CLOCK_MONOTONIC (one clock for every process of the machine), all ones
  * for none; the grantee writes it right after its swap, so a lease word
  * whose grant is not the token's belongs to a grant under way and is not
- * read as expired.  A lease may be taken back, by a swap from its token
+ * read as expired.  Grants are numbered by the queue, not by each
+ * process, so two consumers' grants of a node differ unless 65,536
+ * grants of the queue came between a walker's two reads.  A lease may be taken back, by a swap from its token
  * to the taker's own token (or DONE, for a plain pop), when its client is
  * missing from the live clients (heapd saw it die: a kill, a crash, an
  * eviction) or its deadline has passed.  So every delivery of a value is
@@ -81,7 +83,11 @@
  * back, that is when live_gen differs from the queue's seen_gen (a client
  * left since the last such walk) or the soonest deadline (next_due) has
  * passed; a walk that reaches the first READY node taking nothing records
- * both.  A client that leaves bumps live_gen and wakes its sleepers, and
+ * both, and looks again within a ms if a grant with a deadline came
+ * meanwhile (due_grants moved: its deadline may have been replaced).  A
+ * grantee that finds itself no longer listed after its swap (evicted in
+ * between) unsettles seen_gen, so the next pop walks and takes its lease
+ * back.  A client that leaves bumps live_gen and wakes its sleepers, and
  * a waiting pop sleeps on the queue's word and live_gen at once, so a
  * waiter takes back a dead consumer's value the moment heapd sees it die,
  * with no visibility timeout.  A pop with no lease out walks nothing.
@@ -355,6 +361,7 @@ static void **take_back(void **q, const struct layout_control *ctl,
     if (gen == seen && now < due)
         return NULL;
     uint64_t soonest = UINT64_MAX;
+    uint32_t grants = atomic_load(&qm->due_grants);
     for (void **n = coll_load(&q[Q_HEAD]); (n = coll_load(&n[N_NEXT]));) {
         uint64_t s = node_state(n);
         if (s == ST_READY || s == ST_CLOSED)
@@ -368,6 +375,11 @@ static void **take_back(void **q, const struct layout_control *ctl,
         atomic_compare_exchange_strong(&qm->next_due, &due, soonest);
     else
         lower_due(qm, soonest);
+    /* a grant with a deadline during the walk, past where it stopped,
+     * may have lowered next_due before the swap above replaced it: look
+     * again soon */
+    if (atomic_load(&qm->due_grants) != grants)
+        lower_due(qm, now + 1);
     return NULL;
 }
 
@@ -458,6 +470,13 @@ static void *take(heapd_mutator *m, void *queue, struct take *t,
     t->due = t->token && t->lease_ms
                  ? monotonic_ns() / 1000000u + t->lease_ms
                  : DUE_NONE;
+    if (t->token) { /* numbered per queue: Note [Leased delivery] */
+        uint64_t grant;
+        do /* 0 would look like a lease word never written */
+            grant = atomic_fetch_add(&qm->grants, 1) & GRANT_MASK;
+        while (grant == 0);
+        t->token = (t->token & ~GRANT_MASK) | grant;
+    }
     void **n = take_back(q, mutator_control(m), t);
     if (n) {
         was = ~(uint64_t)0; /* a lease */
@@ -471,8 +490,16 @@ static void *take(heapd_mutator *m, void *queue, struct take *t,
         atomic_fetch_add(&qm->released, 1);
     if (t->token) {
         atomic_fetch_add(&qm->leased, 1);
-        if (t->due != DUE_NONE)
+        if (t->due != DUE_NONE) { /* counted first: take_back's check */
+            atomic_fetch_add(&qm->due_grants, 1);
             lower_due(qm, t->due);
+        }
+        /* evicted between the check of lease_take and the swap: the
+         * next pop walks, and takes the lease back */
+        if (!self_listed(m, t->token >> GRANT_BITS))
+            atomic_store(&qm->seen_gen,
+                         atomic_load(&mutator_control(m)->live_gen) ^
+                             0x80000000u);
     }
     coll_stop_in(t->token ? "queue.pop_lease.taken" : "queue.pop.taken");
     void *value = coll_load(&n[N_VALUE]);
@@ -497,7 +524,6 @@ void *heapd_queue_pop(heapd_mutator *m, void *queue)
 static int lease_take(heapd_mutator *m, unsigned lease_ms, struct take *t,
                       const char *who)
 {
-    static _Atomic uint32_t grants;
     uint64_t id = mutator_client_id(m);
     if (id == 0 || id > LEASE_ID_MAX || !self_listed(m, id))
         return client_set_error(-EUSERS, "%s: heapd does not list this "
@@ -506,11 +532,7 @@ static int lease_take(heapd_mutator *m, unsigned lease_ms, struct take *t,
                                 "would be taken back at once; use "
                                 "heapd_queue_pop, or fewer clients", who,
                                 LAYOUT_LIVE_CLIENTS);
-    uint64_t grant;
-    do /* 0 would look like a lease word never written */
-        grant = atomic_fetch_add(&grants, 1) & GRANT_MASK;
-    while (grant == 0);
-    t->token = id << GRANT_BITS | grant;
+    t->token = id << GRANT_BITS; /* take() numbers the grant */
     t->lease_ms = lease_ms;
     return 0;
 }
