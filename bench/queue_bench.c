@@ -106,15 +106,28 @@ static void ready_and_wait(bool consumer, heapd_mutator *m)
 
 /* ---- heapd ---- */
 
+/* A kid's connection and mutator, the run's queue rooted in *ROOT once
+ * the parent has made it (waited for in a blocking region). */
+static heapd_mutator *heapd_kid(heapd_client **c, size_t *root)
+{
+    heapd_mutator *m;
+    heapd_open(O.sock, "queue_bench", c, &m);
+    void *q;
+    heapd_blocking_enter(m);
+    while (!(q = heapd_global_get(m, queue_name)))
+        sleep_ms(1);
+    heapd_blocking_leave(m);
+    q = heapd_global_get(m, queue_name);
+    if (!q || (*root = heapd_root_push(m, q)) == (size_t)-1)
+        die("the queue: %s", heapd_last_error());
+    return m;
+}
+
 static void heapd_producer(unsigned p)
 {
     heapd_client *c;
-    heapd_mutator *m;
-    heapd_open(O.sock, "queue_bench", &c, &m);
-    void *q;
-    while (!(q = heapd_global_get(m, queue_name)))
-        sleep_ms(1);
-    size_t r = heapd_root_push(m, q);
+    size_t r;
+    heapd_mutator *m = heapd_kid(&c, &r);
     char buf[4096];
     ready_and_wait(false, m);
     unsigned long per = O.items / O.producers;
@@ -134,12 +147,8 @@ static void heapd_producer(unsigned p)
 static void heapd_consumer(void)
 {
     heapd_client *c;
-    heapd_mutator *m;
-    heapd_open(O.sock, "queue_bench", &c, &m);
-    void *q;
-    while (!(q = heapd_global_get(m, queue_name)))
-        sleep_ms(1);
-    size_t r = heapd_root_push(m, q);
+    size_t r;
+    heapd_mutator *m = heapd_kid(&c, &r);
     ready_and_wait(true, m);
     for (;;) {
         heapd_lease l;

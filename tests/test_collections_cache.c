@@ -79,6 +79,19 @@ static bool all_gone(void *arg, char *seen, size_t len)
     return false;
 }
 
+/* The entries an iteration of the map in root slot R sees. */
+static unsigned iterated(heapd_mutator *m, size_t r)
+{
+    heapd_map_iter it;
+    ck_assert_int_eq(heapd_map_iter_begin(m, heapd_root_get(m, r), &it), 0);
+    void *k, *v;
+    unsigned seen = 0;
+    while (heapd_map_iter_next(&it, &k, &v))
+        seen++;
+    heapd_map_iter_end(&it);
+    return seen;
+}
+
 static uint64_t live_after_cycle(heapd_client *c, heapd_mutator *m)
 {
     harness_collect(m);
@@ -130,13 +143,7 @@ START_TEST(expiry)
         ck_assert(has(m, heapd_root_get(m, r), "keep", i) &&
                   has(m, heapd_root_get(m, r), "hour", i));
     /* iteration sees the 200 that live */
-    heapd_map_iter it;
-    ck_assert_int_eq(heapd_map_iter_begin(m, heapd_root_get(m, r), &it), 0);
-    void *k, *v;
-    unsigned seen = 0;
-    while (heapd_map_iter_next(&it, &k, &v))
-        seen++;
-    heapd_map_iter_end(&it);
+    unsigned seen = iterated(m, r);
     ck_assert_uint_eq(seen, 200);
     /* the writes above swept some; heapd_map_expire the rest */
     heapd_map_stats_t st;
@@ -208,13 +215,7 @@ START_TEST(iteration_finishes_a_resize)
     harness_wait_until(all_gone, &w, "the 1 ms entry to expire");
     void **t = ((void **)heapd_root_get(m, r))[0];
     ck_assert_ptr_nonnull(t[0]); /* a resize under way */
-    heapd_map_iter it;
-    ck_assert_int_eq(heapd_map_iter_begin(m, heapd_root_get(m, r), &it), 0);
-    void *k, *v;
-    unsigned seen = 0;
-    while (heapd_map_iter_next(&it, &k, &v))
-        seen++;
-    heapd_map_iter_end(&it);
+    unsigned seen = iterated(m, r);
     ck_assert_uint_eq(seen, 128);
     t = ((void **)heapd_root_get(m, r))[0];
     ck_assert_ptr_null(t[0]); /* finished */
