@@ -278,6 +278,8 @@ size_t heapd_map_count(const void *map)
  * next copy: valid only until the next allocation, so every path that
  * allocates drops it first. */
 enum { R_MAP, R_KEY, R_VALUE, R_TABLE, R_COUNT };
+_Static_assert(R_MAP == 0 && R_COUNT == MAP_OP_ROOTS,
+               "map_push_finished's slots are an op's");
 
 struct op {
     heapd_mutator *m;
@@ -1456,21 +1458,10 @@ out:
     return out;
 }
 
-/* ---- iteration ---- */
+/* ---- for the iteration (map_iter.c) ---- */
 
-/* An iteration's root slots, from heapd_map_iter.root. */
-enum { IT_TABLE, IT_BUCKET, IT_KEY, IT_VALUE, IT_COUNT };
-_Static_assert((int)IT_COUNT == (int)R_COUNT,
-               "an iteration keeps the op's roots");
-
-int heapd_map_iter_begin(heapd_mutator *m, void *map, heapd_map_iter *it)
+int map_push_finished(heapd_mutator *m, void *map, size_t *root)
 {
-    int rc = check_map(map, "heapd_map_iter_begin");
-    if (rc)
-        return rc;
-    /* finish a resize under way: then every frozen slot the iteration
-     * meets was frozen after it began, and holds what the slot held then
-     * (Note [Map iteration]) */
     /* a resize it finishes copies words as any writer's (Note [Map
      * expiry]) */
     struct op o = {.m = m, .kind = map_meta(map)->kind,
@@ -1483,88 +1474,12 @@ int heapd_map_iter_begin(heapd_mutator *m, void *map, heapd_map_iter *it)
         void *t = coll_load(&((void **)op_root(&o, R_MAP))[MAP_TABLE]);
         if (!coll_load(&((void **)t)[0]))
             break;
-        if ((rc = help_resize(&o, t)))
-            goto out;
-    }
-    /* the four iteration roots are the op's: the table, the bucket, a
-     * key made for an inline one (Note [Inline keys]), a value made for
-     * an inline one (Note [Inline values]) */
-    map = op_root(&o, R_MAP);
-    heapd_root_set(m, o.root + IT_TABLE,
-                   coll_load(&((void **)map)[MAP_TABLE]));
-    heapd_root_set(m, o.root + IT_BUCKET, NULL);
-    heapd_root_set(m, o.root + IT_KEY, NULL);
-    heapd_root_set(m, o.root + IT_VALUE, NULL);
-    void *t = heapd_root_get(m, o.root + IT_TABLE);
-    *it = (heapd_map_iter){.m = m, .root = o.root, .bucket = 0, .pos = 0,
-                           .nbuckets = nrefs_of(t) - 1};
-    return 0;
-out:
-    heapd_root_pop(m, heapd_root_depth(m) - o.root);
-    return rc;
-}
-
-/* Note [Map iteration]
- * ~~~~~~~~~~~~~~~~~~~~
- * The iteration reads the slots of the table that was the map's when it
- * began, in order, each once, and takes each slot's bucket whole (held
- * in a root while its keys are handed out).  A key lives in exactly one
- * slot of a table, so no key is seen twice.  A key that is in the map for
- * the whole iteration is in its slot's bucket when the slot is read:
- * either the slot is live then, or it was frozen during the iteration
- * (begin finished any earlier resize) and the frozen copy holds what the
- * slot held at that moment. */
-bool heapd_map_iter_next(heapd_map_iter *it, void **key, void **value)
-{
-    errno = 0;
-    for (;;) {
-        void *b = heapd_root_get(it->m, it->root + IT_BUCKET);
-        if (b && it->pos < bucket_keys(b)) {
-            if (entry_expired(bucket_words(b), it->pos, now_ms())) {
-                it->pos++; /* Note [Map expiry]: absent */
-                continue;
-            }
-            void *k = entry_key(b, it->pos);
-            if (!k) { /* Note [Inline keys]: a string of its bytes */
-                const struct bucket_key *bk = &bucket_meta(b)->keys[it->pos];
-                k = heapd_str_new(it->m, bk->inl,
-                                  bk->len < KEY_INLINE ? bk->len
-                                                       : KEY_INLINE);
-                if (!k)
-                    return false; /* errno set */
-                heapd_root_set(it->m, it->root + IT_KEY, k);
-                b = heapd_root_get(it->m, it->root + IT_BUCKET);
-            }
-            void *v = entry_value(b, it->pos);
-            if (!v) { /* Note [Inline values]: a string of its bytes */
-                const struct value_rec *r = entry_rec(b, it->pos);
-                v = heapd_str_new(it->m, r ? r->bytes : NULL,
-                                  r ? r->len : 0);
-                if (!v)
-                    return false; /* errno set */
-                heapd_root_set(it->m, it->root + IT_VALUE, v);
-                /* read again after the safepoint, as above */
-                b = heapd_root_get(it->m, it->root + IT_BUCKET);
-                k = entry_key(b, it->pos);
-                if (!k)
-                    k = heapd_root_get(it->m, it->root + IT_KEY);
-            }
-            *key = k;
-            *value = v;
-            it->pos++;
-            return true;
+        int rc = help_resize(&o, t);
+        if (rc) {
+            heapd_root_pop(m, heapd_root_depth(m) - o.root);
+            return rc;
         }
-        if (it->bucket >= it->nbuckets)
-            return false;
-        void *t = heapd_root_get(it->m, it->root + IT_TABLE);
-        b = coll_load(&table_slots(t)[it->bucket]);
-        it->bucket++;
-        it->pos = 0;
-        heapd_root_set(it->m, it->root + IT_BUCKET, b);
     }
-}
-
-void heapd_map_iter_end(heapd_map_iter *it)
-{
-    heapd_root_pop(it->m, heapd_root_depth(it->m) - it->root);
+    *root = o.root;
+    return 0;
 }

@@ -455,4 +455,11 @@ static inline bool migrated(void *t, size_t i)
            ((uint64_t)1 << (i % 64));
 }
 
+/* Push MAP_OP_ROOTS root slots for M, the first holding MAP, once any
+ * resize of MAP under way is finished (Note [Map resize]): 0 with the
+ * first slot in *ROOT, or a negative errno and nothing pushed.
+ * Safepoints.  For the iteration (map_iter.c). */
+#define MAP_OP_ROOTS 4
+int map_push_finished(heapd_mutator *m, void *map, size_t *root);
+
 #endif
