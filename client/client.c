@@ -549,7 +549,30 @@ static void connection_lost(void *arg)
     mutator_check_evicted_all(arg);
 }
 
-int heapd_connect(heapd_client **out, const heapd_connect_opts *opts)
+static int connect_with(heapd_client **out, const heapd_connect_opts *opts);
+
+/* See Note [Structs that grow] in client/abi.c. */
+int heapd_connect_sized(heapd_client **out, const heapd_connect_opts *opts,
+                        size_t size)
+{
+    heapd_connect_opts own;
+    int rc;
+
+    client_clear_error();
+    if (opts) {
+        rc = abi_in(&own, sizeof own, opts, size, ABI_0_1_CONNECT_OPTS,
+                    "heapd_connect");
+        if (rc < 0) {
+            if (out)
+                *out = NULL;
+            return rc;
+        }
+        opts = &own;
+    }
+    return connect_with(out, opts);
+}
+
+static int connect_with(heapd_client **out, const heapd_connect_opts *opts)
 {
     bool control = opts && (opts->flags & HEAPD_CONNECT_CONTROL);
     const char *path = resolve_socket(opts);
@@ -677,18 +700,25 @@ size_t heapd_heap_size(const heapd_client *c)
     return c ? c->size : 0;
 }
 
-int heapd_stats(heapd_client *c, heapd_stats_t *out)
+/* See Note [Structs that grow] in client/abi.c: the reply is read into
+ * libheapd's own struct, then placed in the caller's. */
+int heapd_stats_sized(heapd_client *c, heapd_stats_t *caller, size_t size,
+                      size_t heap_size)
 {
     Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
     Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    heapd_stats_t *out = NULL;
     int rc;
 
-    if (!c || !out)
+    if (!c || !caller)
         return client_set_error(-EINVAL, "heapd_stats: NULL argument");
+    out = calloc(1, sizeof *out);
+    if (!out)
+        return client_set_error(-ENOMEM, "heapd_stats: out of memory");
     req.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
     req.stats_request = &sr;
     if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
-        return rc;
+        goto out;
     if (rep->body_case != HEAPD__ENVELOPE__BODY_STATS_REPLY) {
         rc = client_bad_reply(frame_body_name(&req), rep, NULL);
         goto out;
@@ -734,8 +764,9 @@ int heapd_stats(heapd_client *c, heapd_stats_t *out)
         HEAPD_HEAP_COUNTERS(COPY_TOP_)
 #undef COPY_TOP_
     }
-    rc = 0;
+    rc = abi_stats_place(caller, size, heap_size, out);
 out:
     heapd__envelope__free_unpacked(rep, NULL);
+    free(out);
     return rc;
 }

@@ -349,15 +349,21 @@ _Static_assert((int)HEAPD_GLOBAL_MAP == COLL_KIND_MAP &&
                    (int)HEAPD_GLOBAL_STRING == COLL_KIND_STRING,
                "heapd_global_kind is proto/collections.h's enum coll_kind");
 
-int heapd_globals(heapd_client *c, heapd_global_info *out, size_t max,
-                  size_t *count)
+/* See Note [Structs that grow] in client/abi.c: each entry is filled in
+ * libheapd's own struct, then copied to the caller's, SIZE bytes apart. */
+int heapd_globals_sized(heapd_client *c, heapd_global_info *caller,
+                        size_t max, size_t *count, size_t size)
 {
     Heapd__GlobalsRequest gr = HEAPD__GLOBALS_REQUEST__INIT;
     Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
     int rc;
 
-    if (!c || (!out && max) || !count)
+    if (!c || (!caller && max) || !count)
         return client_set_error(-EINVAL, "heapd_globals: NULL argument");
+    if (size < ABI_0_1_GLOBAL_INFO)
+        return client_set_error(-EINVAL, "heapd_globals: entries of %zu "
+                                "bytes are no heapd.h's; pass sizeof "
+                                "heapd_global_info", size);
     req.body_case = HEAPD__ENVELOPE__BODY_GLOBALS_REQUEST;
     req.globals_request = &gr;
     if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
@@ -370,20 +376,21 @@ int heapd_globals(heapd_client *c, heapd_global_info *out, size_t max,
     *count = r->n_globals;
     for (size_t i = 0; i < r->n_globals && i < max; i++) {
         const Heapd__GlobalInfo *g = r->globals[i];
-        snprintf(out[i].name, sizeof out[i].name, "%s", g->name);
-        out[i].state = (int)g->state;
-        out[i].target = g->target;
-        out[i].target_bytes = g->target_bytes;
-        out[i].owner = g->owner;
-        out[i].kind = g->kind <= HEAPD_GLOBAL_STRING
-                          ? (heapd_global_kind)g->kind
-                          : HEAPD_GLOBAL_OTHER;
-        out[i].size = g->size;
-        out[i].leases = g->leases;
-        out[i].budget = g->budget;
-        out[i].used = g->used;
-        out[i].evictions = g->evictions;
-        out[i].expirations = g->expirations;
+        heapd_global_info o = {0};
+        snprintf(o.name, sizeof o.name, "%s", g->name);
+        o.state = (int)g->state;
+        o.target = g->target;
+        o.target_bytes = g->target_bytes;
+        o.owner = g->owner;
+        o.kind = g->kind <= HEAPD_GLOBAL_STRING ? (heapd_global_kind)g->kind
+                                                : HEAPD_GLOBAL_OTHER;
+        o.size = g->size;
+        o.leases = g->leases;
+        o.budget = g->budget;
+        o.used = g->used;
+        o.evictions = g->evictions;
+        o.expirations = g->expirations;
+        abi_out((char *)caller + i * size, size, &o, sizeof o);
     }
 out:
     heapd__envelope__free_unpacked(rep, NULL);

@@ -48,6 +48,20 @@ extern "C" {
 #define HEAPD_API __attribute__((visibility("default")))
 #endif
 
+/* Structs that grow (Note [Structs that grow] in client/abi.c): a call
+ * that takes one is an inline function here that passes the struct's
+ * size, as this header has it, to libheapd's _sized entry; libheapd reads
+ * or fills only what a program of that size knows of.  So a program built
+ * against an older heapd.h keeps working with a newer libheapd, and the
+ * reverse (a newer program's options an older libheapd does not know are
+ * refused with -E2BIG).  libheapd itself (HEAPD_LIBRARY_) declares the
+ * plain names instead: the entries of the first stable release, 0.1.0. */
+#ifdef HEAPD_LIBRARY_
+#define HEAPD_SIZED_(decl) HEAPD_API decl;
+#else
+#define HEAPD_SIZED_(decl) static inline decl
+#endif
+
 /* heapd-specific error codes, below every errno value: HEAPD_ENODAEMON
  * (-1001) and on, each with its message and the errno a call that returns
  * a pointer sets for it, in HEAPD_ERRORS (heapd_errors.h).  See Note
@@ -139,7 +153,15 @@ typedef struct heapd_stats_t {
 /* Connect to heapd, authenticate, and (unless HEAPD_CONNECT_CONTROL) map the
  * heap at its fixed address.  On success *out is a client; on failure *out
  * is NULL and heapd_last_error() says why. */
-HEAPD_API int heapd_connect(heapd_client **out, const heapd_connect_opts *opts);
+HEAPD_API int heapd_connect_sized(heapd_client **out,
+                                 const heapd_connect_opts *opts, size_t size);
+HEAPD_SIZED_(int heapd_connect(heapd_client **out,
+                               const heapd_connect_opts *opts))
+#ifndef HEAPD_LIBRARY_
+{
+    return heapd_connect_sized(out, opts, sizeof *opts);
+}
+#endif
 
 /* Leave gracefully: detach the mutators still attached (their threads
  * must be done with them), give every segment back, tell the daemon
@@ -150,7 +172,14 @@ HEAPD_API int heapd_connect(heapd_client **out, const heapd_connect_opts *opts);
 HEAPD_API void heapd_disconnect(heapd_client *c);
 
 /* Ask the daemon for its statistics (a round trip on the socket). */
-HEAPD_API int heapd_stats(heapd_client *c, heapd_stats_t *out);
+HEAPD_API int heapd_stats_sized(heapd_client *c, heapd_stats_t *out,
+                               size_t size, size_t heap_size);
+HEAPD_SIZED_(int heapd_stats(heapd_client *c, heapd_stats_t *out))
+#ifndef HEAPD_LIBRARY_
+{
+    return heapd_stats_sized(c, out, sizeof *out, sizeof out->heaps[0]);
+}
+#endif
 
 /* The mapped heap: its first byte and its size.  NULL / 0 for a control
  * connection.  Objects live inside [base, base + size). */
@@ -313,8 +342,17 @@ typedef struct heapd_mutator_opts {
 /* heapd_attach with options (OPTS NULL: heapd_attach).  Fails as
  * heapd_attach does, and with -EINVAL for options out of range or unknown
  * flags. */
-HEAPD_API int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
-                                heapd_mutator **out);
+HEAPD_API int heapd_attach_opts_sized(heapd_client *c,
+                                     const heapd_mutator_opts *opts,
+                                     size_t size, heapd_mutator **out);
+HEAPD_SIZED_(int heapd_attach_opts(heapd_client *c,
+                                   const heapd_mutator_opts *opts,
+                                   heapd_mutator **out))
+#ifndef HEAPD_LIBRARY_
+{
+    return heapd_attach_opts_sized(c, opts, sizeof *opts, out);
+}
+#endif
 
 /* heapd_alloc, in the shared heap even for a young mutator: for an
  * object that will be published anyway. */
@@ -348,8 +386,16 @@ typedef struct heapd_young_stats {
 } heapd_young_stats;
 
 /* M's young generation so far (all zero for a mutator without one). */
-HEAPD_API void heapd_young_stats_get(const heapd_mutator *m,
-                                     heapd_young_stats *out);
+HEAPD_API void heapd_young_stats_get_sized(const heapd_mutator *m,
+                                           heapd_young_stats *out,
+                                           size_t size);
+HEAPD_SIZED_(void heapd_young_stats_get(const heapd_mutator *m,
+                                        heapd_young_stats *out))
+#ifndef HEAPD_LIBRARY_
+{
+    heapd_young_stats_get_sized(m, out, sizeof *out);
+}
+#endif
 
 /* Detach: gives the mutator's segments back; its roots stop being roots. */
 HEAPD_API void heapd_detach(heapd_mutator *m);
@@ -734,8 +780,15 @@ typedef struct heapd_global_info {
 
 /* List the heap's globals (heapctl globals): up to MAX into OUT, the total
  * number in *COUNT. */
-HEAPD_API int heapd_globals(heapd_client *c, heapd_global_info *out,
-                            size_t max, size_t *count);
+HEAPD_API int heapd_globals_sized(heapd_client *c, heapd_global_info *out,
+                                  size_t max, size_t *count, size_t size);
+HEAPD_SIZED_(int heapd_globals(heapd_client *c, heapd_global_info *out,
+                               size_t max, size_t *count))
+#ifndef HEAPD_LIBRARY_
+{
+    return heapd_globals_sized(c, out, max, count, sizeof *out);
+}
+#endif
 
 /* ---- reports (heapctl clients, heapctl segments) ----
  * What the daemon sees of its connections and of a heap's segments (Note
@@ -800,8 +853,17 @@ typedef struct heapd_client_info {
 /* The daemon's connections (heapctl clients): *OUT gets an array of
  * *COUNT entries, each with its mutators, to be freed with
  * heapd_clients_free. */
-HEAPD_API int heapd_clients(heapd_client *c, heapd_client_info **out,
-                            size_t *count);
+HEAPD_API int heapd_clients_sized(heapd_client *c, heapd_client_info **out,
+                                  size_t *count, size_t size,
+                                  size_t mutator_size);
+HEAPD_SIZED_(int heapd_clients(heapd_client *c, heapd_client_info **out,
+                               size_t *count))
+#ifndef HEAPD_LIBRARY_
+{
+    return heapd_clients_sized(c, out, count, sizeof **out,
+                               sizeof *(*out)->mutators);
+}
+#endif
 /* Free what heapd_clients gave.  NULL is ignored. */
 HEAPD_API void heapd_clients_free(heapd_client_info *clients);
 
@@ -859,9 +921,17 @@ typedef struct heapd_heap_segments {
 /* The segments of heap HEAP (NULL or "": of every heap the caller may
  * see; heapctl segments): up to MAX heaps into OUT, their number in
  * *COUNT. */
-HEAPD_API int heapd_segments(heapd_client *c, const char *heap,
-                             heapd_heap_segments *out, size_t max,
-                             size_t *count);
+HEAPD_API int heapd_segments_sized(heapd_client *c, const char *heap,
+                                   heapd_heap_segments *out, size_t max,
+                                   size_t *count, size_t size);
+HEAPD_SIZED_(int heapd_segments(heapd_client *c, const char *heap,
+                                heapd_heap_segments *out, size_t max,
+                                size_t *count))
+#ifndef HEAPD_LIBRARY_
+{
+    return heapd_segments_sized(c, heap, out, max, count, sizeof *out);
+}
+#endif
 
 /* Static text saying what error code ERR means: the message of a HEAPD_E*
  * code (HEAPD_ERRORS), strerror's for a negated errno value, "success" for

@@ -1426,7 +1426,18 @@ bool heapd_is_young(const heapd_mutator *m, const void *obj)
     return m && young_is_mine(m, obj);
 }
 
-void heapd_young_stats_get(const heapd_mutator *m, heapd_young_stats *out)
+static void young_stats(const heapd_mutator *m, heapd_young_stats *out);
+
+/* See Note [Structs that grow] in client/abi.c. */
+void heapd_young_stats_get_sized(const heapd_mutator *m,
+                                 heapd_young_stats *caller, size_t size)
+{
+    heapd_young_stats out;
+    young_stats(m, &out);
+    abi_out(caller, size, &out, sizeof out);
+}
+
+static void young_stats(const heapd_mutator *m, heapd_young_stats *out)
 {
     const struct young_gen *y = &m->young;
     memset(out, 0, sizeof *out);

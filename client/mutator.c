@@ -459,14 +459,16 @@ out:
 
 int heapd_attach(heapd_client *c, heapd_mutator **out)
 {
-    return heapd_attach_opts(c, NULL, out);
+    return heapd_attach_opts_sized(c, NULL, 0, out);
 }
 
-int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
-                      heapd_mutator **out)
+/* See Note [Structs that grow] in client/abi.c. */
+int heapd_attach_opts_sized(heapd_client *c, const heapd_mutator_opts *opts,
+                            size_t size, heapd_mutator **out)
 {
     Heapd__AttachRequest ar = HEAPD__ATTACH_REQUEST__INIT;
     Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    heapd_mutator_opts own;
     heapd_mutator *m;
     int rc;
 
@@ -474,6 +476,11 @@ int heapd_attach_opts(heapd_client *c, const heapd_mutator_opts *opts,
         return client_set_error(-EINVAL, "heapd_attach: NULL argument");
     *out = NULL;
     if (opts) {
+        rc = abi_in(&own, sizeof own, opts, size, ABI_0_1_MUTATOR_OPTS,
+                    "heapd_attach_opts");
+        if (rc < 0)
+            return rc;
+        opts = &own;
         if (opts->flags & ~(HEAPD_MUTATOR_YOUNG | HEAPD_MUTATOR_PRECISE))
             return client_set_error(-EINVAL, "heapd_attach_opts: unknown "
                                     "flags 0x%x", opts->flags);

@@ -13,16 +13,27 @@
 #include "heapd.h"
 #include "layout.h"
 
-int heapd_clients(heapd_client *c, heapd_client_info **out, size_t *count)
+/* See Note [Structs that grow] in client/abi.c: one block of the
+ * caller's SIZE-byte entries, then its MUTATOR_SIZE-byte mutators, each
+ * filled in libheapd's own struct and copied. */
+int heapd_clients_sized(heapd_client *c, heapd_client_info **out,
+                        size_t *count, size_t size, size_t mutator_size)
 {
     Heapd__ClientsRequest cr = HEAPD__CLIENTS_REQUEST__INIT;
     Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
-    heapd_client_info *list = NULL;
+    char *list = NULL;
     size_t n_mut = 0;
     int rc;
 
     if (!c || !out || !count)
         return client_set_error(-EINVAL, "heapd_clients: NULL argument");
+    if (size < ABI_0_1_CLIENT_INFO || mutator_size < ABI_0_1_MUTATOR_INFO ||
+        size % _Alignof(heapd_client_info) ||
+        mutator_size % _Alignof(heapd_mutator_info))
+        return client_set_error(-EINVAL, "heapd_clients: entries of %zu "
+                                "and %zu bytes are no heapd.h's; pass "
+                                "sizeof heapd_client_info and "
+                                "heapd_mutator_info", size, mutator_size);
     *out = NULL;
     *count = 0;
     req.body_case = HEAPD__ENVELOPE__BODY_CLIENTS_REQUEST;
@@ -37,18 +48,17 @@ int heapd_clients(heapd_client *c, heapd_client_info **out, size_t *count)
     for (size_t i = 0; i < r->n_clients; i++)
         n_mut += r->clients[i]->n_mutators;
     /* one block: the clients, then every mutator */
-    list = calloc(1, (r->n_clients ? r->n_clients : 1) * sizeof *list +
-                         n_mut * sizeof(heapd_mutator_info));
+    list = calloc(1, (r->n_clients ? r->n_clients : 1) * size +
+                         n_mut * mutator_size);
     if (!list) {
         rc = client_set_error(-ENOMEM, "heapd_clients: out of memory for "
                               "%zu connections", r->n_clients);
         goto out;
     }
-    heapd_mutator_info *mut =
-        (heapd_mutator_info *)(list + (r->n_clients ? r->n_clients : 1));
+    char *mut = list + (r->n_clients ? r->n_clients : 1) * size;
     for (size_t i = 0; i < r->n_clients; i++) {
         const Heapd__ClientInfo *ci = r->clients[i];
-        heapd_client_info *o = &list[i];
+        heapd_client_info own = {0}, *o = &own;
         o->id = ci->id;
         snprintf(o->name, sizeof o->name, "%s", ci->name ? ci->name : "");
         o->pid = ci->pid;
@@ -61,29 +71,32 @@ int heapd_clients(heapd_client *c, heapd_client_info **out, size_t *count)
         o->remark_outstanding = ci->remark_outstanding;
         o->remark_late_ms = ci->remark_late_ms;
         o->mutator_count = ci->n_mutators;
-        o->mutators = mut;
-        for (size_t k = 0; k < ci->n_mutators; k++, mut++) {
+        o->mutators = (heapd_mutator_info *)mut;
+        for (size_t k = 0; k < ci->n_mutators; k++, mut += mutator_size) {
             const Heapd__MutatorInfo *mi = ci->mutators[k];
-            mut->slot = mi->slot;
+            heapd_mutator_info mown = {0}, *m = &mown;
+            m->slot = mi->slot;
             /* a state or stall this library does not know reads as
              * faulted / none */
-            mut->state = mi->state <= HEAPD__MUTATOR_STATE__MUTATOR_FAULTED
+            m->state = mi->state <= HEAPD__MUTATOR_STATE__MUTATOR_FAULTED
                              ? (heapd_mutator_state)mi->state
                              : HEAPD_MUTATOR_FAULTED;
-            mut->stalled_on = mi->stalled_on <= HEAPD__STALL_ON__STALL_REMARK
+            m->stalled_on = mi->stalled_on <= HEAPD__STALL_ON__STALL_REMARK
                                   ? (heapd_stall_on)mi->stalled_on
                                   : HEAPD_STALL_NONE;
-            mut->stalled_ms = mi->stalled_ms;
-            mut->alloc_bytes = mi->alloc_bytes;
-            mut->urs_backlog = mi->urs_backlog;
-            mut->root_depth = mi->root_depth;
-            mut->young_bytes = mi->young_bytes;
-            mut->minor_collections = mi->minor_collections;
-            mut->promoted_bytes = mi->promoted_bytes;
-            mut->minor_pause_max_ns = mi->minor_pause_max_ns;
+            m->stalled_ms = mi->stalled_ms;
+            m->alloc_bytes = mi->alloc_bytes;
+            m->urs_backlog = mi->urs_backlog;
+            m->root_depth = mi->root_depth;
+            m->young_bytes = mi->young_bytes;
+            m->minor_collections = mi->minor_collections;
+            m->promoted_bytes = mi->promoted_bytes;
+            m->minor_pause_max_ns = mi->minor_pause_max_ns;
+            abi_out(mut, mutator_size, m, sizeof *m);
         }
+        abi_out(list + i * size, size, o, sizeof *o);
     }
-    *out = list;
+    *out = (heapd_client_info *)list;
     *count = r->n_clients;
     rc = 0;
 out:
@@ -96,20 +109,30 @@ void heapd_clients_free(heapd_client_info *clients)
     free(clients);
 }
 
-int heapd_segments(heapd_client *c, const char *heap,
-                   heapd_heap_segments *out, size_t max, size_t *count)
+/* See Note [Structs that grow] in client/abi.c: each heap is filled in
+ * libheapd's own struct, then copied to the caller's, SIZE bytes apart. */
+int heapd_segments_sized(heapd_client *c, const char *heap,
+                         heapd_heap_segments *caller, size_t max,
+                         size_t *count, size_t size)
 {
     Heapd__SegmentsRequest sr = HEAPD__SEGMENTS_REQUEST__INIT;
     Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    heapd_heap_segments *o = NULL;
     int rc;
 
-    if (!c || (!out && max) || !count)
+    if (!c || (!caller && max) || !count)
         return client_set_error(-EINVAL, "heapd_segments: NULL argument");
+    if (size < ABI_0_1_HEAP_SEGMENTS)
+        return client_set_error(-EINVAL, "heapd_segments: entries of %zu "
+                                "bytes are no heapd.h's; pass sizeof "
+                                "heapd_heap_segments", size);
+    if (!(o = malloc(sizeof *o)))
+        return client_set_error(-ENOMEM, "heapd_segments: out of memory");
     sr.heap = (char *)(heap ? heap : "");
     req.body_case = HEAPD__ENVELOPE__BODY_SEGMENTS_REQUEST;
     req.segments_request = &sr;
     if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
-        return rc;
+        goto out;
     if (rep->body_case != HEAPD__ENVELOPE__BODY_SEGMENTS_REPLY) {
         rc = client_bad_reply(frame_body_name(&req), rep, NULL);
         goto out;
@@ -118,7 +141,6 @@ int heapd_segments(heapd_client *c, const char *heap,
     *count = r->n_heaps;
     for (size_t i = 0; i < r->n_heaps && i < max; i++) {
         const Heapd__HeapSegments *h = r->heaps[i];
-        heapd_heap_segments *o = &out[i];
         memset(o, 0, sizeof *o);
         snprintf(o->name, sizeof o->name, "%s", h->name ? h->name : "");
         o->segment_size = h->segment_size;
@@ -159,10 +181,12 @@ int heapd_segments(heapd_client *c, const char *heap,
                 d->block_bytes ? d->committed_bytes * 1000u / d->block_bytes
                                : 0;
         }
+        abi_out((char *)caller + i * size, size, o, sizeof *o);
     }
     rc = 0;
 out:
     heapd__envelope__free_unpacked(rep, NULL);
+    free(o);
     return rc;
 }
 

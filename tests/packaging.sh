@@ -184,7 +184,11 @@ check "libheapd.so -> libheapd.so.0 -> libheapd.so.0.*, SONAME libheapd.so.0" \
              readelf -d "$0" | grep -E "\(SONAME\) .*\[libheapd\.so\.0\]$"' "$lib"
 # the linker's own symbols, never the library's API
 linker_syms='^(_init|_fini|_edata|_end|__bss_start)$'
-nm -D --defined-only "$lib" >"$work/nm" 2>&1
+# (nm names a versioned symbol NAME@@VERSION: the version goes to a 4th
+# column)
+nm -D --defined-only "$lib" 2>&1 |
+    awk '{ v = ""; if (split($3, p, "@@") == 2) { $3 = p[1]; v = p[2] }
+           print $1, $2, $3, v }' >"$work/nm"
 check "libheapd exports no function but heapd_* (nm -D --defined-only)" \
     bash -c 'awk "\$2 ~ /^[TWi]$/ { print \$3 }" "$0" | grep -Ev "$1" |
              grep -v "^heapd_" && exit 1; exit 0' "$work/nm" "$linker_syms"
@@ -194,13 +198,22 @@ check "libheapd exports no data symbol (but the linker's own)" \
 include_d=$(at "$includedir")
 check "libheapd exports exactly the HEAPD_API functions of its installed headers" \
     bash -c 'api=$(cat "$1/heapd.h" "$1/heapd_collections.h" | tr "\n" " " |
-                  grep -oE "HEAPD_API [^;(]*\(" |
+                  grep -oE "(HEAPD_API|HEAPD_SIZED_\() *[^;(]*\(" |
                   sed -nE "s/.*[ *](heapd_[a-z_0-9]+) *\(\$/\1/p" | sort -u)
              exp=$(awk "\$2 ~ /^[TWi]$/ { print \$3 }" "$0" | grep "^heapd_" |
                   sort -u)
              echo "declared, not exported: $(comm -23 <(echo "$api") <(echo "$exp") | tr "\n" " ")"
              echo "exported, not declared: $(comm -13 <(echo "$api") <(echo "$exp") | tr "\n" " ")"
              [ -n "$api" ] && [ "$api" = "$exp" ]' "$work/nm" "$include_d"
+# Note [Symbol versions] in client/abi.c
+check "every heapd_* symbol has a version, HEAPD_0.1 or later" \
+    bash -c 'awk "\$3 ~ /^heapd_/ && \$4 !~ /^HEAPD_0\\.[0-9]+\$/" "$0" |
+             grep . && exit 1; exit 0' "$work/nm"
+check "0.1.0's symbols are all exported, at HEAPD_0.1 (tests/abi/0.1.0/symbols)" \
+    bash -c 'have=$(awk "\$4 == \"HEAPD_0.1\" { print \$3 }" "$0" | sort)
+             missing=$(comm -23 "$1" <(echo "$have"))
+             echo "missing or moved: $missing"; [ -z "$missing" ]' \
+    "$work/nm" "$HEAPD_SOURCE_ROOT/tests/abi/0.1.0/symbols"
 
 # ---- installed files ----
 files=("$(at "$sbindir")/heapd" "$(at "$bindir")/heapctl"

@@ -24,6 +24,7 @@
 #include "frame.h"
 #include "harness.h"
 #include "heapd.h"
+#include "heapd_build.h"
 #include "wire.h"
 #include "check_main.h"
 
@@ -44,7 +45,7 @@ START_TEST(connect_and_stats)
     ck_assert_uint_eq(heapd_heap_size(c), 1u << 30);
     heapd_stats_t st;
     ck_assert_int_eq(heapd_stats(c, &st), 0);
-    ck_assert_str_eq(st.version, "0.1.0");
+    ck_assert_str_eq(st.version, HEAPD_VERSION);
     ck_assert_uint_eq(st.clients_connected, 1);
     ck_assert_uint_eq(st.heap_count, 1);
     ck_assert_str_eq(st.heaps[0].name, "default");
@@ -812,7 +813,7 @@ START_TEST(heapctl_stats_table)
 {
     char out[8192];
     heapctl_with_a_client(false, "stats", 0, out, sizeof out);
-    ck_assert_msg(strstr(out, "heapd 0.1.0, up ") &&
+    ck_assert_msg(strstr(out, "heapd " HEAPD_VERSION ", up ") &&
                       strstr(out, "clients connected: 2") &&
                       strstr(out, "default          0x7e8000000000"),
                   "output: %s", out);
@@ -824,7 +825,8 @@ START_TEST(heapctl_stats_json)
 {
     char out[8192];
     heapctl_with_a_client(true, "stats --json", 0, out, sizeof out);
-    ck_assert_msg(strstr(out, "{\"version\":\"0.1.0\",\"uptime_ns\":") &&
+    ck_assert_msg(strstr(out, "{\"version\":\"" HEAPD_VERSION
+                             "\",\"uptime_ns\":") &&
                       strstr(out, "\"heaps\":[{\"name\":\"default\","
                                   "\"base\":\"0x7e8000000000\","
                                   "\"reserved_bytes\":1073741824,") &&

@@ -97,8 +97,16 @@ typedef struct heapd_map_opts {
 /* A new empty map as OPTS says.  Safepoint.  NULL with errno EINVAL
  * (unknown kind or flags) or heapd_alloc's errors.  A map with a budget
  * or HEAPD_MAP_EXPIRY keeps 8 bytes more a key. */
-HEAPD_API void *heapd_map_new_opts(heapd_mutator *m,
-                                   const heapd_map_opts *opts);
+HEAPD_API void *heapd_map_new_opts_sized(heapd_mutator *m,
+                                         const heapd_map_opts *opts,
+                                         size_t size);
+HEAPD_SIZED_(void *heapd_map_new_opts(heapd_mutator *m,
+                                      const heapd_map_opts *opts))
+#ifndef HEAPD_LIBRARY_
+{
+    return heapd_map_new_opts_sized(m, opts, sizeof *opts);
+}
+#endif
 /* True if OBJ is a map made by heapd_map_new. */
 HEAPD_API bool heapd_is_map(const void *obj);
 
@@ -178,7 +186,14 @@ typedef struct heapd_map_stats {
     uint64_t expirations;
 } heapd_map_stats_t;
 /* 0, or -EINVAL if MAP is not a map or OUT is NULL. */
-HEAPD_API int heapd_map_stats(const void *map, heapd_map_stats_t *out);
+HEAPD_API int heapd_map_stats_sized(const void *map, heapd_map_stats_t *out,
+                                    size_t size);
+HEAPD_SIZED_(int heapd_map_stats(const void *map, heapd_map_stats_t *out))
+#ifndef HEAPD_LIBRARY_
+{
+    return heapd_map_stats_sized(map, out, sizeof *out);
+}
+#endif
 /* Remove every entry of MAP that has expired, now: for a map nobody
  * writes to (writes sweep a few slots each).  Safepoint.  The entries
  * removed, or a negative errno. */
@@ -256,8 +271,16 @@ typedef struct heapd_map_footprint {
  * heapd_map_verify (about 10 ms for 100,000 keys), so a caller holds a
  * collection's stop up that long.  0, or -EINVAL if MAP is not a map or
  * OUT is NULL. */
-HEAPD_API int heapd_map_footprint(heapd_mutator *m, const void *map,
-                                  heapd_map_footprint_t *out);
+HEAPD_API int heapd_map_footprint_sized(heapd_mutator *m, const void *map,
+                                        heapd_map_footprint_t *out,
+                                        size_t size);
+HEAPD_SIZED_(int heapd_map_footprint(heapd_mutator *m, const void *map,
+                                     heapd_map_footprint_t *out))
+#ifndef HEAPD_LIBRARY_
+{
+    return heapd_map_footprint_sized(m, map, out, sizeof *out);
+}
+#endif
 
 /* Iteration: every key that is in the map for the whole iteration is
  * seen exactly once, whatever is inserted, deleted or resized meanwhile;

@@ -1217,16 +1217,19 @@ int heapd_map_put_bytes_ttl(heapd_mutator *m, void *map, const void *key,
                       &inl, NULL, due);
 }
 
-int heapd_map_stats(const void *map, heapd_map_stats_t *out)
+/* See Note [Structs that grow] in client/abi.c. */
+int heapd_map_stats_sized(const void *map, heapd_map_stats_t *caller,
+                          size_t size)
 {
     struct coll_info ci;
-    if (!out || !map ||
+    if (!caller || !map ||
         coll_kind_of(heapd_nrefs(map), heapd_nbytes(map),
                      heapd_bytes((void *)map), &ci) != COLL_KIND_MAP)
         return client_set_error(-EINVAL, "heapd_map_stats: %s",
-                                out ? "MAP is not a map" : "OUT is NULL");
-    *out = (heapd_map_stats_t){ci.size, ci.budget, ci.used, ci.evictions,
-                               ci.expirations};
+                                caller ? "MAP is not a map" : "OUT is NULL");
+    heapd_map_stats_t out = {ci.size, ci.budget, ci.used, ci.evictions,
+                             ci.expirations};
+    abi_out(caller, size, &out, sizeof out);
     return 0;
 }
 
@@ -1389,11 +1392,24 @@ static void *new_bucket0(heapd_mutator *m, uint32_t flags)
 void *heapd_map_new(heapd_mutator *m, unsigned kind, size_t capacity)
 {
     heapd_map_opts o = {.kind = kind, .capacity = capacity};
-    return heapd_map_new_opts(m, &o);
+    return heapd_map_new_opts_sized(m, &o, sizeof o);
 }
 
-void *heapd_map_new_opts(heapd_mutator *m, const heapd_map_opts *opts)
+/* See Note [Structs that grow] in client/abi.c. */
+void *heapd_map_new_opts_sized(heapd_mutator *m, const heapd_map_opts *in,
+                               size_t size)
 {
+    heapd_map_opts own;
+    const heapd_map_opts *opts = NULL;
+    if (in) {
+        int rc = abi_in(&own, sizeof own, in, size, ABI_0_1_MAP_OPTS,
+                        "heapd_map_new_opts");
+        if (rc < 0) {
+            errno = -rc;
+            return NULL;
+        }
+        opts = &own;
+    }
     if (!opts || opts->kind > HEAPD_MAP_IDENTITY ||
         (opts->flags & ~HEAPD_MAP_EXPIRY)) {
         client_set_error(-EINVAL, "heapd_map_new: %s",

@@ -168,13 +168,14 @@ static void count_buckets(heapd_mutator *m, void *t, const void *empty,
     }
 }
 
-int heapd_map_footprint(heapd_mutator *m, const void *obj,
-                        heapd_map_footprint_t *out)
+/* See Note [Structs that grow] in client/abi.c. */
+int heapd_map_footprint_sized(heapd_mutator *m, const void *obj,
+                              heapd_map_footprint_t *caller, size_t size)
 {
     void *map = (void *)obj;
-    if (!out || !is_map(map))
+    if (!caller || !is_map(map))
         return client_set_error(-EINVAL, "heapd_map_footprint: %s",
-                                out ? "not a map" : "OUT is NULL");
+                                caller ? "not a map" : "OUT is NULL");
     heapd_map_footprint_t f = {0};
     void **refs = map;
     void *empty = coll_load(&refs[MAP_EMPTY]);
@@ -213,6 +214,6 @@ int heapd_map_footprint(heapd_mutator *m, const void *obj,
             f.keys++;
         }
     }
-    *out = f;
+    abi_out(caller, size, &f, sizeof f);
     return 0;
 }
