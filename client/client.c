@@ -26,6 +26,7 @@
 #include "mutator.h"
 #include "remark.h"
 #include "reserve.h"
+#include "version.h"
 #include "wire.h"
 
 /* How long connect waits for the daemon's Welcome before giving up: a bound
@@ -179,6 +180,8 @@ static int send_hello_as(int sock, const char *heap, const char *client_name,
     int rc;
 
     h.protocol_version = PROTOCOL_VERSION;
+    h.library_version = (char *)HEAPD_VERSION;
+    h.layout_version = LAYOUT_VERSION;
     h.heap = (char *)heap;
     h.client_name = (char *)client_name;
     if (resuming) {
@@ -409,8 +412,16 @@ static int handshake(heapd_client *c, int sock, const heapd_connect_opts *o,
         goto out;
     }
     if (env->body_case == HEAPD__ENVELOPE__BODY_ERROR) {
-        rc = client_set_error(client_error_code(env->error->code), "heapd: %s",
-                              env->error->message);
+        /* a heapd before 0.2.0 does not name this release (Note
+         * [Versions across releases]) */
+        bool named = strstr(env->error->message, "libheapd " HEAPD_VERSION);
+        rc = client_set_error(client_error_code(env->error->code),
+                              "heapd: %s%s", env->error->message,
+                              env->error->code ==
+                                          HEAPD__ERROR_CODE__ERROR_VERSION &&
+                                      !named
+                                  ? " (this is libheapd " HEAPD_VERSION ")"
+                                  : "");
         goto out;
     }
     if (env->body_case != HEAPD__ENVELOPE__BODY_WELCOME) {
@@ -418,13 +429,14 @@ static int handshake(heapd_client *c, int sock, const heapd_connect_opts *o,
         goto out;
     }
     const Heapd__Welcome *w = env->welcome;
-    if (w->protocol_version != PROTOCOL_VERSION ||
-        (!control && w->layout_version != LAYOUT_VERSION)) {
-        rc = client_set_error(HEAPD_EVERSION,
-                              "heapd speaks protocol %u layout %u, this "
-                              "libheapd %u and %u; use matching versions",
-                              w->protocol_version, w->layout_version,
-                              PROTOCOL_VERSION, LAYOUT_VERSION);
+    const struct version_side us = {HEAPD_VERSION, PROTOCOL_VERSION,
+                                    LAYOUT_VERSION},
+                              them = {w->daemon_version, w->protocol_version,
+                                      w->layout_version};
+    if (!version_compatible(&us, &them, !control)) {
+        char why[320];
+        version_mismatch(why, sizeof why, &us, &them);
+        rc = client_set_error(HEAPD_EVERSION, "%s", why);
         goto out;
     }
     /* a mutator client gets the heap, the daemon's page and its control

@@ -5,7 +5,9 @@
  * ~~~~~~~~~~~~~~~~
  * The first frame a client sends must be Hello; anything else closes the
  * connection with ERROR_UNEXPECTED.  The daemon then checks, in order:
- *   1. protocol_version == PROTOCOL_VERSION, else ERROR_VERSION;
+ *   1. the client's protocol (and a mutator's layout, if it says) are
+ *      this heapd's, else ERROR_VERSION naming both releases (Note
+ *      [Versions across releases] in proto/version.c);
  *   2. the heap named exists (control clients may name none), else
  *      ERROR_NO_SUCH_HEAP;
  *   3. the peer may use it (Note [Connection authorisation]), else
@@ -67,6 +69,7 @@
 #include "slotmem.h"
 #include "table.h"
 #include "validate.h"
+#include "version.h"
 #include "young.h"
 #include "wire.h"
 
@@ -92,12 +95,20 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
                h->client_name && h->client_name[0] ? h->client_name
                                                    : "client");
     log_escape(shown, sizeof shown, heap_name);
-    if (h->protocol_version != PROTOCOL_VERSION) {
-        conn_fail(c, HEAPD__ERROR_CODE__ERROR_VERSION,
-                  "protocol version %u is not supported by heapd %s "
-                  "(it speaks version %u); use a libheapd that matches the "
-                  "daemon", h->protocol_version, HEAPD_VERSION,
-                  PROTOCOL_VERSION);
+    /* Note [Versions across releases]: a layout of 0 is a libheapd that
+     * does not say, and checks the Welcome's itself */
+    char release[4 * 32 + 1], why[320];
+    log_escape(release, sizeof release,
+               h->library_version ? h->library_version : "");
+    const struct version_side lib = {release, h->protocol_version,
+                                     h->layout_version},
+                              us = {HEAPD_VERSION, PROTOCOL_VERSION,
+                                    LAYOUT_VERSION};
+    if (!version_compatible(&lib, &us,
+                            h->kind == HEAPD__CLIENT_KIND__CLIENT_MUTATOR &&
+                                h->layout_version != 0)) {
+        version_mismatch(why, sizeof why, &lib, &us);
+        conn_fail(c, HEAPD__ERROR_CODE__ERROR_VERSION, "%s", why);
         return -EPROTONOSUPPORT;
     }
     if (h->kind != HEAPD__CLIENT_KIND__CLIENT_MUTATOR &&
@@ -165,6 +176,7 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
     Heapd__Welcome w = HEAPD__WELCOME__INIT;
     Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
     w.protocol_version = PROTOCOL_VERSION;
+    w.daemon_version = (char *)HEAPD_VERSION;
     w.client_id = c->id;
     w.resumed = resumed;
     env.body_case = HEAPD__ENVELOPE__BODY_WELCOME;

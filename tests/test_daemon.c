@@ -324,7 +324,7 @@ START_TEST(version_mismatch)
     harness_send_hello(fd, "default", 99,
                        HEAPD__CLIENT_KIND__CLIENT_MUTATOR);
     harness_expect_error_and_close(fd, HEAPD__ERROR_CODE__ERROR_VERSION,
-                           "protocol version 99 is not supported");
+                           "(protocol 99, layout 0) cannot use heapd");
     ck_assert_uint_eq(harness_still_serving(D.sock), 1);
     harness_stop_clean(&D);
 }
