@@ -933,6 +933,37 @@ HEAPD_SIZED_(int heapd_segments(heapd_client *c, const char *heap,
 }
 #endif
 
+/* A heap heapd is configured to serve and does not: what the service
+ * manager kept of it could not be taken back (another layout, a check
+ * that failed), and heapd left it there untouched (heapctl stats). */
+typedef struct heapd_unserved_heap {
+    char name[64];
+    char why[1024];             /* why, and what to do */
+} heapd_unserved_heap;
+
+/* The heaps heapd does not serve: up to MAX into OUT, their number in
+ * *COUNT (0 when it serves every heap it is configured with). */
+HEAPD_API int heapd_unserved_heaps_sized(heapd_client *c,
+                                         heapd_unserved_heap *out,
+                                         size_t max, size_t *count,
+                                         size_t size);
+#ifndef HEAPD_LIBRARY_
+/* (new in 0.2.0: no plain entry of 0.1.0's to keep) */
+static inline int heapd_unserved_heaps(heapd_client *c,
+                                       heapd_unserved_heap *out, size_t max,
+                                       size_t *count)
+{
+    return heapd_unserved_heaps_sized(c, out, max, count, sizeof *out);
+}
+#endif
+
+/* Give up HEAP, a heap heapd does not serve (heapctl drop): heapd asks
+ * the service manager to forget what it kept of it and serves the heap
+ * empty.  Its objects are lost.  0, HEAPD_ENOHEAP (HEAP is served or not
+ * configured), HEAPD_EDENIED (only root and heapd's own user may), or a
+ * connection error. */
+HEAPD_API int heapd_heap_drop(heapd_client *c, const char *heap);
+
 /* Static text saying what error code ERR means: the message of a HEAPD_E*
  * code (HEAPD_ERRORS), strerror's for a negated errno value, "success" for
  * 0, "unknown heapd error" for anything else. */

@@ -190,6 +190,64 @@ out:
     return rc;
 }
 
+/* See Note [Structs that grow] in client/abi.c. */
+int heapd_unserved_heaps_sized(heapd_client *c, heapd_unserved_heap *caller,
+                               size_t max, size_t *count, size_t size)
+{
+    Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    int rc;
+
+    if (!c || (!caller && max) || !count)
+        return client_set_error(-EINVAL, "heapd_unserved_heaps: NULL "
+                                "argument");
+    if (size < sizeof(heapd_unserved_heap))
+        return client_set_error(-EINVAL, "heapd_unserved_heaps: entries of "
+                                "%zu bytes are no heapd.h's; pass sizeof "
+                                "heapd_unserved_heap", size);
+    req.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
+    req.stats_request = &sr;
+    if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
+        goto out;
+    if (rep->body_case != HEAPD__ENVELOPE__BODY_STATS_REPLY) {
+        rc = client_bad_reply(frame_body_name(&req), rep, NULL);
+        goto out;
+    }
+    const Heapd__StatsReply *r = rep->stats_reply;
+    *count = r->n_unserved;
+    for (size_t i = 0; i < r->n_unserved && i < max; i++) {
+        heapd_unserved_heap o;
+        memset(&o, 0, sizeof o);
+        snprintf(o.name, sizeof o.name, "%s", r->unserved[i]->name);
+        snprintf(o.why, sizeof o.why, "%s", r->unserved[i]->why);
+        abi_out((char *)caller + i * size, size, &o, sizeof o);
+    }
+    rc = 0;
+out:
+    heapd__envelope__free_unpacked(rep, NULL);
+    return rc;
+}
+
+int heapd_heap_drop(heapd_client *c, const char *heap)
+{
+    Heapd__DropRequest dr = HEAPD__DROP_REQUEST__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    int rc;
+
+    if (!c || !heap || !heap[0])
+        return client_set_error(-EINVAL, "heapd_heap_drop: no heap named");
+    dr.heap = (char *)heap;
+    req.body_case = HEAPD__ENVELOPE__BODY_DROP_REQUEST;
+    req.drop_request = &dr;
+    if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
+        goto out;
+    if (rep->body_case != HEAPD__ENVELOPE__BODY_DROP_REPLY)
+        rc = client_bad_reply(frame_body_name(&req), rep, NULL);
+out:
+    heapd__envelope__free_unpacked(rep, NULL);
+    return rc;
+}
+
 _Static_assert(HEAPD_STALL_SNAPSHOT == (int)LAYOUT_STALL_SNAPSHOT &&
                    HEAPD_STALL_FINAL_SYNC == (int)LAYOUT_STALL_FINAL_SYNC &&
                    HEAPD_STALL_HANDSHAKE == (int)LAYOUT_STALL_HANDSHAKE &&

@@ -91,6 +91,14 @@ struct stats_snapshot {
 
 struct metrics_http;
 
+/* A configured heap heapd does not serve: what the service manager kept
+ * of it could not be taken back (Note [Heaps heapd cannot adopt] in
+ * adopt.c). */
+struct unserved_heap {
+    const struct config_heap *cfg;
+    char why[1024];             /* and what to do */
+};
+
 struct daemon {
     struct config cfg;
     char socket_path[108];      /* effective path (config or --socket) */
@@ -105,6 +113,8 @@ struct daemon {
     bool watchdog_on;
     size_t n_heaps;
     struct heap heaps[CONFIG_MAX_HEAPS];
+    size_t n_unserved;          /* Note [Heaps heapd cannot adopt] */
+    struct unserved_heap unserved[CONFIG_MAX_HEAPS];
     struct conn *conns;
     unsigned n_conns;
     uint64_t next_client_id;
@@ -194,6 +204,19 @@ void conn_log(struct conn *c, enum config_log_level level, const char *fmt,
  * errno after it has called conn_fail (the connection is closing). */
 int session_handle(struct conn *c, Heapd__Envelope *env);
 struct heap *daemon_find_heap(struct daemon *d, const char *name);
+
+/* adopt.c: at start, each configured heap is taken back from what the
+ * service manager kept, opened empty, or left unserved (Note [Heaps heapd
+ * cannot adopt]); its collector and remark threads start.  0, or -errno
+ * (logged) when heapd cannot go on. */
+int adopt_heaps(struct daemon *d);
+/* The unserved heap NAME, or NULL. */
+const struct unserved_heap *adopt_unserved(const struct daemon *d,
+                                           const char *name);
+/* heapctl drop NAME: give the unserved heap NAME up and serve it empty.
+ * 0, or -ENOENT / -errno with WHY (N bytes) saying why not. */
+int adopt_drop(struct daemon *d, const char *name, char *why, size_t n);
+
 /* The connection is closing: give back everything it held. */
 void session_closed(struct conn *c);
 /* C leaves now, as a crashed client, before its connection closes (Note

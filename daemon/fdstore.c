@@ -115,6 +115,51 @@ void fdstore_keep(const char *kind, const char *heap, int fd, bool replace)
                  "heapd.service)", name, strerror(-rc));
 }
 
+/* Is NAME one of HEAP's: heapd.KIND.HEAP, or heapd.client.HEAP.ID (a
+ * heap name may hold dots: the ID is digits only)? */
+static bool of_heap(const char *name, const char *heap)
+{
+    char prefix[160];
+    snprintf(prefix, sizeof prefix, "heapd.client.%s.", heap);
+    size_t n = strlen(prefix);
+    if (strncmp(name, prefix, n) == 0) {
+        const char *id = name + n;
+        return *id && strspn(id, "0123456789") == strlen(id);
+    }
+    static const char *const kinds[] = {"heap", "page", "table",
+                                        "lost-heap", "lost-page",
+                                        "lost-table"};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        char want[192];
+        name_of(want, sizeof want, kinds[k], heap);
+        if (strcmp(name, want) == 0)
+            return true;
+    }
+    return false;
+}
+
+void fdstore_leave(struct fdstore *s, const char *heap)
+{
+    for (unsigned i = 0; i < s->n_kept; i++) {
+        if (s->kept[i].fd >= 0 && of_heap(s->kept[i].name, heap)) {
+            close(s->kept[i].fd);
+            s->kept[i].fd = -1;
+        }
+    }
+}
+
+void fdstore_forget_heap(const struct fdstore *s, const char *heap)
+{
+    for (unsigned i = 0; i < s->n_kept; i++) {
+        if (of_heap(s->kept[i].name, heap)) {
+            char msg[sizeof s->kept[i].name + 32];
+            snprintf(msg, sizeof msg, "FDSTOREREMOVE=1\nFDNAME=%s",
+                     s->kept[i].name);
+            sd_notify(0, msg);
+        }
+    }
+}
+
 void fdstore_close_rest(struct fdstore *s)
 {
     for (unsigned i = 0; i < s->n_kept; i++) {

@@ -34,6 +34,14 @@ void fdstore_keep(const char *kind, const char *heap, int fd, bool replace);
 /* Ask it to forget what it keeps as KIND of HEAP. */
 void fdstore_forget(const char *kind, const char *heap);
 
+/* Leave in the store what it kept of HEAP (its memfds, its table, its
+ * clients' control memory): close heapd's copies, ask nothing of the
+ * service manager (Note [Heaps heapd cannot adopt] in adopt.c). */
+void fdstore_leave(struct fdstore *s, const char *heap);
+/* Ask the service manager to forget every descriptor of HEAP it passed
+ * at start (heapctl drop). */
+void fdstore_forget_heap(const struct fdstore *s, const char *heap);
+
 /* Close what nobody took. */
 void fdstore_close_rest(struct fdstore *s);
 

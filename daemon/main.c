@@ -31,7 +31,6 @@
 
 #include <systemd/sd-daemon.h>
 
-#include "clock.h"
 #include "collector.h"
 #include "daemon.h"
 #include "heapd_build.h"
@@ -40,6 +39,7 @@
 #include "resume.h"
 #include "stall.h"
 #include "table.h"
+#include "wire.h"
 
 #define SHUTDOWN_GRACE_MS 2000
 #define QUIESCE_POLL_MS 5 /* how often a clean exit looks at the collectors */
@@ -96,11 +96,15 @@ static int daemonize_begin(void)
 
 static void announce_ready(struct daemon *d)
 {
-    log_info("ready: %zu heap%s, listening on %s", d->n_heaps,
-             d->n_heaps == 1 ? "" : "s",
+    char unserved[64] = "";
+    if (d->n_unserved) /* Note [Heaps heapd cannot adopt] */
+        snprintf(unserved, sizeof unserved, " (%zu more not served: "
+                 "heapctl stats says why)", d->n_unserved);
+    log_info("ready: %zu heap%s%s, listening on %s", d->n_heaps,
+             d->n_heaps == 1 ? "" : "s", unserved,
              d->socket_activated ? "the systemd socket" : d->socket_path);
-    sd_notifyf(0, "READY=1\nSTATUS=serving %zu heap(s)\nMAINPID=%d",
-               d->n_heaps, (int)getpid());
+    sd_notifyf(0, "READY=1\nSTATUS=serving %zu heap(s)%s\nMAINPID=%d",
+               d->n_heaps, unserved, (int)getpid());
     if (ready_fd >= 0) {
         ssize_t n = write(ready_fd, "R", 1);
         (void)n;
@@ -251,131 +255,6 @@ static void close_walk(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
-/* Take back heap H, kept as KH, KP and KT, from its live table, sealed
- * at a clean stop or left by a kill (Note [Heaps across restarts] in
- * fdstore.c).  The descriptors stay the caller's.  Returns true with
- * *CLEAN saying which, or false with WHY saying why not (H closed). */
-static bool take_back(struct daemon *d, struct heap *h,
-                      const struct config_heap *cfg, int kh, int kp, int kt,
-                      bool *clean, char *why, size_t n, struct fdstore *fds)
-{
-    struct resume_client *kept = NULL;
-
-    if (kh < 0 || kp < 0) {
-        snprintf(why, n, "the service manager kept only part of it");
-        return false;
-    }
-    if (kt < 0) {
-        snprintf(why, n, "the service manager kept no table of it (a heapd "
-                 "of a release before the live table left it)");
-        return false;
-    }
-    if (heap_open(h, cfg, dup(kh), dup(kp), dup(kt)) < 0) {
-        snprintf(why, n, "its memfds do not fit [heap %s] (the log says "
-                 "how)", cfg->name);
-        return false;
-    }
-    /* Note [The live table], Note [Resuming clients] */
-    if (table_take_back(h, why, n, &kept, clean) < 0)
-        goto refused;
-    /* Note [Live clients]: no id the heap has listed is given again */
-    uint64_t listed = atomic_load(&h->control->live_id_max);
-    if (listed > d->next_client_id)
-        d->next_client_id = listed;
-    resume_adopt(d, h, kept, fds);
-    if (*clean)
-        return true;
-    /* Note [Recovery cycles] */
-    if (resume_keeps(d, h)) {
-        /* their stacks are roots, their remarks theirs: the verifying
-         * cycles wait until they are back (Note [Recovery cycles]) */
-        collector_recover_later(h);
-        return true;
-    }
-    if (collector_recover(h, &d->workers) < 0) {
-        snprintf(why, n, "the verifying cycles found %llu failures (the "
-                 "log names them)",
-                 (unsigned long long)h->stats.verify_failures);
-        goto refused;
-    }
-    return true;
-refused:
-    heap_close(h);
-    return false;
-}
-
-/* Heap I: the one the service manager kept, if it proves itself, else a
- * new one (Note [Heaps across restarts] in fdstore.c). */
-static int open_heap(struct daemon *d, size_t i, struct fdstore *fds)
-{
-    const struct config_heap *cfg = &d->cfg.heaps[i];
-    struct heap *h = &d->heaps[i];
-    int kh = fdstore_take(fds, "heap", cfg->name);
-    int kp = fdstore_take(fds, "page", cfg->name);
-    int kt = fdstore_take(fds, "table", cfg->name);
-    int ks = fdstore_take(fds, "state", cfg->name);
-    uint64_t t0 = monotonic_ns();
-    char why[512] = "";
-    bool clean = false;
-    int rc;
-
-    if (ks >= 0) {
-        /* Note [The live table]: the release before saved it beside the
-         * table; the table alone is read */
-        log_warn("heap '%s': the heapd before (an earlier release) saved "
-                 "its state as heapd.state.%s, which this heapd does not "
-                 "read: dropped; the heap is taken back from its table "
-                 "alone", cfg->name, cfg->name);
-        fdstore_forget("state", cfg->name);
-        close(ks);
-    }
-    if (kh >= 0 || kp >= 0 || kt >= 0) {
-        bool back = take_back(d, h, cfg, kh, kp, kt, &clean, why, sizeof why,
-                              fds);
-        if (back) {
-            h->stats.recovery_ns = monotonic_ns() - t0;
-            h->recovery_t0 = t0; /* Note [Recovery cycles], when deferred */
-            log_info("heap '%s': recovered from the table %s, in %llu ms "
-                     "(%u segments in use)", cfg->name,
-                     clean ? "the heapd before sealed at a clean stop"
-                           : "as after a kill",
-                     (unsigned long long)(h->stats.recovery_ns / 1000000),
-                     h->segs.count - h->segs.first - h->segs.n_free);
-        } else {
-            log_error("heap '%s': not recovered: %s.  Its memfds stay in "
-                      "the service manager's store as heapd.lost-heap.%s, "
-                      "heapd.lost-page.%s and heapd.lost-table.%s, for an "
-                      "operator to save (systemctl clean --what=fdstore "
-                      "heapd drops them); the heap starts empty", cfg->name,
-                      why, cfg->name, cfg->name, cfg->name);
-            /* renamed: the store keeps a file once, under one name */
-            fdstore_forget("heap", cfg->name);
-            fdstore_forget("page", cfg->name);
-            fdstore_forget("table", cfg->name);
-            if (kh >= 0)
-                fdstore_keep("lost-heap", cfg->name, kh, true);
-            if (kp >= 0)
-                fdstore_keep("lost-page", cfg->name, kp, true);
-            if (kt >= 0)
-                fdstore_keep("lost-table", cfg->name, kt, true);
-        }
-        if (kh >= 0)
-            close(kh);
-        if (kp >= 0)
-            close(kp);
-        if (kt >= 0)
-            close(kt);
-        if (back)
-            return 0;
-    }
-    if ((rc = heap_open(h, cfg, -1, -1, -1)) < 0)
-        return rc;
-    fdstore_keep("heap", cfg->name, h->fd, true);
-    fdstore_keep("page", cfg->name, h->page_fd, true);
-    fdstore_keep("table", cfg->name, h->table_fd, true);
-    return 0;
-}
-
 /* A clean exit: every heap's table sealed for the next heapd (Note [The
  * live table]); nothing stores into it after. */
 static void seal_heaps(struct daemon *d)
@@ -413,7 +292,11 @@ int main(int argc, char **argv)
         case 's': socket_override = optarg; break;
         case 'f': foreground = true; break;
         case 't': check_only = true; break;
-        case 'V': printf("heapd %s\n", HEAPD_VERSION); return 0;
+        case 'V': /* Note [Heaps heapd cannot adopt]: which heaps it reads */
+            printf("heapd %s (protocol %u, layout %u, table %u)\n",
+                   HEAPD_VERSION, PROTOCOL_VERSION, LAYOUT_VERSION,
+                   TABLE_VERSION);
+            return 0;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -469,22 +352,9 @@ int main(int argc, char **argv)
     if (fdstore_collect(&d->fds) < 0)
         log_warn("cannot read the descriptors passed at start; every heap "
                  "starts empty");
-    for (size_t i = 0; i < d->cfg.n_heaps; i++) {
-        if (open_heap(d, i, &d->fds) < 0) {
-            fdstore_close_rest(&d->fds);
-            goto out;
-        }
-        d->n_heaps++;
-        if (handoff_collector_start(&d->heaps[i], &d->workers, &d->loop,
-                                    session_cycle_done, d) < 0) {
-            log_error("heap '%s': cannot start its collector thread",
-                      d->cfg.heaps[i].name);
-            goto out;
-        }
-        if (handoff_remark_start(&d->heaps[i], d) < 0) {
-            log_error("heap '%s': out of memory", d->cfg.heaps[i].name);
-            goto out;
-        }
+    if (adopt_heaps(d) < 0) {
+        fdstore_close_rest(&d->fds);
+        goto out;
     }
     fdstore_close_rest(&d->fds);
     uv_signal_init(&d->loop, &d->sig_term);

@@ -133,6 +133,13 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
                       "start it empty", shown);
             return -EIO;
         }
+        const struct unserved_heap *un =
+            heap ? NULL : adopt_unserved(d, heap_name);
+        if (un) { /* Note [Heaps heapd cannot adopt] in adopt.c */
+            conn_fail(c, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
+                      "heap '%s' is not served: %s", shown, un->why);
+            return -ENOENT;
+        }
         if (!heap) {
             conn_fail(c, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
                       "no heap named '%s' in %s; add a [heap %s] section "
@@ -357,6 +364,7 @@ void session_stats_snapshot(struct daemon *d, struct stats_snapshot *s)
         .connections_timed_out = d->connections_timed_out,
         .requests_refused = d->requests_refused,
         .log_lines_suppressed = d->log_lines_suppressed,
+        .heaps_unserved = (uint32_t)d->n_unserved,
     };
     s->n = d->n_heaps;
     for (size_t i = 0; i < d->n_heaps; i++) {
@@ -422,6 +430,16 @@ static int handle_stats(struct conn *c, uint64_t seq)
     }
     r.n_heaps = s.n;
     r.heaps = hp;
+    /* Note [Heaps heapd cannot adopt] in adopt.c */
+    Heapd__UnservedHeap us[CONFIG_MAX_HEAPS], *up[CONFIG_MAX_HEAPS];
+    for (size_t i = 0; i < d->n_unserved; i++) {
+        heapd__unserved_heap__init(&us[i]);
+        us[i].name = (char *)d->unserved[i].cfg->name;
+        us[i].why = (char *)d->unserved[i].why;
+        up[i] = &us[i];
+    }
+    r.n_unserved = d->n_unserved;
+    r.unserved = up;
     env.seq = seq;
     env.body_case = HEAPD__ENVELOPE__BODY_STATS_REPLY;
     env.stats_reply = &r;
@@ -974,22 +992,18 @@ static int handle_collect(struct conn *c, uint64_t seq,
 }
 
 /* Note [Recovery cycles] in collector.c: a heap taken back after a kill
- * that failed its verifying cycles is served no more. */
+ * that failed its verifying cycles is served no more, and left in the
+ * store as it is (Note [Heaps heapd cannot adopt] in adopt.c). */
 static void refuse_heap(struct daemon *d, struct heap *h)
 {
     h->refused = true;
     log_error("heap '%s': the verifying cycles after heapd was killed found "
               "%llu failures (the log names them); its clients are "
-              "disconnected and it is served no more; restart heapd to "
-              "start it empty (its memfds stay in the store as "
-              "heapd.lost-*.%s for an operator)", h->cfg->name,
-              (unsigned long long)h->stats.verify_failures, h->cfg->name);
-    fdstore_forget("heap", h->cfg->name);
-    fdstore_forget("page", h->cfg->name);
-    fdstore_forget("table", h->cfg->name);
-    fdstore_keep("lost-heap", h->cfg->name, h->fd, true);
-    fdstore_keep("lost-page", h->cfg->name, h->page_fd, true);
-    fdstore_keep("lost-table", h->cfg->name, h->table_fd, true);
+              "disconnected and it is served no more.  Its memfds stay in "
+              "the service manager's store, untouched: restart heapd, and "
+              "'heapctl drop %s' then gives it up and serves it empty",
+              h->cfg->name, (unsigned long long)h->stats.verify_failures,
+              h->cfg->name);
     for (struct conn *c = d->conns; c; c = c->next)
         if (c->heap == h)
             conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
@@ -1118,6 +1132,35 @@ void session_closed(struct conn *c)
              c->name, (int)c->peer.pid);
 }
 
+/* heapctl drop (Note [Heaps heapd cannot adopt] in adopt.c): root or
+ * heapd's own user only, as the store is theirs. */
+static int handle_drop(struct conn *c, uint64_t seq,
+                       const Heapd__DropRequest *r)
+{
+    struct daemon *d = c->d;
+    char shown[4 * CONFIG_HEAP_NAME_MAX + 1], why[512];
+    log_escape(shown, sizeof shown, r->heap ? r->heap : "");
+    if (!c->privileged) {
+        d->requests_refused++;
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_DENIED,
+                                "uid %u may not drop heap '%s': only root "
+                                "or heapd's own user may", c->peer.uid,
+                                shown);
+    }
+    int rc = adopt_drop(d, r->heap ? r->heap : "", why, sizeof why);
+    if (rc == -ENOENT)
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
+                                "%s", why);
+    if (rc < 0)
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+                                "%s", why);
+    Heapd__DropReply dr = HEAPD__DROP_REPLY__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    env.body_case = HEAPD__ENVELOPE__BODY_DROP_REPLY;
+    env.drop_reply = &dr;
+    return conn_reply(c, &env, seq);
+}
+
 int session_handle(struct conn *c, Heapd__Envelope *env)
 {
     if (c->state == CONN_AWAIT_HELLO) {
@@ -1172,6 +1215,8 @@ int session_handle(struct conn *c, Heapd__Envelope *env)
         return handle_globals_request(c, env->seq);
     case HEAPD__ENVELOPE__BODY_CLIENTS_REQUEST:
         return report_clients(c, env->seq);
+    case HEAPD__ENVELOPE__BODY_DROP_REQUEST:
+        return handle_drop(c, env->seq, env->drop_request);
     case HEAPD__ENVELOPE__BODY_SEGMENTS_REQUEST:
         return report_segments(c, env->seq, env->segments_request);
     case HEAPD__ENVELOPE__BODY_REMARK_DONE:

@@ -20,6 +20,10 @@
 #include "heapd.h"
 #include "metrics.h"
 
+/* The heaps heapd does not serve (Note [Heaps heapd cannot adopt] in
+ * daemon/adopt.c), for stats. */
+static heapd_unserved_heap unserved[HEAPD_STATS_MAX_HEAPS];
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: heapctl [--socket PATH] [--heap NAME] stats "
@@ -29,6 +33,7 @@ static void usage(FILE *f)
                "       heapctl [--socket PATH] [--heap NAME] gc\n"
                "       heapctl [--socket PATH] [--heap NAME] globals\n"
                "       heapctl [--socket PATH] top [--interval MS]\n"
+               "       heapctl [--socket PATH] drop HEAP\n"
                "  stats     daemon version, uptime, clients, and per heap its\n"
                "            memory, segments, cycles and pauses\n"
                "  clients   every connection: pid, user, heap, segments held,\n"
@@ -47,6 +52,10 @@ static void usage(FILE *f)
                "            cycles and allocation per second, live and\n"
                "            committed memory, pause p99 and max; the clients\n"
                "            by allocation rate, stalled ones first (q quits)\n"
+               "  drop      give up HEAP, which heapd does not serve (stats\n"
+               "            says why): heapd forgets what the service\n"
+               "            manager kept of it and serves it empty; its\n"
+               "            objects are lost\n"
                "  --interval  top's refresh, in ms (100..60000; default 1000)\n"
                "  --json    print one JSON object instead of text (stats,\n"
                "            clients, segments)\n"
@@ -101,7 +110,7 @@ static const char *phase_name(uint32_t phase)
     return phase == 1 ? "mark" : phase == 2 ? "sweep" : "idle";
 }
 
-static void print_stats_json(const heapd_stats_t *s)
+static void print_stats_json(const heapd_stats_t *s, size_t n_unserved)
 {
     printf("{\"version\":");
     print_json_string(s->version);
@@ -131,11 +140,19 @@ static void print_stats_json(const heapd_stats_t *s)
             printf(",\"%s\":%" PRIu64, counter_lines[k].name, v[k]);
         printf("}");
     }
+    printf("],\"unserved\":[");
+    for (size_t i = 0; i < n_unserved; i++) {
+        printf("%s{\"name\":", i ? "," : "");
+        print_json_string(unserved[i].name);
+        printf(",\"why\":");
+        print_json_string(unserved[i].why);
+        printf("}");
+    }
     printf("]}\n");
 }
 
 /* Note [Metric names] in proto/metrics.c */
-static int print_stats_prometheus(const heapd_stats_t *s)
+static int print_stats_prometheus(const heapd_stats_t *s, size_t n_unserved)
 {
     static uint64_t v[HEAPD_STATS_MAX_HEAPS][HEAPD_HEAP_COUNTERS_N];
     struct metrics_heap h[HEAPD_STATS_MAX_HEAPS];
@@ -149,6 +166,7 @@ static int print_stats_prometheus(const heapd_stats_t *s)
         .connections_timed_out = s->connections_timed_out,
         .requests_refused = s->requests_refused,
         .log_lines_suppressed = s->log_lines_suppressed,
+        .heaps_unserved = (uint32_t)n_unserved,
     };
     size_t n = s->heap_count < HEAPD_STATS_MAX_HEAPS ? s->heap_count
                                                      : HEAPD_STATS_MAX_HEAPS;
@@ -205,7 +223,18 @@ static const char *duration(uint64_t ns, char *buf, size_t n)
     return buf;
 }
 
-static void print_stats_text(const heapd_stats_t *s)
+/* For stats: their number, or -1 (said on stderr). */
+static long get_unserved(heapd_client *c)
+{
+    size_t n = 0;
+    if (heapd_unserved_heaps(c, unserved, HEAPD_STATS_MAX_HEAPS, &n) < 0) {
+        fprintf(stderr, "heapctl: stats: %s\n", heapd_last_error());
+        return -1;
+    }
+    return (long)(n < HEAPD_STATS_MAX_HEAPS ? n : HEAPD_STATS_MAX_HEAPS);
+}
+
+static void print_stats_text(const heapd_stats_t *s, size_t n_unserved)
 {
     char d[48];
     printf("heapd %s, up %s\n", s->version, duration(s->uptime_ns, d, sizeof d));
@@ -226,6 +255,8 @@ static void print_stats_text(const heapd_stats_t *s)
                h->name, h->base, h->reserved_bytes, h->committed_bytes,
                h->segment_size, h->clients);
     }
+    for (size_t i = 0; i < n_unserved; i++)
+        printf("%-16s NOT SERVED: %s\n", unserved[i].name, unserved[i].why);
     /* the names in one column, as wide as the longest */
     int w = 17;
     for (size_t k = 0; k < HEAPD_HEAP_COUNTERS_N; k++)
@@ -601,13 +632,23 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    const char *cmd = argv[optind++];
+    const char *cmd = argv[optind++], *drop = NULL;
     if (strcmp(cmd, "stats") != 0 && strcmp(cmd, "gc") != 0 &&
         strcmp(cmd, "globals") != 0 && strcmp(cmd, "clients") != 0 &&
-        strcmp(cmd, "segments") != 0 && strcmp(cmd, "top") != 0) {
+        strcmp(cmd, "segments") != 0 && strcmp(cmd, "top") != 0 &&
+        strcmp(cmd, "drop") != 0) {
         fprintf(stderr, "heapctl: unknown command '%s'\n", cmd);
         usage(stderr);
         return 2;
+    }
+    if (strcmp(cmd, "drop") == 0) {
+        if (optind >= argc) {
+            fprintf(stderr, "heapctl: drop needs the heap's name: heapctl "
+                            "drop HEAP (heapctl stats lists the heaps "
+                            "heapd does not serve)\n");
+            return 2;
+        }
+        drop = argv[optind++];
     }
     if (optind != argc) {
         fprintf(stderr, "heapctl: unexpected argument '%s'\n", argv[optind]);
@@ -626,6 +667,15 @@ int main(int argc, char **argv)
     if ((rc = heapd_connect(&c, &co)) < 0) {
         fprintf(stderr, "heapctl: %s\n", heapd_last_error());
         return 1;
+    }
+    if (drop) { /* Note [Heaps heapd cannot adopt] in daemon/adopt.c */
+        rc = heapd_heap_drop(c, drop);
+        if (rc < 0)
+            fprintf(stderr, "heapctl: drop: %s\n", heapd_last_error());
+        else
+            printf("heap %s: given up; heapd serves it empty\n", drop);
+        heapd_disconnect(c);
+        return rc < 0 ? 1 : 0;
     }
     if (strcmp(cmd, "top") == 0) { /* Note [heapctl top] */
         rc = heapctl_top(c, interval_ms);
@@ -733,15 +783,18 @@ int main(int argc, char **argv)
         heapd_disconnect(c);
         return rc < 0 ? 1 : 0;
     }
+    long n_unserved = 0;
     rc = heapd_stats(c, &st);
     if (rc < 0)
         fprintf(stderr, "heapctl: stats: %s\n", heapd_last_error());
+    else if ((n_unserved = get_unserved(c)) < 0)
+        rc = -1;
     else if (prometheus)
-        rc = print_stats_prometheus(&st);
+        rc = print_stats_prometheus(&st, (size_t)n_unserved);
     else if (json)
-        print_stats_json(&st);
+        print_stats_json(&st, (size_t)n_unserved);
     else
-        print_stats_text(&st);
+        print_stats_text(&st, (size_t)n_unserved);
     heapd_disconnect(c);
     return rc < 0 ? 1 : 0;
 }

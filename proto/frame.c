@@ -228,6 +228,8 @@ const char *frame_body_name(const Heapd__Envelope *env)
     case HEAPD__ENVELOPE__BODY_CLIENTS_REPLY: return "clients_reply";
     case HEAPD__ENVELOPE__BODY_SEGMENTS_REQUEST: return "segments_request";
     case HEAPD__ENVELOPE__BODY_SEGMENTS_REPLY: return "segments_reply";
+    case HEAPD__ENVELOPE__BODY_DROP_REQUEST: return "drop_request";
+    case HEAPD__ENVELOPE__BODY_DROP_REPLY: return "drop_reply";
     case HEAPD__ENVELOPE__BODY__NOT_SET: return "(empty)";
     default: return "(unknown)";
     }

@@ -206,6 +206,9 @@ int metrics_write(FILE *f, const struct metrics_daemon *d,
                   "over a per-client cap, or denied", d->requests_refused);
     daemon_metric(f, "heapd_log_lines_suppressed_total", "counter",
                   "over client_log_rate", d->log_lines_suppressed);
+    daemon_metric(f, "heapd_heaps_unserved", "gauge",
+                  "configured heaps not served (heapctl stats says why)",
+                  d->heaps_unserved);
 
     static const struct {
         const char *name, *help;

@@ -34,6 +34,8 @@ struct metrics_daemon {
     uint64_t connections_timed_out;
     uint64_t requests_refused;
     uint64_t log_lines_suppressed;
+    uint32_t heaps_unserved;    /* Note [Heaps heapd cannot adopt] in
+                                   daemon/adopt.c */
 };
 
 /* Write D and the N heaps of H to F in the text format 0.0.4.  Returns 0,

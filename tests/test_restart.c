@@ -7,7 +7,10 @@
  * is recovered as after a kill; one sealed while an evicted young
  * client's segments were fenced comes back without its young blocks; a
  * table damaged or of another version, and the heap of the release
- * before, are refused, kept for an operator, and the heap started empty. */
+ * before, are not served and left in the store untouched, until heapctl
+ * drop gives them up; a heap of another layout is served again by a
+ * heapd that reads it (Note [Heaps heapd cannot adopt] in
+ * daemon/adopt.c). */
 #include <check.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -17,12 +20,14 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "client.h"
 #include "harness.h"
 #include "heapd.h"
+#include "heapd_build.h"
 #include "layout.h"
 #include "wire.h"
 #include "check_main.h"
@@ -494,14 +499,14 @@ START_TEST(a_kept_client_is_resumed_by_itself_only)
 }
 END_TEST
 
-/* A client that heapd does not keep (its table refused: the heap is new)
- * is told so, never left waiting. */
+/* A client that heapd does not keep (its table refused: the heap is not
+ * served) is told so, never left waiting. */
 static void garbage(int fd);
 
 START_TEST(client_not_kept_is_told)
 {
     start();
-    struct resumer k = fork_resumer(false, "does not keep client", 0);
+    struct resumer k = fork_resumer(false, "is not served", 0);
     harness_stop_clean(&D);
     garbage(harness_stored_fd(&D, "heapd.table.default"));
     harness_restart(&D);
@@ -611,9 +616,48 @@ START_TEST(killed_daemon_orphans_what_clients_held)
 }
 END_TEST
 
+/* What heapd says of the unserved heap NAME (Note [Heaps heapd cannot
+ * adopt] in daemon/adopt.c): to a client that names it (HEAPD_ENOHEAP), and
+ * in heapctl stats, both holding WHY. */
+static void expect_unserved(const char *name, const char *why)
+{
+    heapd_client *c = NULL;
+    heapd_connect_opts o = {.socket_path = D.sock, .heap = name,
+                            .flags = HEAPD_CONNECT_NO_RECONNECT};
+    ck_assert_int_eq(heapd_connect(&c, &o), HEAPD_ENOHEAP);
+    ck_assert_msg(strstr(heapd_last_error(), "is not served") &&
+                      strstr(heapd_last_error(), why) &&
+                      strstr(heapd_last_error(), "heapctl drop"),
+                  "a client of heap '%s' was told: %s", name,
+                  heapd_last_error());
+    char cmd[512], out[16384], want[128];
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' stats",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    ck_assert_int_eq(harness_run(cmd, out, sizeof out), 0);
+    snprintf(want, sizeof want, "%-16s NOT SERVED: ", name);
+    ck_assert_msg(strstr(out, want) && strstr(out, why),
+                  "heapctl stats says:\n%s", out);
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' stats --prometheus",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    ck_assert_int_eq(harness_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "\nheapd_heaps_unserved 1\n"),
+                  "heapctl stats --prometheus says:\n%s", out);
+}
+
+/* heapctl drop NAME, as heapd's own user: 0, or what heapctl printed */
+static int heapctl_drop(const char *name, char *out, size_t n)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' drop '%s'",
+             harness_bin("HEAPCTL_BIN"), D.sock, name);
+    return harness_run(cmd, out, n);
+}
+
 /* Restart, after a clean stop or a kill (KILLED), with the stored table
- * changed by SPOIL: the heap is refused with WHY (and WHY_TOO, if not
- * NULL) in the log, kept for an operator, and started empty. */
+ * changed by SPOIL: the heap is not served, with WHY (and WHY_TOO, if not
+ * NULL) in the log; its memfds stay in the store under their names (Note
+ * [Heaps heapd cannot adopt]); heapctl drop gives it up and heapd serves
+ * it empty. */
 static void refused_case(bool killed, void (*spoil)(int fd), const char *why,
                          const char *why_too)
 {
@@ -627,17 +671,24 @@ static void refused_case(bool killed, void (*spoil)(int fd), const char *why,
     ck_assert_int_ge(fd, 0);
     spoil(fd);
     harness_restart(&D);
-    ck_assert_msg(harness_log_contains(&D, "not recovered"),
-                  "heapd did not say the heap was not recovered");
+    ck_assert_msg(harness_log_contains(&D, "'default': not served: "),
+                  "heapd did not say the heap is not served");
     ck_assert_msg(harness_log_contains(&D, why), "heapd's log does not say "
                   "'%s'", why);
     ck_assert_msg(!why_too || harness_log_contains(&D, why_too),
                   "heapd's log does not say '%s'", why_too);
     harness_drain_notify(&D);
-    ck_assert_int_eq(harness_stored(&D, "heapd.lost-heap.default"), 1);
-    ck_assert_int_eq(harness_stored(&D, "heapd.lost-page.default"), 1);
-    ck_assert_int_eq(harness_stored(&D, "heapd.lost-table.default"), 1);
+    ck_assert_int_eq(harness_stored(&D, "heapd.heap.default"), 1);
+    ck_assert_int_eq(harness_stored(&D, "heapd.page.default"), 1);
     ck_assert_int_eq(harness_stored(&D, "heapd.table.default"), 1);
+    ck_assert_int_eq(harness_stored(&D, "heapd.lost-heap.default"), 0);
+    expect_unserved("default", why);
+    char out[4096];
+    ck_assert_msg(heapctl_drop("default", out, sizeof out) == 0 &&
+                      strstr(out, "heap default: given up"),
+                  "heapctl drop: %s", out);
+    ck_assert_msg(harness_log_contains(&D, "'default': dropped as heapctl "
+                                       "asked"), "heapd did not log the drop");
     with_client(no_list);
     with_client(publish_list);
     with_client(check_list);
@@ -781,11 +832,110 @@ static void release_before(int fd)
     close(state);
 }
 
+#define OTHER_BASE 0x7ec000000000ull
+
+/* with_client on heap NAME */
+static void with_client_of(const char *name, void (*body)(heapd_mutator *m))
+{
+    heapd_client *c = NULL;
+    heapd_mutator *m;
+    heapd_connect_opts o = {.socket_path = D.sock, .heap = name};
+    ck_assert_msg(heapd_connect(&c, &o) == 0, "connect to '%s': %s", name,
+                  heapd_last_error());
+    ck_assert_int_eq(heapd_attach(c, &m), 0);
+    body(m);
+    ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    heapd_detach(m);
+    heapd_disconnect(c);
+}
+
+static void set_layout(const char *page_name, uint32_t layout)
+{
+    int page = harness_stored_fd(&D, page_name);
+    ck_assert_int_ge(page, 0);
+    ck_assert_int_eq(pwrite(page, &layout, sizeof layout,
+                            offsetof(struct layout_control, layout_version)),
+                     (ssize_t)sizeof layout);
+}
+
+static ino_t stored_inode(const char *name)
+{
+    struct stat sb;
+    int fd = harness_stored_fd(&D, name);
+    ck_assert_msg(fd >= 0, "the store holds no %s", name);
+    ck_assert_int_eq(fstat(fd, &sb), 0);
+    return sb.st_ino;
+}
+
+/* An upgrade across a layout change, played by the test: heap "other"
+ * is kept as a heap of the next layout (its daemon's page says so).  The
+ * heapd that cannot read it serves "default" with its objects, refuses
+ * "other" saying why, and leaves every descriptor of "other" in the store
+ * as it was, unwritten; a heapd that reads it (the same layout once more:
+ * as the release that wrote it would) serves it again with every object
+ * (Note [Heaps heapd cannot adopt] in daemon/adopt.c). */
+START_TEST(heap_of_another_layout_is_kept_untouched)
+{
+    char conf[1024];
+    snprintf(conf, sizeof conf, "verify = true\n[heap other]\nbase = 0x%llx\n"
+             "max_size = 1G\nverify = true\n",
+             (unsigned long long)OTHER_BASE);
+    harness_start_logged(&D, harness_default_config("@SOCK@", conf),
+                         "heapd.log");
+    with_client(publish_list);
+    with_client_of("other", publish_list);
+    harness_stop_clean(&D);
+    ino_t heap = stored_inode("heapd.heap.other");
+    ino_t table = stored_inode("heapd.table.other");
+    set_layout("heapd.page.other", LAYOUT_VERSION + 1);
+
+    harness_restart(&D);
+    char why[160];
+    snprintf(why, sizeof why, "it is of layout version %u, and this heapd "
+             "(%s) reads layout %u only", LAYOUT_VERSION + 1,
+             HEAPD_VERSION, LAYOUT_VERSION);
+    ck_assert_msg(harness_log_contains(&D, why), "heapd's log does not say "
+                  "'%s'", why);
+    expect_unserved("other", why);
+    with_client(check_list);
+    harness_expect_healthy(&D);
+    harness_drain_notify(&D);
+    ck_assert_uint_eq(stored_inode("heapd.heap.other"), heap);
+    ck_assert_uint_eq(stored_inode("heapd.table.other"), table);
+    ck_assert_int_eq(harness_stored(&D, "heapd.lost-heap.other"), 0);
+    /* only root and heapd's own user may give a heap up */
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        heapd_client *c = NULL;
+        heapd_connect_opts o = {.socket_path = D.sock,
+                                .flags = HEAPD_CONNECT_CONTROL};
+        if (setgid(65534) < 0 || setuid(65534) < 0 ||
+            heapd_connect(&c, &o) < 0)
+            _exit(2);
+        _exit(heapd_heap_drop(c, "other") == HEAPD_EDENIED ? 0 : 1);
+    }
+    int st;
+    ck_assert_int_eq(waitpid(kid, &st, 0), kid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "an unprivileged drop was not refused (%#x)", st);
+    harness_stop_clean(&D);
+
+    set_layout("heapd.page.other", LAYOUT_VERSION);
+    harness_restart(&D);
+    with_client_of("other", check_list);
+    with_client(check_list);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
 START_TEST(heap_of_the_release_before_is_refused)
 {
-    refused_case(false, release_before, "the kept heap's control area does "
-                 "not match its configuration", "heapd.state.default, which "
-                 "this heapd does not read");
+    refused_case(false, release_before, "it is of layout version 13, and "
+                 "this heapd", "heapd.state.default, which this heapd does "
+                 "not read");
 }
 END_TEST
 
@@ -949,6 +1099,7 @@ static Suite *suite(void)
     tcase_add_test(t, garbage_table_after_a_stop_is_refused);
     tcase_add_test(t, unsealed_table_is_refused);
     tcase_add_test(t, table_of_another_version_is_refused);
+    tcase_add_test(t, heap_of_another_layout_is_kept_untouched);
     tcase_add_test(t, garbage_table_after_a_kill_is_refused);
     tcase_add_test(t, sealed_table_stored_into_is_recovered_as_killed);
     tcase_add_test(t, heap_of_the_release_before_is_refused);

@@ -3,6 +3,7 @@
 #include "heap.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +81,19 @@ bool heap_sealed_as(int fd, uint64_t size)
            seals >= 0 && (seals & want) == want;
 }
 
+/* heap_open failed: say FMT in the log, naming the heap, and keep it in
+ * h->why for the caller. */
+static void open_failed(struct heap *h, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void open_failed(struct heap *h, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->why, sizeof h->why, fmt, ap);
+    va_end(ap);
+    log_error("heap '%s': %s", h->cfg->name, h->why);
+}
+
 int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
               int kept_page, int kept_table)
 {
@@ -95,9 +109,9 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
     snprintf(name, sizeof name, "heapd:%s", cfg->name);
     if (kept && (kept_page < 0 || !heap_sealed_as(kept_heap, cfg->max_size) ||
                  !heap_sealed_as(kept_page, LAYOUT_DAEMON_BYTES))) {
-        log_error("heap '%s': the memfds the service manager kept are not "
-                  "a heap of max_size %llu as this heapd makes them",
-                  cfg->name, (unsigned long long)cfg->max_size);
+        open_failed(h, "the memfds the service manager kept are not a heap "
+                    "of max_size %llu as this heapd makes them",
+                    (unsigned long long)cfg->max_size);
         close(kept_heap);
         if (kept_page >= 0)
             close(kept_page);
@@ -113,8 +127,8 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
         fd = kept_heap;
     } else if ((fd = heap_sealed_memfd(name, cfg->max_size)) < 0) {
         rc = fd;
-        log_error("heap '%s': cannot make a sealed memfd of %llu bytes: %s; "
-                  "lower max_size", cfg->name,
+        open_failed(h, "cannot make a sealed memfd of %llu bytes: %s; "
+                  "lower max_size",
                   (unsigned long long)cfg->max_size, strerror(-rc));
         goto out;
     }
@@ -126,17 +140,15 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
         if (p != MAP_FAILED)    /* an old kernel ignored NOREPLACE */
             munmap(p, cfg->max_size);
         p = MAP_FAILED;
-        log_error("heap '%s': cannot map [0x%llx, 0x%llx): %s; choose "
-                  "another 'base' in [heap %s]", cfg->name,
-                  (unsigned long long)cfg->base,
-                  (unsigned long long)(cfg->base + cfg->max_size),
-                  rc == -EEXIST ? "the range is already in use"
-                                : strerror(-rc), cfg->name);
+        open_failed(h, "cannot map [0x%llx, 0x%llx): %s; choose another "
+                    "'base' in [heap %s]", (unsigned long long)cfg->base,
+                    (unsigned long long)(cfg->base + cfg->max_size),
+                    rc == -EEXIST ? "the range is already in use"
+                                  : strerror(-rc), cfg->name);
         goto out;
     }
     if ((rc = open_daemon_page(h, p, kept ? kept_page : -1)) < 0) {
-        log_error("heap '%s': cannot set up the daemon's page: %s",
-                  cfg->name, strerror(-rc));
+        open_failed(h, "cannot set up the daemon's page: %s", strerror(-rc));
         munmap(p, cfg->max_size);
         goto out;
     }
@@ -164,8 +176,8 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
     }
     else if ((rc = layout_check_control(h->control, cfg->base, cfg->max_size,
                                         cfg->segment_size)) < 0) {
-        log_error("heap '%s': the kept heap's control area does not match "
-                  "its configuration (%s)", cfg->name, strerror(-rc));
+        open_failed(h, "the kept heap's control area does not match its "
+                    "configuration (%s)", strerror(-rc));
         munmap(p, cfg->max_size);
         h->base = NULL;
         h->control = NULL;
@@ -176,8 +188,7 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
      * minor collection frees as the sweep does (Note [Sweeping]) */
     atomic_store(&h->control->poison, h->poison ? LAYOUT_POISON : 0u);
     if ((rc = seg_init(h)) < 0) {
-        log_error("heap '%s': out of memory for its segment table",
-                  cfg->name);
+        open_failed(h, "out of memory for its segment table");
         munmap(p, cfg->max_size);
         h->base = NULL;
         h->control = NULL;
@@ -189,16 +200,15 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
         rc = table_adopt(h, kept_table, why, sizeof why);
         kept_table = -1; /* taken over */
         if (rc < 0)
-            log_error("heap '%s': %s", cfg->name, why);
+            open_failed(h, "%s", why);
     } else if ((rc = table_create(h)) < 0) {
-        log_error("heap '%s': cannot make its table: %s", cfg->name,
+        open_failed(h, "cannot make its table: %s",
                   strerror(-rc));
     } else {
         seg_format(h);
     }
     if (rc == 0 && (rc = slotmem_reserve(h)) < 0)
-        log_error("heap '%s': out of memory for the mutator slots' windows",
-                  cfg->name);
+        open_failed(h, "out of memory for the mutator slots' windows");
     if (rc < 0) {
         table_close(h);
         seg_destroy(h);

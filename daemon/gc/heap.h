@@ -140,6 +140,7 @@ struct heap {
     uint64_t recovery_t0;            /* CLOCK_MONOTONIC ns heapd began to
                                         take the heap back */
     bool refused;                    /* served no more (session.c) */
+    char why[512];                   /* heap_open's failure, as logged */
     bool poison;                     /* poison freed blocks (verify/debug) */
     bool verify;                     /* run the verifier after each cycle */
     uint8_t static_flag;             /* Note [Global roots]; heap->lock */
@@ -271,7 +272,7 @@ static inline void *heap_seg_addr(const struct heap *h, uint32_t i)
 /* Create the memfd, seal it, map it at cfg->base and lay out the control
  * area and the live table (Note [The live table] in daemon/gc/table.c).
  * Returns 0 or a negative errno after logging a message that names the
- * heap, the range and the config key to change (-EEXIST when the range
+ * heap, the range and the config key to change (kept in h->why too) (-EEXIST when the range
  * is already mapped in the daemon).  With KEPT_HEAP and KEPT_PAGE >= 0 (a
  * heap the service manager kept: Note [Heaps across restarts] in
  * daemon/fdstore.c), those are mapped instead, checked, and taken over

@@ -111,10 +111,7 @@
 #include "kept.h"
 
 #define TABLE_MAGIC 0x3162746470616568ull /* "heapdtb1", little-endian */
-/* 3: a slot's nursery (young_first, young_segs, young_age)
- * 4: the clean record (Note [The live table]), appended to the header
- * 5: a slot's young budget and age instead of its nursery */
-#define TABLE_VERSION 5u
+/* TABLE_VERSION, in table.h */
 #define TABLE_CLEAN 0x6e61656c63627468ull /* "htbclean", little-endian */
 
 struct table_stats_copy {

@@ -10,6 +10,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* The live table's version (Note [The live table] in table.c); heapd
+ * --version says it.
+ * 3: a slot's nursery (young_first, young_segs, young_age)
+ * 4: the clean record (Note [The live table]), appended to the header
+ * 5: a slot's young budget and age instead of its nursery */
+#define TABLE_VERSION 5u
+
 struct heap;
 struct resume_client;
 
