@@ -712,13 +712,28 @@ size_t heapd_heap_size(const heapd_client *c)
     return c ? c->size : 0;
 }
 
+int client_stats_call(heapd_client *c, Heapd__Envelope **rep)
+{
+    Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT;
+    int rc;
+
+    *rep = NULL;
+    req.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
+    req.stats_request = &sr;
+    if ((rc = agent_call(&c->agent, &req, rep)) < 0)
+        return rc;
+    if ((*rep)->body_case != HEAPD__ENVELOPE__BODY_STATS_REPLY)
+        return client_bad_reply(frame_body_name(&req), *rep, NULL);
+    return 0;
+}
+
 /* See Note [Structs that grow] in client/abi.c: the reply is read into
  * libheapd's own struct, then placed in the caller's. */
 int heapd_stats_sized(heapd_client *c, heapd_stats_t *caller, size_t size,
                       size_t heap_size)
 {
-    Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
-    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    Heapd__Envelope *rep = NULL;
     heapd_stats_t *out = NULL;
     int rc;
 
@@ -727,14 +742,8 @@ int heapd_stats_sized(heapd_client *c, heapd_stats_t *caller, size_t size,
     out = calloc(1, sizeof *out);
     if (!out)
         return client_set_error(-ENOMEM, "heapd_stats: out of memory");
-    req.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
-    req.stats_request = &sr;
-    if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
+    if ((rc = client_stats_call(c, &rep)) < 0)
         goto out;
-    if (rep->body_case != HEAPD__ENVELOPE__BODY_STATS_REPLY) {
-        rc = client_bad_reply(frame_body_name(&req), rep, NULL);
-        goto out;
-    }
     const Heapd__StatsReply *r = rep->stats_reply;
     memset(out, 0, sizeof *out);
     snprintf(out->version, sizeof out->version, "%s", r->version);

@@ -68,4 +68,8 @@ static inline void *client_seg_addr(const heapd_client *c, uint32_t i)
     return (char *)c->base + ((uint64_t)i << c->seg_shift);
 }
 
+/* Ask heapd for its statistics: 0 with *REP its StatsReply (the caller
+ * frees *REP, which may be set on failure too), or an error code. */
+int client_stats_call(heapd_client *c, Heapd__Envelope **rep);
+
 #endif

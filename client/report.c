@@ -194,8 +194,7 @@ out:
 int heapd_unserved_heaps_sized(heapd_client *c, heapd_unserved_heap *caller,
                                size_t max, size_t *count, size_t size)
 {
-    Heapd__StatsRequest sr = HEAPD__STATS_REQUEST__INIT;
-    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    Heapd__Envelope *rep = NULL;
     int rc;
 
     if (!c || (!caller && max) || !count)
@@ -205,14 +204,8 @@ int heapd_unserved_heaps_sized(heapd_client *c, heapd_unserved_heap *caller,
         return client_set_error(-EINVAL, "heapd_unserved_heaps: entries of "
                                 "%zu bytes are no heapd.h's; pass sizeof "
                                 "heapd_unserved_heap", size);
-    req.body_case = HEAPD__ENVELOPE__BODY_STATS_REQUEST;
-    req.stats_request = &sr;
-    if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
+    if ((rc = client_stats_call(c, &rep)) < 0)
         goto out;
-    if (rep->body_case != HEAPD__ENVELOPE__BODY_STATS_REPLY) {
-        rc = client_bad_reply(frame_body_name(&req), rep, NULL);
-        goto out;
-    }
     const Heapd__StatsReply *r = rep->stats_reply;
     *count = r->n_unserved;
     for (size_t i = 0; i < r->n_unserved && i < max; i++) {
