@@ -14,7 +14,10 @@
  *     heapd_map_opts): what a shorter struct lacks reads as zero, which is
  *     every new option's default; a longer struct (a program built for a
  *     newer libheapd) is refused with -E2BIG unless the tail this library
- *     does not know is zero.  Shorter than 0.1.0's is -EINVAL.
+ *     does not know is zero.  Shorter than 0.1.0's is -EINVAL.  They end
+ *     with no padding (asserted below; the padding two of them had is a
+ *     field, unused_, never read), so a new option always grows sizeof:
+ *     one in the padding would reach an older libheapd unrefused.
  *   - Results libheapd writes: min(the caller's size, its own) bytes, and
  *     zero past its own: a program gets what it knows of, and a newer
  *     program's new fields read 0 from an older libheapd.
@@ -49,8 +52,10 @@
  *     through the entries of its own release (a program linked before
  *     symbol versions, 0.1.0's, binds to the first node, HEAPD_0.1);
  *   - a program that uses a newer call, on an older libheapd, is refused
- *     by the loader at its start, naming the missing node ("version
- *     `HEAPD_0.2' not found"), instead of crashing in the call.
+ *     by the loader at its start, naming the missing node, instead of
+ *     crashing in the call: "version `HEAPD_0.3' not found" from a
+ *     versioned libheapd, "undefined symbol: heapd_connect_sized, version
+ *     HEAPD_0.2" from 0.1.0's, which had no versions.
  * Measured: tests/abi builds a client against 0.1.0's headers and runs it
  * on this libheapd; tests/packaging.sh checks each 0.1.0 symbol is still
  * at HEAPD_0.1.
@@ -64,6 +69,13 @@
 
 _Static_assert(sizeof(heapd_class_segments) == 56,
                "it never grows: Note [Structs that grow]");
+_Static_assert(sizeof(heapd_connect_opts) ==
+                       offsetof(heapd_connect_opts, reconnect_ms) +
+                           sizeof(unsigned) &&
+                   sizeof(heapd_mutator_opts) ==
+                       offsetof(heapd_mutator_opts, unused_) +
+                           sizeof(unsigned),
+               "options end with no padding: Note [Structs that grow]");
 
 #define ABI_COUNTER_WIDTH_(name, type, kind, unit, source, help) \
     _Static_assert(HEAPD_HEAP_COUNTER_##name == 0 || sizeof(type) == 8, \

@@ -337,6 +337,9 @@ typedef struct heapd_mutator_opts {
     unsigned young_age;       /* minor collections an object survives
                                  before promotion, 1..8; 0: the heap's
                                  young_age */
+    unsigned unused_;         /* never read: what was padding, so that a
+                                 new option grows the struct (Note
+                                 [Structs that grow] in client/abi.c) */
 } heapd_mutator_opts;
 
 /* heapd_attach with options (OPTS NULL: heapd_attach).  Fails as
@@ -960,8 +963,9 @@ static inline int heapd_unserved_heaps(heapd_client *c,
 /* Give up HEAP, a heap heapd does not serve (heapctl drop): heapd asks
  * the service manager to forget what it kept of it and serves the heap
  * empty.  Its objects are lost.  0, HEAPD_ENOHEAP (HEAP is served or not
- * configured), HEAPD_EDENIED (only root and heapd's own user may), or a
- * connection error. */
+ * configured), HEAPD_EDENIED (only root and heapd's own user may),
+ * HEAPD_ESHUTDOWN (heapd is stopping), HEAPD_EPROTO (heapd could not open
+ * the new heap: its log says why), or a connection error. */
 HEAPD_API int heapd_heap_drop(heapd_client *c, const char *heap);
 
 /* Static text saying what error code ERR means: the message of a HEAPD_E*

@@ -1,12 +1,18 @@
 /* The collections' entries of the first stable release, 0.1.0: the calls
  * that take a struct that grows, under their plain names, with 0.1.0's
  * sizes (Note [Structs that grow] in client/abi.c). */
+#include <stddef.h>
+
 #include "heapd.h"
 #include "heapd_collections.h"
 #include "runtime.h"
 
 _Static_assert(sizeof(heapd_map_iter) == 40 && sizeof(heapd_lease) == 16,
                "they never grow: Note [Structs that grow] in client/abi.c");
+_Static_assert(sizeof(heapd_map_opts) ==
+                   offsetof(heapd_map_opts, unused_) + sizeof(unsigned),
+               "options end with no padding: Note [Structs that grow] in "
+               "client/abi.c");
 
 void *heapd_map_new_opts(heapd_mutator *m, const heapd_map_opts *opts)
 {

@@ -93,6 +93,9 @@ typedef struct heapd_map_opts {
                            Note [Map budget] in client/collections/map.c),
                            so an insert never fails for want of room */
     unsigned flags;     /* HEAPD_MAP_EXPIRY */
+    unsigned unused_;   /* never read: what was padding, so that a new
+                           option grows the struct (Note [Structs that
+                           grow] in client/abi.c) */
 } heapd_map_opts;
 /* A new empty map as OPTS says.  Safepoint.  NULL with errno EINVAL
  * (unknown kind or flags) or heapd_alloc's errors.  A map with a budget
