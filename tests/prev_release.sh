@@ -6,9 +6,9 @@
 # tests/test_versions.c (Note [Versions across releases]).
 set -euo pipefail
 src=$1 out=$2
-[ -e "$out/done" ] && exit 0
 rel=$(ls "$src/tests/abi" | grep -E '^[0-9]+\.[0-9]+\.[0-9]+$' | sort -V |
       tail -1)
+[ "$(cat "$out/done" 2>/dev/null)" = "$rel" ] && exit 0
 commit=$(cat "$src/tests/abi/$rel/commit")
 if ! git -C "$src" cat-file -e "$commit^{commit}" 2>/dev/null; then
     echo "prev_release: $rel's commit $commit is not in $src's git history;" \

@@ -258,14 +258,28 @@ START_TEST(previous_clients_use_this_heapd)
     const char *p = prev_release();
     start();
     /* a program built against the previous release's headers and its own
-     * libheapd */
+     * libheapd, which its run path names: meson test's LD_LIBRARY_PATH
+     * (this build's libheapd) would come first */
     char cmd[1024], out[8192];
-    snprintf(cmd, sizeof cmd, "HEAPD_SOCKET='%s' '%s/client'", D.sock, p);
+    snprintf(cmd, sizeof cmd, "env -u LD_LIBRARY_PATH ldd '%s/client' "
+             "'%s/build/heapctl/heapctl'", p, p);
     int rc = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 0, "ldd: %s", out);
+    const char *at = out;
+    for (int k = 0; k < 2; k++) {
+        const char *arrow = strstr(at, "libheapd.so.0 => ");
+        ck_assert_msg(arrow && strncmp(arrow + 17, p, strlen(p)) == 0,
+                      "the previous release's programs do not load its "
+                      "libheapd (under %s):\n%s", p, out);
+        at = arrow + 17;
+    }
+    snprintf(cmd, sizeof cmd, "HEAPD_SOCKET='%s' env -u LD_LIBRARY_PATH "
+             "'%s/client'", D.sock, p);
+    rc = harness_run(cmd, out, sizeof out);
     ck_assert_msg(rc == 0 && strcmp(out, "ok\n") == 0,
                   "the previous release's client: %d\n%s", rc, out);
-    snprintf(cmd, sizeof cmd, "'%s/build/heapctl/heapctl' --socket '%s' "
-             "stats", p, D.sock);
+    snprintf(cmd, sizeof cmd, "env -u LD_LIBRARY_PATH "
+             "'%s/build/heapctl/heapctl' --socket '%s' stats", p, D.sock);
     rc = harness_run(cmd, out, sizeof out);
     ck_assert_msg(rc == 0 && strstr(out, "heapd " HEAPD_VERSION ", up "),
                   "the previous release's heapctl: %d\n%s", rc, out);
