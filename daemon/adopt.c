@@ -9,10 +9,16 @@
  * section, a table that fails its checks, verifying cycles that find
  * failures -- is not served, and nothing of it is dropped:
  *   - its descriptors stay in the store under their names (heapd.heap,
- *     .page, .table and .client.NAME.ID), untouched: heapd neither
- *     removes nor renames them nor writes into them, so a heapd that can
- *     take it back (the release that wrote it, or this one with the
- *     [heap] section it had) does, after a restart;
+ *     .page, .table, .state and .client.NAME.ID), never removed or
+ *     renamed, so a heapd that can take it back (the release that wrote
+ *     it, or this one with the [heap] section it had) does, after a
+ *     restart.  The checks made before heapd writes anything refuse the
+ *     version and geometry cases -- another layout (read from the page)
+ *     or table version, memfds that do not fit the [heap] section, a
+ *     table that is not heapd's or not sealed -- so those heaps are not
+ *     written either.  One refused later, by the checks of the table's
+ *     records during the take-back or by the verifying cycles, holds
+ *     what heapd had repaired by then;
  *   - heapd says why and what to do in its log, in heapctl stats
  *     (StatsReply.unserved) and to every client that names the heap
  *     (HEAPD_ENOHEAP), and serves its other heaps;
@@ -27,6 +33,7 @@
  * of another layout across a restart and serves it again after the next
  * one).
  */
+#include <assert.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -46,12 +53,16 @@
 /* Take back heap H, kept as KH, KP and KT, from its live table, sealed
  * at a clean stop or left by a kill (Note [Heaps across restarts] in
  * fdstore.c).  The descriptors stay the caller's.  Returns true with
- * *CLEAN saying which, or false with WHY saying why not (H closed). */
+ * *CLEAN saying which, or false with WHY saying why not (H closed) and
+ * *RELEASE whether another release's heapd could (another layout or
+ * table version). */
 static bool take_back(struct daemon *d, struct heap *h,
                       const struct config_heap *cfg, int kh, int kp, int kt,
-                      bool *clean, char *why, size_t n, struct fdstore *fds)
+                      bool *clean, bool *release, char *why, size_t n,
+                      struct fdstore *fds)
 {
     struct resume_client *kept = NULL;
+    *release = false;
 
     if (kh < 0 || kp < 0) {
         snprintf(why, n, "the service manager kept its memfd but not the "
@@ -74,9 +85,28 @@ static bool take_back(struct daemon *d, struct heap *h,
         snprintf(why, n, "it is of layout version %u, and this heapd (%s) "
                  "reads layout %u only", layout, HEAPD_VERSION,
                  LAYOUT_VERSION);
+        *release = true;
         return false;
     }
-    if (heap_open(h, cfg, dup(kh), dup(kp), dup(kt)) < 0) {
+    /* and the table's version, the word after its magic (Note [The live
+     * table]); table_adopt checks the rest */
+    uint32_t table = 0;
+    if (pread(kt, &table, sizeof table, 8) == (ssize_t)sizeof table &&
+        table != 0 && table != TABLE_VERSION)
+        *release = true;
+    int dh = dup(kh), dp = dup(kp), dt = dup(kt);
+    if (dh < 0 || dp < 0 || dt < 0) {
+        snprintf(why, n, "heapd cannot duplicate its descriptors (%s); "
+                 "raise its LimitNOFILE=", strerror(errno));
+        if (dh >= 0)
+            close(dh);
+        if (dp >= 0)
+            close(dp);
+        if (dt >= 0)
+            close(dt);
+        return false;
+    }
+    if (heap_open(h, cfg, dh, dp, dt) < 0) {
         snprintf(why, n, "%s", h->why);
         return false;
     }
@@ -115,7 +145,7 @@ refused:
  * bytes, says why, and H is closed) or -errno. */
 static int open_heap(struct daemon *d, const struct config_heap *cfg,
                      struct heap *h, struct fdstore *fds, char *unserved,
-                     size_t un)
+                     size_t un, bool *release)
 {
     int kh = fdstore_take(fds, "heap", cfg->name);
     int kp = fdstore_take(fds, "page", cfg->name);
@@ -126,19 +156,11 @@ static int open_heap(struct daemon *d, const struct config_heap *cfg,
     bool clean = false;
     int rc;
 
-    if (ks >= 0) {
-        /* Note [The live table]: the release before saved it beside the
-         * table; the table alone is read */
-        log_warn("heap '%s': the heapd before (an earlier release) saved "
-                 "its state as heapd.state.%s, which this heapd does not "
-                 "read: dropped; the heap is taken back from its table "
-                 "alone", cfg->name, cfg->name);
-        fdstore_forget("state", cfg->name);
-        close(ks);
-    }
+    bool back = false;
+    *release = false;
     if (kh >= 0 || kp >= 0 || kt >= 0) {
-        bool back = take_back(d, h, cfg, kh, kp, kt, &clean, why, sizeof why,
-                              fds);
+        back = take_back(d, h, cfg, kh, kp, kt, &clean, release, why,
+                              sizeof why, fds);
         if (back) {
             h->stats.recovery_ns = monotonic_ns() - t0;
             h->recovery_t0 = t0; /* Note [Recovery cycles], when deferred */
@@ -163,11 +185,23 @@ static int open_heap(struct daemon *d, const struct config_heap *cfg,
             close(kp);
         if (kt >= 0)
             close(kt);
-        if (back)
-            return 0;
-        if (kh >= 0)
+        if (!back && kh >= 0) {
+            if (ks >= 0) /* left with the rest (fdstore_leave) */
+                close(ks);
             return 1;
+        }
     }
+    if (ks >= 0) {
+        /* Note [The live table]: the release before saved it beside the
+         * table; the table alone is read */
+        log_warn("heap '%s': the heapd before (an earlier release) saved "
+                 "its state as heapd.state.%s, which this heapd does not "
+                 "read: dropped", cfg->name, cfg->name);
+        fdstore_forget("state", cfg->name);
+        close(ks);
+    }
+    if (back)
+        return 0;
     if ((rc = heap_open(h, cfg, -1, -1, -1)) < 0)
         return rc;
     fdstore_keep("heap", cfg->name, h->fd, true);
@@ -176,36 +210,47 @@ static int open_heap(struct daemon *d, const struct config_heap *cfg,
     return 0;
 }
 
-/* H, open, served from now on: its collector and remark threads. */
+/* H, open and the next of D's heaps, served from now on: its collector
+ * and remark threads.  On failure it is closed, not one of D's heaps, and
+ * no thread of it runs. */
 static int serve(struct daemon *d, struct heap *h)
 {
-    d->n_heaps++;
+    int rc = 0;
+    assert(h == &d->heaps[d->n_heaps]);
     if (handoff_collector_start(h, &d->workers, &d->loop, session_cycle_done,
                                 d) < 0) {
         log_error("heap '%s': cannot start its collector thread",
                   h->cfg->name);
-        return -EAGAIN;
-    }
-    if (handoff_remark_start(h, d) < 0) {
+        rc = -EAGAIN;
+    } else if (handoff_remark_start(h, d) < 0) {
         log_error("heap '%s': out of memory", h->cfg->name);
-        return -ENOMEM;
+        rc = -ENOMEM;
     }
+    if (rc < 0) {
+        handoff_stop(h);
+        heap_close(h);
+        return rc;
+    }
+    d->n_heaps++;
     return 0;
 }
 
 /* See Note [Heaps heapd cannot adopt]: the words of the log, heapctl stats
- * and a client's refusal. */
+ * and a client's refusal; RELEASE: another release's heapd could take the
+ * heap back. */
 static void leave_unserved(struct daemon *d, const struct config_heap *cfg,
-                           const char *why)
+                           const char *why, bool release)
 {
     struct unserved_heap *u = &d->unserved[d->n_unserved++];
     u->cfg = cfg;
     snprintf(u->why, sizeof u->why, "%s.  Its memfds stay in the service "
-             "manager's store, untouched, and heapd serves its other heaps; "
-             "a heapd that can take it back (the release that wrote it: "
-             "heapd --version names the layout it reads) serves it after a "
-             "restart, or 'heapctl drop %s' gives it up and serves it empty",
-             why, cfg->name);
+             "manager's store and heapd serves its other heaps; %s, or "
+             "'heapctl drop %s' gives it up and serves it empty", why,
+             release ? "the heapd release that wrote it (heapd --version "
+                       "names the layout and table it reads) serves it "
+                       "after a restart"
+                     : "a restart tries again",
+             cfg->name);
     log_error("heap '%s': not served: %s", cfg->name, u->why);
     fdstore_leave(&d->fds, cfg->name);
 }
@@ -215,12 +260,13 @@ int adopt_heaps(struct daemon *d)
     for (size_t i = 0; i < d->cfg.n_heaps; i++) {
         const struct config_heap *cfg = &d->cfg.heaps[i];
         char why[512];
+        bool release;
         int rc = open_heap(d, cfg, &d->heaps[d->n_heaps], &d->fds, why,
-                           sizeof why);
+                           sizeof why, &release);
         if (rc < 0)
             return rc;
         if (rc == 1)
-            leave_unserved(d, cfg, why);
+            leave_unserved(d, cfg, why, release);
         else if ((rc = serve(d, &d->heaps[d->n_heaps])) < 0)
             return rc;
     }
@@ -240,9 +286,16 @@ int adopt_drop(struct daemon *d, const char *name, char *why, size_t n)
 {
     const struct unserved_heap *u = adopt_unserved(d, name);
     if (!u) {
-        snprintf(why, n, "heap '%s' is %s; heapctl drop gives up only a heap "
-                 "heapd does not serve (heapctl stats lists them)", name,
-                 daemon_find_heap(d, name) ? "served" : "not configured");
+        char shown[4 * CONFIG_HEAP_NAME_MAX + 1];
+        const struct heap *h = daemon_find_heap(d, name);
+        log_escape(shown, sizeof shown, name);
+        snprintf(why, n, "heap '%s' is %s; heapctl drop gives up only a "
+                 "heap heapd does not serve (heapctl stats lists them)",
+                 shown,
+                 !h            ? "not configured"
+                 : h->refused ? "refused while served: restart heapd, and "
+                                "drop it then"
+                              : "served");
         return -ENOENT;
     }
     const struct config_heap *cfg = u->cfg;
@@ -258,14 +311,18 @@ int adopt_drop(struct daemon *d, const char *name, char *why, size_t n)
     fdstore_keep("heap", cfg->name, h->fd, true);
     fdstore_keep("page", cfg->name, h->page_fd, true);
     fdstore_keep("table", cfg->name, h->table_fd, true);
+    if ((rc = serve(d, h)) < 0) {
+        /* the new, empty heap stays in the store, for the next heapd */
+        snprintf(why, n, "heap '%s': given up, but its threads did not "
+                 "start (%s): restart heapd to serve it empty", cfg->name,
+                 strerror(-rc));
+        struct unserved_heap *w = &d->unserved[u - d->unserved];
+        snprintf(w->why, sizeof w->why, "%s", why);
+        return rc;
+    }
     /* the entry goes: the last one takes its place */
     size_t k = (size_t)(u - d->unserved);
     d->unserved[k] = d->unserved[--d->n_unserved];
-    if ((rc = serve(d, h)) < 0) {
-        snprintf(why, n, "heap '%s' is open but its threads did not start "
-                 "(%s): restart heapd", cfg->name, strerror(-rc));
-        return rc;
-    }
     log_warn("heap '%s': dropped as heapctl asked: what the service manager "
              "kept of it is forgotten, and the heap is served empty",
              cfg->name);

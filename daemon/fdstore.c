@@ -15,11 +15,10 @@
  * recovery cycles (Note [Recovery cycles] in collector.c).  The first
  * store the new heapd makes into the table clears the seal, so that a
  * kill later never brings back a table older than the heap.  A heap that
- * cannot be proved is not served: heapd says why, keeps its memfds in the
- * store under heapd.lost-heap.NAME, heapd.lost-page.NAME and
- * heapd.lost-table.NAME for an operator, and starts that heap empty.  A
- * heapd.state.NAME, the saved state of the release before, is dropped
- * unread with a log line (Note [The live table] says what an upgrade
+ * cannot be taken back is not served and stays in the store (Note [Heaps
+ * heapd cannot adopt] in adopt.c).  A heapd.state.NAME, the saved state
+ * of the release before, is dropped unread with a log line once the heap
+ * is taken back or started anew (Note [The live table] says what an upgrade
  * does).  Without a service manager none of this happens, and a restart
  * starts every heap empty, as before.  Mutator clients connected at a
  * clean exit are suspended and resume with the next heapd (Note [Resuming
@@ -116,8 +115,9 @@ void fdstore_keep(const char *kind, const char *heap, int fd, bool replace)
 }
 
 /* Is NAME one of HEAP's: heapd.KIND.HEAP, or heapd.client.HEAP.ID (a
- * heap name may hold dots: the ID is digits only)? */
-static bool of_heap(const char *name, const char *heap)
+ * heap name may hold dots: the ID is digits only)?  LOST: the
+ * heapd.lost-*.HEAP an earlier release kept for an operator too. */
+static bool of_heap(const char *name, const char *heap, bool lost)
 {
     char prefix[160];
     snprintf(prefix, sizeof prefix, "heapd.client.%s.", heap);
@@ -126,10 +126,10 @@ static bool of_heap(const char *name, const char *heap)
         const char *id = name + n;
         return *id && strspn(id, "0123456789") == strlen(id);
     }
-    static const char *const kinds[] = {"heap", "page", "table",
+    static const char *const kinds[] = {"heap", "page", "table", "state",
                                         "lost-heap", "lost-page",
                                         "lost-table"};
-    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    for (size_t k = 0; k < (lost ? 7u : 4u); k++) {
         char want[192];
         name_of(want, sizeof want, kinds[k], heap);
         if (strcmp(name, want) == 0)
@@ -141,7 +141,7 @@ static bool of_heap(const char *name, const char *heap)
 void fdstore_leave(struct fdstore *s, const char *heap)
 {
     for (unsigned i = 0; i < s->n_kept; i++) {
-        if (s->kept[i].fd >= 0 && of_heap(s->kept[i].name, heap)) {
+        if (s->kept[i].fd >= 0 && of_heap(s->kept[i].name, heap, true)) {
             close(s->kept[i].fd);
             s->kept[i].fd = -1;
         }
@@ -151,7 +151,7 @@ void fdstore_leave(struct fdstore *s, const char *heap)
 void fdstore_forget_heap(const struct fdstore *s, const char *heap)
 {
     for (unsigned i = 0; i < s->n_kept; i++) {
-        if (of_heap(s->kept[i].name, heap)) {
+        if (of_heap(s->kept[i].name, heap, false)) {
             char msg[sizeof s->kept[i].name + 32];
             snprintf(msg, sizeof msg, "FDSTOREREMOVE=1\nFDNAME=%s",
                      s->kept[i].name);

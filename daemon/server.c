@@ -178,7 +178,7 @@ void conn_log(struct conn *c, enum config_log_level level, const char *fmt,
 {
     struct daemon *d = c->d;
     uint64_t rate = d->cfg.client_log_rate, now = uv_now(&d->loop);
-    char msg[768];
+    char msg[1600];
     va_list ap;
 
     if (!log_enabled(level))
@@ -365,7 +365,7 @@ int conn_reply(struct conn *c, Heapd__Envelope *env, uint64_t seq)
 int conn_reply_error(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
                      const char *fmt, ...)
 {
-    char msg[512];
+    char msg[1536];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -381,7 +381,7 @@ int conn_reply_error(struct conn *c, uint64_t seq, Heapd__ErrorCode code,
 
 void conn_fail(struct conn *c, Heapd__ErrorCode code, const char *fmt, ...)
 {
-    char msg[512];
+    char msg[1536];
     va_list ap;
 
     if (c->state == CONN_CLOSING)

@@ -129,8 +129,9 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
         if (heap && heap->refused) {
             conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
                       "heap '%s' failed its verification after heapd was "
-                      "killed and is served no more; restart heapd to "
-                      "start it empty", shown);
+                      "killed and is served no more; restart heapd, and "
+                      "'heapctl drop %s' then gives it up and serves it "
+                      "empty", shown, shown);
             return -EIO;
         }
         const struct unserved_heap *un =
@@ -366,6 +367,8 @@ void session_stats_snapshot(struct daemon *d, struct stats_snapshot *s)
         .log_lines_suppressed = d->log_lines_suppressed,
         .heaps_unserved = (uint32_t)d->n_unserved,
     };
+    for (size_t i = 0; i < d->n_heaps; i++)
+        s->d.heaps_unserved += d->heaps[i].refused;
     s->n = d->n_heaps;
     for (size_t i = 0; i < d->n_heaps; i++) {
         struct heap *h = &d->heaps[i];
@@ -430,15 +433,34 @@ static int handle_stats(struct conn *c, uint64_t seq)
     }
     r.n_heaps = s.n;
     r.heaps = hp;
-    /* Note [Heaps heapd cannot adopt] in adopt.c */
+    /* Note [Heaps heapd cannot adopt] in adopt.c: those left at start,
+     * and those refused since */
+    static char refused[CONFIG_MAX_HEAPS][512];
     Heapd__UnservedHeap us[CONFIG_MAX_HEAPS], *up[CONFIG_MAX_HEAPS];
-    for (size_t i = 0; i < d->n_unserved; i++) {
-        heapd__unserved_heap__init(&us[i]);
-        us[i].name = (char *)d->unserved[i].cfg->name;
-        us[i].why = (char *)d->unserved[i].why;
-        up[i] = &us[i];
+    size_t nu = 0;
+    for (size_t i = 0; i < d->n_unserved; i++, nu++) {
+        heapd__unserved_heap__init(&us[nu]);
+        us[nu].name = (char *)d->unserved[i].cfg->name;
+        us[nu].why = (char *)d->unserved[i].why;
+        up[nu] = &us[nu];
     }
-    r.n_unserved = d->n_unserved;
+    for (size_t i = 0; i < d->n_heaps && nu < CONFIG_MAX_HEAPS; i++) {
+        const struct heap *h = &d->heaps[i];
+        if (!h->refused)
+            continue;
+        snprintf(refused[nu], sizeof refused[nu], "its verifying cycles "
+                 "after heapd was killed found %llu failures.  Its memfds "
+                 "stay in the service manager's store; restart heapd, and "
+                 "'heapctl drop %s' then gives it up and serves it empty",
+                 (unsigned long long)h->stats.verify_failures,
+                 h->cfg->name);
+        heapd__unserved_heap__init(&us[nu]);
+        us[nu].name = (char *)h->cfg->name;
+        us[nu].why = refused[nu];
+        up[nu] = &us[nu];
+        nu++;
+    }
+    r.n_unserved = nu;
     r.unserved = up;
     env.seq = seq;
     env.body_case = HEAPD__ENVELOPE__BODY_STATS_REPLY;
@@ -1000,7 +1022,7 @@ static void refuse_heap(struct daemon *d, struct heap *h)
     log_error("heap '%s': the verifying cycles after heapd was killed found "
               "%llu failures (the log names them); its clients are "
               "disconnected and it is served no more.  Its memfds stay in "
-              "the service manager's store, untouched: restart heapd, and "
+              "the service manager's store: restart heapd, and "
               "'heapctl drop %s' then gives it up and serves it empty",
               h->cfg->name, (unsigned long long)h->stats.verify_failures,
               h->cfg->name);
@@ -1147,6 +1169,11 @@ static int handle_drop(struct conn *c, uint64_t seq,
                                 "or heapd's own user may", c->peer.uid,
                                 shown);
     }
+    if (d->stopping)
+        return conn_reply_error(c, seq,
+                                HEAPD__ERROR_CODE__ERROR_SHUTTING_DOWN,
+                                "heapd is stopping; drop heap '%s' after "
+                                "it starts again", shown);
     int rc = adopt_drop(d, r->heap ? r->heap : "", why, sizeof why);
     if (rc == -ENOENT)
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,

@@ -184,9 +184,6 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
         h->fd = -1;
         goto out;
     }
-    /* before any client reads it, kept ones included: they fill what a
-     * minor collection frees as the sweep does (Note [Sweeping]) */
-    atomic_store(&h->control->poison, h->poison ? LAYOUT_POISON : 0u);
     if ((rc = seg_init(h)) < 0) {
         open_failed(h, "out of memory for its segment table");
         munmap(p, cfg->max_size);
@@ -218,6 +215,11 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
         h->fd = -1;
         goto out;
     }
+    /* before any client reads it, kept ones included: they fill what a
+     * minor collection frees as the sweep does (Note [Sweeping]); not
+     * before a kept heap passed its checks (Note [Heaps heapd cannot
+     * adopt] in daemon/adopt.c) */
+    atomic_store(&h->control->poison, h->poison ? LAYOUT_POISON : 0u);
     fd = -1;
 out:
     if (fd >= 0)

@@ -88,11 +88,12 @@
  * (table version 4) kept a slot's nursery run where this one keeps its
  * young budget (Note [Young objects] in proto/young.h), but a table of
  * its never gets this far: its heap is of layout 13, whose epoch 254 is
- * this layout's young mark, and heap_open refuses that heap's control
- * area before its table is read.  So an upgrade from it keeps the heap as
- * lost-* for an operator and starts it empty, as a downgrade does; so
- * does one from the release before that (version 3), which saved a state
- * beside its table (heapd.state.NAME, dropped unread).
+ * this layout's young mark, and the heap is refused at its daemon's page
+ * before anything is mapped.  So an upgrade from it leaves the heap
+ * unserved in the store (Note [Heaps heapd cannot adopt] in
+ * daemon/adopt.c), as a downgrade does; so does one from the release
+ * before that (version 3), which saved a state beside its table
+ * (heapd.state.NAME, left with the heap).
  */
 #include "table.h"
 
