@@ -287,6 +287,32 @@ START_TEST(previous_clients_use_this_heapd)
 }
 END_TEST
 
+/* A program linked against the previous release's libheapd, which had no
+ * symbol versions, on this libheapd (meson test's LD_LIBRARY_PATH puts
+ * this build's first): its unversioned references bind to HEAPD_0.1, the
+ * entries with 0.1.0's sizes (Note [Symbol versions] in client/abi.c). */
+START_TEST(previous_binary_runs_on_this_libheapd)
+{
+    const char *p = prev_release();
+    const char *ld = getenv("LD_LIBRARY_PATH");
+    ck_assert_msg(ld && ld[0], "meson test sets LD_LIBRARY_PATH to this "
+                  "build's libheapd");
+    start();
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd, "ldd '%s/client'", p);
+    int rc = harness_run(cmd, out, sizeof out);
+    const char *arrow = strstr(out, "libheapd.so.0 => ");
+    ck_assert_msg(rc == 0 && arrow && strncmp(arrow + 17, p, strlen(p)) != 0,
+                  "the previous release's client does not load this "
+                  "libheapd:\n%s", out);
+    snprintf(cmd, sizeof cmd, "HEAPD_SOCKET='%s' '%s/client'", D.sock, p);
+    rc = harness_run(cmd, out, sizeof out);
+    ck_assert_msg(rc == 0 && strcmp(out, "ok\n") == 0,
+                  "0.1.0's client on this libheapd: %d\n%s", rc, out);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 static Suite *versions_suite(void)
 {
     Suite *s = suite_create("versions");
@@ -301,6 +327,7 @@ static Suite *versions_suite(void)
     tcase_set_timeout(t, 900);
     tcase_add_test(t, previous_heapd_serves_this_libheapd);
     tcase_add_test(t, previous_clients_use_this_heapd);
+    tcase_add_test(t, previous_binary_runs_on_this_libheapd);
     suite_add_tcase(s, t);
     return s;
 }
