@@ -851,6 +851,10 @@ typedef struct heapd_client_info {
     uint64_t remark_late_ms;    /* since the oldest of them was sent */
     size_t mutator_count;
     heapd_mutator_info *mutators;
+    char library[32];           /* its libheapd's release ("0.2.0"); ""
+                                   from one before 0.2.0, which does not
+                                   say (new in 0.2.0: Note [Structs that
+                                   grow] in client/abi.c) */
 } heapd_client_info;
 
 /* The daemon's connections (heapctl clients): *OUT gets an array of

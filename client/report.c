@@ -61,6 +61,8 @@ int heapd_clients_sized(heapd_client *c, heapd_client_info **out,
         heapd_client_info own = {0}, *o = &own;
         o->id = ci->id;
         snprintf(o->name, sizeof o->name, "%s", ci->name ? ci->name : "");
+        snprintf(o->library, sizeof o->library, "%s",
+                 ci->library_version ? ci->library_version : "");
         o->pid = ci->pid;
         o->uid = ci->uid;
         snprintf(o->heap, sizeof o->heap, "%s", ci->heap ? ci->heap : "");

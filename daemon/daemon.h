@@ -52,6 +52,9 @@ struct conn {
     struct auth_peer peer;
     char name[64];              /* client_name from Hello, escaped (Note
                                    [Escaped log lines] in log.h) */
+    char library[32];           /* its libheapd's release from Hello,
+                                   escaped; "" before 0.2.0 (Note
+                                   [Versions across releases]) */
     /* Note [Admission] in server.c */
     bool privileged;            /* root or the daemon's own user */
     bool unlisted;              /* on no heap's ACL: stats only */

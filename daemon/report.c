@@ -196,6 +196,7 @@ int report_clients(struct conn *c, uint64_t seq)
         heapd__client_info__init(ci);
         ci->id = o->id;
         ci->name = o->name;
+        ci->library_version = o->library;
         ci->pid = (int32_t)o->peer.pid;
         ci->uid = (uint32_t)o->peer.uid;
         ci->heap = o->heap ? (char *)o->heap->cfg->name : (char *)"";

@@ -104,6 +104,8 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
                                      h->layout_version},
                               us = {HEAPD_VERSION, PROTOCOL_VERSION,
                                     LAYOUT_VERSION};
+    snprintf(c->library, sizeof c->library, "%.*s",
+             (int)sizeof c->library - 1, release);
     if (!version_compatible(&lib, &us,
                             h->kind == HEAPD__CLIENT_KIND__CLIENT_MUTATOR &&
                                 h->layout_version != 0)) {

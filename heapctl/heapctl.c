@@ -351,10 +351,12 @@ static void print_clients_json(const heapd_client_info *cl, size_t n)
         printf(",\"kind\":\"%s\",\"connected_at\":%" PRId64
                ",\"segments_held\":%" PRIu32 ",\"bytes_granted\":%" PRIu64
                ",\"remark_outstanding\":%" PRIu32
-               ",\"remark_late_ms\":%" PRIu64 ",\"mutators\":[",
+               ",\"remark_late_ms\":%" PRIu64 ",\"library\":",
                c->control ? "control" : "mutator", c->connected_at,
                c->segments_held, c->bytes_granted, c->remark_outstanding,
                c->remark_late_ms);
+        print_json_string(c->library);
+        printf(",\"mutators\":[");
         for (size_t k = 0; k < c->mutator_count; k++) {
             const heapd_mutator_info *m = &c->mutators[k];
             printf("%s{\"slot\":%" PRIu32 ",\"state\":\"%s\","
@@ -377,8 +379,9 @@ static void print_clients_json(const heapd_client_info *cl, size_t n)
 
 static void print_clients_text(const heapd_client_info *cl, size_t n)
 {
-    printf("%-6s %-20s %8s %6s %-16s %-19s %8s %s\n", "ID", "NAME", "PID",
-           "UID", "HEAP", "CONNECTED SINCE", "SEGMENTS", "REMARK");
+    printf("%-6s %-20s %8s %6s %-16s %-19s %8s %-8s %s\n", "ID", "NAME",
+           "PID", "UID", "HEAP", "CONNECTED SINCE", "SEGMENTS", "LIBHEAPD",
+           "REMARK");
     for (size_t i = 0; i < n; i++) {
         const heapd_client_info *c = &cl[i];
         char since[32] = "?", remark[48];
@@ -393,9 +396,9 @@ static void print_clients_text(const heapd_client_info *cl, size_t n)
             snprintf(remark, sizeof remark, "%" PRIu32,
                      c->remark_outstanding);
         printf("%-6" PRIu64 " %-20s %8" PRId32 " %6" PRIu32 " %-16s %-19s "
-               "%8" PRIu32 " %s\n", c->id, c->name, c->pid, c->uid,
+               "%8" PRIu32 " %-8s %s\n", c->id, c->name, c->pid, c->uid,
                c->control ? "(control)" : c->heap, since, c->segments_held,
-               remark);
+               c->library[0] ? c->library : "<0.2.0", remark);
         for (size_t k = 0; k < c->mutator_count; k++) {
             const heapd_mutator_info *m = &c->mutators[k];
             char what[160];

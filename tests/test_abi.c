@@ -25,13 +25,21 @@ static void start(void)
 START_TEST(client_built_against_0_1_0)
 {
     start();
+    /* a client more, with a mutator, listed beside the program's */
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
     const char *bin = getenv("ABI_CLIENT_0_1");
     ck_assert_msg(bin, "ABI_CLIENT_0_1 is not set (tests/meson.build)");
     char cmd[512], out[8192];
     snprintf(cmd, sizeof cmd, "HEAPD_SOCKET='%s' '%s'", D.sock, bin);
+    heapd_blocking_enter(m); /* the program's cycles stop nobody here */
     int st = harness_run(cmd, out, sizeof out);
+    heapd_blocking_leave(m);
     ck_assert_msg(st == 0 && strcmp(out, "ok\n") == 0,
                   "the 0.1.0 client exited %d:\n%s", st, out);
+    heapd_detach(m);
+    heapd_disconnect(c);
     harness_stop(&D);
 }
 END_TEST

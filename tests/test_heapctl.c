@@ -15,6 +15,7 @@
 
 #include "harness.h"
 #include "heapd.h"
+#include "heapd_build.h"
 #include "check_main.h"
 
 static struct daemon_proc D;
@@ -149,8 +150,10 @@ START_TEST(clients_shows_mutators_in_text_and_json)
     ck_assert_msg(strstr(out, "CONNECTED SINCE"), "no header: %s", out);
     const char *next = line_with(out, " alpha ", line, sizeof line);
     snprintf(want, sizeof want, " %d ", (int)a.pid);
-    ck_assert_msg(next && strstr(line, want) && strstr(line, " default "),
-                  "alpha's line (pid %d) is wrong: %s", (int)a.pid, out);
+    ck_assert_msg(next && strstr(line, want) && strstr(line, " default ") &&
+                      strstr(line, " " HEAPD_VERSION " "),
+                  "alpha's line (pid %d, libheapd " HEAPD_VERSION ") is "
+                  "wrong: %s", (int)a.pid, out);
     ck_assert_msg(strncmp(next, "       slot ", 12) == 0 &&
                       line_with(next, "\n", line, sizeof line) &&
                       strstr(line, " running; ") &&
@@ -183,6 +186,8 @@ START_TEST(clients_shows_mutators_in_text_and_json)
         ck_assert_msg(strstr(obj, want), "%s has no %s: %s", names[k], want,
                       obj);
         ck_assert_msg(strstr(obj, "\"heap\":\"default\",\"kind\":\"mutator\","),
+                      "%s", obj);
+        ck_assert_msg(strstr(obj, "\"library\":\"" HEAPD_VERSION "\","),
                       "%s", obj);
         const char *m = strstr(obj, "\"mutators\":[{\"slot\":");
         ck_assert_msg(m && sscanf(m, "\"mutators\":[{\"slot\":%u,", &slot[k])

@@ -253,6 +253,28 @@ START_TEST(previous_heapd_serves_this_libheapd)
 }
 END_TEST
 
+/* Run the previous release's client (tests/abi/client_0_1.c) against
+ * D with ENV before it: "ok" and 0, or the test fails saying WHAT.  A
+ * client of this process is connected meanwhile, in a blocking region,
+ * as the program expects one more. */
+static void run_previous_client(const char *p, const char *env,
+                                const char *what)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    char cmd[1024], out[8192];
+    harness_attach(&D, &c, &m);
+    snprintf(cmd, sizeof cmd, "HEAPD_SOCKET='%s' %s '%s/client'", D.sock,
+             env, p);
+    heapd_blocking_enter(m);
+    int rc = harness_run(cmd, out, sizeof out);
+    heapd_blocking_leave(m);
+    heapd_detach(m);
+    heapd_disconnect(c);
+    ck_assert_msg(rc == 0 && strcmp(out, "ok\n") == 0, "%s: %d\n%s", what,
+                  rc, out);
+}
+
 START_TEST(previous_clients_use_this_heapd)
 {
     const char *p = prev_release();
@@ -273,11 +295,8 @@ START_TEST(previous_clients_use_this_heapd)
                       "libheapd (under %s):\n%s", p, out);
         at = arrow + 17;
     }
-    snprintf(cmd, sizeof cmd, "HEAPD_SOCKET='%s' env -u LD_LIBRARY_PATH "
-             "'%s/client'", D.sock, p);
-    rc = harness_run(cmd, out, sizeof out);
-    ck_assert_msg(rc == 0 && strcmp(out, "ok\n") == 0,
-                  "the previous release's client: %d\n%s", rc, out);
+    run_previous_client(p, "env -u LD_LIBRARY_PATH",
+                        "the previous release's client");
     snprintf(cmd, sizeof cmd, "env -u LD_LIBRARY_PATH "
              "'%s/build/heapctl/heapctl' --socket '%s' stats", p, D.sock);
     rc = harness_run(cmd, out, sizeof out);
@@ -305,10 +324,7 @@ START_TEST(previous_binary_runs_on_this_libheapd)
     ck_assert_msg(rc == 0 && arrow && strncmp(arrow + 17, p, strlen(p)) != 0,
                   "the previous release's client does not load this "
                   "libheapd:\n%s", out);
-    snprintf(cmd, sizeof cmd, "HEAPD_SOCKET='%s' '%s/client'", D.sock, p);
-    rc = harness_run(cmd, out, sizeof out);
-    ck_assert_msg(rc == 0 && strcmp(out, "ok\n") == 0,
-                  "0.1.0's client on this libheapd: %d\n%s", rc, out);
+    run_previous_client(p, "", "0.1.0's client on this libheapd");
     harness_stop_clean(&D);
 }
 END_TEST

@@ -88,8 +88,8 @@ int main(void)
           "cycles %llu / %llu",
           (unsigned long long)stats.st.cycles_completed,
           (unsigned long long)stats.st.heaps[0].cycles_completed);
-    CHECK(stats.st.mutators == 1 && stats.st.heaps[0].mutators == 1,
-          "mutators %u", stats.st.mutators);
+    CHECK(stats.st.mutators == 2 && stats.st.heaps[0].mutators == 2,
+          "mutators %u: this one and the test's", stats.st.mutators);
     CHECK(stats.st.heaps[0].base != 0 && stats.st.heaps[1].base == 0,
           "heaps[] placed");
 
@@ -122,10 +122,18 @@ int main(void)
     size_t nc = 0;
     CHECK(heapd_clients(c, &ci, &nc) == 0, "clients");
     int seen = 0;
-    for (size_t i = 0; ci && i < nc; i++)
+    CHECK(nc >= 2, "%zu clients: the test keeps one more connected", nc);
+    for (size_t i = 0; ci && i < nc; i++) {
+        /* every entry where 0.1.0 has it: 208 bytes apart */
+        CHECK(ci[i].id != 0 && ci[i].pid > 0 &&
+                  memchr(ci[i].name, '\0', sizeof ci[i].name) &&
+                  ci[i].name[0] && ci[i].mutator_count <= 256,
+              "entry %zu of %zu is not a client (id %llu, pid %d)", i, nc,
+              (unsigned long long)ci[i].id, (int)ci[i].pid);
         if (strcmp(ci[i].name, "abi-0.1") == 0 && ci[i].mutator_count == 1 &&
             ci[i].mutators[0].young_bytes == 1u << 20)
             seen = 1;
+    }
     CHECK(seen, "this client and its young mutator in %zu clients", nc);
     heapd_clients_free(ci);
 
