@@ -31,7 +31,8 @@
  *     (abi_stats_place).
  *   - heapd_class_segments, heapd_map_iter and heapd_lease never grow:
  *     the first is an array inside a struct, the others are state a
- *     program keeps for the library.
+ *     program keeps for the library.  Nor do the arrays' lengths,
+ *     HEAPD_STATS_MAX_HEAPS and HEAPD_SEGMENTS_MAX_CLASSES.
  * A program built against 0.1.0's heapd.h calls the plain names, which
  * this file and client/collections/coll_abi.c keep with 0.1.0's sizes
  * (symbol version HEAPD_0.1, client/libheapd.map).  Why: one counter more

@@ -584,6 +584,15 @@ static int heap_named(heapd_client *c, const char *name)
     for (size_t i = 0; i < st.heap_count && i < HEAPD_STATS_MAX_HEAPS; i++)
         if (strcmp(st.heaps[i].name, name) == 0)
             return 0;
+    /* Note [Heaps heapd cannot adopt] in daemon/adopt.c */
+    long nu = get_unserved(c);
+    for (long i = 0; i < nu; i++) {
+        if (strcmp(unserved[i].name, name) == 0) {
+            fprintf(stderr, "heapctl: heap '%s' is not served: %s\n", name,
+                    unserved[i].why);
+            return -ENOENT;
+        }
+    }
     fprintf(stderr, "heapctl: no heap named '%s'; heapd serves", name);
     for (size_t i = 0; i < st.heap_count && i < HEAPD_STATS_MAX_HEAPS; i++)
         fprintf(stderr, "%s '%s'", i ? "," : "", st.heaps[i].name);

@@ -960,6 +960,13 @@ START_TEST(heap_of_another_layout_is_kept_untouched)
     ck_assert_uint_eq(stored_inode("heapd.heap.other"), heap);
     ck_assert_uint_eq(stored_inode("heapd.table.other"), table);
     expect_untouched("other", kept);
+    char cmd[512], out[4096];
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' --heap other gc 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    ck_assert_msg(harness_run(cmd, out, sizeof out) != 0 &&
+                      strstr(out, "heap 'other' is not served: it is of "
+                                  "layout version"),
+                  "heapctl --heap other gc says: %s", out);
     ck_assert_int_eq(harness_stored(&D, "heapd.lost-heap.other"), 0);
     /* only root and heapd's own user may give a heap up */
     pid_t kid = fork();
