@@ -94,6 +94,43 @@ START_TEST(newer_libheapd_refused_naming_both)
 }
 END_TEST
 
+/* A Hello's release is the client's to write: 4,000 bytes of control
+ * characters and quotes are welcomed (the protocol is heapd's), kept
+ * escaped and cut to 31 bytes, and shown so by heapctl clients; a drop of
+ * a heap named in such bytes is refused with them escaped. */
+START_TEST(hostile_release_and_heap_names)
+{
+    static char junk[4001];
+    for (size_t i = 0; i < sizeof junk - 1; i++)
+        junk[i] = (char)(i % 3 == 0 ? 0x01 : i % 3 == 1 ? '"' : 0x7f);
+    start();
+    int fd = hello_from(junk, PROTOCOL_VERSION, LAYOUT_VERSION,
+                        HEAPD__CLIENT_KIND__CLIENT_CONTROL);
+    Heapd__Envelope *w = harness_read_env(fd, NULL);
+    ck_assert_msg(w && w->body_case == HEAPD__ENVELOPE__BODY_WELCOME,
+                  "a Hello with a hostile release is welcomed");
+    heapd__envelope__free_unpacked(w, NULL);
+    char cmd[512], out[16384];
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' clients --json",
+             harness_bin("HEAPCTL_BIN"), D.sock);
+    ck_assert_int_eq(harness_run(cmd, out, sizeof out), 0);
+    const char *lib = strstr(out, "\"library\":\"\\\\x01");
+    ck_assert_msg(lib, "the release is not shown escaped: %s", out);
+    const char *end = strchr(lib + 11, '"');
+    ck_assert_msg(end && end - (lib + 11) <= 2 * 31, "the release is not "
+                  "cut to 31 bytes: %s", out);
+    close(fd);
+    /* heapctl drop of a heap named in junk: refused, escaped */
+    snprintf(cmd, sizeof cmd, "'%s' --socket '%s' drop \"$(printf "
+             "'a\\001b')\" 2>&1", harness_bin("HEAPCTL_BIN"), D.sock);
+    ck_assert_int_ne(harness_run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "heap 'a\\x01b' is not configured"),
+                  "heapctl drop says: %s", out);
+    ck_assert_uint_ge(harness_still_serving(D.sock), 1);
+    harness_stop_clean(&D);
+}
+END_TEST
+
 /* A heapd of another release, played by hand: it answers one Hello with
  * REPLY and closes. */
 struct fake_heapd {
@@ -338,6 +375,7 @@ static Suite *versions_suite(void)
     tcase_add_test(t, newer_libheapd_refused_naming_both);
     tcase_add_test(t, newer_heapd_refused_by_libheapd);
     tcase_add_test(t, older_heapd_refusal_names_this_libheapd);
+    tcase_add_test(t, hostile_release_and_heap_names);
     suite_add_tcase(s, t);
     t = tcase_create("previous");
     tcase_set_timeout(t, 900);
