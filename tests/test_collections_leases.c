@@ -160,6 +160,22 @@ static size_t queue_with(heapd_mutator *m, unsigned n)
     return r;
 }
 
+/* A consumer kid running BODY (stopping at HOOK, if not NULL) and this
+ * process attached with a queue of 3 chunks; the kid has leased chunk 0
+ * when this returns.  *FD reads the kid's reports. */
+static pid_t leasing_kid(int (*body)(heapd_mutator *, void *, int),
+                         const char *hook, int *fd,
+                         heapd_client **c, heapd_mutator **m, size_t *r)
+{
+    int go;
+    pid_t k = fork_kid(body, NULL, false, fd, &go, hook);
+    harness_attach(&D, c, m);
+    *r = queue_with(*m, 3);
+    kid_go(go);
+    ck_assert_int_eq(recv_u64(*fd, "the chunk leased"), 0);
+    return k;
+}
+
 /* What the calls do and refuse, a lease that runs out, and a closed
  * queue that waits for its leases. */
 START_TEST(leases)
@@ -256,14 +272,11 @@ START_TEST(lease_of_an_evicted_consumer)
 {
     harness_start_with(&D, "stall_warn = 50ms\nstall_timeout = 300ms\n"
                            "stall_action = evict\n");
-    int fd, go;
-    pid_t k = fork_kid(staller_body, NULL, false, &fd, &go, NULL);
+    int fd;
     heapd_client *c;
     heapd_mutator *m;
-    harness_attach(&D, &c, &m);
-    size_t r = queue_with(m, 3);
-    kid_go(go);
-    ck_assert_int_eq(recv_u64(fd, "the chunk leased"), 0);
+    size_t r;
+    pid_t k = leasing_kid(staller_body, NULL, &fd, &c, &m, &r);
     wait_stopped(k, "SIGSTOP");
     /* the cycle waits for the stopped kid until heapd evicts it */
     ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
@@ -303,14 +316,11 @@ static int acker_body(heapd_mutator *m, void *arg, int fd)
 START_TEST(killed_after_an_ack)
 {
     coll_start();
-    int fd, go;
-    pid_t k = fork_kid(acker_body, NULL, false, &fd, &go, "queue.ack.done");
+    int fd;
     heapd_client *c;
     heapd_mutator *m;
-    harness_attach(&D, &c, &m);
-    size_t r = queue_with(m, 3);
-    kid_go(go);
-    ck_assert_int_eq(recv_u64(fd, "the chunk leased"), 0);
+    size_t r;
+    pid_t k = leasing_kid(acker_body, "queue.ack.done", &fd, &c, &m, &r);
     kill_stopped(k, "queue.ack.done");
     close(fd);
     harness_collect(m);

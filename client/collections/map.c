@@ -1217,22 +1217,6 @@ int heapd_map_put_bytes_ttl(heapd_mutator *m, void *map, const void *key,
                       &inl, NULL, due);
 }
 
-/* See Note [Structs that grow] in client/abi.c. */
-int heapd_map_stats_sized(const void *map, heapd_map_stats_t *caller,
-                          size_t size)
-{
-    struct coll_info ci;
-    if (!caller || !map ||
-        coll_kind_of(heapd_nrefs(map), heapd_nbytes(map),
-                     heapd_bytes((void *)map), &ci) != COLL_KIND_MAP)
-        return client_set_error(-EINVAL, "heapd_map_stats: %s",
-                                caller ? "MAP is not a map" : "OUT is NULL");
-    heapd_map_stats_t out = {ci.size, ci.budget, ci.used, ci.evictions,
-                             ci.expirations};
-    abi_out(caller, size, &out, sizeof out);
-    return 0;
-}
-
 long heapd_map_expire(heapd_mutator *m, void *map)
 {
     int rc = check_map(map, "heapd_map_expire");

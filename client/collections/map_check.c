@@ -1,4 +1,4 @@
-/* The shared map's invariant checker and its footprint
+/* The shared map's invariant checker, its footprint and its counts
  * (heapd_collections.h). */
 #include <errno.h>
 
@@ -215,5 +215,23 @@ int heapd_map_footprint_sized(heapd_mutator *m, const void *obj,
         }
     }
     abi_out(caller, size, &f, sizeof f);
+    return 0;
+}
+
+/* ---- what a cache map counts (Note [Map budget] in map.c) ---- */
+
+/* See Note [Structs that grow] in client/abi.c. */
+int heapd_map_stats_sized(const void *map, heapd_map_stats_t *caller,
+                          size_t size)
+{
+    struct coll_info ci;
+    if (!caller || !map ||
+        coll_kind_of(heapd_nrefs(map), heapd_nbytes(map),
+                     heapd_bytes((void *)map), &ci) != COLL_KIND_MAP)
+        return client_set_error(-EINVAL, "heapd_map_stats: %s",
+                                caller ? "MAP is not a map" : "OUT is NULL");
+    heapd_map_stats_t out = {ci.size, ci.budget, ci.used, ci.evictions,
+                             ci.expirations};
+    abi_out(caller, size, &out, sizeof out);
     return 0;
 }
