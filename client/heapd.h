@@ -942,7 +942,7 @@ HEAPD_SIZED_(int heapd_segments(heapd_client *c, const char *heap,
 
 /* A heap heapd is configured to serve and does not: what the service
  * manager kept of it could not be taken back (another layout, a check
- * that failed), and heapd left it there untouched (heapctl stats). */
+ * that failed), and heapd left it there (heapctl stats). */
 typedef struct heapd_unserved_heap {
     char name[64];
     char why[1024];             /* why, and what to do */
