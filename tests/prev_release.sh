@@ -7,6 +7,11 @@
 # tests/test_versions.c (Note [Versions across releases]).
 set -euo pipefail
 src=$1 out=$2
+# one build at a time: a test's run that its bound cut short may still be
+# building when the next test's starts
+mkdir -p "$(dirname "$out")"
+exec 9>"$out.lock"
+flock 9
 rel=$(ls "$src/tests/abi" | grep -E '^[0-9]+\.[0-9]+\.[0-9]+$' | sort -V |
       tail -1)
 client() {
