@@ -135,9 +135,9 @@ static void urs_notify(heapd_mutator *m)
     m->urs_notified = m->urs_head;
 }
 
-/* The ring is full: make sure the daemon knows, and wait (blocked) until
- * it has consumed some. */
-static void urs_wait_room(heapd_mutator *m)
+/* The ring has no room for NEED more entries: make sure the daemon knows,
+ * and wait (blocked) until it has consumed enough. */
+static void urs_wait_room(heapd_mutator *m, uint64_t need)
 {
     struct layout_mutator *s = m->slot;
     if (m->urs_notified != m->urs_head)
@@ -147,7 +147,7 @@ static void urs_wait_room(heapd_mutator *m)
     mutator_wait_begin(m);
     for (;;) {
         uint32_t w = atomic_load(&s->urs_wake);
-        if (m->urs_head - atomic_load(&s->urs_tail) < LAYOUT_URS_SIZE)
+        if (m->urs_head - atomic_load(&s->urs_tail) + need <= LAYOUT_URS_SIZE)
             break;
         if (!barrier_on(m))
             break; /* a final sync passed: nothing to log any more */
@@ -222,7 +222,7 @@ static void log_tagged(heapd_mutator *m, void *ref, uintptr_t tag)
         return;
     if (m->urs_head - atomic_load_explicit(&s->urs_tail, memory_order_acquire)
         >= LAYOUT_URS_SIZE) {
-        urs_wait_room(m);
+        urs_wait_room(m, 1);
         /* marking may have ended while this mutator waited: an entry now
          * would only leak into the next cycle (Note [Straddling a cycle]) */
         if (!barrier_on(m))
@@ -271,6 +271,94 @@ void barrier_log_captured(heapd_mutator *m, void *ref)
  * cycle]).
  */
 
+/* Note [Saving under the barrier]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A save (Note [Saving a heap at a snapshot] in daemon/gc/save.c) copies
+ * every object as it was at its cycle's snapshot while mutators write.  An
+ * object whose dirty tag is not the epoch has not been written since (a
+ * write comes after the tag), so the saver copies it as it finds it.  For
+ * one that is, the fields it had are those its first writer read before
+ * it set the tag.  So in a cycle whose epoch is the control page's
+ * save_epoch the barrier of every object, wide ones too, logs a save
+ * record: the object with LAYOUT_URS_SAVED, its field count, and its
+ * fields unfiltered, written past the ring's head and published (the head
+ * moved over them) only if this writer's compare-and-swap set the tag.  A
+ * writer that loses the race had read fields that the winner may have
+ * changed: its record is never published.  So each object written in the
+ * cycle has at most one record, with exactly its snapshot fields, in the
+ * ring of the winner, which publishes it right after its swap (and may
+ * die in between: the saver then copies what it finds, and counts it).
+ * Raw bytes have no barrier: they are saved as read.  The price is paid
+ * in save cycles only: every first write logs its object's fields, marked
+ * or not.  An object of more than LAYOUT_URS_SIZE - LAYOUT_URS_RECORD
+ * references cannot stage in the ring and keeps its ordinary barrier; the
+ * saver then copies it as read, and counts it.
+ */
+static bool barrier_saving(const heapd_mutator *m)
+{
+    return atomic_load_explicit(&m->ctl->save_epoch, memory_order_relaxed) ==
+           atomic_load_explicit(&m->ctl->epoch, memory_order_relaxed);
+}
+
+/* Note [Saving under the barrier]: false if OBJ is too wide to stage. */
+static bool barrier_save_stage(heapd_mutator *m, void *obj)
+{
+    struct layout_mutator *s = m->slot;
+    _Atomic uint64_t *hp = (_Atomic uint64_t *)obj - 1;
+    void *_Atomic *f = (void *_Atomic *)obj;
+    uint8_t epoch = (uint8_t)atomic_load(&m->ctl->epoch);
+    uint64_t h = atomic_load_explicit(hp, memory_order_acquire);
+    uint64_t n = layout_header_nrefs(h);
+
+    if (layout_header_tag(h) == epoch)
+        return true;
+    if (n + LAYOUT_URS_RECORD > LAYOUT_URS_SIZE)
+        return false;
+    if (mutator_orphaned(m))
+        return true; /* Note [A dead daemon] in client/mutator.c */
+    if (m->urs_head - atomic_load_explicit(&s->urs_tail,
+                                           memory_order_acquire) +
+            n + LAYOUT_URS_RECORD > LAYOUT_URS_SIZE) {
+        urs_wait_room(m, n + LAYOUT_URS_RECORD);
+        /* Note [Straddling a cycle]: marking may be over, or the
+         * connection gone: nothing to log */
+        if (!barrier_on(m) || m->urs_head - atomic_load(&s->urs_tail) + n +
+                                      LAYOUT_URS_RECORD > LAYOUT_URS_SIZE)
+            return true;
+        h = atomic_load_explicit(hp, memory_order_acquire);
+        if (layout_header_tag(h) == epoch)
+            return true;
+    }
+    uint64_t at = m->urs_head;
+    void *_Atomic *ring = s->urs;
+    atomic_store_explicit(&ring[at % LAYOUT_URS_SIZE],
+                          (void *)((uintptr_t)obj | LAYOUT_URS_SAVED),
+                          memory_order_relaxed);
+    atomic_store_explicit(&ring[(at + 1) % LAYOUT_URS_SIZE],
+                          (void *)(uintptr_t)n, memory_order_relaxed);
+    for (uint64_t k = 0; k < n; k++)
+        atomic_store_explicit(
+            &ring[(at + LAYOUT_URS_RECORD + k) % LAYOUT_URS_SIZE],
+            atomic_load_explicit(&f[k], memory_order_relaxed),
+            memory_order_relaxed);
+    bool won = false;
+    while (layout_header_tag(h) != epoch && !won)
+        won = atomic_compare_exchange_weak_explicit(
+            hp, &h, layout_header_with_tag(h, epoch), memory_order_acq_rel,
+            memory_order_acquire);
+    if (won) {
+        m->urs_head = at + n + LAYOUT_URS_RECORD;
+        atomic_store_explicit(&s->urs_head, m->urs_head,
+                              memory_order_release);
+        if (m->urs_head - m->urs_notified >= LAYOUT_URS_SIZE / 4)
+            urs_notify(m);
+    }
+    /* the caller's store to a field comes after the tag, for a saver
+     * that reads the field and then the tag */
+    atomic_thread_fence(memory_order_release);
+    return true;
+}
+
 /* ---- the object barrier (Note [Snapshot write barrier]) ---- */
 
 void barrier_write_slow(heapd_mutator *m, void *obj, void **field)
@@ -281,6 +369,10 @@ void barrier_write_slow(heapd_mutator *m, void *obj, void **field)
     /* Note [Evicted clients, client side] in client/mutator.c: before the
      * ring or a tag is written */
     mutator_check_evicted(m);
+
+    /* Note [Saving under the barrier] */
+    if (barrier_saving(m) && barrier_save_stage(m, obj))
+        return;
 
     /* Note [Wide objects]: log just the value being overwritten */
     if (layout_header_nrefs(atomic_load_explicit(hp, memory_order_relaxed)) >

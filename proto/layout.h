@@ -451,6 +451,12 @@ const char *layout_stall_what(enum layout_stall_on on);
  * (Note [Marking C stack captures last] in daemon/gc/mark.c); a
  * reference is 8-aligned, so the bit is free. */
 #define LAYOUT_URS_CAPTURED 1u
+/* An URS entry with this bit set begins a save record: the object (this
+ * entry, the bit aside), then its reference count n, then its n fields as
+ * they were at the snapshot, published together (Note [Saving under the
+ * barrier] in client/barrier.c). */
+#define LAYOUT_URS_SAVED 2u
+#define LAYOUT_URS_RECORD 2u /* entries of a save record besides fields */
 
 struct layout_mutator {
     /* Words are grouped by who writes them, one cache line per group, so
@@ -656,6 +662,10 @@ struct layout_control {
     /* the most segments a large run of the heap has had: Note [The
      * longest large run] */
     _Atomic uint32_t large_run_max;
+    /* the epoch of the cycle a save runs in, or 0 (Note [Saving under the
+     * barrier] in client/barrier.c); in the padding before globals[], so
+     * a client of an earlier release finds every word where it was */
+    _Atomic uint32_t save_epoch;
 
     /* the global roots' names, states and owners (Note [Global roots]) */
     alignas(64) struct layout_global globals[LAYOUT_MAX_GLOBALS];

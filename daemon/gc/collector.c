@@ -67,6 +67,7 @@
 #include "mark.h"
 #include "remark.h"
 #include "safepoint.h"
+#include "save.h"
 #include "slotmem.h"
 #include "sweep.h"
 #include "table.h"
@@ -604,6 +605,9 @@ static uint8_t snapshot(struct collector *gc, struct mark_job *mj)
         atomic_store(&heap_slot(h, i)->stack_marked, 0);
         mark_urs(h, NULL, i);
     }
+    /* Note [Saving a heap at a snapshot]: before globals_snapshot, which
+     * lets deleted entries be reused */
+    save_snapshot(h, epoch);
     globals_snapshot(h); /* Note [Global roots] */
     atomic_store(&h->bad_logged, 0);
     uint64_t allocated = collector_bytes_allocated(h);
@@ -762,6 +766,8 @@ static void run_cycle(struct collector *gc)
     heap_lock(h);
     mark_roots(&mj);
     heap_unlock(h);
+    save_start(h); /* Note [Saving a heap at a snapshot] */
+    bool saved = false;
     for (;;) {
         /* remark work that clients still do is waited for here, with
          * the mutators running (Note [Remark]) */
@@ -774,6 +780,13 @@ static void run_cycle(struct collector *gc)
         heap_lock(h);
         bool more = mark_captures(&mj);
         heap_unlock(h);
+        if (!saved) {
+            /* no block is freed before the saver's last copy, and what
+             * its waits drained is marked in the next round */
+            saved = true;
+            if (save_finish(h))
+                continue;
+        }
         if (!more && final_sync(gc, &mj))
             break;
     }

@@ -1,6 +1,7 @@
 /* The daemon's side of a shared heap.  See Note [Heap mapping] in
  * proto/layout.h. */
 #include "heap.h"
+#include "save.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -238,6 +239,7 @@ out:
 
 void heap_close(struct heap *h)
 {
+    save_discard(h); /* an asked-for save no cycle took */
     slotmem_release(h);
     table_close(h);
     seg_destroy(h);

@@ -170,6 +170,10 @@ struct heap {
     uint64_t young_bytes;            /* and the bytes of their young blocks
                                         (Note [Young memory and the heap
                                         goal] in collector.c); heap->lock */
+    /* Note [Saving a heap at a snapshot] in save.c; heap->lock */
+    struct save_job *save_asked;     /* for the next cycle to take */
+    struct save_job *saving;         /* the running cycle's */
+    struct save_result *save_last;   /* the last one's outcome */
 };
 
 /* heap->lock, taken and released only through these (Note [Checked lock

@@ -50,6 +50,7 @@
 #include "log.h"
 #include "remark.h"
 #include "slotmem.h"
+#include "save.h"
 #include "validate.h"
 #include "workers.h"
 #include "young.h"
@@ -938,6 +939,40 @@ static uint64_t poll_urs(struct mark_job *j)
     return n;
 }
 
+/* Note [Saving under the barrier] in client/barrier.c: the save record
+ * that begins at entry T of ring M (published up to HEAD) goes to the
+ * saver, if a save runs, and its fields are marked, as the entries the
+ * barrier logs otherwise would be.  A record cut by the head or of a count
+ * past the ring's size is the work of a client that writes its ring by
+ * hand: counted as a bad reference, and its fields marked as entries.
+ * Returns the last entry it consumed. */
+static uint64_t save_record(struct mark_job *j, struct seeder *sd,
+                            struct layout_mutator *m, uint64_t t,
+                            uint64_t head)
+{
+    uintptr_t obj = (uintptr_t)atomic_load_explicit(
+                        &m->urs[t % LAYOUT_URS_SIZE], memory_order_relaxed) &
+                    ~(uintptr_t)LAYOUT_URS_SAVED;
+    uint64_t n = head - t >= LAYOUT_URS_RECORD
+                     ? (uint64_t)(uintptr_t)atomic_load_explicit(
+                           &m->urs[(t + 1) % LAYOUT_URS_SIZE],
+                           memory_order_relaxed)
+                     : UINT64_MAX;
+    if (n > LAYOUT_URS_SIZE - LAYOUT_URS_RECORD ||
+        n > head - t - LAYOUT_URS_RECORD) {
+        count_bad(j->h);
+        return t;
+    }
+    uint64_t first = t + LAYOUT_URS_RECORD;
+    save_take_record(j->h, obj, m->urs, first % LAYOUT_URS_SIZE, n);
+    for (uint64_t k = first; k < first + n; k++)
+        mark_root(j, sd,
+                  (uintptr_t)atomic_load_explicit(&m->urs[k % LAYOUT_URS_SIZE],
+                                                  memory_order_relaxed),
+                  "a save record");
+    return first + n - 1;
+}
+
 uint64_t mark_urs(struct heap *h, struct mark_job *j, unsigned slot)
 {
     ASSERT_LOCK_HELD(&h->lock);
@@ -961,6 +996,8 @@ uint64_t mark_urs(struct heap *h, struct mark_job *j, unsigned slot)
         /* Note [Marking C stack captures last] */
         if (v & LAYOUT_URS_CAPTURED)
             hold_capture(j, &sd, v & ~(uintptr_t)LAYOUT_URS_CAPTURED);
+        else if (v & LAYOUT_URS_SAVED)
+            t = save_record(j, &sd, m, t, head);
         else
             mark_root(j, &sd, v, "an update remembered set");
     }

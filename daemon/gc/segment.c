@@ -111,6 +111,10 @@
  *   FILLED       -> FREE        [make_free]       sweeper (5)
  *   LARGE, LARGE_TAIL -> FREE   [make_free]       sweeper (5)
  *   LARGE, LARGE_TAIL -> FREE   [seg_recover]     startup (table.c) (6)
+ *   FREE         -> FILLED, LARGE, LARGE_TAIL
+ *                               [seg_load_*]      a load (load.c) (7)
+ *   FILLED, LARGE, LARGE_TAIL -> FREE
+ *                               [seg_unload]      a load that fails (7)
  *
  *   (1) seg_grant_small, for a SegmentRequest SMALL: a FREE segment,
  *       not fenced, nor out of the pool for a punch (committed ones
@@ -134,6 +138,10 @@
  *       LARGE run is punched, all of it.
  *   (6) a run a kill cut short (its head and tails disagree); not
  *       punched (it may hold pages).
+ *   (7) Note [Loading a saved heap] in load.c: into an empty heap, no
+ *       client attached, a segment at a time, punched first unless it
+ *       reads as zero, owned and charged by nobody; a load that fails
+ *       punches and frees every segment it took.
  *
  * The flags change thus (with heap->lock held, but seg_format's):
  *
@@ -278,7 +286,7 @@
 #define SEG_TO(st) (1u << (st))
 static const uint8_t seg_next[SEG_STATE_MAX + 1] __attribute__((unused)) = {
     [SEG_FREE] = SEG_TO(SEG_OWNED) | SEG_TO(SEG_LARGE) |
-                 SEG_TO(SEG_LARGE_TAIL),
+                 SEG_TO(SEG_LARGE_TAIL) | SEG_TO(SEG_FILLED),
     [SEG_OWNED] = SEG_TO(SEG_FILLED) | SEG_TO(SEG_FREE),
     [SEG_FILLED] = SEG_TO(SEG_OWNED) | SEG_TO(SEG_FREE),
     [SEG_LARGE] = SEG_TO(SEG_FREE),
@@ -1401,4 +1409,74 @@ void seg_release(struct heap *h, uint32_t i)
         t->n_filled--;
         make_free(h, i);
     }
+}
+
+/* ---- (7): Note [Loading a saved heap] in load.c ---- */
+
+/* Segments [I, I + N) are FREE: make sure they read as zero. */
+static void load_zeroed(struct heap *h, uint32_t i, uint32_t n)
+{
+    bool all_punched = true;
+    for (uint32_t k = i; k < i + n; k++)
+        all_punched &= h->segs.segs[k].punched;
+    off_t cur[2] = {(off_t)INT64_MAX, 0};
+    if (!all_punched || seg_has_pages(h, i, n, cur))
+        seg_punch(h, i, n);
+    for (uint32_t k = i; k < i + n; k++)
+        seg_set_punched(h, k, false);
+}
+
+int seg_load_small(struct heap *h, uint32_t i, uint8_t cls)
+{
+    ASSERT_LOCK_HELD(&h->lock);
+    struct segtab *t = &h->segs;
+    if (i < t->first || i >= t->count || !seg_bit_test(t->free_bits, i) ||
+        t->segs[i].fenced)
+        return -EBUSY;
+    load_zeroed(h, i, 1);
+    struct layout_segment *hd = heap_seg_addr(h, i);
+    hd->size_class = cls;
+    __atomic_store_n(&hd->kind, LAYOUT_SEG_SMALL, __ATOMIC_RELEASE);
+    take(t, i, SEG_FILLED, 0, 0, 0);
+    __atomic_store_n(&t->segs[i].cls, cls, __ATOMIC_RELEASE);
+    t->n_filled++;
+    return 0;
+}
+
+int seg_load_large(struct heap *h, uint32_t i, uint32_t run)
+{
+    ASSERT_LOCK_HELD(&h->lock);
+    struct segtab *t = &h->segs;
+    if (i < t->first || run == 0 || run > t->count - i)
+        return -EBUSY;
+    for (uint32_t k = i; k < i + run; k++)
+        if (!seg_bit_test(t->free_bits, k) || t->segs[k].fenced)
+            return -EBUSY;
+    load_zeroed(h, i, run);
+    struct layout_segment *hd = heap_seg_addr(h, i);
+    __atomic_store_n(&hd->kind, LAYOUT_SEG_LARGE, __ATOMIC_RELEASE);
+    hd->large_bytes = (uint64_t)run << h->seg_shift;
+    for (uint32_t k = i; k < i + run; k++)
+        take(t, k, k == i ? SEG_LARGE : SEG_LARGE_TAIL, 0, 0,
+             k == i ? run : i);
+    t->n_large++;
+    publish_run(h, run);
+    return 0;
+}
+
+void seg_unload(struct heap *h, uint32_t i)
+{
+    ASSERT_LOCK_HELD(&h->lock);
+    struct segtab *t = &h->segs;
+    uint8_t st = t->segs[i].state;
+    uint32_t n = st == SEG_LARGE ? t->segs[i].run : 1;
+    if (st == SEG_FILLED)
+        t->n_filled--;
+    else if (st == SEG_LARGE)
+        t->n_large--;
+    else
+        return; /* FREE already, or a tail its head frees */
+    for (uint32_t k = i; k < i + n; k++)
+        make_free(h, k);
+    seg_punch(h, i, n);
 }

@@ -349,6 +349,16 @@ uint32_t seg_punch_strays(struct heap *h);
  * walk of the table under the lock) unless there are strays. */
 #define SEG_STRAYS_EVERY_MS 1000u
 
+/* Note [Loading a saved heap] in load.c, transition (7) of Note [Segment
+ * lifecycle]: FREE segment I becomes FILLED with class CLS, formatted
+ * and reading as zero past its header; FREE segments [I, I + RUN) a
+ * large run.  Return 0, or -EBUSY if a segment is not FREE (or out of
+ * the heap).  seg_unload makes such a segment (or run) FREE and punched
+ * again. */
+int seg_load_small(struct heap *h, uint32_t i, uint8_t cls);
+int seg_load_large(struct heap *h, uint32_t i, uint32_t run);
+void seg_unload(struct heap *h, uint32_t i);
+
 /* Note [Checking the segment table] in segtab_check.c: true iff T's counters
  * and bitmaps agree with a recount of its states; logs what disagrees.
  * With heap->lock held (or T not shared). */

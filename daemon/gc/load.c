@@ -1,0 +1,567 @@
+/* Loading a saved heap (load = FILE, heapctl load).
+ *
+ * Note [Loading a saved heap]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A saved heap (Note [Saved heap files] in proto/savefile.c) goes back
+ * into an empty heap at the same base, every object at its address, so
+ * every reference in it, and in the globals, stays what it was.  The
+ * loader trusts nothing in the file and either loads all of it or leaves
+ * the heap empty:
+ *   1. a first pass reads the whole file and writes nothing: the header
+ *      (magic, checksum, a format this heapd reads, the heap's base), each
+ *      chunk's checksum, each record's fields, that this heapd's geometry
+ *      has a block of the record's kind and size at its address, the END
+ *      totals against what it read, and that nothing follows END.  A
+ *      truncated file, a flipped byte, another heap's file, a future
+ *      format: each is refused here, with the file offset;
+ *   2. a second pass places the objects: a FREE segment becomes FILLED
+ *      with the object's class, or a large run, reading as zero
+ *      (transition (7) of Note [Segment lifecycle] in segment.c); the
+ *      object's block gets the heap's epoch as its mark (continuation
+ *      marks after it in the run class) and its header a tag of 0, which
+ *      is what an object allocated before this cycle looks like (Note
+ *      [Epoch-tagged marks]).  Two objects on one block, or a segment
+ *      wanted for two classes, stop it;
+ *   3. a third pass checks, in the heap, that every reference of every
+ *      object and every global is 0 or an object the file placed.
+ * A failure in 2 or 3 frees every segment the load took (punched) and
+ * deletes the globals it set: the heap is empty and serviceable again.
+ * The heap's first cycle then marks from the globals what the save found
+ * reachable, all of it.
+ */
+#include "load.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "globals.h"
+#include "heap.h"
+#include "log.h"
+#include "savefile.h"
+#include "validate.h"
+
+struct reader {
+    struct heap *h;
+    int fd;
+    const char *path;
+    uint64_t off;            /* file offset of the next byte to read */
+    uint64_t chunk_off;      /* the current chunk's */
+    uint8_t *buf;            /* its payload and checksum */
+    uint32_t len, pos;
+    bool end;                /* END read */
+    uint8_t totals[32];
+    uint64_t data_bytes;
+    bool apply;              /* pass 2 */
+    uint8_t epoch;
+    uint32_t *taken;         /* segments the load made FILLED or LARGE */
+    size_t ntaken, cap;
+    char names[LAYOUT_MAX_GLOBALS][LAYOUT_GLOBAL_NAME];
+    unsigned nglobals;
+    struct load_result res;
+    char *why;
+    size_t n;
+};
+
+static int fail(struct reader *r, uint64_t off, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(struct reader *r, uint64_t off, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(r->why, r->n, "%s: at offset %llu: %s", r->path,
+             (unsigned long long)off, msg);
+    return -EINVAL;
+}
+
+/* Read N bytes at the current offset; 0 at a clean end of file if
+ * EOF_OK, else -EINVAL naming the truncation. */
+static int read_in(struct reader *r, void *p, size_t n, const char *what)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(r->fd, (uint8_t *)p + got, n - got,
+                          (off_t)(r->off + got));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            int e = errno;
+            snprintf(r->why, r->n, "%s: reading at offset %llu: %s",
+                     r->path, (unsigned long long)(r->off + got),
+                     strerror(e));
+            return -e;
+        }
+        if (k == 0)
+            return fail(r, r->off + got, "the file ends inside %s: it is "
+                        "truncated", what);
+        got += (size_t)k;
+    }
+    r->off += n;
+    return 0;
+}
+
+static int next_chunk(struct reader *r)
+{
+    uint8_t prefix[8], crc[4];
+    int rc;
+    r->chunk_off = r->off;
+    if ((rc = read_in(r, prefix, 8, "a chunk's header (no END chunk "
+                      "came)")) < 0)
+        return rc;
+    uint32_t type = save_get32(prefix), len = save_get32(prefix + 4);
+    if (type != SAVE_CHUNK_DATA && type != SAVE_CHUNK_END)
+        return fail(r, r->chunk_off, "a chunk of unknown type %u: the file "
+                    "is damaged", type);
+    if (len > SAVE_CHUNK_MAX || (type == SAVE_CHUNK_END && len != 32))
+        return fail(r, r->chunk_off + 4, "a chunk of %u bytes, which no "
+                    "saver writes: the file is damaged", len);
+    if ((rc = read_in(r, r->buf, len, "a chunk")) < 0 ||
+        (rc = read_in(r, crc, 4, "a chunk's checksum")) < 0)
+        return rc;
+    if (save_get32(crc) != save_chunk_crc(prefix, r->buf, len))
+        return fail(r, r->chunk_off, "the checksum of this chunk (%u "
+                    "bytes) does not match: the file is damaged", len);
+    r->pos = 0;
+    if (type == SAVE_CHUNK_END) {
+        memcpy(r->totals, r->buf, 32);
+        r->len = 0;
+        r->end = true;
+        uint8_t more;
+        ssize_t k = pread(r->fd, &more, 1, (off_t)r->off);
+        if (k != 0)
+            return fail(r, r->off, "bytes follow the END chunk: the file "
+                        "is damaged");
+        return 0;
+    }
+    r->len = len;
+    r->data_bytes += len;
+    return 0;
+}
+
+/* The record offset the reader is at, for messages. */
+static uint64_t here(const struct reader *r)
+{
+    return r->chunk_off + 8 + r->pos;
+}
+
+/* N bytes of the records into P (NULL: skipped). */
+static int take(struct reader *r, void *p, uint64_t n)
+{
+    uint8_t *d = p;
+    while (n > 0) {
+        if (r->pos == r->len) {
+            if (r->end)
+                return fail(r, r->chunk_off, "a record is cut short by the "
+                            "END chunk: the file is damaged");
+            int rc = next_chunk(r);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        uint64_t k = r->len - r->pos;
+        if (k > n)
+            k = n;
+        if (d) {
+            memcpy(d, r->buf + r->pos, k);
+            d += k;
+        }
+        r->pos += (uint32_t)k;
+        n -= k;
+    }
+    return 0;
+}
+
+static int take64(struct reader *r, uint64_t *v)
+{
+    uint8_t b[8];
+    int rc = take(r, b, 8);
+    *v = save_get64(b);
+    return rc;
+}
+
+/* ---- placing an object ---- */
+
+struct place {
+    uint32_t seg, idx, span, run;
+    uint8_t cls;
+    bool large;
+};
+
+/* Where this heapd puts an object of BLOCK (kind and bytes) at ADDR, of
+ * SIZE bytes; -EINVAL with the reason if it cannot. */
+static int where_to(struct reader *r, uint64_t at, uint64_t addr,
+                    uint64_t block, uint64_t size, struct place *p)
+{
+    struct heap *h = r->h;
+    const struct segtab *t = &h->segs;
+    uint64_t base = (uint64_t)(uintptr_t)h->base;
+    uint64_t kind = block >> SAVE_BLOCK_KIND_SHIFT;
+    uint64_t bytes = block & SAVE_BLOCK_BYTES_MASK;
+    memset(p, 0, sizeof *p);
+    if ((addr & 7) || addr < base + ((uint64_t)t->first << h->seg_shift) ||
+        addr - base >= h->cfg->max_size)
+        return fail(r, at, "object 0x%llx is not in this heap's segments "
+                    "(0x%llx, %llu bytes)", (unsigned long long)addr,
+                    (unsigned long long)base,
+                    (unsigned long long)h->cfg->max_size);
+    if (size > bytes)
+        return fail(r, at, "object 0x%llx of %llu bytes does not fit its "
+                    "block of %llu: the file is damaged",
+                    (unsigned long long)addr, (unsigned long long)size,
+                    (unsigned long long)bytes);
+    p->seg = (uint32_t)((addr - base) >> h->seg_shift);
+    uint64_t off = (addr - base) & (((uint64_t)1 << h->seg_shift) - 1);
+    unsigned c = LAYOUT_NCLASSES;
+    switch (kind) {
+    case SAVE_BLOCK_SMALL:
+        for (unsigned k = 0; k < LAYOUT_CLASS_RUN && c == LAYOUT_NCLASSES;
+             k++)
+            if (t->small_nblocks[k] && layout_class_size[k] == bytes)
+                c = k;
+        p->span = 1;
+        break;
+    case SAVE_BLOCK_RUN:
+        if (t->small_nblocks[LAYOUT_CLASS_RUN] && bytes > 0 &&
+            bytes % LAYOUT_RUN_GRANULE == 0) {
+            c = LAYOUT_CLASS_RUN;
+            p->span = (uint32_t)(bytes / LAYOUT_RUN_GRANULE);
+        }
+        break;
+    case SAVE_BLOCK_LARGE:
+        if (off != LAYOUT_LARGE_OBJECT + LAYOUT_WORD ||
+            (bytes + LAYOUT_LARGE_OBJECT) & (((uint64_t)1 << h->seg_shift) -
+                                             1))
+            return fail(r, at, "large object 0x%llx of a %llu-byte run is "
+                        "not where this heapd's layout puts one (segments "
+                        "of %llu bytes)", (unsigned long long)addr,
+                        (unsigned long long)bytes,
+                        (unsigned long long)h->cfg->segment_size);
+        p->large = true;
+        p->run = (uint32_t)((bytes + LAYOUT_LARGE_OBJECT) >> h->seg_shift);
+        if (p->run > t->count - p->seg)
+            return fail(r, at, "large object 0x%llx runs past the heap's "
+                        "end", (unsigned long long)addr);
+        return 0;
+    default:
+        return fail(r, at, "object 0x%llx has a block of unknown kind "
+                    "%llu: the file is damaged", (unsigned long long)addr,
+                    (unsigned long long)kind);
+    }
+    if (c == LAYOUT_NCLASSES)
+        return fail(r, at, "object 0x%llx has a block of %llu bytes, which "
+                    "this heapd's layout has no size class for",
+                    (unsigned long long)addr, (unsigned long long)bytes);
+    p->cls = (uint8_t)c;
+    p->idx = layout_small_block(off, t->small_first[c], t->small_nblocks[c],
+                                layout_class_size[c], t->small_magic[c]);
+    if (p->idx == UINT32_MAX || p->idx + p->span > t->small_nblocks[c])
+        return fail(r, at, "object 0x%llx is not at a block of %llu bytes "
+                    "in this heapd's layout (segments of %llu bytes)",
+                    (unsigned long long)addr, (unsigned long long)bytes,
+                    (unsigned long long)h->cfg->segment_size);
+    return 0;
+}
+
+/* Pass 2: take P's segment(s) if they are free and claim its block. */
+static int place(struct reader *r, uint64_t at, uint64_t addr,
+                 const struct place *p)
+{
+    struct heap *h = r->h;
+    int rc = 0;
+    if (r->ntaken == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 256;
+        uint32_t *t = realloc(r->taken, cap * sizeof *t);
+        if (!t) {
+            snprintf(r->why, r->n, "out of memory while loading");
+            return -ENOMEM;
+        }
+        r->taken = t;
+        r->cap = cap;
+    }
+    heap_lock(h);
+    uint8_t st = seg_state(&h->segs, p->seg);
+    uint8_t *marks = layout_seg_marks(heap_seg_addr(h, p->seg));
+    if (st == SEG_FREE) {
+        rc = p->large ? seg_load_large(h, p->seg, p->run)
+                      : seg_load_small(h, p->seg, p->cls);
+        if (rc == 0)
+            r->taken[r->ntaken++] = p->seg;
+    } else if (p->large || st != SEG_FILLED ||
+               h->segs.segs[p->seg].cls != p->cls) {
+        rc = -EBUSY;
+    }
+    for (uint32_t k = 0; rc == 0 && k < p->span; k++)
+        if (marks[p->idx + k] != 0)
+            rc = -EBUSY;
+    if (rc == 0) {
+        for (uint32_t k = 1; k < p->span; k++)
+            marks[p->idx + k] = LAYOUT_MARK_CONT;
+        __atomic_store_n(&marks[p->idx], r->epoch, __ATOMIC_RELEASE);
+    }
+    heap_unlock(h);
+    if (rc < 0)
+        return fail(r, at, "object 0x%llx overlaps another object of the "
+                    "file, or its segment a large run: the file is "
+                    "damaged", (unsigned long long)addr);
+    return 0;
+}
+
+/* ---- records ---- */
+
+static int object_record(struct reader *r)
+{
+    uint64_t at = here(r) - 8, addr, block, hdr, v;
+    struct place p;
+    int rc;
+    if ((rc = take64(r, &addr)) < 0 || (rc = take64(r, &block)) < 0 ||
+        (rc = take64(r, &hdr)) < 0)
+        return rc;
+    uint64_t nrefs = layout_header_nrefs(hdr);
+    uint64_t nbytes = layout_header_nbytes(hdr);
+    if (layout_header_tag(hdr) != 0)
+        return fail(r, at, "object 0x%llx has a header tag, which no saver "
+                    "writes: the file is damaged", (unsigned long long)addr);
+    if ((rc = where_to(r, at, addr, block, layout_object_size(nrefs, nbytes),
+                       &p)) < 0)
+        return rc;
+    if (r->apply && (rc = place(r, at, addr, &p)) < 0)
+        return rc;
+    uint64_t *obj = (uint64_t *)(uintptr_t)addr;
+    for (uint64_t k = 0; k < nrefs; k++) {
+        if ((rc = take64(r, &v)) < 0)
+            return rc;
+        if (v & 7)
+            return fail(r, here(r) - 8, "reference %llu of object 0x%llx "
+                        "is not 8-byte aligned: the file is damaged",
+                        (unsigned long long)k, (unsigned long long)addr);
+        if (r->apply)
+            obj[k] = v;
+    }
+    if ((rc = take(r, r->apply ? (void *)(obj + nrefs) : NULL, nbytes)) < 0 ||
+        (rc = take(r, NULL, (8 - nbytes % 8) % 8)) < 0)
+        return rc;
+    if (r->apply)
+        __atomic_store_n(obj - 1, layout_header(nrefs, nbytes),
+                         __ATOMIC_RELEASE);
+    r->res.objects++;
+    r->res.object_bytes += layout_object_size(nrefs, nbytes);
+    return 0;
+}
+
+static int global_record(struct reader *r)
+{
+    uint64_t at = here(r) - 8, value, len;
+    char name[LAYOUT_GLOBAL_NAME + 8] = {0};
+    int rc;
+    if ((rc = take64(r, &value)) < 0 || (rc = take64(r, &len)) < 0)
+        return rc;
+    if (len == 0 || len >= LAYOUT_GLOBAL_NAME)
+        return fail(r, at, "a global's name of %llu bytes: the file is "
+                    "damaged", (unsigned long long)len);
+    if ((rc = take(r, name, (len + 7) & ~(uint64_t)7)) < 0)
+        return rc;
+    if (strlen(name) != len)
+        return fail(r, at, "a global's name holds a NUL: the file is "
+                    "damaged");
+    if (r->res.globals == LAYOUT_MAX_GLOBALS)
+        return fail(r, at, "more than %u globals: the file is damaged",
+                    LAYOUT_MAX_GLOBALS);
+    for (unsigned g = 0; g < r->nglobals; g++)
+        if (strcmp(r->names[g], name) == 0)
+            return fail(r, at, "global '%s' twice: the file is damaged",
+                        name);
+    memcpy(r->names[r->nglobals++], name, len + 1);
+    if (r->apply) {
+        uint32_t idx;
+        enum globals_role role;
+        heap_lock(r->h);
+        rc = globals_claim(r->h, 0, name, false, &idx, &role);
+        if (rc == 0)
+            atomic_store(&r->h->control->global_values[idx],
+                         (void *)(uintptr_t)value);
+        heap_unlock(r->h);
+        if (rc < 0)
+            return fail(r, at, "global '%s' cannot be set: %s", name,
+                        strerror(-rc));
+    }
+    r->res.globals++;
+    return 0;
+}
+
+/* One pass over the records (Note [Loading a saved heap], 1 and 2). */
+static int pass(struct reader *r)
+{
+    uint8_t head[SAVE_HEADER_BYTES];
+    struct save_header hd;
+    int rc;
+    r->off = 0;
+    r->len = r->pos = 0;
+    r->chunk_off = 0;
+    r->end = false;
+    r->data_bytes = 0;
+    r->nglobals = 0;
+    memset(&r->res, 0, sizeof r->res);
+    if ((rc = read_in(r, head, sizeof head, "its header")) < 0)
+        return rc;
+    if ((rc = save_header_decode(head, &hd, r->why, r->n)) < 0) {
+        char inner[400];
+        snprintf(inner, sizeof inner, "%s", r->why);
+        snprintf(r->why, r->n, "%s: %s", r->path, inner);
+        return rc;
+    }
+    if (hd.base != (uint64_t)(uintptr_t)r->h->base)
+        return fail(r, 16, "the file is of a heap at base 0x%llx, and heap "
+                    "'%s' is at 0x%llx: load it into a heap whose section "
+                    "says base = 0x%llx", (unsigned long long)hd.base,
+                    r->h->cfg->name,
+                    (unsigned long long)(uintptr_t)r->h->base,
+                    (unsigned long long)hd.base);
+    for (;;) {
+        if (r->pos == r->len) {
+            if (r->end)
+                break;
+            if ((rc = next_chunk(r)) < 0)
+                return rc;
+            continue;
+        }
+        uint64_t type;
+        if ((rc = take64(r, &type)) < 0)
+            return rc;
+        if (type == SAVE_REC_OBJECT)
+            rc = object_record(r);
+        else if (type == SAVE_REC_GLOBAL)
+            rc = global_record(r);
+        else
+            rc = fail(r, here(r) - 8, "a record of unknown type %llu: the "
+                      "file is damaged", (unsigned long long)type);
+        if (rc < 0)
+            return rc;
+    }
+    if (save_get64(r->totals) != r->res.objects ||
+        save_get64(r->totals + 8) != r->res.object_bytes ||
+        save_get64(r->totals + 16) != r->res.globals ||
+        save_get64(r->totals + 24) != r->data_bytes)
+        return fail(r, r->chunk_off, "the END chunk's totals (%llu objects, "
+                    "%llu globals) do not match what the file holds (%llu, "
+                    "%llu): the file is damaged",
+                    (unsigned long long)save_get64(r->totals),
+                    (unsigned long long)save_get64(r->totals + 16),
+                    (unsigned long long)r->res.objects,
+                    (unsigned long long)r->res.globals);
+    r->res.file_bytes = r->off;
+    return 0;
+}
+
+/* Pass 3: every reference the load wrote is 0 or an object it placed. */
+static int check_refs(struct reader *r)
+{
+    struct heap *h = r->h;
+    const struct segtab *t = &h->segs;
+    struct valid_ref ref;
+    for (size_t k = 0; k < r->ntaken; k++) {
+        uint32_t i = r->taken[k];
+        uint8_t *seg = heap_seg_addr(h, i);
+        uint8_t *marks = layout_seg_marks(seg);
+        bool large = seg_state(t, i) == SEG_LARGE;
+        uint8_t c = t->segs[i].cls;
+        uint32_t nb = large ? 1 : t->small_nblocks[c];
+        for (uint32_t b = 0; b < nb; b++) {
+            if (marks[b] != r->epoch)
+                continue;
+            uint64_t *obj = (uint64_t *)(seg + (large
+                                    ? LAYOUT_LARGE_OBJECT + LAYOUT_WORD
+                                    : t->small_first[c] + LAYOUT_WORD +
+                                          (uint64_t)b * layout_class_size[c]));
+            uint64_t nrefs = layout_header_nrefs(obj[-1]);
+            for (uint64_t f = 0; f < nrefs; f++)
+                if (obj[f] && !(validate_ref(h, (uintptr_t)obj[f], &ref) &&
+                                validate_header(&ref)))
+                    return fail(r, 0, "object 0x%lx refers to 0x%llx, "
+                                "which the file holds no object at: the "
+                                "file is damaged", (unsigned long)obj,
+                                (unsigned long long)obj[f]);
+        }
+    }
+    for (unsigned g = 0; g < LAYOUT_MAX_GLOBALS; g++) {
+        uintptr_t v = (uintptr_t)atomic_load(&h->control->global_values[g]);
+        if (h->globals[g].state == LAYOUT_GLOBAL_SET && v &&
+            !(validate_ref(h, v, &ref) && validate_header(&ref)))
+            return fail(r, 0, "global '%s' refers to 0x%lx, which the file "
+                        "holds no object at: the file is damaged",
+                        h->globals[g].name, (unsigned long)v);
+    }
+    return 0;
+}
+
+static void unload(struct reader *r)
+{
+    struct heap *h = r->h;
+    heap_lock(h);
+    for (size_t k = 0; k < r->ntaken; k++)
+        seg_unload(h, r->taken[k]);
+    for (unsigned g = 0; g < r->nglobals; g++)
+        globals_delete(h, r->names[g]);
+    heap_unlock(h);
+}
+
+bool load_heap_empty(struct heap *h, char *why, size_t n)
+{
+    const struct segtab *t = &h->segs;
+    bool empty = true;
+    heap_lock(h);
+    if (h->clients || h->mutators) {
+        snprintf(why, n, "heap '%s' has %u clients connected", h->cfg->name,
+                 h->clients);
+        empty = false;
+    } else if (t->n_free != t->count - t->first) {
+        snprintf(why, n, "heap '%s' holds objects (%u segments in use)",
+                 h->cfg->name, t->count - t->first - t->n_free);
+        empty = false;
+    } else {
+        for (unsigned g = 0; g < LAYOUT_MAX_GLOBALS && empty; g++)
+            if (h->globals[g].state != LAYOUT_GLOBAL_EMPTY) {
+                snprintf(why, n, "heap '%s' has global '%s'", h->cfg->name,
+                         h->globals[g].name);
+                empty = false;
+            }
+    }
+    heap_unlock(h);
+    return empty;
+}
+
+int load_heap(struct heap *h, int fd, const char *path,
+              struct load_result *out, char *why, size_t n)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct reader r = {.h = h, .fd = fd, .path = path, .why = why, .n = n};
+    int rc;
+    r.buf = malloc(SAVE_CHUNK_MAX);
+    if (!r.buf) {
+        snprintf(why, n, "out of memory for loading %s", path);
+        return -ENOMEM;
+    }
+    r.epoch = (uint8_t)atomic_load(&h->control->epoch);
+    if ((rc = pass(&r)) < 0)
+        goto out;
+    r.apply = true;
+    if ((rc = pass(&r)) < 0 || (rc = check_refs(&r)) < 0) {
+        unload(&r);
+        goto out;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    r.res.ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
+               (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
+    *out = r.res;
+out:
+    free(r.buf);
+    free(r.taken);
+    return rc;
+}

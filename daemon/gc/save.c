@@ -1,0 +1,666 @@
+/* Saving a heap at a cycle's snapshot (heapctl save).
+ *
+ * Note [Saving a heap at a snapshot]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * A save is one collection cycle that also copies, to a file (Note [Saved
+ * heap files] in proto/savefile.c), every object the globals reached at
+ * its snapshot, as it was then, while mutators run:
+ *   - the snapshot pause takes the save asked for, copies the globals'
+ *     names and values, and sets the control page's save_epoch to the
+ *     cycle's epoch, which turns on the barrier's save records (Note
+ *     [Saving under the barrier] in client/barrier.c);
+ *   - a saver thread traces from those values with its own visited
+ *     bitmap (a bit per block a segment may hold: max_size / 128 bytes of
+ *     address space, touched where objects are), beside the markers.  Each
+ *     object it reaches it reads, then reads its dirty tag: an object not
+ *     tagged with the epoch before and after has its snapshot fields; one
+ *     that is has them in the save record its first writer published, in
+ *     some ring: the saver drains the rings (as the loop thread does) until
+ *     the record is there.  Its references are checked as the marker's
+ *     are (Note [Validating references]); one to no object is saved as 0
+ *     and counted;
+ *   - nothing is freed meanwhile: the cycle's final sync waits for the
+ *     saver, so the sweep that could reuse a snapshot object's block comes
+ *     after the last copy;
+ *   - the file is written as TMP beside the target, fsync'd, renamed over
+ *     it, and the directory fsync'd, before the cycle completes and the
+ *     request is answered.
+ * Memory: the visited bits, a stack of objects found but not yet copied,
+ * one chunk of output, and the records of objects written during the save
+ * (as a fork's copied pages are, for Redis' BGSAVE).  A record the saver
+ * waits for more than RECORD_WAIT_MS (its writer died between its swap
+ * and its publishing, or is a client of a release without save records)
+ * is given up: that object, and every later one without its record, is
+ * copied as read and counted as inexact in the outcome.
+ */
+#include "save.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "heap.h"
+#include "log.h"
+#include "mark.h"
+#include "savefile.h"
+#include "validate.h"
+
+#define RECORD_WAIT_MS 1000u
+
+struct save_rec {
+    uintptr_t obj;
+    uint64_t n;
+    uintptr_t f[];
+};
+
+struct save_global {
+    char name[LAYOUT_GLOBAL_NAME];
+    uintptr_t value;
+};
+
+struct save_job {
+    struct heap *h;
+    uint64_t id;
+    int fd;
+    char path[4096], tmp[4096];
+    uint8_t epoch;
+    uint64_t t0;
+    pthread_t thread;
+    bool started;
+    unsigned nglobals;
+    struct save_global globals[LAYOUT_MAX_GLOBALS];
+    /* the records (heap->lock): open addressing on obj, cap a power of 2 */
+    struct save_rec **recs;
+    size_t rec_cap, rec_n;
+    uint64_t rec_bytes;      /* what the records hold */
+    /* the saver's own */
+    uint64_t *visited;
+    size_t visited_bytes;
+    uint64_t blocks_per_seg;
+    uintptr_t *stack;
+    size_t sp, stack_cap;
+    uintptr_t *refs;         /* one object's snapshot fields */
+    size_t refs_cap;
+    uint8_t *buf;            /* the chunk being filled */
+    size_t used;
+    uint64_t data_bytes;     /* DATA payload written */
+    bool gave_up;            /* Note [Saving a heap at a snapshot] */
+    struct save_result res;
+};
+
+static uint64_t now_ns(int clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void job_free(struct save_job *j)
+{
+    if (!j)
+        return;
+    for (size_t k = 0; k < j->rec_cap; k++)
+        free(j->recs ? j->recs[k] : NULL);
+    free(j->recs);
+    if (j->visited)
+        munmap(j->visited, j->visited_bytes);
+    free(j->stack);
+    free(j->refs);
+    free(j->buf);
+    if (j->fd >= 0) {
+        close(j->fd);
+        unlink(j->tmp);
+    }
+    free(j);
+}
+
+int64_t save_request(struct heap *h, int fd, const char *path,
+                     const char *tmp, char *why, size_t n)
+{
+    static _Atomic uint64_t ids;
+    struct save_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        snprintf(why, n, "out of memory for a save");
+        return -ENOMEM;
+    }
+    j->h = h;
+    j->fd = fd;
+    snprintf(j->path, sizeof j->path, "%s", path);
+    snprintf(j->tmp, sizeof j->tmp, "%s", tmp);
+    heap_lock(h);
+    if (h->save_asked || h->saving) {
+        heap_unlock(h);
+        snprintf(why, n, "heap '%s' is being saved already; ask again "
+                 "once that save is done", h->cfg->name);
+        j->fd = -1; /* the caller's to close */
+        free(j);
+        return -EBUSY;
+    }
+    j->id = atomic_fetch_add(&ids, 1) + 1;
+    h->save_asked = j;
+    heap_unlock(h);
+    return (int64_t)j->id;
+}
+
+void save_snapshot(struct heap *h, uint8_t epoch)
+{
+    ASSERT_LOCK_HELD(&h->lock);
+    struct save_job *j = h->save_asked;
+    if (!j)
+        return;
+    h->save_asked = NULL;
+    h->saving = j;
+    j->epoch = epoch;
+    j->t0 = now_ns(CLOCK_MONOTONIC);
+    j->res.id = j->id;
+    for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
+        if (h->globals[i].state != LAYOUT_GLOBAL_SET)
+            continue;
+        struct save_global *g = &j->globals[j->nglobals++];
+        memcpy(g->name, h->globals[i].name, sizeof g->name);
+        g->name[sizeof g->name - 1] = 0;
+        g->value = (uintptr_t)atomic_load(&h->control->global_values[i]);
+    }
+    /* Note [Saving under the barrier]: on from the first write after the
+     * pause */
+    atomic_store(&h->control->save_epoch, epoch);
+}
+
+/* ---- the records (heap->lock) ---- */
+
+static size_t rec_slot(const struct save_job *j, uintptr_t obj)
+{
+    uint64_t x = (uint64_t)obj * UINT64_C(0x9e3779b97f4a7c15);
+    size_t k = (size_t)(x >> 20) & (j->rec_cap - 1);
+    while (j->recs[k] && j->recs[k]->obj != obj)
+        k = (k + 1) & (j->rec_cap - 1);
+    return k;
+}
+
+static bool rec_grow(struct save_job *j)
+{
+    size_t cap = j->rec_cap ? 2 * j->rec_cap : 1024;
+    struct save_rec **old = j->recs, **nw = calloc(cap, sizeof *nw);
+    size_t oldcap = j->rec_cap;
+    if (!nw)
+        return false;
+    j->recs = nw;
+    j->rec_cap = cap;
+    for (size_t k = 0; k < oldcap; k++)
+        if (old[k])
+            j->recs[rec_slot(j, old[k]->obj)] = old[k];
+    free(old);
+    return true;
+}
+
+void save_take_record(struct heap *h, uintptr_t obj, void *_Atomic *ring,
+                      uint64_t at, uint64_t n)
+{
+    ASSERT_LOCK_HELD(&h->lock);
+    struct save_job *j = h->saving;
+    if (!j)
+        return;
+    j->res.records++;
+    if ((j->rec_n + 1) * 2 > j->rec_cap && !rec_grow(j))
+        return; /* no memory: the object will be copied as read */
+    size_t k = rec_slot(j, obj);
+    if (j->recs[k])
+        return; /* one record per object and cycle; another is forged */
+    struct save_rec *r = malloc(sizeof *r + n * sizeof r->f[0]);
+    if (!r)
+        return;
+    r->obj = obj;
+    r->n = n;
+    for (uint64_t i = 0; i < n; i++)
+        r->f[i] = (uintptr_t)atomic_load_explicit(
+            &ring[(at + i) % LAYOUT_URS_SIZE], memory_order_relaxed);
+    j->recs[k] = r;
+    j->rec_n++;
+    j->rec_bytes += sizeof *r + n * sizeof r->f[0];
+    j->res.record_bytes_max = j->rec_bytes;
+}
+
+/* Drain every ring into the records, as the loop thread would. */
+static void drain_rings(struct save_job *j)
+{
+    struct heap *h = j->h;
+    heap_lock(h);
+    for (unsigned i = 0; h->marking && i < LAYOUT_MAX_MUTATORS; i++)
+        if (heap_slot_attached(h, i))
+            mark_urs(h, h->marking, i);
+    heap_unlock(h);
+}
+
+/* The record for OBJ (NULL: none yet).  Records stay until the save
+ * ends: an object is copied once. */
+static struct save_rec *rec_find(struct save_job *j, uintptr_t obj)
+{
+    struct save_rec *r = NULL;
+    heap_lock(j->h);
+    if (j->rec_cap)
+        r = j->recs[rec_slot(j, obj)];
+    heap_unlock(j->h);
+    return r;
+}
+
+/* The record of dirty OBJ, waiting for it to be published (Note [Saving a
+ * heap at a snapshot]). */
+static struct save_rec *rec_wait(struct save_job *j, uintptr_t obj)
+{
+    struct save_rec *r = rec_find(j, obj);
+    if (r)
+        return r;
+    drain_rings(j);
+    if ((r = rec_find(j, obj)) || j->gave_up)
+        return r;
+    uint64_t until = now_ns(CLOCK_MONOTONIC) + RECORD_WAIT_MS * 1000000ull;
+    while (!(r = rec_find(j, obj)) && now_ns(CLOCK_MONOTONIC) < until) {
+        nanosleep(&(struct timespec){.tv_nsec = 50000}, NULL);
+        drain_rings(j);
+    }
+    if (!r) {
+        j->gave_up = true;
+        log_warn("heap '%s': save: no save record of object 0x%lx came in "
+                 "%u ms (its writer died while writing it, or runs a "
+                 "libheapd before 0.2); it and every object after it "
+                 "without one are saved as read", j->h->cfg->name,
+                 (unsigned long)obj, RECORD_WAIT_MS);
+    }
+    return r;
+}
+
+/* ---- output ---- */
+
+static int write_all(struct save_job *j, const struct iovec *iov, int n)
+{
+    struct iovec v[3];
+    memcpy(v, iov, (size_t)n * sizeof *v);
+    struct iovec *p = v;
+    while (n > 0) {
+        ssize_t w = writev(j->fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            int e = errno;
+            snprintf(j->res.why, sizeof j->res.why,
+                     "writing %.300s at offset %llu: %s; free space or "
+                     "choose another file", j->tmp,
+                     (unsigned long long)j->res.file_bytes, strerror(e));
+            return -e;
+        }
+        j->res.file_bytes += (uint64_t)w;
+        while (n > 0 && (size_t)w >= p->iov_len) {
+            w -= (ssize_t)p->iov_len;
+            p++;
+            n--;
+        }
+        if (n > 0) {
+            p->iov_base = (char *)p->iov_base + w;
+            p->iov_len -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
+static int put_chunk(struct save_job *j, uint32_t type, const void *payload,
+                     uint32_t len)
+{
+    uint8_t prefix[8], crc[4];
+    save_chunk_prefix(prefix, type, len);
+    save_put32(crc, save_chunk_crc(prefix, payload, len));
+    struct iovec iov[3] = {{prefix, 8}, {(void *)payload, len}, {crc, 4}};
+    return write_all(j, iov, 3);
+}
+
+static int flush(struct save_job *j)
+{
+    if (j->used == 0)
+        return 0;
+    int rc = put_chunk(j, SAVE_CHUNK_DATA, j->buf, (uint32_t)j->used);
+    j->data_bytes += j->used;
+    j->used = 0;
+    return rc;
+}
+
+static int put(struct save_job *j, const void *p, size_t n)
+{
+    const uint8_t *s = p;
+    while (n > 0) {
+        size_t k = SAVE_CHUNK_MAX - j->used;
+        if (k > n)
+            k = n;
+        memcpy(j->buf + j->used, s, k);
+        j->used += k;
+        s += k;
+        n -= k;
+        if (j->used == SAVE_CHUNK_MAX) {
+            int rc = flush(j);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+static int put64(struct save_job *j, uint64_t v)
+{
+    uint8_t b[8];
+    save_put64(b, v);
+    return put(j, b, 8);
+}
+
+/* ---- tracing ---- */
+
+/* Validate R and mark it visited; true if it is an object not yet seen.
+ * *OK says whether it is an object at all. */
+static bool discover(struct save_job *j, uintptr_t r, bool *ok)
+{
+    struct heap *h = j->h;
+    struct valid_ref ref;
+    *ok = r == 0 || (validate_ref(h, r, &ref) && validate_header(&ref));
+    if (r == 0 || !*ok)
+        return false;
+    uint32_t i = (uint32_t)((r - (uintptr_t)h->base) >> h->seg_shift);
+    uint64_t idx = (uint64_t)(ref.mark -
+                              layout_seg_marks(heap_seg_addr(h, i)));
+    uint64_t bit = (uint64_t)i * j->blocks_per_seg + idx;
+    uint64_t *w = &j->visited[bit >> 6], m = UINT64_C(1) << (bit & 63);
+    if (*w & m)
+        return false;
+    *w |= m;
+    return true;
+}
+
+static int push(struct save_job *j, uintptr_t r)
+{
+    if (j->sp == j->stack_cap) {
+        size_t cap = j->stack_cap ? 2 * j->stack_cap : 4096;
+        uintptr_t *s = realloc(j->stack, cap * sizeof *s);
+        if (!s)
+            return -ENOMEM;
+        j->stack = s;
+        j->stack_cap = cap;
+    }
+    j->stack[j->sp++] = r;
+    return 0;
+}
+
+static int refs_room(struct save_job *j, size_t n)
+{
+    if (n <= j->refs_cap)
+        return 0;
+    uintptr_t *p = realloc(j->refs, n * sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    j->refs = p;
+    j->refs_cap = n;
+    return 0;
+}
+
+/* Copy OBJ (validated, visited) to the file as it was at the snapshot,
+ * and push the objects it referenced then. */
+static int save_object(struct save_job *j, uintptr_t obj)
+{
+    struct heap *h = j->h;
+    struct valid_ref ref;
+    if (!validate_ref(h, obj, &ref))
+        return 0; /* cannot happen before the sweep; defensive */
+    _Atomic uint64_t *hp = (_Atomic uint64_t *)obj - 1;
+    void *_Atomic *f = (void *_Atomic *)obj;
+    uint64_t h1 = atomic_load_explicit(hp, memory_order_acquire);
+    uint64_t hdr = validate_header(&ref);
+    if (!hdr)
+        return 0;
+    uint64_t nrefs = layout_header_nrefs(hdr);
+    uint64_t nbytes = layout_header_nbytes(hdr);
+    int rc = refs_room(j, nrefs);
+    if (rc < 0)
+        return rc;
+    bool clean = layout_header_tag(h1) != j->epoch;
+    if (clean) {
+        for (uint64_t k = 0; k < nrefs; k++)
+            j->refs[k] = (uintptr_t)atomic_load_explicit(&f[k],
+                                                         memory_order_relaxed);
+        /* a write's store to a field follows its tag (Note [Saving under
+         * the barrier]) */
+        atomic_thread_fence(memory_order_acquire);
+        clean = layout_header_tag(atomic_load_explicit(
+                    hp, memory_order_relaxed)) != j->epoch;
+        if (nrefs + LAYOUT_URS_RECORD > LAYOUT_URS_SIZE)
+            j->res.inexact++; /* too wide to stage: written unseen */
+    }
+    if (!clean) {
+        struct save_rec *r = rec_wait(j, obj);
+        if (r && r->n == nrefs) {
+            memcpy(j->refs, r->f, nrefs * sizeof r->f[0]);
+        } else {
+            j->res.inexact++;
+            for (uint64_t k = 0; k < nrefs; k++)
+                j->refs[k] = (uintptr_t)atomic_load_explicit(
+                    &f[k], memory_order_relaxed);
+        }
+    }
+    uint32_t i = (uint32_t)((obj - (uintptr_t)h->base) >> h->seg_shift);
+    uint64_t kind = seg_state(&h->segs, i) == SEG_LARGE ? SAVE_BLOCK_LARGE
+                    : seg_class(h, i) == LAYOUT_CLASS_RUN ? SAVE_BLOCK_RUN
+                                                          : SAVE_BLOCK_SMALL;
+    if ((rc = put64(j, SAVE_REC_OBJECT)) < 0 || (rc = put64(j, obj)) < 0 ||
+        (rc = put64(j, ref.block_size |
+                           kind << SAVE_BLOCK_KIND_SHIFT)) < 0 ||
+        (rc = put64(j, layout_header(nrefs, nbytes))) < 0)
+        return rc;
+    for (uint64_t k = 0; k < nrefs; k++) {
+        bool ok;
+        if (discover(j, j->refs[k], &ok) && (rc = push(j, j->refs[k])) < 0)
+            return rc;
+        if (!ok) {
+            j->res.bad_refs++;
+            j->refs[k] = 0;
+        }
+        if ((rc = put64(j, j->refs[k])) < 0)
+            return rc;
+    }
+    /* raw bytes have no barrier: as read (Note [Saving under the
+     * barrier]) */
+    static const uint8_t zero[8];
+    if ((rc = put(j, (const uint8_t *)(f + nrefs), nbytes)) < 0 ||
+        (rc = put(j, zero, (8 - nbytes % 8) % 8)) < 0)
+        return rc;
+    j->res.objects++;
+    j->res.object_bytes += layout_object_size(nrefs, nbytes);
+    return 0;
+}
+
+static int save_globals(struct save_job *j)
+{
+    int rc;
+    for (unsigned g = 0; g < j->nglobals; g++) {
+        struct save_global *s = &j->globals[g];
+        size_t len = strlen(s->name);
+        uint8_t name[LAYOUT_GLOBAL_NAME] = {0};
+        bool ok;
+        memcpy(name, s->name, len);
+        if (discover(j, s->value, &ok) && (rc = push(j, s->value)) < 0)
+            return rc;
+        if (!ok) {
+            j->res.bad_refs++;
+            s->value = 0;
+        }
+        if ((rc = put64(j, SAVE_REC_GLOBAL)) < 0 ||
+            (rc = put64(j, s->value)) < 0 || (rc = put64(j, len)) < 0 ||
+            (rc = put(j, name, (len + 7) & ~(size_t)7)) < 0)
+            return rc;
+        j->res.globals++;
+    }
+    return 0;
+}
+
+static int save_end(struct save_job *j)
+{
+    int rc = flush(j);
+    if (rc < 0)
+        return rc;
+    uint8_t end[32];
+    save_put64(end, j->res.objects);
+    save_put64(end + 8, j->res.object_bytes);
+    save_put64(end + 16, j->res.globals);
+    save_put64(end + 24, j->data_bytes);
+    return put_chunk(j, SAVE_CHUNK_END, end, sizeof end);
+}
+
+/* Sync the file, give it its name, sync its directory. */
+static int save_commit(struct save_job *j)
+{
+    const char *what = "syncing";
+    int rc = 0;
+    if (fsync(j->fd) < 0)
+        goto fail;
+    what = "renaming it to its name";
+    if (rename(j->tmp, j->path) < 0)
+        goto fail;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", j->path);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    what = "syncing its directory";
+    if (dfd < 0 || fsync(dfd) < 0) {
+        rc = -errno;
+        if (dfd >= 0)
+            close(dfd);
+        snprintf(j->res.why, sizeof j->res.why, "%s %.300s: %s", what,
+                 j->path,
+                 strerror(-rc));
+        return rc;
+    }
+    close(dfd);
+    return 0;
+fail:
+    rc = -errno;
+    snprintf(j->res.why, sizeof j->res.why, "%s %.300s: %s", what, j->tmp,
+             strerror(-rc));
+    return rc;
+}
+
+static int save_run(struct save_job *j)
+{
+    struct heap *h = j->h;
+    int rc;
+    j->buf = malloc(SAVE_CHUNK_MAX);
+    j->blocks_per_seg = (uint64_t)1 << (h->seg_shift - 4);
+    j->visited_bytes = (((uint64_t)h->segs.count * j->blocks_per_seg + 63) /
+                        64) * 8;
+    j->visited = mmap(NULL, j->visited_bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (j->visited == MAP_FAILED)
+        j->visited = NULL;
+    if (!j->buf || !j->visited) {
+        snprintf(j->res.why, sizeof j->res.why, "out of memory for the "
+                 "save's buffers");
+        return -ENOMEM;
+    }
+    struct save_header hd = {
+        .format = SAVE_FORMAT,
+        .layout = LAYOUT_VERSION,
+        .base = (uint64_t)(uintptr_t)h->base,
+        .max_size = h->cfg->max_size,
+        .segment_size = h->cfg->segment_size,
+        .saved_at_ns = now_ns(CLOCK_REALTIME),
+    };
+    uint8_t head[SAVE_HEADER_BYTES];
+    save_header_encode(&hd, head);
+    struct iovec iov = {head, sizeof head};
+    if ((rc = write_all(j, &iov, 1)) < 0 || (rc = save_globals(j)) < 0)
+        return rc;
+    while (j->sp > 0)
+        if ((rc = save_object(j, j->stack[--j->sp])) < 0)
+            goto nomem;
+    if ((rc = save_end(j)) < 0 || (rc = save_commit(j)) < 0)
+        return rc;
+    return 0;
+nomem:
+    if (rc == -ENOMEM)
+        snprintf(j->res.why, sizeof j->res.why, "out of memory while "
+                 "saving");
+    return rc;
+}
+
+static void *saver_main(void *arg)
+{
+    struct save_job *j = arg;
+    j->res.rc = save_run(j);
+    return NULL;
+}
+
+void save_start(struct heap *h)
+{
+    heap_lock(h);
+    struct save_job *j = h->saving;
+    if (j)
+        j->started = true;
+    heap_unlock(h);
+    if (!j)
+        return;
+    if (pthread_create(&j->thread, NULL, saver_main, j) != 0) {
+        j->started = false;
+        j->res.rc = -EAGAIN;
+        snprintf(j->res.why, sizeof j->res.why, "no thread for the saver; "
+                 "try again");
+    }
+}
+
+bool save_finish(struct heap *h)
+{
+    heap_lock(h);
+    struct save_job *j = h->saving;
+    heap_unlock(h);
+    if (!j)
+        return false;
+    if (j->started)
+        pthread_join(j->thread, NULL);
+    heap_lock(h);
+    atomic_store(&h->control->save_epoch, 0);
+    h->saving = NULL;
+    if (j->res.rc == 0) {
+        close(j->fd);
+        j->fd = -1;
+    }
+    j->res.ns = now_ns(CLOCK_MONOTONIC) - j->t0;
+    struct save_result *r = h->save_last;
+    if (!r)
+        r = h->save_last = malloc(sizeof *r);
+    if (r)
+        *r = j->res;
+    heap_unlock(h);
+    if (j->res.rc == 0)
+        log_info("heap '%s': saved to %s: %llu objects (%llu bytes), %llu "
+                 "globals, %llu file bytes in %llu ms; %llu copied as "
+                 "read, %llu bad references", h->cfg->name, j->path,
+                 (unsigned long long)j->res.objects,
+                 (unsigned long long)j->res.object_bytes,
+                 (unsigned long long)j->res.globals,
+                 (unsigned long long)j->res.file_bytes,
+                 (unsigned long long)(j->res.ns / 1000000),
+                 (unsigned long long)j->res.inexact,
+                 (unsigned long long)j->res.bad_refs);
+    else
+        log_error("heap '%s': save to %s failed: %s", h->cfg->name, j->path,
+                  j->res.why);
+    job_free(j);
+    return true;
+}
+
+void save_discard(struct heap *h)
+{
+    job_free(h->save_asked);
+    h->save_asked = NULL;
+    free(h->save_last);
+    h->save_last = NULL;
+}
