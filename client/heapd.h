@@ -972,6 +972,40 @@ static inline int heapd_unserved_heaps(heapd_client *c,
  * the new heap: its log says why), or a connection error. */
 HEAPD_API int heapd_heap_drop(heapd_client *c, const char *heap);
 
+/* What heapd_heap_save did. */
+typedef struct heapd_save_info {
+    uint64_t objects;       /* objects saved (reachable at the snapshot) */
+    uint64_t object_bytes;  /* their bytes, headers included */
+    uint64_t globals;
+    uint64_t file_bytes;
+    uint64_t inexact;       /* objects copied as read, not as at the
+                               snapshot: a writer died in its barrier, or
+                               runs a libheapd before 0.2 (0 normally) */
+    uint64_t bad_refs;      /* references to no object, saved as NULL */
+    uint64_t records;       /* objects mutators wrote during the save */
+    uint64_t record_bytes;  /* the memory heapd held for them */
+    uint64_t ns;            /* from the snapshot to the file's sync */
+} heapd_save_info;
+
+/* Save HEAP (heapctl save) to PATH, an absolute path heapd itself writes
+ * (as PATH.partial, synced, then renamed), as it is at the next cycle's
+ * snapshot, while its clients go on; returns once the file is synced,
+ * with *OUT (may be NULL) filled.  0, HEAPD_ENOHEAP, HEAPD_EDENIED (only
+ * root and heapd's own user may), HEAPD_EBUSY (a save of HEAP runs),
+ * HEAPD_EINVAL (a relative path), HEAPD_EPROTO (the save failed: the
+ * message says why), or a connection error. */
+HEAPD_API int heapd_heap_save_sized(heapd_client *c, const char *heap,
+                                    const char *path, heapd_save_info *out,
+                                    size_t size);
+#ifndef HEAPD_LIBRARY_
+/* (new in 0.2.0: no plain entry of 0.1.0's to keep) */
+static inline int heapd_heap_save(heapd_client *c, const char *heap,
+                                  const char *path, heapd_save_info *out)
+{
+    return heapd_heap_save_sized(c, heap, path, out, sizeof *out);
+}
+#endif
+
 /* Static text saying what error code ERR means: the message of a HEAPD_E*
  * code (HEAPD_ERRORS), strerror's for a negated errno value, "success" for
  * 0, "unknown heapd error" for anything else. */

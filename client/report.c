@@ -243,6 +243,41 @@ out:
     return rc;
 }
 
+int heapd_heap_save_sized(heapd_client *c, const char *heap,
+                          const char *path, heapd_save_info *out, size_t size)
+{
+    Heapd__SaveRequest sr = HEAPD__SAVE_REQUEST__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    int rc;
+
+    if (!c || !heap || !heap[0] || !path || path[0] != '/')
+        return client_set_error(-EINVAL, "heapd_heap_save: name a heap and "
+                                "an absolute path");
+    sr.heap = (char *)heap;
+    sr.path = (char *)path;
+    req.body_case = HEAPD__ENVELOPE__BODY_SAVE_REQUEST;
+    req.save_request = &sr;
+    if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
+        goto out;
+    if (rep->body_case != HEAPD__ENVELOPE__BODY_SAVE_REPLY) {
+        rc = client_bad_reply(frame_body_name(&req), rep, NULL);
+        goto out;
+    }
+    const Heapd__SaveReply *r = rep->save_reply;
+    heapd_save_info info = {
+        .objects = r->objects, .object_bytes = r->object_bytes,
+        .globals = r->globals, .file_bytes = r->file_bytes,
+        .inexact = r->inexact, .bad_refs = r->bad_refs,
+        .records = r->records, .record_bytes = r->record_bytes,
+        .ns = r->ns,
+    };
+    if (out)
+        abi_out(out, size, &info, sizeof info); /* Note [Structs that grow] */
+out:
+    heapd__envelope__free_unpacked(rep, NULL);
+    return rc;
+}
+
 _Static_assert(HEAPD_STALL_SNAPSHOT == (int)LAYOUT_STALL_SNAPSHOT &&
                    HEAPD_STALL_FINAL_SYNC == (int)LAYOUT_STALL_FINAL_SYNC &&
                    HEAPD_STALL_HANDSHAKE == (int)LAYOUT_STALL_HANDSHAKE &&

@@ -35,6 +35,7 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,6 +47,7 @@
 #include "fdstore.h"
 #include "heapd_build.h"
 #include "layout.h"
+#include "load.h"
 #include "log.h"
 #include "resume.h"
 #include "table.h"
@@ -139,6 +141,35 @@ refused:
     return false;
 }
 
+/* Note [Loading a saved heap] in daemon/gc/load.c: load = FILE, into a
+ * heap that starts empty, before anyone can attach.  A file that cannot
+ * be loaded leaves the heap empty and served, and says why. */
+static void load_at_start(struct heap *h)
+{
+    const struct config_heap *cfg = h->cfg;
+    char why[1024];
+    struct load_result res;
+    int fd = open(cfg->load, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        log_error("heap '%s': cannot open load = %s: %s; the heap starts "
+                  "empty", cfg->name, cfg->load, strerror(errno));
+        return;
+    }
+    int rc = load_heap(h, fd, cfg->load, &res, why, sizeof why);
+    close(fd);
+    if (rc < 0) {
+        log_error("heap '%s': not loaded, the heap starts empty: %s",
+                  cfg->name, why);
+        return;
+    }
+    log_info("heap '%s': loaded %s: %llu objects (%llu bytes) and %llu "
+             "globals in %llu ms", cfg->name, cfg->load,
+             (unsigned long long)res.objects,
+             (unsigned long long)res.object_bytes,
+             (unsigned long long)res.globals,
+             (unsigned long long)(res.ns / 1000000));
+}
+
 /* Heap CFG into H: the one the service manager kept, if it proves
  * itself, else a new one (Note [Heaps across restarts] in fdstore.c).
  * Returns 0 (H open), 1 (what was kept cannot be taken back: WHY, N
@@ -200,13 +231,20 @@ static int open_heap(struct daemon *d, const struct config_heap *cfg,
         fdstore_forget("state", cfg->name);
         close(ks);
     }
-    if (back)
+    if (back) {
+        if (cfg->load[0])
+            log_info("heap '%s': taken back from the heapd before, so "
+                     "load = %s is not loaded (it loads into a heap that "
+                     "starts empty)", cfg->name, cfg->load);
         return 0;
+    }
     if ((rc = heap_open(h, cfg, -1, -1, -1)) < 0)
         return rc;
     fdstore_keep("heap", cfg->name, h->fd, true);
     fdstore_keep("page", cfg->name, h->page_fd, true);
     fdstore_keep("table", cfg->name, h->table_fd, true);
+    if (cfg->load[0])
+        load_at_start(h);
     return 0;
 }
 

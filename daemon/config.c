@@ -71,7 +71,7 @@
 #define GIB (UINT64_C(1) << 30)
 
 enum kind { K_SOCKET, K_LEVEL, K_UINT, K_SIZE, K_SEGMENT, K_ADDR, K_IDS,
-            K_BOOL, K_DURATION, K_TIMEOUT, K_STALL_ACTION, K_LISTEN };
+            K_BOOL, K_DURATION, K_TIMEOUT, K_STALL_ACTION, K_LISTEN, K_FILE };
 
 struct key {
     const char *name;
@@ -106,7 +106,7 @@ enum { HK_BASE, HK_MAX_SIZE, HK_SEGMENT_SIZE, HK_GC_OVERHEAD,
        HK_MARK_STACK_LIMIT, HK_ALLOW_USERS, HK_ALLOW_GROUPS,
        HK_MAX_CLIENT_BYTES, HK_VERIFY, HK_STALL_WARN, HK_STALL_TIMEOUT,
        HK_STALL_ACTION, HK_RECONNECT_TIMEOUT, HK_YOUNG_SIZE, HK_YOUNG_AGE,
-       HK_MEMORY_LIMIT, HK_COUNT };
+       HK_MEMORY_LIMIT, HK_LOAD, HK_COUNT };
 static const struct key heap_keys[HK_COUNT] = {
     { "base", K_ADDR, 0, 0, "" },
     { "max_size", K_SIZE, 0, UINT64_C(1) << 40, "" },
@@ -127,6 +127,8 @@ static const struct key heap_keys[HK_COUNT] = {
     { "young_age", K_UINT, 1, LAYOUT_YOUNG_AGE_MAX, "" },
     /* Note [Memory limit] in daemon/gc/collector.c */
     { "memory_limit", K_SIZE, 0, UINT64_C(1) << 40, "" },
+    /* Note [Loading a saved heap] in daemon/gc/load.c */
+    { "load", K_FILE, 0, 0, "" },
 };
 
 int config_parse_listen(const char *v, struct sockaddr_storage *out)
@@ -530,6 +532,14 @@ static bool parse_value(struct parse *p, const struct key *k, const char *v,
             report(p, "socket path is %zu bytes; the limit is %zu (sun_path)",
                    strlen(v), sizeof p->c->socket - 1);
         return v[0] == '/' && strlen(v) < sizeof p->c->socket;
+    case K_FILE:
+        if (v[0] != '/')
+            report(p, "%s file '%s' is relative; use an absolute path",
+                   key, CLIP(v));
+        else if (strlen(v) >= CONFIG_PATH_MAX)
+            report(p, "%s file is %zu bytes; the limit is %d", key,
+                   strlen(v), CONFIG_PATH_MAX - 1);
+        return v[0] == '/' && strlen(v) < CONFIG_PATH_MAX;
     case K_LISTEN:
         if (config_parse_listen(v, NULL) == 0)
             return true;
@@ -689,6 +699,7 @@ static void store(struct parse *p, int k, const char *v, const struct value *x)
     case HK_YOUNG_SIZE: h->young_size = x->u; break;
     case HK_YOUNG_AGE: h->young_age = (uint32_t)x->u; break;
     case HK_MEMORY_LIMIT: h->memory_limit = x->u; break;
+    case HK_LOAD: copy_str(h->load, sizeof h->load, v); break;
     case HK_STALL_ACTION:
         h->stall_action = (enum config_stall_action)x->u;
         break;

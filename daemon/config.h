@@ -17,6 +17,7 @@
 #define CONFIG_MAX_HEAPS 16      /* [heap NAME] sections in one file */
 #define CONFIG_HEAP_NAME_MAX 63  /* bytes, without the terminating NUL */
 #define CONFIG_MAX_IDS 64        /* entries in allow_users / allow_groups */
+#define CONFIG_PATH_MAX 4096     /* bytes of a file's path, NUL included */
 #define CONFIG_DEFAULT_SOCKET "/run/heapd/heapd.sock"
 #define CONFIG_DEFAULT_CONTROL_RESERVE 16
 
@@ -51,6 +52,9 @@ struct config_heap {
                                    reach; 0 = none but max_size (Note
                                    [Memory limit] in daemon/gc/collector.c) */
     bool verify;                /* run the heap verifier after each cycle */
+    /* a saved heap to load when the heap starts empty, or "" (Note
+     * [Loading a saved heap] in daemon/gc/load.c) */
+    char load[CONFIG_PATH_MAX];
     /* Note [Stalls] in daemon/stall.c */
     uint64_t stall_warn_ms;     /* a mutator this late is named */
     uint64_t stall_timeout_ms;  /* ... and then ended; 0 = never */

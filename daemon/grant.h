@@ -97,7 +97,7 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
 
 /* ---- requests that wait for a cycle ---- */
 
-enum pending_kind { PENDING_COLLECT, PENDING_GRANT };
+enum pending_kind { PENDING_COLLECT, PENDING_GRANT, PENDING_SAVE };
 
 struct pending {
     struct pending *next;
@@ -107,6 +107,7 @@ struct pending {
     uint64_t seq;
     uint64_t target;            /* cycles_completed that satisfies it */
     struct grant_req req;       /* PENDING_GRANT */
+    uint64_t save_id;           /* PENDING_SAVE: save_request's id */
 };
 
 /* Queue request SEQ of C on *Q, to be answered once heap H has completed

@@ -48,10 +48,13 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "collections.h"
 #include "collector.h"
@@ -66,6 +69,7 @@
 #include "report.h"
 #include "resume.h"
 #include "safepoint.h"
+#include "save.h"
 #include "slotmem.h"
 #include "table.h"
 #include "validate.h"
@@ -1015,6 +1019,94 @@ static int handle_collect(struct conn *c, uint64_t seq,
     return reply_collect_done(c, h, seq);
 }
 
+/* ---- heapctl save (Note [Saving a heap at a snapshot] in save.c) ---- */
+
+static int reply_save(struct conn *c, struct heap *h, uint64_t seq,
+                      uint64_t id)
+{
+    struct save_result r = {0};
+    bool have;
+    heap_lock(h);
+    have = h->save_last && h->save_last->id == id;
+    if (have)
+        r = *h->save_last;
+    heap_unlock(h);
+    if (!have)
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+                                "heap '%s': the cycle that was to save it "
+                                "did not run (heapd is stopping?); ask "
+                                "again", h->cfg->name);
+    if (r.rc < 0)
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+                                "heap '%s' not saved: %s", h->cfg->name,
+                                r.why);
+    Heapd__SaveReply sr = HEAPD__SAVE_REPLY__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    sr.objects = r.objects;
+    sr.object_bytes = r.object_bytes;
+    sr.globals = r.globals;
+    sr.file_bytes = r.file_bytes;
+    sr.inexact = r.inexact;
+    sr.bad_refs = r.bad_refs;
+    sr.records = r.records;
+    sr.record_bytes = r.record_bytes_max;
+    sr.ns = r.ns;
+    env.body_case = HEAPD__ENVELOPE__BODY_SAVE_REPLY;
+    env.save_reply = &sr;
+    return conn_reply(c, &env, seq);
+}
+
+/* Root or heapd's own user only: heapd writes the file with its rights,
+ * and the file holds every object of the heap. */
+static int handle_save(struct conn *c, uint64_t seq,
+                       const Heapd__SaveRequest *r)
+{
+    struct daemon *d = c->d;
+    char shown[4 * CONFIG_HEAP_NAME_MAX + 1], why[640], tmp[4200];
+    const char *path = r->path ? r->path : "";
+    log_escape(shown, sizeof shown, r->heap ? r->heap : "");
+    if (!c->privileged) {
+        d->requests_refused++;
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_DENIED,
+                                "uid %u may not save heap '%s': only root "
+                                "or heapd's own user may", c->peer.uid,
+                                shown);
+    }
+    struct heap *h = daemon_find_heap(d, r->heap ? r->heap : "");
+    if (!h)
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
+                                "heapd serves no heap named '%s'", shown);
+    if (path[0] != '/' || strlen(path) >= CONFIG_PATH_MAX - 16)
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                                "save heap '%s': the file must be an "
+                                "absolute path of under %d bytes", shown,
+                                CONFIG_PATH_MAX - 16);
+    snprintf(tmp, sizeof tmp, "%s.partial", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+                  0600);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        int e = fd < 0 ? errno : EINVAL;
+        if (fd >= 0)
+            close(fd);
+        log_escape(why, sizeof why, tmp);
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                                "save heap '%s': heapd cannot write %s: %s",
+                                shown, why, e == EINVAL ? "not a regular "
+                                "file" : strerror(e));
+    }
+    int64_t id = save_request(h, fd, path, tmp, why, sizeof why);
+    if (id < 0) {
+        close(fd);
+        unlink(tmp);
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                                "%s", why);
+    }
+    if (defer(c, h, seq, PENDING_SAVE, NULL, 0) == 0)
+        d->pending->save_id = (uint64_t)id; /* grant_defer pushes first */
+    return 0;
+}
+
 /* Note [Recovery cycles] in collector.c: a heap taken back after a kill
  * that failed its verifying cycles is served no more, and left in the
  * store as it is (Note [Heaps heapd cannot adopt] in adopt.c). */
@@ -1048,6 +1140,8 @@ void session_cycle_done(struct heap *h, void *daemon)
         p->c->outstanding--;
         if (p->kind == PENDING_COLLECT)
             reply_collect_done(p->c, h, p->seq);
+        else if (p->kind == PENDING_SAVE)
+            reply_save(p->c, h, p->seq, p->save_id);
         else
             grant(p->c, h, p->seq, &p->req, true);
         free(p);
@@ -1246,6 +1340,8 @@ int session_handle(struct conn *c, Heapd__Envelope *env)
         return report_clients(c, env->seq);
     case HEAPD__ENVELOPE__BODY_DROP_REQUEST:
         return handle_drop(c, env->seq, env->drop_request);
+    case HEAPD__ENVELOPE__BODY_SAVE_REQUEST:
+        return handle_save(c, env->seq, env->save_request);
     case HEAPD__ENVELOPE__BODY_SEGMENTS_REQUEST:
         return report_segments(c, env->seq, env->segments_request);
     case HEAPD__ENVELOPE__BODY_REMARK_DONE:

@@ -11,10 +11,12 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "heapctl_top.h"
 #include "heapd.h"
@@ -34,6 +36,7 @@ static void usage(FILE *f)
                "       heapctl [--socket PATH] [--heap NAME] globals\n"
                "       heapctl [--socket PATH] top [--interval MS]\n"
                "       heapctl [--socket PATH] drop HEAP\n"
+               "       heapctl [--socket PATH] save HEAP FILE\n"
                "  stats     daemon version, uptime, clients, and per heap its\n"
                "            memory, segments, cycles and pauses\n"
                "  clients   every connection: pid, user, heap, segments held,\n"
@@ -56,6 +59,11 @@ static void usage(FILE *f)
                "            says why): heapd forgets what the service\n"
                "            manager kept of it and serves it empty; its\n"
                "            objects are lost\n"
+               "  save      write HEAP's objects reachable at the next\n"
+               "            cycle's snapshot, and its globals, to FILE\n"
+               "            (heapd writes it: root or heapd's user only);\n"
+               "            its clients go on meanwhile.  load = FILE in\n"
+               "            the heap's section loads it back\n"
                "  --interval  top's refresh, in ms (100..60000; default 1000)\n"
                "  --json    print one JSON object instead of text (stats,\n"
                "            clients, segments)\n"
@@ -648,7 +656,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "stats") != 0 && strcmp(cmd, "gc") != 0 &&
         strcmp(cmd, "globals") != 0 && strcmp(cmd, "clients") != 0 &&
         strcmp(cmd, "segments") != 0 && strcmp(cmd, "top") != 0 &&
-        strcmp(cmd, "drop") != 0) {
+        strcmp(cmd, "drop") != 0 && strcmp(cmd, "save") != 0) {
         fprintf(stderr, "heapctl: unknown command '%s'\n", cmd);
         usage(stderr);
         return 2;
@@ -661,6 +669,28 @@ int main(int argc, char **argv)
             return 2;
         }
         drop = argv[optind++];
+    }
+    const char *save_heap = NULL, *save_file = NULL;
+    char save_path[PATH_MAX];
+    if (strcmp(cmd, "save") == 0) {
+        if (argc - optind != 2) {
+            fprintf(stderr, "heapctl: save needs the heap's name and a "
+                            "file: heapctl save HEAP FILE\n");
+            return 2;
+        }
+        save_heap = argv[optind++];
+        save_file = argv[optind++];
+        if (save_file[0] != '/') { /* heapd writes it: make it absolute */
+            char cwd[PATH_MAX];
+            if (!getcwd(cwd, sizeof cwd) ||
+                snprintf(save_path, sizeof save_path, "%s/%s", cwd,
+                         save_file) >= (int)sizeof save_path) {
+                fprintf(stderr, "heapctl: save: the path of %s is too "
+                                "long\n", save_file);
+                return 2;
+            }
+            save_file = save_path;
+        }
     }
     if (optind != argc) {
         fprintf(stderr, "heapctl: unexpected argument '%s'\n", argv[optind]);
@@ -686,6 +716,27 @@ int main(int argc, char **argv)
             fprintf(stderr, "heapctl: drop: %s\n", heapd_last_error());
         else
             printf("heap %s: given up; heapd serves it empty\n", drop);
+        heapd_disconnect(c);
+        return rc < 0 ? 1 : 0;
+    }
+    if (save_heap) { /* Note [Saving a heap at a snapshot] in
+                        daemon/gc/save.c */
+        heapd_save_info si;
+        rc = heapd_heap_save(c, save_heap, save_file, &si);
+        if (rc < 0)
+            fprintf(stderr, "heapctl: save: %s\n", heapd_last_error());
+        else
+            printf("heap %s: saved to %s: %llu objects (%llu bytes), %llu "
+                   "globals; %llu bytes written in %.3f s; %llu objects "
+                   "written meanwhile (%llu bytes held)%s\n",
+                   save_heap, save_file, (unsigned long long)si.objects,
+                   (unsigned long long)si.object_bytes,
+                   (unsigned long long)si.globals,
+                   (unsigned long long)si.file_bytes, (double)si.ns / 1e9,
+                   (unsigned long long)si.records,
+                   (unsigned long long)si.record_bytes,
+                   si.inexact ? "; SOME OBJECTS COPIED AS READ, see "
+                                "heapd's log" : "");
         heapd_disconnect(c);
         return rc < 0 ? 1 : 0;
     }

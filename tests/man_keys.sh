@@ -131,7 +131,7 @@ compare "heapctl(1) options" heapctl/heapctl.c \
 compare "heapctl(1) commands" heapctl/heapctl.c \
     "$(grep -oE 'strcmp\(cmd, "[a-z-]+"\)' "$src/heapctl/heapctl.c" |
         sed -E 's/.*"(.*)".*/\1/' | sort -u)" \
-    docs/man/heapctl.1.scd "$(names_in "$man/heapctl.1.scd" '^# COMMANDS' '^\*([a-z-]+)\*( _[A-Z]+_)?$')"
+    docs/man/heapctl.1.scd "$(names_in "$man/heapctl.1.scd" '^# COMMANDS' '^\*([a-z-]+)\*( _[A-Z]+_)*$')"
 compare "heapctl(1) counters" proto/heapd_counters.h \
     "$(sed -nE 's/^[[:space:]]*X\(([a-z_0-9]+), .*/\1/p' "$src/proto/heapd_counters.h" | sort -u)" \
     docs/man/heapctl.1.scd "$(names_in "$man/heapctl.1.scd" '^# COUNTERS' '^\*([a-z_0-9]+)\*$')"
