@@ -286,8 +286,11 @@ void barrier_log_captured(heapd_mutator *m, void *ref)
  * writer that loses the race had read fields that the winner may have
  * changed: its record is never published.  So each object written in the
  * cycle has at most one record, with exactly its snapshot fields, in the
- * ring of the winner, which publishes it right after its swap (and may
- * die in between: the saver then copies what it finds, and counts it).
+ * ring of the winner, which publishes it right after its swap.  A winner
+ * that dies (or is evicted) in between leaves its record staged at its
+ * head: heapd marks its fields when it frees the slot (mark_staged in
+ * daemon/gc/mark.c), for nothing else logged them, and the saver copies
+ * that object as it finds it, and counts it.
  * Raw bytes have no barrier: they are saved as read.  The price is paid
  * in save cycles only: every first write logs its object's fields, marked
  * or not.  An object of more than LAYOUT_URS_SIZE - LAYOUT_URS_RECORD

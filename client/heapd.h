@@ -1006,6 +1006,35 @@ static inline int heapd_heap_save(heapd_client *c, const char *heap,
 }
 #endif
 
+/* What heapd_heap_load did. */
+typedef struct heapd_load_info {
+    uint64_t objects;       /* objects loaded */
+    uint64_t object_bytes;  /* their bytes, headers included */
+    uint64_t globals;
+    uint64_t file_bytes;
+    uint64_t ns;            /* the load's time */
+} heapd_load_info;
+
+/* Load the saved heap PATH (heapctl load), an absolute path heapd itself
+ * reads, into HEAP, which must be empty (no client, no object, no
+ * global); no mutator may connect to HEAP until it is done.  Every object
+ * goes back at its address, so HEAP must have the base it was saved at.
+ * Returns once loaded, with *OUT (may be NULL) filled.  0, HEAPD_ENOHEAP,
+ * HEAPD_EDENIED (only root and heapd's own user may), HEAPD_EPROTO (the
+ * heap is not empty, or the file was refused: the message gives its
+ * offset and why; the heap stays empty), or a connection error. */
+HEAPD_API int heapd_heap_load_sized(heapd_client *c, const char *heap,
+                                    const char *path, heapd_load_info *out,
+                                    size_t size);
+#ifndef HEAPD_LIBRARY_
+/* (new in 0.2.0: no plain entry of 0.1.0's to keep) */
+static inline int heapd_heap_load(heapd_client *c, const char *heap,
+                                  const char *path, heapd_load_info *out)
+{
+    return heapd_heap_load_sized(c, heap, path, out, sizeof *out);
+}
+#endif
+
 /* Static text saying what error code ERR means: the message of a HEAPD_E*
  * code (HEAPD_ERRORS), strerror's for a negated errno value, "success" for
  * 0, "unknown heapd error" for anything else. */

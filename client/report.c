@@ -278,6 +278,38 @@ out:
     return rc;
 }
 
+int heapd_heap_load_sized(heapd_client *c, const char *heap,
+                          const char *path, heapd_load_info *out, size_t size)
+{
+    Heapd__LoadRequest lr = HEAPD__LOAD_REQUEST__INIT;
+    Heapd__Envelope req = HEAPD__ENVELOPE__INIT, *rep = NULL;
+    int rc;
+
+    if (!c || !heap || !heap[0] || !path || path[0] != '/')
+        return client_set_error(-EINVAL, "heapd_heap_load: name a heap and "
+                                "an absolute path");
+    lr.heap = (char *)heap;
+    lr.path = (char *)path;
+    req.body_case = HEAPD__ENVELOPE__BODY_LOAD_REQUEST;
+    req.load_request = &lr;
+    if ((rc = agent_call(&c->agent, &req, &rep)) < 0)
+        goto out;
+    if (rep->body_case != HEAPD__ENVELOPE__BODY_LOAD_REPLY) {
+        rc = client_bad_reply(frame_body_name(&req), rep, NULL);
+        goto out;
+    }
+    const Heapd__LoadReply *r = rep->load_reply;
+    heapd_load_info info = {
+        .objects = r->objects, .object_bytes = r->object_bytes,
+        .globals = r->globals, .file_bytes = r->file_bytes, .ns = r->ns,
+    };
+    if (out)
+        abi_out(out, size, &info, sizeof info); /* Note [Structs that grow] */
+out:
+    heapd__envelope__free_unpacked(rep, NULL);
+    return rc;
+}
+
 _Static_assert(HEAPD_STALL_SNAPSHOT == (int)LAYOUT_STALL_SNAPSHOT &&
                    HEAPD_STALL_FINAL_SYNC == (int)LAYOUT_STALL_FINAL_SYNC &&
                    HEAPD_STALL_HANDSHAKE == (int)LAYOUT_STALL_HANDSHAKE &&

@@ -118,6 +118,7 @@ void grant_free_slot(struct heap *h, uint64_t slots[2], unsigned slot, int fd)
 {
     ASSERT_LOCK_HELD(&h->lock);
     mark_urs(h, h->marking, slot);
+    mark_staged(h, h->marking, slot); /* a writer that died in its barrier */
     collector_retire_slot(h, slot);
     struct heap_slot_owner *o = &h->owners[slot];
     /* Note [Young objects]: its statistics words stay counted; its young
@@ -429,12 +430,13 @@ void grant_queue_changed(struct pending **q, struct workers *w)
 
 int grant_defer(struct pending **q, struct workers *w, struct conn *c,
                 struct heap *h, uint64_t seq, enum pending_kind kind,
-                const struct grant_req *r, uint64_t target)
+                const struct grant_req *r, uint64_t target, uint64_t id)
 {
     struct pending *p = calloc(1, sizeof *p);
     if (!p)
         return -ENOMEM;
     p->kind = kind;
+    p->save_id = id;
     p->c = c;
     p->h = h;
     p->seq = seq;

@@ -97,7 +97,8 @@ int grant_segments(struct heap *h, uint64_t client, uint32_t *held,
 
 /* ---- requests that wait for a cycle ---- */
 
-enum pending_kind { PENDING_COLLECT, PENDING_GRANT, PENDING_SAVE };
+enum pending_kind { PENDING_COLLECT, PENDING_GRANT, PENDING_SAVE,
+                    PENDING_LOAD };
 
 struct pending {
     struct pending *next;
@@ -107,16 +108,16 @@ struct pending {
     uint64_t seq;
     uint64_t target;            /* cycles_completed that satisfies it */
     struct grant_req req;       /* PENDING_GRANT */
-    uint64_t save_id;           /* PENDING_SAVE: save_request's id */
+    uint64_t save_id;           /* PENDING_SAVE, _LOAD: the request's id */
 };
 
 /* Queue request SEQ of C on *Q, to be answered once heap H has completed
- * cycle TARGET (0: a new cycle, asked for now).  R: a grant to retry.
- * Returns 0 or -ENOMEM.  W's workers are urgent while *Q is not empty
- * (Note [Worker priority] in workers.c). */
+ * cycle TARGET (0: a new cycle, asked for now).  R: a grant to retry; ID:
+ * a save's or load's request.  Returns 0 or -ENOMEM.  W's workers are
+ * urgent while *Q is not empty (Note [Worker priority] in workers.c). */
 int grant_defer(struct pending **q, struct workers *w, struct conn *c,
                 struct heap *h, uint64_t seq, enum pending_kind kind,
-                const struct grant_req *r, uint64_t target);
+                const struct grant_req *r, uint64_t target, uint64_t id);
 /* Take the requests on *Q that heap H's completed cycles satisfy, in a
  * list the caller answers and frees. */
 struct pending *grant_take_ready(struct pending **q, struct heap *h);

@@ -64,6 +64,7 @@
 #include "grant.h"
 #include "mark.h"
 #include "heapd_build.h"
+#include "load.h"
 #include "log.h"
 #include "remark.h"
 #include "report.h"
@@ -139,6 +140,12 @@ static int handle_hello(struct conn *c, const Heapd__Hello *h)
                       "'heapctl drop %s' then gives it up and serves it "
                       "empty", shown, shown);
             return -EIO;
+        }
+        if (heap && heap->loading) {
+            conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+                      "heap '%s' is loading a saved heap (heapctl load); "
+                      "connect again once it is loaded", shown);
+            return -EBUSY;
         }
         const struct unserved_heap *un =
             heap ? NULL : adopt_unserved(d, heap_name);
@@ -509,26 +516,44 @@ static void class_bitmap(const Heapd__SegmentRequest *r,
 
 /* Answer request SEQ once cycle TARGET has completed (0: a new cycle,
  * asked for now). */
-static int defer(struct conn *c, struct heap *h, uint64_t seq,
-                 enum pending_kind kind, const struct grant_req *r,
-                 uint64_t target)
+/* May C have one more request wait for a cycle?  Else it is told (and 0
+ * returned, as answering does). */
+static bool may_defer(struct conn *c, uint64_t seq, int *rc)
 {
     struct daemon *d = c->d;
-    if (c->outstanding >= d->cfg.max_requests_per_client) {
-        d->requests_refused++; /* Note [Per-client limits] */
-        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
+    if (c->outstanding < d->cfg.max_requests_per_client)
+        return true;
+    d->requests_refused++; /* Note [Per-client limits] */
+    *rc = conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_MEMORY,
                            "this client already has %u requests waiting "
                            "for a collection (max_requests_per_client in "
                            "[daemon] of %s); wait for their answers, or "
                            "raise it", c->outstanding, d->cfg.path);
-    }
+    return false;
+}
+
+static int defer_id(struct conn *c, struct heap *h, uint64_t seq,
+                    enum pending_kind kind, const struct grant_req *r,
+                    uint64_t target, uint64_t id)
+{
+    struct daemon *d = c->d;
+    int refused;
+    if (!may_defer(c, seq, &refused))
+        return refused;
     int rc = grant_defer(&d->pending, &d->workers, c, h, seq, kind, r,
-                         target);
+                         target, id);
     if (rc < 0)
         conn_fail(c, HEAPD__ERROR_CODE__ERROR_INTERNAL, "out of memory");
     else
         c->outstanding++;
     return rc;
+}
+
+static int defer(struct conn *c, struct heap *h, uint64_t seq,
+                 enum pending_kind kind, const struct grant_req *r,
+                 uint64_t target)
+{
+    return defer_id(c, h, seq, kind, r, target, 0);
 }
 
 /* ---- mutator slots (Note [Mutator slots]) ---- */
@@ -1027,9 +1052,9 @@ static int reply_save(struct conn *c, struct heap *h, uint64_t seq,
     struct save_result r = {0};
     bool have;
     heap_lock(h);
-    have = h->save_last && h->save_last->id == id;
+    have = h->save_last && h->save_last[id % SAVE_OUTCOMES].id == id;
     if (have)
-        r = *h->save_last;
+        r = h->save_last[id % SAVE_OUTCOMES];
     heap_unlock(h);
     if (!have)
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_INTERNAL,
@@ -1081,19 +1106,18 @@ static int handle_save(struct conn *c, uint64_t seq,
                                 "save heap '%s': the file must be an "
                                 "absolute path of under %d bytes", shown,
                                 CONFIG_PATH_MAX - 16);
-    snprintf(tmp, sizeof tmp, "%s.partial", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-                  0600);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        int e = fd < 0 ? errno : EINVAL;
-        if (fd >= 0)
-            close(fd);
+    int rc;
+    if (!may_defer(c, seq, &rc))
+        return rc;
+    /* a name of its own beside PATH: no other save's file is touched */
+    snprintf(tmp, sizeof tmp, "%s.partial-XXXXXX", path);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
         log_escape(why, sizeof why, tmp);
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
-                                "save heap '%s': heapd cannot write %s: %s",
-                                shown, why, e == EINVAL ? "not a regular "
-                                "file" : strerror(e));
+                                "save heap '%s': heapd cannot create %s: %s",
+                                shown, why, strerror(e));
     }
     int64_t id = save_request(h, fd, path, tmp, why, sizeof why);
     if (id < 0) {
@@ -1102,8 +1126,97 @@ static int handle_save(struct conn *c, uint64_t seq,
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
                                 "%s", why);
     }
-    if (defer(c, h, seq, PENDING_SAVE, NULL, 0) == 0)
-        d->pending->save_id = (uint64_t)id; /* grant_defer pushes first */
+    defer_id(c, h, seq, PENDING_SAVE, NULL, 0, (uint64_t)id);
+    return 0;
+}
+
+/* ---- heapctl load (Note [Loading a saved heap] in load.c) ---- */
+
+static int reply_load(struct conn *c, struct heap *h, uint64_t seq,
+                      uint64_t id)
+{
+    struct load_outcome o = {0};
+    bool have;
+    heap_lock(h);
+    have = h->load_last && h->load_last->id == id;
+    if (have)
+        o = *h->load_last;
+    heap_unlock(h);
+    if (!have)
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_INTERNAL,
+                                "heap '%s': the load did not run (heapd is "
+                                "stopping?); ask again", h->cfg->name);
+    if (o.rc < 0)
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                                "heap '%s' not loaded, it stays empty: %s",
+                                h->cfg->name, o.why);
+    Heapd__LoadReply lr = HEAPD__LOAD_REPLY__INIT;
+    Heapd__Envelope env = HEAPD__ENVELOPE__INIT;
+    lr.objects = o.res.objects;
+    lr.object_bytes = o.res.object_bytes;
+    lr.globals = o.res.globals;
+    lr.file_bytes = o.res.file_bytes;
+    lr.ns = o.res.ns;
+    env.body_case = HEAPD__ENVELOPE__BODY_LOAD_REPLY;
+    env.load_reply = &lr;
+    return conn_reply(c, &env, seq);
+}
+
+/* Root or heapd's own user only: heapd reads the file with its rights.
+ * The heap must be empty, and stays closed to mutators until the load
+ * has run (the collector runs it before its next cycle). */
+static int handle_load(struct conn *c, uint64_t seq,
+                       const Heapd__LoadRequest *r)
+{
+    struct daemon *d = c->d;
+    char shown[4 * CONFIG_HEAP_NAME_MAX + 1], why[1100];
+    const char *path = r->path ? r->path : "";
+    log_escape(shown, sizeof shown, r->heap ? r->heap : "");
+    if (!c->privileged) {
+        d->requests_refused++;
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_DENIED,
+                                "uid %u may not load heap '%s': only root "
+                                "or heapd's own user may", c->peer.uid,
+                                shown);
+    }
+    struct heap *h = daemon_find_heap(d, r->heap ? r->heap : "");
+    if (!h)
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
+                                "heapd serves no heap named '%s'", shown);
+    if (path[0] != '/' || strlen(path) >= CONFIG_PATH_MAX)
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                                "load heap '%s': the file must be an "
+                                "absolute path of under %d bytes", shown,
+                                CONFIG_PATH_MAX);
+    int rc;
+    if (!may_defer(c, seq, &rc))
+        return rc;
+    if (h->loading || !load_heap_empty(h, why, sizeof why))
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                                "load heap '%s': %s; a saved heap loads "
+                                "into an empty heap only", shown,
+                                h->loading ? "a load of it runs" : why);
+    /* O_NONBLOCK: a FIFO does not hold the loop thread up */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        int e = fd < 0 ? errno : EINVAL;
+        if (fd >= 0)
+            close(fd);
+        log_escape(why, sizeof why, path);
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                                "load heap '%s': heapd cannot read %s: %s",
+                                shown, why, e == EINVAL ? "not a regular "
+                                "file" : strerror(e));
+    }
+    int64_t id = load_request(h, fd, path, why, sizeof why);
+    if (id < 0) {
+        close(fd);
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                                "%s", why);
+    }
+    h->loading = (uint64_t)id;
+    defer_id(c, h, seq, PENDING_LOAD, NULL, 0, (uint64_t)id);
     return 0;
 }
 
@@ -1132,6 +1245,14 @@ void session_cycle_done(struct heap *h, void *daemon)
     struct daemon *d = daemon;
     if (h->recovery_failed && !h->refused)
         refuse_heap(d, h);
+    /* Note [Loading a saved heap]: mutators are let in again once the
+     * load asked for has run */
+    if (h->loading) {
+        heap_lock(h);
+        if (h->load_last && h->load_last->id == h->loading)
+            h->loading = 0;
+        heap_unlock(h);
+    }
     /* take the satisfied ones out first: answering may defer anew */
     struct pending *ready = grant_take_ready(&d->pending, h);
     while (ready) {
@@ -1142,6 +1263,8 @@ void session_cycle_done(struct heap *h, void *daemon)
             reply_collect_done(p->c, h, p->seq);
         else if (p->kind == PENDING_SAVE)
             reply_save(p->c, h, p->seq, p->save_id);
+        else if (p->kind == PENDING_LOAD)
+            reply_load(p->c, h, p->seq, p->save_id);
         else
             grant(p->c, h, p->seq, &p->req, true);
         free(p);
@@ -1342,6 +1465,8 @@ int session_handle(struct conn *c, Heapd__Envelope *env)
         return handle_drop(c, env->seq, env->drop_request);
     case HEAPD__ENVELOPE__BODY_SAVE_REQUEST:
         return handle_save(c, env->seq, env->save_request);
+    case HEAPD__ENVELOPE__BODY_LOAD_REQUEST:
+        return handle_load(c, env->seq, env->load_request);
     case HEAPD__ENVELOPE__BODY_SEGMENTS_REQUEST:
         return report_segments(c, env->seq, env->segments_request);
     case HEAPD__ENVELOPE__BODY_REMARK_DONE:

@@ -36,7 +36,7 @@ static void usage(FILE *f)
                "       heapctl [--socket PATH] [--heap NAME] globals\n"
                "       heapctl [--socket PATH] top [--interval MS]\n"
                "       heapctl [--socket PATH] drop HEAP\n"
-               "       heapctl [--socket PATH] save HEAP FILE\n"
+               "       heapctl [--socket PATH] save|load HEAP FILE\n"
                "  stats     daemon version, uptime, clients, and per heap its\n"
                "            memory, segments, cycles and pauses\n"
                "  clients   every connection: pid, user, heap, segments held,\n"
@@ -63,7 +63,9 @@ static void usage(FILE *f)
                "            cycle's snapshot, and its globals, to FILE\n"
                "            (heapd writes it: root or heapd's user only);\n"
                "            its clients go on meanwhile.  load = FILE in\n"
-               "            the heap's section loads it back\n"
+               "            the heap's section loads it back, or\n"
+               "  load      load FILE, a saved heap, into HEAP, which must\n"
+               "            be empty (root or heapd's user only)\n"
                "  --interval  top's refresh, in ms (100..60000; default 1000)\n"
                "  --json    print one JSON object instead of text (stats,\n"
                "            clients, segments)\n"
@@ -656,7 +658,8 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "stats") != 0 && strcmp(cmd, "gc") != 0 &&
         strcmp(cmd, "globals") != 0 && strcmp(cmd, "clients") != 0 &&
         strcmp(cmd, "segments") != 0 && strcmp(cmd, "top") != 0 &&
-        strcmp(cmd, "drop") != 0 && strcmp(cmd, "save") != 0) {
+        strcmp(cmd, "drop") != 0 && strcmp(cmd, "save") != 0 &&
+        strcmp(cmd, "load") != 0) {
         fprintf(stderr, "heapctl: unknown command '%s'\n", cmd);
         usage(stderr);
         return 2;
@@ -672,10 +675,11 @@ int main(int argc, char **argv)
     }
     const char *save_heap = NULL, *save_file = NULL;
     char save_path[PATH_MAX];
-    if (strcmp(cmd, "save") == 0) {
+    bool loading = strcmp(cmd, "load") == 0;
+    if (strcmp(cmd, "save") == 0 || loading) {
         if (argc - optind != 2) {
-            fprintf(stderr, "heapctl: save needs the heap's name and a "
-                            "file: heapctl save HEAP FILE\n");
+            fprintf(stderr, "heapctl: %s needs the heap's name and a "
+                            "file: heapctl %s HEAP FILE\n", cmd, cmd);
             return 2;
         }
         save_heap = argv[optind++];
@@ -685,8 +689,8 @@ int main(int argc, char **argv)
             if (!getcwd(cwd, sizeof cwd) ||
                 snprintf(save_path, sizeof save_path, "%s/%s", cwd,
                          save_file) >= (int)sizeof save_path) {
-                fprintf(stderr, "heapctl: save: the path of %s is too "
-                                "long\n", save_file);
+                fprintf(stderr, "heapctl: %s: the path of %s is too "
+                                "long\n", cmd, save_file);
                 return 2;
             }
             save_file = save_path;
@@ -716,6 +720,22 @@ int main(int argc, char **argv)
             fprintf(stderr, "heapctl: drop: %s\n", heapd_last_error());
         else
             printf("heap %s: given up; heapd serves it empty\n", drop);
+        heapd_disconnect(c);
+        return rc < 0 ? 1 : 0;
+    }
+    if (save_heap && loading) { /* Note [Loading a saved heap] in
+                                   daemon/gc/load.c */
+        heapd_load_info li;
+        rc = heapd_heap_load(c, save_heap, save_file, &li);
+        if (rc < 0)
+            fprintf(stderr, "heapctl: load: %s\n", heapd_last_error());
+        else
+            printf("heap %s: loaded %s: %llu objects (%llu bytes), %llu "
+                   "globals; %llu bytes read in %.3f s\n", save_heap,
+                   save_file, (unsigned long long)li.objects,
+                   (unsigned long long)li.object_bytes,
+                   (unsigned long long)li.globals,
+                   (unsigned long long)li.file_bytes, (double)li.ns / 1e9);
         heapd_disconnect(c);
         return rc < 0 ? 1 : 0;
     }

@@ -232,6 +232,8 @@ const char *frame_body_name(const Heapd__Envelope *env)
     case HEAPD__ENVELOPE__BODY_DROP_REPLY: return "drop_reply";
     case HEAPD__ENVELOPE__BODY_SAVE_REQUEST: return "save_request";
     case HEAPD__ENVELOPE__BODY_SAVE_REPLY: return "save_reply";
+    case HEAPD__ENVELOPE__BODY_LOAD_REQUEST: return "load_request";
+    case HEAPD__ENVELOPE__BODY_LOAD_REPLY: return "load_reply";
     case HEAPD__ENVELOPE__BODY__NOT_SET: return "(empty)";
     default: return "(unknown)";
     }

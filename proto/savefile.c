@@ -19,13 +19,14 @@
  *     END (2), the last chunk, 32 bytes: u64 objects, u64 their bytes
  *       (headers included), u64 globals, u64 DATA payload bytes in all.
  *       Nothing follows it.
- *   records, each a multiple of 8 bytes:
- *     object: u64 1, u64 address (of its first field), u64 block (bytes
- *       its block spans, header included, in bits 0..55; in bits 56..63
- *       0 = a block of a small class, 1 = blocks of the run class, 2 = a
- *       run of segments of its own), u64 header (nrefs and nbytes, tag
- *       0), nrefs u64 references (0 or an object's address in the file),
- *       nbytes raw bytes padded with zeroes to 8.
+ *   records, each a multiple of 8 bytes, the first word's low 3 bits
+ *   its type:
+ *     object: u64 address (of its first field) | 1, u64 block (bytes its
+ *       block spans, header included, in bits 0..55; in bits 56..63 0 = a
+ *       block of a small class, 1 = blocks of the run class, 2 = a run of
+ *       segments of its own), u64 header (nrefs and nbytes, tag 0), nrefs
+ *       u64 references (0 or an object's address in the file), nbytes raw
+ *       bytes padded with zeroes to 8: 32 bytes and the object's own;
  *     global: u64 2, u64 value (0 or an object's address), u64 name
  *       length (1..63), the name padded with zeroes to 8.
  *

@@ -19,10 +19,12 @@ enum save_chunk_type {
     SAVE_CHUNK_DATA = 1, /* records, which may continue in the next one */
     SAVE_CHUNK_END = 2,  /* the totals; the last chunk */
 };
+/* a record's first word's low bits (Note [Saved heap files]) */
 enum save_record_type {
-    SAVE_REC_OBJECT = 1,
+    SAVE_REC_OBJECT = 1,  /* | the object's address */
     SAVE_REC_GLOBAL = 2,
 };
+#define SAVE_REC_TYPE_MASK UINT64_C(7)
 /* how an object's block is placed (Note [Saved heap files]) */
 enum save_block_kind {
     SAVE_BLOCK_SMALL = 0, /* one block of a small size class */

@@ -36,7 +36,7 @@ START_TEST(t_unknown_key_heap)
                   "gc_overhead, mark_stack_limit, allow_users, allow_groups, "
                   "max_client_bytes, verify, stall_warn, stall_timeout, "
                   "stall_action, reconnect_timeout, young_size, "
-                  "young_age, memory_limit)\n");
+                  "young_age, memory_limit, load)\n");
 }
 END_TEST
 
@@ -425,6 +425,20 @@ START_TEST(t_memory_limit)
 }
 END_TEST
 
+/* Note [Loading a saved heap] in daemon/gc/load.c: an absolute path */
+START_TEST(t_load)
+{
+    struct config c;
+    expect_ok(HEAP "load = /var/lib/heapd/h.save\n", &c);
+    ck_assert_str_eq(c.heaps[0].load, "/var/lib/heapd/h.save");
+    expect_ok(HEAP, &c);
+    ck_assert_str_eq(c.heaps[0].load, "");
+    expect_errors(HEAP "load = h.save\n",
+                  "heapd:t.conf:4: load file 'h.save' is relative; use an "
+                  "absolute path\n");
+}
+END_TEST
+
 START_TEST(t_unknown_user_and_group)
 {
     expect_errors(HEAP "allow_users = root, heapd_no_such_user_x\n"
@@ -660,6 +674,7 @@ TCase *config_keys_tcase(void)
     tcase_add_test(key, t_max_size_too_small_or_large);
     tcase_add_test(key, t_max_client_bytes_too_big);
     tcase_add_test(key, t_memory_limit);
+    tcase_add_test(key, t_load);
     tcase_add_test(key, t_unknown_user_and_group);
     tcase_add_test(key, t_bad_numeric_id);
     tcase_add_test(key, t_too_many_ids);

@@ -8,6 +8,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 
 #include "harness.h"
 #include "heapd.h"
+#include "layout.h"
 #include "savefile.h"
 #include "check_main.h"
 
@@ -369,6 +371,239 @@ START_TEST(damaged_files_are_refused_and_the_heap_stays_empty)
 }
 END_TEST
 
+/* heapctl as an operator runs it: save, a load into a heap that holds
+ * objects refused, a load into an empty heap of a fresh heapd. */
+static int heapctl(const char *args, char *out, size_t n)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s --socket %s %s 2>&1",
+             harness_bin("HEAPCTL_BIN"), D.sock, args);
+    return harness_run(cmd, out, n);
+}
+
+START_TEST(heapctl_saves_and_loads)
+{
+    char file[256], args[512], out[4096];
+    start(NULL);
+    with_mutator(publish);
+    file_in_dir(file, sizeof file, "ctl.save");
+    snprintf(args, sizeof args, "save default %s", file);
+    ck_assert_msg(heapctl(args, out, sizeof out) == 0, "save: %s", out);
+    ck_assert_msg(strstr(out, "3002 objects"), "save said: %s", out);
+    snprintf(args, sizeof args, "load default %s", file);
+    ck_assert_msg(heapctl(args, out, sizeof out) != 0, "a load into a heap "
+                  "with objects was taken: %s", out);
+    ck_assert_msg(strstr(out, "holds objects"), "the refusal: %s", out);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+    start(NULL);
+    ck_assert_msg(heapctl(args, out, sizeof out) == 0, "load: %s", out);
+    ck_assert_msg(strstr(out, "loaded") && strstr(out, "3002 objects"),
+                  "load said: %s", out);
+    with_mutator(check);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
+/* A file of the records REC (N words) at HARNESS_HEAP_BASE, with
+ * checksums and totals right: what a hostile writer can make. */
+static void craft(const char *path, const uint64_t *rec, size_t n,
+                  uint64_t objects, uint64_t object_bytes, uint64_t globals)
+{
+    uint8_t head[SAVE_HEADER_BYTES], prefix[8], crc[4], end[32];
+    struct save_header hd = {.format = SAVE_FORMAT, .base = HARNESS_HEAP_BASE};
+    uint8_t *payload = malloc(n * 8);
+    for (size_t k = 0; k < n; k++)
+        save_put64(payload + 8 * k, rec[k]);
+    save_header_encode(&hd, head);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, head, sizeof head), (ssize_t)sizeof head);
+    save_chunk_prefix(prefix, SAVE_CHUNK_DATA, (uint32_t)(n * 8));
+    save_put32(crc, save_chunk_crc(prefix, payload, (uint32_t)(n * 8)));
+    ck_assert_int_eq(write(fd, prefix, 8), 8);
+    ck_assert_int_eq(write(fd, payload, n * 8), (ssize_t)(n * 8));
+    ck_assert_int_eq(write(fd, crc, 4), 4);
+    save_put64(end, objects);
+    save_put64(end + 8, object_bytes);
+    save_put64(end + 16, globals);
+    save_put64(end + 24, n * 8);
+    save_chunk_prefix(prefix, SAVE_CHUNK_END, 32);
+    save_put32(crc, save_chunk_crc(prefix, end, 32));
+    ck_assert_int_eq(write(fd, prefix, 8), 8);
+    ck_assert_int_eq(write(fd, end, 32), 32);
+    ck_assert_int_eq(write(fd, crc, 4), 4);
+    close(fd);
+    free(payload);
+}
+
+/* Files whose checksums hold and whose records lie: each refused before
+ * or after anything is placed, the heap empty and serviceable. */
+START_TEST(crafted_files_are_refused_and_the_heap_stays_empty)
+{
+    char bad[256];
+    const uint64_t seg = HARNESS_HEAP_BASE + (200ull << 17); /* 128K */
+    const uint64_t hdr0 = 0; /* no refs, no bytes: 8 bytes */
+    start(NULL);
+    file_in_dir(bad, sizeof bad, "crafted.save");
+
+    /* a run of 2^32 + 2 granules: its span must not wrap */
+    uint64_t run[] = {(seg + 1024 + 8) | SAVE_REC_OBJECT,
+                      (1024ull * ((1ull << 32) + 2)) |
+                          (uint64_t)SAVE_BLOCK_RUN << SAVE_BLOCK_KIND_SHIFT,
+                      hdr0};
+    craft(bad, run, 3, 1, 8, 0);
+    refused(bad, "which this heapd's layout has no size class for");
+
+    /* a large run of 2^32 + 1 segments: nor its length */
+    uint64_t large[] = {(seg + 128 + 8) | SAVE_REC_OBJECT,
+                        ((((1ull << 32) + 1) << 17) - 128) |
+                            (uint64_t)SAVE_BLOCK_LARGE
+                                << SAVE_BLOCK_KIND_SHIFT,
+                        hdr0};
+    craft(bad, large, 3, 1, 8, 0);
+    refused(bad, "runs past the heap's end");
+
+    /* objects of the 16-byte class at blocks 0 and 1 of segment 200 */
+    uint32_t nblocks, first;
+    unsigned c16 = layout_size_class(16);
+    layout_small_geometry(128u << 10, c16, &nblocks, &first);
+    uint64_t b0 = seg + first + 8, b1 = b0 + 16;
+    uint64_t blk = 16 | (uint64_t)SAVE_BLOCK_SMALL << SAVE_BLOCK_KIND_SHIFT;
+    uint64_t one_ref = layout_header(1, 0);
+
+    /* a reference to no object of the file: refused after placing */
+    uint64_t dangling[] = {b0 | SAVE_REC_OBJECT, blk, one_ref, b1 + 32};
+    craft(bad, dangling, 4, 1, 16, 0);
+    refused(bad, "which the file holds no object at");
+
+    /* two objects on one block */
+    uint64_t twice[] = {b0 | SAVE_REC_OBJECT, blk, one_ref, b0,
+                        b0 | SAVE_REC_OBJECT, blk, one_ref, 0};
+    craft(bad, twice, 8, 2, 32, 0);
+    refused(bad, "overlaps another object");
+
+    /* a global naming no object; the objects themselves fine */
+    uint64_t global[] = {b0 | SAVE_REC_OBJECT, blk, one_ref, b1,
+                         b1 | SAVE_REC_OBJECT, blk, one_ref, b0,
+                         SAVE_REC_GLOBAL, b1 + 64, 5, 0x676e6f7277ull};
+    craft(bad, global, 12, 2, 32, 1);
+    refused(bad, "global 'wrong' refers to");
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
+/* ---- a client that forges save records ---- */
+
+/* The kid's slot: the first window of its own control memory, as
+ * /proc/self/maps names it (Note [Client control memory]). */
+static struct layout_mutator *own_slot(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    unsigned long lo = 0;
+    while (f && fgets(line, sizeof line, f) && !lo)
+        if (!(strstr(line, "heapd:") && strstr(line, ":client-") &&
+              sscanf(line, "%lx-", &lo) == 1))
+            lo = 0;
+    if (f)
+        fclose(f);
+    return (struct layout_mutator *)lo;
+}
+
+static char hold[64];
+
+/* While the save's cycle is held after its snapshot, the kid writes into
+ * its own ring every save record a client can get wrong: a count past the
+ * ring, a record of no object, one of its own object with a wrong count
+ * and garbage fields, the same again, one of another client's object (the
+ * list's head) with garbage fields, and last one cut short by the head. */
+static void forge(heapd_mutator *m, void *arg)
+{
+    int done = (int)(intptr_t)arg;
+    const struct layout_control *ctl = (const void *)HARNESS_HEAP_BASE;
+    struct layout_mutator *s = own_slot();
+    void **mine = heapd_alloc(m, 2, 8);
+    if (!s || !mine || heapd_global_set(m, "mine", mine) < 0)
+        _exit(5);
+    uintptr_t list = (uintptr_t)heapd_global_get(m, "list");
+    heapd_blocking_enter(m); /* it holds up no stop */
+    int64_t end = harness_now_ms() + HARNESS_WAIT_MS;
+    while (!(atomic_load(&ctl->phase) == LAYOUT_PHASE_MARK &&
+             atomic_load(&ctl->save_epoch) == atomic_load(&ctl->epoch)))
+        if (harness_now_ms() > end)
+            _exit(6);
+    uintptr_t w[] = {
+        0x1000 | LAYOUT_URS_SAVED, 100000,
+        (HARNESS_HEAP_BASE + 64) | LAYOUT_URS_SAVED, 1, 0xdead0,
+        (uintptr_t)mine | LAYOUT_URS_SAVED, 5, 0xbad0, 0xbad8, 8, 16, 24,
+        (uintptr_t)mine | LAYOUT_URS_SAVED, 2, 0xbee0, 0xbee8,
+        list | LAYOUT_URS_SAVED, 1, 0xfeed0,
+        (uintptr_t)mine | LAYOUT_URS_SAVED, 40, 0, 0,
+    };
+    uint64_t head = atomic_load(&s->urs_head);
+    size_t n = sizeof w / sizeof w[0];
+    for (size_t k = 0; k < n; k++)
+        atomic_store(&s->urs[(head + k) % LAYOUT_URS_SIZE], (void *)w[k]);
+    atomic_store(&s->urs_head, head + n);
+    if (write(done, "f", 1) != 1)
+        _exit(7);
+    for (;;)
+        pause();
+}
+
+static void *save_in_background(void *arg)
+{
+    static heapd_save_info si;
+    heapd_client *c = harness_connect_ok(D.sock, HEAPD_CONNECT_CONTROL);
+    int rc = heapd_heap_save(c, "default", arg, &si);
+    heapd_disconnect(c);
+    return rc == 0 ? &si : NULL;
+}
+
+START_TEST(forged_save_records_cost_nobody_else)
+{
+    char file[256];
+    int p[2];
+    char ch;
+    pthread_t t;
+    void *res;
+    harness_start_holding(&D, hold, sizeof hold);
+    with_mutator(publish);
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        heapd_client *kc;
+        heapd_mutator *m;
+        close(p[0]);
+        harness_attach(&D, &kc, &m);
+        forge(m, (void *)(intptr_t)p[1]);
+    }
+    close(p[1]);
+    FILE *f = fopen(hold, "w"); /* the save's cycle waits after its pause */
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    file_in_dir(file, sizeof file, "forged.save");
+    ck_assert_int_eq(pthread_create(&t, NULL, save_in_background, file), 0);
+    ck_assert_int_eq(read(p[0], &ch, 1), 1); /* forged */
+    unlink(hold);
+    ck_assert_int_eq(pthread_join(t, &res), 0);
+    ck_assert_msg(res != NULL, "the save failed: %s", heapd_last_error());
+    /* the forged records were read, and their garbage counted */
+    ck_assert_uint_gt(harness_daemon_stats(&D).bad_refs, 0);
+    kill(kid, SIGKILL);
+    harness_wait_pid(kid, HARNESS_WAIT_MS);
+    start_loading(file);
+    with_mutator(check); /* the list as it was, whatever was forged */
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
 START_TEST(only_privileged_peers_save)
 {
     /* root runs the other tests; here an unprivileged child asks */
@@ -404,6 +639,9 @@ static Suite *suite(void)
     tcase_add_test(t, a_saved_heap_loads_into_a_fresh_heapd);
     tcase_add_test(t, a_save_while_processes_relink_is_their_snapshot);
     tcase_add_test(t, damaged_files_are_refused_and_the_heap_stays_empty);
+    tcase_add_test(t, crafted_files_are_refused_and_the_heap_stays_empty);
+    tcase_add_test(t, heapctl_saves_and_loads);
+    tcase_add_test(t, forged_save_records_cost_nobody_else);
     tcase_add_test(t, only_privileged_peers_save);
     suite_add_tcase(s, t);
     return s;

@@ -63,6 +63,7 @@
 #include "clock.h"
 #include "globals.h"
 #include "heap.h"
+#include "load.h"
 #include "log.h"
 #include "mark.h"
 #include "remark.h"
@@ -753,6 +754,7 @@ static void run_cycle(struct collector *gc)
         gc->sweep_only_verified = true;
     }
 
+    load_asked_run(h); /* Note [Loading a saved heap]: before it */
     uint8_t epoch = snapshot(gc, &mj);
     nworkers = concurrent_workers(h, gc->workers->n);
     mj.nworkers = nworkers;

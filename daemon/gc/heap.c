@@ -1,6 +1,7 @@
 /* The daemon's side of a shared heap.  See Note [Heap mapping] in
  * proto/layout.h. */
 #include "heap.h"
+#include "load.h"
 #include "save.h"
 
 #include <errno.h>
@@ -221,6 +222,9 @@ int heap_open(struct heap *h, const struct config_heap *cfg, int kept_heap,
      * before a kept heap passed its checks (Note [Heaps heapd cannot
      * adopt] in daemon/adopt.c) */
     atomic_store(&h->control->poison, h->poison ? LAYOUT_POISON : 0u);
+    /* Note [Saving under the barrier]: a save a kill cut short leaves no
+     * save cycle behind */
+    atomic_store(&h->control->save_epoch, 0);
     fd = -1;
 out:
     if (fd >= 0)
@@ -240,6 +244,7 @@ out:
 void heap_close(struct heap *h)
 {
     save_discard(h); /* an asked-for save no cycle took */
+    load_discard(h);
     slotmem_release(h);
     table_close(h);
     seg_destroy(h);

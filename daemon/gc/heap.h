@@ -173,7 +173,12 @@ struct heap {
     /* Note [Saving a heap at a snapshot] in save.c; heap->lock */
     struct save_job *save_asked;     /* for the next cycle to take */
     struct save_job *saving;         /* the running cycle's */
-    struct save_result *save_last;   /* the last one's outcome */
+    struct save_result *save_last;   /* the last ones' outcomes, by id */
+    /* Note [Loading a saved heap] in load.c: heapctl load; heap->lock */
+    struct load_job *load_asked;     /* for the collector to run */
+    struct load_outcome *load_last;  /* the last one's outcome */
+    uint64_t loading;                /* loop thread: the id of the load
+                                        asked for and not answered, 0 */
 };
 
 /* heap->lock, taken and released only through these (Note [Checked lock

@@ -228,8 +228,11 @@ static int where_to(struct reader *r, uint64_t at, uint64_t addr,
         p->span = 1;
         break;
     case SAVE_BLOCK_RUN:
+        /* in 64 bits: a span past the segment's blocks is refused below
+         * before it is narrowed */
         if (t->small_nblocks[LAYOUT_CLASS_RUN] && bytes > 0 &&
-            bytes % LAYOUT_RUN_GRANULE == 0) {
+            bytes % LAYOUT_RUN_GRANULE == 0 &&
+            bytes / LAYOUT_RUN_GRANULE <= t->small_nblocks[LAYOUT_CLASS_RUN]) {
             c = LAYOUT_CLASS_RUN;
             p->span = (uint32_t)(bytes / LAYOUT_RUN_GRANULE);
         }
@@ -244,10 +247,11 @@ static int where_to(struct reader *r, uint64_t at, uint64_t addr,
                         (unsigned long long)bytes,
                         (unsigned long long)h->cfg->segment_size);
         p->large = true;
-        p->run = (uint32_t)((bytes + LAYOUT_LARGE_OBJECT) >> h->seg_shift);
-        if (p->run > t->count - p->seg)
+        uint64_t run = (bytes + LAYOUT_LARGE_OBJECT) >> h->seg_shift;
+        if (run == 0 || run > (uint64_t)(t->count - p->seg))
             return fail(r, at, "large object 0x%llx runs past the heap's "
                         "end", (unsigned long long)addr);
+        p->run = (uint32_t)run;
         return 0;
     default:
         return fail(r, at, "object 0x%llx has a block of unknown kind "
@@ -261,7 +265,8 @@ static int where_to(struct reader *r, uint64_t at, uint64_t addr,
     p->cls = (uint8_t)c;
     p->idx = layout_small_block(off, t->small_first[c], t->small_nblocks[c],
                                 layout_class_size[c], t->small_magic[c]);
-    if (p->idx == UINT32_MAX || p->idx + p->span > t->small_nblocks[c])
+    if (p->idx == UINT32_MAX ||
+        (uint64_t)p->idx + p->span > t->small_nblocks[c])
         return fail(r, at, "object 0x%llx is not at a block of %llu bytes "
                     "in this heapd's layout (segments of %llu bytes)",
                     (unsigned long long)addr, (unsigned long long)bytes,
@@ -315,13 +320,12 @@ static int place(struct reader *r, uint64_t at, uint64_t addr,
 
 /* ---- records ---- */
 
-static int object_record(struct reader *r)
+static int object_record(struct reader *r, uint64_t addr)
 {
-    uint64_t at = here(r) - 8, addr, block, hdr, v;
+    uint64_t at = here(r) - 8, block, hdr, v;
     struct place p;
     int rc;
-    if ((rc = take64(r, &addr)) < 0 || (rc = take64(r, &block)) < 0 ||
-        (rc = take64(r, &hdr)) < 0)
+    if ((rc = take64(r, &block)) < 0 || (rc = take64(r, &hdr)) < 0)
         return rc;
     uint64_t nrefs = layout_header_nrefs(hdr);
     uint64_t nbytes = layout_header_nbytes(hdr);
@@ -431,12 +435,13 @@ static int pass(struct reader *r)
                 return rc;
             continue;
         }
-        uint64_t type;
-        if ((rc = take64(r, &type)) < 0)
+        uint64_t first, type;
+        if ((rc = take64(r, &first)) < 0)
             return rc;
+        type = first & SAVE_REC_TYPE_MASK;
         if (type == SAVE_REC_OBJECT)
-            rc = object_record(r);
-        else if (type == SAVE_REC_GLOBAL)
+            rc = object_record(r, first & ~SAVE_REC_TYPE_MASK);
+        else if (first == SAVE_REC_GLOBAL)
             rc = global_record(r);
         else
             rc = fail(r, here(r) - 8, "a record of unknown type %llu: the "
@@ -564,4 +569,80 @@ out:
     free(r.buf);
     free(r.taken);
     return rc;
+}
+
+/* ---- heapctl load ---- */
+
+struct load_job {
+    uint64_t id;
+    int fd;
+    char path[4096];
+};
+
+int64_t load_request(struct heap *h, int fd, const char *path, char *why,
+                     size_t n)
+{
+    static _Atomic uint64_t ids;
+    struct load_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        snprintf(why, n, "out of memory for a load");
+        return -ENOMEM;
+    }
+    j->fd = fd;
+    snprintf(j->path, sizeof j->path, "%s", path);
+    heap_lock(h);
+    if (h->load_asked) {
+        heap_unlock(h);
+        free(j);
+        snprintf(why, n, "heap '%s' is being loaded already", h->cfg->name);
+        return -EBUSY;
+    }
+    j->id = atomic_fetch_add(&ids, 1) + 1;
+    h->load_asked = j;
+    heap_unlock(h);
+    return (int64_t)j->id;
+}
+
+void load_asked_run(struct heap *h)
+{
+    heap_lock(h);
+    struct load_job *j = h->load_asked;
+    h->load_asked = NULL;
+    struct load_outcome *o = j && !h->load_last
+                                 ? h->load_last = calloc(1, sizeof *o)
+                                 : h->load_last;
+    heap_unlock(h);
+    if (!j)
+        return;
+    struct load_outcome out = {.id = j->id};
+    if (!load_heap_empty(h, out.why, sizeof out.why))
+        out.rc = -EBUSY;
+    else
+        out.rc = load_heap(h, j->fd, j->path, &out.res, out.why,
+                           sizeof out.why);
+    if (out.rc < 0)
+        log_error("heap '%s': not loaded: %s", h->cfg->name, out.why);
+    else
+        log_info("heap '%s': loaded %s: %llu objects (%llu bytes) and "
+                 "%llu globals in %llu ms", h->cfg->name, j->path,
+                 (unsigned long long)out.res.objects,
+                 (unsigned long long)out.res.object_bytes,
+                 (unsigned long long)out.res.globals,
+                 (unsigned long long)(out.res.ns / 1000000));
+    heap_lock(h);
+    if (o)
+        *o = out;
+    heap_unlock(h);
+    close(j->fd);
+    free(j);
+}
+
+void load_discard(struct heap *h)
+{
+    if (h->load_asked)
+        close(h->load_asked->fd);
+    free(h->load_asked);
+    h->load_asked = NULL;
+    free(h->load_last);
+    h->load_last = NULL;
 }

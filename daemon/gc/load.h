@@ -25,4 +25,23 @@ bool load_heap_empty(struct heap *h, char *why, size_t n);
 int load_heap(struct heap *h, int fd, const char *path,
               struct load_result *out, char *why, size_t n);
 
+/* heapctl load: what the loop thread asks of the collector thread, which
+ * loads before its next cycle (the heap idle, no client let in). */
+struct load_outcome {
+    uint64_t id;
+    int rc;
+    char why[1024];
+    struct load_result res;
+};
+/* Ask H's collector to load FD (PATH in messages; the load owns FD)
+ * before its next cycle.  Returns the request's id (> 0), or -EBUSY with
+ * WHY (N bytes) when a load is asked for already, or -ENOMEM. */
+int64_t load_request(struct heap *h, int fd, const char *path, char *why,
+                     size_t n);
+/* The collector thread, before a cycle: run the load asked for, if any,
+ * and post its outcome (heap->load_last). */
+void load_asked_run(struct heap *h);
+/* Free what a closing heap holds of loads. */
+void load_discard(struct heap *h);
+
 #endif

@@ -973,6 +973,35 @@ static uint64_t save_record(struct mark_job *j, struct seeder *sd,
     return first + n - 1;
 }
 
+/* Note [Saving under the barrier] in client/barrier.c: a writer that won
+ * its tag and died (or was evicted) before it moved its head over its
+ * record leaves the record staged past the head, and the fields it
+ * stands for logged nowhere else.  So when a slot is freed while marking,
+ * a well-formed record right at its head has its fields marked -- those
+ * that are objects: an older record there, from a writer that lost or
+ * from a cycle before, only keeps a few objects one cycle longer. */
+void mark_staged(struct heap *h, struct mark_job *j, unsigned slot)
+{
+    ASSERT_LOCK_HELD(&h->lock);
+    struct layout_mutator *m = heap_slot(h, slot);
+    struct seeder sd = {0};
+    struct valid_ref ref;
+    uint64_t head = atomic_load(&m->urs_head);
+    uintptr_t v = (uintptr_t)atomic_load(&m->urs[head % LAYOUT_URS_SIZE]);
+    uint64_t n = (uint64_t)(uintptr_t)atomic_load(
+        &m->urs[(head + 1) % LAYOUT_URS_SIZE]);
+    if (!j || !(v & LAYOUT_URS_SAVED) ||
+        n > LAYOUT_URS_SIZE - LAYOUT_URS_RECORD)
+        return;
+    for (uint64_t k = 0; k < n; k++) {
+        uintptr_t f = (uintptr_t)atomic_load(
+            &m->urs[(head + LAYOUT_URS_RECORD + k) % LAYOUT_URS_SIZE]);
+        if (f && validate_ref(h, f, &ref))
+            mark_root(j, &sd, f, "a staged save record");
+    }
+    seed_flush(j, &sd);
+}
+
 uint64_t mark_urs(struct heap *h, struct mark_job *j, unsigned slot)
 {
     ASSERT_LOCK_HELD(&h->lock);

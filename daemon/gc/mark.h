@@ -70,6 +70,10 @@ void mark_stack(struct mark_job *j, unsigned slot, bool stopped);
  * may be NULL outside marking: the entries are then dropped.  Returns the
  * entries consumed. */
 uint64_t mark_urs(struct heap *h, struct mark_job *j, unsigned slot);
+/* With heap->lock held, as SLOT is freed: mark the fields of a save
+ * record staged at its ring's head (Note [Saving under the barrier] in
+ * client/barrier.c).  J may be NULL: nothing to do. */
+void mark_staged(struct heap *h, struct mark_job *j, unsigned slot);
 
 /* With heap->lock held, no worker running: mark the C stack captures
  * held back so far (Note [Marking C stack captures last]); false if

@@ -27,7 +27,9 @@
  *     request is answered.
  * Memory: the visited bits, a stack of objects found but not yet copied,
  * one chunk of output, and the records of objects written during the save
- * (as a fork's copied pages are, for Redis' BGSAVE).  A record the saver
+ * (as a fork's copied pages are, for Redis' BGSAVE), up to an eighth of
+ * the heap's max_size; a record is kept only for an object of its field
+ * count.  A record the saver
  * waits for more than RECORD_WAIT_MS (its writer died between its swap
  * and its publishing, or is a client of a release without save records)
  * is given up: that object, and every later one without its record, is
@@ -55,11 +57,23 @@
 #include "validate.h"
 
 #define RECORD_WAIT_MS 1000u
+/* the records may hold up to max_size / SAVE_RECORDS_SHARE bytes */
+#define SAVE_RECORDS_SHARE 8u
 
 struct save_rec {
     uintptr_t obj;
     uint64_t n;
     uintptr_t f[];
+};
+
+/* An object the saver found: where, its block as the file says it (kind
+ * and bytes, Note [Saved heap files]) and whether it was found through
+ * fields copied as read, which may lead to objects born after the
+ * snapshot: dirty from birth, with no record to wait for. */
+struct save_found {
+    uintptr_t obj;
+    uint64_t block;
+    bool as_read;
 };
 
 struct save_global {
@@ -86,7 +100,7 @@ struct save_job {
     uint64_t *visited;
     size_t visited_bytes;
     uint64_t blocks_per_seg;
-    uintptr_t *stack;
+    struct save_found *stack; /* found, not yet copied */
     size_t sp, stack_cap;
     uintptr_t *refs;         /* one object's snapshot fields */
     size_t refs_cap;
@@ -207,7 +221,16 @@ void save_take_record(struct heap *h, uintptr_t obj, void *_Atomic *ring,
 {
     ASSERT_LOCK_HELD(&h->lock);
     struct save_job *j = h->saving;
+    struct valid_ref ref;
     if (!j)
+        return;
+    /* a record is kept only for an object of that many fields, and
+     * within its bound: a client that forges records grows heapd's
+     * memory no further (its objects are then copied as read) */
+    uint64_t bytes = sizeof(struct save_rec) + n * sizeof(uintptr_t);
+    if (!validate_ref(h, obj, &ref) ||
+        layout_header_nrefs(validate_header(&ref)) != n ||
+        j->rec_bytes + bytes > h->cfg->max_size / SAVE_RECORDS_SHARE)
         return;
     j->res.records++;
     if ((j->rec_n + 1) * 2 > j->rec_cap && !rec_grow(j))
@@ -215,7 +238,7 @@ void save_take_record(struct heap *h, uintptr_t obj, void *_Atomic *ring,
     size_t k = rec_slot(j, obj);
     if (j->recs[k])
         return; /* one record per object and cycle; another is forged */
-    struct save_rec *r = malloc(sizeof *r + n * sizeof r->f[0]);
+    struct save_rec *r = malloc(bytes);
     if (!r)
         return;
     r->obj = obj;
@@ -225,7 +248,7 @@ void save_take_record(struct heap *h, uintptr_t obj, void *_Atomic *ring,
             &ring[(at + i) % LAYOUT_URS_SIZE], memory_order_relaxed);
     j->recs[k] = r;
     j->rec_n++;
-    j->rec_bytes += sizeof *r + n * sizeof r->f[0];
+    j->rec_bytes += bytes;
     j->res.record_bytes_max = j->rec_bytes;
 }
 
@@ -254,13 +277,16 @@ static struct save_rec *rec_find(struct save_job *j, uintptr_t obj)
 
 /* The record of dirty OBJ, waiting for it to be published (Note [Saving a
  * heap at a snapshot]). */
-static struct save_rec *rec_wait(struct save_job *j, uintptr_t obj)
+static struct save_rec *rec_wait(struct save_job *j, uintptr_t obj,
+                                 bool as_read)
 {
     struct save_rec *r = rec_find(j, obj);
     if (r)
         return r;
     drain_rings(j);
-    if ((r = rec_find(j, obj)) || j->gave_up)
+    /* found through fields copied as read: born after the snapshot, with
+     * no record to come, as likely as not */
+    if ((r = rec_find(j, obj)) || j->gave_up || as_read)
         return r;
     uint64_t until = now_ns(CLOCK_MONOTONIC) + RECORD_WAIT_MS * 1000000ull;
     while (!(r = rec_find(j, obj)) && now_ns(CLOCK_MONOTONIC) < until) {
@@ -360,9 +386,11 @@ static int put64(struct save_job *j, uint64_t v)
 
 /* ---- tracing ---- */
 
-/* Validate R and mark it visited; true if it is an object not yet seen.
- * *OK says whether it is an object at all. */
-static bool discover(struct save_job *j, uintptr_t r, bool *ok)
+/* Validate R and mark it visited; true if it is an object not yet seen,
+ * with *BLOCK its block for the file.  *OK says whether it is an object at
+ * all. */
+static bool discover(struct save_job *j, uintptr_t r, bool *ok,
+                     uint64_t *block)
 {
     struct heap *h = j->h;
     struct valid_ref ref;
@@ -377,20 +405,34 @@ static bool discover(struct save_job *j, uintptr_t r, bool *ok)
     if (*w & m)
         return false;
     *w |= m;
+    uint64_t kind = seg_state(&h->segs, i) == SEG_LARGE ? SAVE_BLOCK_LARGE
+                    : seg_class(h, i) == LAYOUT_CLASS_RUN ? SAVE_BLOCK_RUN
+                                                          : SAVE_BLOCK_SMALL;
+    *block = ref.block_size | kind << SAVE_BLOCK_KIND_SHIFT;
     return true;
 }
 
-static int push(struct save_job *j, uintptr_t r)
+/* Found R: validated, visited, and on the stack if new.  An R that is
+ * no object becomes 0, counted. */
+static int found(struct save_job *j, uintptr_t *r, bool as_read)
 {
-    if (j->sp == j->stack_cap) {
-        size_t cap = j->stack_cap ? 2 * j->stack_cap : 4096;
-        uintptr_t *s = realloc(j->stack, cap * sizeof *s);
-        if (!s)
-            return -ENOMEM;
-        j->stack = s;
-        j->stack_cap = cap;
+    bool ok;
+    uint64_t block;
+    if (discover(j, *r, &ok, &block)) {
+        if (j->sp == j->stack_cap) {
+            size_t cap = j->stack_cap ? 2 * j->stack_cap : 4096;
+            struct save_found *st = realloc(j->stack, cap * sizeof *st);
+            if (!st)
+                return -ENOMEM;
+            j->stack = st;
+            j->stack_cap = cap;
+        }
+        j->stack[j->sp++] = (struct save_found){*r, block, as_read};
     }
-    j->stack[j->sp++] = r;
+    if (!ok) {
+        j->res.bad_refs++;
+        *r = 0;
+    }
     return 0;
 }
 
@@ -408,23 +450,29 @@ static int refs_room(struct save_job *j, size_t n)
 
 /* Copy OBJ (validated, visited) to the file as it was at the snapshot,
  * and push the objects it referenced then. */
-static int save_object(struct save_job *j, uintptr_t obj)
+/* Copy F (validated when found, and visited) to the file as it was at
+ * the snapshot, and push the objects it referenced then. */
+static int save_object(struct save_job *j, const struct save_found *fo)
 {
     struct heap *h = j->h;
     struct valid_ref ref;
-    if (!validate_ref(h, obj, &ref))
-        return 0; /* cannot happen before the sweep; defensive */
+    uintptr_t obj = fo->obj;
     _Atomic uint64_t *hp = (_Atomic uint64_t *)obj - 1;
     void *_Atomic *f = (void *_Atomic *)obj;
     uint64_t h1 = atomic_load_explicit(hp, memory_order_acquire);
-    uint64_t hdr = validate_header(&ref);
-    if (!hdr)
-        return 0;
+    uint64_t hdr = validate_ref(h, obj, &ref) ? validate_header(&ref) : 0;
     uint64_t nrefs = layout_header_nrefs(hdr);
     uint64_t nbytes = layout_header_nbytes(hdr);
+    bool as_read = fo->as_read;
     int rc = refs_room(j, nrefs);
     if (rc < 0)
         return rc;
+    if (!hdr) {
+        /* a client rewrote its mark or header since it was found: an
+         * empty object in its block keeps the file's references whole */
+        j->res.bad_refs++;
+        nbytes = 0;
+    }
     bool clean = layout_header_tag(h1) != j->epoch;
     if (clean) {
         for (uint64_t k = 0; k < nrefs; k++)
@@ -435,40 +483,34 @@ static int save_object(struct save_job *j, uintptr_t obj)
         atomic_thread_fence(memory_order_acquire);
         clean = layout_header_tag(atomic_load_explicit(
                     hp, memory_order_relaxed)) != j->epoch;
-        if (nrefs + LAYOUT_URS_RECORD > LAYOUT_URS_SIZE)
+        if (clean && nrefs + LAYOUT_URS_RECORD > LAYOUT_URS_SIZE) {
             j->res.inexact++; /* too wide to stage: written unseen */
+            as_read = true;
+        } else if (clean) {
+            as_read = false; /* as at the snapshot, whatever led here */
+        }
     }
     if (!clean) {
-        struct save_rec *r = rec_wait(j, obj);
+        struct save_rec *r = rec_wait(j, obj, fo->as_read);
         if (r && r->n == nrefs) {
             memcpy(j->refs, r->f, nrefs * sizeof r->f[0]);
+            as_read = false;
         } else {
             j->res.inexact++;
+            as_read = true;
             for (uint64_t k = 0; k < nrefs; k++)
                 j->refs[k] = (uintptr_t)atomic_load_explicit(
                     &f[k], memory_order_relaxed);
         }
     }
-    uint32_t i = (uint32_t)((obj - (uintptr_t)h->base) >> h->seg_shift);
-    uint64_t kind = seg_state(&h->segs, i) == SEG_LARGE ? SAVE_BLOCK_LARGE
-                    : seg_class(h, i) == LAYOUT_CLASS_RUN ? SAVE_BLOCK_RUN
-                                                          : SAVE_BLOCK_SMALL;
-    if ((rc = put64(j, SAVE_REC_OBJECT)) < 0 || (rc = put64(j, obj)) < 0 ||
-        (rc = put64(j, ref.block_size |
-                           kind << SAVE_BLOCK_KIND_SHIFT)) < 0 ||
+    if ((rc = put64(j, obj | SAVE_REC_OBJECT)) < 0 ||
+        (rc = put64(j, fo->block)) < 0 ||
         (rc = put64(j, layout_header(nrefs, nbytes))) < 0)
         return rc;
-    for (uint64_t k = 0; k < nrefs; k++) {
-        bool ok;
-        if (discover(j, j->refs[k], &ok) && (rc = push(j, j->refs[k])) < 0)
+    for (uint64_t k = 0; k < nrefs; k++)
+        if ((rc = found(j, &j->refs[k], as_read)) < 0 ||
+            (rc = put64(j, j->refs[k])) < 0)
             return rc;
-        if (!ok) {
-            j->res.bad_refs++;
-            j->refs[k] = 0;
-        }
-        if ((rc = put64(j, j->refs[k])) < 0)
-            return rc;
-    }
     /* raw bytes have no barrier: as read (Note [Saving under the
      * barrier]) */
     static const uint8_t zero[8];
@@ -487,15 +529,9 @@ static int save_globals(struct save_job *j)
         struct save_global *s = &j->globals[g];
         size_t len = strlen(s->name);
         uint8_t name[LAYOUT_GLOBAL_NAME] = {0};
-        bool ok;
         memcpy(name, s->name, len);
-        if (discover(j, s->value, &ok) && (rc = push(j, s->value)) < 0)
-            return rc;
-        if (!ok) {
-            j->res.bad_refs++;
-            s->value = 0;
-        }
-        if ((rc = put64(j, SAVE_REC_GLOBAL)) < 0 ||
+        if ((rc = found(j, &s->value, false)) < 0 ||
+            (rc = put64(j, SAVE_REC_GLOBAL)) < 0 ||
             (rc = put64(j, s->value)) < 0 || (rc = put64(j, len)) < 0 ||
             (rc = put(j, name, (len + 7) & ~(size_t)7)) < 0)
             return rc;
@@ -521,6 +557,7 @@ static int save_end(struct save_job *j)
 static int save_commit(struct save_job *j)
 {
     const char *what = "syncing";
+    /* a save is answered only once its file and name are on disk */
     int rc = 0;
     if (fsync(j->fd) < 0)
         goto fail;
@@ -535,9 +572,9 @@ static int save_commit(struct save_job *j)
         rc = -errno;
         if (dfd >= 0)
             close(dfd);
-        snprintf(j->res.why, sizeof j->res.why, "%s %.300s: %s", what,
-                 j->path,
-                 strerror(-rc));
+        snprintf(j->res.why, sizeof j->res.why, "%.300s is in place, but "
+                 "syncing its directory failed (%s): a crash now may lose "
+                 "it; save again", j->path, strerror(-rc));
         return rc;
     }
     close(dfd);
@@ -579,9 +616,11 @@ static int save_run(struct save_job *j)
     struct iovec iov = {head, sizeof head};
     if ((rc = write_all(j, &iov, 1)) < 0 || (rc = save_globals(j)) < 0)
         return rc;
-    while (j->sp > 0)
-        if ((rc = save_object(j, j->stack[--j->sp])) < 0)
+    while (j->sp > 0) {
+        struct save_found fo = j->stack[--j->sp];
+        if ((rc = save_object(j, &fo)) < 0)
             goto nomem;
+    }
     if ((rc = save_end(j)) < 0 || (rc = save_commit(j)) < 0)
         return rc;
     return 0;
@@ -596,6 +635,9 @@ static void *saver_main(void *arg)
 {
     struct save_job *j = arg;
     j->res.rc = save_run(j);
+    if (j->res.rc < 0 && !j->res.why[0])
+        snprintf(j->res.why, sizeof j->res.why, "%s",
+                 strerror(-j->res.rc));
     return NULL;
 }
 
@@ -633,11 +675,12 @@ bool save_finish(struct heap *h)
         j->fd = -1;
     }
     j->res.ns = now_ns(CLOCK_MONOTONIC) - j->t0;
-    struct save_result *r = h->save_last;
-    if (!r)
-        r = h->save_last = malloc(sizeof *r);
-    if (r)
-        *r = j->res;
+    /* by id: a save asked for as another ends is answered a cycle after
+     * it, and the other's outcome must still be there */
+    if (!h->save_last)
+        h->save_last = calloc(SAVE_OUTCOMES, sizeof *h->save_last);
+    if (h->save_last)
+        h->save_last[j->id % SAVE_OUTCOMES] = j->res;
     heap_unlock(h);
     if (j->res.rc == 0)
         log_info("heap '%s': saved to %s: %llu objects (%llu bytes), %llu "

@@ -12,7 +12,9 @@
 struct heap;
 struct save_job;
 
-/* What a save did; heap->save_last, written when the saver ends. */
+/* What a save did; heap->save_last[id % SAVE_OUTCOMES], written when the
+ * saver ends. */
+#define SAVE_OUTCOMES 8
 struct save_result {
     uint64_t id;             /* the request's, from save_request */
     int rc;                  /* 0 or a negative errno */
