@@ -293,9 +293,13 @@ void barrier_log_captured(heapd_mutator *m, void *ref)
  * that object as it finds it, and counts it.
  * Raw bytes have no barrier: they are saved as read.  The price is paid
  * in save cycles only: every first write logs its object's fields, marked
- * or not.  An object of more than LAYOUT_URS_SIZE - LAYOUT_URS_RECORD
- * references cannot stage in the ring and keeps its ordinary barrier; the
- * saver then copies it as read, and counts it.
+ * or not.  An object too wide to stage in the ring (more than
+ * LAYOUT_URS_SIZE - LAYOUT_URS_RECORD references) is logged in chunks of
+ * LAYOUT_URS_CHUNK_FIELDS fields, each published as it is written (so
+ * marking has them whatever happens next), all naming the ring position
+ * the first began at; the writer whose swap sets the tag then publishes a
+ * commit naming that position, and heapd takes those chunks, and only
+ * those, as the object's record.
  */
 static bool barrier_saving(const heapd_mutator *m)
 {
@@ -303,63 +307,120 @@ static bool barrier_saving(const heapd_mutator *m)
            atomic_load_explicit(&m->ctl->epoch, memory_order_relaxed);
 }
 
-/* Note [Saving under the barrier]: false if OBJ is too wide to stage. */
-static bool barrier_save_stage(heapd_mutator *m, void *obj)
+/* Room for NEED entries in M's ring, waiting for it (Note [Straddling a
+ * cycle]); false if marking ended or the connection went meanwhile. */
+static bool urs_room(heapd_mutator *m, uint64_t need)
 {
     struct layout_mutator *s = m->slot;
+    if (m->urs_head - atomic_load_explicit(&s->urs_tail,
+                                           memory_order_acquire) +
+            need <= LAYOUT_URS_SIZE)
+        return true;
+    urs_wait_room(m, need);
+    return barrier_on(m) &&
+           m->urs_head - atomic_load(&s->urs_tail) + need <= LAYOUT_URS_SIZE;
+}
+
+/* Write the N words W and then the NFIELDS fields at FIELDS into M's
+ * ring from its head on, not yet published; returns how many. */
+static uint64_t urs_stage(heapd_mutator *m, const uintptr_t *w, uint64_t n,
+                          void *_Atomic *fields, uint64_t nfields)
+{
+    void *_Atomic *ring = m->slot->urs;
+    uint64_t at = m->urs_head;
+    for (uint64_t k = 0; k < n; k++)
+        atomic_store_explicit(&ring[(at + k) % LAYOUT_URS_SIZE],
+                              (void *)w[k], memory_order_relaxed);
+    for (uint64_t k = 0; k < nfields; k++)
+        atomic_store_explicit(
+            &ring[(at + n + k) % LAYOUT_URS_SIZE],
+            atomic_load_explicit(&fields[k], memory_order_relaxed),
+            memory_order_relaxed);
+    return n + nfields;
+}
+
+/* Publish the N entries staged at M's ring's head. */
+static void urs_commit(heapd_mutator *m, uint64_t n)
+{
+    m->urs_head += n;
+    atomic_store_explicit(&m->slot->urs_head, m->urs_head,
+                          memory_order_release);
+    if (m->urs_head - m->urs_notified >= LAYOUT_URS_SIZE / 4)
+        urs_notify(m);
+}
+
+/* Note [Saving under the barrier]: the record of OBJ, read as H, too wide
+ * to stage, in chunks and a commit. */
+static void barrier_save_chunks(heapd_mutator *m, void *obj, uint64_t h)
+{
     _Atomic uint64_t *hp = (_Atomic uint64_t *)obj - 1;
     void *_Atomic *f = (void *_Atomic *)obj;
     uint8_t epoch = (uint8_t)atomic_load(&m->ctl->epoch);
-    uint64_t h = atomic_load_explicit(hp, memory_order_acquire);
-    uint64_t n = layout_header_nrefs(h);
-
-    if (layout_header_tag(h) == epoch)
-        return true;
-    if (n + LAYOUT_URS_RECORD > LAYOUT_URS_SIZE)
-        return false;
-    if (mutator_orphaned(m))
-        return true; /* Note [A dead daemon] in client/mutator.c */
-    if (m->urs_head - atomic_load_explicit(&s->urs_tail,
-                                           memory_order_acquire) +
-            n + LAYOUT_URS_RECORD > LAYOUT_URS_SIZE) {
-        urs_wait_room(m, n + LAYOUT_URS_RECORD);
-        /* Note [Straddling a cycle]: marking may be over, or the
-         * connection gone: nothing to log */
-        if (!barrier_on(m) || m->urs_head - atomic_load(&s->urs_tail) + n +
-                                      LAYOUT_URS_RECORD > LAYOUT_URS_SIZE)
-            return true;
+    uint64_t n = layout_header_nrefs(h), first = m->urs_head;
+    for (uint64_t k = 0; k < n; k += LAYOUT_URS_CHUNK_FIELDS) {
+        uint64_t c = n - k < LAYOUT_URS_CHUNK_FIELDS ? n - k
+                                                      : LAYOUT_URS_CHUNK_FIELDS;
+        if (!urs_room(m, c + LAYOUT_URS_CHUNK_HEAD))
+            return; /* marking is over: nothing to log */
+        /* another writer won meanwhile: these chunks are never committed */
         h = atomic_load_explicit(hp, memory_order_acquire);
         if (layout_header_tag(h) == epoch)
-            return true;
+            return;
+        uintptr_t w[LAYOUT_URS_CHUNK_HEAD] = {
+            (uintptr_t)obj | LAYOUT_URS_SAVED,
+            (uintptr_t)(c | LAYOUT_URS_CHUNK), (uintptr_t)first,
+            (uintptr_t)k};
+        urs_commit(m, urs_stage(m, w, LAYOUT_URS_CHUNK_HEAD, f + k, c));
     }
-    uint64_t at = m->urs_head;
-    void *_Atomic *ring = s->urs;
-    atomic_store_explicit(&ring[at % LAYOUT_URS_SIZE],
-                          (void *)((uintptr_t)obj | LAYOUT_URS_SAVED),
-                          memory_order_relaxed);
-    atomic_store_explicit(&ring[(at + 1) % LAYOUT_URS_SIZE],
-                          (void *)(uintptr_t)n, memory_order_relaxed);
-    for (uint64_t k = 0; k < n; k++)
-        atomic_store_explicit(
-            &ring[(at + LAYOUT_URS_RECORD + k) % LAYOUT_URS_SIZE],
-            atomic_load_explicit(&f[k], memory_order_relaxed),
-            memory_order_relaxed);
     bool won = false;
     while (layout_header_tag(h) != epoch && !won)
         won = atomic_compare_exchange_weak_explicit(
             hp, &h, layout_header_with_tag(h, epoch), memory_order_acq_rel,
             memory_order_acquire);
-    if (won) {
-        m->urs_head = at + n + LAYOUT_URS_RECORD;
-        atomic_store_explicit(&s->urs_head, m->urs_head,
-                              memory_order_release);
-        if (m->urs_head - m->urs_notified >= LAYOUT_URS_SIZE / 4)
-            urs_notify(m);
+    if (won && urs_room(m, LAYOUT_URS_RECORD)) {
+        uintptr_t w[LAYOUT_URS_RECORD] = {
+            (uintptr_t)obj | LAYOUT_URS_SAVED,
+            (uintptr_t)(first | LAYOUT_URS_COMMIT)};
+        urs_commit(m, urs_stage(m, w, LAYOUT_URS_RECORD, NULL, 0));
     }
-    /* the caller's store to a field comes after the tag, for a saver
-     * that reads the field and then the tag */
-    atomic_thread_fence(memory_order_release);
-    return true;
+    /* the caller's release store to a field comes after the tag */
+}
+
+/* Note [Saving under the barrier]: OBJ's record, staged and published
+ * if this writer's swap sets its tag. */
+static void barrier_save_stage(heapd_mutator *m, void *obj)
+{
+    _Atomic uint64_t *hp = (_Atomic uint64_t *)obj - 1;
+    uint8_t epoch = (uint8_t)atomic_load(&m->ctl->epoch);
+    uint64_t h = atomic_load_explicit(hp, memory_order_acquire);
+    uint64_t n = layout_header_nrefs(h);
+
+    if (layout_header_tag(h) == epoch)
+        return;
+    if (mutator_orphaned(m))
+        return; /* Note [A dead daemon] in client/mutator.c */
+    if (n + LAYOUT_URS_RECORD > LAYOUT_URS_SIZE) {
+        barrier_save_chunks(m, obj, h);
+        return;
+    }
+    /* after a wait, marking may be over or another writer may have won */
+    if (!urs_room(m, n + LAYOUT_URS_RECORD))
+        return;
+    h = atomic_load_explicit(hp, memory_order_acquire);
+    uintptr_t w[LAYOUT_URS_RECORD] = {(uintptr_t)obj | LAYOUT_URS_SAVED,
+                                      (uintptr_t)n};
+    uint64_t staged = urs_stage(m, w, LAYOUT_URS_RECORD,
+                                (void *_Atomic *)obj, n);
+    bool won = false;
+    while (layout_header_tag(h) != epoch && !won)
+        won = atomic_compare_exchange_weak_explicit(
+            hp, &h, layout_header_with_tag(h, epoch), memory_order_acq_rel,
+            memory_order_acquire);
+    if (won)
+        urs_commit(m, staged);
+    /* the caller's store to a field (a release, in heapd_write and
+     * heapd_cas) comes after the tag, for a saver that reads the field
+     * (acquire) and then the tag */
 }
 
 /* ---- the object barrier (Note [Snapshot write barrier]) ---- */
@@ -374,8 +435,10 @@ void barrier_write_slow(heapd_mutator *m, void *obj, void **field)
     mutator_check_evicted(m);
 
     /* Note [Saving under the barrier] */
-    if (barrier_saving(m) && barrier_save_stage(m, obj))
+    if (barrier_saving(m)) {
+        barrier_save_stage(m, obj);
         return;
+    }
 
     /* Note [Wide objects]: log just the value being overwritten */
     if (layout_header_nrefs(atomic_load_explicit(hp, memory_order_relaxed)) >

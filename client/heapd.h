@@ -985,6 +985,7 @@ typedef struct heapd_save_info {
     uint64_t records;       /* objects mutators wrote during the save */
     uint64_t record_bytes;  /* the memory heapd held for them */
     uint64_t ns;            /* from the snapshot to the file's sync */
+    uint64_t sync_ns;       /* of which syncing the file and its name */
 } heapd_save_info;
 
 /* Save HEAP (heapctl save) to PATH, an absolute path heapd itself writes

@@ -269,7 +269,7 @@ int heapd_heap_save_sized(heapd_client *c, const char *heap,
         .globals = r->globals, .file_bytes = r->file_bytes,
         .inexact = r->inexact, .bad_refs = r->bad_refs,
         .records = r->records, .record_bytes = r->record_bytes,
-        .ns = r->ns,
+        .ns = r->ns, .sync_ns = r->sync_ns,
     };
     if (out)
         abi_out(out, size, &info, sizeof info); /* Note [Structs that grow] */

@@ -1076,6 +1076,7 @@ static int reply_save(struct conn *c, struct heap *h, uint64_t seq,
     sr.records = r.records;
     sr.record_bytes = r.record_bytes_max;
     sr.ns = r.ns;
+    sr.sync_ns = r.sync_ns;
     env.body_case = HEAPD__ENVELOPE__BODY_SAVE_REPLY;
     env.save_reply = &sr;
     return conn_reply(c, &env, seq);

@@ -457,6 +457,14 @@ const char *layout_stall_what(enum layout_stall_on on);
  * barrier] in client/barrier.c). */
 #define LAYOUT_URS_SAVED 2u
 #define LAYOUT_URS_RECORD 2u /* entries of a save record besides fields */
+/* A save record's count word with LAYOUT_URS_CHUNK is a chunk of a wide
+ * object's record (count | CHUNK, the ring position its first chunk
+ * began at, the chunk's first field, its fields); with LAYOUT_URS_COMMIT
+ * it commits the chunks that began at the position it holds. */
+#define LAYOUT_URS_CHUNK (UINT64_C(1) << 62)
+#define LAYOUT_URS_COMMIT (UINT64_C(1) << 61)
+#define LAYOUT_URS_CHUNK_HEAD 4u     /* entries of a chunk besides fields */
+#define LAYOUT_URS_CHUNK_FIELDS 1024u /* fields of a chunk, at most */
 
 struct layout_mutator {
     /* Words are grouped by who writes them, one cache line per group, so

@@ -38,7 +38,10 @@ RULES = {
                    "proto/young.h", "proto/futex.h", "proto/lock.h",
                    "proto/clock.h",
                    "proto/heapd_counters.h", "proto/heapd_errors.h",
-                   "proto/heapd_object.h"],
+                   "proto/heapd_object.h",
+                   # the saved-heap file, which the saver and the loader
+                   # write and read (no socket in it)
+                   "proto/savefile.h"],
                   LOOP_LIBS),
     # the loop side: everything of the daemon and the contract
     "daemon": (["daemon/", "daemon/gc/", "proto/", "./heapd_build.h"], ()),

@@ -947,24 +947,44 @@ static uint64_t poll_urs(struct mark_job *j)
  * hand: counted as a bad reference, and its fields marked as entries.
  * Returns the last entry it consumed. */
 static uint64_t save_record(struct mark_job *j, struct seeder *sd,
-                            struct layout_mutator *m, uint64_t t,
-                            uint64_t head)
+                            unsigned slot, uint64_t t, uint64_t head)
 {
+    struct layout_mutator *m = heap_slot(j->h, slot);
     uintptr_t obj = (uintptr_t)atomic_load_explicit(
                         &m->urs[t % LAYOUT_URS_SIZE], memory_order_relaxed) &
                     ~(uintptr_t)LAYOUT_URS_SAVED;
-    uint64_t n = head - t >= LAYOUT_URS_RECORD
+    uint64_t w = head - t >= LAYOUT_URS_RECORD
                      ? (uint64_t)(uintptr_t)atomic_load_explicit(
                            &m->urs[(t + 1) % LAYOUT_URS_SIZE],
                            memory_order_relaxed)
                      : UINT64_MAX;
-    if (n > LAYOUT_URS_SIZE - LAYOUT_URS_RECORD ||
-        n > head - t - LAYOUT_URS_RECORD) {
+    uint64_t head_words = LAYOUT_URS_RECORD, n = w, pos = 0, off = 0;
+    if (w != UINT64_MAX && (w & LAYOUT_URS_COMMIT)) {
+        save_take_commit(j->h, slot, obj, w & ~LAYOUT_URS_COMMIT);
+        return t + 1;
+    }
+    if (w != UINT64_MAX && (w & LAYOUT_URS_CHUNK)) {
+        head_words = LAYOUT_URS_CHUNK_HEAD;
+        n = w & ~LAYOUT_URS_CHUNK;
+        if (n > LAYOUT_URS_CHUNK_FIELDS || head - t < head_words)
+            n = UINT64_MAX;
+        else {
+            pos = (uint64_t)(uintptr_t)atomic_load_explicit(
+                &m->urs[(t + 2) % LAYOUT_URS_SIZE], memory_order_relaxed);
+            off = (uint64_t)(uintptr_t)atomic_load_explicit(
+                &m->urs[(t + 3) % LAYOUT_URS_SIZE], memory_order_relaxed);
+        }
+    }
+    if (n > LAYOUT_URS_SIZE - head_words || n > head - t - head_words) {
         count_bad(j->h);
         return t;
     }
-    uint64_t first = t + LAYOUT_URS_RECORD;
-    save_take_record(j->h, obj, m->urs, first % LAYOUT_URS_SIZE, n);
+    uint64_t first = t + head_words;
+    if (head_words == LAYOUT_URS_CHUNK_HEAD)
+        save_take_chunk(j->h, slot, obj, pos, off, m->urs,
+                        first % LAYOUT_URS_SIZE, n);
+    else
+        save_take_record(j->h, obj, m->urs, first % LAYOUT_URS_SIZE, n);
     for (uint64_t k = first; k < first + n; k++)
         mark_root(j, sd,
                   (uintptr_t)atomic_load_explicit(&m->urs[k % LAYOUT_URS_SIZE],
@@ -1026,7 +1046,7 @@ uint64_t mark_urs(struct heap *h, struct mark_job *j, unsigned slot)
         if (v & LAYOUT_URS_CAPTURED)
             hold_capture(j, &sd, v & ~(uintptr_t)LAYOUT_URS_CAPTURED);
         else if (v & LAYOUT_URS_SAVED)
-            t = save_record(j, &sd, m, t, head);
+            t = save_record(j, &sd, slot, t, head);
         else
             mark_root(j, &sd, v, "an update remembered set");
     }

@@ -38,6 +38,7 @@
 #include "save.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <pthread.h>
@@ -81,6 +82,16 @@ struct save_global {
     uintptr_t value;
 };
 
+/* A wide object's record, chunk by chunk, until its commit (Note
+ * [Saving under the barrier]). */
+struct save_wide {
+    struct save_wide *next;
+    unsigned slot;
+    uint64_t first;          /* where its chunks began in SLOT's ring */
+    uint64_t have;           /* fields received */
+    struct save_rec rec;     /* and its fields */
+};
+
 struct save_job {
     struct heap *h;
     uint64_t id;
@@ -96,6 +107,7 @@ struct save_job {
     struct save_rec **recs;
     size_t rec_cap, rec_n;
     uint64_t rec_bytes;      /* what the records hold */
+    struct save_wide *wide;  /* records still in chunks */
     /* the saver's own */
     uint64_t *visited;
     size_t visited_bytes;
@@ -125,6 +137,11 @@ static void job_free(struct save_job *j)
     for (size_t k = 0; k < j->rec_cap; k++)
         free(j->recs ? j->recs[k] : NULL);
     free(j->recs);
+    while (j->wide) {
+        struct save_wide *w = j->wide;
+        j->wide = w->next;
+        free(w);
+    }
     if (j->visited)
         munmap(j->visited, j->visited_bytes);
     free(j->stack);
@@ -216,6 +233,36 @@ static bool rec_grow(struct save_job *j)
     return true;
 }
 
+/* With heap->lock held: R becomes its object's record, unless it has
+ * one (one per object and cycle: another is forged); R is freed then, or
+ * if there is no memory (the object will be copied as read).  WIDE: R is
+ * the record of a struct save_wide of that many bytes, already counted,
+ * which goes with it. */
+static void rec_insert(struct save_job *j, struct save_rec *r, size_t wide)
+{
+    void *block = wide ? (char *)r - offsetof(struct save_wide, rec)
+                       : (void *)r;
+    size_t k;
+    if (((j->rec_n + 1) * 2 > j->rec_cap && !rec_grow(j)) ||
+        j->recs[k = rec_slot(j, r->obj)]) {
+        free(block);
+        return;
+    }
+    if (wide) { /* the table holds save_recs: copy the fields out */
+        struct save_rec *own = malloc(sizeof *own + r->n * sizeof r->f[0]);
+        if (!own) {
+            free(block);
+            return;
+        }
+        memcpy(own, r, sizeof *own + r->n * sizeof r->f[0]);
+        free(block);
+        r = own;
+    }
+    j->recs[k] = r;
+    j->rec_n++;
+    j->res.record_bytes_max = j->rec_bytes;
+}
+
 void save_take_record(struct heap *h, uintptr_t obj, void *_Atomic *ring,
                       uint64_t at, uint64_t n)
 {
@@ -233,11 +280,6 @@ void save_take_record(struct heap *h, uintptr_t obj, void *_Atomic *ring,
         j->rec_bytes + bytes > h->cfg->max_size / SAVE_RECORDS_SHARE)
         return;
     j->res.records++;
-    if ((j->rec_n + 1) * 2 > j->rec_cap && !rec_grow(j))
-        return; /* no memory: the object will be copied as read */
-    size_t k = rec_slot(j, obj);
-    if (j->recs[k])
-        return; /* one record per object and cycle; another is forged */
     struct save_rec *r = malloc(bytes);
     if (!r)
         return;
@@ -246,10 +288,77 @@ void save_take_record(struct heap *h, uintptr_t obj, void *_Atomic *ring,
     for (uint64_t i = 0; i < n; i++)
         r->f[i] = (uintptr_t)atomic_load_explicit(
             &ring[(at + i) % LAYOUT_URS_SIZE], memory_order_relaxed);
-    j->recs[k] = r;
-    j->rec_n++;
     j->rec_bytes += bytes;
-    j->res.record_bytes_max = j->rec_bytes;
+    rec_insert(j, r, 0);
+}
+
+/* With heap->lock held: a wide record of OBJ's N fields (NULL: refused
+ * as save_take_record refuses), counted against the bound. */
+static struct save_wide *wide_new(struct heap *h, struct save_job *j,
+                                  uintptr_t obj)
+{
+    struct valid_ref ref;
+    if (!validate_ref(h, obj, &ref))
+        return NULL;
+    uint64_t n = layout_header_nrefs(validate_header(&ref));
+    uint64_t bytes = sizeof(struct save_wide) + n * sizeof(uintptr_t);
+    if (n == 0 ||
+        j->rec_bytes + bytes > h->cfg->max_size / SAVE_RECORDS_SHARE)
+        return NULL;
+    struct save_wide *w = calloc(1, bytes);
+    if (!w)
+        return NULL;
+    w->rec.obj = obj;
+    w->rec.n = n;
+    j->rec_bytes += bytes;
+    return w;
+}
+
+void save_take_chunk(struct heap *h, unsigned slot, uintptr_t obj,
+                     uint64_t first, uint64_t k, void *_Atomic *ring,
+                     uint64_t at, uint64_t n)
+{
+    ASSERT_LOCK_HELD(&h->lock);
+    struct save_job *j = h->saving;
+    if (!j)
+        return;
+    struct save_wide *w = j->wide;
+    while (w && !(w->slot == slot && w->first == first))
+        w = w->next;
+    if (!w) {
+        if (!(w = wide_new(h, j, obj)))
+            return;
+        w->slot = slot;
+        w->first = first;
+        w->next = j->wide;
+        j->wide = w;
+    }
+    if (w->rec.obj != obj || k > w->rec.n || n > w->rec.n - k)
+        return; /* forged: the commit will find it short */
+    for (uint64_t i = 0; i < n; i++)
+        w->rec.f[k + i] = (uintptr_t)atomic_load_explicit(
+            &ring[(at + i) % LAYOUT_URS_SIZE], memory_order_relaxed);
+    w->have += n;
+}
+
+void save_take_commit(struct heap *h, unsigned slot, uintptr_t obj,
+                      uint64_t first)
+{
+    ASSERT_LOCK_HELD(&h->lock);
+    struct save_job *j = h->saving;
+    if (!j)
+        return;
+    struct save_wide **pw = &j->wide;
+    while (*pw && !((*pw)->slot == slot && (*pw)->first == first))
+        pw = &(*pw)->next;
+    struct save_wide *w = *pw;
+    if (!w || w->rec.obj != obj)
+        return;
+    *pw = w->next;
+    j->res.records++;
+    if (w->have == w->rec.n)
+        rec_insert(j, &w->rec, sizeof *w + w->rec.n * sizeof w->rec.f[0]);
+    /* a short one stays counted in rec_bytes, as forged memory would */
 }
 
 /* Drain every ring into the records, as the loop thread would. */
@@ -379,6 +488,11 @@ static int put(struct save_job *j, const void *p, size_t n)
 
 static int put64(struct save_job *j, uint64_t v)
 {
+    if (j->used + 8 <= SAVE_CHUNK_MAX) { /* the common case, in line */
+        save_put64(j->buf + j->used, v);
+        j->used += 8;
+        return j->used == SAVE_CHUNK_MAX ? flush(j) : 0;
+    }
     uint8_t b[8];
     save_put64(b, v);
     return put(j, b, 8);
@@ -454,13 +568,16 @@ static int refs_room(struct save_job *j, size_t n)
  * the snapshot, and push the objects it referenced then. */
 static int save_object(struct save_job *j, const struct save_found *fo)
 {
-    struct heap *h = j->h;
     struct valid_ref ref;
     uintptr_t obj = fo->obj;
     _Atomic uint64_t *hp = (_Atomic uint64_t *)obj - 1;
     void *_Atomic *f = (void *_Atomic *)obj;
     uint64_t h1 = atomic_load_explicit(hp, memory_order_acquire);
-    uint64_t hdr = validate_ref(h, obj, &ref) ? validate_header(&ref) : 0;
+    /* its block is as found: nothing is freed or moved before the sweep;
+     * its header is read again, and must still fit it */
+    ref.block_size = fo->block & SAVE_BLOCK_BYTES_MASK;
+    ref.obj = obj;
+    uint64_t hdr = validate_header(&ref);
     uint64_t nrefs = layout_header_nrefs(hdr);
     uint64_t nbytes = layout_header_nbytes(hdr);
     bool as_read = fo->as_read;
@@ -468,27 +585,23 @@ static int save_object(struct save_job *j, const struct save_found *fo)
     if (rc < 0)
         return rc;
     if (!hdr) {
-        /* a client rewrote its mark or header since it was found: an
-         * empty object in its block keeps the file's references whole */
+        /* a client rewrote its header since it was found: an empty
+         * object in its block keeps the file's references whole */
         j->res.bad_refs++;
         nbytes = 0;
     }
     bool clean = layout_header_tag(h1) != j->epoch;
     if (clean) {
+        /* acquire: a write's store to a field is a release after its
+         * tag (Note [Saving under the barrier]), so a field read new
+         * shows the tag below */
         for (uint64_t k = 0; k < nrefs; k++)
             j->refs[k] = (uintptr_t)atomic_load_explicit(&f[k],
-                                                         memory_order_relaxed);
-        /* a write's store to a field follows its tag (Note [Saving under
-         * the barrier]) */
-        atomic_thread_fence(memory_order_acquire);
+                                                         memory_order_acquire);
         clean = layout_header_tag(atomic_load_explicit(
                     hp, memory_order_relaxed)) != j->epoch;
-        if (clean && nrefs + LAYOUT_URS_RECORD > LAYOUT_URS_SIZE) {
-            j->res.inexact++; /* too wide to stage: written unseen */
-            as_read = true;
-        } else if (clean) {
+        if (clean)
             as_read = false; /* as at the snapshot, whatever led here */
-        }
     }
     if (!clean) {
         struct save_rec *r = rec_wait(j, obj, fo->as_read);
@@ -554,7 +667,7 @@ static int save_end(struct save_job *j)
 }
 
 /* Sync the file, give it its name, sync its directory. */
-static int save_commit(struct save_job *j)
+static int save_commit_(struct save_job *j)
 {
     const char *what = "syncing";
     /* a save is answered only once its file and name are on disk */
@@ -583,6 +696,14 @@ fail:
     rc = -errno;
     snprintf(j->res.why, sizeof j->res.why, "%s %.300s: %s", what, j->tmp,
              strerror(-rc));
+    return rc;
+}
+
+static int save_commit(struct save_job *j)
+{
+    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    int rc = save_commit_(j);
+    j->res.sync_ns = now_ns(CLOCK_MONOTONIC) - t0;
     return rc;
 }
 

@@ -26,6 +26,7 @@ struct save_result {
     uint64_t records;        /* save records the writers logged */
     uint64_t record_bytes_max; /* the memory they held at the end */
     uint64_t ns;             /* from the snapshot to the file's fsync */
+    uint64_t sync_ns;        /* of which syncing and renaming it */
 };
 
 /* The loop thread asks for a save of H into PATH, written as TMP (opened
@@ -50,6 +51,16 @@ bool save_finish(struct heap *h);
  * RING[AT..] (wrapping at LAYOUT_URS_SIZE). */
 void save_take_record(struct heap *h, uintptr_t obj, void *_Atomic *ring,
                       uint64_t at, uint64_t n);
+
+/* mark_urs, heap->lock held: a chunk of a wide object's record (Note
+ * [Saving under the barrier] in client/barrier.c), N fields from field K
+ * at RING[AT..], of the chunks that began at ring position FIRST of
+ * SLOT; and the commit of those chunks. */
+void save_take_chunk(struct heap *h, unsigned slot, uintptr_t obj,
+                     uint64_t first, uint64_t k, void *_Atomic *ring,
+                     uint64_t at, uint64_t n);
+void save_take_commit(struct heap *h, unsigned slot, uintptr_t obj,
+                      uint64_t first);
 
 /* Free what a closing heap still holds of saves. */
 void save_discard(struct heap *h);
