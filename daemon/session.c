@@ -1044,6 +1044,38 @@ static int handle_collect(struct conn *c, uint64_t seq,
     return reply_collect_done(c, h, seq);
 }
 
+/* heapctl save and load: a privileged peer (heapd reads or writes the
+ * file with its own rights), a heap it serves, an absolute PATH of under
+ * MAX bytes, and room for one more request waiting for a cycle.  Returns
+ * 1 with *H and SHOWN (the heap's name, escaped: 4 * CONFIG_HEAP_NAME_MAX
+ * + 1 bytes), or what answering with an error returned. */
+static int file_request_ok(struct conn *c, uint64_t seq, const char *verb,
+                           const char *heap, const char *path, size_t max,
+                           char *shown, struct heap **h)
+{
+    struct daemon *d = c->d;
+    int rc;
+    log_escape(shown, 4 * CONFIG_HEAP_NAME_MAX + 1, heap ? heap : "");
+    if (!c->privileged) {
+        d->requests_refused++;
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_DENIED,
+                                "uid %u may not %s heap '%s': only root "
+                                "or heapd's own user may", c->peer.uid,
+                                verb, shown);
+    }
+    if (!(*h = daemon_find_heap(d, heap ? heap : "")))
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
+                                "heapd serves no heap named '%s'", shown);
+    if (path[0] != '/' || strlen(path) >= max)
+        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
+                                "%s heap '%s': the file must be an "
+                                "absolute path of under %zu bytes", verb,
+                                shown, max);
+    if (!may_defer(c, seq, &rc))
+        return rc;
+    return 1;
+}
+
 /* ---- heapctl save (Note [Saving a heap at a snapshot] in save.c) ---- */
 
 static int reply_save(struct conn *c, struct heap *h, uint64_t seq,
@@ -1087,28 +1119,12 @@ static int reply_save(struct conn *c, struct heap *h, uint64_t seq,
 static int handle_save(struct conn *c, uint64_t seq,
                        const Heapd__SaveRequest *r)
 {
-    struct daemon *d = c->d;
     char shown[4 * CONFIG_HEAP_NAME_MAX + 1], why[640], tmp[4200];
     const char *path = r->path ? r->path : "";
-    log_escape(shown, sizeof shown, r->heap ? r->heap : "");
-    if (!c->privileged) {
-        d->requests_refused++;
-        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_DENIED,
-                                "uid %u may not save heap '%s': only root "
-                                "or heapd's own user may", c->peer.uid,
-                                shown);
-    }
-    struct heap *h = daemon_find_heap(d, r->heap ? r->heap : "");
-    if (!h)
-        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
-                                "heapd serves no heap named '%s'", shown);
-    if (path[0] != '/' || strlen(path) >= CONFIG_PATH_MAX - 16)
-        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
-                                "save heap '%s': the file must be an "
-                                "absolute path of under %d bytes", shown,
-                                CONFIG_PATH_MAX - 16);
-    int rc;
-    if (!may_defer(c, seq, &rc))
+    struct heap *h;
+    int rc = file_request_ok(c, seq, "save", r->heap, path,
+                             CONFIG_PATH_MAX - 16, shown, &h);
+    if (rc != 1)
         return rc;
     /* a name of its own beside PATH: no other save's file is touched */
     snprintf(tmp, sizeof tmp, "%s.partial-XXXXXX", path);
@@ -1169,28 +1185,12 @@ static int reply_load(struct conn *c, struct heap *h, uint64_t seq,
 static int handle_load(struct conn *c, uint64_t seq,
                        const Heapd__LoadRequest *r)
 {
-    struct daemon *d = c->d;
     char shown[4 * CONFIG_HEAP_NAME_MAX + 1], why[1100];
     const char *path = r->path ? r->path : "";
-    log_escape(shown, sizeof shown, r->heap ? r->heap : "");
-    if (!c->privileged) {
-        d->requests_refused++;
-        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_DENIED,
-                                "uid %u may not load heap '%s': only root "
-                                "or heapd's own user may", c->peer.uid,
-                                shown);
-    }
-    struct heap *h = daemon_find_heap(d, r->heap ? r->heap : "");
-    if (!h)
-        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_NO_SUCH_HEAP,
-                                "heapd serves no heap named '%s'", shown);
-    if (path[0] != '/' || strlen(path) >= CONFIG_PATH_MAX)
-        return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
-                                "load heap '%s': the file must be an "
-                                "absolute path of under %d bytes", shown,
-                                CONFIG_PATH_MAX);
-    int rc;
-    if (!may_defer(c, seq, &rc))
+    struct heap *h;
+    int rc = file_request_ok(c, seq, "load", r->heap, path, CONFIG_PATH_MAX,
+                             shown, &h);
+    if (rc != 1)
         return rc;
     if (h->loading || !load_heap_empty(h, why, sizeof why))
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
