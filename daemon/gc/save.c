@@ -755,6 +755,7 @@ nomem:
 static void *saver_main(void *arg)
 {
     struct save_job *j = arg;
+    pthread_setname_np(pthread_self(), "heapd-save");
     j->res.rc = save_run(j);
     if (j->res.rc < 0 && !j->res.why[0])
         snprintf(j->res.why, sizeof j->res.why, "%s",
