@@ -1045,6 +1045,7 @@ void collector_join(struct heap *h)
     gc->quit = true;
     pthread_cond_signal(&gc->cv);
     hd_mutex_unlock(&gc->mu);
+    save_abort(h); /* a stop does not wait for a save to end */
     pthread_join(gc->thread, NULL);
     h->gc = NULL;
     hd_mutex_destroy(&gc->mu);

@@ -120,6 +120,7 @@ struct save_job {
     size_t used;
     uint64_t data_bytes;     /* DATA payload written */
     bool gave_up;            /* Note [Saving a heap at a snapshot] */
+    _Atomic bool abort;      /* save_abort */
     struct save_result res;
 };
 
@@ -739,6 +740,11 @@ static int save_run(struct save_job *j)
         return rc;
     while (j->sp > 0) {
         struct save_found fo = j->stack[--j->sp];
+        if (atomic_load_explicit(&j->abort, memory_order_relaxed)) {
+            snprintf(j->res.why, sizeof j->res.why, "heapd is stopping; "
+                     "save again once it runs");
+            return -ECANCELED;
+        }
         if ((rc = save_object(j, &fo)) < 0)
             goto nomem;
     }
@@ -820,6 +826,14 @@ bool save_finish(struct heap *h)
                   j->res.why);
     job_free(j);
     return true;
+}
+
+void save_abort(struct heap *h)
+{
+    heap_lock(h);
+    if (h->saving)
+        atomic_store(&h->saving->abort, true);
+    heap_unlock(h);
 }
 
 void save_discard(struct heap *h)

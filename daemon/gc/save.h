@@ -62,6 +62,10 @@ void save_take_chunk(struct heap *h, unsigned slot, uintptr_t obj,
 void save_take_commit(struct heap *h, unsigned slot, uintptr_t obj,
                       uint64_t first);
 
+/* heapd is stopping: a save of H that runs ends at its next object,
+ * failed, its file removed (a stop would otherwise wait for it). */
+void save_abort(struct heap *h);
+
 /* Free what a closing heap still holds of saves. */
 void save_discard(struct heap *h);
 
