@@ -299,7 +299,8 @@ void barrier_log_captured(heapd_mutator *m, void *ref)
  * marking has them whatever happens next), all naming the ring position
  * the first began at; the writer whose swap sets the tag then publishes a
  * commit naming that position, and heapd takes those chunks, and only
- * those, as the object's record.
+ * those, as the object's record (a mutator builds one at a time, its
+ * chunks in order: anything else drops what it had built).
  */
 static bool barrier_saving(const heapd_mutator *m)
 {

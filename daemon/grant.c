@@ -12,6 +12,7 @@
 #include "log.h"
 #include "mark.h"
 #include "safepoint.h"
+#include "save.h"
 #include "slotmem.h"
 #include "table.h"
 #include "workers.h"
@@ -119,6 +120,7 @@ void grant_free_slot(struct heap *h, uint64_t slots[2], unsigned slot, int fd)
     ASSERT_LOCK_HELD(&h->lock);
     mark_urs(h, h->marking, slot);
     mark_staged(h, h->marking, slot); /* a writer that died in its barrier */
+    save_slot_freed(h, slot);
     collector_retire_slot(h, slot);
     struct heap_slot_owner *o = &h->owners[slot];
     /* Note [Young objects]: its statistics words stay counted; its young

@@ -1143,6 +1143,7 @@ static int handle_save(struct conn *c, uint64_t seq,
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
                                 "%s", why);
     }
+    collector_request(h); /* even if the answer cannot wait */
     defer_id(c, h, seq, PENDING_SAVE, NULL, 0, (uint64_t)id);
     return 0;
 }
@@ -1155,9 +1156,9 @@ static int reply_load(struct conn *c, struct heap *h, uint64_t seq,
     struct load_outcome o = {0};
     bool have;
     heap_lock(h);
-    have = h->load_last && h->load_last->id == id;
+    have = h->load_last && h->load_last[id % LOAD_OUTCOMES].id == id;
     if (have)
-        o = *h->load_last;
+        o = h->load_last[id % LOAD_OUTCOMES];
     heap_unlock(h);
     if (!have)
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_INTERNAL,
@@ -1217,6 +1218,9 @@ static int handle_load(struct conn *c, uint64_t seq,
                                 "%s", why);
     }
     h->loading = (uint64_t)id;
+    /* a cycle runs it even if the answer cannot wait (no memory): the
+     * heap is closed to mutators until it has */
+    collector_request(h);
     defer_id(c, h, seq, PENDING_LOAD, NULL, 0, (uint64_t)id);
     return 0;
 }
@@ -1250,7 +1254,8 @@ void session_cycle_done(struct heap *h, void *daemon)
      * load asked for has run */
     if (h->loading) {
         heap_lock(h);
-        if (h->load_last && h->load_last->id == h->loading)
+        if (h->load_last &&
+            h->load_last[h->loading % LOAD_OUTCOMES].id == h->loading)
             h->loading = 0;
         heap_unlock(h);
     }

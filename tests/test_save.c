@@ -542,7 +542,9 @@ static char hold[64];
  * its own ring every save record a client can get wrong: a count past the
  * ring, a record of no object, one of its own object with a wrong count
  * and garbage fields, the same again, one of another client's object (the
- * list's head) with garbage fields, and last one cut short by the head. */
+ * list's head) with garbage fields, wide records' chunks short,
+ * out of place, too long or begun 1,000 times, and last a record cut
+ * short by the head. */
 static void forge(heapd_mutator *m, void *arg)
 {
     int done = (int)(intptr_t)arg;
@@ -558,18 +560,33 @@ static void forge(heapd_mutator *m, void *arg)
              atomic_load(&ctl->save_epoch) == atomic_load(&ctl->epoch)))
         if (harness_now_ms() > end)
             _exit(6);
+    const uintptr_t saved = (uintptr_t)mine | LAYOUT_URS_SAVED;
     uintptr_t w[] = {
         0x1000 | LAYOUT_URS_SAVED, 100000,
         (HARNESS_HEAP_BASE + 64) | LAYOUT_URS_SAVED, 1, 0xdead0,
-        (uintptr_t)mine | LAYOUT_URS_SAVED, 5, 0xbad0, 0xbad8, 8, 16, 24,
-        (uintptr_t)mine | LAYOUT_URS_SAVED, 2, 0xbee0, 0xbee8,
+        saved, 5, 0xbad0, 0xbad8, 8, 16, 24,
+        saved, 2, 0xbee0, 0xbee8,
         list | LAYOUT_URS_SAVED, 1, 0xfeed0,
-        (uintptr_t)mine | LAYOUT_URS_SAVED, 40, 0, 0,
+        /* chunks (Note [Saving under the barrier]): one short and
+         * committed, one out of place, one past its object */
+        saved, LAYOUT_URS_CHUNK | 1, 777, 0, 0x1230,
+        saved, LAYOUT_URS_COMMIT | 777,
+        saved, LAYOUT_URS_CHUNK | 1, 888, 5, 0x4560,
+        saved, LAYOUT_URS_CHUNK | 3, 999, 0, 1, 2, 3,
+        saved, LAYOUT_URS_COMMIT | 999,
+        saved, LAYOUT_URS_CHUNK | 100000, 1, 0,
     };
-    uint64_t head = atomic_load(&s->urs_head);
+    /* and 1,000 empty chunks, each a wide record begun anew */
+    uint64_t head = atomic_load(&s->urs_head), at = head;
+    for (uintptr_t k = 0; k < 1000; k++) {
+        uintptr_t c[4] = {saved, LAYOUT_URS_CHUNK, 5000 + k, 0};
+        for (int i = 0; i < 4; i++)
+            atomic_store(&s->urs[at++ % LAYOUT_URS_SIZE], (void *)c[i]);
+    }
     size_t n = sizeof w / sizeof w[0];
     for (size_t k = 0; k < n; k++)
-        atomic_store(&s->urs[(head + k) % LAYOUT_URS_SIZE], (void *)w[k]);
+        atomic_store(&s->urs[(at + k) % LAYOUT_URS_SIZE], (void *)w[k]);
+    n += at - head;
     atomic_store(&s->urs_head, head + n);
     if (write(done, "f", 1) != 1)
         _exit(7);

@@ -176,7 +176,7 @@ struct heap {
     struct save_result *save_last;   /* the last ones' outcomes, by id */
     /* Note [Loading a saved heap] in load.c: heapctl load; heap->lock */
     struct load_job *load_asked;     /* for the collector to run */
-    struct load_outcome *load_last;  /* the last one's outcome */
+    struct load_outcome *load_last;  /* the last ones' outcomes, by id */
     uint64_t loading;                /* loop thread: the id of the load
                                         asked for and not answered, 0 */
 };

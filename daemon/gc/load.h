@@ -26,7 +26,9 @@ int load_heap(struct heap *h, int fd, const char *path,
               struct load_result *out, char *why, size_t n);
 
 /* heapctl load: what the loop thread asks of the collector thread, which
- * loads before its next cycle (the heap idle, no client let in). */
+ * loads before its next cycle (the heap idle, no client let in); the
+ * outcome is heap->load_last[id % LOAD_OUTCOMES]. */
+#define LOAD_OUTCOMES 4
 struct load_outcome {
     uint64_t id;
     int rc;

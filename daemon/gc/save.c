@@ -38,7 +38,6 @@
 #include "save.h"
 
 #include <errno.h>
-#include <stddef.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <pthread.h>
@@ -64,8 +63,15 @@
 struct save_rec {
     uintptr_t obj;
     uint64_t n;
+    uint64_t first;          /* a wide one: where its chunks began */
+    uint64_t have;           /* ... and the fields they brought, in order */
     uintptr_t f[];
 };
+
+static size_t rec_size(uint64_t n)
+{
+    return sizeof(struct save_rec) + n * sizeof(uintptr_t);
+}
 
 /* An object the saver found: where, its block as the file says it (kind
  * and bytes, Note [Saved heap files]) and whether it was found through
@@ -80,16 +86,6 @@ struct save_found {
 struct save_global {
     char name[LAYOUT_GLOBAL_NAME];
     uintptr_t value;
-};
-
-/* A wide object's record, chunk by chunk, until its commit (Note
- * [Saving under the barrier]). */
-struct save_wide {
-    struct save_wide *next;
-    unsigned slot;
-    uint64_t first;          /* where its chunks began in SLOT's ring */
-    uint64_t have;           /* fields received */
-    struct save_rec rec;     /* and its fields */
 };
 
 struct save_job {
@@ -107,7 +103,9 @@ struct save_job {
     struct save_rec **recs;
     size_t rec_cap, rec_n;
     uint64_t rec_bytes;      /* what the records hold */
-    struct save_wide *wide;  /* records still in chunks */
+    /* per slot, the wide record its chunks are building (Note [Saving
+     * under the barrier]): a mutator builds one at a time */
+    struct save_rec *wide[LAYOUT_MAX_MUTATORS];
     /* the saver's own */
     uint64_t *visited;
     size_t visited_bytes;
@@ -138,11 +136,8 @@ static void job_free(struct save_job *j)
     for (size_t k = 0; k < j->rec_cap; k++)
         free(j->recs ? j->recs[k] : NULL);
     free(j->recs);
-    while (j->wide) {
-        struct save_wide *w = j->wide;
-        j->wide = w->next;
-        free(w);
-    }
+    for (unsigned k = 0; k < LAYOUT_MAX_MUTATORS; k++)
+        free(j->wide[k]);
     if (j->visited)
         munmap(j->visited, j->visited_bytes);
     free(j->stack);
@@ -234,34 +229,58 @@ static bool rec_grow(struct save_job *j)
     return true;
 }
 
-/* With heap->lock held: R becomes its object's record, unless it has
- * one (one per object and cycle: another is forged); R is freed then, or
- * if there is no memory (the object will be copied as read).  WIDE: R is
- * the record of a struct save_wide of that many bytes, already counted,
- * which goes with it. */
-static void rec_insert(struct save_job *j, struct save_rec *r, size_t wide)
+/* With heap->lock held: R (counted in rec_bytes) becomes its object's
+ * record, unless it has one (one per object and cycle: another is
+ * forged) or there is no memory (the object will be copied as read); R is
+ * freed then. */
+static void rec_insert(struct save_job *j, struct save_rec *r)
 {
-    void *block = wide ? (char *)r - offsetof(struct save_wide, rec)
-                       : (void *)r;
     size_t k;
     if (((j->rec_n + 1) * 2 > j->rec_cap && !rec_grow(j)) ||
         j->recs[k = rec_slot(j, r->obj)]) {
-        free(block);
+        j->rec_bytes -= rec_size(r->n);
+        free(r);
         return;
-    }
-    if (wide) { /* the table holds save_recs: copy the fields out */
-        struct save_rec *own = malloc(sizeof *own + r->n * sizeof r->f[0]);
-        if (!own) {
-            free(block);
-            return;
-        }
-        memcpy(own, r, sizeof *own + r->n * sizeof r->f[0]);
-        free(block);
-        r = own;
     }
     j->recs[k] = r;
     j->rec_n++;
-    j->res.record_bytes_max = j->rec_bytes;
+    if (j->rec_bytes > j->res.record_bytes_max)
+        j->res.record_bytes_max = j->rec_bytes;
+}
+
+/* With heap->lock held: a record of OBJ's fields, if OBJ is an object and
+ * it stays within the bound (NULL otherwise), counted; N: the fields it
+ * must have (UINT64_MAX: its own). */
+static struct save_rec *rec_new(struct heap *h, struct save_job *j,
+                                uintptr_t obj, uint64_t n)
+{
+    struct valid_ref ref;
+    if (!validate_ref(h, obj, &ref))
+        return NULL;
+    uint64_t nrefs = layout_header_nrefs(validate_header(&ref));
+    /* a record is kept only for an object of that many fields, and
+     * within its bound: a client that forges records grows heapd's
+     * memory no further (its objects are then copied as read) */
+    if ((n != UINT64_MAX && n != nrefs) ||
+        j->rec_bytes + rec_size(nrefs) >
+            h->cfg->max_size / SAVE_RECORDS_SHARE)
+        return NULL;
+    struct save_rec *r = malloc(rec_size(nrefs));
+    if (!r)
+        return NULL;
+    r->obj = obj;
+    r->n = nrefs;
+    r->first = r->have = 0;
+    j->rec_bytes += rec_size(nrefs);
+    return r;
+}
+
+static void rec_drop(struct save_job *j, struct save_rec *r)
+{
+    if (r) {
+        j->rec_bytes -= rec_size(r->n);
+        free(r);
+    }
 }
 
 void save_take_record(struct heap *h, uintptr_t obj, void *_Atomic *ring,
@@ -269,50 +288,14 @@ void save_take_record(struct heap *h, uintptr_t obj, void *_Atomic *ring,
 {
     ASSERT_LOCK_HELD(&h->lock);
     struct save_job *j = h->saving;
-    struct valid_ref ref;
-    if (!j)
-        return;
-    /* a record is kept only for an object of that many fields, and
-     * within its bound: a client that forges records grows heapd's
-     * memory no further (its objects are then copied as read) */
-    uint64_t bytes = sizeof(struct save_rec) + n * sizeof(uintptr_t);
-    if (!validate_ref(h, obj, &ref) ||
-        layout_header_nrefs(validate_header(&ref)) != n ||
-        j->rec_bytes + bytes > h->cfg->max_size / SAVE_RECORDS_SHARE)
+    struct save_rec *r;
+    if (!j || !(r = rec_new(h, j, obj, n)))
         return;
     j->res.records++;
-    struct save_rec *r = malloc(bytes);
-    if (!r)
-        return;
-    r->obj = obj;
-    r->n = n;
     for (uint64_t i = 0; i < n; i++)
         r->f[i] = (uintptr_t)atomic_load_explicit(
             &ring[(at + i) % LAYOUT_URS_SIZE], memory_order_relaxed);
-    j->rec_bytes += bytes;
-    rec_insert(j, r, 0);
-}
-
-/* With heap->lock held: a wide record of OBJ's N fields (NULL: refused
- * as save_take_record refuses), counted against the bound. */
-static struct save_wide *wide_new(struct heap *h, struct save_job *j,
-                                  uintptr_t obj)
-{
-    struct valid_ref ref;
-    if (!validate_ref(h, obj, &ref))
-        return NULL;
-    uint64_t n = layout_header_nrefs(validate_header(&ref));
-    uint64_t bytes = sizeof(struct save_wide) + n * sizeof(uintptr_t);
-    if (n == 0 ||
-        j->rec_bytes + bytes > h->cfg->max_size / SAVE_RECORDS_SHARE)
-        return NULL;
-    struct save_wide *w = calloc(1, bytes);
-    if (!w)
-        return NULL;
-    w->rec.obj = obj;
-    w->rec.n = n;
-    j->rec_bytes += bytes;
-    return w;
+    rec_insert(j, r);
 }
 
 void save_take_chunk(struct heap *h, unsigned slot, uintptr_t obj,
@@ -321,23 +304,29 @@ void save_take_chunk(struct heap *h, unsigned slot, uintptr_t obj,
 {
     ASSERT_LOCK_HELD(&h->lock);
     struct save_job *j = h->saving;
-    if (!j)
+    if (!j || slot >= LAYOUT_MAX_MUTATORS)
         return;
-    struct save_wide *w = j->wide;
-    while (w && !(w->slot == slot && w->first == first))
-        w = w->next;
-    if (!w) {
-        if (!(w = wide_new(h, j, obj)))
-            return;
-        w->slot = slot;
-        w->first = first;
-        w->next = j->wide;
-        j->wide = w;
+    struct save_rec *w = j->wide[slot];
+    /* a mutator builds one wide record at a time: another one's chunks
+     * end the one before (a writer that lost, or died) */
+    if (w && (w->first != first || w->obj != obj)) {
+        rec_drop(j, w);
+        w = j->wide[slot] = NULL;
     }
-    if (w->rec.obj != obj || k > w->rec.n || n > w->rec.n - k)
-        return; /* forged: the commit will find it short */
+    if (!w) {
+        if (k != 0 || !(w = rec_new(h, j, obj, UINT64_MAX)))
+            return;
+        w->first = first;
+        j->wide[slot] = w;
+    }
+    /* in order, each once: a chunk out of place makes the record short */
+    if (k != w->have || n > w->n - k) {
+        rec_drop(j, w);
+        j->wide[slot] = NULL;
+        return;
+    }
     for (uint64_t i = 0; i < n; i++)
-        w->rec.f[k + i] = (uintptr_t)atomic_load_explicit(
+        w->f[k + i] = (uintptr_t)atomic_load_explicit(
             &ring[(at + i) % LAYOUT_URS_SIZE], memory_order_relaxed);
     w->have += n;
 }
@@ -347,19 +336,28 @@ void save_take_commit(struct heap *h, unsigned slot, uintptr_t obj,
 {
     ASSERT_LOCK_HELD(&h->lock);
     struct save_job *j = h->saving;
-    if (!j)
+    if (!j || slot >= LAYOUT_MAX_MUTATORS)
         return;
-    struct save_wide **pw = &j->wide;
-    while (*pw && !((*pw)->slot == slot && (*pw)->first == first))
-        pw = &(*pw)->next;
-    struct save_wide *w = *pw;
-    if (!w || w->rec.obj != obj)
+    struct save_rec *w = j->wide[slot];
+    if (!w || w->first != first || w->obj != obj)
         return;
-    *pw = w->next;
+    j->wide[slot] = NULL;
+    if (w->have != w->n) {
+        rec_drop(j, w);
+        return;
+    }
     j->res.records++;
-    if (w->have == w->rec.n)
-        rec_insert(j, &w->rec, sizeof *w + w->rec.n * sizeof w->rec.f[0]);
-    /* a short one stays counted in rec_bytes, as forged memory would */
+    rec_insert(j, w);
+}
+
+void save_slot_freed(struct heap *h, unsigned slot)
+{
+    ASSERT_LOCK_HELD(&h->lock);
+    struct save_job *j = h->saving;
+    if (j && slot < LAYOUT_MAX_MUTATORS) {
+        rec_drop(j, j->wide[slot]); /* its next owner starts anew */
+        j->wide[slot] = NULL;
+    }
 }
 
 /* Drain every ring into the records, as the loop thread would. */

@@ -61,6 +61,9 @@ void save_take_chunk(struct heap *h, unsigned slot, uintptr_t obj,
                      uint64_t at, uint64_t n);
 void save_take_commit(struct heap *h, unsigned slot, uintptr_t obj,
                       uint64_t first);
+/* heap->lock held: SLOT is freed; a wide record its chunks were building
+ * is dropped (the slot's next owner may begin at the same position). */
+void save_slot_freed(struct heap *h, unsigned slot);
 
 /* heapd is stopping: a save of H that runs ends at its next object,
  * failed, its file removed (a stop would otherwise wait for it). */
