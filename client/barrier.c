@@ -359,8 +359,9 @@ static void barrier_save_chunks(heapd_mutator *m, void *obj, uint64_t h)
     uint8_t epoch = (uint8_t)atomic_load(&m->ctl->epoch);
     uint64_t n = layout_header_nrefs(h), first = m->urs_head;
     for (uint64_t k = 0; k < n; k += LAYOUT_URS_CHUNK_FIELDS) {
-        uint64_t c = n - k < LAYOUT_URS_CHUNK_FIELDS ? n - k
-                                                      : LAYOUT_URS_CHUNK_FIELDS;
+        uint64_t c = n - k;
+        if (c > LAYOUT_URS_CHUNK_FIELDS)
+            c = LAYOUT_URS_CHUNK_FIELDS;
         if (!urs_room(m, c + LAYOUT_URS_CHUNK_HEAD))
             return; /* marking is over: nothing to log */
         /* another writer won meanwhile: these chunks are never committed */

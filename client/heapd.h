@@ -989,8 +989,8 @@ typedef struct heapd_save_info {
 } heapd_save_info;
 
 /* Save HEAP (heapctl save) to PATH, an absolute path heapd itself writes
- * (as PATH.partial, synced, then renamed), as it is at the next cycle's
- * snapshot, while its clients go on; returns once the file is synced,
+ * (as PATH.partial-XXXXXX, synced, then renamed), as it is at the next
+ * cycle's snapshot, while its clients go on; returns once the file is synced,
  * with *OUT (may be NULL) filled.  0, HEAPD_ENOHEAP, HEAPD_EDENIED (only
  * root and heapd's own user may), HEAPD_EBUSY (a save of HEAP runs),
  * HEAPD_EINVAL (a relative path), HEAPD_EPROTO (the save failed: the
