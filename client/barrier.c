@@ -16,6 +16,10 @@
  *                                   (or seen marked: Note [Filtering the
  *                                   barrier]).
  *
+ * (In a save's cycle the writer that sets the tag publishes its log just
+ * after: Note [Saving under the barrier], which says how the gap is
+ * closed when it dies in it.)
+ *
  * It holds across processes racing on one object because a writer sets the
  * tag only after logging, with a compare-and-swap on the header: a writer
  * that sees the tag unset logs before it writes; a writer that sees it set
@@ -42,7 +46,8 @@
  * Note [Update remembered set]
  * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
  * Each mutator slot holds a ring of LAYOUT_URS_SIZE references in shared
- * memory.  The mutator appends at urs_head; the daemon consumes up to the
+ * memory (in a save's cycle, save records too: Note [Saving under the
+ * barrier]).  The mutator appends at urs_head; the daemon consumes up to the
  * head and advances urs_tail.  When a quarter of a ring has accumulated,
  * the mutator sends UrsBatch{slot, head} through its client's agent thread
  * without waiting; the daemon's loop thread (and, between objects, the mark
@@ -117,7 +122,8 @@
  * instead (Yuasa's, as GHC uses for arrays): every write while marking
  * logs the value it overwrites.  That keeps the snapshot too (each field's
  * snapshot value is logged by the write that first replaces it); such an
- * object is never tagged dirty.  (BARRIER_WIDE is in client/barrier.h,
+ * object is tagged dirty only in a save's cycle (Note [Saving under the
+ * barrier]).  (BARRIER_WIDE is in client/barrier.h,
  * for the inline part of the barrier.)
  */
 
@@ -158,6 +164,48 @@ static void urs_wait_room(heapd_mutator *m, uint64_t need)
             break;
     }
     mutator_wait_end(m);
+}
+
+/* Room for NEED entries in M's ring, waiting for it (Note [Straddling a
+ * cycle]); false if marking ended or the connection went meanwhile. */
+static bool urs_room(heapd_mutator *m, uint64_t need)
+{
+    struct layout_mutator *s = m->slot;
+    if (m->urs_head - atomic_load_explicit(&s->urs_tail,
+                                           memory_order_acquire) +
+            need <= LAYOUT_URS_SIZE)
+        return true;
+    urs_wait_room(m, need);
+    return barrier_on(m) &&
+           m->urs_head - atomic_load(&s->urs_tail) + need <= LAYOUT_URS_SIZE;
+}
+
+/* Write the N words W and then the NFIELDS fields at FIELDS into M's
+ * ring from its head on, not yet published; returns how many. */
+static uint64_t urs_stage(heapd_mutator *m, const uintptr_t *w, uint64_t n,
+                          void *_Atomic *fields, uint64_t nfields)
+{
+    void *_Atomic *ring = m->slot->urs;
+    uint64_t at = m->urs_head;
+    for (uint64_t k = 0; k < n; k++)
+        atomic_store_explicit(&ring[(at + k) % LAYOUT_URS_SIZE],
+                              (void *)w[k], memory_order_relaxed);
+    for (uint64_t k = 0; k < nfields; k++)
+        atomic_store_explicit(
+            &ring[(at + n + k) % LAYOUT_URS_SIZE],
+            atomic_load_explicit(&fields[k], memory_order_relaxed),
+            memory_order_relaxed);
+    return n + nfields;
+}
+
+/* Publish the N entries staged at M's ring's head. */
+static void urs_commit(heapd_mutator *m, uint64_t n)
+{
+    m->urs_head += n;
+    atomic_store_explicit(&m->slot->urs_head, m->urs_head,
+                          memory_order_release);
+    if (m->urs_head - m->urs_notified >= LAYOUT_URS_SIZE / 4)
+        urs_notify(m);
 }
 
 /* Note [Filtering the barrier]
@@ -212,7 +260,6 @@ static bool marked_already(const heapd_mutator *m, const void *ref)
 /* Log REF, with TAG (0 or LAYOUT_URS_CAPTURED) in its low bits. */
 static void log_tagged(heapd_mutator *m, void *ref, uintptr_t tag)
 {
-    struct layout_mutator *s = m->slot;
     if (!ref || marked_already(m, ref)) /* Note [Filtering the barrier] */
         return;
     /* the ring is not ours any more, and nobody marks: Note [A dead
@@ -220,23 +267,13 @@ static void log_tagged(heapd_mutator *m, void *ref, uintptr_t tag)
      * the phase MARK for good, and every write here) */
     if (mutator_orphaned(m))
         return;
-    if (m->urs_head - atomic_load_explicit(&s->urs_tail, memory_order_acquire)
-        >= LAYOUT_URS_SIZE) {
-        urs_wait_room(m, 1);
-        /* marking may have ended while this mutator waited: an entry now
-         * would only leak into the next cycle (Note [Straddling a cycle]) */
-        if (!barrier_on(m))
-            return;
-        if (m->urs_head - atomic_load(&s->urs_tail) >= LAYOUT_URS_SIZE)
-            return; /* connection gone */
-    }
-    atomic_store_explicit(&s->urs[m->urs_head % LAYOUT_URS_SIZE],
-                          (void *)((uintptr_t)ref | tag),
-                          memory_order_relaxed);
-    m->urs_head++;
-    atomic_store_explicit(&s->urs_head, m->urs_head, memory_order_release);
-    if (m->urs_head - m->urs_notified >= LAYOUT_URS_SIZE / 4)
-        urs_notify(m);
+    /* marking may have ended while this mutator waited: an entry now
+     * would only leak into the next cycle (Note [Straddling a cycle]); or
+     * the connection is gone */
+    if (!urs_room(m, 1))
+        return;
+    uintptr_t w = (uintptr_t)ref | tag;
+    urs_commit(m, urs_stage(m, &w, 1, NULL, 0));
 }
 
 void barrier_log(heapd_mutator *m, void *ref)
@@ -306,48 +343,6 @@ static bool barrier_saving(const heapd_mutator *m)
 {
     return atomic_load_explicit(&m->ctl->save_epoch, memory_order_relaxed) ==
            atomic_load_explicit(&m->ctl->epoch, memory_order_relaxed);
-}
-
-/* Room for NEED entries in M's ring, waiting for it (Note [Straddling a
- * cycle]); false if marking ended or the connection went meanwhile. */
-static bool urs_room(heapd_mutator *m, uint64_t need)
-{
-    struct layout_mutator *s = m->slot;
-    if (m->urs_head - atomic_load_explicit(&s->urs_tail,
-                                           memory_order_acquire) +
-            need <= LAYOUT_URS_SIZE)
-        return true;
-    urs_wait_room(m, need);
-    return barrier_on(m) &&
-           m->urs_head - atomic_load(&s->urs_tail) + need <= LAYOUT_URS_SIZE;
-}
-
-/* Write the N words W and then the NFIELDS fields at FIELDS into M's
- * ring from its head on, not yet published; returns how many. */
-static uint64_t urs_stage(heapd_mutator *m, const uintptr_t *w, uint64_t n,
-                          void *_Atomic *fields, uint64_t nfields)
-{
-    void *_Atomic *ring = m->slot->urs;
-    uint64_t at = m->urs_head;
-    for (uint64_t k = 0; k < n; k++)
-        atomic_store_explicit(&ring[(at + k) % LAYOUT_URS_SIZE],
-                              (void *)w[k], memory_order_relaxed);
-    for (uint64_t k = 0; k < nfields; k++)
-        atomic_store_explicit(
-            &ring[(at + n + k) % LAYOUT_URS_SIZE],
-            atomic_load_explicit(&fields[k], memory_order_relaxed),
-            memory_order_relaxed);
-    return n + nfields;
-}
-
-/* Publish the N entries staged at M's ring's head. */
-static void urs_commit(heapd_mutator *m, uint64_t n)
-{
-    m->urs_head += n;
-    atomic_store_explicit(&m->slot->urs_head, m->urs_head,
-                          memory_order_release);
-    if (m->urs_head - m->urs_notified >= LAYOUT_URS_SIZE / 4)
-        urs_notify(m);
 }
 
 /* Note [Saving under the barrier]: the record of OBJ, read as H, too wide

@@ -35,7 +35,6 @@
  */
 #include <assert.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -149,25 +148,16 @@ static void load_at_start(struct heap *h)
     const struct config_heap *cfg = h->cfg;
     char why[1024];
     struct load_result res;
-    int fd = open(cfg->load, O_RDONLY | O_CLOEXEC);
+    int fd = load_open(cfg->load, why, sizeof why);
     if (fd < 0) {
-        log_error("heap '%s': cannot open load = %s: %s; the heap starts "
-                  "empty", cfg->name, cfg->load, strerror(errno));
+        log_error("heap '%s': not loaded, the heap starts empty: heapd "
+                  "cannot read load = %s: %s", cfg->name, cfg->load, why);
         return;
     }
-    int rc = load_heap(h, fd, cfg->load, &res, why, sizeof why);
-    close(fd);
-    if (rc < 0) {
+    if (load_heap(h, fd, cfg->load, &res, why, sizeof why) < 0)
         log_error("heap '%s': not loaded, the heap starts empty: %s",
                   cfg->name, why);
-        return;
-    }
-    log_info("heap '%s': loaded %s: %llu objects (%llu bytes) and %llu "
-             "globals in %llu ms", cfg->name, cfg->load,
-             (unsigned long long)res.objects,
-             (unsigned long long)res.object_bytes,
-             (unsigned long long)res.globals,
-             (unsigned long long)(res.ns / 1000000));
+    close(fd);
 }
 
 /* Heap CFG into H: the one the service manager kept, if it proves

@@ -1198,18 +1198,13 @@ static int handle_load(struct conn *c, uint64_t seq,
                                 "load heap '%s': %s; a saved heap loads "
                                 "into an empty heap only", shown,
                                 h->loading ? "a load of it runs" : why);
-    /* O_NONBLOCK: a FIFO does not hold the loop thread up */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        int e = fd < 0 ? errno : EINVAL;
-        if (fd >= 0)
-            close(fd);
-        log_escape(why, sizeof why, path);
+    int fd = load_open(path, why, sizeof why);
+    if (fd < 0) {
+        char escaped[4 * CONFIG_PATH_MAX + 1];
         return conn_reply_error(c, seq, HEAPD__ERROR_CODE__ERROR_BAD_REQUEST,
                                 "load heap '%s': heapd cannot read %s: %s",
-                                shown, why, e == EINVAL ? "not a regular "
-                                "file" : strerror(e));
+                                shown, log_escape(escaped, sizeof escaped,
+                                                  path), why);
     }
     int64_t id = load_request(h, fd, path, why, sizeof why);
     if (id < 0) {
@@ -1218,6 +1213,9 @@ static int handle_load(struct conn *c, uint64_t seq,
                                 "%s", why);
     }
     h->loading = (uint64_t)id;
+    log_info("heap '%s': loading a saved heap for client %llu; mutators "
+             "are refused until it is loaded", h->cfg->name,
+             (unsigned long long)c->id);
     /* a cycle runs it even if the answer cannot wait (no memory): the
      * heap is closed to mutators until it has */
     collector_request(h);

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -382,6 +383,13 @@ START_TEST(damaged_files_are_refused_and_the_heap_stays_empty)
     spit(bad, b, n);
     refused(bad, "load it with the heapd that saved it, or a newer one");
 
+    /* no file there, and a directory (a FIFO would be refused alike,
+     * never opened for long) */
+    file_in_dir(bad, sizeof bad, "missing.save");
+    refused(bad, "No such file or directory");
+    refused("/tmp", "not a regular file");
+    file_in_dir(bad, sizeof bad, "bad.save");
+
     memcpy(b, h, sizeof h); /* and the file itself still loads */
     spit(bad, b, n);
     start_loading(bad);
@@ -603,6 +611,63 @@ static void *save_in_background(void *arg)
     return rc == 0 ? &si : NULL;
 }
 
+static void *load_in_background(void *arg)
+{
+    heapd_client *c = harness_connect_ok(D.sock, HEAPD_CONNECT_CONTROL);
+    int rc = heapd_heap_load(c, "default", arg, NULL);
+    heapd_disconnect(c);
+    return rc == 0 ? arg : NULL;
+}
+
+/* heapctl load closes the heap to mutators until it is loaded (the
+ * cycle after the load is held, so "until" lasts): one that connects
+ * meanwhile is refused saying so, and gets the loaded heap after. */
+START_TEST(a_mutator_waits_for_a_load)
+{
+    char file[256];
+    heapd_save_info si;
+    pthread_t t;
+    void *res;
+    start(NULL);
+    with_mutator(publish);
+    file_in_dir(file, sizeof file, "waits.save");
+    save_ok(file, &si);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+    snprintf(hold, sizeof hold, "/tmp/heapd-hold-%d", (int)getpid());
+    setenv("HEAPD_TEST_HOLD_MARKING", hold, 1);
+    start(NULL);
+    unsetenv("HEAPD_TEST_HOLD_MARKING");
+    FILE *f = fopen(hold, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    ck_assert_int_eq(pthread_create(&t, NULL, load_in_background, file), 0);
+    int64_t end = harness_now_ms() + HARNESS_WAIT_MS;
+    while (!harness_log_contains(&D, "loading a saved heap for client")) {
+        if (harness_now_ms() > end) {
+            unlink(hold);
+            ck_abort_msg("heapd never said it was loading");
+        }
+        sched_yield();
+    }
+    heapd_client *c;
+    heapd_connect_opts co = {.socket_path = D.sock};
+    int rc = heapd_connect(&c, &co);
+    const char *err = rc < 0 ? heapd_last_error() : "";
+    bool said = strstr(err, "is loading a saved heap") != NULL;
+    if (rc == 0)
+        heapd_disconnect(c);
+    unlink(hold);
+    ck_assert_int_eq(pthread_join(t, &res), 0);
+    ck_assert_msg(rc < 0 && said, "a mutator connected during the load "
+                  "(rc %d: %s)", rc, err);
+    ck_assert_msg(res != NULL, "the load failed");
+    with_mutator(check);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
 START_TEST(forged_save_records_cost_nobody_else)
 {
     char file[256];
@@ -734,6 +799,7 @@ static Suite *suite(void)
     tcase_add_test(t, crafted_files_are_refused_and_the_heap_stays_empty);
     tcase_add_test(t, heapctl_saves_and_loads);
     tcase_add_test(t, forged_save_records_cost_nobody_else);
+    tcase_add_test(t, a_mutator_waits_for_a_load);
     tcase_add_test(t, a_stop_during_a_save_leaves_no_partial_file);
     tcase_add_test(t, only_privileged_peers_save);
     suite_add_tcase(s, t);

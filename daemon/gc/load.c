@@ -32,13 +32,15 @@
 #include "load.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "globals.h"
 #include "heap.h"
 #include "log.h"
@@ -81,8 +83,8 @@ static int fail(struct reader *r, uint64_t off, const char *fmt, ...)
     return -EINVAL;
 }
 
-/* Read N bytes at the current offset; 0 at a clean end of file if
- * EOF_OK, else -EINVAL naming the truncation. */
+/* Read N bytes of WHAT at the current offset: 0, or -EINVAL naming the
+ * truncation, or a read's error. */
 static int read_in(struct reader *r, void *p, size_t n, const char *what)
 {
     size_t got = 0;
@@ -377,10 +379,12 @@ static int global_record(struct reader *r)
     if (r->res.globals == LAYOUT_MAX_GLOBALS)
         return fail(r, at, "more than %u globals: the file is damaged",
                     LAYOUT_MAX_GLOBALS);
+    char shown[4 * LAYOUT_GLOBAL_NAME + 1]; /* the file's bytes, for logs */
+    log_escape(shown, sizeof shown, name);
     for (unsigned g = 0; g < r->nglobals; g++)
         if (strcmp(r->names[g], name) == 0)
             return fail(r, at, "global '%s' twice: the file is damaged",
-                        name);
+                        shown);
     memcpy(r->names[r->nglobals++], name, len + 1);
     if (r->apply) {
         uint32_t idx;
@@ -392,7 +396,7 @@ static int global_record(struct reader *r)
                          (void *)(uintptr_t)value);
         heap_unlock(r->h);
         if (rc < 0)
-            return fail(r, at, "global '%s' cannot be set: %s", name,
+            return fail(r, at, "global '%s' cannot be set: %s", shown,
                         strerror(-rc));
     }
     r->res.globals++;
@@ -496,11 +500,13 @@ static int check_refs(struct reader *r)
     }
     for (unsigned g = 0; g < LAYOUT_MAX_GLOBALS; g++) {
         uintptr_t v = (uintptr_t)atomic_load(&h->control->global_values[g]);
+        char shown[4 * LAYOUT_GLOBAL_NAME + 1];
         if (h->globals[g].state == LAYOUT_GLOBAL_SET && v &&
             !(validate_ref(h, v, &ref) && validate_header(&ref)))
             return fail(r, 0, "global '%s' refers to 0x%lx, which the file "
                         "holds no object at: the file is damaged",
-                        h->globals[g].name, (unsigned long)v);
+                        log_escape(shown, sizeof shown, h->globals[g].name),
+                        (unsigned long)v);
     }
     return 0;
 }
@@ -532,8 +538,10 @@ bool load_heap_empty(struct heap *h, char *why, size_t n)
     } else {
         for (unsigned g = 0; g < LAYOUT_MAX_GLOBALS && empty; g++)
             if (h->globals[g].state != LAYOUT_GLOBAL_EMPTY) {
+                char shown[4 * LAYOUT_GLOBAL_NAME + 1];
                 snprintf(why, n, "heap '%s' has global '%s'", h->cfg->name,
-                         h->globals[g].name);
+                         log_escape(shown, sizeof shown,
+                                    h->globals[g].name));
                 empty = false;
             }
     }
@@ -541,11 +549,25 @@ bool load_heap_empty(struct heap *h, char *why, size_t n)
     return empty;
 }
 
+int load_open(const char *path, char *why, size_t n)
+{
+    struct stat st;
+    /* O_NONBLOCK: a FIFO named here does not hold heapd up */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+        return fd;
+    int e = fd < 0 ? errno : EINVAL;
+    if (fd >= 0)
+        close(fd);
+    snprintf(why, n, "%s", e == EINVAL ? "not a regular file"
+                                        : strerror(e));
+    return -e;
+}
+
 int load_heap(struct heap *h, int fd, const char *path,
               struct load_result *out, char *why, size_t n)
 {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0 = monotonic_ns();
     struct reader r = {.h = h, .fd = fd, .path = path, .why = why, .n = n};
     int rc;
     r.buf = malloc(SAVE_CHUNK_MAX);
@@ -561,10 +583,14 @@ int load_heap(struct heap *h, int fd, const char *path,
         unload(&r);
         goto out;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    r.res.ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
-               (uint64_t)t1.tv_nsec - (uint64_t)t0.tv_nsec;
+    r.res.ns = monotonic_ns() - t0;
     *out = r.res;
+    log_info("heap '%s': loaded %s: %llu objects (%llu bytes) and %llu "
+             "globals in %llu ms", h->cfg->name, path,
+             (unsigned long long)r.res.objects,
+             (unsigned long long)r.res.object_bytes,
+             (unsigned long long)r.res.globals,
+             (unsigned long long)(r.res.ns / 1000000));
 out:
     free(r.buf);
     free(r.taken);
@@ -628,13 +654,6 @@ void load_asked_run(struct heap *h)
                            sizeof out.why);
     if (out.rc < 0)
         log_error("heap '%s': not loaded: %s", h->cfg->name, out.why);
-    else
-        log_info("heap '%s': loaded %s: %llu objects (%llu bytes) and "
-                 "%llu globals in %llu ms", h->cfg->name, j->path,
-                 (unsigned long long)out.res.objects,
-                 (unsigned long long)out.res.object_bytes,
-                 (unsigned long long)out.res.globals,
-                 (unsigned long long)(out.res.ns / 1000000));
     heap_lock(h);
     /* by id: a load answered a cycle late still finds its own outcome */
     h->load_last[j->id % LOAD_OUTCOMES] = out;

@@ -17,11 +17,15 @@ struct load_result {
  * bytes) says what it holds. */
 bool load_heap_empty(struct heap *h, char *why, size_t n);
 
+/* Open PATH, a saved heap, for load_heap: its fd, or a negative errno
+ * with WHY (N bytes) saying why (not a regular file: -EINVAL). */
+int load_open(const char *path, char *why, size_t n);
+
 /* Load the saved heap FD (read from its start; PATH names it in
  * messages) into H, which is empty and idle and to which no client may
  * attach meanwhile.  Returns 0 with *OUT filled, or a negative errno
  * with WHY (N bytes) giving the file offset and the reason; H is then
- * empty again. */
+ * empty again.  A load is logged. */
 int load_heap(struct heap *h, int fd, const char *path,
               struct load_result *out, char *why, size_t n);
 

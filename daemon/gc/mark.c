@@ -940,9 +940,10 @@ static uint64_t poll_urs(struct mark_job *j)
 }
 
 /* Note [Saving under the barrier] in client/barrier.c: the save record
- * that begins at entry T of ring M (published up to HEAD) goes to the
- * saver, if a save runs, and its fields are marked, as the entries the
- * barrier logs otherwise would be.  A record cut by the head or of a count
+ * that begins at entry T of SLOT's ring (published up to HEAD) -- a whole
+ * record, a wide record's chunk, or the commit of its chunks -- goes to
+ * the saver, if a save runs, and its fields are marked, as the entries
+ * the barrier logs otherwise would be.  A record cut by the head or of a count
  * past the ring's size is the work of a client that writes its ring by
  * hand: counted as a bad reference, and its fields marked as entries.
  * Returns the last entry it consumed. */

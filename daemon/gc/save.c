@@ -29,11 +29,11 @@
  * one chunk of output, and the records of objects written during the save
  * (as a fork's copied pages are, for Redis' BGSAVE), up to an eighth of
  * the heap's max_size; a record is kept only for an object of its field
- * count.  A record the saver
- * waits for more than RECORD_WAIT_MS (its writer died between its swap
- * and its publishing, or is a client of a release without save records)
- * is given up: that object, and every later one without its record, is
- * copied as read and counted as inexact in the outcome.
+ * count.  A record the saver waits for more than RECORD_WAIT_MS (its
+ * writer died between its swap and its publishing, or is a client of a
+ * release without save records) is given up: that object, and every later
+ * one without its record, is copied as read and counted as inexact in the
+ * outcome.  A stop of heapd ends a save at its next object (save_abort).
  */
 #include "save.h"
 
@@ -50,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "heap.h"
 #include "log.h"
 #include "mark.h"
@@ -122,10 +123,10 @@ struct save_job {
     struct save_result res;
 };
 
-static uint64_t now_ns(int clock)
+static uint64_t realtime_ns(void)
 {
     struct timespec ts;
-    clock_gettime(clock, &ts);
+    clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
@@ -187,7 +188,7 @@ void save_snapshot(struct heap *h, uint8_t epoch)
     h->save_asked = NULL;
     h->saving = j;
     j->epoch = epoch;
-    j->t0 = now_ns(CLOCK_MONOTONIC);
+    j->t0 = monotonic_ns();
     j->res.id = j->id;
     for (unsigned i = 0; i < LAYOUT_MAX_GLOBALS; i++) {
         if (h->globals[i].state != LAYOUT_GLOBAL_SET)
@@ -396,8 +397,8 @@ static struct save_rec *rec_wait(struct save_job *j, uintptr_t obj,
      * no record to come, as likely as not */
     if ((r = rec_find(j, obj)) || j->gave_up || as_read)
         return r;
-    uint64_t until = now_ns(CLOCK_MONOTONIC) + RECORD_WAIT_MS * 1000000ull;
-    while (!(r = rec_find(j, obj)) && now_ns(CLOCK_MONOTONIC) < until) {
+    uint64_t until = monotonic_ns() + RECORD_WAIT_MS * 1000000ull;
+    while (!(r = rec_find(j, obj)) && monotonic_ns() < until) {
         nanosleep(&(struct timespec){.tv_nsec = 50000}, NULL);
         drain_rings(j);
     }
@@ -561,8 +562,6 @@ static int refs_room(struct save_job *j, size_t n)
     return 0;
 }
 
-/* Copy OBJ (validated, visited) to the file as it was at the snapshot,
- * and push the objects it referenced then. */
 /* Copy F (validated when found, and visited) to the file as it was at
  * the snapshot, and push the objects it referenced then. */
 static int save_object(struct save_job *j, const struct save_found *fo)
@@ -700,9 +699,9 @@ fail:
 
 static int save_commit(struct save_job *j)
 {
-    uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    uint64_t t0 = monotonic_ns();
     int rc = save_commit_(j);
-    j->res.sync_ns = now_ns(CLOCK_MONOTONIC) - t0;
+    j->res.sync_ns = monotonic_ns() - t0;
     return rc;
 }
 
@@ -729,7 +728,7 @@ static int save_run(struct save_job *j)
         .base = (uint64_t)(uintptr_t)h->base,
         .max_size = h->cfg->max_size,
         .segment_size = h->cfg->segment_size,
-        .saved_at_ns = now_ns(CLOCK_REALTIME),
+        .saved_at_ns = realtime_ns(),
     };
     uint8_t head[SAVE_HEADER_BYTES];
     save_header_encode(&hd, head);
@@ -744,16 +743,11 @@ static int save_run(struct save_job *j)
             return -ECANCELED;
         }
         if ((rc = save_object(j, &fo)) < 0)
-            goto nomem;
+            return rc; /* ENOMEM, or a write (its why set) */
     }
     if ((rc = save_end(j)) < 0 || (rc = save_commit(j)) < 0)
         return rc;
     return 0;
-nomem:
-    if (rc == -ENOMEM)
-        snprintf(j->res.why, sizeof j->res.why, "out of memory while "
-                 "saving");
-    return rc;
 }
 
 static void *saver_main(void *arg)
@@ -800,7 +794,7 @@ bool save_finish(struct heap *h)
         close(j->fd);
         j->fd = -1;
     }
-    j->res.ns = now_ns(CLOCK_MONOTONIC) - j->t0;
+    j->res.ns = monotonic_ns() - j->t0;
     /* by id: a save asked for as another ends is answered a cycle after
      * it, and the other's outcome must still be there */
     if (!h->save_last)

@@ -760,6 +760,18 @@ uint64_t seg_run_segments(const struct heap *h, uint64_t bytes)
            h->seg_shift;
 }
 
+/* FREE segments [I, I + N), about to be taken, read as zero after this:
+ * punched now unless every one is and the memfd has no page there. */
+static void zero_free_run(struct heap *h, uint32_t i, uint32_t n)
+{
+    bool all_punched = true;
+    for (uint32_t k = i; k < i + n; k++)
+        all_punched &= h->segs.segs[k].punched;
+    off_t cur[2] = {(off_t)INT64_MAX, 0};
+    if (!all_punched || seg_has_pages(h, i, n, cur))
+        seg_punch(h, i, n);
+}
+
 /* With heap->lock held: the first run of NEED free segments none of which
  * is fenced, made to read as zero (Note [Free memory stays free]: a large
  * object must), into *START;
@@ -780,12 +792,7 @@ static int free_run_zeroed(struct heap *h, uint32_t need, uint32_t *start)
     }
     if (len < need)
         return -ENOSPC;
-    bool all_punched = true;
-    for (uint32_t i = *start; i < *start + need; i++)
-        all_punched &= t->segs[i].punched;
-    off_t cur[2] = {(off_t)INT64_MAX, 0};
-    if (!all_punched || seg_has_pages(h, *start, need, cur))
-        seg_punch(h, *start, need);
+    zero_free_run(h, *start, need);
     return 0;
 }
 
@@ -1413,15 +1420,10 @@ void seg_release(struct heap *h, uint32_t i)
 
 /* ---- (7): Note [Loading a saved heap] in load.c ---- */
 
-/* Segments [I, I + N) are FREE: make sure they read as zero. */
+/* FREE segments [I, I + N) read as zero and are used from now on. */
 static void load_zeroed(struct heap *h, uint32_t i, uint32_t n)
 {
-    bool all_punched = true;
-    for (uint32_t k = i; k < i + n; k++)
-        all_punched &= h->segs.segs[k].punched;
-    off_t cur[2] = {(off_t)INT64_MAX, 0};
-    if (!all_punched || seg_has_pages(h, i, n, cur))
-        seg_punch(h, i, n);
+    zero_free_run(h, i, n);
     for (uint32_t k = i; k < i + n; k++)
         seg_set_punched(h, k, false);
 }
