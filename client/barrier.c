@@ -166,18 +166,24 @@ static void urs_wait_room(heapd_mutator *m, uint64_t need)
     mutator_wait_end(m);
 }
 
-/* Room for NEED entries in M's ring, waiting for it (Note [Straddling a
- * cycle]); false if marking ended or the connection went meanwhile. */
-static bool urs_room(heapd_mutator *m, uint64_t need)
+/* urs_room, when there is none yet: wait for it. */
+static bool urs_room_wait(heapd_mutator *m, uint64_t need)
 {
-    struct layout_mutator *s = m->slot;
-    if (m->urs_head - atomic_load_explicit(&s->urs_tail,
+    urs_wait_room(m, need);
+    return barrier_on(m) && m->urs_head - atomic_load(&m->slot->urs_tail) +
+                                    need <= LAYOUT_URS_SIZE;
+}
+
+/* Room for NEED entries in M's ring, waiting for it (Note [Straddling a
+ * cycle]); false if marking ended or the connection went meanwhile.  The
+ * check stays in line in every barrier that logs. */
+static inline bool urs_room(heapd_mutator *m, uint64_t need)
+{
+    if (m->urs_head - atomic_load_explicit(&m->slot->urs_tail,
                                            memory_order_acquire) +
             need <= LAYOUT_URS_SIZE)
         return true;
-    urs_wait_room(m, need);
-    return barrier_on(m) &&
-           m->urs_head - atomic_load(&s->urs_tail) + need <= LAYOUT_URS_SIZE;
+    return urs_room_wait(m, need);
 }
 
 /* Write the N words W and then the NFIELDS fields at FIELDS into M's
