@@ -154,14 +154,22 @@ static void file_in_dir(char *out, size_t n, const char *name)
     snprintf(out, n, "%s/%s", D.dir, name);
 }
 
+/* A heapd with publish's objects, saved to NAME in its dir: FILE (N
+ * bytes), *SI. */
+static void saved_list(char *file, size_t n, const char *name,
+                       heapd_save_info *si)
+{
+    start(NULL);
+    with_mutator(publish);
+    file_in_dir(file, n, name);
+    save_ok(file, si);
+}
+
 START_TEST(a_saved_heap_loads_into_a_fresh_heapd)
 {
     char file[256];
     heapd_save_info si;
-    start(NULL);
-    with_mutator(publish);
-    file_in_dir(file, sizeof file, "heap.save");
-    save_ok(file, &si);
+    saved_list(file, sizeof file, "heap.save", &si);
     ck_assert_uint_eq(si.objects, NODES + 2);
     ck_assert_uint_eq(si.globals, 3);
     ck_assert_uint_eq(si.inexact, 0);
@@ -355,10 +363,7 @@ START_TEST(damaged_files_are_refused_and_the_heap_stays_empty)
     char file[256], bad[256];
     heapd_save_info si;
     uint8_t *b;
-    start(NULL);
-    with_mutator(publish);
-    file_in_dir(file, sizeof file, "good.save");
-    save_ok(file, &si);
+    saved_list(file, sizeof file, "good.save", &si);
     size_t n = slurp(file, &b);
     file_in_dir(bad, sizeof bad, "bad.save");
 
@@ -628,10 +633,7 @@ START_TEST(a_mutator_waits_for_a_load)
     heapd_save_info si;
     pthread_t t;
     void *res;
-    start(NULL);
-    with_mutator(publish);
-    file_in_dir(file, sizeof file, "waits.save");
-    save_ok(file, &si);
+    saved_list(file, sizeof file, "waits.save", &si);
     harness_stop_clean(&D);
     harness_forget_store(&D);
     snprintf(hold, sizeof hold, "/tmp/heapd-hold-%d", (int)getpid());
