@@ -427,7 +427,7 @@ void grant_queue_changed(struct pending **q, struct workers *w)
 {
     /* a request waiting for a cycle makes the collector's workers urgent
      * (Note [Worker priority] in daemon/gc/workers.c) */
-    workers_set_urgent(w, *q != NULL);
+    workers_set_urgent(w, WORKERS_WAIT_REQUEST, *q != NULL);
 }
 
 int grant_defer(struct pending **q, struct workers *w, struct conn *c,

@@ -177,6 +177,8 @@ static void begin_shutdown(struct daemon *d, const char *why)
     if (d->watchdog_on)
         uv_close((uv_handle_t *)&d->watchdog, NULL);
     uv_close((uv_handle_t *)&d->strays, NULL);
+    /* the stop waits for the cycle under way (Note [Worker priority]) */
+    workers_set_urgent(&d->workers, WORKERS_WAIT_STOP, true);
     /* with a service manager to keep the heaps, the clients stay theirs */
     bool keep = d->fd_store;
     server_stop(d, keep);

@@ -555,16 +555,23 @@ static void *leave_idle_class(void *ok)
     return NULL;
 }
 
+/* May a thread of this user leave the idle class again?  (Where it may
+ * not, heapd keeps its workers in the normal class throughout.) */
+static bool can_leave_idle_class(void)
+{
+    pthread_t t;
+    bool ok = false;
+    ck_assert_int_eq(pthread_create(&t, NULL, leave_idle_class, &ok), 0);
+    pthread_join(t, NULL);
+    return ok;
+}
+
 /* The workers idle in the idle class, and move to the normal class while a
  * request waits for their cycle.  (Where this user may not leave the idle
  * class the daemon keeps them normal throughout, and so does the test.) */
 START_TEST(collector_workers_idle_unless_a_cycle_is_awaited)
 {
-    pthread_t t;
-    bool can_leave = false;
-    ck_assert_int_eq(pthread_create(&t, NULL, leave_idle_class, &can_leave), 0);
-    pthread_join(t, NULL);
-    int at_rest = can_leave ? SCHED_IDLE : SCHED_OTHER;
+    int at_rest = can_leave_idle_class() ? SCHED_IDLE : SCHED_OTHER;
 
     start_default();
     wait_worker_policy(at_rest, "at rest");
@@ -583,6 +590,67 @@ START_TEST(collector_workers_idle_unless_a_cycle_is_awaited)
     harness_wait_ok(waiter, "the collect");
     wait_worker_policy(at_rest, "once nothing waits");
     harness_stop_clean(&D);
+}
+END_TEST
+
+/* For the stop test: wait until every collector worker of heapd PID is
+ * in the normal class, for half the harness's bound (so that heapd still
+ * stops within the other half), then remove HOLD, which holds the cycle
+ * the stop waits for.  Exits 0 if they were, 1 if not: a forked process,
+ * while the test's own thread waits in harness_stop. */
+_Noreturn static void release_once_urgent(pid_t pid, const char *hold)
+{
+    int64_t deadline = harness_now_ms() + harness_wait_ms() / 2;
+    int n = 0, with = 0;
+    while (harness_now_ms() < deadline) {
+        thread_policies(pid, "heapd-gc-", SCHED_OTHER, &n, &with);
+        if (n > 0 && with == n)
+            break;
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    unlink(hold);
+    if (n == 0 || with != n)
+        fprintf(stderr, "%d of %d collector workers in the normal class "
+                "while heapd's stop waited for its cycle\n", with, n);
+    _exit(n > 0 && with == n ? 0 : 1);
+}
+
+static bool cycle_held(void *arg, char *seen, size_t len)
+{
+    heapd_stats_t st;
+    int rc = heapd_stats(arg, &st);
+    snprintf(seen, len, "heapd_stats %d, phase %u", rc, (unsigned)st.phase);
+    return rc == 0 && st.phase == 1;
+}
+
+/* A stop waits for the cycle under way (Note [Stop the world]), so it
+ * too moves the workers to the normal class: in the idle class behind
+ * busy cores, a stop's sweep could take minutes (Note [Worker
+ * priority]). */
+START_TEST(collector_workers_urgent_while_a_stop_waits)
+{
+    if (!can_leave_idle_class())
+        return; /* they are in the normal class throughout */
+
+    char hold[64];
+    harness_start_holding(&D, hold, sizeof hold);
+    int fd = open(hold, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    /* a cycle held before it marks, which nobody waits for */
+    heapd_client *cc = harness_connect_ok(D.sock, HEAPD_CONNECT_CONTROL);
+    ck_assert_int_eq(heapd_request_collect(cc, 0), 0);
+    harness_wait_until(cycle_held, cc, "a cycle held before it marks");
+    heapd_disconnect(cc);
+    wait_worker_policy(SCHED_IDLE, "with a cycle that nobody waits for");
+    pid_t releaser = fork();
+    ck_assert_int_ge(releaser, 0);
+    if (releaser == 0)
+        release_once_urgent(D.pid, hold);
+    harness_stop_clean(&D);
+    harness_wait_ok(releaser, "the workers' class during the stop");
+    unlink(hold);
 }
 END_TEST
 
@@ -1091,6 +1159,7 @@ static Suite *daemon_suite(void)
     tcase_add_test(t, allowed_by_group);
     tcase_add_test(t, client_killed);
     tcase_add_test(t, collector_workers_idle_unless_a_cycle_is_awaited);
+    tcase_add_test(t, collector_workers_urgent_while_a_stop_waits);
     tcase_add_test(t, shutdown_tells_clients);
     tcase_add_test(t, sighup_is_logged_not_fatal);
     tcase_add_test(t, daemon_killed_under_client);

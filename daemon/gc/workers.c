@@ -40,7 +40,10 @@
  * class at nice WORKER_NICE until nothing waits any more.  It does so
  * itself, by thread id: a starved idle-class worker could wait seconds for
  * a core just to move itself.  Allocation that outruns the collector ends
- * up waiting on pacing, so it too makes the pool urgent.
+ * up waiting on pacing, so it too makes the pool urgent.  So does heapd's
+ * stop, which waits for the cycle under way (Note [Stop the world]): with
+ * the workers left idle behind two busy cores, a stop's last sweep went
+ * on at 4 segments a second and heapd was still stopping after 60 s.
  *
  * The idle class is not quite enough either: the kernel still gives an
  * idle-class thread a share of a busy core now and then, and without a
@@ -90,11 +93,13 @@ void workers_checkpoint(void)
 
 /* Measured, when the workers moved themselves at their checkpoints: the
  * globals suite under ThreadSanitizer went from 30 s to 200 s. */
-void workers_set_urgent(struct workers *w, bool urgent)
+void workers_set_urgent(struct workers *w, unsigned who, bool waits)
 {
     if (!w->idle_ok)
         return;
     hd_mutex_lock(&w->mu);
+    w->waits = waits ? w->waits | who : w->waits & ~who;
+    bool urgent = w->waits != 0;
     if (atomic_load(&w->urgent) != urgent) {
         atomic_store(&w->urgent, urgent);
         for (unsigned i = 0; i < w->n; i++)

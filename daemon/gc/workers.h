@@ -27,7 +27,14 @@ struct workers {
     unsigned active;            /* workers taking part in the current job */
     bool quit;
     bool idle_ok;               /* the idle class can be left again */
-    _Atomic bool urgent;        /* somebody waits for a cycle */
+    unsigned waits;             /* WORKERS_WAIT_* bits, under mu */
+    _Atomic bool urgent;        /* waits != 0: somebody waits for a cycle */
+};
+
+/* Who waits for the collector's cycles (Note [Worker priority]). */
+enum {
+    WORKERS_WAIT_REQUEST = 1u << 0, /* a client's request, deferred */
+    WORKERS_WAIT_STOP = 1u << 1,    /* heapd's stop, for the cycle under way */
 };
 
 int workers_init(struct workers *w, unsigned n);
@@ -38,11 +45,12 @@ void workers_run_n(struct workers *w, workers_fn fn, void *arg,
                    unsigned active);
 void workers_destroy(struct workers *w);
 
-/* Note [Worker priority]: whether a request waits for a cycle (any thread;
- * moves the workers between the idle and the normal class), and a worker's
- * checkpoint, where an idle-class worker yields now and then (a no-op on
- * any other thread). */
-void workers_set_urgent(struct workers *w, bool urgent);
+/* Note [Worker priority]: whether WHO (a WORKERS_WAIT_* bit) waits for a
+ * cycle (any thread; the workers are in the normal class while anybody
+ * waits, in the idle class otherwise), and a worker's checkpoint, where
+ * an idle-class worker yields now and then (a no-op on any other
+ * thread). */
+void workers_set_urgent(struct workers *w, unsigned who, bool waits);
 void workers_checkpoint(void);
 
 #endif
