@@ -336,6 +336,8 @@ START_TEST(budget_with_writers_and_a_kill)
     size_t r = cache_map(m, SMALL_BUDGET, HEAPD_MAP_EXPIRY);
     for (unsigned j = 0; j < WRITERS; j++)
         kid_go(go[j]);
+    /* the writers' cycles must not wait for this thread's stop */
+    heapd_blocking_enter(m);
     /* kill the last one once it is well under way */
     while (recv_u64(fd[WRITERS - 1], "progress") < WRITES / 2)
         ;
@@ -346,6 +348,7 @@ START_TEST(budget_with_writers_and_a_kill)
         close(fd[j]);
     }
     close(fd[WRITERS - 1]);
+    heapd_blocking_leave(m);
     void **t = ((void **)heapd_root_get(m, r))[0];
     ck_assert_ptr_null(t[0]); /* no resize left half done by the kill */
     heapd_map_stats_t st;
