@@ -1014,12 +1014,17 @@ typedef struct heapd_load_info {
     uint64_t globals;
     uint64_t file_bytes;
     uint64_t ns;            /* the load's time */
+    uint64_t moved;         /* objects placed at another address than they
+                               were saved at: the file is of another
+                               segment size or size class table */
 } heapd_load_info;
 
 /* Load the saved heap PATH (heapctl load), an absolute path heapd itself
  * reads, into HEAP, which must be empty (no client, no object, no
  * global); no mutator may connect to HEAP until it is done.  Every object
- * goes back at its address, so HEAP must have the base it was saved at.
+ * goes back at its address, so HEAP must have the base it was saved at;
+ * a file saved by a heapd of another segment size or size class table
+ * is placed anew and its references rewritten (OUT->moved).
  * Returns once loaded, with *OUT (may be NULL) filled.  0, HEAPD_ENOHEAP,
  * HEAPD_EDENIED (only root and heapd's own user may), HEAPD_EPROTO (the
  * heap is not empty, or the file was refused: the message gives its

@@ -302,6 +302,7 @@ int heapd_heap_load_sized(heapd_client *c, const char *heap,
     heapd_load_info info = {
         .objects = r->objects, .object_bytes = r->object_bytes,
         .globals = r->globals, .file_bytes = r->file_bytes, .ns = r->ns,
+        .moved = r->moved,
     };
     if (out)
         abi_out(out, size, &info, sizeof info); /* Note [Structs that grow] */

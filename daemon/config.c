@@ -65,7 +65,6 @@
 #include "young.h"
 
 #define LINE_MAX_BYTES 4096                     /* without the '\n' */
-#define USER_SPACE_END UINT64_C(0x800000000000) /* 47-bit user space */
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)
 #define GIB (UINT64_C(1) << 30)
@@ -578,14 +577,14 @@ static bool parse_value(struct parse *p, const struct key *k, const char *v,
                    "0x7e8000000000, or decimal)", key, CLIP(v));
         else if (st == NUM_RANGE)
             report(p, "%s '%s' overflows 64 bits; use an address below 0x%"
-                   PRIx64, key, CLIP(v), USER_SPACE_END);
+                   PRIx64, key, CLIP(v), LAYOUT_USER_SPACE_END);
         else if (out->u == 0)
             report(p, "%s must not be 0; choose a fixed address such as "
                    "0x7e8000000000", key);
-        else if (out->u >= USER_SPACE_END)
+        else if (out->u >= LAYOUT_USER_SPACE_END)
             report(p, "%s 0x%" PRIx64 " is not below 0x%" PRIx64 " (47-bit "
-                   "user address space)", key, out->u, USER_SPACE_END);
-        return st == NUM_OK && out->u && out->u < USER_SPACE_END;
+                   "user address space)", key, out->u, LAYOUT_USER_SPACE_END);
+        return st == NUM_OK && out->u && out->u < LAYOUT_USER_SPACE_END;
     case K_DURATION:
         st = parse_duration(v, &out->u);
         if (st == NUM_BAD || st == NUM_SUFFIX)
@@ -812,7 +811,7 @@ static void finish_heap(struct parse *p)
     if (!kl[HK_BASE])
         report_at(p, h->line, "heap '%s' has no base; add 'base = 0x...' "
                   "(a segment-aligned address below 0x%" PRIx64 ")", h->name,
-                  USER_SPACE_END);
+                  LAYOUT_USER_SPACE_END);
     if (!kl[HK_MAX_SIZE])
         report_at(p, h->line, "heap '%s' has no max_size; add 'max_size = "
                   "SIZE' (e.g. 4G)", h->name);
@@ -873,11 +872,11 @@ static void finish_heap(struct parse *p)
                       SIZE(least), MEMORY_LIMIT_MIN_SEGS);
     }
     if (ok && (__builtin_add_overflow(h->base, h->max_size, &end) ||
-               end >= USER_SPACE_END)) {
+               end >= LAYOUT_USER_SPACE_END)) {
         report_at(p, kl[HK_BASE], "heap '%s' would end at or beyond 0x%"
                   PRIx64 " (base 0x%" PRIx64 " + max_size %s, 47-bit user "
                   "address space); lower base or max_size", h->name,
-                  USER_SPACE_END, h->base, SIZE(h->max_size));
+                  LAYOUT_USER_SPACE_END, h->base, SIZE(h->max_size));
         ok = false;
     }
     if (p->heap_index >= 0)

@@ -1175,6 +1175,7 @@ static int reply_load(struct conn *c, struct heap *h, uint64_t seq,
     lr.globals = o.res.globals;
     lr.file_bytes = o.res.file_bytes;
     lr.ns = o.res.ns;
+    lr.moved = o.res.moved;
     env.body_case = HEAPD__ENVELOPE__BODY_LOAD_REPLY;
     env.load_reply = &lr;
     return conn_reply(c, &env, seq);

@@ -730,10 +730,11 @@ int main(int argc, char **argv)
         if (rc < 0)
             fprintf(stderr, "heapctl: load: %s\n", heapd_last_error());
         else
-            printf("heap %s: loaded %s: %llu objects (%llu bytes), %llu "
-                   "globals; %llu bytes read in %.3f s\n", save_heap,
-                   save_file, (unsigned long long)li.objects,
+            printf("heap %s: loaded %s: %llu objects (%llu bytes, %llu "
+                   "placed anew), %llu globals; %llu bytes read in %.3f s\n",
+                   save_heap, save_file, (unsigned long long)li.objects,
                    (unsigned long long)li.object_bytes,
+                   (unsigned long long)li.moved,
                    (unsigned long long)li.globals,
                    (unsigned long long)li.file_bytes, (double)li.ns / 1e9);
         heapd_disconnect(c);

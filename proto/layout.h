@@ -317,6 +317,8 @@ struct layout_segment {
 };
 #define LAYOUT_SEG_MARKS 64u
 #define LAYOUT_LARGE_OBJECT 128u /* offset of a large object's block */
+/* The end of the user address space (47 bits): every heap is below it. */
+#define LAYOUT_USER_SPACE_END UINT64_C(0x800000000000)
 
 static inline uint8_t *layout_seg_marks(void *seg)
 {

@@ -7,6 +7,7 @@
  * reason, the heap empty and serviceable. */
 #include <check.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -45,6 +46,33 @@ static void start(const char *extra)
     snprintf(conf, sizeof conf, "verify = true\n%s", extra ? extra : "");
     harness_start_logged(&D, harness_default_config("@SOCK@", conf),
                          "heapd.log");
+}
+
+/* The text of the harness's config CONF with FROM replaced by TO. */
+static void swap_line(char *conf, size_t n, const char *from, const char *to)
+{
+    char *at = strstr(conf, from);
+    ck_assert_ptr_nonnull(at);
+    size_t tail = strlen(at + strlen(from)) + 1;
+    ck_assert_uint_lt(strlen(conf) - strlen(from) + strlen(to), n);
+    memmove(at + strlen(to), at + strlen(from), tail);
+    memcpy(at, to, strlen(to));
+}
+
+/* start(EXTRA) with segments of SEG and a max_size of MAX instead of the
+ * harness's 128K and 1G. */
+static void start_sized(const char *seg, const char *max, const char *extra)
+{
+    char conf[8192], line[64];
+    snprintf(conf, sizeof conf, "%s", harness_default_config("@SOCK@",
+             "verify = true\n"));
+    snprintf(line, sizeof line, "segment_size = %s\n", seg);
+    swap_line(conf, sizeof conf, "segment_size = 128K\n", line);
+    snprintf(line, sizeof line, "max_size = %s\n", max);
+    swap_line(conf, sizeof conf, "max_size = 1G\n", line);
+    ck_assert_uint_lt(strlen(conf) + strlen(extra), sizeof conf);
+    strcat(conf, extra);
+    harness_start_logged(&D, conf, "heapd.log");
 }
 
 /* A fresh heapd (as after a reboot: nothing kept) loading FILE. */
@@ -116,6 +144,20 @@ static void publish_more(heapd_mutator *m, void *arg)
     heapd_root_pop(m, 1);
 }
 
+/* A node under global "one", in a heap too small for publish's. */
+static void one_node(heapd_mutator *m, void *arg)
+{
+    (void)arg;
+    ck_assert_ptr_null(heapd_global_get(m, "one"));
+    struct node *n = heapd_alloc(m, 1, 2 * sizeof(uint64_t));
+    ck_assert_ptr_nonnull(n);
+    n->check = MAGIC;
+    ck_assert_int_eq(heapd_global_set(m, "one", n), 0);
+    ck_assert_int_eq(heapd_collect(m, HEAPD_COLLECT_WAIT), 0);
+    ck_assert_uint_eq(((struct node *)heapd_global_get(m, "one"))->check,
+                      MAGIC);
+}
+
 static void check(heapd_mutator *m, void *arg)
 {
     (void)arg;
@@ -181,7 +223,11 @@ START_TEST(a_saved_heap_loads_into_a_fresh_heapd)
      * more than their bytes (headers, framing) */
     ck_assert_uint_lt(si.file_bytes, si.object_bytes + si.object_bytes / 4);
     start_loading(file);
-    ck_assert_msg(harness_log_contains(&D, "loaded"), "no 'loaded' line");
+    char line[128];
+    snprintf(line, sizeof line, "%" PRIu64 " objects (%" PRIu64 " bytes, 0 "
+             "placed anew)", si.objects, si.object_bytes);
+    ck_assert_msg(harness_log_contains(&D, line), "no line '%s' in the log",
+                  line);
     with_mutator(check);
     /* and it goes on: more objects, cycles, the verifier */
     with_mutator(check);
@@ -433,8 +479,48 @@ START_TEST(heapctl_saves_and_loads)
     harness_forget_store(&D);
     start(NULL);
     ck_assert_msg(heapctl(args, out, sizeof out) == 0, "load: %s", out);
-    ck_assert_msg(strstr(out, "loaded") && strstr(out, "3002 objects"),
-                  "load said: %s", out);
+    ck_assert_msg(strstr(out, "loaded") && strstr(out, "3002 objects") &&
+                  strstr(out, "0 placed anew"), "load said: %s", out);
+    with_mutator(check);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
+/* A heapd of another segment size (an upgrade that changes the layout)
+ * loads the file anew: every object in a block of its own layout, every
+ * reference rewritten; saved there and loaded back into the first
+ * layout, the same again. */
+START_TEST(a_heap_saved_with_another_layout_loads_moved)
+{
+    char file[256], back[256];
+    heapd_save_info si;
+    heapd_load_info li;
+    saved_list(file, sizeof file, "heap.save", &si);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+    start_sized("256K", "1G", "");
+    heapd_client *c = harness_connect_ok(D.sock, HEAPD_CONNECT_CONTROL);
+    int rc = heapd_heap_load(c, "default", file, &li);
+    ck_assert_msg(rc == 0, "load: %s", heapd_last_error());
+    heapd_disconnect(c);
+    ck_assert_uint_eq(li.objects, NODES + 2);
+    ck_assert_uint_eq(li.moved, NODES + 2);
+    ck_assert_uint_eq(li.globals, 3);
+    ck_assert_msg(harness_log_contains(&D, "was saved with another layout"),
+                  "the log does not say why the objects moved");
+    with_mutator(check);
+    harness_expect_healthy(&D);
+    /* and back: a 256K heap's file into a 128K heapd, by load = */
+    file_in_dir(back, sizeof back, "back.save");
+    save_ok(back, &si);
+    ck_assert_uint_eq(si.objects, NODES + 2);
+    ck_assert_uint_eq(si.inexact, 0);
+    start_loading(back);
+    ck_assert_msg(harness_log_contains(&D, "3002 placed anew"),
+                  "no load that moved every object in the log");
+    with_mutator(check);
     with_mutator(check);
     harness_expect_healthy(&D);
     harness_stop_clean(&D);
@@ -474,6 +560,42 @@ static void craft(const char *path, const uint64_t *rec, size_t n,
     free(payload);
 }
 
+/* The crafted pair: global "pair" names an object whose one reference
+ * names one whose reference names it back, and whose 8 bytes are these. */
+#define PAIR_BYTES 0x7061697262797465ull
+
+static void check_pair(heapd_mutator *m, void *arg)
+{
+    (void)arg;
+    void **a = heapd_global_get(m, "pair");
+    ck_assert_ptr_nonnull(a);
+    void **b = a[0];
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_eq(b[0], a);
+    ck_assert_uint_eq(((uint64_t *)b)[1], PAIR_BYTES);
+}
+
+/* Files of two objects at X and Y of BLK, each with one reference,
+ * refused as they refer to no object of the file: one by a reference,
+ * one by a global; loaded MOVED or in place. */
+static void refs_to_nothing(const char *bad, uint64_t x, uint64_t y,
+                            uint64_t blk, bool moved)
+{
+    uint64_t one_ref = layout_header(1, 0);
+    uint64_t dangling[] = {x | SAVE_REC_OBJECT, blk, one_ref, y + 64};
+    craft(bad, dangling, 4, 1, 16, 0);
+    refused(bad, "which the file holds no object at");
+    ck_assert(harness_log_contains(&D, "saved with another layout") ==
+              moved);
+    uint64_t global[] = {x | SAVE_REC_OBJECT, blk, one_ref, y,
+                         y | SAVE_REC_OBJECT, blk, one_ref, x,
+                         SAVE_REC_GLOBAL, y + 64, 5, 0x676e6f7277ull};
+    craft(bad, global, 12, 2, 32, 1);
+    refused(bad, "global 'wrong' refers to");
+    ck_assert(harness_log_contains(&D, "saved with another layout") ==
+              moved);
+}
+
 /* Files whose checksums hold and whose records lie: each refused before
  * or after anything is placed, the heap empty and serviceable. */
 START_TEST(crafted_files_are_refused_and_the_heap_stays_empty)
@@ -484,22 +606,22 @@ START_TEST(crafted_files_are_refused_and_the_heap_stays_empty)
     start(NULL);
     file_in_dir(bad, sizeof bad, "crafted.save");
 
-    /* a run of 2^32 + 2 granules: its span must not wrap */
+    /* a run of 2^32 + 2 granules (a span that would wrap in 32 bits) and
+     * a large run of 2^32 + 1 segments: blocks larger than the heap */
     uint64_t run[] = {(seg + 1024 + 8) | SAVE_REC_OBJECT,
                       (1024ull * ((1ull << 32) + 2)) |
                           (uint64_t)SAVE_BLOCK_RUN << SAVE_BLOCK_KIND_SHIFT,
                       hdr0};
     craft(bad, run, 3, 1, 8, 0);
-    refused(bad, "which this heapd's layout has no size class for");
+    refused(bad, "more than the heap's max_size");
 
-    /* a large run of 2^32 + 1 segments: nor its length */
     uint64_t large[] = {(seg + 128 + 8) | SAVE_REC_OBJECT,
                         ((((1ull << 32) + 1) << 17) - 128) |
                             (uint64_t)SAVE_BLOCK_LARGE
                                 << SAVE_BLOCK_KIND_SHIFT,
                         hdr0};
     craft(bad, large, 3, 1, 8, 0);
-    refused(bad, "runs past the heap's end");
+    refused(bad, "more than the heap's max_size");
 
     /* objects of the 16-byte class at blocks 0 and 1 of segment 200 */
     uint32_t nblocks, first;
@@ -509,23 +631,74 @@ START_TEST(crafted_files_are_refused_and_the_heap_stays_empty)
     uint64_t blk = 16 | (uint64_t)SAVE_BLOCK_SMALL << SAVE_BLOCK_KIND_SHIFT;
     uint64_t one_ref = layout_header(1, 0);
 
-    /* a reference to no object of the file: refused after placing */
-    uint64_t dangling[] = {b0 | SAVE_REC_OBJECT, blk, one_ref, b1 + 32};
-    craft(bad, dangling, 4, 1, 16, 0);
-    refused(bad, "which the file holds no object at");
-
     /* two objects on one block */
     uint64_t twice[] = {b0 | SAVE_REC_OBJECT, blk, one_ref, b0,
                         b0 | SAVE_REC_OBJECT, blk, one_ref, 0};
     craft(bad, twice, 8, 2, 32, 0);
-    refused(bad, "overlaps another object");
+    refused(bad, "overlaps another object of the file where it was saved");
+    /* references to nothing, at blocks of this layout, then inside blocks
+     * of the 16-byte class, which this layout has no block at: found
+     * once they are moved (Note [Loading a heap saved with another
+     * layout]), and so an overlap of two 16-byte objects there */
+    refs_to_nothing(bad, b0, b1, blk, false);
+    uint64_t m0 = b0 + 8;
+    refs_to_nothing(bad, m0, b0 + 40, blk, true);
+    uint64_t moverlap[] = {m0 | SAVE_REC_OBJECT, blk, one_ref, 0,
+                           (m0 + 8) | SAVE_REC_OBJECT, blk, one_ref, 0};
+    craft(bad, moverlap, 8, 2, 32, 0);
+    refused(bad, "overlaps another object of the file where it was saved");
+    /* an object at no address a heap at this base has */
+    uint64_t below[] = {(HARNESS_HEAP_BASE - 64) | SAVE_REC_OBJECT, blk,
+                        one_ref, 0};
+    craft(bad, below, 4, 1, 16, 0);
+    refused(bad, "is at no address of a heap at 0x7e8000000000");
 
-    /* a global naming no object; the objects themselves fine */
-    uint64_t global[] = {b0 | SAVE_REC_OBJECT, blk, one_ref, b1,
-                         b1 | SAVE_REC_OBJECT, blk, one_ref, b0,
-                         SAVE_REC_GLOBAL, b1 + 64, 5, 0x676e6f7277ull};
-    craft(bad, global, 12, 2, 32, 1);
-    refused(bad, "global 'wrong' refers to");
+    /* two objects of two classes on one segment: a load in place finds
+     * it taken, and starts again moving, the global set again */
+    unsigned c24 = layout_size_class(24);
+    uint32_t nb24, first24;
+    layout_small_geometry(128u << 10, c24, &nb24, &first24);
+    uint64_t o24 = seg + first24 + 8;
+    uint64_t blk24 = layout_class_size[c24] |
+                     (uint64_t)SAVE_BLOCK_SMALL << SAVE_BLOCK_KIND_SHIFT;
+    uint64_t two[] = {b0 | SAVE_REC_OBJECT, blk, one_ref, o24,
+                      o24 | SAVE_REC_OBJECT, blk24, layout_header(1, 8), b0,
+                      PAIR_BYTES, SAVE_REC_GLOBAL, b0, 4, 0x72696170ull};
+    craft(bad, two, 13, 2, 40, 1);
+    start_loading(bad);
+    ck_assert_msg(harness_log_contains(&D, "2 placed anew"), "the two were "
+                  "not loaded moved");
+    ck_assert_msg(harness_log_contains(&D, "another object of the file took "
+                                       "in this heapd's layout"),
+                  "the load did not start again from one in place");
+    with_mutator(check_pair);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+
+    /* objects that, moved, do not fit the smallest heap: two of 100 KiB
+     * in the run class, where its one segment past the control area
+     * holds one */
+    enum { RAW = 100 * 1024, WORDS = 3 + RAW / 8 };
+    uint64_t *big = calloc(2 * WORDS, sizeof *big);
+    ck_assert_ptr_nonnull(big);
+    for (unsigned k = 0; k < 2; k++) {
+        uint64_t *rec = big + k * WORDS;
+        rec[0] = (HARNESS_HEAP_BASE + (2ull << 30) + k * (1u << 20)) |
+                 SAVE_REC_OBJECT;
+        rec[1] = 101 * 1024 |
+                 (uint64_t)SAVE_BLOCK_RUN << SAVE_BLOCK_KIND_SHIFT;
+        rec[2] = layout_header(0, RAW);
+    }
+    craft(bad, big, 2 * WORDS, 2, 2 * layout_object_size(0, RAW), 0);
+    free(big);
+    char extra[300];
+    snprintf(extra, sizeof extra, "load = %s\n", bad);
+    start_sized("128K", "16512K", extra);
+    ck_assert(harness_log_contains(&D, "does not fit in what is left of "
+                                   "heap 'default'"));
+    with_mutator(one_node); /* serviceable */
+    harness_expect_healthy(&D);
     harness_stop_clean(&D);
     harness_forget_store(&D);
 }
@@ -796,6 +969,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("save");
     tcase_set_timeout(t, 300);
     tcase_add_test(t, a_saved_heap_loads_into_a_fresh_heapd);
+    tcase_add_test(t, a_heap_saved_with_another_layout_loads_moved);
     tcase_add_test(t, a_save_while_processes_relink_is_their_snapshot);
     tcase_add_test(t, damaged_files_are_refused_and_the_heap_stays_empty);
     tcase_add_test(t, crafted_files_are_refused_and_the_heap_stays_empty);

@@ -10,6 +10,7 @@ struct heap;
 
 struct load_result {
     uint64_t objects, object_bytes, globals, file_bytes;
+    uint64_t moved;          /* objects placed at another address */
     uint64_t ns;
 };
 
