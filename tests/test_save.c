@@ -893,6 +893,49 @@ static void no_partial_left(const char *name)
     ck_assert_msg(atoi(out) == 0, "partial files of %s left: %s", name, out);
 }
 
+static bool save_held(void *arg, char *seen, size_t n)
+{
+    (void)arg;
+    snprintf(seen, n, "no line of a held save in heapd's log yet");
+    return harness_log_contains(&D, "the save waits while");
+}
+
+/* SIGTERM while the saver waits before its first object (Note [Holding
+ * a save for tests] in daemon/gc/save.c) and nobody waits for the save
+ * (its requester killed, so no connection's grace ends it either): heapd
+ * ends the save rather than wait for it with the cycle, exits 0 before
+ * the hold would end, and leaves neither the file nor a partial one. */
+START_TEST(a_stop_ends_a_save_under_way)
+{
+    char file[256], save_hold[64];
+    snprintf(save_hold, sizeof save_hold, "/tmp/heapd-save-hold-%d",
+             (int)getpid());
+    int fd = open(save_hold, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    setenv("HEAPD_TEST_HOLD_SAVE", save_hold, 1);
+    start(NULL);
+    unsetenv("HEAPD_TEST_HOLD_SAVE");
+    with_mutator(publish);
+    file_in_dir(file, sizeof file, "held.save");
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+        save_in_background(file);
+        _exit(0);
+    }
+    harness_wait_until(save_held, NULL, "the saver to wait");
+    kill(kid, SIGKILL);
+    harness_wait_pid(kid, HARNESS_WAIT_MS);
+    harness_stop_clean(&D);
+    ck_assert_msg(access(save_hold, F_OK) == 0, "the hold ended first");
+    unlink(save_hold);
+    no_partial_left("held.save");
+    ck_assert_int_ne(access(file, F_OK), 0);
+    harness_forget_store(&D);
+}
+END_TEST
+
 /* SIGTERM while a save runs: heapd stops (the saver ends at its next
  * object, save_abort) and exits 0, no partial file is left, and a file
  * that was renamed loads.  Whichever comes first, the stop or the save's
@@ -977,6 +1020,7 @@ static Suite *suite(void)
     tcase_add_test(t, forged_save_records_cost_nobody_else);
     tcase_add_test(t, a_mutator_waits_for_a_load);
     tcase_add_test(t, a_stop_during_a_save_leaves_no_partial_file);
+    tcase_add_test(t, a_stop_ends_a_save_under_way);
     tcase_add_test(t, only_privileged_peers_save);
     suite_add_tcase(s, t);
     return s;
