@@ -37,7 +37,6 @@
 #include "fdstore.h"
 #include "log.h"
 #include "resume.h"
-#include "save.h"
 #include "stall.h"
 #include "table.h"
 #include "wire.h"
@@ -179,12 +178,11 @@ static void begin_shutdown(struct daemon *d, const char *why)
         uv_close((uv_handle_t *)&d->watchdog, NULL);
     uv_close((uv_handle_t *)&d->strays, NULL);
     /* the stop waits for the cycle under way (Note [Worker priority]),
-     * and not for a save, which that cycle would wait for (Note [Saving a
-     * heap at a snapshot]) */
+     * and not for a save or a load, which that cycle would wait for */
     workers_set_urgent(&d->workers, WORKERS_WAIT_STOP, true);
     for (size_t i = 0; i < d->n_heaps; i++)
         if (d->heaps[i].gc) /* a heap served */
-            save_abort(&d->heaps[i]);
+            collector_stopping(&d->heaps[i]);
     /* with a service manager to keep the heaps, the clients stay theirs */
     bool keep = d->fd_store;
     server_stop(d, keep);

@@ -386,6 +386,20 @@ static void spit(const char *path, const uint8_t *b, size_t n)
 
 /* heapd started on BAD refuses it saying WHY, and serves the heap
  * empty. */
+/* The heap holds no list, takes publish's and keeps it, verified. */
+static void empty_and_serviceable(void)
+{
+    heapd_client *c;
+    heapd_mutator *m;
+    harness_attach(&D, &c, &m);
+    ck_assert_ptr_null(heapd_global_get(m, "list"));
+    heapd_detach(m);
+    heapd_disconnect(c);
+    with_mutator(publish);
+    with_mutator(check);
+    harness_expect_healthy(&D);
+}
+
 static void refused(const char *bad, const char *why)
 {
     start_loading(bad);
@@ -393,15 +407,7 @@ static void refused(const char *bad, const char *why)
                                        "empty"), "no refusal logged");
     ck_assert_msg(harness_log_contains(&D, why), "the refusal does not "
                   "say '%s'", why);
-    heapd_client *c;
-    heapd_mutator *m;
-    harness_attach(&D, &c, &m);
-    ck_assert_ptr_null(heapd_global_get(m, "list"));
-    heapd_detach(m);
-    heapd_disconnect(c);
-    with_mutator(publish); /* serviceable */
-    with_mutator(check);
-    harness_expect_healthy(&D);
+    empty_and_serviceable();
 }
 
 START_TEST(damaged_files_are_refused_and_the_heap_stays_empty)
@@ -893,45 +899,84 @@ static void no_partial_left(const char *name)
     ck_assert_msg(atoi(out) == 0, "partial files of %s left: %s", name, out);
 }
 
-static bool save_held(void *arg, char *seen, size_t n)
+/* Note [Holding a save or a load for tests] in daemon/gc/heap.c: a heapd
+ * that holds what it is asked for (WHAT, "save" or "load") while the
+ * file PATH (this process's, N bytes) exists; the file is made here. */
+static void start_holding_a(const char *what, char *path, size_t n)
 {
-    (void)arg;
-    snprintf(seen, n, "no line of a held save in heapd's log yet");
-    return harness_log_contains(&D, "the save waits while");
-}
-
-/* SIGTERM while the saver waits before its first object (Note [Holding
- * a save for tests] in daemon/gc/save.c) and nobody waits for the save
- * (its requester killed, so no connection's grace ends it either): heapd
- * ends the save rather than wait for it with the cycle, exits 0 before
- * the hold would end, and leaves neither the file nor a partial one. */
-START_TEST(a_stop_ends_a_save_under_way)
-{
-    char file[256], save_hold[64];
-    snprintf(save_hold, sizeof save_hold, "/tmp/heapd-save-hold-%d",
-             (int)getpid());
-    int fd = open(save_hold, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    char env[64];
+    snprintf(path, n, "/tmp/heapd-%s-hold-%d", what, (int)getpid());
+    int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
     ck_assert_int_ge(fd, 0);
     close(fd);
-    setenv("HEAPD_TEST_HOLD_SAVE", save_hold, 1);
+    snprintf(env, sizeof env, "HEAPD_TEST_HOLD_%s",
+             strcmp(what, "save") == 0 ? "SAVE" : "LOAD");
+    setenv(env, path, 1);
     start(NULL);
-    unsetenv("HEAPD_TEST_HOLD_SAVE");
-    with_mutator(publish);
-    file_in_dir(file, sizeof file, "held.save");
+    unsetenv(env);
+}
+
+static bool log_says(void *arg, char *seen, size_t n)
+{
+    snprintf(seen, n, "no line '%s' in heapd's log yet", (char *)arg);
+    return harness_log_contains(&D, arg);
+}
+
+/* A forked process asks for REQUEST(FILE); once heapd holds it (WHAT),
+ * the process is killed, so that no connection's grace ends it either,
+ * and heapd is stopped: it must exit 0 while the file PATH holds it. */
+static void stop_while_held(const char *what, const char *path,
+                            void *(*request)(void *), char *file)
+{
+    char line[64];
     pid_t kid = fork();
     ck_assert_int_ge(kid, 0);
     if (kid == 0) {
-        save_in_background(file);
+        request(file);
         _exit(0);
     }
-    harness_wait_until(save_held, NULL, "the saver to wait");
+    snprintf(line, sizeof line, "the %s waits while", what);
+    harness_wait_until(log_says, line, line);
     kill(kid, SIGKILL);
     harness_wait_pid(kid, HARNESS_WAIT_MS);
     harness_stop_clean(&D);
-    ck_assert_msg(access(save_hold, F_OK) == 0, "the hold ended first");
-    unlink(save_hold);
+    ck_assert_msg(access(path, F_OK) == 0, "the hold ended first");
+    unlink(path);
+}
+
+/* SIGTERM while the saver waits before its first object, nobody waiting
+ * for the save: heapd ends the save rather than wait for it with the
+ * cycle, exits 0 before the hold would end, and leaves neither the file
+ * nor a partial one. */
+START_TEST(a_stop_ends_a_save_under_way)
+{
+    char file[256], hold_save[64];
+    start_holding_a("save", hold_save, sizeof hold_save);
+    with_mutator(publish);
+    file_in_dir(file, sizeof file, "held.save");
+    stop_while_held("save", hold_save, save_in_background, file);
     no_partial_left("held.save");
     ck_assert_int_ne(access(file, F_OK), 0);
+    harness_forget_store(&D);
+}
+END_TEST
+
+/* SIGTERM while a heapctl load waits after its first pass, nobody
+ * waiting for it: heapd ends the load rather than wait for it, exits 0
+ * before the hold would end, and the heap it keeps is empty, as a
+ * refused load leaves it. */
+START_TEST(a_stop_ends_a_load_under_way)
+{
+    char file[256], hold_load[64];
+    heapd_save_info si;
+    saved_list(file, sizeof file, "held.save", &si);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+    start_holding_a("load", hold_load, sizeof hold_load);
+    stop_while_held("load", hold_load, load_in_background, file);
+    harness_restart(&D); /* the heap kept in the store */
+    empty_and_serviceable();
+    harness_stop_clean(&D);
     harness_forget_store(&D);
 }
 END_TEST
@@ -1021,6 +1066,7 @@ static Suite *suite(void)
     tcase_add_test(t, a_mutator_waits_for_a_load);
     tcase_add_test(t, a_stop_during_a_save_leaves_no_partial_file);
     tcase_add_test(t, a_stop_ends_a_save_under_way);
+    tcase_add_test(t, a_stop_ends_a_load_under_way);
     tcase_add_test(t, only_privileged_peers_save);
     suite_add_tcase(s, t);
     return s;

@@ -1036,6 +1036,12 @@ int collector_launch(struct heap *h, struct workers *w,
     return 0;
 }
 
+void collector_stopping(struct heap *h)
+{
+    save_abort(h);
+    load_abort(h);
+}
+
 void collector_join(struct heap *h)
 {
     struct collector *gc = h->gc;
@@ -1045,7 +1051,7 @@ void collector_join(struct heap *h)
     gc->quit = true;
     pthread_cond_signal(&gc->cv);
     hd_mutex_unlock(&gc->mu);
-    save_abort(h); /* a stop does not wait for a save to end */
+    collector_stopping(h);
     pthread_join(gc->thread, NULL);
     h->gc = NULL;
     hd_mutex_destroy(&gc->mu);

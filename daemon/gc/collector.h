@@ -27,6 +27,9 @@ void collector_recover_later(struct heap *h);
 /* Finish any cycle under way and stop the thread.  Call with no client
  * connected (their slots free). */
 void collector_join(struct heap *h);
+/* heapd is stopping: a save or a heapctl load under way in H's collector
+ * ends at once, failed (a stop waits for the cycle they hold up). */
+void collector_stopping(struct heap *h);
 
 /* Any thread: while any hold is on (HOLD true adds one, false takes one
  * off), no cycle starts; one under way runs to its end (Note [Resuming

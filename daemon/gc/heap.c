@@ -272,3 +272,29 @@ uint64_t heap_committed_bytes(const struct heap *h)
     /* the daemon's page backs the heap too (Note [The daemon's page]) */
     return fd_committed(h->fd) + fd_committed(h->page_fd);
 }
+
+#ifndef NDEBUG
+/* Note [Holding a save or a load for tests]
+ * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+ * Debug builds only: while the file HEAPD_TEST_HOLD_SAVE names exists, the
+ * saver waits before its first object, and while the one
+ * HEAPD_TEST_HOLD_LOAD names exists, a load waits after its first pass;
+ * each logs that it waits, and stops waiting when heapd stops (or after
+ * HOLD_FOR_TESTS_MS, past the tests' own bounds).  So a test can stop
+ * heapd in the middle of a save or a load (test_save's
+ * a_stop_ends_a_save_under_way, a_stop_ends_a_load_under_way). */
+#define HOLD_FOR_TESTS_MS 120000
+void heap_hold_for_tests(const struct heap *h, const char *env,
+                         const char *what, const _Atomic bool *unless)
+{
+    const char *path = getenv(env);
+    if (!path || access(path, F_OK) != 0)
+        return;
+    log_debug("heap '%s': the %s waits while %s exists", h->cfg->name, what,
+              path);
+    for (unsigned ms = 0; ms < HOLD_FOR_TESTS_MS &&
+                          access(path, F_OK) == 0 && !atomic_load(unless);
+         ms++)
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+}
+#endif

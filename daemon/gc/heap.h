@@ -179,6 +179,7 @@ struct heap {
     struct load_outcome *load_last;  /* the last ones' outcomes, by id */
     uint64_t loading;                /* loop thread: the id of the load
                                         asked for and not answered, 0 */
+    _Atomic bool load_stop;          /* heapd stops: a load ends (load_abort) */
 };
 
 /* heap->lock, taken and released only through these (Note [Checked lock
@@ -301,5 +302,13 @@ bool heap_sealed_as(int fd, uint64_t size);
 
 /* Bytes of the memfd backed by memory now (pages touched and not punched). */
 uint64_t heap_committed_bytes(const struct heap *h);
+
+#ifndef NDEBUG
+/* Note [Holding a save or a load for tests] in heap.c: while the file the
+ * environment variable ENV names exists, and *UNLESS is false, wait
+ * (WHAT, "save" or "load", in the log line that says so). */
+void heap_hold_for_tests(const struct heap *h, const char *env,
+                         const char *what, const _Atomic bool *unless);
+#endif
 
 #endif

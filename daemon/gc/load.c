@@ -28,6 +28,8 @@
  *      object and every global is 0 or an object the file placed.
  * A failure in 2 or 3 frees every segment the load took (punched) and
  * deletes the globals it set: the heap is empty and serviceable again.
+ * So does a stop of heapd, which ends a load at its next chunk
+ * (load_abort) rather than wait for it.
  * The heap's first cycle then marks from the globals what the save found
  * reachable, all of it.
  *
@@ -155,6 +157,11 @@ static int next_chunk(struct reader *r)
 {
     uint8_t prefix[8], crc[4];
     int rc;
+    if (atomic_load_explicit(&r->h->load_stop, memory_order_relaxed)) {
+        snprintf(r->why, r->n, "%s: heapd is stopping; load it again once "
+                 "heapd runs", r->path);
+        return -ECANCELED;
+    }
     r->chunk_off = r->off;
     if ((rc = read_in(r, prefix, 8, "a chunk's header (no END chunk "
                       "came)")) < 0)
@@ -899,7 +906,12 @@ int load_heap(struct heap *h, int fd, const char *path,
         return -ENOMEM;
     }
     r.epoch = (uint8_t)atomic_load(&h->control->epoch);
-    if ((rc = pass(&r)) < 0 || (rc = apply(&r)) < 0)
+    if ((rc = pass(&r)) < 0)
+        goto out;
+#ifndef NDEBUG
+    heap_hold_for_tests(h, "HEAPD_TEST_HOLD_LOAD", "load", &h->load_stop);
+#endif
+    if ((rc = apply(&r)) < 0)
         goto out;
     r.res.ns = monotonic_ns() - t0;
     *out = r.res;
@@ -980,6 +992,11 @@ void load_asked_run(struct heap *h)
     heap_unlock(h);
     close(j->fd);
     free(j);
+}
+
+void load_abort(struct heap *h)
+{
+    atomic_store(&h->load_stop, true);
 }
 
 void load_discard(struct heap *h)

@@ -48,6 +48,10 @@ int64_t load_request(struct heap *h, int fd, const char *path, char *why,
 /* The collector thread, before a cycle: run the load asked for, if any,
  * and post its outcome (heap->load_last). */
 void load_asked_run(struct heap *h);
+/* heapd is stopping: a heapctl load of H that runs ends at its next
+ * chunk, failed, the heap left empty (a stop would otherwise wait for
+ * it). */
+void load_abort(struct heap *h);
 /* Free what a closing heap holds of loads. */
 void load_discard(struct heap *h);
 

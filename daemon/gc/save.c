@@ -705,29 +705,6 @@ static int save_commit(struct save_job *j)
     return rc;
 }
 
-#ifndef NDEBUG
-/* Note [Holding a save for tests]
- * ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
- * Debug builds only: while the file HEAPD_TEST_HOLD_SAVE names exists
- * (at most HOLD_SAVE_MS, past the tests' own bounds), the saver waits
- * before its first object, having logged that it does, unless the save
- * is aborted; so a test can stop heapd in the middle of a save
- * (test_save's a_stop_ends_a_save_under_way). */
-#define HOLD_SAVE_MS 120000
-static void hold_save_for_tests(struct save_job *j)
-{
-    const char *path = getenv("HEAPD_TEST_HOLD_SAVE");
-    if (!path || access(path, F_OK) != 0)
-        return;
-    log_debug("heap '%s': the save waits while %s exists", j->h->cfg->name,
-              path);
-    for (unsigned ms = 0; ms < HOLD_SAVE_MS && access(path, F_OK) == 0 &&
-                          !atomic_load(&j->abort);
-         ms++)
-        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
-}
-#endif
-
 static int save_run(struct save_job *j)
 {
     struct heap *h = j->h;
@@ -759,7 +736,7 @@ static int save_run(struct save_job *j)
     if ((rc = write_all(j, &iov, 1)) < 0 || (rc = save_globals(j)) < 0)
         return rc;
 #ifndef NDEBUG
-    hold_save_for_tests(j);
+    heap_hold_for_tests(h, "HEAPD_TEST_HOLD_SAVE", "save", &j->abort);
 #endif
     while (j->sp > 0) {
         struct save_found fo = j->stack[--j->sp];
