@@ -1316,13 +1316,23 @@ void harness_wait_ok(pid_t pid, const char *who)
 
 bool harness_log_contains(const struct daemon_proc *d, const char *text)
 {
-    char buf[65536];
     FILE *f = fopen(d->log, "r");
     ck_assert_msg(f != NULL, "no daemon log (start with harness_start_logged)");
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    ck_assert_ptr_nonnull(buf);
+    for (size_t k; (k = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
+        n += k;
+        if (n + 1 == cap) { /* the whole log: a line may come late */
+            buf = realloc(buf, cap *= 2);
+            ck_assert_ptr_nonnull(buf);
+        }
+    }
     fclose(f);
     buf[n] = '\0';
-    return strstr(buf, text) != NULL;
+    bool found = strstr(buf, text) != NULL;
+    free(buf);
+    return found;
 }
 
 heapd_client *harness_connect_ok(const char *sock, unsigned flags)

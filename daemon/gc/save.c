@@ -828,6 +828,9 @@ void save_abort(struct heap *h)
     heap_lock(h);
     if (h->saving)
         atomic_store(&h->saving->abort, true);
+    /* and one whose cycle has started but not reached its snapshot */
+    if (h->save_asked)
+        atomic_store(&h->save_asked->abort, true);
     heap_unlock(h);
 }
 
