@@ -618,13 +618,14 @@ _Noreturn static void release_once_urgent(pid_t pid, const char *hold)
 
 static bool cycle_held(void *arg, char *seen, size_t len)
 {
-    heapd_stats_t st;
+    heapd_stats_t st = {0};
     int rc = heapd_stats(arg, &st);
     snprintf(seen, len, "heapd_stats %d, phase %u", rc, (unsigned)st.phase);
     return rc == 0 && st.phase == 1;
 }
 
-/* A stop waits for the cycle under way (Note [Stop the world]), so it
+/* A stop waits for the cycle under way (Note [Resuming clients] in
+ * daemon/resume.c), so it
  * too moves the workers to the normal class: in the idle class behind
  * busy cores, a stop's sweep could take minutes (Note [Worker
  * priority]). */

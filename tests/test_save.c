@@ -384,8 +384,6 @@ static void spit(const char *path, const uint8_t *b, size_t n)
     close(fd);
 }
 
-/* heapd started on BAD refuses it saying WHY, and serves the heap
- * empty. */
 /* The heap holds no list, takes publish's and keeps it, verified. */
 static void empty_and_serviceable(void)
 {
@@ -400,6 +398,8 @@ static void empty_and_serviceable(void)
     harness_expect_healthy(&D);
 }
 
+/* heapd started on BAD refuses it saying WHY, and serves the heap
+ * empty. */
 static void refused(const char *bad, const char *why)
 {
     start_loading(bad);
@@ -657,6 +657,10 @@ START_TEST(crafted_files_are_refused_and_the_heap_stays_empty)
     uint64_t below[] = {(HARNESS_HEAP_BASE - 64) | SAVE_REC_OBJECT, blk,
                         one_ref, 0};
     craft(bad, below, 4, 1, 16, 0);
+    refused(bad, "is at no address of a heap at 0x7e8000000000");
+    uint64_t above[] = {(LAYOUT_USER_SPACE_END + 8) | SAVE_REC_OBJECT, blk,
+                        one_ref, 0};
+    craft(bad, above, 4, 1, 16, 0);
     refused(bad, "is at no address of a heap at 0x7e8000000000");
 
     /* two objects of two classes on one segment: a load in place finds
@@ -982,6 +986,45 @@ START_TEST(a_stop_ends_a_load_under_way)
 }
 END_TEST
 
+/* A file rewritten between a load's first pass and its second, into
+ * one of another layout (objects inside this layout's 32-byte blocks):
+ * the second pass finds that out, starts again moving, and checks
+ * everything again; the rewritten file's pair is what is loaded. */
+START_TEST(a_file_changed_during_a_load_is_checked_again)
+{
+    char file[256], hold_load[64];
+    heapd_save_info si;
+    pthread_t t;
+    void *res;
+    saved_list(file, sizeof file, "changed.save", &si);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+    start_holding_a("load", hold_load, sizeof hold_load);
+    ck_assert_int_eq(pthread_create(&t, NULL, load_in_background, file), 0);
+    harness_wait_until(log_says, "the load waits while", "the load to wait");
+    uint32_t nb32, first32;
+    unsigned c32 = layout_size_class(32);
+    layout_small_geometry(128u << 10, c32, &nb32, &first32);
+    uint64_t x = HARNESS_HEAP_BASE + (200ull << 17) + first32 + 8 + 8;
+    uint64_t y = x + 64;
+    uint64_t blk32 = layout_class_size[c32] |
+                     (uint64_t)SAVE_BLOCK_SMALL << SAVE_BLOCK_KIND_SHIFT;
+    uint64_t pair[] = {x | SAVE_REC_OBJECT, blk32, layout_header(1, 0), y,
+                       y | SAVE_REC_OBJECT, blk32, layout_header(1, 8), x,
+                       PAIR_BYTES, SAVE_REC_GLOBAL, x, 4, 0x72696170ull};
+    craft(file, pair, 13, 2, 40, 1);
+    unlink(hold_load);
+    ck_assert_int_eq(pthread_join(t, &res), 0);
+    ck_assert_msg(res != NULL, "the rewritten file was not loaded");
+    ck_assert(harness_log_contains(&D, "saved with another layout"));
+    ck_assert(harness_log_contains(&D, "2 placed anew"));
+    with_mutator(check_pair);
+    harness_expect_healthy(&D);
+    harness_stop_clean(&D);
+    harness_forget_store(&D);
+}
+END_TEST
+
 /* SIGTERM while a save runs: heapd stops (the saver ends at its next
  * object, save_abort) and exits 0, no partial file is left, and a file
  * that was renamed loads.  Whichever comes first, the stop or the save's
@@ -1068,6 +1111,7 @@ static Suite *suite(void)
     tcase_add_test(t, a_stop_during_a_save_leaves_no_partial_file);
     tcase_add_test(t, a_stop_ends_a_save_under_way);
     tcase_add_test(t, a_stop_ends_a_load_under_way);
+    tcase_add_test(t, a_file_changed_during_a_load_is_checked_again);
     tcase_add_test(t, only_privileged_peers_save);
     suite_add_tcase(s, t);
     return s;

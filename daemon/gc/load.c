@@ -26,6 +26,10 @@
  *      wanted for two classes, stop it;
  *   3. a third pass checks, in the heap, that every reference of every
  *      object and every global is 0 or an object the file placed.
+ * A load runs alone: before the collector starts (load =), or on the
+ * collector's thread before its next cycle with mutators refused (heapctl
+ * load), into a heap with no client; so the segments it takes and their
+ * marks are its own until it returns.
  * A failure in 2 or 3 frees every segment the load took (punched) and
  * deletes the globals it set: the heap is empty and serviceable again.
  * So does a stop of heapd, which ends a load at its next chunk
@@ -79,7 +83,7 @@ struct moved {
 struct mover {
     uint32_t next_seg;                   /* the next segment to take */
     uint32_t seg[LAYOUT_NCLASSES];       /* each class's current segment */
-    uint32_t idx[LAYOUT_NCLASSES];       /* and its next block; 0: none */
+    uint32_t idx[LAYOUT_NCLASSES];       /* and its next block */
     struct moved *map;                   /* one a placed object */
     size_t n, cap;
     char first[400];                     /* why the first did not fit */
@@ -456,8 +460,8 @@ static int place(struct reader *r, uint64_t at, uint64_t from, uint64_t addr,
         r->cap = cap;
     }
     /* the last object's segment and class: no state to change, and its
-     * marks are the load's alone (no client is let in, no cycle runs) --
-     * the lock taken for each object was a tenth of a load's time */
+     * marks are the load's alone (Note [Loading a saved heap]: a load runs
+     * alone) -- the lock taken for each object was a tenth of its time */
     bool same = !p->large && p->seg == r->last_seg && p->cls == r->last_cls;
     uint8_t *marks = layout_seg_marks(heap_seg_addr(h, p->seg));
     if (!same) {

@@ -41,7 +41,8 @@
  * itself, by thread id: a starved idle-class worker could wait seconds for
  * a core just to move itself.  Allocation that outruns the collector ends
  * up waiting on pacing, so it too makes the pool urgent.  So does heapd's
- * stop, which waits for the cycle under way (Note [Stop the world]): with
+ * stop, which waits for the cycle under way (Note [Resuming clients] in
+ * daemon/resume.c, or collector_join): with
  * the workers left idle behind two busy cores, a stop's last sweep went
  * on at 4 segments a second and heapd was still stopping after 60 s.
  *
